@@ -1,0 +1,278 @@
+//! The model spec: everything needed to rebuild a DANet from its weights.
+//!
+//! It travels as JSON under [`SPEC_METADATA_KEY`] in the safetensors header of a
+//! checkpoint and in the ONNX model's `metadata_props`, so every file a user keeps is
+//! self-describing.
+
+use serde::{Deserialize, Serialize};
+
+/// Metadata key (safetensors header, ONNX `metadata_props`) holding the spec as JSON.
+pub const SPEC_METADATA_KEY: &str = "segtool.spec";
+
+#[derive(Debug, thiserror::Error)]
+pub enum SpecError {
+    #[error("invalid model spec JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("invalid model spec: {0}")]
+    Invalid(String),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BlockKind {
+    /// Two 3x3 convs (ResNet-18/34). Expansion 1.
+    Basic,
+    /// 1x1, 3x3 (carries stride and dilation), 1x1 (ResNet-50/101/152). Expansion 4.
+    Bottleneck,
+}
+
+impl BlockKind {
+    pub fn expansion(self) -> i64 {
+        match self {
+            BlockKind::Basic => 1,
+            BlockKind::Bottleneck => 4,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BackboneSpec {
+    pub block: BlockKind,
+    /// Blocks in layer1..layer4.
+    pub layers: [usize; 4],
+    /// Channels of the stem and of layer1's 3x3 convs (64 in torchvision ResNets);
+    /// layerK uses `width * 2^(K-1)`, times the block expansion at its output.
+    pub width: i64,
+    /// 8 or 16.
+    pub output_stride: i64,
+    /// Dilations of layer4's blocks in turn (e.g. [4, 8, 16]), first block included.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub multi_grid: Option<Vec<i64>>,
+}
+
+/// Stride and dilation of one residual block's spatial conv, with the dilation its
+/// second 3x3 conv (basic blocks) uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlockGeometry {
+    pub stride: i64,
+    /// Dilation of the conv that carries the stride (bottleneck conv2, basic conv1).
+    pub dilation: i64,
+    /// Dilation of a basic block's conv2: the stage dilation.
+    pub second_dilation: i64,
+}
+
+impl BackboneSpec {
+    pub fn validate(&self) -> Result<(), SpecError> {
+        if self.output_stride != 8 && self.output_stride != 16 {
+            return Err(SpecError::Invalid(format!(
+                "output_stride must be 8 or 16, got {}",
+                self.output_stride
+            )));
+        }
+        if self.layers.iter().any(|&n| n == 0) || self.width <= 0 {
+            return Err(SpecError::Invalid("every layer needs a block and width > 0".into()));
+        }
+        if let Some(grid) = &self.multi_grid {
+            if grid.len() != self.layers[3] || grid.iter().any(|&d| d <= 0) {
+                return Err(SpecError::Invalid(format!(
+                    "multi_grid {grid:?} must give one positive dilation per layer4 block ({})",
+                    self.layers[3]
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Output channels of layer `k` (1-based).
+    pub fn layer_channels(&self, k: usize) -> i64 {
+        self.width * (1 << (k - 1)) * self.block.expansion()
+    }
+
+    /// Channels entering the head (layer4's output).
+    pub fn out_channels(&self) -> i64 {
+        self.layer_channels(4)
+    }
+
+    /// (stride, stage dilation) of layer `k` (1-based), DANet's dilated ResNet.
+    pub fn stage(&self, k: usize) -> (i64, i64) {
+        match (k, self.output_stride) {
+            (1, _) => (1, 1),
+            (2, _) => (2, 1),
+            (3, 8) => (1, 2),
+            (3, _) => (2, 1),
+            (4, 8) => (1, 4),
+            (4, _) => (1, 2),
+            _ => panic!("layer index {k} out of 1..=4"),
+        }
+    }
+
+    /// Geometry of block `i` of layer `k`, following DANet v0.5.0's `_make_layer`: the first
+    /// block of a dilated stage uses dilation 1 (stage dilation 1 or 2) or 2 (stage
+    /// dilation 4); with multi-grid, layer4's blocks take the grid's dilations.
+    pub fn block(&self, k: usize, i: usize) -> BlockGeometry {
+        let (stride, stage_dilation) = self.stage(k);
+        let stride = if i == 0 { stride } else { 1 };
+        if k == 4 {
+            if let Some(grid) = &self.multi_grid {
+                return BlockGeometry { stride, dilation: grid[i], second_dilation: stage_dilation };
+            }
+        }
+        let dilation = if i == 0 {
+            if stage_dilation == 4 { 2 } else { 1 }
+        } else {
+            stage_dilation
+        };
+        BlockGeometry { stride, dilation, second_dilation: stage_dilation }
+    }
+
+    /// Whether block `i` of layer `k` has a downsample branch (stride or channel change).
+    pub fn has_downsample(&self, k: usize, i: usize) -> bool {
+        if i != 0 {
+            return false;
+        }
+        let in_ch = if k == 1 { self.width } else { self.layer_channels(k - 1) };
+        self.stage(k).0 != 1 || in_ch != self.layer_channels(k)
+    }
+
+    pub fn resnet(depth: usize, output_stride: i64) -> Option<Self> {
+        let (block, layers) = match depth {
+            18 => (BlockKind::Basic, [2, 2, 2, 2]),
+            34 => (BlockKind::Basic, [3, 4, 6, 3]),
+            50 => (BlockKind::Bottleneck, [3, 4, 6, 3]),
+            101 => (BlockKind::Bottleneck, [3, 4, 23, 3]),
+            152 => (BlockKind::Bottleneck, [3, 8, 36, 3]),
+            _ => return None,
+        };
+        Some(Self { block, layers, width: 64, output_stride, multi_grid: None })
+    }
+
+    /// The width- and depth-reduced ResNet the demo and tests train on 2 CPU cores.
+    pub fn tiny() -> Self {
+        Self {
+            block: BlockKind::Basic,
+            layers: [1, 1, 1, 1],
+            width: 16,
+            output_stride: 8,
+            multi_grid: None,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ModelSpec {
+    /// Always "danet" for now; kept so files say what they hold.
+    pub arch: String,
+    /// Human name of the backbone ("resnet50", "tiny", ...), informational.
+    pub backbone_name: String,
+    pub backbone: BackboneSpec,
+    pub classes: Vec<String>,
+    /// One RGB colour per class.
+    pub palette: Vec<[u8; 3]>,
+    /// Per-channel normalisation of RGB in [0, 1]: (x - mean) / std.
+    pub mean: [f32; 3],
+    pub std: [f32; 3],
+}
+
+impl ModelSpec {
+    pub fn new(backbone_name: &str, backbone: BackboneSpec, classes: Vec<String>) -> Self {
+        let palette = crate::palette::default_palette(classes.len());
+        Self {
+            arch: "danet".into(),
+            backbone_name: backbone_name.into(),
+            backbone,
+            classes,
+            palette,
+            mean: [0.485, 0.456, 0.406],
+            std: [0.229, 0.224, 0.225],
+        }
+    }
+
+    pub fn num_classes(&self) -> usize {
+        self.classes.len()
+    }
+
+    /// Channels of conv5a/conv5c's output: in / 4.
+    pub fn inter_channels(&self) -> i64 {
+        self.backbone.out_channels() / 4
+    }
+
+    /// Channels of PAM's query and key: inter / 8.
+    pub fn qk_channels(&self) -> i64 {
+        self.inter_channels() / 8
+    }
+
+    pub fn validate(&self) -> Result<(), SpecError> {
+        if self.arch != "danet" {
+            return Err(SpecError::Invalid(format!("unknown arch {:?}", self.arch)));
+        }
+        self.backbone.validate()?;
+        if self.classes.is_empty() || self.palette.len() != self.classes.len() {
+            return Err(SpecError::Invalid(format!(
+                "{} classes but {} palette colours",
+                self.classes.len(),
+                self.palette.len()
+            )));
+        }
+        if self.qk_channels() == 0 {
+            return Err(SpecError::Invalid("backbone too narrow: inter/8 is 0".into()));
+        }
+        if self.std.iter().any(|&s| s <= 0.0) {
+            return Err(SpecError::Invalid("std must be positive".into()));
+        }
+        Ok(())
+    }
+
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("spec serialises")
+    }
+
+    pub fn from_json(s: &str) -> Result<Self, SpecError> {
+        let spec: Self = serde_json::from_str(s)?;
+        spec.validate()?;
+        Ok(spec)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resnet101_os8_geometry_matches_danet() {
+        let b = BackboneSpec::resnet(101, 8).unwrap();
+        assert_eq!(b.out_channels(), 2048);
+        assert_eq!(b.block(3, 0), BlockGeometry { stride: 1, dilation: 1, second_dilation: 2 });
+        assert_eq!(b.block(3, 5).dilation, 2);
+        assert_eq!(b.block(4, 0).dilation, 2);
+        assert_eq!(b.block(4, 1).dilation, 4);
+        assert!(b.has_downsample(1, 0) && b.has_downsample(3, 0) && !b.has_downsample(3, 1));
+    }
+
+    #[test]
+    fn os16_and_multigrid() {
+        let mut b = BackboneSpec::resnet(50, 16).unwrap();
+        assert_eq!(b.block(3, 0).stride, 2);
+        assert_eq!(b.block(4, 0), BlockGeometry { stride: 1, dilation: 1, second_dilation: 2 });
+        b.output_stride = 8;
+        b.multi_grid = Some(vec![4, 8, 16]);
+        assert_eq!(b.block(4, 0).dilation, 4);
+        assert_eq!(b.block(4, 2).dilation, 16);
+        b.validate().unwrap();
+    }
+
+    #[test]
+    fn basic_resnet_layer1_has_no_downsample() {
+        let b = BackboneSpec::resnet(18, 8).unwrap();
+        assert!(!b.has_downsample(1, 0));
+        assert_eq!(b.out_channels(), 512);
+    }
+
+    #[test]
+    fn spec_json_roundtrip_and_validation() {
+        let s = ModelSpec::new("tiny", BackboneSpec::tiny(), vec!["a".into(), "b".into()]);
+        assert_eq!(ModelSpec::from_json(&s.to_json()).unwrap(), s);
+        let mut bad = s.clone();
+        bad.palette.pop();
+        assert!(ModelSpec::from_json(&bad.to_json()).is_err());
+    }
+}

@@ -1,0 +1,186 @@
+//! A small graph builder: appends nodes in topological order, owns initializers and
+//! hands out unique value names.
+//!
+//! Every value (graph input, initializer, node output) lives in one namespace so a name
+//! never means two things; readable bases (checkpoint keys such as
+//! `pretrained.layer1.0.conv1`) get a `_N` suffix only on collision. Node names mirror
+//! their (unique) output names, which keeps profiler traces and error messages of
+//! onnxruntime/tract pointing at the checkpoint layer they came from.
+
+use std::collections::{HashMap, HashSet};
+
+use crate::proto::{AttributeProto, AttributeType, DataType, NodeProto, TensorProto};
+
+#[derive(Debug)]
+pub struct GraphBuilder {
+    opset: i64,
+    nodes: Vec<NodeProto>,
+    initializers: Vec<TensorProto>,
+    names: HashSet<String>,
+    /// Deduplicated int64 constants (reshape targets, slice bounds), by value.
+    i64_consts: HashMap<Vec<i64>, String>,
+}
+
+impl GraphBuilder {
+    pub fn new(opset: i64) -> Self {
+        Self {
+            opset,
+            nodes: Vec::new(),
+            initializers: Vec::new(),
+            names: HashSet::new(),
+            i64_consts: HashMap::new(),
+        }
+    }
+
+    /// The default-domain opset the graph targets (some ops change form across opsets).
+    pub fn opset(&self) -> i64 {
+        self.opset
+    }
+
+    /// Claims a fresh value name: `base` if free, else `base_1`, `base_2`, ...
+    pub fn unique(&mut self, base: &str) -> String {
+        let mut name = base.to_string();
+        let mut n = 0usize;
+        while self.names.contains(&name) {
+            n += 1;
+            name = format!("{base}_{n}");
+        }
+        self.names.insert(name.clone());
+        name
+    }
+
+    /// Appends a one-output node and returns the output's (unique) name. Empty strings
+    /// in `inputs` mark omitted optional inputs, as ONNX specifies.
+    pub fn add_node(&mut self, op: &str, inputs: &[&str], attrs: Vec<AttributeProto>, out: &str) -> String {
+        let output = self.unique(out);
+        self.push_node(op, inputs, attrs, output.clone());
+        output
+    }
+
+    /// Appends a node writing to a name claimed earlier with [`Self::unique`] (graph
+    /// outputs, whose names are fixed before the graph is built).
+    pub fn add_node_into(&mut self, op: &str, inputs: &[&str], attrs: Vec<AttributeProto>, output: &str) {
+        debug_assert!(self.names.contains(output), "output {output} was not claimed");
+        self.push_node(op, inputs, attrs, output.to_string());
+    }
+
+    fn push_node(&mut self, op: &str, inputs: &[&str], attrs: Vec<AttributeProto>, output: String) {
+        self.nodes.push(NodeProto {
+            input: inputs.iter().map(|s| s.to_string()).collect(),
+            name: output.clone(),
+            output: vec![output],
+            op_type: op.to_string(),
+            attribute: attrs,
+            ..Default::default()
+        });
+    }
+
+    /// Adds a float32 initializer (raw little-endian) and returns its unique name.
+    pub fn add_initializer_f32(&mut self, name: &str, dims: &[i64], data: &[f32]) -> String {
+        debug_assert_eq!(dims.iter().product::<i64>() as usize, data.len(), "{name}");
+        let raw = data.iter().flat_map(|v| v.to_le_bytes()).collect();
+        self.add_raw(name, dims, DataType::Float, raw)
+    }
+
+    /// Adds an int64 initializer (raw little-endian) and returns its unique name.
+    pub fn add_initializer_i64(&mut self, name: &str, dims: &[i64], data: &[i64]) -> String {
+        debug_assert_eq!(dims.iter().product::<i64>() as usize, data.len(), "{name}");
+        let raw = data.iter().flat_map(|v| v.to_le_bytes()).collect();
+        self.add_raw(name, dims, DataType::Int64, raw)
+    }
+
+    fn add_raw(&mut self, name: &str, dims: &[i64], dt: DataType, raw_data: Vec<u8>) -> String {
+        let name = self.unique(name);
+        self.initializers.push(TensorProto {
+            dims: dims.to_vec(),
+            data_type: dt as i32,
+            name: name.clone(),
+            raw_data,
+            ..Default::default()
+        });
+        name
+    }
+
+    /// A 1-D int64 constant, shared by every node that needs the same values.
+    pub fn const_i64(&mut self, values: &[i64]) -> String {
+        if let Some(name) = self.i64_consts.get(values) {
+            return name.clone();
+        }
+        let base = format!(
+            "const_i64_{}",
+            values.iter().map(|v| v.to_string().replace('-', "m")).collect::<Vec<_>>().join("_")
+        );
+        let name = self.add_initializer_i64(&base, &[values.len() as i64], values);
+        self.i64_consts.insert(values.to_vec(), name.clone());
+        name
+    }
+
+    pub fn node_count(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Nodes (topological: each was appended after its inputs) and initializers.
+    pub fn finish(self) -> (Vec<NodeProto>, Vec<TensorProto>) {
+        (self.nodes, self.initializers)
+    }
+}
+
+pub fn attr_int(name: &str, v: i64) -> AttributeProto {
+    AttributeProto { name: name.into(), r#type: AttributeType::Int as i32, i: Some(v), ..Default::default() }
+}
+
+pub fn attr_ints(name: &str, v: &[i64]) -> AttributeProto {
+    AttributeProto { name: name.into(), r#type: AttributeType::Ints as i32, ints: v.to_vec(), ..Default::default() }
+}
+
+pub fn attr_float(name: &str, v: f32) -> AttributeProto {
+    AttributeProto { name: name.into(), r#type: AttributeType::Float as i32, f: Some(v), ..Default::default() }
+}
+
+pub fn attr_string(name: &str, v: &str) -> AttributeProto {
+    AttributeProto {
+        name: name.into(),
+        r#type: AttributeType::String as i32,
+        s: Some(v.as_bytes().to_vec()),
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_constants_shared() {
+        let mut g = GraphBuilder::new(17);
+        let x = g.unique("x");
+        assert_eq!(x, "x");
+        let w = g.add_initializer_f32("x", &[2], &[1.0, -2.5]);
+        assert_eq!(w, "x_1");
+        let y = g.add_node("Add", &[&x, &w], vec![], "x");
+        assert_eq!(y, "x_2");
+        let c1 = g.const_i64(&[0, 0, -1]);
+        let c2 = g.const_i64(&[0, 0, -1]);
+        assert_eq!(c1, c2);
+        assert_eq!(c1, "const_i64_0_0_m1");
+        assert_ne!(g.const_i64(&[2]), c1);
+        assert_eq!(g.node_count(), 1);
+        let (nodes, inits) = g.finish();
+        assert_eq!(nodes[0].name, "x_2");
+        assert_eq!(nodes[0].input, ["x", "x_1"]);
+        assert_eq!(inits.len(), 3);
+        assert_eq!(inits[0].raw_data, [1.0f32.to_le_bytes(), (-2.5f32).to_le_bytes()].concat());
+        assert_eq!(inits[0].data_type, DataType::Float as i32);
+        assert_eq!(inits[1].data_type, DataType::Int64 as i32);
+        assert_eq!(inits[1].raw_data.len(), 24);
+        assert_eq!(inits[1].raw_data[16..], (-1i64).to_le_bytes());
+    }
+
+    #[test]
+    fn attribute_helpers_set_type_and_value() {
+        assert_eq!(attr_int("axis", 0).i, Some(0));
+        assert_eq!(attr_ints("perm", &[0, 2, 1]).r#type, AttributeType::Ints as i32);
+        assert_eq!(attr_float("alpha", 0.5).f, Some(0.5));
+        assert_eq!(attr_string("mode", "linear").s.as_deref(), Some(&b"linear"[..]));
+    }
+}

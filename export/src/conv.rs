@@ -1,0 +1,133 @@
+//! The export context (graph builder + checkpoint + counters) and the layer helpers the
+//! backbone and head share: conv with folded BN, conv with bias, ReLU, Add, Mul.
+
+use crate::builder::{attr_int, attr_ints, GraphBuilder};
+use crate::error::ExportError;
+use crate::fold::{fold_bn, BatchNorm, BN_EPS};
+use crate::proto::AttributeProto;
+use crate::weights::Weights;
+
+/// Everything a layer emitter needs: where nodes go, where weights come from.
+pub struct Ctx<'a, 'data> {
+    pub g: GraphBuilder,
+    pub w: Weights<'a, 'data>,
+    /// BatchNorms folded so far (reported to the user).
+    pub folded_bn: usize,
+}
+
+/// A square 2-D convolution's geometry (PyTorch `Conv2d` arguments, groups = 1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Conv2d {
+    pub in_ch: i64,
+    pub out_ch: i64,
+    pub kernel: i64,
+    pub stride: i64,
+    pub dilation: i64,
+    pub pad: i64,
+}
+
+impl Conv2d {
+    pub fn new(in_ch: i64, out_ch: i64, kernel: i64) -> Self {
+        Self { in_ch, out_ch, kernel, stride: 1, dilation: 1, pad: 0 }
+    }
+
+    pub fn stride(self, stride: i64) -> Self {
+        Self { stride, ..self }
+    }
+
+    pub fn pad(self, pad: i64) -> Self {
+        Self { pad, ..self }
+    }
+
+    /// Dilation with the "same" padding ResNet uses for its 3x3 convs: pad = dilation.
+    pub fn dilated(self, dilation: i64) -> Self {
+        Self { dilation, pad: dilation * (self.kernel - 1) / 2, ..self }
+    }
+
+    /// PyTorch weight layout `[out, in, k, k]`.
+    pub fn weight_shape(&self) -> [usize; 4] {
+        [self.out_ch as usize, self.in_ch as usize, self.kernel as usize, self.kernel as usize]
+    }
+
+    fn weight_dims(&self) -> [i64; 4] {
+        [self.out_ch, self.in_ch, self.kernel, self.kernel]
+    }
+
+    /// ONNX Conv attributes; every one written explicitly so no runtime default applies.
+    pub fn attrs(&self) -> Vec<AttributeProto> {
+        let (k, s, d, p) = (self.kernel, self.stride, self.dilation, self.pad);
+        vec![
+            attr_ints("kernel_shape", &[k, k]),
+            attr_ints("strides", &[s, s]),
+            attr_ints("pads", &[p, p, p, p]),
+            attr_ints("dilations", &[d, d]),
+            attr_int("group", 1),
+        ]
+    }
+}
+
+impl<'a, 'data> Ctx<'a, 'data> {
+    pub fn new(g: GraphBuilder, w: Weights<'a, 'data>) -> Self {
+        Self { g, w, folded_bn: 0 }
+    }
+
+    /// `bn(conv(x))` as one Conv: reads `{conv}.weight` and the BN at `bn`, writes the
+    /// folded pair as `{conv}.weight` / `{conv}.bias`; the output value is named `conv`.
+    pub fn conv_bn(&mut self, x: &str, conv: &str, bn: &str, c: Conv2d) -> Result<String, ExportError> {
+        let weight = self.w.f32(&format!("{conv}.weight"), &c.weight_shape())?;
+        let bn = BatchNorm::load(&self.w, bn, c.out_ch as usize)?;
+        let (wf, bf) = fold_bn(&weight, None, &bn, BN_EPS);
+        self.folded_bn += 1;
+        self.emit_conv(x, conv, c, &wf, &bf)
+    }
+
+    /// `conv(x)` for a conv that has its own bias (`{conv}.weight`, `{conv}.bias`).
+    pub fn conv_bias(&mut self, x: &str, conv: &str, c: Conv2d) -> Result<String, ExportError> {
+        let weight = self.w.f32(&format!("{conv}.weight"), &c.weight_shape())?;
+        let bias = self.w.f32(&format!("{conv}.bias"), &[c.out_ch as usize])?;
+        self.emit_conv(x, conv, c, &weight, &bias)
+    }
+
+    fn emit_conv(&mut self, x: &str, conv: &str, c: Conv2d, w: &[f32], b: &[f32]) -> Result<String, ExportError> {
+        let wn = self.g.add_initializer_f32(&format!("{conv}.weight"), &c.weight_dims(), w);
+        let bn = self.g.add_initializer_f32(&format!("{conv}.bias"), &[c.out_ch], b);
+        Ok(self.g.add_node("Conv", &[x, &wn, &bn], c.attrs(), conv))
+    }
+
+    /// A scalar-like f32 parameter stored with shape `[1]` (DANet's `gamma`s).
+    pub fn scalar_param(&mut self, key: &str) -> Result<String, ExportError> {
+        let v = self.w.f32(key, &[1])?;
+        Ok(self.g.add_initializer_f32(key, &[1], &v))
+    }
+
+    pub fn relu(&mut self, x: &str, out: &str) -> String {
+        self.g.add_node("Relu", &[x], vec![], out)
+    }
+
+    pub fn add(&mut self, a: &str, b: &str, out: &str) -> String {
+        self.g.add_node("Add", &[a, b], vec![], out)
+    }
+
+    pub fn mul(&mut self, a: &str, b: &str, out: &str) -> String {
+        self.g.add_node("Mul", &[a, b], vec![], out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dilated_three_by_three_keeps_size() {
+        let c = Conv2d::new(8, 16, 3).stride(2).dilated(4);
+        assert_eq!((c.stride, c.dilation, c.pad), (2, 4, 4));
+        assert_eq!(Conv2d::new(8, 16, 1).dilated(1).pad, 0);
+        assert_eq!(c.weight_shape(), [16, 8, 3, 3]);
+        let a = c.attrs();
+        let get = |n: &str| a.iter().find(|x| x.name == n).map(|x| x.ints.clone());
+        assert_eq!(get("pads"), Some(vec![4, 4, 4, 4]));
+        assert_eq!(get("dilations"), Some(vec![4, 4]));
+        assert_eq!(get("strides"), Some(vec![2, 2]));
+        assert_eq!(get("kernel_shape"), Some(vec![3, 3]));
+    }
+}

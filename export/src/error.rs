@@ -1,0 +1,55 @@
+//! Why an export failed, precisely enough that a user can fix the input: paths, tensor
+//! keys and both shapes are named in every message.
+
+use std::path::PathBuf;
+
+use segtool_core::spec::SpecError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ExportError {
+    #[error("checkpoint {} not found", path.display())]
+    NotFound { path: PathBuf },
+
+    #[error("cannot read checkpoint {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    #[error("{} is not a valid safetensors file (truncated or corrupt?): {reason}", path.display())]
+    NotSafetensors { path: PathBuf, reason: String },
+
+    #[error(
+        "checkpoint {} has no `{key}` metadata: it was not written by segtool \
+         (convert it with the train tool first)",
+        path.display(),
+        key = segtool_core::SPEC_METADATA_KEY
+    )]
+    MissingSpec { path: PathBuf },
+
+    #[error("invalid model spec: {0}")]
+    Spec(#[from] SpecError),
+
+    #[error("checkpoint has no tensor `{key}`")]
+    MissingTensor { key: String },
+
+    #[error("tensor `{key}` has shape {actual:?}, expected {expected:?}")]
+    WrongShape { key: String, expected: Vec<usize>, actual: Vec<usize> },
+
+    #[error("tensor `{key}` has dtype {actual}, expected F32")]
+    WrongDtype { key: String, actual: String },
+
+    #[error("unsupported opset {opset}: segtool exports opsets {min}..={max}")]
+    UnsupportedOpset { opset: i64, min: i64, max: i64 },
+
+    #[error("model is {bytes} bytes, over protobuf's 2 GiB message limit")]
+    TooLarge { bytes: u64 },
+
+    #[error("cannot write {}: {source}", path.display())]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}

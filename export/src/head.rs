@@ -1,0 +1,84 @@
+//! DANetHead at inference: two branches (PAM, CAM) from layer4's features, summed, then
+//! conv8 (Dropout2d is the identity in eval mode) and a bilinear, align_corners resize to
+//! the input size. conv6/conv7 only feed the auxiliary training losses and are not
+//! exported.
+
+use segtool_core::ModelSpec;
+
+use crate::attention;
+use crate::builder::{attr_int, attr_ints, attr_string};
+use crate::conv::{Conv2d, Ctx};
+use crate::error::ExportError;
+
+/// A `head.{name}` Sequential(Conv2d 3x3 pad 1 no bias, BN, ReLU), BN folded.
+fn conv_bn_relu(ctx: &mut Ctx<'_, '_>, x: &str, name: &str, in_ch: i64, out_ch: i64) -> Result<String, ExportError> {
+    let key = format!("head.{name}");
+    let y = ctx.conv_bn(x, &format!("{key}.0"), &format!("{key}.1"), Conv2d::new(in_ch, out_ch, 3).pad(1))?;
+    Ok(ctx.relu(&y, &key))
+}
+
+/// Emits the head on `feat` (layer4's output) and returns conv8's logits at feature
+/// resolution.
+pub fn head(ctx: &mut Ctx<'_, '_>, spec: &ModelSpec, feat: &str) -> Result<String, ExportError> {
+    let (in_ch, inter) = (spec.backbone.out_channels(), spec.inter_channels());
+    let sa = conv_bn_relu(ctx, feat, "conv5a", in_ch, inter)?;
+    let sa = attention::pam(ctx, &sa, inter, spec.qk_channels())?;
+    let sa = conv_bn_relu(ctx, &sa, "conv51", inter, inter)?;
+
+    let sc = conv_bn_relu(ctx, feat, "conv5c", in_ch, inter)?;
+    let sc = attention::cam(ctx, &sc)?;
+    let sc = conv_bn_relu(ctx, &sc, "conv52", inter, inter)?;
+
+    let sum = ctx.add(&sa, &sc, "head.feat_sum");
+    ctx.conv_bias(&sum, "head.conv8.1", Conv2d::new(inter, spec.num_classes() as i64, 1))
+}
+
+/// Resizes `x` (B, K, h, w) bilinearly to `image`'s H and W into the pre-claimed value
+/// `out`, as PyTorch's `interpolate(mode="bilinear", align_corners=True)`.
+///
+/// `sizes` is computed in the graph — Shape(x)[0:2] ++ Shape(image)[2:4] — so batch and
+/// image size stay dynamic; roi and scales are omitted (empty names), as Resize allows
+/// when `sizes` is given.
+pub fn upsample_into(ctx: &mut Ctx<'_, '_>, x: &str, image: &str, out: &str) {
+    let g = &mut ctx.g;
+    let axis0 = g.const_i64(&[0]);
+    let (start_bc, end_bc) = (g.const_i64(&[0]), g.const_i64(&[2]));
+    let (start_hw, end_hw) = (g.const_i64(&[2]), g.const_i64(&[4]));
+    let x_shape = g.add_node("Shape", &[x], vec![], "resize.logits_shape");
+    let bc = g.add_node("Slice", &[&x_shape, &start_bc, &end_bc, &axis0], vec![], "resize.batch_classes");
+    let img_shape = g.add_node("Shape", &[image], vec![], "resize.image_shape");
+    let hw = g.add_node("Slice", &[&img_shape, &start_hw, &end_hw, &axis0], vec![], "resize.image_hw");
+    let sizes = g.add_node("Concat", &[&bc, &hw], vec![attr_int("axis", 0)], "resize.sizes");
+    let attrs = vec![attr_string("mode", "linear"), attr_string("coordinate_transformation_mode", "align_corners")];
+    g.add_node_into("Resize", &[x, "", "", &sizes], attrs, out);
+}
+
+#[cfg(test)]
+mod tests {
+    use segtool_core::BackboneSpec;
+
+    use crate::testutil::{export_decoded, spec_with};
+
+    #[test]
+    fn head_sums_branches_and_resizes_with_dynamic_sizes() {
+        let (model, report) = export_decoded(&spec_with(BackboneSpec::tiny(), 5));
+        let g = model.graph.expect("graph");
+        let node = |n: &str| g.node.iter().find(|x| x.name == n).unwrap_or_else(|| panic!("no node {n}"));
+        assert_eq!(node("head.feat_sum").input, ["head.conv51", "head.conv52"]);
+        assert_eq!(node("head.conv8.1").input[0], "head.feat_sum");
+        let conv8_w = g.initializer.iter().find(|t| t.name == "head.conv8.1.weight").expect("conv8");
+        assert_eq!(conv8_w.dims, [5, 32, 1, 1]); // tiny: 128 channels out of layer4, inter 32
+        assert!(!g.initializer.iter().any(|t| t.name.contains("conv6") || t.name.contains("conv7")));
+        let resize = g.node.last().expect("nodes");
+        assert_eq!(resize.op_type, "Resize");
+        assert_eq!(resize.output, ["logits"]);
+        assert_eq!(resize.input, ["head.conv8.1", "", "", "resize.sizes"]);
+        let attr = |n: &str| resize.attribute.iter().find(|a| a.name == n).and_then(|a| a.s.clone());
+        assert_eq!(attr("mode").as_deref(), Some(&b"linear"[..]));
+        assert_eq!(attr("coordinate_transformation_mode").as_deref(), Some(&b"align_corners"[..]));
+        assert_eq!(node("resize.sizes").input, ["resize.batch_classes", "resize.image_hw"]);
+        assert_eq!(node("resize.image_shape").input, ["image"]);
+        // conv5a, conv5c, conv51, conv52.
+        assert!(report.folded_bn >= 4);
+    }
+}

@@ -1,0 +1,347 @@
+//! The subset of `onnx.proto` (ONNX IR) that segtool writes, as prost messages.
+//!
+//! Hand-written rather than generated so the build needs neither `protoc` nor a build
+//! script. Field numbers are copied exactly from onnx/onnx.proto; fields segtool never
+//! writes are left out (prost skips unknown fields when decoding, so reading a fuller
+//! model back still works). onnx.proto is proto2: where presence matters (an attribute's
+//! `i = 0`, `f = 0.0`), the field is `optional` so a zero is still written on the wire,
+//! and repeated scalars that proto2 leaves unpacked (`dims`, `floats`, `ints`) are
+//! written unpacked, byte-for-byte what protobuf's own ONNX writer produces.
+
+use prost::{Enumeration, Message, Oneof};
+
+/// `ModelProto`: the file's top-level message.
+#[derive(Clone, PartialEq, Message)]
+pub struct ModelProto {
+    #[prost(int64, tag = "1")]
+    pub ir_version: i64,
+    #[prost(message, repeated, tag = "8")]
+    pub opset_import: Vec<OperatorSetIdProto>,
+    #[prost(string, tag = "2")]
+    pub producer_name: String,
+    #[prost(string, tag = "3")]
+    pub producer_version: String,
+    #[prost(string, tag = "4")]
+    pub domain: String,
+    #[prost(int64, tag = "5")]
+    pub model_version: i64,
+    #[prost(string, tag = "6")]
+    pub doc_string: String,
+    #[prost(message, optional, tag = "7")]
+    pub graph: Option<GraphProto>,
+    #[prost(message, repeated, tag = "14")]
+    pub metadata_props: Vec<StringStringEntryProto>,
+}
+
+/// `StringStringEntryProto`: ONNX's portable map entry (metadata_props).
+#[derive(Clone, PartialEq, Message)]
+pub struct StringStringEntryProto {
+    #[prost(string, tag = "1")]
+    pub key: String,
+    #[prost(string, tag = "2")]
+    pub value: String,
+}
+
+/// `OperatorSetIdProto`: an imported opset; the empty domain is the default `ai.onnx`.
+#[derive(Clone, PartialEq, Message)]
+pub struct OperatorSetIdProto {
+    #[prost(string, tag = "1")]
+    pub domain: String,
+    #[prost(int64, tag = "2")]
+    pub version: i64,
+}
+
+/// `GraphProto`: nodes in topological order, initializers, graph inputs and outputs.
+#[derive(Clone, PartialEq, Message)]
+pub struct GraphProto {
+    #[prost(message, repeated, tag = "1")]
+    pub node: Vec<NodeProto>,
+    #[prost(string, tag = "2")]
+    pub name: String,
+    #[prost(message, repeated, tag = "5")]
+    pub initializer: Vec<TensorProto>,
+    #[prost(string, tag = "10")]
+    pub doc_string: String,
+    #[prost(message, repeated, tag = "11")]
+    pub input: Vec<ValueInfoProto>,
+    #[prost(message, repeated, tag = "12")]
+    pub output: Vec<ValueInfoProto>,
+    #[prost(message, repeated, tag = "13")]
+    pub value_info: Vec<ValueInfoProto>,
+}
+
+/// `NodeProto`: one operator application.
+#[derive(Clone, PartialEq, Message)]
+pub struct NodeProto {
+    #[prost(string, repeated, tag = "1")]
+    pub input: Vec<String>,
+    #[prost(string, repeated, tag = "2")]
+    pub output: Vec<String>,
+    #[prost(string, tag = "3")]
+    pub name: String,
+    #[prost(string, tag = "4")]
+    pub op_type: String,
+    #[prost(string, tag = "7")]
+    pub domain: String,
+    #[prost(message, repeated, tag = "5")]
+    pub attribute: Vec<AttributeProto>,
+    #[prost(string, tag = "6")]
+    pub doc_string: String,
+}
+
+/// `AttributeProto`: a named, typed operator attribute.
+#[derive(Clone, PartialEq, Message)]
+pub struct AttributeProto {
+    #[prost(string, tag = "1")]
+    pub name: String,
+    #[prost(string, tag = "21")]
+    pub ref_attr_name: String,
+    #[prost(string, tag = "13")]
+    pub doc_string: String,
+    #[prost(enumeration = "AttributeType", tag = "20")]
+    pub r#type: i32,
+    #[prost(float, optional, tag = "2")]
+    pub f: Option<f32>,
+    #[prost(int64, optional, tag = "3")]
+    pub i: Option<i64>,
+    #[prost(bytes = "vec", optional, tag = "4")]
+    pub s: Option<Vec<u8>>,
+    #[prost(message, optional, tag = "5")]
+    pub t: Option<TensorProto>,
+    #[prost(message, optional, tag = "6")]
+    pub g: Option<GraphProto>,
+    #[prost(float, repeated, packed = "false", tag = "7")]
+    pub floats: Vec<f32>,
+    #[prost(int64, repeated, packed = "false", tag = "8")]
+    pub ints: Vec<i64>,
+    #[prost(bytes = "vec", repeated, tag = "9")]
+    pub strings: Vec<Vec<u8>>,
+    #[prost(message, repeated, tag = "10")]
+    pub tensors: Vec<TensorProto>,
+    #[prost(message, repeated, tag = "11")]
+    pub graphs: Vec<GraphProto>,
+}
+
+/// `AttributeProto.AttributeType`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Enumeration)]
+#[repr(i32)]
+pub enum AttributeType {
+    Undefined = 0,
+    Float = 1,
+    Int = 2,
+    String = 3,
+    Tensor = 4,
+    Graph = 5,
+    SparseTensor = 11,
+    TypeProto = 13,
+    Floats = 6,
+    Ints = 7,
+    Strings = 8,
+    Tensors = 9,
+    Graphs = 10,
+    SparseTensors = 12,
+    TypeProtos = 14,
+}
+
+/// `TensorProto`: segtool stores every payload in `raw_data` (little-endian).
+#[derive(Clone, PartialEq, Message)]
+pub struct TensorProto {
+    #[prost(int64, repeated, packed = "false", tag = "1")]
+    pub dims: Vec<i64>,
+    #[prost(enumeration = "DataType", tag = "2")]
+    pub data_type: i32,
+    #[prost(float, repeated, tag = "4")]
+    pub float_data: Vec<f32>,
+    #[prost(int32, repeated, tag = "5")]
+    pub int32_data: Vec<i32>,
+    #[prost(int64, repeated, tag = "7")]
+    pub int64_data: Vec<i64>,
+    #[prost(string, tag = "8")]
+    pub name: String,
+    #[prost(string, tag = "12")]
+    pub doc_string: String,
+    #[prost(bytes = "vec", tag = "9")]
+    pub raw_data: Vec<u8>,
+    #[prost(double, repeated, tag = "10")]
+    pub double_data: Vec<f64>,
+}
+
+/// `TensorProto.DataType`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Enumeration)]
+#[repr(i32)]
+pub enum DataType {
+    Undefined = 0,
+    Float = 1,
+    Uint8 = 2,
+    Int8 = 3,
+    Uint16 = 4,
+    Int16 = 5,
+    Int32 = 6,
+    Int64 = 7,
+    String = 8,
+    Bool = 9,
+    Float16 = 10,
+    Double = 11,
+    Uint32 = 12,
+    Uint64 = 13,
+    Complex64 = 14,
+    Complex128 = 15,
+    Bfloat16 = 16,
+}
+
+/// `ValueInfoProto`: name and type of a graph input/output.
+#[derive(Clone, PartialEq, Message)]
+pub struct ValueInfoProto {
+    #[prost(string, tag = "1")]
+    pub name: String,
+    #[prost(message, optional, tag = "2")]
+    pub r#type: Option<TypeProto>,
+    #[prost(string, tag = "3")]
+    pub doc_string: String,
+}
+
+/// `TypeProto`; only the tensor arm of its `value` oneof is modelled.
+#[derive(Clone, PartialEq, Message)]
+pub struct TypeProto {
+    #[prost(oneof = "type_proto::Value", tags = "1")]
+    pub value: Option<type_proto::Value>,
+    #[prost(string, tag = "6")]
+    pub denotation: String,
+}
+
+pub mod type_proto {
+    use super::*;
+
+    #[derive(Clone, PartialEq, Oneof)]
+    pub enum Value {
+        #[prost(message, tag = "1")]
+        TensorType(Tensor),
+    }
+
+    /// `TypeProto.Tensor`: element type (a `DataType` value) and optional shape.
+    #[derive(Clone, PartialEq, Message)]
+    pub struct Tensor {
+        #[prost(int32, tag = "1")]
+        pub elem_type: i32,
+        #[prost(message, optional, tag = "2")]
+        pub shape: Option<TensorShapeProto>,
+    }
+}
+
+/// `TensorShapeProto`.
+#[derive(Clone, PartialEq, Message)]
+pub struct TensorShapeProto {
+    #[prost(message, repeated, tag = "1")]
+    pub dim: Vec<tensor_shape_proto::Dimension>,
+}
+
+pub mod tensor_shape_proto {
+    use super::*;
+
+    /// One dimension: a fixed size or a symbolic name (dynamic axis).
+    #[derive(Clone, PartialEq, Message)]
+    pub struct Dimension {
+        #[prost(oneof = "dimension::Value", tags = "1, 2")]
+        pub value: Option<dimension::Value>,
+        #[prost(string, tag = "3")]
+        pub denotation: String,
+    }
+
+    pub mod dimension {
+        use super::*;
+
+        #[derive(Clone, PartialEq, Oneof)]
+        pub enum Value {
+            #[prost(int64, tag = "1")]
+            DimValue(i64),
+            #[prost(string, tag = "2")]
+            DimParam(String),
+        }
+    }
+}
+
+/// Dimension helpers used when declaring graph inputs and outputs.
+pub enum Dim<'a> {
+    Fixed(i64),
+    Named(&'a str),
+}
+
+/// A float/int tensor value-info with the given (possibly symbolic) shape.
+pub fn tensor_value_info(name: &str, elem_type: DataType, dims: &[Dim<'_>]) -> ValueInfoProto {
+    use tensor_shape_proto::{dimension::Value as D, Dimension};
+    let dim = dims
+        .iter()
+        .map(|d| Dimension {
+            value: Some(match d {
+                Dim::Fixed(v) => D::DimValue(*v),
+                Dim::Named(s) => D::DimParam((*s).to_string()),
+            }),
+            denotation: String::new(),
+        })
+        .collect();
+    ValueInfoProto {
+        name: name.to_string(),
+        r#type: Some(TypeProto {
+            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+                elem_type: elem_type as i32,
+                shape: Some(TensorShapeProto { dim }),
+            })),
+            denotation: String::new(),
+        }),
+        doc_string: String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Expected bytes are hand-encoded from onnx.proto's field numbers: (tag << 3) | wire.
+    #[test]
+    fn wire_bytes_match_onnx_field_numbers() {
+        let m = ModelProto { ir_version: 8, ..Default::default() };
+        assert_eq!(m.encode_to_vec(), [0x08, 8]);
+        let op = OperatorSetIdProto { domain: String::new(), version: 17 };
+        assert_eq!(op.encode_to_vec(), [0x10, 17]);
+        let m = ModelProto { opset_import: vec![op], ..Default::default() };
+        assert_eq!(m.encode_to_vec(), [0x42, 2, 0x10, 17]); // field 8, length-delimited
+        // An INT attribute equal to zero must still carry its value (proto2 presence).
+        let a = AttributeProto {
+            name: "a".into(),
+            r#type: AttributeType::Int as i32,
+            i: Some(0),
+            ..Default::default()
+        };
+        assert_eq!(a.encode_to_vec(), [0x0a, 1, b'a', 0x18, 0, 0xa0, 0x01, 2]);
+        // Unpacked repeated int64 (proto2 default): one tag per element.
+        let t = TensorProto { dims: vec![2, 3], data_type: DataType::Float as i32, ..Default::default() };
+        assert_eq!(t.encode_to_vec(), [0x08, 2, 0x08, 3, 0x10, 1]);
+        let d = tensor_shape_proto::Dimension {
+            value: Some(tensor_shape_proto::dimension::Value::DimParam("b".into())),
+            denotation: String::new(),
+        };
+        assert_eq!(d.encode_to_vec(), [0x12, 1, b'b']);
+        let e = StringStringEntryProto { key: "k".into(), value: "v".into() };
+        assert_eq!(e.encode_to_vec(), [0x0a, 1, b'k', 0x12, 1, b'v']);
+    }
+
+    #[test]
+    fn model_roundtrips() {
+        let vi = tensor_value_info("x", DataType::Float, &[Dim::Named("batch"), Dim::Fixed(3)]);
+        let g = GraphProto {
+            name: "g".into(),
+            node: vec![NodeProto {
+                input: vec!["x".into(), String::new()],
+                output: vec!["y".into()],
+                op_type: "Relu".into(),
+                ..Default::default()
+            }],
+            input: vec![vi.clone()],
+            output: vec![vi],
+            ..Default::default()
+        };
+        let m = ModelProto { ir_version: 8, graph: Some(g), ..Default::default() };
+        let back = ModelProto::decode(m.encode_to_vec().as_slice()).expect("decodes");
+        assert_eq!(back, m);
+    }
+}

@@ -1,0 +1,286 @@
+//! What every inference backend offers, and reading the model's spec.
+//!
+//! The spec (classes, palette, normalisation) lives in the ONNX file's `metadata_props`
+//! under [`SPEC_METADATA_KEY`]. [`load_spec`] reads it with a tiny protobuf scanner that
+//! seeks past the graph instead of decoding it, so it costs a few reads whatever the model
+//! size, needs neither ONNX Runtime nor tract, and works in every feature combination.
+
+use std::fs::File;
+use std::io::{BufReader, Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+
+use ndarray::{Array4, ArrayView4};
+use segtool_core::{ModelSpec, SPEC_METADATA_KEY};
+
+use crate::error::{fmt_shape, Result, RuntimeError};
+
+/// An inference backend holding one loaded model.
+///
+/// `run` takes `&mut self` because ONNX Runtime's `Session::run` does: one engine per
+/// worker thread, no lock on the hot path. `Send` so an engine can move into a worker.
+pub trait Engine: Send {
+    /// Backend name, e.g. `"onnxruntime"` or `"tract"`.
+    fn name(&self) -> &str;
+    /// The execution provider actually in use (`"cpu"`, `"cuda:0"`, `"tensorrt:0"`), which
+    /// may differ from the one asked for: see [`Engine::fallback_reason`].
+    fn provider(&self) -> &str;
+    /// `input`: normalised `[N, 3, H, W]`; returns logits `[N, classes, H, W]`.
+    fn run(&mut self, input: ArrayView4<f32>) -> Result<Array4<f32>>;
+    /// Why the engine runs on another provider than the first one requested, if it does.
+    fn fallback_reason(&self) -> Option<&str> {
+        None
+    }
+}
+
+/// Checks an input shape against the model's declared one (`None` = dynamic dimension).
+pub(crate) fn check_input_shape(got: &[usize], declared: &[Option<usize>]) -> Result<()> {
+    let fits = got.len() == 4
+        && got[1] == 3
+        && got.iter().all(|&d| d > 0)
+        && declared.iter().zip(got).all(|(d, g)| d.is_none_or(|d| d == *g));
+    if fits {
+        return Ok(());
+    }
+    let expected = declared
+        .iter()
+        .zip(["N", "3", "H", "W"])
+        .map(|(d, name)| d.map_or(name.to_string(), |d| d.to_string()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    Err(RuntimeError::InputShape {
+        expected: format!("f32 [{expected}] (normalised RGB, NCHW)"),
+        got: fmt_shape(got),
+    })
+}
+
+/// Checks that an engine's output is `[N, C, h, w]` logits for an `[N, 3, H, W]` input.
+pub(crate) fn check_output_shape(input: &[usize], output: &[usize]) -> Result<()> {
+    if output.len() == 4 && output[0] == input[0] && output[1] > 0 {
+        Ok(())
+    } else {
+        Err(RuntimeError::OutputShape {
+            expected: format!("logits [{}, classes, H, W]", input[0]),
+            got: fmt_shape(output),
+        })
+    }
+}
+
+/// Fails with [`RuntimeError::ModelNotFound`] unless `path` is an existing file.
+pub(crate) fn ensure_exists(path: &Path) -> Result<()> {
+    if path.is_file() {
+        Ok(())
+    } else {
+        Err(RuntimeError::ModelNotFound { path: path.to_path_buf() })
+    }
+}
+
+/// Reads and validates the [`ModelSpec`] stored in an ONNX model's metadata.
+pub fn load_spec(path: impl AsRef<Path>) -> Result<ModelSpec> {
+    let path = path.as_ref();
+    let json = read_metadata(path)?
+        .into_iter()
+        .find(|(k, _)| k == SPEC_METADATA_KEY)
+        .map(|(_, v)| v)
+        .ok_or_else(|| RuntimeError::MissingSpec { path: path.into(), key: SPEC_METADATA_KEY })?;
+    ModelSpec::from_json(&json).map_err(|source| RuntimeError::InvalidSpec { path: path.into(), source })
+}
+
+/// All `metadata_props` (key, value) pairs of an ONNX model, in file order.
+///
+/// Also a cheap structural check: garbage, truncated files and files without a graph are
+/// reported as [`RuntimeError::InvalidModel`].
+pub fn read_metadata(path: impl AsRef<Path>) -> Result<Vec<(String, String)>> {
+    let path = path.as_ref();
+    ensure_exists(path)?;
+    let io = |source| RuntimeError::Io { path: path.into(), source };
+    let file = File::open(path).map_err(io)?;
+    let len = file.metadata().map_err(io)?.len();
+    let mut scanner = Scanner { r: BufReader::new(file), pos: 0, len, path: path.into() };
+    scanner.model_metadata()
+}
+
+/// ModelProto field numbers (onnx.proto3).
+const MODEL_GRAPH: u64 = 7;
+const MODEL_METADATA_PROPS: u64 = 14;
+
+struct Scanner<R> {
+    r: R,
+    pos: u64,
+    len: u64,
+    path: PathBuf,
+}
+
+impl<R: Read + Seek> Scanner<R> {
+    fn invalid(&self, message: String) -> RuntimeError {
+        RuntimeError::InvalidModel { path: self.path.clone(), message }
+    }
+
+    fn byte(&mut self) -> Result<u8> {
+        let mut b = [0u8];
+        match self.r.read_exact(&mut b) {
+            Ok(()) => {
+                self.pos += 1;
+                Ok(b[0])
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                Err(self.invalid(format!("file ends in the middle of a field at byte {}", self.pos)))
+            }
+            Err(source) => Err(RuntimeError::Io { path: self.path.clone(), source }),
+        }
+    }
+
+    fn varint(&mut self) -> Result<u64> {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let b = self.byte()?;
+            v |= u64::from(b & 0x7f) << shift;
+            if b & 0x80 == 0 {
+                return Ok(v);
+            }
+        }
+        Err(self.invalid(format!("malformed varint before byte {}", self.pos)))
+    }
+
+    fn skip(&mut self, n: u64) -> Result<()> {
+        if n > self.len - self.pos {
+            return Err(self.invalid(format!(
+                "a field at byte {} claims {n} bytes but only {} remain (file truncated?)",
+                self.pos,
+                self.len - self.pos
+            )));
+        }
+        self.r
+            .seek(SeekFrom::Current(n as i64))
+            .map_err(|source| RuntimeError::Io { path: self.path.clone(), source })?;
+        self.pos += n;
+        Ok(())
+    }
+
+    fn bytes(&mut self, n: u64) -> Result<Vec<u8>> {
+        if n > self.len - self.pos {
+            return self.skip(n).map(|_| Vec::new());
+        }
+        let mut buf = vec![0u8; n as usize];
+        self.r
+            .read_exact(&mut buf)
+            .map_err(|source| RuntimeError::Io { path: self.path.clone(), source })?;
+        self.pos += n;
+        Ok(buf)
+    }
+
+    fn model_metadata(&mut self) -> Result<Vec<(String, String)>> {
+        let mut props = Vec::new();
+        let mut has_graph = false;
+        while self.pos < self.len {
+            let at = self.pos;
+            let key = self.varint()?;
+            let (field, wire) = (key >> 3, key & 7);
+            if field == 0 {
+                return Err(self.invalid(format!("not an ONNX protobuf: field number 0 at byte {at}")));
+            }
+            match wire {
+                0 => drop(self.varint()?),
+                1 => self.skip(8)?,
+                5 => self.skip(4)?,
+                2 => {
+                    let n = self.varint()?;
+                    match field {
+                        MODEL_METADATA_PROPS => {
+                            let entry = self.bytes(n)?;
+                            props.push(parse_entry(&entry).ok_or_else(|| {
+                                self.invalid(format!("malformed metadata_props entry at byte {at}"))
+                            })?);
+                        }
+                        _ => {
+                            has_graph |= field == MODEL_GRAPH;
+                            self.skip(n)?;
+                        }
+                    }
+                }
+                w => {
+                    return Err(self.invalid(format!("not an ONNX protobuf: wire type {w} at byte {at}")));
+                }
+            }
+        }
+        if !has_graph {
+            return Err(self.invalid("no graph found (empty or not an ONNX model)".into()));
+        }
+        Ok(props)
+    }
+}
+
+/// Decodes a `StringStringEntryProto { key = 1; value = 2; }`.
+fn parse_entry(mut buf: &[u8]) -> Option<(String, String)> {
+    fn varint(buf: &mut &[u8]) -> Option<u64> {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let (&b, rest) = buf.split_first()?;
+            *buf = rest;
+            v |= u64::from(b & 0x7f) << shift;
+            if b & 0x80 == 0 {
+                return Some(v);
+            }
+        }
+        None
+    }
+    let (mut key, mut value) = (String::new(), String::new());
+    while !buf.is_empty() {
+        let tag = varint(&mut buf)?;
+        if tag & 7 != 2 {
+            return None;
+        }
+        let n = usize::try_from(varint(&mut buf)?).ok()?;
+        let data = buf.get(..n)?;
+        buf = &buf[n..];
+        let s = String::from_utf8(data.to_vec()).ok()?;
+        match tag >> 3 {
+            1 => key = s,
+            2 => value = s,
+            _ => {}
+        }
+    }
+    Some((key, value))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{tiny_model_bytes, tiny_spec};
+
+    #[test]
+    fn spec_roundtrips_through_metadata() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.onnx");
+        let spec = tiny_spec(3);
+        std::fs::write(&path, tiny_model_bytes(&spec, &[[1.0; 3], [0.0; 3], [-1.0; 3]], &[0.0; 3])).unwrap();
+        assert_eq!(load_spec(&path).unwrap(), spec);
+    }
+
+    #[test]
+    fn garbage_and_truncation_are_invalid_model_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bad.onnx");
+        std::fs::write(&path, b"this is not a model\xff\xff").unwrap();
+        let err = load_spec(&path).unwrap_err();
+        assert!(matches!(err, RuntimeError::InvalidModel { .. }), "{err}");
+        assert!(err.to_string().contains("bad.onnx"), "{err}");
+
+        let spec = tiny_spec(2);
+        let full = tiny_model_bytes(&spec, &[[1.0; 3], [0.0; 3]], &[0.0; 2]);
+        std::fs::write(&path, &full[..full.len() / 2]).unwrap();
+        let err = load_spec(&path).unwrap_err();
+        assert!(err.to_string().contains("truncated") || err.to_string().contains("ends"), "{err}");
+
+        let missing = dir.path().join("nope.onnx");
+        assert!(matches!(load_spec(&missing), Err(RuntimeError::ModelNotFound { .. })));
+    }
+
+    #[test]
+    fn input_shape_errors_say_expected_and_got() {
+        let err = check_input_shape(&[1, 4, 8, 8], &[None, Some(3), None, None]).unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains("[N, 3, H, W]") && msg.contains("[1, 4, 8, 8]"), "{msg}");
+        assert!(check_input_shape(&[2, 3, 5, 7], &[None, Some(3), None, None]).is_ok());
+        assert!(check_input_shape(&[1, 3, 5, 7], &[None, Some(3), Some(8), None]).is_err());
+    }
+}

@@ -1,0 +1,236 @@
+//! Run exported segtool DANet models.
+//!
+//! ```no_run
+//! use segtool_runtime::{Backend, OrtOptions, Provider, Segmenter};
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let options = OrtOptions::new().with_provider(Provider::Cuda { device_id: 0 });
+//! let mut seg = Segmenter::open("model.onnx", Backend::Ort(options))?;
+//! eprintln!("running on {}", seg.engine().provider()); // "cpu" if CUDA was unavailable
+//! let img = image::open("street.png")?.to_rgb8();
+//! let out = seg.segment(&img)?;
+//! segtool_runtime::colorize(out.mask.view(), &seg.spec().palette).save("mask.png")?;
+//! # Ok(()) }
+//! ```
+//!
+//! Model contract (what `segtool export` writes): input `image` f32 `[N, 3, H, W]`
+//! normalised with the spec's mean/std, output `logits` f32 `[N, classes, H, W]` at input
+//! resolution, spec JSON in `metadata_props["segtool.spec"]`.
+//!
+//! Features: `ort` (ONNX Runtime, loaded at run time; no link-time native dependency) and
+//! `tract` (pure Rust). With `--no-default-features --features tract` nothing native is
+//! needed at all.
+
+pub mod engine;
+pub mod error;
+#[cfg(feature = "ort")]
+pub mod ort_engine;
+pub mod postprocess;
+pub mod preprocess;
+#[cfg(feature = "tract")]
+pub mod tract_engine;
+pub mod testing;
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use image::RgbImage;
+use ndarray::{Array3, Axis};
+use segtool_core::ModelSpec;
+
+pub use engine::{load_spec, read_metadata, Engine};
+pub use error::{Result, RuntimeError};
+#[cfg(feature = "ort")]
+pub use ort_engine::{OrtEngine, OrtOptions, Provider};
+pub use postprocess::{argmax, colorize, overlay, resize_nearest, DEFAULT_ALPHA};
+pub use preprocess::{normalise, normalise_batch};
+#[cfg(feature = "tract")]
+pub use tract_engine::TractEngine;
+
+/// Which engine [`Segmenter::open`] builds.
+#[derive(Clone, Debug)]
+pub enum Backend {
+    #[cfg(feature = "ort")]
+    Ort(OrtOptions),
+    Tract,
+}
+
+/// One image's result.
+#[derive(Clone, Debug)]
+pub struct Segmentation {
+    /// Class per pixel, `(H, W)` at the input image's size.
+    pub mask: ndarray::Array2<u8>,
+    /// Raw logits `(classes, h, w)` when [`Segmenter::with_logits`] asked for them.
+    pub logits: Option<Array3<f32>>,
+}
+
+/// A model plus its spec: images in, masks out.
+pub struct Segmenter {
+    engine: Box<dyn Engine>,
+    spec: ModelSpec,
+    keep_logits: bool,
+}
+
+impl Segmenter {
+    /// Loads the model's spec from its metadata and builds the requested engine.
+    pub fn open(path: impl AsRef<Path>, backend: Backend) -> Result<Self> {
+        let path = path.as_ref();
+        let spec = load_spec(path)?;
+        let engine: Box<dyn Engine> = match backend {
+            #[cfg(feature = "ort")]
+            Backend::Ort(options) => Box::new(OrtEngine::open(path, &options)?),
+            #[cfg(feature = "tract")]
+            Backend::Tract => Box::new(TractEngine::open(path)?),
+            #[cfg(not(feature = "tract"))]
+            Backend::Tract => return Err(RuntimeError::BackendUnavailable("tract")),
+        };
+        Ok(Self::from_engine(engine, spec))
+    }
+
+    /// Wraps an engine built by hand (custom options, a spec from elsewhere).
+    pub fn from_engine(engine: Box<dyn Engine>, spec: ModelSpec) -> Self {
+        Self { engine, spec, keep_logits: false }
+    }
+
+    /// Also return the raw logits of every image (costly for large class counts).
+    pub fn with_logits(mut self, keep: bool) -> Self {
+        self.keep_logits = keep;
+        self
+    }
+
+    pub fn spec(&self) -> &ModelSpec {
+        &self.spec
+    }
+
+    pub fn engine(&self) -> &dyn Engine {
+        self.engine.as_ref()
+    }
+
+    pub fn engine_mut(&mut self) -> &mut dyn Engine {
+        self.engine.as_mut()
+    }
+
+    /// Segments one image at its own size.
+    pub fn segment(&mut self, img: &RgbImage) -> Result<Segmentation> {
+        let mut out = self.segment_batch(std::slice::from_ref(img))?;
+        Ok(out.pop().expect("one result per image"))
+    }
+
+    /// Segments many images; same-size images share one engine run, so a batch of mixed
+    /// sizes costs one run per distinct size. Results come back in input order.
+    pub fn segment_batch(&mut self, imgs: &[RgbImage]) -> Result<Vec<Segmentation>> {
+        let mut groups: Vec<((u32, u32), Vec<usize>)> = Vec::new();
+        let mut by_size: HashMap<(u32, u32), usize> = HashMap::new();
+        for (i, img) in imgs.iter().enumerate() {
+            let g = *by_size.entry(img.dimensions()).or_insert_with(|| {
+                groups.push((img.dimensions(), Vec::new()));
+                groups.len() - 1
+            });
+            groups[g].1.push(i);
+        }
+        let mut results: Vec<Option<Segmentation>> = vec![None; imgs.len()];
+        for ((w, h), members) in groups {
+            let batch: Vec<RgbImage> = members.iter().map(|&i| imgs[i].clone()).collect();
+            for (i, seg) in members.into_iter().zip(self.run_same_size(&batch, w, h)?) {
+                results[i] = Some(seg);
+            }
+        }
+        Ok(results.into_iter().map(|r| r.expect("every image in a group")).collect())
+    }
+
+    fn run_same_size(&mut self, imgs: &[RgbImage], w: u32, h: u32) -> Result<Vec<Segmentation>> {
+        let input = normalise_batch(imgs, &self.spec)?;
+        let logits = self.engine.run(input.view())?;
+        let classes = logits.shape()[1];
+        if classes != self.spec.num_classes() || classes > 256 {
+            return Err(RuntimeError::OutputShape {
+                expected: format!("{} classes (from the model's spec, at most 256)", self.spec.num_classes()),
+                got: format!("logits {:?}", logits.shape()),
+            });
+        }
+        let masks = argmax(logits.view());
+        Ok(masks
+            .into_iter()
+            .enumerate()
+            .map(|(i, mask)| Segmentation {
+                mask: resize_nearest(mask.view(), h as usize, w as usize),
+                logits: self.keep_logits.then(|| logits.index_axis(Axis(0), i).to_owned()),
+            })
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{tiny_model_bytes, tiny_spec};
+    use image::Rgb;
+
+    /// Class 0 scores red, class 1 green, class 2 blue: the mask is the dominant channel.
+    fn write_rgb_model(dir: &Path) -> std::path::PathBuf {
+        let path = dir.join("rgb.onnx");
+        let w = [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]];
+        std::fs::write(&path, tiny_model_bytes(&tiny_spec(3), &w, &[0.0; 3])).unwrap();
+        path
+    }
+
+    fn images() -> Vec<RgbImage> {
+        let mut a = RgbImage::from_pixel(4, 3, Rgb([250, 0, 0]));
+        a.put_pixel(1, 1, Rgb([0, 0, 250]));
+        let b = RgbImage::from_pixel(2, 2, Rgb([0, 250, 0]));
+        let c = RgbImage::from_pixel(4, 3, Rgb([0, 0, 250]));
+        vec![a, b, c]
+    }
+
+    fn check_results(seg: &mut Segmenter) {
+        let imgs = images();
+        let out = seg.segment_batch(&imgs).unwrap();
+        assert_eq!(out.len(), 3);
+        assert_eq!(out[0].mask.dim(), (3, 4));
+        assert_eq!(out[0].mask[[0, 0]], 0);
+        assert_eq!(out[0].mask[[1, 1]], 2);
+        assert!(out[1].mask.iter().all(|&m| m == 1));
+        assert!(out[2].mask.iter().all(|&m| m == 2));
+        assert_eq!(out[0].logits.as_ref().unwrap().dim(), (3, 3, 4));
+        let single = seg.segment(&imgs[0]).unwrap();
+        assert_eq!(single.mask, out[0].mask);
+    }
+
+    #[cfg(feature = "tract")]
+    #[test]
+    fn segmenter_with_tract_handles_mixed_sizes_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write_rgb_model(dir.path());
+        let mut seg = Segmenter::open(&path, Backend::Tract).unwrap().with_logits(true);
+        assert_eq!(seg.spec(), &tiny_spec(3));
+        assert_eq!((seg.engine().name(), seg.engine().provider()), ("tract", "cpu"));
+        check_results(&mut seg);
+    }
+
+    /// Needs `libonnxruntime` (ORT_DYLIB_PATH or the build-time path); skipped without it.
+    #[cfg(feature = "ort")]
+    #[test]
+    fn segmenter_with_ort_falls_back_to_cpu_and_says_why() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write_rgb_model(dir.path());
+        let options = OrtOptions::new().with_intra_threads(1).with_provider(Provider::Cuda { device_id: 0 });
+        let seg = match Segmenter::open(&path, Backend::Ort(options)) {
+            Err(RuntimeError::OrtLibraryNotFound { tried }) => {
+                eprintln!("skipping: no ONNX Runtime library ({tried:?})");
+                return;
+            }
+            other => other.unwrap(),
+        };
+        let mut seg = seg.with_logits(true);
+        assert_eq!(seg.engine().name(), "onnxruntime");
+        eprintln!("ort provider: {} fallback: {:?}", seg.engine().provider(), seg.engine().fallback_reason());
+        if seg.engine().provider() == "cpu" {
+            assert!(seg.engine().fallback_reason().unwrap().contains("cuda:0"));
+        }
+        check_results(&mut seg);
+
+        let bad = dir.path().join("bad.onnx");
+        std::fs::write(&bad, b"\x08\x08garbage").unwrap();
+        let err = OrtEngine::open(&bad, &OrtOptions::new()).err().unwrap();
+        assert!(matches!(err, RuntimeError::InvalidModel { .. }) && err.to_string().contains("bad.onnx"), "{err}");
+    }
+}

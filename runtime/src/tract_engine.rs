@@ -1,0 +1,154 @@
+//! The pure-Rust engine: tract-onnx, no native library at all.
+//!
+//! Exported models have dynamic `batch`/`height`/`width` dims. tract optimises best (and
+//! some ops only type-check) with concrete shapes, so the inference model is kept as
+//! loaded and an optimised plan is built per input shape `(N, H, W)`, then cached: video
+//! and batch users see one shape over and over, the first frame pays the optimisation.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use ndarray::{Array4, ArrayView4, Ix4};
+use tract_onnx::prelude::*;
+
+use crate::engine::{check_input_shape, check_output_shape, ensure_exists, Engine};
+use crate::error::{Result, RuntimeError};
+
+type Plan = Arc<TypedRunnableModel>;
+
+/// Most plans kept at once; beyond it the cache is cleared (shapes rarely vary that much,
+/// and an unbounded cache would grow with every odd image size).
+const MAX_PLANS: usize = 8;
+
+/// tract engine for one model file.
+pub struct TractEngine {
+    path: PathBuf,
+    model: InferenceModel,
+    /// Declared input dims, `None` where dynamic.
+    declared: Vec<Option<usize>>,
+    plans: HashMap<(usize, usize, usize), Plan>,
+}
+
+impl TractEngine {
+    /// Loads `path`. A missing file, garbage or truncation fails here, naming the file.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref().to_path_buf();
+        ensure_exists(&path)?;
+        let model = tract_onnx::onnx()
+            .model_for_path(&path)
+            .map_err(|e| RuntimeError::InvalidModel { path: path.clone(), message: format!("{e:#}") })?;
+        let fact = model.input_fact(0).map_err(|e| RuntimeError::InvalidModel {
+            path: path.clone(),
+            message: format!("model has no input: {e:#}"),
+        })?;
+        let mut declared: Vec<Option<usize>> = fact
+            .shape
+            .dims()
+            .map(|d| d.concretize().and_then(|d| d.to_usize().ok()))
+            .collect();
+        // A model without shape info (rare) still takes NCHW.
+        declared.resize(4, None);
+        Ok(Self { path, model, declared, plans: HashMap::new() })
+    }
+
+    /// The model file this engine was loaded from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn plan(&mut self, n: usize, h: usize, w: usize) -> Result<Plan> {
+        if let Some(plan) = self.plans.get(&(n, h, w)) {
+            return Ok(plan.clone());
+        }
+        let plan = self
+            .model
+            .clone()
+            .with_input_fact(0, f32::fact([n, 3, h, w]).into())
+            .and_then(|m| m.into_optimized())
+            .and_then(|m| m.into_runnable())
+            .map_err(|e| {
+                RuntimeError::Tract(format!(
+                    "preparing {} for input [{n}, 3, {h}, {w}]: {e:#}",
+                    self.path.display()
+                ))
+            })?;
+        if self.plans.len() >= MAX_PLANS {
+            self.plans.clear();
+        }
+        self.plans.insert((n, h, w), plan.clone());
+        Ok(plan)
+    }
+}
+
+impl Engine for TractEngine {
+    fn name(&self) -> &str {
+        "tract"
+    }
+
+    fn provider(&self) -> &str {
+        "cpu"
+    }
+
+    fn run(&mut self, input: ArrayView4<f32>) -> Result<Array4<f32>> {
+        check_input_shape(input.shape(), &self.declared)?;
+        let (n, _, h, w) = input.dim();
+        let plan = self.plan(n, h, w)?;
+        let tensor: Tensor = input.to_owned().into_dyn().into();
+        let outputs = plan
+            .run(tvec!(tensor.into()))
+            .map_err(|e| RuntimeError::Tract(format!("running {}: {e:#}", self.path.display())))?;
+        let logits = outputs[0]
+            .to_array_view::<f32>()
+            .map_err(|e| RuntimeError::OutputShape { expected: "f32 logits".into(), got: format!("{e:#}") })?;
+        check_output_shape(input.shape(), logits.shape())?;
+        Ok(logits.into_dimensionality::<Ix4>().expect("rank checked").to_owned())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{tiny_model_bytes, tiny_spec};
+    use ndarray::Array4;
+
+    #[test]
+    fn truncated_or_garbage_file_names_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("broken.onnx");
+        std::fs::write(&path, [0x0a, 0xff, 0xff, 0xff, 0x0f, 1, 2, 3]).unwrap();
+        let err = TractEngine::open(&path).err().expect("garbage must not load");
+        assert!(matches!(err, RuntimeError::InvalidModel { .. }), "{err}");
+        assert!(err.to_string().contains("broken.onnx"), "{err}");
+
+        let full = tiny_model_bytes(&tiny_spec(2), &[[1.0; 3], [0.0; 3]], &[0.0; 2]);
+        std::fs::write(&path, &full[..full.len() - 40]).unwrap();
+        let err = TractEngine::open(&path).err().expect("truncated file must not load");
+        assert!(matches!(err, RuntimeError::InvalidModel { .. }), "{err}");
+
+        let err = TractEngine::open(dir.path().join("missing.onnx")).err().unwrap();
+        assert!(matches!(err, RuntimeError::ModelNotFound { .. }), "{err}");
+    }
+
+    #[test]
+    fn runs_tiny_conv_model_with_dynamic_shapes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tiny.onnx");
+        let (w, b) = ([[1.0, 0.0, 0.0], [0.0, 1.0, -1.0]], [0.5, 0.0]);
+        std::fs::write(&path, tiny_model_bytes(&tiny_spec(2), &w, &b)).unwrap();
+        let mut engine = TractEngine::open(&path).unwrap();
+        for (n, h, wd) in [(1, 4, 5), (2, 3, 3), (1, 4, 5)] {
+            let x = Array4::from_shape_fn((n, 3, h, wd), |(i, c, y, x)| (i + c * 2 + y + x) as f32 * 0.1);
+            let out = engine.run(x.view()).unwrap();
+            assert_eq!(out.shape(), &[n, 2, h, wd]);
+            let (i, y, xx) = (n - 1, h - 1, wd - 1);
+            let expect0 = x[[i, 0, y, xx]] + 0.5;
+            let expect1 = x[[i, 1, y, xx]] - x[[i, 2, y, xx]];
+            assert!((out[[i, 0, y, xx]] - expect0).abs() < 1e-5);
+            assert!((out[[i, 1, y, xx]] - expect1).abs() < 1e-5);
+        }
+        assert_eq!(engine.plans.len(), 2);
+        let err = engine.run(Array4::zeros((1, 4, 2, 2)).view()).unwrap_err();
+        assert!(matches!(err, RuntimeError::InputShape { .. }), "{err}");
+    }
+}

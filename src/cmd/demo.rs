@@ -1,0 +1,177 @@
+//! The end-to-end slice on built-in data: shapes -> train -> eval -> export -> ORT and
+//! tract, one summary table, overlays and a loss curve.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use image::RgbImage;
+use segtool_core::dataset::{FolderDataset, SegDataset};
+use segtool_core::{ConfusionMatrix, ModelSpec, IGNORE_LABEL};
+use segtool_train::checkpoint::{self, CheckpointInfo};
+use segtool_train::data::Augment;
+use segtool_train::{TrainConfig, Trainer};
+
+use super::ShapesArgs;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Output folder: data/, checkpoint, ONNX, overlays/, loss curve, summary.json.
+    #[arg(long, default_value = "out/demo")]
+    pub out: PathBuf,
+    #[arg(long, default_value_t = 1500)]
+    pub iterations: usize,
+    #[arg(long, default_value_t = 16)]
+    pub batch_size: usize,
+    /// Backbone learning rate (head at 10x).
+    #[arg(long, default_value_t = 0.01)]
+    pub lr: f64,
+    #[command(flatten)]
+    pub shapes: ShapesArgs,
+}
+
+/// One engine's row of the summary table.
+struct Row {
+    engine: String,
+    miou: f64,
+    max_diff: Option<f64>,
+    images_per_second: f64,
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let started = Instant::now();
+    let data_dir = args.out.join("data");
+    eprintln!("[1/5] generating shapes ({} train, {} val, {}px) in {}", args.shapes.train_count, args.shapes.val_count, args.shapes.size, data_dir.display());
+    super::generate::generate(&data_dir, &args.shapes)?;
+    let train_set = FolderDataset::open(&data_dir, "train")?;
+    let val_set = FolderDataset::open(&data_dir, "val")?;
+
+    eprintln!("[2/5] training tiny DANet for {} iterations (batch {})", args.iterations, args.batch_size);
+    let classes = segtool_core::shapes::CLASSES.iter().map(|s| s.to_string()).collect();
+    let spec = ModelSpec::new("tiny", segtool_core::BackboneSpec::tiny(), classes);
+    let config = TrainConfig {
+        iterations: args.iterations,
+        batch_size: args.batch_size,
+        lr: args.lr,
+        augment: Augment { flip: true, scale: None, base_size: 0, crop: None },
+        seed: args.shapes.seed,
+        ..TrainConfig::default()
+    };
+    let mut trainer = Trainer::new(&spec, config)?;
+    trainer.train(&train_set)?;
+    let ckpt_path = args.out.join("danet_tiny.safetensors");
+    let info = CheckpointInfo::from([("iterations".to_string(), args.iterations.to_string())]);
+    checkpoint::save(&ckpt_path, &trainer.vs, &spec, &info)?;
+    super::train::write_loss_curve(&args.out.join("loss"), &trainer.losses)?;
+
+    eprintln!("[3/5] evaluating with tch");
+    let mut tch_logits: Vec<Vec<f32>> = Vec::with_capacity(val_set.len());
+    let eval = segtool_train::eval::evaluate(&trainer.model, &val_set, 8, tch::Device::Cpu, |_, t| {
+        tch_logits.push(Vec::<f32>::try_from(&t.contiguous().view(-1)).expect("f32 logits"));
+    })?;
+    let mut rows = vec![Row {
+        engine: "tch (libtorch)".into(),
+        miou: eval.confusion.mean_iou(),
+        max_diff: None,
+        images_per_second: eval.images as f64 / eval.seconds.max(1e-9),
+    }];
+
+    eprintln!("[4/5] exporting ONNX");
+    let onnx_path = args.out.join("danet_tiny.onnx");
+    segtool_export::export_onnx(&ckpt_path, &onnx_path, &Default::default())
+        .with_context(|| format!("exporting {}", ckpt_path.display()))?;
+
+    eprintln!("[5/5] running the ONNX model through ONNX Runtime and tract");
+    let val_images = (0..val_set.len())
+        .map(|i| val_set.get(i).map(|s| (s.image, s.mask)))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut overlays = None;
+    for engine in ["ort", "tract"] {
+        let mut seg = super::infer::open_segmenter(&onnx_path, engine, &["cpu".to_string()])?.with_logits(true);
+        let name = format!("{} ({})", seg.engine().name(), seg.engine().provider());
+        let (row, masks) = run_engine(&mut seg, name, &val_images, &tch_logits, &spec)?;
+        rows.push(row);
+        overlays.get_or_insert(masks);
+    }
+    write_overlays(&args.out.join("overlays"), &val_images, overlays.as_deref().unwrap_or(&[]), &spec)?;
+
+    print_table(&rows);
+    let summary = serde_json::json!({
+        "iterations": args.iterations,
+        "train_seconds": trainer.losses.len() as f64, // placeholder overwritten below
+        "rows": rows.iter().map(|r| serde_json::json!({
+            "engine": r.engine, "miou": r.miou, "max_abs_logit_diff_vs_tch": r.max_diff,
+            "images_per_second": r.images_per_second,
+        })).collect::<Vec<_>>(),
+        "per_class_iou_tch": eval.confusion.iou_per_class(),
+        "total_seconds": started.elapsed().as_secs_f64(),
+    });
+    let summary_path = args.out.join("summary.json");
+    segtool_core::io::write_atomic(&summary_path, serde_json::to_string_pretty(&summary)?.as_bytes())?;
+    println!("outputs in {} (overlays/, loss.loss.png, summary.json), {:.0} s in all", args.out.display(), started.elapsed().as_secs_f64());
+    Ok(())
+}
+
+fn run_engine(
+    seg: &mut segtool_runtime::Segmenter,
+    name: String,
+    images: &[(RgbImage, image::GrayImage)],
+    reference: &[Vec<f32>],
+    spec: &ModelSpec,
+) -> Result<(Row, Vec<ndarray::Array2<u8>>)> {
+    let mut confusion = ConfusionMatrix::new(spec.num_classes());
+    let (mut seconds, mut max_diff, mut masks) = (0.0, 0.0f64, Vec::new());
+    for (chunk_index, chunk) in images.chunks(8).enumerate() {
+        let imgs: Vec<RgbImage> = chunk.iter().map(|(i, _)| i.clone()).collect();
+        let t0 = Instant::now();
+        let results = seg.segment_batch(&imgs)?;
+        seconds += t0.elapsed().as_secs_f64();
+        for (k, (result, (_, gt))) in results.into_iter().zip(chunk).enumerate() {
+            let logits = result.logits.as_ref().context("engine returned no logits")?;
+            let tch = &reference[chunk_index * 8 + k];
+            for (a, b) in logits.iter().zip(tch) {
+                max_diff = max_diff.max((a - b).abs() as f64);
+            }
+            let pred: Vec<u8> = result.mask.iter().copied().collect();
+            confusion.update(gt.as_raw(), &pred, IGNORE_LABEL);
+            masks.push(result.mask);
+        }
+    }
+    let row = Row {
+        engine: name,
+        miou: confusion.mean_iou(),
+        max_diff: Some(max_diff),
+        images_per_second: images.len() as f64 / seconds.max(1e-9),
+    };
+    Ok((row, masks))
+}
+
+/// image | ground truth | prediction overlay, side by side, for the first 8 images.
+fn write_overlays(dir: &Path, images: &[(RgbImage, image::GrayImage)], masks: &[ndarray::Array2<u8>], spec: &ModelSpec) -> Result<()> {
+    for (i, ((img, gt), mask)) in images.iter().zip(masks).take(8).enumerate() {
+        let (w, h) = img.dimensions();
+        let gt_mask = ndarray::Array2::from_shape_vec((h as usize, w as usize), gt.as_raw().clone())?;
+        let mut palette = spec.palette.clone();
+        palette.resize(256, [255, 255, 255]); // ignore (255) shows white
+        let mut panel = RgbImage::new(w * 3, h);
+        image::imageops::replace(&mut panel, img, 0, 0);
+        image::imageops::replace(&mut panel, &segtool_runtime::colorize(gt_mask.view(), &palette), w as i64, 0);
+        let over = segtool_runtime::overlay(img, mask.view(), &spec.palette, segtool_runtime::DEFAULT_ALPHA);
+        image::imageops::replace(&mut panel, &over, 2 * w as i64, 0);
+        let path = dir.join(format!("val_{i:02}.png"));
+        let png = segtool_core::dataset::encode_png(&image::DynamicImage::ImageRgb8(panel));
+        segtool_core::io::write_atomic(&path, &png).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn print_table(rows: &[Row]) {
+    println!();
+    println!("{:<28} {:>8} {:>22} {:>10}", "engine", "mIoU %", "max |logit - tch|", "img/s");
+    println!("{}", "-".repeat(71));
+    for r in rows {
+        let diff = r.max_diff.map_or("(reference)".to_string(), |d| format!("{d:.2e}"));
+        println!("{:<28} {:>8.2} {:>22} {:>10.1}", r.engine, r.miou * 100.0, diff, r.images_per_second);
+    }
+    println!();
+}

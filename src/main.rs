@@ -1,0 +1,51 @@
+//! `segtool`: DANet training, ONNX export and inference from one binary. This file only
+//! parses arguments; the work lives in the crates (train/, export/, runtime/).
+
+mod cmd;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "segtool", version, about = "DANet: train on libtorch, export to ONNX, infer with ONNX Runtime or tract")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Generate the synthetic `shapes` dataset as a folder (images/<split>, masks/<split>).
+    Generate(cmd::generate::Args),
+    /// Train DANet on a dataset folder or the built-in `shapes` stream.
+    #[cfg(feature = "train")]
+    Train(cmd::train::Args),
+    /// Evaluate a checkpoint's mIoU on a dataset (tch).
+    #[cfg(feature = "train")]
+    Eval(cmd::eval::Args),
+    /// Write a checkpoint as ONNX (no libtorch needed).
+    Export(cmd::export::Args),
+    /// Segment images with an exported model (ONNX Runtime or tract).
+    Infer(cmd::infer::Args),
+    /// Generate shapes, train a tiny DANet, export, and compare tch / ORT / tract.
+    #[cfg(feature = "train")]
+    Demo(cmd::demo::Args),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Generate(args) => cmd::generate::run(args),
+        #[cfg(feature = "train")]
+        Command::Train(args) => cmd::train::run(args),
+        #[cfg(feature = "train")]
+        Command::Eval(args) => cmd::eval::run(args),
+        Command::Export(args) => cmd::export::run(args),
+        Command::Infer(args) => cmd::infer::run(args),
+        #[cfg(feature = "train")]
+        Command::Demo(args) => cmd::demo::run(args),
+    };
+    if let Err(err) = result {
+        eprintln!("error: {err:#}");
+        std::process::exit(1);
+    }
+}

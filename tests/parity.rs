@@ -1,0 +1,64 @@
+#![cfg(all(feature = "train", feature = "ort", feature = "tract"))]
+//! The exported ONNX model, run by ONNX Runtime and by tract, against the tch model it was
+//! exported from: logits within 1e-4 (absolute), random weights, BN statistics and
+//! non-zero attention gammas, at a size that is not a multiple of the output stride.
+
+use segtool_core::{BackboneSpec, ModelSpec};
+use segtool_runtime::{Backend, OrtOptions, Segmenter};
+use segtool_train::{checkpoint, DaNet};
+use tch::{nn, Kind, Tensor};
+
+fn randomised(spec: &ModelSpec) -> (nn::VarStore, DaNet) {
+    tch::manual_seed(11);
+    let vs = nn::VarStore::new(tch::Device::Cpu);
+    let model = DaNet::new(&vs.root(), spec);
+    tch::no_grad(|| {
+        for (name, mut var) in vs.variables() {
+            let shape = var.size();
+            let opts = (Kind::Float, tch::Device::Cpu);
+            let fresh = if name.ends_with("running_var") {
+                Tensor::rand(shape.as_slice(), opts) + 0.5
+            } else if name.ends_with("running_mean") || name.ends_with(".bias") {
+                Tensor::randn(shape.as_slice(), opts) * 0.1
+            } else if name.ends_with("gamma") {
+                Tensor::from_slice(&[if name.contains(".sa.") { 0.6f32 } else { -0.5 }])
+            } else if shape.len() == 1 {
+                Tensor::rand(shape.as_slice(), opts) + 0.5
+            } else {
+                continue;
+            };
+            var.copy_(&fresh);
+        }
+    });
+    (vs, model)
+}
+
+#[test]
+fn ort_and_tract_match_tch_logits() {
+    let classes = (0..5).map(|c| format!("c{c}")).collect();
+    let spec = ModelSpec::new("tiny", BackboneSpec::tiny(), classes);
+    let (vs, model) = randomised(&spec);
+    let dir = tempfile::tempdir().unwrap();
+    let ckpt = dir.path().join("m.safetensors");
+    checkpoint::save(&ckpt, &vs, &spec, &Default::default()).unwrap();
+    let onnx = dir.path().join("m.onnx");
+    segtool_export::export_onnx(&ckpt, &onnx, &Default::default()).unwrap();
+
+    // Random RGB images; the engines normalise them, tch gets the same normalisation.
+    let images: Vec<image::RgbImage> = (0..2u32)
+        .map(|k| image::RgbImage::from_fn(90, 70, |x, y| image::Rgb([(x * 3 + k * 50) as u8, (y * 5) as u8, ((x * y) % 251) as u8])))
+        .collect();
+    let input = segtool_train::data::images_to_tensor(&images.iter().collect::<Vec<_>>(), &spec, tch::Device::Cpu);
+    let reference = tch::no_grad(|| model.forward_all(&input, false).fused);
+    let reference = Vec::<f32>::try_from(&reference.contiguous().view(-1)).unwrap();
+
+    for backend in [Backend::Ort(OrtOptions::new()), Backend::Tract] {
+        let mut seg = Segmenter::open(&onnx, backend).unwrap().with_logits(true);
+        let results = seg.segment_batch(&images).unwrap();
+        let ours: Vec<f32> = results.iter().flat_map(|r| r.logits.as_ref().unwrap().iter().copied()).collect();
+        assert_eq!(ours.len(), reference.len());
+        let diff = ours.iter().zip(&reference).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+        eprintln!("{}: max |logit - tch| = {diff:.3e}", seg.engine().name());
+        assert!(diff < 1e-4, "{}: max abs logit diff {diff}", seg.engine().name());
+    }
+}

@@ -1,0 +1,27 @@
+//! segtool-train: DANet on libtorch through tch.
+//!
+//! The model mirrors DANet v0.5.0's PyTorch module tree, so state dicts move between the
+//! two by name; the training loop follows the published recipe (SGD, head at 10x lr, poly
+//! decay, CE on three outputs with the ignore label).
+
+pub mod checkpoint;
+pub mod data;
+pub mod eval;
+pub mod model;
+pub mod trainer;
+
+pub use checkpoint::Checkpoint;
+pub use model::DaNet;
+pub use trainer::{TrainConfig, Trainer};
+
+/// Builds a model for `spec` in a fresh VarStore on `device`, weights from `checkpoint`
+/// when given.
+pub fn load_model(
+    checkpoint: &Checkpoint,
+    device: tch::Device,
+) -> anyhow::Result<(tch::nn::VarStore, DaNet)> {
+    let mut vs = tch::nn::VarStore::new(device);
+    let model = DaNet::new(&vs.root(), &checkpoint.spec);
+    checkpoint.load_into(&mut vs)?;
+    Ok((vs, model))
+}

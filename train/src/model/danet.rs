@@ -1,0 +1,58 @@
+//! The whole network: dilated ResNet (`pretrained.*`) + DANet head (`head.*`), three
+//! outputs upsampled to the input size with align_corners=True.
+
+use segtool_core::ModelSpec;
+use tch::nn::{self, ModuleT};
+use tch::Tensor;
+
+use super::{DaNetHead, ResNet};
+
+/// Optimiser group of the backbone's parameters; the head's are in [`DaNet::HEAD_GROUP`]
+/// so that they can train at 10x the learning rate.
+pub const BACKBONE_GROUP: usize = 0;
+
+#[derive(Debug)]
+pub struct DaNet {
+    pub spec: ModelSpec,
+    pretrained: ResNet,
+    pub head: DaNetHead,
+}
+
+/// DANet's three outputs at input resolution.
+pub struct DaNetOutputs {
+    /// conv8 on the summed features: the prediction.
+    pub fused: Tensor,
+    /// conv6 on the position-attention branch.
+    pub position: Tensor,
+    /// conv7 on the channel-attention branch.
+    pub channel: Tensor,
+}
+
+impl DaNet {
+    pub const BACKBONE_GROUP: usize = BACKBONE_GROUP;
+    pub const HEAD_GROUP: usize = 1;
+
+    pub fn new(root: &nn::Path, spec: &ModelSpec) -> Self {
+        let pretrained = ResNet::new(&(root / "pretrained").set_group(Self::BACKBONE_GROUP), &spec.backbone);
+        let head = DaNetHead::new(
+            &(root / "head").set_group(Self::HEAD_GROUP),
+            spec.backbone.out_channels(),
+            spec.num_classes() as i64,
+        );
+        Self { spec: spec.clone(), pretrained, head }
+    }
+
+    pub fn forward_all(&self, xs: &Tensor, train: bool) -> DaNetOutputs {
+        let (_, _, h, w) = xs.size4().expect("DANet input is NCHW");
+        let features = self.pretrained.forward_t(xs, train);
+        let (fused, position, channel) = self.head.forward_t(&features, train);
+        let up = |t: Tensor| t.upsample_bilinear2d([h, w], true, None, None);
+        DaNetOutputs { fused: up(fused), position: up(position), channel: up(channel) }
+    }
+}
+
+impl ModuleT for DaNet {
+    fn forward_t(&self, xs: &Tensor, train: bool) -> Tensor {
+        self.forward_all(xs, train).fused
+    }
+}

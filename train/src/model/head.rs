@@ -1,0 +1,88 @@
+//! DANet's head: conv5a -> PAM -> conv51 and conv5c -> CAM -> conv52, summed, with a
+//! classifier on each branch and on the sum.
+
+use tch::nn::{self, ModuleT};
+use tch::Tensor;
+
+use super::{batch_norm, conv_no_bias, Cam, Pam};
+
+/// 3x3 conv, BN, ReLU, named `.0` and `.1` as PyTorch's `nn.Sequential`.
+#[derive(Debug)]
+struct ConvBnRelu {
+    conv: nn::Conv2D,
+    bn: nn::BatchNorm,
+}
+
+impl ConvBnRelu {
+    fn new(p: nn::Path, in_ch: i64, out_ch: i64) -> Self {
+        Self { conv: conv_no_bias(&p / "0", in_ch, out_ch, 3, 1, 1, 1), bn: batch_norm(&p / "1", out_ch) }
+    }
+
+    fn forward_t(&self, xs: &Tensor, train: bool) -> Tensor {
+        xs.apply(&self.conv).apply_t(&self.bn, train).relu()
+    }
+}
+
+/// Dropout2d(0.1) then a 1x1 classifier, named `.1` as in PyTorch's Sequential.
+#[derive(Debug)]
+struct Classifier {
+    conv: nn::Conv2D,
+}
+
+impl Classifier {
+    fn new(p: nn::Path, in_ch: i64, classes: i64) -> Self {
+        Self { conv: nn::conv2d(&p / "1", in_ch, classes, 1, Default::default()) }
+    }
+
+    fn forward_t(&self, xs: &Tensor, train: bool) -> Tensor {
+        xs.feature_dropout(0.1, train).apply(&self.conv)
+    }
+}
+
+#[derive(Debug)]
+pub struct DaNetHead {
+    conv5a: ConvBnRelu,
+    conv5c: ConvBnRelu,
+    pub sa: Pam,
+    pub sc: Cam,
+    conv51: ConvBnRelu,
+    conv52: ConvBnRelu,
+    conv6: Classifier,
+    conv7: Classifier,
+    conv8: Classifier,
+}
+
+impl DaNetHead {
+    pub fn new(p: &nn::Path, in_ch: i64, classes: i64) -> Self {
+        let inter = in_ch / 4;
+        Self {
+            conv5a: ConvBnRelu::new(p / "conv5a", in_ch, inter),
+            conv5c: ConvBnRelu::new(p / "conv5c", in_ch, inter),
+            sa: Pam::new(&(p / "sa"), inter, inter / 8),
+            sc: Cam::new(&(p / "sc")),
+            conv51: ConvBnRelu::new(p / "conv51", inter, inter),
+            conv52: ConvBnRelu::new(p / "conv52", inter, inter),
+            conv6: Classifier::new(p / "conv6", inter, classes),
+            conv7: Classifier::new(p / "conv7", inter, classes),
+            conv8: Classifier::new(p / "conv8", inter, classes),
+        }
+    }
+
+    /// (fused, position-only, channel-only) logits at feature resolution.
+    pub fn forward_t(&self, x: &Tensor, train: bool) -> (Tensor, Tensor, Tensor) {
+        let sa_feat = self.conv51.forward_t(&self.sa.forward(&self.conv5a.forward_t(x, train)), train);
+        let sc_feat = self.conv52.forward_t(&self.sc.forward(&self.conv5c.forward_t(x, train)), train);
+        let feat_sum = &sa_feat + &sc_feat;
+        (
+            self.conv8.forward_t(&feat_sum, train),
+            self.conv6.forward_t(&sa_feat, train),
+            self.conv7.forward_t(&sc_feat, train),
+        )
+    }
+}
+
+impl ModuleT for DaNetHead {
+    fn forward_t(&self, xs: &Tensor, train: bool) -> Tensor {
+        DaNetHead::forward_t(self, xs, train).0
+    }
+}

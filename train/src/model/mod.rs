@@ -1,0 +1,35 @@
+//! DANet in tch, one file per layer family. Variable paths mirror DANet v0.5.0's
+//! PyTorch state dict (`pretrained.layer1.0.conv1.weight`, `head.sa.gamma`, ...) so
+//! checkpoints move between the two unchanged.
+
+mod attention;
+mod danet;
+mod head;
+mod resnet;
+
+pub use attention::{Cam, Pam};
+pub use danet::{DaNet, DaNetOutputs};
+pub use head::DaNetHead;
+pub use resnet::ResNet;
+
+use tch::nn;
+
+/// BatchNorm as PyTorch's default (eps 1e-5, momentum 0.1), named `weight`, `bias`,
+/// `running_mean`, `running_var`.
+pub(crate) fn batch_norm(p: nn::Path, channels: i64) -> nn::BatchNorm {
+    nn::batch_norm2d(p, channels, Default::default())
+}
+
+/// Bias-free convolution, as every conv in the backbone and the head's 3x3 convs.
+pub(crate) fn conv_no_bias(
+    p: nn::Path,
+    in_ch: i64,
+    out_ch: i64,
+    kernel: i64,
+    stride: i64,
+    padding: i64,
+    dilation: i64,
+) -> nn::Conv2D {
+    let cfg = nn::ConvConfig { stride, padding, dilation, bias: false, ..Default::default() };
+    nn::conv2d(p, in_ch, out_ch, kernel, cfg)
+}
