@@ -75,14 +75,17 @@ impl Checkpoint {
     /// Copies every variable of `vs` from the file, checking names and shapes.
     pub fn load_into(&self, vs: &mut nn::VarStore) -> Result<()> {
         let st = SafeTensors::deserialize(&self.bytes)?;
-        let mut variables = vs.variables();
+        // Sorted, so the first mismatch reported is the same every run.
+        let mut variables: Vec<(String, Tensor)> = vs.variables().into_iter().collect();
+        variables.sort_by(|a, b| a.0.cmp(&b.0));
         let mut missing = Vec::new();
         tch::no_grad(|| -> Result<()> {
             for (name, var) in variables.iter_mut() {
+                let name = name.as_str();
                 let view = match st.tensor(name) {
                     Ok(v) => v,
                     Err(_) => {
-                        missing.push(name.clone());
+                        missing.push(name.to_string());
                         continue;
                     }
                 };

@@ -35,7 +35,9 @@ pub fn random_model(spec: &ModelSpec, seed: i64) -> (nn::VarStore, DaNet) {
             } else if name.ends_with("gamma") {
                 Tensor::from_slice(&[if name.contains(".sa.") { 0.7f32 } else { -0.4 }])
             } else if shape.len() == 1 {
-                Tensor::rand(shape.as_slice(), (Kind::Float, tch::Device::Cpu)) + 0.5
+                // BN scales below 1 keep activations O(1) through the residual stack, as
+                // in a trained network; CAM's unscaled X X^T energies otherwise reach 1e4.
+                Tensor::rand(shape.as_slice(), (Kind::Float, tch::Device::Cpu)) * 0.5 + 0.45
             } else {
                 continue; // conv weights keep their (random) kaiming init
             };

@@ -33,7 +33,8 @@ fn check_against_pytorch(spec: segtool_core::ModelSpec, input: [i64; 4], seed: i
         let ours_shape: Vec<usize> = t.size().iter().map(|&d| d as usize).collect();
         assert_eq!(shape, &ours_shape, "{name} shape");
         let diff = max_abs_diff(&tensor_to_f32(t), values);
-        eprintln!("{name}: max |tch - pytorch| = {diff:.3e}");
+        let scale = values.iter().fold(0f32, |m, v| m.max(v.abs()));
+        eprintln!("{name}: max |tch - pytorch| = {diff:.3e} (max |output| {scale:.3e})");
         assert!(diff < 1e-4, "{name}: max abs diff {diff} exceeds 1e-4");
     }
 }
