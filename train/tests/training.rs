@@ -38,12 +38,12 @@ fn tiny_danet_overfits_one_batch() {
 }
 
 #[test]
-fn nan_loss_is_reported() {
+fn non_finite_loss_is_reported() {
     let ds = ShapesDataset { config: ShapesConfig { width: 32, height: 32, ..Default::default() }, offset: 0, count: 2 };
     let spec = spec(BackboneSpec::tiny(), 5);
-    let cfg = TrainConfig { iterations: 5, batch_size: 2, lr: f64::NAN, progress: false, ..TrainConfig::default() };
+    let cfg = TrainConfig { iterations: 5, batch_size: 2, lr: 1e12, progress: false, ..TrainConfig::default() };
     let mut trainer = Trainer::new(&spec, cfg).unwrap();
-    // A NaN learning rate poisons the weights after one step; the next loss is NaN.
+    // An absurd learning rate blows the weights up after one step; the next loss is not finite.
     let err = trainer.train(&ds).err().expect("NaN must stop training").to_string();
-    assert!(err.contains("NaN") && err.contains("iteration"), "{err}");
+    assert!(err.contains("loss became") && err.contains("iteration"), "{err}");
 }
