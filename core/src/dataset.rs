@@ -185,7 +185,7 @@ pub fn write_split(root: &Path, split: &str, dataset: &dyn SegDataset) -> Result
             (&mask_dir, encode_png(&image::DynamicImage::ImageLuma8(sample.mask))),
         ] {
             let path = dir.join(format!("{name}.png"));
-            crate::io::write_atomic(&path, &encoded).map_err(|source| DatasetError::Io { path, source })?;
+            crate::io::write_atomic_unsynced(&path, &encoded).map_err(|source| DatasetError::Io { path, source })?;
         }
     }
     Ok(())

@@ -22,37 +22,69 @@ fn flatten_spatial(ctx: &mut Ctx<'_, '_>, x: &str, out: &str) -> String {
 
 /// (B, M, K) -> (B, K, M).
 fn transpose_last(ctx: &mut Ctx<'_, '_>, x: &str, out: &str) -> String {
-    ctx.g.add_node("Transpose", &[x], vec![attr_ints("perm", &[0, 2, 1])], out)
+    ctx.g
+        .add_node("Transpose", &[x], vec![attr_ints("perm", &[0, 2, 1])], out)
 }
 
 fn softmax_last(ctx: &mut Ctx<'_, '_>, x: &str, out: &str) -> String {
-    ctx.g.add_node("Softmax", &[x], vec![attr_int("axis", -1)], out)
+    ctx.g
+        .add_node("Softmax", &[x], vec![attr_int("axis", -1)], out)
 }
 
 /// `gamma * reshape(out, shape(x)) + x`: the learned-scale residual both modules end with.
-fn gamma_residual(ctx: &mut Ctx<'_, '_>, prefix: &str, out: &str, x: &str) -> Result<String, ExportError> {
+fn gamma_residual(
+    ctx: &mut Ctx<'_, '_>,
+    prefix: &str,
+    out: &str,
+    x: &str,
+) -> Result<String, ExportError> {
     let gamma = ctx.scalar_param(&format!("{prefix}.gamma"))?;
-    let shape = ctx.g.add_node("Shape", &[x], vec![], &format!("{prefix}.in_shape"));
-    let out = ctx.g.add_node("Reshape", &[out, &shape], vec![], &format!("{prefix}.out"));
+    let shape = ctx
+        .g
+        .add_node("Shape", &[x], vec![], &format!("{prefix}.in_shape"));
+    let out = ctx
+        .g
+        .add_node("Reshape", &[out, &shape], vec![], &format!("{prefix}.out"));
     let scaled = ctx.mul(&gamma, &out, &format!("{prefix}.scaled"));
     Ok(ctx.add(&scaled, x, prefix))
 }
 
 /// Position attention (`head.sa`) on `x` (B, C, H, W) with C = `channels`:
 /// energy = Q^T K (N x N), attention = softmax over the last axis, out = V attention^T.
-pub fn pam(ctx: &mut Ctx<'_, '_>, x: &str, channels: i64, qk_channels: i64) -> Result<String, ExportError> {
+pub fn pam(
+    ctx: &mut Ctx<'_, '_>,
+    x: &str,
+    channels: i64,
+    qk_channels: i64,
+) -> Result<String, ExportError> {
     let p = "head.sa";
-    let q = ctx.conv_bias(x, &format!("{p}.query_conv"), Conv2d::new(channels, qk_channels, 1))?;
-    let k = ctx.conv_bias(x, &format!("{p}.key_conv"), Conv2d::new(channels, qk_channels, 1))?;
-    let v = ctx.conv_bias(x, &format!("{p}.value_conv"), Conv2d::new(channels, channels, 1))?;
+    let q = ctx.conv_bias(
+        x,
+        &format!("{p}.query_conv"),
+        Conv2d::new(channels, qk_channels, 1),
+    )?;
+    let k = ctx.conv_bias(
+        x,
+        &format!("{p}.key_conv"),
+        Conv2d::new(channels, qk_channels, 1),
+    )?;
+    let v = ctx.conv_bias(
+        x,
+        &format!("{p}.value_conv"),
+        Conv2d::new(channels, channels, 1),
+    )?;
     let q = flatten_spatial(ctx, &q, &format!("{p}.query_flat")); // (B, C8, N)
     let q = transpose_last(ctx, &q, &format!("{p}.query_t")); // (B, N, C8)
     let k = flatten_spatial(ctx, &k, &format!("{p}.key_flat")); // (B, C8, N)
-    let energy = ctx.g.add_node("MatMul", &[&q, &k], vec![], &format!("{p}.energy")); // (B, N, N)
+    let energy = ctx
+        .g
+        .add_node("MatMul", &[&q, &k], vec![], &format!("{p}.energy")); // (B, N, N)
     let attn = softmax_last(ctx, &energy, &format!("{p}.attention"));
     let v = flatten_spatial(ctx, &v, &format!("{p}.value_flat")); // (B, C, N)
     let attn_t = transpose_last(ctx, &attn, &format!("{p}.attention_t"));
-    let out = ctx.g.add_node("MatMul", &[&v, &attn_t], vec![], &format!("{p}.matmul")); // (B, C, N)
+    let out = ctx
+        .g
+        .add_node("MatMul", &[&v, &attn_t], vec![], &format!("{p}.matmul")); // (B, C, N)
     gamma_residual(ctx, p, &out, x)
 }
 
@@ -62,11 +94,20 @@ pub fn cam(ctx: &mut Ctx<'_, '_>, x: &str) -> Result<String, ExportError> {
     let p = "head.sc";
     let xf = flatten_spatial(ctx, x, &format!("{p}.flat")); // (B, C, N)
     let xt = transpose_last(ctx, &xf, &format!("{p}.flat_t")); // (B, N, C)
-    let energy = ctx.g.add_node("MatMul", &[&xf, &xt], vec![], &format!("{p}.energy")); // (B, C, C)
+    let energy = ctx
+        .g
+        .add_node("MatMul", &[&xf, &xt], vec![], &format!("{p}.energy")); // (B, C, C)
     let row_max = reduce_max_last(ctx, &energy, &format!("{p}.energy_max"));
-    let energy_new = ctx.g.add_node("Sub", &[&row_max, &energy], vec![], &format!("{p}.energy_new"));
+    let energy_new = ctx.g.add_node(
+        "Sub",
+        &[&row_max, &energy],
+        vec![],
+        &format!("{p}.energy_new"),
+    );
     let attn = softmax_last(ctx, &energy_new, &format!("{p}.attention"));
-    let out = ctx.g.add_node("MatMul", &[&attn, &xf], vec![], &format!("{p}.matmul")); // (B, C, N)
+    let out = ctx
+        .g
+        .add_node("MatMul", &[&attn, &xf], vec![], &format!("{p}.matmul")); // (B, C, N)
     gamma_residual(ctx, p, &out, x)
 }
 
@@ -75,9 +116,15 @@ pub fn cam(ctx: &mut Ctx<'_, '_>, x: &str) -> Result<String, ExportError> {
 fn reduce_max_last(ctx: &mut Ctx<'_, '_>, x: &str, out: &str) -> String {
     if ctx.g.opset() >= 18 {
         let axes = ctx.g.const_i64(&[-1]);
-        ctx.g.add_node("ReduceMax", &[x, &axes], vec![attr_int("keepdims", 1)], out)
+        ctx.g
+            .add_node("ReduceMax", &[x, &axes], vec![attr_int("keepdims", 1)], out)
     } else {
-        ctx.g.add_node("ReduceMax", &[x], vec![attr_ints("axes", &[-1]), attr_int("keepdims", 1)], out)
+        ctx.g.add_node(
+            "ReduceMax",
+            &[x],
+            vec![attr_ints("axes", &[-1]), attr_int("keepdims", 1)],
+            out,
+        )
     }
 }
 
@@ -89,32 +136,81 @@ mod tests {
     use crate::ExportOptions;
 
     fn ops_with_prefix(g: &crate::proto::GraphProto, prefix: &str) -> Vec<String> {
-        g.node.iter().filter(|n| n.name.starts_with(prefix)).map(|n| n.op_type.clone()).collect()
+        g.node
+            .iter()
+            .filter(|n| n.name.starts_with(prefix))
+            .map(|n| n.op_type.clone())
+            .collect()
     }
 
     #[test]
     fn pam_and_cam_decompose_as_in_danet() {
-        let (model, _) = export_decoded_with(&spec_with(BackboneSpec::tiny(), 3), &ExportOptions::default());
+        let (model, _) = export_decoded_with(
+            &spec_with(BackboneSpec::tiny(), 3),
+            &ExportOptions::default(),
+        );
         let g = model.graph.expect("graph");
         let pam = ops_with_prefix(&g, "head.sa");
         let expected_pam = [
-            "Conv", "Conv", "Conv", "Reshape", "Transpose", "Reshape", "MatMul", "Softmax", "Reshape", "Transpose",
-            "MatMul", "Shape", "Reshape", "Mul", "Add",
+            "Conv",
+            "Conv",
+            "Conv",
+            "Reshape",
+            "Transpose",
+            "Reshape",
+            "MatMul",
+            "Softmax",
+            "Reshape",
+            "Transpose",
+            "MatMul",
+            "Shape",
+            "Reshape",
+            "Mul",
+            "Add",
         ];
         assert_eq!(pam, expected_pam);
         let cam = ops_with_prefix(&g, "head.sc");
-        let expected_cam =
-            ["Reshape", "Transpose", "MatMul", "ReduceMax", "Sub", "Softmax", "MatMul", "Shape", "Reshape", "Mul", "Add"];
+        let expected_cam = [
+            "Reshape",
+            "Transpose",
+            "MatMul",
+            "ReduceMax",
+            "Sub",
+            "Softmax",
+            "MatMul",
+            "Shape",
+            "Reshape",
+            "Mul",
+            "Add",
+        ];
         assert_eq!(cam, expected_cam);
         // energy = Q^T K: the transposed query comes first; out = V attention^T.
         let node = |n: &str| g.node.iter().find(|x| x.name == n).expect(n);
-        assert_eq!(node("head.sa.energy").input, ["head.sa.query_t", "head.sa.key_flat"]);
-        assert_eq!(node("head.sa.matmul").input, ["head.sa.value_flat", "head.sa.attention_t"]);
-        assert_eq!(node("head.sc.energy_new").input, ["head.sc.energy_max", "head.sc.energy"]);
-        assert_eq!(node("head.sc.matmul").input, ["head.sc.attention", "head.sc.flat"]);
+        assert_eq!(
+            node("head.sa.energy").input,
+            ["head.sa.query_t", "head.sa.key_flat"]
+        );
+        assert_eq!(
+            node("head.sa.matmul").input,
+            ["head.sa.value_flat", "head.sa.attention_t"]
+        );
+        assert_eq!(
+            node("head.sc.energy_new").input,
+            ["head.sc.energy_max", "head.sc.energy"]
+        );
+        assert_eq!(
+            node("head.sc.matmul").input,
+            ["head.sc.attention", "head.sc.flat"]
+        );
         let rm = node("head.sc.energy_max");
         assert_eq!(rm.input.len(), 1);
-        assert_eq!(rm.attribute.iter().find(|a| a.name == "axes").map(|a| a.ints.clone()), Some(vec![-1]));
+        assert_eq!(
+            rm.attribute
+                .iter()
+                .find(|a| a.name == "axes")
+                .map(|a| a.ints.clone()),
+            Some(vec![-1])
+        );
         let sm = node("head.sa.attention");
         assert_eq!(sm.attribute[0].i, Some(-1));
     }
@@ -124,10 +220,18 @@ mod tests {
         let opts = ExportOptions::default().with_opset(18);
         let (model, _) = export_decoded_with(&spec_with(BackboneSpec::tiny(), 3), &opts);
         let g = model.graph.expect("graph");
-        let rm = g.node.iter().find(|x| x.name == "head.sc.energy_max").expect("reducemax");
+        let rm = g
+            .node
+            .iter()
+            .find(|x| x.name == "head.sc.energy_max")
+            .expect("reducemax");
         assert_eq!(rm.input.len(), 2);
         assert!(rm.attribute.iter().all(|a| a.name != "axes"));
-        let axes = g.initializer.iter().find(|t| t.name == rm.input[1]).expect("axes");
+        let axes = g
+            .initializer
+            .iter()
+            .find(|t| t.name == rm.input[1])
+            .expect("axes");
         assert_eq!(axes.raw_data, (-1i64).to_le_bytes());
     }
 }

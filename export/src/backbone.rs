@@ -9,18 +9,38 @@ use crate::conv::{Conv2d, Ctx};
 use crate::error::ExportError;
 
 /// Emits the backbone on `image` and returns layer4's output value.
-pub fn backbone(ctx: &mut Ctx<'_, '_>, spec: &BackboneSpec, image: &str) -> Result<String, ExportError> {
+pub fn backbone(
+    ctx: &mut Ctx<'_, '_>,
+    spec: &BackboneSpec,
+    image: &str,
+) -> Result<String, ExportError> {
     let w = spec.width;
-    let x = ctx.conv_bn(image, "pretrained.conv1", "pretrained.bn1", Conv2d::new(3, w, 7).stride(2).pad(3))?;
+    let x = ctx.conv_bn(
+        image,
+        "pretrained.conv1",
+        "pretrained.bn1",
+        Conv2d::new(3, w, 7).stride(2).pad(3),
+    )?;
     let x = ctx.relu(&x, "pretrained.relu");
-    let pool = vec![attr_ints("kernel_shape", &[3, 3]), attr_ints("strides", &[2, 2]), attr_ints("pads", &[1, 1, 1, 1])];
+    let pool = vec![
+        attr_ints("kernel_shape", &[3, 3]),
+        attr_ints("strides", &[2, 2]),
+        attr_ints("pads", &[1, 1, 1, 1]),
+    ];
     let mut x = ctx.g.add_node("MaxPool", &[&x], pool, "pretrained.maxpool");
 
     let mut in_ch = w;
     for k in 1..=4 {
         let planes = w << (k - 1);
         for i in 0..spec.layers[k - 1] {
-            let b = Block { spec, k, i, in_ch, planes, prefix: format!("pretrained.layer{k}.{i}") };
+            let b = Block {
+                spec,
+                k,
+                i,
+                in_ch,
+                planes,
+                prefix: format!("pretrained.layer{k}.{i}"),
+            };
             x = match spec.block {
                 BlockKind::Basic => b.basic(ctx, &x)?,
                 BlockKind::Bottleneck => b.bottleneck(ctx, &x)?,
@@ -50,12 +70,24 @@ impl Block<'_> {
     fn bottleneck(&self, ctx: &mut Ctx<'_, '_>, x: &str) -> Result<String, ExportError> {
         let geom = self.spec.block(self.k, self.i);
         let (p, out) = (self.planes, self.planes * BlockKind::Bottleneck.expansion());
-        let h = ctx.conv_bn(x, &self.key("conv1"), &self.key("bn1"), Conv2d::new(self.in_ch, p, 1))?;
+        let h = ctx.conv_bn(
+            x,
+            &self.key("conv1"),
+            &self.key("bn1"),
+            Conv2d::new(self.in_ch, p, 1),
+        )?;
         let h = ctx.relu(&h, &self.key("relu1"));
-        let c2 = Conv2d::new(p, p, 3).stride(geom.stride).dilated(geom.dilation);
+        let c2 = Conv2d::new(p, p, 3)
+            .stride(geom.stride)
+            .dilated(geom.dilation);
         let h = ctx.conv_bn(&h, &self.key("conv2"), &self.key("bn2"), c2)?;
         let h = ctx.relu(&h, &self.key("relu2"));
-        let h = ctx.conv_bn(&h, &self.key("conv3"), &self.key("bn3"), Conv2d::new(p, out, 1))?;
+        let h = ctx.conv_bn(
+            &h,
+            &self.key("conv3"),
+            &self.key("bn3"),
+            Conv2d::new(p, out, 1),
+        )?;
         self.residual(ctx, x, &h, out, geom.stride)
     }
 
@@ -63,7 +95,9 @@ impl Block<'_> {
     fn basic(&self, ctx: &mut Ctx<'_, '_>, x: &str) -> Result<String, ExportError> {
         let geom = self.spec.block(self.k, self.i);
         let p = self.planes;
-        let c1 = Conv2d::new(self.in_ch, p, 3).stride(geom.stride).dilated(geom.dilation);
+        let c1 = Conv2d::new(self.in_ch, p, 3)
+            .stride(geom.stride)
+            .dilated(geom.dilation);
         let h = ctx.conv_bn(x, &self.key("conv1"), &self.key("bn1"), c1)?;
         let h = ctx.relu(&h, &self.key("relu1"));
         let c2 = Conv2d::new(p, p, 3).dilated(geom.second_dilation);
@@ -72,7 +106,14 @@ impl Block<'_> {
     }
 
     /// relu(h + shortcut(x)), the shortcut being identity or 1x1 conv (stride) + BN.
-    fn residual(&self, ctx: &mut Ctx<'_, '_>, x: &str, h: &str, out: i64, stride: i64) -> Result<String, ExportError> {
+    fn residual(
+        &self,
+        ctx: &mut Ctx<'_, '_>,
+        x: &str,
+        h: &str,
+        out: i64,
+        stride: i64,
+    ) -> Result<String, ExportError> {
         let shortcut = if self.spec.has_downsample(self.k, self.i) {
             let c = Conv2d::new(self.in_ch, out, 1).stride(stride);
             ctx.conv_bn(x, &self.key("downsample.0"), &self.key("downsample.1"), c)?
@@ -94,22 +135,60 @@ mod tests {
     fn tiny_basic_backbone_structure() {
         let (model, report) = export_decoded(&spec_with(BackboneSpec::tiny(), 3));
         let g = model.graph.expect("graph");
-        let convs: Vec<_> = g.node.iter().filter(|n| n.op_type == "Conv").map(|n| n.name.as_str()).collect();
+        let convs: Vec<_> = g
+            .node
+            .iter()
+            .filter(|n| n.op_type == "Conv")
+            .map(|n| n.name.as_str())
+            .collect();
         // stem + 4 blocks x 2 + downsample in layers 2..4 (layer1 keeps width 16).
         assert!(convs.contains(&"pretrained.layer2.0.downsample.0"));
         assert!(!convs.contains(&"pretrained.layer1.0.downsample.0"));
-        assert_eq!(convs.iter().filter(|n| n.starts_with("pretrained.")).count(), 12);
+        assert_eq!(
+            convs
+                .iter()
+                .filter(|n| n.starts_with("pretrained."))
+                .count(),
+            12
+        );
         assert_eq!(g.node.iter().filter(|n| n.op_type == "MaxPool").count(), 1);
-        assert_eq!(g.node.iter().filter(|n| n.op_type == "BatchNormalization").count(), 0);
+        assert_eq!(
+            g.node
+                .iter()
+                .filter(|n| n.op_type == "BatchNormalization")
+                .count(),
+            0
+        );
         assert_eq!(report.folded_bn, 12 + 4);
         // OS8: layer3 stride 1, first-block dilation 1, second conv dilation 2.
-        assert_eq!(conv_attr(&g, "pretrained.layer3.0.conv1", "strides"), [1, 1]);
-        assert_eq!(conv_attr(&g, "pretrained.layer3.0.conv1", "dilations"), [1, 1]);
-        assert_eq!(conv_attr(&g, "pretrained.layer3.0.conv2", "dilations"), [2, 2]);
-        assert_eq!(conv_attr(&g, "pretrained.layer4.0.conv1", "dilations"), [2, 2]);
-        assert_eq!(conv_attr(&g, "pretrained.layer4.0.conv2", "pads"), [4, 4, 4, 4]);
-        assert_eq!(conv_attr(&g, "pretrained.layer2.0.conv1", "strides"), [2, 2]);
-        assert_eq!(conv_attr(&g, "pretrained.layer2.0.downsample.0", "strides"), [2, 2]);
+        assert_eq!(
+            conv_attr(&g, "pretrained.layer3.0.conv1", "strides"),
+            [1, 1]
+        );
+        assert_eq!(
+            conv_attr(&g, "pretrained.layer3.0.conv1", "dilations"),
+            [1, 1]
+        );
+        assert_eq!(
+            conv_attr(&g, "pretrained.layer3.0.conv2", "dilations"),
+            [2, 2]
+        );
+        assert_eq!(
+            conv_attr(&g, "pretrained.layer4.0.conv1", "dilations"),
+            [2, 2]
+        );
+        assert_eq!(
+            conv_attr(&g, "pretrained.layer4.0.conv2", "pads"),
+            [4, 4, 4, 4]
+        );
+        assert_eq!(
+            conv_attr(&g, "pretrained.layer2.0.conv1", "strides"),
+            [2, 2]
+        );
+        assert_eq!(
+            conv_attr(&g, "pretrained.layer2.0.downsample.0", "strides"),
+            [2, 2]
+        );
         assert_eq!(conv_attr(&g, "pretrained.conv1", "pads"), [3, 3, 3, 3]);
     }
 
@@ -125,13 +204,34 @@ mod tests {
         let (model, report) = export_decoded(&spec_with(b, 2));
         let g = model.graph.expect("graph");
         // Every block has a downsample (channel change or stride) only in its first block.
-        assert!(g.node.iter().any(|n| n.name == "pretrained.layer1.0.downsample.0"));
-        assert!(!g.node.iter().any(|n| n.name == "pretrained.layer3.1.downsample.0"));
-        assert_eq!(conv_attr(&g, "pretrained.layer3.0.conv2", "strides"), [2, 2]);
-        assert_eq!(conv_attr(&g, "pretrained.layer3.0.conv1", "strides"), [1, 1]);
-        assert_eq!(conv_attr(&g, "pretrained.layer4.0.conv2", "dilations"), [3, 3]);
-        assert_eq!(conv_attr(&g, "pretrained.layer4.1.conv2", "pads"), [5, 5, 5, 5]);
-        assert_eq!(conv_attr(&g, "pretrained.layer4.1.conv3", "kernel_shape"), [1, 1]);
+        assert!(g
+            .node
+            .iter()
+            .any(|n| n.name == "pretrained.layer1.0.downsample.0"));
+        assert!(!g
+            .node
+            .iter()
+            .any(|n| n.name == "pretrained.layer3.1.downsample.0"));
+        assert_eq!(
+            conv_attr(&g, "pretrained.layer3.0.conv2", "strides"),
+            [2, 2]
+        );
+        assert_eq!(
+            conv_attr(&g, "pretrained.layer3.0.conv1", "strides"),
+            [1, 1]
+        );
+        assert_eq!(
+            conv_attr(&g, "pretrained.layer4.0.conv2", "dilations"),
+            [3, 3]
+        );
+        assert_eq!(
+            conv_attr(&g, "pretrained.layer4.1.conv2", "pads"),
+            [5, 5, 5, 5]
+        );
+        assert_eq!(
+            conv_attr(&g, "pretrained.layer4.1.conv3", "kernel_shape"),
+            [1, 1]
+        );
         // stem 1 + 6 blocks x 3 + 4 downsamples + head 4.
         assert_eq!(report.folded_bn, 1 + 18 + 4 + 4);
     }

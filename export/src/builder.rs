@@ -51,7 +51,13 @@ impl GraphBuilder {
 
     /// Appends a one-output node and returns the output's (unique) name. Empty strings
     /// in `inputs` mark omitted optional inputs, as ONNX specifies.
-    pub fn add_node(&mut self, op: &str, inputs: &[&str], attrs: Vec<AttributeProto>, out: &str) -> String {
+    pub fn add_node(
+        &mut self,
+        op: &str,
+        inputs: &[&str],
+        attrs: Vec<AttributeProto>,
+        out: &str,
+    ) -> String {
         let output = self.unique(out);
         self.push_node(op, inputs, attrs, output.clone());
         output
@@ -59,8 +65,17 @@ impl GraphBuilder {
 
     /// Appends a node writing to a name claimed earlier with [`Self::unique`] (graph
     /// outputs, whose names are fixed before the graph is built).
-    pub fn add_node_into(&mut self, op: &str, inputs: &[&str], attrs: Vec<AttributeProto>, output: &str) {
-        debug_assert!(self.names.contains(output), "output {output} was not claimed");
+    pub fn add_node_into(
+        &mut self,
+        op: &str,
+        inputs: &[&str],
+        attrs: Vec<AttributeProto>,
+        output: &str,
+    ) {
+        debug_assert!(
+            self.names.contains(output),
+            "output {output} was not claimed"
+        );
         self.push_node(op, inputs, attrs, output.to_string());
     }
 
@@ -108,15 +123,15 @@ impl GraphBuilder {
         }
         let base = format!(
             "const_i64_{}",
-            values.iter().map(|v| v.to_string().replace('-', "m")).collect::<Vec<_>>().join("_")
+            values
+                .iter()
+                .map(|v| v.to_string().replace('-', "m"))
+                .collect::<Vec<_>>()
+                .join("_")
         );
         let name = self.add_initializer_i64(&base, &[values.len() as i64], values);
         self.i64_consts.insert(values.to_vec(), name.clone());
         name
-    }
-
-    pub fn node_count(&self) -> usize {
-        self.nodes.len()
     }
 
     /// Nodes (topological: each was appended after its inputs) and initializers.
@@ -126,15 +141,21 @@ impl GraphBuilder {
 }
 
 pub fn attr_int(name: &str, v: i64) -> AttributeProto {
-    AttributeProto { name: name.into(), r#type: AttributeType::Int as i32, i: Some(v), ..Default::default() }
+    AttributeProto {
+        name: name.into(),
+        r#type: AttributeType::Int as i32,
+        i: Some(v),
+        ..Default::default()
+    }
 }
 
 pub fn attr_ints(name: &str, v: &[i64]) -> AttributeProto {
-    AttributeProto { name: name.into(), r#type: AttributeType::Ints as i32, ints: v.to_vec(), ..Default::default() }
-}
-
-pub fn attr_float(name: &str, v: f32) -> AttributeProto {
-    AttributeProto { name: name.into(), r#type: AttributeType::Float as i32, f: Some(v), ..Default::default() }
+    AttributeProto {
+        name: name.into(),
+        r#type: AttributeType::Ints as i32,
+        ints: v.to_vec(),
+        ..Default::default()
+    }
 }
 
 pub fn attr_string(name: &str, v: &str) -> AttributeProto {
@@ -164,12 +185,15 @@ mod tests {
         assert_eq!(c1, c2);
         assert_eq!(c1, "const_i64_0_0_m1");
         assert_ne!(g.const_i64(&[2]), c1);
-        assert_eq!(g.node_count(), 1);
         let (nodes, inits) = g.finish();
+        assert_eq!(nodes.len(), 1);
         assert_eq!(nodes[0].name, "x_2");
         assert_eq!(nodes[0].input, ["x", "x_1"]);
         assert_eq!(inits.len(), 3);
-        assert_eq!(inits[0].raw_data, [1.0f32.to_le_bytes(), (-2.5f32).to_le_bytes()].concat());
+        assert_eq!(
+            inits[0].raw_data,
+            [1.0f32.to_le_bytes(), (-2.5f32).to_le_bytes()].concat()
+        );
         assert_eq!(inits[0].data_type, DataType::Float as i32);
         assert_eq!(inits[1].data_type, DataType::Int64 as i32);
         assert_eq!(inits[1].raw_data.len(), 24);
@@ -179,8 +203,13 @@ mod tests {
     #[test]
     fn attribute_helpers_set_type_and_value() {
         assert_eq!(attr_int("axis", 0).i, Some(0));
-        assert_eq!(attr_ints("perm", &[0, 2, 1]).r#type, AttributeType::Ints as i32);
-        assert_eq!(attr_float("alpha", 0.5).f, Some(0.5));
-        assert_eq!(attr_string("mode", "linear").s.as_deref(), Some(&b"linear"[..]));
+        assert_eq!(
+            attr_ints("perm", &[0, 2, 1]).r#type,
+            AttributeType::Ints as i32
+        );
+        assert_eq!(
+            attr_string("mode", "linear").s.as_deref(),
+            Some(&b"linear"[..])
+        );
     }
 }

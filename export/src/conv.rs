@@ -28,7 +28,14 @@ pub struct Conv2d {
 
 impl Conv2d {
     pub fn new(in_ch: i64, out_ch: i64, kernel: i64) -> Self {
-        Self { in_ch, out_ch, kernel, stride: 1, dilation: 1, pad: 0 }
+        Self {
+            in_ch,
+            out_ch,
+            kernel,
+            stride: 1,
+            dilation: 1,
+            pad: 0,
+        }
     }
 
     pub fn stride(self, stride: i64) -> Self {
@@ -41,12 +48,21 @@ impl Conv2d {
 
     /// Dilation with the "same" padding ResNet uses for its 3x3 convs: pad = dilation.
     pub fn dilated(self, dilation: i64) -> Self {
-        Self { dilation, pad: dilation * (self.kernel - 1) / 2, ..self }
+        Self {
+            dilation,
+            pad: dilation * (self.kernel - 1) / 2,
+            ..self
+        }
     }
 
     /// PyTorch weight layout `[out, in, k, k]`.
     pub fn weight_shape(&self) -> [usize; 4] {
-        [self.out_ch as usize, self.in_ch as usize, self.kernel as usize, self.kernel as usize]
+        [
+            self.out_ch as usize,
+            self.in_ch as usize,
+            self.kernel as usize,
+            self.kernel as usize,
+        ]
     }
 
     fn weight_dims(&self) -> [i64; 4] {
@@ -73,7 +89,13 @@ impl<'a, 'data> Ctx<'a, 'data> {
 
     /// `bn(conv(x))` as one Conv: reads `{conv}.weight` and the BN at `bn`, writes the
     /// folded pair as `{conv}.weight` / `{conv}.bias`; the output value is named `conv`.
-    pub fn conv_bn(&mut self, x: &str, conv: &str, bn: &str, c: Conv2d) -> Result<String, ExportError> {
+    pub fn conv_bn(
+        &mut self,
+        x: &str,
+        conv: &str,
+        bn: &str,
+        c: Conv2d,
+    ) -> Result<String, ExportError> {
         let weight = self.w.f32(&format!("{conv}.weight"), &c.weight_shape())?;
         let bn = BatchNorm::load(&self.w, bn, c.out_ch as usize)?;
         let (wf, bf) = fold_bn(&weight, None, &bn, BN_EPS);
@@ -88,9 +110,20 @@ impl<'a, 'data> Ctx<'a, 'data> {
         self.emit_conv(x, conv, c, &weight, &bias)
     }
 
-    fn emit_conv(&mut self, x: &str, conv: &str, c: Conv2d, w: &[f32], b: &[f32]) -> Result<String, ExportError> {
-        let wn = self.g.add_initializer_f32(&format!("{conv}.weight"), &c.weight_dims(), w);
-        let bn = self.g.add_initializer_f32(&format!("{conv}.bias"), &[c.out_ch], b);
+    fn emit_conv(
+        &mut self,
+        x: &str,
+        conv: &str,
+        c: Conv2d,
+        w: &[f32],
+        b: &[f32],
+    ) -> Result<String, ExportError> {
+        let wn = self
+            .g
+            .add_initializer_f32(&format!("{conv}.weight"), &c.weight_dims(), w);
+        let bn = self
+            .g
+            .add_initializer_f32(&format!("{conv}.bias"), &[c.out_ch], b);
         Ok(self.g.add_node("Conv", &[x, &wn, &bn], c.attrs(), conv))
     }
 

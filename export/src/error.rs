@@ -28,6 +28,13 @@ pub enum ExportError {
     )]
     MissingSpec { path: PathBuf },
 
+    #[error("checkpoint {} has an invalid model spec: {source}", path.display())]
+    BadSpec {
+        path: PathBuf,
+        #[source]
+        source: SpecError,
+    },
+
     #[error("invalid model spec: {0}")]
     Spec(#[from] SpecError),
 
@@ -35,7 +42,11 @@ pub enum ExportError {
     MissingTensor { key: String },
 
     #[error("tensor `{key}` has shape {actual:?}, expected {expected:?}")]
-    WrongShape { key: String, expected: Vec<usize>, actual: Vec<usize> },
+    WrongShape {
+        key: String,
+        expected: Vec<usize>,
+        actual: Vec<usize>,
+    },
 
     #[error("tensor `{key}` has dtype {actual}, expected F32")]
     WrongDtype { key: String, actual: String },

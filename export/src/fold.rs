@@ -25,21 +25,35 @@ impl BatchNorm {
     /// (`num_batches_tracked` only matters for training and is not read.)
     pub fn load(w: &Weights<'_, '_>, prefix: &str, channels: usize) -> Result<Self, ExportError> {
         let get = |name: &str| w.f32(&format!("{prefix}.{name}"), &[channels]);
-        Ok(Self { gamma: get("weight")?, beta: get("bias")?, mean: get("running_mean")?, var: get("running_var")? })
+        Ok(Self {
+            gamma: get("weight")?,
+            beta: get("bias")?,
+            mean: get("running_mean")?,
+            var: get("running_var")?,
+        })
     }
 }
 
 /// Folds `bn` into a conv with weight `weight` (out-channel-major, `[out, ...]`) and
 /// optional bias; returns the new (weight, bias).
-pub fn fold_bn(weight: &[f32], bias: Option<&[f32]>, bn: &BatchNorm, eps: f64) -> (Vec<f32>, Vec<f32>) {
+pub fn fold_bn(
+    weight: &[f32],
+    bias: Option<&[f32]>,
+    bn: &BatchNorm,
+    eps: f64,
+) -> (Vec<f32>, Vec<f32>) {
     let out = bn.gamma.len();
-    debug_assert!(out > 0 && weight.len() % out == 0);
+    debug_assert!(out > 0 && weight.len().is_multiple_of(out));
     let per_out = weight.len() / out;
     let mut w = Vec::with_capacity(weight.len());
     let mut b = Vec::with_capacity(out);
     for o in 0..out {
         let scale = f64::from(bn.gamma[o]) / (f64::from(bn.var[o]) + eps).sqrt();
-        w.extend(weight[o * per_out..(o + 1) * per_out].iter().map(|&v| (f64::from(v) * scale) as f32));
+        w.extend(
+            weight[o * per_out..(o + 1) * per_out]
+                .iter()
+                .map(|&v| (f64::from(v) * scale) as f32),
+        );
         let b0 = bias.map_or(0.0, |b| f64::from(b[o]));
         b.push(((b0 - f64::from(bn.mean[o])) * scale + f64::from(bn.beta[o])) as f32);
     }
@@ -51,7 +65,12 @@ mod tests {
     use super::*;
 
     fn bn(gamma: &[f32], beta: &[f32], mean: &[f32], var: &[f32]) -> BatchNorm {
-        BatchNorm { gamma: gamma.into(), beta: beta.into(), mean: mean.into(), var: var.into() }
+        BatchNorm {
+            gamma: gamma.into(),
+            beta: beta.into(),
+            mean: mean.into(),
+            var: var.into(),
+        }
     }
 
     #[test]
@@ -85,7 +104,8 @@ mod tests {
                                 if ii < 0 || jj < 0 || ii >= h as i64 || jj >= wd as i64 {
                                     continue;
                                 }
-                                acc += w[((o * cin + c) * 3 + ki) * 3 + kj] * x[(c * h + ii as usize) * wd + jj as usize];
+                                acc += w[((o * cin + c) * 3 + ki) * 3 + kj]
+                                    * x[(c * h + ii as usize) * wd + jj as usize];
                             }
                         }
                     }
@@ -99,18 +119,31 @@ mod tests {
     #[test]
     fn folded_conv_equals_conv_then_bn() {
         let (cin, cout, h, wd) = (2, 3, 4, 5);
-        let x: Vec<f32> = (0..cin * h * wd).map(|i| ((i * 37 % 11) as f32 - 5.0) / 4.0).collect();
-        let w: Vec<f32> = (0..cout * cin * 9).map(|i| ((i * 13 % 7) as f32 - 3.0) / 5.0).collect();
-        let n = bn(&[0.7, -1.3, 2.0], &[0.1, -0.2, 0.3], &[0.4, -0.5, 1.1], &[0.9, 2.5, 0.01]);
+        let x: Vec<f32> = (0..cin * h * wd)
+            .map(|i| ((i * 37 % 11) as f32 - 5.0) / 4.0)
+            .collect();
+        let w: Vec<f32> = (0..cout * cin * 9)
+            .map(|i| ((i * 13 % 7) as f32 - 3.0) / 5.0)
+            .collect();
+        let n = bn(
+            &[0.7, -1.3, 2.0],
+            &[0.1, -0.2, 0.3],
+            &[0.4, -0.5, 1.1],
+            &[0.9, 2.5, 0.01],
+        );
         let y = conv3x3(&x, cin, h, wd, &w, &[0.0; 3]);
         let (wf, bf) = fold_bn(&w, None, &n, BN_EPS);
         let yf = conv3x3(&x, cin, h, wd, &wf, &bf);
         for o in 0..cout {
             let s = n.gamma[o] as f64 / (n.var[o] as f64 + BN_EPS).sqrt();
             for p in 0..h * wd {
-                let reference = (y[o * h * wd + p] as f64 - n.mean[o] as f64) * s + n.beta[o] as f64;
+                let reference =
+                    (y[o * h * wd + p] as f64 - n.mean[o] as f64) * s + n.beta[o] as f64;
                 let got = yf[o * h * wd + p] as f64;
-                assert!((reference - got).abs() < 1e-4 * (1.0 + reference.abs()), "{o} {p}: {reference} vs {got}");
+                assert!(
+                    (reference - got).abs() < 1e-4 * (1.0 + reference.abs()),
+                    "{o} {p}: {reference} vs {got}"
+                );
             }
         }
     }

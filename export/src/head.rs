@@ -6,14 +6,25 @@
 use segtool_core::ModelSpec;
 
 use crate::attention;
-use crate::builder::{attr_int, attr_ints, attr_string};
+use crate::builder::{attr_int, attr_string};
 use crate::conv::{Conv2d, Ctx};
 use crate::error::ExportError;
 
 /// A `head.{name}` Sequential(Conv2d 3x3 pad 1 no bias, BN, ReLU), BN folded.
-fn conv_bn_relu(ctx: &mut Ctx<'_, '_>, x: &str, name: &str, in_ch: i64, out_ch: i64) -> Result<String, ExportError> {
+fn conv_bn_relu(
+    ctx: &mut Ctx<'_, '_>,
+    x: &str,
+    name: &str,
+    in_ch: i64,
+    out_ch: i64,
+) -> Result<String, ExportError> {
     let key = format!("head.{name}");
-    let y = ctx.conv_bn(x, &format!("{key}.0"), &format!("{key}.1"), Conv2d::new(in_ch, out_ch, 3).pad(1))?;
+    let y = ctx.conv_bn(
+        x,
+        &format!("{key}.0"),
+        &format!("{key}.1"),
+        Conv2d::new(in_ch, out_ch, 3).pad(1),
+    )?;
     Ok(ctx.relu(&y, &key))
 }
 
@@ -30,7 +41,11 @@ pub fn head(ctx: &mut Ctx<'_, '_>, spec: &ModelSpec, feat: &str) -> Result<Strin
     let sc = conv_bn_relu(ctx, &sc, "conv52", inter, inter)?;
 
     let sum = ctx.add(&sa, &sc, "head.feat_sum");
-    ctx.conv_bias(&sum, "head.conv8.1", Conv2d::new(inter, spec.num_classes() as i64, 1))
+    ctx.conv_bias(
+        &sum,
+        "head.conv8.1",
+        Conv2d::new(inter, spec.num_classes() as i64, 1),
+    )
 }
 
 /// Resizes `x` (B, K, h, w) bilinearly to `image`'s H and W into the pre-claimed value
@@ -45,11 +60,29 @@ pub fn upsample_into(ctx: &mut Ctx<'_, '_>, x: &str, image: &str, out: &str) {
     let (start_bc, end_bc) = (g.const_i64(&[0]), g.const_i64(&[2]));
     let (start_hw, end_hw) = (g.const_i64(&[2]), g.const_i64(&[4]));
     let x_shape = g.add_node("Shape", &[x], vec![], "resize.logits_shape");
-    let bc = g.add_node("Slice", &[&x_shape, &start_bc, &end_bc, &axis0], vec![], "resize.batch_classes");
+    let bc = g.add_node(
+        "Slice",
+        &[&x_shape, &start_bc, &end_bc, &axis0],
+        vec![],
+        "resize.batch_classes",
+    );
     let img_shape = g.add_node("Shape", &[image], vec![], "resize.image_shape");
-    let hw = g.add_node("Slice", &[&img_shape, &start_hw, &end_hw, &axis0], vec![], "resize.image_hw");
-    let sizes = g.add_node("Concat", &[&bc, &hw], vec![attr_int("axis", 0)], "resize.sizes");
-    let attrs = vec![attr_string("mode", "linear"), attr_string("coordinate_transformation_mode", "align_corners")];
+    let hw = g.add_node(
+        "Slice",
+        &[&img_shape, &start_hw, &end_hw, &axis0],
+        vec![],
+        "resize.image_hw",
+    );
+    let sizes = g.add_node(
+        "Concat",
+        &[&bc, &hw],
+        vec![attr_int("axis", 0)],
+        "resize.sizes",
+    );
+    let attrs = vec![
+        attr_string("mode", "linear"),
+        attr_string("coordinate_transformation_mode", "align_corners"),
+    ];
     g.add_node_into("Resize", &[x, "", "", &sizes], attrs, out);
 }
 
@@ -63,20 +96,44 @@ mod tests {
     fn head_sums_branches_and_resizes_with_dynamic_sizes() {
         let (model, report) = export_decoded(&spec_with(BackboneSpec::tiny(), 5));
         let g = model.graph.expect("graph");
-        let node = |n: &str| g.node.iter().find(|x| x.name == n).unwrap_or_else(|| panic!("no node {n}"));
+        let node = |n: &str| {
+            g.node
+                .iter()
+                .find(|x| x.name == n)
+                .unwrap_or_else(|| panic!("no node {n}"))
+        };
         assert_eq!(node("head.feat_sum").input, ["head.conv51", "head.conv52"]);
         assert_eq!(node("head.conv8.1").input[0], "head.feat_sum");
-        let conv8_w = g.initializer.iter().find(|t| t.name == "head.conv8.1.weight").expect("conv8");
+        let conv8_w = g
+            .initializer
+            .iter()
+            .find(|t| t.name == "head.conv8.1.weight")
+            .expect("conv8");
         assert_eq!(conv8_w.dims, [5, 32, 1, 1]); // tiny: 128 channels out of layer4, inter 32
-        assert!(!g.initializer.iter().any(|t| t.name.contains("conv6") || t.name.contains("conv7")));
+        assert!(!g
+            .initializer
+            .iter()
+            .any(|t| t.name.contains("conv6") || t.name.contains("conv7")));
         let resize = g.node.last().expect("nodes");
         assert_eq!(resize.op_type, "Resize");
         assert_eq!(resize.output, ["logits"]);
         assert_eq!(resize.input, ["head.conv8.1", "", "", "resize.sizes"]);
-        let attr = |n: &str| resize.attribute.iter().find(|a| a.name == n).and_then(|a| a.s.clone());
+        let attr = |n: &str| {
+            resize
+                .attribute
+                .iter()
+                .find(|a| a.name == n)
+                .and_then(|a| a.s.clone())
+        };
         assert_eq!(attr("mode").as_deref(), Some(&b"linear"[..]));
-        assert_eq!(attr("coordinate_transformation_mode").as_deref(), Some(&b"align_corners"[..]));
-        assert_eq!(node("resize.sizes").input, ["resize.batch_classes", "resize.image_hw"]);
+        assert_eq!(
+            attr("coordinate_transformation_mode").as_deref(),
+            Some(&b"align_corners"[..])
+        );
+        assert_eq!(
+            node("resize.sizes").input,
+            ["resize.batch_classes", "resize.image_hw"]
+        );
         assert_eq!(node("resize.image_shape").input, ["image"]);
         // conv5a, conv5c, conv51, conv52.
         assert!(report.folded_bn >= 4);

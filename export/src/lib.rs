@@ -54,7 +54,9 @@ pub struct ExportOptions {
 
 impl Default for ExportOptions {
     fn default() -> Self {
-        Self { opset: DEFAULT_OPSET }
+        Self {
+            opset: DEFAULT_OPSET,
+        }
     }
 }
 
@@ -80,24 +82,39 @@ pub struct ExportReport {
 /// Exports the checkpoint at `checkpoint` (safetensors with the spec in its metadata) to
 /// an ONNX file at `out`, written atomically (temp file in the same directory, fsync,
 /// rename): an interrupted export never leaves a torn model behind.
-pub fn export_onnx(checkpoint: &Path, out: &Path, opts: &ExportOptions) -> Result<ExportReport, ExportError> {
+pub fn export_onnx(
+    checkpoint: &Path,
+    out: &Path,
+    opts: &ExportOptions,
+) -> Result<ExportReport, ExportError> {
     let path = checkpoint.to_path_buf();
     let bytes = std::fs::read(checkpoint).map_err(|source| match source.kind() {
         std::io::ErrorKind::NotFound => ExportError::NotFound { path: path.clone() },
-        _ => ExportError::Read { path: path.clone(), source },
+        _ => ExportError::Read {
+            path: path.clone(),
+            source,
+        },
     })?;
-    let not_st = |e: safetensors::SafeTensorError| ExportError::NotSafetensors { path: path.clone(), reason: e.to_string() };
+    let not_st = |e: safetensors::SafeTensorError| ExportError::NotSafetensors {
+        path: path.clone(),
+        reason: e.to_string(),
+    };
     let (_, header) = SafeTensors::read_metadata(&bytes).map_err(not_st)?;
     let json = header
         .metadata()
         .as_ref()
         .and_then(|m| m.get(SPEC_METADATA_KEY))
         .ok_or_else(|| ExportError::MissingSpec { path: path.clone() })?;
-    let spec = ModelSpec::from_json(json)?;
+    let spec = ModelSpec::from_json(json).map_err(|source| ExportError::BadSpec {
+        path: path.clone(),
+        source,
+    })?;
     let tensors = SafeTensors::deserialize(&bytes).map_err(not_st)?;
     let (onnx, report) = export_onnx_bytes(&tensors, &spec, opts)?;
-    segtool_core::io::write_atomic(out, &onnx)
-        .map_err(|source| ExportError::Write { path: out.to_path_buf(), source })?;
+    segtool_core::io::write_atomic(out, &onnx).map_err(|source| ExportError::Write {
+        path: out.to_path_buf(),
+        source,
+    })?;
     Ok(report)
 }
 
@@ -108,7 +125,11 @@ pub fn export_onnx_bytes(
     opts: &ExportOptions,
 ) -> Result<(Vec<u8>, ExportReport), ExportError> {
     if !(MIN_OPSET..=MAX_OPSET).contains(&opts.opset) {
-        return Err(ExportError::UnsupportedOpset { opset: opts.opset, min: MIN_OPSET, max: MAX_OPSET });
+        return Err(ExportError::UnsupportedOpset {
+            opset: opts.opset,
+            min: MIN_OPSET,
+            max: MAX_OPSET,
+        });
     }
     spec.validate()?;
 
@@ -131,31 +152,55 @@ pub fn export_onnx_bytes(
         input: vec![proto::tensor_value_info(
             &image,
             DataType::Float,
-            &[Dim::Named("batch"), Dim::Fixed(3), Dim::Named("height"), Dim::Named("width")],
+            &[
+                Dim::Named("batch"),
+                Dim::Fixed(3),
+                Dim::Named("height"),
+                Dim::Named("width"),
+            ],
         )],
         output: vec![proto::tensor_value_info(
             &logits,
             DataType::Float,
-            &[Dim::Named("batch"), Dim::Fixed(classes), Dim::Named("height"), Dim::Named("width")],
+            &[
+                Dim::Named("batch"),
+                Dim::Fixed(classes),
+                Dim::Named("height"),
+                Dim::Named("width"),
+            ],
         )],
         ..Default::default()
     };
     let model = ModelProto {
         ir_version: ir_version_for(opts.opset),
-        opset_import: vec![OperatorSetIdProto { domain: String::new(), version: opts.opset }],
+        opset_import: vec![OperatorSetIdProto {
+            domain: String::new(),
+            version: opts.opset,
+        }],
         producer_name: "segtool".into(),
         producer_version: env!("CARGO_PKG_VERSION").into(),
         doc_string: doc_string(spec),
         graph: Some(graph),
-        metadata_props: vec![StringStringEntryProto { key: SPEC_METADATA_KEY.into(), value: spec.to_json() }],
+        metadata_props: vec![StringStringEntryProto {
+            key: SPEC_METADATA_KEY.into(),
+            value: spec.to_json(),
+        }],
         ..Default::default()
     };
     let bytes = model.encode_to_vec();
     // Protobuf parsers (onnxruntime's included) refuse messages of 2 GiB or more.
     if bytes.len() >= i32::MAX as usize {
-        return Err(ExportError::TooLarge { bytes: bytes.len() as u64 });
+        return Err(ExportError::TooLarge {
+            bytes: bytes.len() as u64,
+        });
     }
-    let report = ExportReport { nodes, initializers, bytes: bytes.len() as u64, folded_bn, spec: spec.clone() };
+    let report = ExportReport {
+        nodes,
+        initializers,
+        bytes: bytes.len() as u64,
+        folded_bn,
+        spec: spec.clone(),
+    };
     Ok((bytes, report))
 }
 

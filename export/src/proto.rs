@@ -299,12 +299,22 @@ mod tests {
     // Expected bytes are hand-encoded from onnx.proto's field numbers: (tag << 3) | wire.
     #[test]
     fn wire_bytes_match_onnx_field_numbers() {
-        let m = ModelProto { ir_version: 8, ..Default::default() };
+        let m = ModelProto {
+            ir_version: 8,
+            ..Default::default()
+        };
         assert_eq!(m.encode_to_vec(), [0x08, 8]);
-        let op = OperatorSetIdProto { domain: String::new(), version: 17 };
+        let op = OperatorSetIdProto {
+            domain: String::new(),
+            version: 17,
+        };
         assert_eq!(op.encode_to_vec(), [0x10, 17]);
-        let m = ModelProto { opset_import: vec![op], ..Default::default() };
-        assert_eq!(m.encode_to_vec(), [0x42, 2, 0x10, 17]); // field 8, length-delimited
+        let m = ModelProto {
+            opset_import: vec![op],
+            ..Default::default()
+        };
+        // opset_import is field 8, length-delimited.
+        assert_eq!(m.encode_to_vec(), [0x42, 2, 0x10, 17]);
         // An INT attribute equal to zero must still carry its value (proto2 presence).
         let a = AttributeProto {
             name: "a".into(),
@@ -314,14 +324,21 @@ mod tests {
         };
         assert_eq!(a.encode_to_vec(), [0x0a, 1, b'a', 0x18, 0, 0xa0, 0x01, 2]);
         // Unpacked repeated int64 (proto2 default): one tag per element.
-        let t = TensorProto { dims: vec![2, 3], data_type: DataType::Float as i32, ..Default::default() };
+        let t = TensorProto {
+            dims: vec![2, 3],
+            data_type: DataType::Float as i32,
+            ..Default::default()
+        };
         assert_eq!(t.encode_to_vec(), [0x08, 2, 0x08, 3, 0x10, 1]);
         let d = tensor_shape_proto::Dimension {
             value: Some(tensor_shape_proto::dimension::Value::DimParam("b".into())),
             denotation: String::new(),
         };
         assert_eq!(d.encode_to_vec(), [0x12, 1, b'b']);
-        let e = StringStringEntryProto { key: "k".into(), value: "v".into() };
+        let e = StringStringEntryProto {
+            key: "k".into(),
+            value: "v".into(),
+        };
         assert_eq!(e.encode_to_vec(), [0x0a, 1, b'k', 0x12, 1, b'v']);
     }
 
@@ -340,7 +357,11 @@ mod tests {
             output: vec![vi],
             ..Default::default()
         };
-        let m = ModelProto { ir_version: 8, graph: Some(g), ..Default::default() };
+        let m = ModelProto {
+            ir_version: 8,
+            graph: Some(g),
+            ..Default::default()
+        };
         let back = ModelProto::decode(m.encode_to_vec().as_slice()).expect("decodes");
         assert_eq!(back, m);
     }

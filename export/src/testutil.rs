@@ -11,7 +11,11 @@ use crate::proto::{GraphProto, ModelProto};
 use crate::{export_onnx_bytes, ExportOptions, ExportReport};
 
 pub fn spec_with(backbone: BackboneSpec, classes: usize) -> ModelSpec {
-    ModelSpec::new("test", backbone, (0..classes).map(|i| format!("class{i}")).collect())
+    ModelSpec::new(
+        "test",
+        backbone,
+        (0..classes).map(|i| format!("class{i}")).collect(),
+    )
 }
 
 /// Every float parameter a DANet checkpoint holds, with its PyTorch shape (conv6/conv7
@@ -20,7 +24,10 @@ pub fn param_shapes(spec: &ModelSpec) -> Vec<(String, Vec<usize>)> {
     let b = &spec.backbone;
     let mut out = Vec::new();
     let conv = |out: &mut Vec<(String, Vec<usize>)>, k: &str, o: i64, i: i64, s: i64| {
-        out.push((format!("{k}.weight"), vec![o as usize, i as usize, s as usize, s as usize]));
+        out.push((
+            format!("{k}.weight"),
+            vec![o as usize, i as usize, s as usize, s as usize],
+        ));
     };
     let bn = |out: &mut Vec<(String, Vec<usize>)>, k: &str, c: i64| {
         for p in ["weight", "bias", "running_mean", "running_var"] {
@@ -37,7 +44,11 @@ pub fn param_shapes(spec: &ModelSpec) -> Vec<(String, Vec<usize>)> {
             let p = format!("pretrained.layer{k}.{i}");
             let convs: Vec<(i64, i64, i64)> = match b.block {
                 BlockKind::Basic => vec![(planes, inplanes, 3), (planes, planes, 3)],
-                BlockKind::Bottleneck => vec![(planes, inplanes, 1), (planes, planes, 3), (outp, planes, 1)],
+                BlockKind::Bottleneck => vec![
+                    (planes, inplanes, 1),
+                    (planes, planes, 3),
+                    (outp, planes, 1),
+                ],
             };
             for (j, (o, i_, s)) in convs.into_iter().enumerate() {
                 conv(&mut out, &format!("{p}.conv{}", j + 1), o, i_, s);
@@ -51,7 +62,12 @@ pub fn param_shapes(spec: &ModelSpec) -> Vec<(String, Vec<usize>)> {
         }
     }
     let (inc, inter, qk) = (b.out_channels(), spec.inter_channels(), spec.qk_channels());
-    for (name, i) in [("conv5a", inc), ("conv5c", inc), ("conv51", inter), ("conv52", inter)] {
+    for (name, i) in [
+        ("conv5a", inc),
+        ("conv5c", inc),
+        ("conv51", inter),
+        ("conv52", inter),
+    ] {
         conv(&mut out, &format!("head.{name}.0"), inter, i, 3);
         bn(&mut out, &format!("head.{name}.1"), inter);
     }
@@ -88,9 +104,7 @@ pub fn random_entries(spec: &ModelSpec, seed: u64) -> Entries {
         let vals: Vec<f32> = (0..n)
             .map(|_| {
                 let u = next();
-                if key.ends_with("running_var") {
-                    (0.5 + u) as f32
-                } else if key.ends_with("gamma") {
+                if key.ends_with("running_var") || key.ends_with("gamma") {
                     (0.5 + u) as f32
                 } else {
                     (u - 0.5) as f32 * 0.5
@@ -101,17 +115,29 @@ pub fn random_entries(spec: &ModelSpec, seed: u64) -> Entries {
             let nbt = key.replace("running_var", "num_batches_tracked");
             out.push((nbt, Dtype::I64, vec![], 100i64.to_le_bytes().to_vec()));
         }
-        out.push((key, Dtype::F32, shape, vals.iter().flat_map(|v| v.to_le_bytes()).collect()));
+        out.push((
+            key,
+            Dtype::F32,
+            shape,
+            vals.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        ));
     }
     out
 }
 
 /// safetensors bytes with the spec in the header metadata (when given).
 pub fn serialize(entries: &Entries, spec: Option<&ModelSpec>) -> Vec<u8> {
-    let views = entries
-        .iter()
-        .map(|(k, dt, shape, data)| (k.clone(), TensorView::new(*dt, shape.clone(), data).expect("view")));
-    let meta = spec.map(|s| [(SPEC_METADATA_KEY.to_string(), s.to_json())].into_iter().collect());
+    let views = entries.iter().map(|(k, dt, shape, data)| {
+        (
+            k.clone(),
+            TensorView::new(*dt, shape.clone(), data).expect("view"),
+        )
+    });
+    let meta = spec.map(|s| {
+        [(SPEC_METADATA_KEY.to_string(), s.to_json())]
+            .into_iter()
+            .collect()
+    });
     safetensors::serialize(views, meta).expect("serialize")
 }
 
@@ -120,7 +146,10 @@ pub fn export_decoded_with(spec: &ModelSpec, opts: &ExportOptions) -> (ModelProt
     let st = safetensors::SafeTensors::deserialize(&bytes).expect("deserialize");
     let (onnx, report) = export_onnx_bytes(&st, spec, opts).expect("export");
     assert_eq!(report.bytes, onnx.len() as u64);
-    (ModelProto::decode(onnx.as_slice()).expect("decodes"), report)
+    (
+        ModelProto::decode(onnx.as_slice()).expect("decodes"),
+        report,
+    )
 }
 
 pub fn export_decoded(spec: &ModelSpec) -> (ModelProto, ExportReport) {
@@ -129,6 +158,15 @@ pub fn export_decoded(spec: &ModelSpec) -> (ModelProto, ExportReport) {
 
 /// The int-list attribute `attr` of the node named `node`.
 pub fn conv_attr(g: &GraphProto, node: &str, attr: &str) -> Vec<i64> {
-    let n = g.node.iter().find(|n| n.name == node).unwrap_or_else(|| panic!("no node {node}"));
-    n.attribute.iter().find(|a| a.name == attr).unwrap_or_else(|| panic!("{node} has no {attr}")).ints.clone()
+    let n = g
+        .node
+        .iter()
+        .find(|n| n.name == node)
+        .unwrap_or_else(|| panic!("no node {node}"));
+    n.attribute
+        .iter()
+        .find(|a| a.name == attr)
+        .unwrap_or_else(|| panic!("{node} has no {attr}"))
+        .ints
+        .clone()
 }

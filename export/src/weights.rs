@@ -23,7 +23,9 @@ impl<'a, 'data> Weights<'a, 'data> {
         let view = self
             .st
             .tensor(key)
-            .map_err(|_| ExportError::MissingTensor { key: key.to_string() })?;
+            .map_err(|_| ExportError::MissingTensor {
+                key: key.to_string(),
+            })?;
         if view.shape() != shape {
             return Err(ExportError::WrongShape {
                 key: key.to_string(),
@@ -32,11 +34,18 @@ impl<'a, 'data> Weights<'a, 'data> {
             });
         }
         if view.dtype() != Dtype::F32 {
-            return Err(ExportError::WrongDtype { key: key.to_string(), actual: format!("{:?}", view.dtype()) });
+            return Err(ExportError::WrongDtype {
+                key: key.to_string(),
+                actual: format!("{:?}", view.dtype()),
+            });
         }
         // safetensors stores little-endian; the data slice carries no alignment promise,
         // so decode bytewise rather than casting.
-        Ok(view.data().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect())
+        Ok(view
+            .data()
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect())
     }
 }
 
@@ -47,7 +56,10 @@ mod tests {
 
     #[test]
     fn checks_presence_shape_and_dtype() {
-        let f: Vec<u8> = [1.5f32, -2.0].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let f: Vec<u8> = [1.5f32, -2.0]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
         let i: Vec<u8> = 7i64.to_le_bytes().to_vec();
         let bytes = safetensors::serialize(
             [
@@ -61,9 +73,15 @@ mod tests {
         let w = Weights::new(&st);
         assert_eq!(w.f32("a", &[2]).expect("ok"), [1.5, -2.0]);
         let e = w.f32("a", &[1, 2]).unwrap_err().to_string();
-        assert!(e.contains("`a`") && e.contains("[2]") && e.contains("[1, 2]"), "{e}");
+        assert!(
+            e.contains("`a`") && e.contains("[2]") && e.contains("[1, 2]"),
+            "{e}"
+        );
         let e = w.f32("b", &[2]).unwrap_err().to_string();
         assert!(e.contains("`b`"), "{e}");
-        assert!(matches!(w.f32("n", &[]), Err(ExportError::WrongDtype { .. })));
+        assert!(matches!(
+            w.f32("n", &[]),
+            Err(ExportError::WrongDtype { .. })
+        ));
     }
 }

@@ -37,7 +37,10 @@ pub(crate) fn check_input_shape(got: &[usize], declared: &[Option<usize>]) -> Re
     let fits = got.len() == 4
         && got[1] == 3
         && got.iter().all(|&d| d > 0)
-        && declared.iter().zip(got).all(|(d, g)| d.is_none_or(|d| d == *g));
+        && declared
+            .iter()
+            .zip(got)
+            .all(|(d, g)| d.is_none_or(|d| d == *g));
     if fits {
         return Ok(());
     }
@@ -70,7 +73,9 @@ pub(crate) fn ensure_exists(path: &Path) -> Result<()> {
     if path.is_file() {
         Ok(())
     } else {
-        Err(RuntimeError::ModelNotFound { path: path.to_path_buf() })
+        Err(RuntimeError::ModelNotFound {
+            path: path.to_path_buf(),
+        })
     }
 }
 
@@ -81,8 +86,14 @@ pub fn load_spec(path: impl AsRef<Path>) -> Result<ModelSpec> {
         .into_iter()
         .find(|(k, _)| k == SPEC_METADATA_KEY)
         .map(|(_, v)| v)
-        .ok_or_else(|| RuntimeError::MissingSpec { path: path.into(), key: SPEC_METADATA_KEY })?;
-    ModelSpec::from_json(&json).map_err(|source| RuntimeError::InvalidSpec { path: path.into(), source })
+        .ok_or_else(|| RuntimeError::MissingSpec {
+            path: path.into(),
+            key: SPEC_METADATA_KEY,
+        })?;
+    ModelSpec::from_json(&json).map_err(|source| RuntimeError::InvalidSpec {
+        path: path.into(),
+        source,
+    })
 }
 
 /// All `metadata_props` (key, value) pairs of an ONNX model, in file order.
@@ -92,10 +103,18 @@ pub fn load_spec(path: impl AsRef<Path>) -> Result<ModelSpec> {
 pub fn read_metadata(path: impl AsRef<Path>) -> Result<Vec<(String, String)>> {
     let path = path.as_ref();
     ensure_exists(path)?;
-    let io = |source| RuntimeError::Io { path: path.into(), source };
+    let io = |source| RuntimeError::Io {
+        path: path.into(),
+        source,
+    };
     let file = File::open(path).map_err(io)?;
     let len = file.metadata().map_err(io)?.len();
-    let mut scanner = Scanner { r: BufReader::new(file), pos: 0, len, path: path.into() };
+    let mut scanner = Scanner {
+        r: BufReader::new(file),
+        pos: 0,
+        len,
+        path: path.into(),
+    };
     scanner.model_metadata()
 }
 
@@ -112,7 +131,10 @@ struct Scanner<R> {
 
 impl<R: Read + Seek> Scanner<R> {
     fn invalid(&self, message: String) -> RuntimeError {
-        RuntimeError::InvalidModel { path: self.path.clone(), message }
+        RuntimeError::InvalidModel {
+            path: self.path.clone(),
+            message,
+        }
     }
 
     fn byte(&mut self) -> Result<u8> {
@@ -122,10 +144,14 @@ impl<R: Read + Seek> Scanner<R> {
                 self.pos += 1;
                 Ok(b[0])
             }
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
-                Err(self.invalid(format!("file ends in the middle of a field at byte {}", self.pos)))
-            }
-            Err(source) => Err(RuntimeError::Io { path: self.path.clone(), source }),
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Err(self.invalid(format!(
+                "file ends in the middle of a field at byte {}",
+                self.pos
+            ))),
+            Err(source) => Err(RuntimeError::Io {
+                path: self.path.clone(),
+                source,
+            }),
         }
     }
 
@@ -151,7 +177,10 @@ impl<R: Read + Seek> Scanner<R> {
         }
         self.r
             .seek(SeekFrom::Current(n as i64))
-            .map_err(|source| RuntimeError::Io { path: self.path.clone(), source })?;
+            .map_err(|source| RuntimeError::Io {
+                path: self.path.clone(),
+                source,
+            })?;
         self.pos += n;
         Ok(())
     }
@@ -163,7 +192,10 @@ impl<R: Read + Seek> Scanner<R> {
         let mut buf = vec![0u8; n as usize];
         self.r
             .read_exact(&mut buf)
-            .map_err(|source| RuntimeError::Io { path: self.path.clone(), source })?;
+            .map_err(|source| RuntimeError::Io {
+                path: self.path.clone(),
+                source,
+            })?;
         self.pos += n;
         Ok(buf)
     }
@@ -176,7 +208,9 @@ impl<R: Read + Seek> Scanner<R> {
             let key = self.varint()?;
             let (field, wire) = (key >> 3, key & 7);
             if field == 0 {
-                return Err(self.invalid(format!("not an ONNX protobuf: field number 0 at byte {at}")));
+                return Err(
+                    self.invalid(format!("not an ONNX protobuf: field number 0 at byte {at}"))
+                );
             }
             match wire {
                 0 => drop(self.varint()?),
@@ -198,7 +232,9 @@ impl<R: Read + Seek> Scanner<R> {
                     }
                 }
                 w => {
-                    return Err(self.invalid(format!("not an ONNX protobuf: wire type {w} at byte {at}")));
+                    return Err(
+                        self.invalid(format!("not an ONNX protobuf: wire type {w} at byte {at}"))
+                    );
                 }
             }
         }
@@ -252,7 +288,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("m.onnx");
         let spec = tiny_spec(3);
-        std::fs::write(&path, tiny_model_bytes(&spec, &[[1.0; 3], [0.0; 3], [-1.0; 3]], &[0.0; 3])).unwrap();
+        std::fs::write(
+            &path,
+            tiny_model_bytes(&spec, &[[1.0; 3], [0.0; 3], [-1.0; 3]], &[0.0; 3]),
+        )
+        .unwrap();
         assert_eq!(load_spec(&path).unwrap(), spec);
     }
 
@@ -269,17 +309,26 @@ mod tests {
         let full = tiny_model_bytes(&spec, &[[1.0; 3], [0.0; 3]], &[0.0; 2]);
         std::fs::write(&path, &full[..full.len() / 2]).unwrap();
         let err = load_spec(&path).unwrap_err();
-        assert!(err.to_string().contains("truncated") || err.to_string().contains("ends"), "{err}");
+        assert!(
+            err.to_string().contains("truncated") || err.to_string().contains("ends"),
+            "{err}"
+        );
 
         let missing = dir.path().join("nope.onnx");
-        assert!(matches!(load_spec(&missing), Err(RuntimeError::ModelNotFound { .. })));
+        assert!(matches!(
+            load_spec(&missing),
+            Err(RuntimeError::ModelNotFound { .. })
+        ));
     }
 
     #[test]
     fn input_shape_errors_say_expected_and_got() {
         let err = check_input_shape(&[1, 4, 8, 8], &[None, Some(3), None, None]).unwrap_err();
         let msg = err.to_string();
-        assert!(msg.contains("[N, 3, H, W]") && msg.contains("[1, 4, 8, 8]"), "{msg}");
+        assert!(
+            msg.contains("[N, 3, H, W]") && msg.contains("[1, 4, 8, 8]"),
+            "{msg}"
+        );
         assert!(check_input_shape(&[2, 3, 5, 7], &[None, Some(3), None, None]).is_ok());
         assert!(check_input_shape(&[1, 3, 5, 7], &[None, Some(3), Some(8), None]).is_err());
     }

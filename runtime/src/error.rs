@@ -57,7 +57,7 @@ pub enum RuntimeError {
          libonnxruntime.so (e.g. <venv>/lib/python3.11/site-packages/onnxruntime/capi/libonnxruntime.so.1.31.1 \
          from `pip install onnxruntime==1.31.1`, or onnxruntime-gpu for CUDA/TensorRT), \
          or use the tract backend",
-        if tried.is_empty() { "nothing (ORT_DYLIB_PATH unset and no path recorded at build time)".to_string() } else { tried.join("; ") }
+        tried_list(tried)
     )]
     OrtLibraryNotFound {
         /// Each candidate with why it was rejected.
@@ -78,6 +78,14 @@ pub enum RuntimeError {
 }
 
 pub type Result<T, E = RuntimeError> = std::result::Result<T, E>;
+
+fn tried_list(tried: &[String]) -> String {
+    if tried.is_empty() {
+        "nothing (ORT_DYLIB_PATH unset and no path recorded at build time)".into()
+    } else {
+        tried.join("; ")
+    }
+}
 
 /// Formats a shape as `[1, 3, 512, 512]`.
 pub(crate) fn fmt_shape(shape: &[usize]) -> String {

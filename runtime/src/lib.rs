@@ -1,8 +1,10 @@
 //! Run exported segtool DANet models.
 //!
 //! ```no_run
-//! use segtool_runtime::{Backend, OrtOptions, Provider, Segmenter};
+//! # #[cfg(not(feature = "ort"))] fn main() {}
+//! # #[cfg(feature = "ort")]
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use segtool_runtime::{Backend, OrtOptions, Provider, Segmenter};
 //! let options = OrtOptions::new().with_provider(Provider::Cuda { device_id: 0 });
 //! let mut seg = Segmenter::open("model.onnx", Backend::Ort(options))?;
 //! eprintln!("running on {}", seg.engine().provider()); // "cpu" if CUDA was unavailable
@@ -20,15 +22,22 @@
 //! `tract` (pure Rust). With `--no-default-features --features tract` nothing native is
 //! needed at all.
 
+// Without any backend only the pre/post-processing is usable; `Segmenter::open` then
+// always fails, which leaves helpers unused.
+#![cfg_attr(
+    not(any(feature = "ort", feature = "tract")),
+    allow(dead_code, unused_variables, unreachable_code)
+)]
+
 pub mod engine;
 pub mod error;
 #[cfg(feature = "ort")]
 pub mod ort_engine;
 pub mod postprocess;
 pub mod preprocess;
+pub mod testing;
 #[cfg(feature = "tract")]
 pub mod tract_engine;
-pub mod testing;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -88,7 +97,11 @@ impl Segmenter {
 
     /// Wraps an engine built by hand (custom options, a spec from elsewhere).
     pub fn from_engine(engine: Box<dyn Engine>, spec: ModelSpec) -> Self {
-        Self { engine, spec, keep_logits: false }
+        Self {
+            engine,
+            spec,
+            keep_logits: false,
+        }
     }
 
     /// Also return the raw logits of every image (costly for large class counts).
@@ -134,7 +147,10 @@ impl Segmenter {
                 results[i] = Some(seg);
             }
         }
-        Ok(results.into_iter().map(|r| r.expect("every image in a group")).collect())
+        Ok(results
+            .into_iter()
+            .map(|r| r.expect("every image in a group"))
+            .collect())
     }
 
     fn run_same_size(&mut self, imgs: &[RgbImage], w: u32, h: u32) -> Result<Vec<Segmentation>> {
@@ -143,7 +159,10 @@ impl Segmenter {
         let classes = logits.shape()[1];
         if classes != self.spec.num_classes() || classes > 256 {
             return Err(RuntimeError::OutputShape {
-                expected: format!("{} classes (from the model's spec, at most 256)", self.spec.num_classes()),
+                expected: format!(
+                    "{} classes (from the model's spec, at most 256)",
+                    self.spec.num_classes()
+                ),
                 got: format!("logits {:?}", logits.shape()),
             });
         }
@@ -153,7 +172,9 @@ impl Segmenter {
             .enumerate()
             .map(|(i, mask)| Segmentation {
                 mask: resize_nearest(mask.view(), h as usize, w as usize),
-                logits: self.keep_logits.then(|| logits.index_axis(Axis(0), i).to_owned()),
+                logits: self
+                    .keep_logits
+                    .then(|| logits.index_axis(Axis(0), i).to_owned()),
             })
             .collect())
     }
@@ -200,9 +221,14 @@ mod tests {
     fn segmenter_with_tract_handles_mixed_sizes_in_order() {
         let dir = tempfile::tempdir().unwrap();
         let path = write_rgb_model(dir.path());
-        let mut seg = Segmenter::open(&path, Backend::Tract).unwrap().with_logits(true);
+        let mut seg = Segmenter::open(&path, Backend::Tract)
+            .unwrap()
+            .with_logits(true);
         assert_eq!(seg.spec(), &tiny_spec(3));
-        assert_eq!((seg.engine().name(), seg.engine().provider()), ("tract", "cpu"));
+        assert_eq!(
+            (seg.engine().name(), seg.engine().provider()),
+            ("tract", "cpu")
+        );
         check_results(&mut seg);
     }
 
@@ -212,7 +238,9 @@ mod tests {
     fn segmenter_with_ort_falls_back_to_cpu_and_says_why() {
         let dir = tempfile::tempdir().unwrap();
         let path = write_rgb_model(dir.path());
-        let options = OrtOptions::new().with_intra_threads(1).with_provider(Provider::Cuda { device_id: 0 });
+        let options = OrtOptions::new()
+            .with_intra_threads(1)
+            .with_provider(Provider::Cuda { device_id: 0 });
         let seg = match Segmenter::open(&path, Backend::Ort(options)) {
             Err(RuntimeError::OrtLibraryNotFound { tried }) => {
                 eprintln!("skipping: no ONNX Runtime library ({tried:?})");
@@ -222,7 +250,11 @@ mod tests {
         };
         let mut seg = seg.with_logits(true);
         assert_eq!(seg.engine().name(), "onnxruntime");
-        eprintln!("ort provider: {} fallback: {:?}", seg.engine().provider(), seg.engine().fallback_reason());
+        eprintln!(
+            "ort provider: {} fallback: {:?}",
+            seg.engine().provider(),
+            seg.engine().fallback_reason()
+        );
         if seg.engine().provider() == "cpu" {
             assert!(seg.engine().fallback_reason().unwrap().contains("cuda:0"));
         }
@@ -231,6 +263,10 @@ mod tests {
         let bad = dir.path().join("bad.onnx");
         std::fs::write(&bad, b"\x08\x08garbage").unwrap();
         let err = OrtEngine::open(&bad, &OrtOptions::new()).err().unwrap();
-        assert!(matches!(err, RuntimeError::InvalidModel { .. }) && err.to_string().contains("bad.onnx"), "{err}");
+        assert!(
+            matches!(err, RuntimeError::InvalidModel { .. })
+                && err.to_string().contains("bad.onnx"),
+            "{err}"
+        );
     }
 }

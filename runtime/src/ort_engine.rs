@@ -32,11 +32,17 @@ pub const BUILD_TIME_DYLIB: Option<&str> = option_env!("SEGTOOL_ORT_DYLIB");
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Provider {
     Cpu,
-    Cuda { device_id: i32 },
+    Cuda {
+        device_id: i32,
+    },
     /// TensorRT, with CUDA registered behind it for the nodes TensorRT does not take.
     /// `cache_dir` keeps built engines (and timing caches) between runs: building one
     /// takes minutes for DANet-R101.
-    TensorRt { device_id: i32, fp16: bool, cache_dir: Option<PathBuf> },
+    TensorRt {
+        device_id: i32,
+        fp16: bool,
+        cache_dir: Option<PathBuf>,
+    },
 }
 
 impl fmt::Display for Provider {
@@ -44,8 +50,14 @@ impl fmt::Display for Provider {
         match self {
             Provider::Cpu => f.write_str("cpu"),
             Provider::Cuda { device_id } => write!(f, "cuda:{device_id}"),
-            Provider::TensorRt { device_id, fp16, .. } => {
-                write!(f, "tensorrt:{device_id}{}", if *fp16 { "(fp16)" } else { "" })
+            Provider::TensorRt {
+                device_id, fp16, ..
+            } => {
+                write!(
+                    f,
+                    "tensorrt:{device_id}{}",
+                    if *fp16 { "(fp16)" } else { "" }
+                )
             }
         }
     }
@@ -56,13 +68,25 @@ impl FromStr for Provider {
     type Err = String;
     fn from_str(s: &str) -> std::result::Result<Self, String> {
         let (kind, id) = s.split_once(':').unwrap_or((s, "0"));
-        let device_id = id.parse().map_err(|_| format!("bad device id in provider {s:?}"))?;
+        let device_id = id
+            .parse()
+            .map_err(|_| format!("bad device id in provider {s:?}"))?;
         match kind.to_ascii_lowercase().as_str() {
             "cpu" => Ok(Provider::Cpu),
             "cuda" => Ok(Provider::Cuda { device_id }),
-            "tensorrt" | "trt" => Ok(Provider::TensorRt { device_id, fp16: false, cache_dir: None }),
-            "tensorrt-fp16" | "trt-fp16" => Ok(Provider::TensorRt { device_id, fp16: true, cache_dir: None }),
-            _ => Err(format!("unknown provider {s:?} (cpu, cuda[:N], tensorrt[:N], tensorrt-fp16[:N])")),
+            "tensorrt" | "trt" => Ok(Provider::TensorRt {
+                device_id,
+                fp16: false,
+                cache_dir: None,
+            }),
+            "tensorrt-fp16" | "trt-fp16" => Ok(Provider::TensorRt {
+                device_id,
+                fp16: true,
+                cache_dir: None,
+            }),
+            _ => Err(format!(
+                "unknown provider {s:?} (cpu, cuda[:N], tensorrt[:N], tensorrt-fp16[:N])"
+            )),
         }
     }
 }
@@ -72,11 +96,23 @@ impl Provider {
         match self {
             Provider::Cpu => vec![ep::CPU::default().build().error_on_failure()],
             Provider::Cuda { device_id } => {
-                vec![ep::CUDA::default().with_device_id(*device_id).build().error_on_failure()]
+                vec![ep::CUDA::default()
+                    .with_device_id(*device_id)
+                    .build()
+                    .error_on_failure()]
             }
-            Provider::TensorRt { device_id, fp16, cache_dir } => {
-                let mut trt = ep::TensorRT::default().with_device_id(*device_id).with_fp16(*fp16);
+            Provider::TensorRt {
+                device_id,
+                fp16,
+                cache_dir,
+            } => {
+                let mut trt = ep::TensorRT::default()
+                    .with_device_id(*device_id)
+                    .with_fp16(*fp16);
                 if let Some(dir) = cache_dir {
+                    // TensorRT does not create the cache folder itself; a failure here
+                    // surfaces as a TensorRT registration error naming the path.
+                    let _ = std::fs::create_dir_all(dir);
                     let dir = dir.display().to_string();
                     trt = trt
                         .with_engine_cache(true)
@@ -86,7 +122,10 @@ impl Provider {
                 }
                 vec![
                     trt.build().error_on_failure(),
-                    ep::CUDA::default().with_device_id(*device_id).build().error_on_failure(),
+                    ep::CUDA::default()
+                        .with_device_id(*device_id)
+                        .build()
+                        .error_on_failure(),
                 ]
             }
         }
@@ -114,7 +153,10 @@ impl OrtOptions {
         self
     }
 
-    pub fn with_execution_providers(mut self, providers: impl IntoIterator<Item = Provider>) -> Self {
+    pub fn with_execution_providers(
+        mut self,
+        providers: impl IntoIterator<Item = Provider>,
+    ) -> Self {
         self.execution_providers = providers.into_iter().collect();
         self
     }
@@ -220,9 +262,20 @@ impl OrtEngine {
         unreachable!("CPU is always the last provider tried")
     }
 
-    fn from_session(session: Session, path: PathBuf, provider: String, fallback: Option<String>) -> Result<Self> {
-        let invalid = |message: String| RuntimeError::InvalidModel { path: path.clone(), message };
-        let input = session.inputs().first().ok_or_else(|| invalid("model has no input".into()))?;
+    fn from_session(
+        session: Session,
+        path: PathBuf,
+        provider: String,
+        fallback: Option<String>,
+    ) -> Result<Self> {
+        let invalid = |message: String| RuntimeError::InvalidModel {
+            path: path.clone(),
+            message,
+        };
+        let input = session
+            .inputs()
+            .first()
+            .ok_or_else(|| invalid("model has no input".into()))?;
         let declared = match input.dtype().tensor_shape() {
             Some(shape) => shape.iter().map(|&d| usize::try_from(d).ok()).collect(),
             None => vec![None; 4],
@@ -235,7 +288,15 @@ impl OrtEngine {
             .or_else(|| outputs.first())
             .ok_or_else(|| invalid("model has no output".into()))?;
         let output_name = output.name().to_string();
-        Ok(Self { session, input_name, output_name, declared, provider, fallback, path })
+        Ok(Self {
+            session,
+            input_name,
+            output_name,
+            declared,
+            provider,
+            fallback,
+            path,
+        })
     }
 
     /// The model file this engine was loaded from.
@@ -244,10 +305,17 @@ impl OrtEngine {
     }
 }
 
-fn build_session(env: &Environment, path: &Path, options: &OrtOptions, provider: &Provider) -> ort::Result<Session> {
+fn build_session(
+    env: &Environment,
+    path: &Path,
+    options: &OrtOptions,
+    provider: &Provider,
+) -> ort::Result<Session> {
     let mut builder = Session::builder(env)?;
     if let Some(n) = options.intra_threads {
-        builder = builder.with_intra_threads(n).map_err(|e| ort::Error::new(e.to_string()))?;
+        builder = builder
+            .with_intra_threads(n)
+            .map_err(|e| ort::Error::new(e.to_string()))?;
     }
     builder
         .with_execution_providers(provider.dispatches())
@@ -271,16 +339,23 @@ impl Engine for OrtEngine {
     fn run(&mut self, input: ArrayView4<f32>) -> Result<Array4<f32>> {
         check_input_shape(input.shape(), &self.declared)?;
         let contiguous = input.as_standard_layout();
-        let tensor = TensorRef::from_array_view(&contiguous).map_err(|e| RuntimeError::Ort(e.to_string()))?;
+        let tensor = TensorRef::from_array_view(&contiguous)
+            .map_err(|e| RuntimeError::Ort(e.to_string()))?;
         let outputs = self
             .session
             .run(ort::inputs![self.input_name.as_str() => tensor])
             .map_err(|e| RuntimeError::Ort(format!("running {}: {e}", self.path.display())))?;
         let logits = outputs[self.output_name.as_str()]
             .try_extract_array::<f32>()
-            .map_err(|e| RuntimeError::OutputShape { expected: "f32 logits".into(), got: e.to_string() })?;
+            .map_err(|e| RuntimeError::OutputShape {
+                expected: "f32 logits".into(),
+                got: e.to_string(),
+            })?;
         check_output_shape(input.shape(), logits.shape())?;
-        Ok(logits.into_dimensionality::<Ix4>().expect("rank checked").to_owned())
+        Ok(logits
+            .into_dimensionality::<Ix4>()
+            .expect("rank checked")
+            .to_owned())
     }
 }
 
@@ -290,7 +365,10 @@ mod tests {
 
     #[test]
     fn provider_parsing_and_display() {
-        assert_eq!("cuda:1".parse::<Provider>().unwrap(), Provider::Cuda { device_id: 1 });
+        assert_eq!(
+            "cuda:1".parse::<Provider>().unwrap(),
+            Provider::Cuda { device_id: 1 }
+        );
         assert_eq!("CPU".parse::<Provider>().unwrap(), Provider::Cpu);
         let trt: Provider = "tensorrt-fp16".parse().unwrap();
         assert_eq!(trt.to_string(), "tensorrt:0(fp16)");

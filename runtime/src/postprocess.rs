@@ -25,12 +25,15 @@ pub fn argmax(logits: ArrayView4<f32>) -> Vec<Array2<u8>> {
             let mut best = scores.index_axis(Axis(0), 0).to_owned();
             let mut mask = Array2::<u8>::zeros((h, w));
             for (k, plane) in scores.outer_iter().enumerate().skip(1) {
-                Zip::from(&mut best).and(&mut mask).and(&plane).for_each(|b, m, &v| {
-                    if v > *b || (b.is_nan() && !v.is_nan()) {
-                        *b = v;
-                        *m = k as u8;
-                    }
-                });
+                Zip::from(&mut best)
+                    .and(&mut mask)
+                    .and(&plane)
+                    .for_each(|b, m, &v| {
+                        if v > *b || (b.is_nan() && !v.is_nan()) {
+                            *b = v;
+                            *m = k as u8;
+                        }
+                    });
             }
             mask
         })
@@ -44,7 +47,8 @@ pub fn resize_nearest(mask: ArrayView2<u8>, height: usize, width: usize) -> Arra
     if (h, w) == (height, width) {
         return mask.to_owned();
     }
-    let src = |dst: usize, src_len: usize, dst_len: usize| ((dst * src_len) / dst_len).min(src_len - 1);
+    let src =
+        |dst: usize, src_len: usize, dst_len: usize| ((dst * src_len) / dst_len).min(src_len - 1);
     let cols: Vec<usize> = (0..width).map(|x| src(x, w, width)).collect();
     Array2::from_shape_fn((height, width), |(y, x)| mask[[src(y, h, height), cols[x]]])
 }
@@ -53,7 +57,10 @@ pub fn resize_nearest(mask: ArrayView2<u8>, height: usize, width: usize) -> Arra
 pub fn colorize(mask: ArrayView2<u8>, palette: &[[u8; 3]]) -> RgbImage {
     let (h, w) = mask.dim();
     RgbImage::from_fn(w as u32, h as u32, |x, y| {
-        Rgb(palette.get(mask[[y as usize, x as usize]] as usize).copied().unwrap_or([0, 0, 0]))
+        Rgb(palette
+            .get(mask[[y as usize, x as usize]] as usize)
+            .copied()
+            .unwrap_or([0, 0, 0]))
     })
 }
 
@@ -104,9 +111,15 @@ mod tests {
     #[test]
     fn resize_nearest_keeps_labels() {
         let m = arr2(&[[1u8, 2], [3, 4]]);
-        assert_eq!(resize_nearest(m.view(), 4, 4), arr2(&[[1, 1, 2, 2], [1, 1, 2, 2], [3, 3, 4, 4], [3, 3, 4, 4]]));
+        assert_eq!(
+            resize_nearest(m.view(), 4, 4),
+            arr2(&[[1, 1, 2, 2], [1, 1, 2, 2], [3, 3, 4, 4], [3, 3, 4, 4]])
+        );
         assert_eq!(resize_nearest(m.view(), 1, 1), arr2(&[[1]]));
-        assert_eq!(resize_nearest(m.view(), 2, 3), arr2(&[[1, 1, 2], [3, 3, 4]]));
+        assert_eq!(
+            resize_nearest(m.view(), 2, 3),
+            arr2(&[[1, 1, 2], [3, 3, 4]])
+        );
     }
 
     #[test]
@@ -124,7 +137,7 @@ mod tests {
         assert_eq!(o.get_pixel(0, 0), &Rgb([50, 50, 50]));
         assert_eq!(o.get_pixel(1, 0), &Rgb([178, 50, 50])); // 177.5 rounds up
         assert_eq!(o.get_pixel(1, 1), &Rgb([100, 100, 100])); // ignore label: untouched
-        // A 1x1 mask is stretched over the 2x2 image.
+                                                              // A 1x1 mask is stretched over the 2x2 image.
         let o = overlay(&img, arr2(&[[2u8]]).view(), &palette, 1.0);
         assert!(o.pixels().all(|p| *p == Rgb([0, 255, 0])));
     }

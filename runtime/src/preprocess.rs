@@ -29,7 +29,9 @@ impl Table {
         let w = img.width() as usize;
         for (c, table) in self.0.iter().enumerate() {
             let mut plane = out.index_axis_mut(Axis(0), c);
-            let plane = plane.as_slice_mut().expect("freshly allocated, standard layout");
+            let plane = plane
+                .as_slice_mut()
+                .expect("freshly allocated, standard layout");
             for (dst, px) in plane.iter_mut().zip(img.pixels()) {
                 *dst = table[px.0[c] as usize];
             }
@@ -56,7 +58,11 @@ pub fn normalise_batch(imgs: &[RgbImage], spec: &ModelSpec) -> Result<Array4<f32
         got: "an empty batch".into(),
     })?;
     let (w, h) = first.dimensions();
-    if let Some((i, odd)) = imgs.iter().enumerate().find(|(_, im)| im.dimensions() != (w, h)) {
+    if let Some((i, odd)) = imgs
+        .iter()
+        .enumerate()
+        .find(|(_, im)| im.dimensions() != (w, h))
+    {
         return Err(RuntimeError::InputShape {
             expected: format!("every image of a batch {w}x{h} like image 0"),
             got: format!("image {i} is {}x{}", odd.width(), odd.height()),
@@ -101,7 +107,10 @@ mod tests {
         let b = RgbImage::from_pixel(4, 2, Rgb([200, 100, 0]));
         let t = normalise_batch(&[a.clone(), b.clone()], &spec).unwrap();
         assert_eq!(t.shape(), &[2, 3, 2, 4]);
-        assert_eq!(t.index_axis(Axis(0), 1), normalise(&b, &spec).index_axis(Axis(0), 0));
+        assert_eq!(
+            t.index_axis(Axis(0), 1),
+            normalise(&b, &spec).index_axis(Axis(0), 0)
+        );
         let err = normalise_batch(&[a, RgbImage::new(3, 2)], &spec).unwrap_err();
         assert!(err.to_string().contains("image 1 is 3x2"), "{err}");
         assert!(normalise_batch(&[], &spec).is_err());

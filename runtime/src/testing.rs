@@ -11,7 +11,11 @@ use segtool_core::{BackboneSpec, ModelSpec, SPEC_METADATA_KEY};
 
 /// A valid spec with `n` classes named `c0..`, default palette and ImageNet mean/std.
 pub fn tiny_spec(n: usize) -> ModelSpec {
-    ModelSpec::new("tiny", BackboneSpec::tiny(), (0..n).map(|i| format!("c{i}")).collect())
+    ModelSpec::new(
+        "tiny",
+        BackboneSpec::tiny(),
+        (0..n).map(|i| format!("c{i}")).collect(),
+    )
 }
 
 /// Encodes the 1x1-conv model: `logits[c] = sum_k weights[c][k] * image[k] + bias[c]`.
@@ -33,9 +37,20 @@ pub fn tiny_model_bytes(spec: &ModelSpec, weights: &[[f32; 3]], bias: &[f32]) ->
     bytes(&mut graph, 2, b"segtool_tiny");
     bytes(&mut graph, 5, &tensor("W", &[classes, 3, 1, 1], &w));
     bytes(&mut graph, 5, &tensor("B", &[classes], bias));
-    let dims = |c: Dim| [Dim::Param("batch"), c, Dim::Param("height"), Dim::Param("width")];
+    let dims = |c: Dim| {
+        [
+            Dim::Param("batch"),
+            c,
+            Dim::Param("height"),
+            Dim::Param("width"),
+        ]
+    };
     bytes(&mut graph, 11, &value_info("image", &dims(Dim::Value(3))));
-    bytes(&mut graph, 12, &value_info("logits", &dims(Dim::Value(classes))));
+    bytes(
+        &mut graph,
+        12,
+        &value_info("logits", &dims(Dim::Value(classes))),
+    );
 
     let mut model = Vec::new();
     varint_field(&mut model, 1, 8); // ir_version 8 (opset 17 era)

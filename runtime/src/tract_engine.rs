@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use ndarray::{Array4, ArrayView4, Ix4};
 use tract_onnx::prelude::*;
+use tract_onnx::tract_hir::infer::Factoid;
 
 use crate::engine::{check_input_shape, check_output_shape, ensure_exists, Engine};
 use crate::error::{Result, RuntimeError};
@@ -35,21 +36,35 @@ impl TractEngine {
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
         ensure_exists(&path)?;
-        let model = tract_onnx::onnx()
-            .model_for_path(&path)
-            .map_err(|e| RuntimeError::InvalidModel { path: path.clone(), message: format!("{e:#}") })?;
-        let fact = model.input_fact(0).map_err(|e| RuntimeError::InvalidModel {
-            path: path.clone(),
-            message: format!("model has no input: {e:#}"),
-        })?;
+        let model =
+            tract_onnx::onnx()
+                .model_for_path(&path)
+                .map_err(|e| RuntimeError::InvalidModel {
+                    path: path.clone(),
+                    message: format!("{e:#}"),
+                })?;
+        let fact = model
+            .input_fact(0)
+            .map_err(|e| RuntimeError::InvalidModel {
+                path: path.clone(),
+                message: format!("model has no input: {e:#}"),
+            })?;
         let mut declared: Vec<Option<usize>> = fact
             .shape
             .dims()
-            .map(|d| d.concretize().and_then(|d| d.to_usize().ok()))
+            .map(|d| match d.concretize() {
+                Some(TDim::Val(v)) => usize::try_from(v).ok(),
+                _ => None,
+            })
             .collect();
         // A model without shape info (rare) still takes NCHW.
         declared.resize(4, None);
-        Ok(Self { path, model, declared, plans: HashMap::new() })
+        Ok(Self {
+            path,
+            model,
+            declared,
+            plans: HashMap::new(),
+        })
     }
 
     /// The model file this engine was loaded from.
@@ -98,11 +113,18 @@ impl Engine for TractEngine {
         let outputs = plan
             .run(tvec!(tensor.into()))
             .map_err(|e| RuntimeError::Tract(format!("running {}: {e:#}", self.path.display())))?;
-        let logits = outputs[0]
-            .to_array_view::<f32>()
-            .map_err(|e| RuntimeError::OutputShape { expected: "f32 logits".into(), got: format!("{e:#}") })?;
+        let logits =
+            outputs[0]
+                .to_plain_array_view::<f32>()
+                .map_err(|e| RuntimeError::OutputShape {
+                    expected: "f32 logits".into(),
+                    got: format!("{e:#}"),
+                })?;
         check_output_shape(input.shape(), logits.shape())?;
-        Ok(logits.into_dimensionality::<Ix4>().expect("rank checked").to_owned())
+        Ok(logits
+            .into_dimensionality::<Ix4>()
+            .expect("rank checked")
+            .to_owned())
     }
 }
 
@@ -117,16 +139,22 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("broken.onnx");
         std::fs::write(&path, [0x0a, 0xff, 0xff, 0xff, 0x0f, 1, 2, 3]).unwrap();
-        let err = TractEngine::open(&path).err().expect("garbage must not load");
+        let err = TractEngine::open(&path)
+            .err()
+            .expect("garbage must not load");
         assert!(matches!(err, RuntimeError::InvalidModel { .. }), "{err}");
         assert!(err.to_string().contains("broken.onnx"), "{err}");
 
         let full = tiny_model_bytes(&tiny_spec(2), &[[1.0; 3], [0.0; 3]], &[0.0; 2]);
         std::fs::write(&path, &full[..full.len() - 40]).unwrap();
-        let err = TractEngine::open(&path).err().expect("truncated file must not load");
+        let err = TractEngine::open(&path)
+            .err()
+            .expect("truncated file must not load");
         assert!(matches!(err, RuntimeError::InvalidModel { .. }), "{err}");
 
-        let err = TractEngine::open(dir.path().join("missing.onnx")).err().unwrap();
+        let err = TractEngine::open(dir.path().join("missing.onnx"))
+            .err()
+            .unwrap();
         assert!(matches!(err, RuntimeError::ModelNotFound { .. }), "{err}");
     }
 
@@ -138,7 +166,9 @@ mod tests {
         std::fs::write(&path, tiny_model_bytes(&tiny_spec(2), &w, &b)).unwrap();
         let mut engine = TractEngine::open(&path).unwrap();
         for (n, h, wd) in [(1, 4, 5), (2, 3, 3), (1, 4, 5)] {
-            let x = Array4::from_shape_fn((n, 3, h, wd), |(i, c, y, x)| (i + c * 2 + y + x) as f32 * 0.1);
+            let x = Array4::from_shape_fn((n, 3, h, wd), |(i, c, y, x)| {
+                (i + c * 2 + y + x) as f32 * 0.1
+            });
             let out = engine.run(x.view()).unwrap();
             assert_eq!(out.shape(), &[n, 2, h, wd]);
             let (i, y, xx) = (n - 1, h - 1, wd - 1);

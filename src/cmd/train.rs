@@ -30,6 +30,9 @@ pub struct Args {
     /// cpu, cuda, cuda:N.
     #[arg(long, default_value = "cpu")]
     pub device: String,
+    /// libtorch intra-op threads (0: libtorch's default, one per core).
+    #[arg(long, default_value_t = 0)]
+    pub threads: i32,
     #[command(flatten)]
     pub shapes: ShapesArgs,
 }
@@ -67,6 +70,9 @@ pub fn backbone_spec(name: &str, output_stride: i64) -> Result<BackboneSpec> {
 }
 
 pub fn run(args: Args) -> Result<()> {
+    if args.threads > 0 {
+        tch::set_num_threads(args.threads);
+    }
     let (classes, palette) = dataset_classes(&args.data)?;
     let mut spec = ModelSpec::new(&args.backbone, backbone_spec(&args.backbone, args.output_stride)?, classes);
     if let Some(p) = palette {
