@@ -141,6 +141,12 @@ impl Trainer {
             smoothed = Some(s);
             bar.set_message(format!("loss {s:.4} lr {:.2e}", cfg.lr_at(it)));
             bar.inc(1);
+            if cfg.progress && bar.is_hidden() && (it + 1) % (cfg.iterations / 10).max(1) == 0 {
+                // No terminal (CI logs, pipes): a plain line every 10% instead of a bar.
+                let rate = (it + 1) as f64 / start.elapsed().as_secs_f64();
+                let eta = (cfg.iterations - it - 1) as f64 / rate;
+                eprintln!("  it {}/{} loss {s:.4} lr {:.2e} {rate:.2} it/s ETA {eta:.0} s", it + 1, cfg.iterations, cfg.lr_at(it));
+            }
         }
         bar.finish_with_message(format!(
             "loss {:.4}, {:.1} s",
