@@ -19,12 +19,14 @@ pub struct Args {
     /// Output folder: data/, checkpoint, ONNX, overlays/, loss curve, summary.json.
     #[arg(long, default_value = "out/demo")]
     pub out: PathBuf,
-    #[arg(long, default_value_t = 1500)]
+    #[arg(long, default_value_t = 2500)]
     pub iterations: usize,
     #[arg(long, default_value_t = 16)]
     pub batch_size: usize,
-    /// Backbone learning rate (head at 10x).
-    #[arg(long, default_value_t = 0.01)]
+    /// Backbone learning rate (head at 10x). Higher than the recipe's 0.003: the tiny
+    /// model trains from scratch, not from ImageNet weights (0.03 beat 0.01 and 0.1 in a
+    /// 400-iteration sweep: 40.2 vs 31.1 and 33.3 mIoU).
+    #[arg(long, default_value_t = 0.03)]
     pub lr: f64,
     /// libtorch intra-op threads. One is fastest for the tiny model on small machines:
     /// OpenMP's spin-waiting costs more than it gains on 2 cores.
