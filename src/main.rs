@@ -22,6 +22,9 @@ enum Command {
     /// Evaluate a checkpoint's mIoU on a dataset (tch).
     #[cfg(feature = "train")]
     Eval(cmd::eval::Args),
+    /// Convert PyTorch weights (DANet .pth/.pth.tar/.safetensors, torchvision ResNet) to a checkpoint.
+    #[cfg(feature = "train")]
+    Import(cmd::import::Args),
     /// Write a checkpoint as ONNX (no libtorch needed).
     Export(cmd::export::Args),
     /// Segment images with an exported model (ONNX Runtime or tract).
@@ -39,6 +42,8 @@ fn main() {
         Command::Train(args) => cmd::train::run(args),
         #[cfg(feature = "train")]
         Command::Eval(args) => cmd::eval::run(args),
+        #[cfg(feature = "train")]
+        Command::Import(args) => cmd::import::run(args),
         Command::Export(args) => cmd::export::run(args),
         Command::Infer(args) => cmd::infer::run(args),
         #[cfg(feature = "train")]

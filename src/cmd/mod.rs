@@ -6,6 +6,8 @@ pub mod demo;
 pub mod eval;
 pub mod export;
 pub mod generate;
+#[cfg(feature = "train")]
+pub mod import;
 pub mod infer;
 #[cfg(feature = "train")]
 pub mod train;

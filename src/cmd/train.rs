@@ -33,6 +33,10 @@ pub struct Args {
     /// libtorch intra-op threads (0: libtorch's default, one per core).
     #[arg(long, default_value_t = 0)]
     pub threads: i32,
+    /// Initial weights from PyTorch (.pth, .pth.tar, .safetensors): torchvision ResNet names
+    /// set the backbone only, DANet names the whole model (see `segtool import`).
+    #[arg(long, value_name = "FILE")]
+    pub init: Option<PathBuf>,
     #[command(flatten)]
     pub shapes: ShapesArgs,
 }
@@ -89,6 +93,11 @@ pub fn run(args: Args) -> Result<()> {
         ..TrainConfig::default()
     };
     let mut trainer = Trainer::new(&spec, config)?;
+    if let Some(path) = &args.init {
+        let state = super::import::read(path)?;
+        let mode = segtool_train::import::ImportMode::detect(&state);
+        super::import::import(&mut trainer.vs, state, path, mode, false)?;
+    }
     trainer.train(dataset.as_ref())?;
     let info = CheckpointInfo::from([("iterations".to_string(), args.iterations.to_string())]);
     checkpoint::save(&args.out, &trainer.vs, &spec, &info)?;

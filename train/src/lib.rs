@@ -7,6 +7,7 @@
 pub mod checkpoint;
 pub mod data;
 pub mod eval;
+pub mod import;
 pub mod model;
 pub mod trainer;
 

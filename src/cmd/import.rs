@@ -1,0 +1,164 @@
+//! `segtool import`: PyTorch weights -> a segtool checkpoint. Takes official DANet
+//! checkpoints (`.pth`, `.pth.tar` training checkpoints, `.safetensors`) whole, or an
+//! ImageNet ResNet in torchvision naming as the backbone of a fresh model.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use segtool_core::ModelSpec;
+use segtool_train::checkpoint::{self, CheckpointInfo};
+use segtool_train::import::{import_into, read_state_dict, ImportMode, ImportReport, StateDict};
+use segtool_train::DaNet;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// PyTorch file: .pth / .pth.tar (torch.save, zip or pre-1.6 format) or .safetensors.
+    #[arg(long = "from", value_name = "FILE")]
+    pub from: PathBuf,
+    /// tiny, resnet18, resnet34, resnet50, resnet101, resnet152.
+    #[arg(long, default_value = "resnet101")]
+    pub backbone: String,
+    #[arg(long, default_value_t = 8)]
+    pub output_stride: i64,
+    /// Number of classes, named class0, class1, ... [full mode default: the file's
+    /// classifier size]
+    #[arg(long, conflicts_with = "classes_file")]
+    pub classes: Option<usize>,
+    /// Class names: a classes.json ({"classes": [...], "palette": [...]}) or a text file
+    /// with one name per line.
+    #[arg(long, value_name = "FILE")]
+    pub classes_file: Option<PathBuf>,
+    /// full: the whole DANet; backbone: only the ResNet (`pretrained.*`), the head keeps
+    /// its fresh init. [default: backbone for torchvision key names, else full]
+    #[arg(long, value_enum)]
+    pub mode: Option<Mode>,
+    /// Accept a file that does not fit the model exactly: tensors the mode should set left
+    /// at their init, or file tensors inside the model's modules ignored.
+    #[arg(long)]
+    pub allow_missing: bool,
+    /// Output checkpoint (.safetensors).
+    #[arg(long)]
+    pub out: PathBuf,
+}
+
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum Mode {
+    Full,
+    Backbone,
+}
+
+impl From<Mode> for ImportMode {
+    fn from(m: Mode) -> Self {
+        match m {
+            Mode::Full => ImportMode::Full,
+            Mode::Backbone => ImportMode::Backbone,
+        }
+    }
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let state = read(&args.from)?;
+    let mode = args.mode.map_or_else(|| ImportMode::detect(&state), ImportMode::from);
+    let (classes, palette) = classes(&args, &state, mode)?;
+    let backbone = super::train::backbone_spec(&args.backbone, args.output_stride)?;
+    let mut spec = ModelSpec::new(&args.backbone, backbone, classes);
+    if let Some(p) = palette {
+        spec.palette = p;
+    }
+    spec.validate()?;
+    let mut vs = tch::nn::VarStore::new(tch::Device::Cpu);
+    let _model = DaNet::new(&vs.root(), &spec);
+    import(&mut vs, state, &args.from, mode, args.allow_missing)?;
+    let info = CheckpointInfo::from([
+        ("imported_from".to_string(), args.from.display().to_string()),
+        ("import_mode".to_string(), format!("{mode:?}").to_lowercase()),
+    ]);
+    checkpoint::save(&args.out, &vs, &spec, &info)?;
+    println!(
+        "wrote {} ({}, output stride {}, {} classes)",
+        args.out.display(),
+        spec.backbone_name,
+        spec.backbone.output_stride,
+        spec.num_classes()
+    );
+    Ok(())
+}
+
+/// Reads `path` and says what was in it.
+pub fn read(path: &Path) -> Result<StateDict> {
+    let state = read_state_dict(path)?;
+    let root = state.root.as_ref().map(|r| format!(" under `{r}`")).unwrap_or_default();
+    println!("read {}: {} tensors{root}, {} other values skipped", path.display(), state.tensors.len(), state.skipped);
+    Ok(state)
+}
+
+/// Imports into `vs`, prints the report, and fails on an incomplete import unless
+/// `allow_missing`. Shared with `segtool train --init`.
+pub fn import(vs: &mut tch::nn::VarStore, state: StateDict, path: &Path, mode: ImportMode, allow_missing: bool) -> Result<ImportReport> {
+    let report = import_into(vs, state, mode).with_context(|| format!("importing {}", path.display()))?;
+    println!(
+        "{mode:?} import: {} loaded, {} missing, {} unexpected (ignored)",
+        report.loaded.len(),
+        report.missing.len(),
+        report.unexpected.len()
+    );
+    print_names("unexpected", &report.unexpected);
+    if report.unexpected.iter().any(|n| n.starts_with("pretrained.conv1.0.")) {
+        println!("  (the file's stem is PyTorch-Encoding's deep_base: three 3x3 convs, not a 7x7 conv)");
+    }
+    match mode {
+        ImportMode::Full => print_names("missing", &report.missing),
+        ImportMode::Backbone => {
+            let backbone: Vec<String> = report.missing.iter().filter(|n| n.starts_with("pretrained.")).cloned().collect();
+            print_names("missing from the backbone", &backbone);
+            println!("  the head ({} tensors) keeps its fresh initialisation", report.missing.len() - backbone.len());
+        }
+    }
+    if !allow_missing {
+        report.ensure_complete(mode).map_err(|e| anyhow::anyhow!("{e} (--allow-missing accepts this)"))?;
+    }
+    Ok(report)
+}
+
+fn print_names(what: &str, names: &[String]) {
+    const SHOWN: usize = 12;
+    if names.is_empty() {
+        return;
+    }
+    println!("  {what}:");
+    for n in names.iter().take(SHOWN) {
+        println!("    {n}");
+    }
+    if names.len() > SHOWN {
+        println!("    ... and {} more", names.len() - SHOWN);
+    }
+}
+
+type Classes = (Vec<String>, Option<Vec<[u8; 3]>>);
+
+fn classes(args: &Args, state: &StateDict, mode: ImportMode) -> Result<Classes> {
+    if let Some(path) = &args.classes_file {
+        if path.extension().is_some_and(|e| e == "json") {
+            let file = segtool_core::dataset::ClassesFile::read(path)?;
+            return Ok((file.classes, file.palette));
+        }
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let names: Vec<String> = text.lines().map(str::trim).filter(|l| !l.is_empty()).map(String::from).collect();
+        if names.is_empty() {
+            bail!("{}: no class names", path.display());
+        }
+        return Ok((names, None));
+    }
+    let count = match (args.classes, mode) {
+        (Some(n), _) => n,
+        (None, ImportMode::Full) => classifier_size(state).context("the file has no `head.conv8.1.bias`: give --classes or --classes-file")?,
+        (None, ImportMode::Backbone) => bail!("backbone import: give --classes or --classes-file for the new head"),
+    };
+    Ok(((0..count).map(|c| format!("class{c}")).collect(), None))
+}
+
+/// Classes of a DANet state dict: the length of its final classifier's bias.
+fn classifier_size(state: &StateDict) -> Option<usize> {
+    let (_, t) = state.tensors.iter().find(|(n, _)| n.trim_start_matches("module.") == "head.conv8.1.bias")?;
+    t.size().first().map(|&n| n as usize)
+}
