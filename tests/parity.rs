@@ -23,7 +23,10 @@ fn randomised(spec: &ModelSpec) -> (nn::VarStore, DaNet) {
             } else if name.ends_with("gamma") {
                 Tensor::from_slice(&[if name.contains(".sa.") { 0.6f32 } else { -0.5 }])
             } else if shape.len() == 1 {
-                Tensor::rand(shape.as_slice(), opts) + 0.5
+                // BN scales in [0.45, 0.95] keep logits O(1..10), as in a trained model;
+                // larger ones blow CAM's unscaled energies up to where f32 rounding alone
+                // exceeds the tolerance.
+                Tensor::rand(shape.as_slice(), opts) * 0.5 + 0.45
             } else {
                 continue;
             };

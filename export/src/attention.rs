@@ -2,17 +2,52 @@
 //! DANet v0.5.0's `PAM_Module` / `CAM_Module` compute them (same operand order, no
 //! 1/sqrt(d) scale), so runtimes reproduce PyTorch to float rounding.
 //!
-//! Each module is one function; a fused form (ONNX `Attention`, opset 23) slots in as a
-//! sibling function per module chosen by an `AttentionForm` option, keeping the
-//! projections and the `gamma * out + x` residual shared (see DESIGN.md: PAM is
-//! attention(Q, K, V) over N positions, CAM is attention(-X, X, X) over C channels).
+//! Each module can instead be emitted fused, per [`AttentionForm`]: ONNX `Attention`
+//! (opset 23) or ONNX Runtime's `com.microsoft.MultiHeadAttention`, both with one head,
+//! 3D (batch, tokens, hidden) inputs and scale 1, keeping the projections and the
+//! `gamma * out + x` residual shared (see DESIGN.md: PAM is attention(Q, K, V) over N
+//! positions, CAM is attention(-X, X, X) over C channels: softmax(rowmax(E) - E) equals
+//! softmax(-E) since softmax ignores a per-row constant).
 //!
 //! Shapes stay dynamic: flattening uses Reshape to `[0, 0, -1]` (keep B and C, fold
 //! H*W) and un-flattening reshapes to `Shape(x)`, so no size is baked into the graph.
 
-use crate::builder::{attr_int, attr_ints};
+use crate::builder::{attr_float, attr_int, attr_ints};
 use crate::conv::{Conv2d, Ctx};
 use crate::error::ExportError;
+use crate::{AttentionForm, MS_DOMAIN};
+
+/// Fused single-head attention softmax(Q K^T) V (scale 1) on 3D (B, S, hidden) inputs;
+/// V's hidden size may differ from Q/K's (both ops allow it). `form` is fused.
+fn fused_attention(
+    ctx: &mut Ctx<'_, '_>,
+    form: AttentionForm,
+    q: &str,
+    k: &str,
+    v: &str,
+    out: &str,
+) -> String {
+    match form {
+        AttentionForm::OnnxAttention => ctx.g.add_node(
+            "Attention",
+            &[q, k, v],
+            vec![
+                attr_int("q_num_heads", 1),
+                attr_int("kv_num_heads", 1),
+                attr_float("scale", 1.0),
+            ],
+            out,
+        ),
+        AttentionForm::MsMultiHeadAttention => ctx.g.add_node_in_domain(
+            MS_DOMAIN,
+            "MultiHeadAttention",
+            &[q, k, v],
+            vec![attr_int("num_heads", 1), attr_float("scale", 1.0)],
+            out,
+        ),
+        AttentionForm::Decomposed => unreachable!("decomposed attention is not fused"),
+    }
+}
 
 /// Reshape (B, C, H, W) -> (B, C, H*W).
 fn flatten_spatial(ctx: &mut Ctx<'_, '_>, x: &str, out: &str) -> String {
@@ -51,11 +86,15 @@ fn gamma_residual(
 
 /// Position attention (`head.sa`) on `x` (B, C, H, W) with C = `channels`:
 /// energy = Q^T K (N x N), attention = softmax over the last axis, out = V attention^T.
+///
+/// Fused, it is attention(Q = query^T, K = key^T, V = value^T) over the N positions,
+/// (B, N, C/8), (B, N, C/8), (B, N, C) -> (B, N, C), transposed back to (B, C, N).
 pub fn pam(
     ctx: &mut Ctx<'_, '_>,
     x: &str,
     channels: i64,
     qk_channels: i64,
+    form: AttentionForm,
 ) -> Result<String, ExportError> {
     let p = "head.sa";
     let q = ctx.conv_bias(
@@ -76,6 +115,14 @@ pub fn pam(
     let q = flatten_spatial(ctx, &q, &format!("{p}.query_flat")); // (B, C8, N)
     let q = transpose_last(ctx, &q, &format!("{p}.query_t")); // (B, N, C8)
     let k = flatten_spatial(ctx, &k, &format!("{p}.key_flat")); // (B, C8, N)
+    if form != AttentionForm::Decomposed {
+        let k = transpose_last(ctx, &k, &format!("{p}.key_t")); // (B, N, C8)
+        let v = flatten_spatial(ctx, &v, &format!("{p}.value_flat")); // (B, C, N)
+        let v = transpose_last(ctx, &v, &format!("{p}.value_t")); // (B, N, C)
+        let att = fused_attention(ctx, form, &q, &k, &v, &format!("{p}.attention")); // (B, N, C)
+        let out = transpose_last(ctx, &att, &format!("{p}.matmul")); // (B, C, N)
+        return gamma_residual(ctx, p, &out, x);
+    }
     let energy = ctx
         .g
         .add_node("MatMul", &[&q, &k], vec![], &format!("{p}.energy")); // (B, N, N)
@@ -90,9 +137,16 @@ pub fn pam(
 
 /// Channel attention (`head.sc`) on `x` (B, C, H, W): energy = X X^T (C x C),
 /// attention = softmax(rowmax(E) - E), out = attention X. No parameters but gamma.
-pub fn cam(ctx: &mut Ctx<'_, '_>, x: &str) -> Result<String, ExportError> {
+///
+/// Fused, it is attention(Q = -X, K = X, V = X) over the C channels as tokens of length N.
+pub fn cam(ctx: &mut Ctx<'_, '_>, x: &str, form: AttentionForm) -> Result<String, ExportError> {
     let p = "head.sc";
     let xf = flatten_spatial(ctx, x, &format!("{p}.flat")); // (B, C, N)
+    if form != AttentionForm::Decomposed {
+        let q = ctx.g.add_node("Neg", &[&xf], vec![], &format!("{p}.query")); // (B, C, N)
+        let out = fused_attention(ctx, form, &q, &xf, &xf, &format!("{p}.attention")); // (B, C, N)
+        return gamma_residual(ctx, p, &out, x);
+    }
     let xt = transpose_last(ctx, &xf, &format!("{p}.flat_t")); // (B, N, C)
     let energy = ctx
         .g

@@ -7,7 +7,7 @@
 //! their (unique) output names, which keeps profiler traces and error messages of
 //! onnxruntime/tract pointing at the checkpoint layer they came from.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use crate::proto::{AttributeProto, AttributeType, DataType, NodeProto, TensorProto};
 
@@ -19,6 +19,9 @@ pub struct GraphBuilder {
     names: HashSet<String>,
     /// Deduplicated int64 constants (reshape targets, slice bounds), by value.
     i64_consts: HashMap<Vec<i64>, String>,
+    /// Non-default operator domains used by some node (e.g. `com.microsoft`), sorted so
+    /// the opset imports written from it are deterministic.
+    domains: BTreeSet<String>,
 }
 
 impl GraphBuilder {
@@ -29,6 +32,7 @@ impl GraphBuilder {
             initializers: Vec::new(),
             names: HashSet::new(),
             i64_consts: HashMap::new(),
+            domains: BTreeSet::new(),
         }
     }
 
@@ -61,6 +65,29 @@ impl GraphBuilder {
         let output = self.unique(out);
         self.push_node(op, inputs, attrs, output.clone());
         output
+    }
+
+    /// [`Self::add_node`] for an operator of a non-default domain (`com.microsoft`); the
+    /// domain is recorded so the model imports it (and only then).
+    pub fn add_node_in_domain(
+        &mut self,
+        domain: &str,
+        op: &str,
+        inputs: &[&str],
+        attrs: Vec<AttributeProto>,
+        out: &str,
+    ) -> String {
+        let output = self.add_node(op, inputs, attrs, out);
+        if !domain.is_empty() {
+            self.domains.insert(domain.to_string());
+            self.nodes.last_mut().expect("node just added").domain = domain.to_string();
+        }
+        output
+    }
+
+    /// Non-default domains used so far, sorted.
+    pub fn domains(&self) -> impl Iterator<Item = &str> {
+        self.domains.iter().map(String::as_str)
     }
 
     /// Appends a node writing to a name claimed earlier with [`Self::unique`] (graph
@@ -145,6 +172,15 @@ pub fn attr_int(name: &str, v: i64) -> AttributeProto {
         name: name.into(),
         r#type: AttributeType::Int as i32,
         i: Some(v),
+        ..Default::default()
+    }
+}
+
+pub fn attr_float(name: &str, v: f32) -> AttributeProto {
+    AttributeProto {
+        name: name.into(),
+        r#type: AttributeType::Float as i32,
+        f: Some(v),
         ..Default::default()
     }
 }

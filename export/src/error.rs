@@ -54,6 +54,23 @@ pub enum ExportError {
     #[error("unsupported opset {opset}: segtool exports opsets {min}..={max}")]
     UnsupportedOpset { opset: i64, min: i64, max: i64 },
 
+    #[error(
+        "{module} attention as `{form}` needs opset >= {needed}, but opset {opset} was asked for"
+    )]
+    AttentionOpset {
+        module: &'static str,
+        form: &'static str,
+        opset: i64,
+        needed: i64,
+    },
+
+    #[error("{module} attention as `{form}` cannot be loaded by the `{target}` target's runtime")]
+    AttentionTarget {
+        module: &'static str,
+        form: &'static str,
+        target: &'static str,
+    },
+
     #[error("model is {bytes} bytes, over protobuf's 2 GiB message limit")]
     TooLarge { bytes: u64 },
 

@@ -9,6 +9,7 @@ use crate::attention;
 use crate::builder::{attr_int, attr_string};
 use crate::conv::{Conv2d, Ctx};
 use crate::error::ExportError;
+use crate::ExportOptions;
 
 /// A `head.{name}` Sequential(Conv2d 3x3 pad 1 no bias, BN, ReLU), BN folded.
 fn conv_bn_relu(
@@ -30,14 +31,20 @@ fn conv_bn_relu(
 
 /// Emits the head on `feat` (layer4's output) and returns conv8's logits at feature
 /// resolution.
-pub fn head(ctx: &mut Ctx<'_, '_>, spec: &ModelSpec, feat: &str) -> Result<String, ExportError> {
+/// The attention modules take the forms `opts` asks for.
+pub fn head(
+    ctx: &mut Ctx<'_, '_>,
+    spec: &ModelSpec,
+    feat: &str,
+    opts: &ExportOptions,
+) -> Result<String, ExportError> {
     let (in_ch, inter) = (spec.backbone.out_channels(), spec.inter_channels());
     let sa = conv_bn_relu(ctx, feat, "conv5a", in_ch, inter)?;
-    let sa = attention::pam(ctx, &sa, inter, spec.qk_channels())?;
+    let sa = attention::pam(ctx, &sa, inter, spec.qk_channels(), opts.pam)?;
     let sa = conv_bn_relu(ctx, &sa, "conv51", inter, inter)?;
 
     let sc = conv_bn_relu(ctx, feat, "conv5c", in_ch, inter)?;
-    let sc = attention::cam(ctx, &sc)?;
+    let sc = attention::cam(ctx, &sc, opts.cam)?;
     let sc = conv_bn_relu(ctx, &sc, "conv52", inter, inter)?;
 
     let sum = ctx.add(&sa, &sc, "head.feat_sum");
