@@ -9,7 +9,7 @@ pub fn default_palette(n: usize) -> Vec<[u8; 3]> {
             let (mut r, mut g, mut b) = (0u8, 0u8, 0u8);
             let mut c = label;
             for j in 0..8 {
-                r |= (((c >> 0) & 1) as u8) << (7 - j);
+                r |= ((c & 1) as u8) << (7 - j);
                 g |= (((c >> 1) & 1) as u8) << (7 - j);
                 b |= (((c >> 2) & 1) as u8) << (7 - j);
                 c >>= 3;
