@@ -32,6 +32,9 @@ enum Command {
     /// Generate shapes, train a tiny DANet, export, and compare tch / ORT / tract.
     #[cfg(feature = "train")]
     Demo(cmd::demo::Args),
+    /// Inspect a model configuration (`model info`: parameters, MACs, memory per module).
+    #[cfg(feature = "train")]
+    Model(cmd::model_info::Args),
 }
 
 fn main() {
@@ -48,6 +51,8 @@ fn main() {
         Command::Infer(args) => cmd::infer::run(args),
         #[cfg(feature = "train")]
         Command::Demo(args) => cmd::demo::run(args),
+        #[cfg(feature = "train")]
+        Command::Model(args) => cmd::model_info::run(args),
     };
     if let Err(err) = result {
         eprintln!("error: {err:#}");

@@ -35,6 +35,32 @@ impl BlockKind {
     }
 }
 
+/// How PAM and CAM compute attention. Both give the same function (and gradients); they
+/// differ in memory: `Explicit` materialises PAM's N x N matrix (N = H*W / os^2), `Sdpa`
+/// runs libtorch's fused scaled-dot-product attention, whose CPU flash kernel works on
+/// tiles and never holds the N x N matrix. A training/runtime choice, not part of the
+/// checkpoint: weights are identical either way.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AttentionImpl {
+    /// matmul, softmax, matmul, as DANet v0.5.0 writes it.
+    #[default]
+    Explicit,
+    /// `scaled_dot_product_attention` (scale 1, no mask).
+    Sdpa,
+}
+
+impl std::str::FromStr for AttentionImpl {
+    type Err = SpecError;
+    fn from_str(s: &str) -> Result<Self, SpecError> {
+        match s {
+            "explicit" => Ok(Self::Explicit),
+            "sdpa" => Ok(Self::Sdpa),
+            other => Err(SpecError::Invalid(format!("attention {other:?}: explicit or sdpa"))),
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct BackboneSpec {
     pub block: BlockKind,
@@ -48,6 +74,11 @@ pub struct BackboneSpec {
     /// Dilations of layer4's blocks in turn (e.g. [4, 8, 16]), first block included.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub multi_grid: Option<Vec<i64>>,
+    /// PyTorch-Encoding's `deep_base` stem (the one DANet's released ResNets use):
+    /// `conv1` = Sequential(3x3 s2 3->w, BN, ReLU, 3x3 w->w, BN, ReLU, 3x3 w->2w), then
+    /// `bn1` on 2w channels, so layer1 sees 2w channels. Off: torchvision's 7x7 stem.
+    #[serde(default)]
+    pub deep_stem: bool,
 }
 
 /// Stride and dilation of one residual block's spatial conv, with the dilation its
@@ -81,6 +112,11 @@ impl BackboneSpec {
             }
         }
         Ok(())
+    }
+
+    /// Channels out of the stem (`bn1`), i.e. into layer1: deep_base doubles the width.
+    pub fn stem_channels(&self) -> i64 {
+        if self.deep_stem { 2 * self.width } else { self.width }
     }
 
     /// Output channels of layer `k` (1-based).
@@ -130,7 +166,7 @@ impl BackboneSpec {
         if i != 0 {
             return false;
         }
-        let in_ch = if k == 1 { self.width } else { self.layer_channels(k - 1) };
+        let in_ch = if k == 1 { self.stem_channels() } else { self.layer_channels(k - 1) };
         self.stage(k).0 != 1 || in_ch != self.layer_channels(k)
     }
 
@@ -143,7 +179,7 @@ impl BackboneSpec {
             152 => (BlockKind::Bottleneck, [3, 8, 36, 3]),
             _ => return None,
         };
-        Some(Self { block, layers, width: 64, output_stride, multi_grid: None })
+        Some(Self { block, layers, width: 64, output_stride, multi_grid: None, deep_stem: false })
     }
 
     /// The width- and depth-reduced ResNet the demo and tests train on 2 CPU cores.
@@ -154,6 +190,7 @@ impl BackboneSpec {
             width: 16,
             output_stride: 8,
             multi_grid: None,
+            deep_stem: false,
         }
     }
 }
@@ -265,6 +302,29 @@ mod tests {
         let b = BackboneSpec::resnet(18, 8).unwrap();
         assert!(!b.has_downsample(1, 0));
         assert_eq!(b.out_channels(), 512);
+    }
+
+    #[test]
+    fn deep_stem_widens_layer1_input() {
+        let mut b = BackboneSpec::resnet(18, 8).unwrap();
+        b.deep_stem = true;
+        assert_eq!(b.stem_channels(), 128);
+        // 128 -> 64 channels: layer1's first basic block now needs a projection.
+        assert!(b.has_downsample(1, 0) && !b.has_downsample(1, 1));
+        let mut b = BackboneSpec::resnet(50, 8).unwrap();
+        b.deep_stem = true;
+        assert!(b.has_downsample(1, 0));
+        // Older spec JSON (no field) reads as the 7x7 stem.
+        let mut v = serde_json::to_value(&b).unwrap();
+        v.as_object_mut().unwrap().remove("deep_stem");
+        assert!(!serde_json::from_value::<BackboneSpec>(v).unwrap().deep_stem);
+    }
+
+    #[test]
+    fn attention_impl_names() {
+        assert_eq!(serde_json::to_string(&AttentionImpl::Sdpa).unwrap(), "\"sdpa\"");
+        assert_eq!("explicit".parse::<AttentionImpl>().unwrap(), AttentionImpl::Explicit);
+        assert!("flash".parse::<AttentionImpl>().is_err());
     }
 
     #[test]

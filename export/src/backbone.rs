@@ -15,12 +15,7 @@ pub fn backbone(
     image: &str,
 ) -> Result<String, ExportError> {
     let w = spec.width;
-    let x = ctx.conv_bn(
-        image,
-        "pretrained.conv1",
-        "pretrained.bn1",
-        Conv2d::new(3, w, 7).stride(2).pad(3),
-    )?;
+    let x = stem(ctx, spec, image)?;
     let x = ctx.relu(&x, "pretrained.relu");
     let pool = vec![
         attr_ints("kernel_shape", &[3, 3]),
@@ -29,7 +24,7 @@ pub fn backbone(
     ];
     let mut x = ctx.g.add_node("MaxPool", &[&x], pool, "pretrained.maxpool");
 
-    let mut in_ch = w;
+    let mut in_ch = spec.stem_channels();
     for k in 1..=4 {
         let planes = w << (k - 1);
         for i in 0..spec.layers[k - 1] {
@@ -49,6 +44,32 @@ pub fn backbone(
         }
     }
     Ok(x)
+}
+
+/// The stem up to `bn1` (folded into the last conv), before its ReLU.
+///
+/// Plain: torchvision's 7x7 stride-2 `conv1`. Deep (`deep_stem`, PyTorch-Encoding's
+/// `deep_base`): `conv1` is a Sequential of 3x3 convs — `conv1.0` (stride 2, 3 -> w) with
+/// BN `conv1.1`, ReLU, `conv1.3` (w -> w) with BN `conv1.4`, ReLU, `conv1.6` (w -> 2w) —
+/// and `bn1` normalises `conv1.6`'s 2w channels.
+fn stem(ctx: &mut Ctx<'_, '_>, spec: &BackboneSpec, image: &str) -> Result<String, ExportError> {
+    let w = spec.width;
+    if !spec.deep_stem {
+        let c = Conv2d::new(3, w, 7).stride(2).pad(3);
+        return ctx.conv_bn(image, "pretrained.conv1", "pretrained.bn1", c);
+    }
+    let x = ctx.conv_bn(
+        image,
+        "pretrained.conv1.0",
+        "pretrained.conv1.1",
+        Conv2d::new(3, w, 3).stride(2).dilated(1),
+    )?;
+    let x = ctx.relu(&x, "pretrained.conv1.2");
+    let c = Conv2d::new(w, w, 3).dilated(1);
+    let x = ctx.conv_bn(&x, "pretrained.conv1.3", "pretrained.conv1.4", c)?;
+    let x = ctx.relu(&x, "pretrained.conv1.5");
+    let c = Conv2d::new(w, 2 * w, 3).dilated(1);
+    ctx.conv_bn(&x, "pretrained.conv1.6", "pretrained.bn1", c)
 }
 
 /// One residual block: its place in the network and its input width.
@@ -193,6 +214,38 @@ mod tests {
     }
 
     #[test]
+    fn deep_stem_structure() {
+        let b = BackboneSpec {
+            deep_stem: true,
+            ..BackboneSpec::tiny()
+        };
+        let (model, report) = export_decoded(&spec_with(b, 3));
+        let g = model.graph.expect("graph");
+        assert_eq!(
+            conv_attr(&g, "pretrained.conv1.0", "strides"),
+            [2, 2]
+        );
+        assert_eq!(
+            conv_attr(&g, "pretrained.conv1.0", "kernel_shape"),
+            [3, 3]
+        );
+        assert_eq!(conv_attr(&g, "pretrained.conv1.3", "pads"), [1, 1, 1, 1]);
+        assert_eq!(
+            conv_attr(&g, "pretrained.conv1.6", "strides"),
+            [1, 1]
+        );
+        assert!(!g.node.iter().any(|n| n.name == "pretrained.conv1"));
+        // The stem ends at 2 x 16 channels: layer1's basic block (16) needs a projection.
+        assert!(g
+            .node
+            .iter()
+            .any(|n| n.name == "pretrained.layer1.0.downsample.0"));
+        // 12 backbone BNs of the plain tiny model + 2 in the stem + layer1's downsample,
+        // + 4 in the head.
+        assert_eq!(report.folded_bn, 12 + 3 + 4);
+    }
+
+    #[test]
     fn bottleneck_os16_multigrid_structure() {
         let b = BackboneSpec {
             block: BlockKind::Bottleneck,
@@ -200,6 +253,7 @@ mod tests {
             width: 4,
             output_stride: 16,
             multi_grid: Some(vec![3, 5]),
+            deep_stem: false,
         };
         let (model, report) = export_decoded(&spec_with(b, 2));
         let g = model.graph.expect("graph");

@@ -34,9 +34,18 @@ pub fn param_shapes(spec: &ModelSpec) -> Vec<(String, Vec<usize>)> {
             out.push((format!("{k}.{p}"), vec![c as usize]));
         }
     };
-    conv(&mut out, "pretrained.conv1", b.width, 3, 7);
-    bn(&mut out, "pretrained.bn1", b.width);
-    let mut inplanes = b.width;
+    if b.deep_stem {
+        // PyTorch-Encoding deep_base: Sequential(conv, BN, ReLU, conv, BN, ReLU, conv).
+        conv(&mut out, "pretrained.conv1.0", b.width, 3, 3);
+        bn(&mut out, "pretrained.conv1.1", b.width);
+        conv(&mut out, "pretrained.conv1.3", b.width, b.width, 3);
+        bn(&mut out, "pretrained.conv1.4", b.width);
+        conv(&mut out, "pretrained.conv1.6", 2 * b.width, b.width, 3);
+    } else {
+        conv(&mut out, "pretrained.conv1", b.width, 3, 7);
+    }
+    let mut inplanes = if b.deep_stem { 2 * b.width } else { b.width };
+    bn(&mut out, "pretrained.bn1", inplanes);
     for k in 1..=4usize {
         let planes = b.width * (1 << (k - 1));
         let outp = planes * b.block.expansion();

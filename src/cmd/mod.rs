@@ -10,6 +10,8 @@ pub mod generate;
 pub mod import;
 pub mod infer;
 #[cfg(feature = "train")]
+pub mod model_info;
+#[cfg(feature = "train")]
 pub mod train;
 
 use std::path::Path;

@@ -2,9 +2,19 @@
 reference our tch model is checked against. It shares no code with segtool: it reads
 only the checkpoint (safetensors + spec JSON) and an input tensor.
 
-Usage: danet_ref.py CHECKPOINT INPUTS OUTPUT [--train]
-  INPUTS  safetensors with `image` (N,3,H,W)
-  OUTPUT  safetensors written with `fused`, `position`, `channel`
+Usage: danet_ref.py CHECKPOINT INPUTS OUTPUT [--train] [--grad] [--freeze-bn]
+  INPUTS  safetensors with `image` (N,3,H,W) and, for --grad, `target` (N,H,W) class
+          indices stored as floats (255 = ignore)
+  OUTPUT  safetensors written with `fused`, `position`, `channel`; with --grad also
+          `loss` and every parameter's gradient under its state-dict name
+          (`pretrained.conv1.weight`, ...), and with --train the BN running statistics
+          after the forward under `running/<name>`.
+
+--train: BN uses batch statistics (and updates its running statistics); Dropout2d stays
+off on both sides so outputs are deterministic. --grad: loss = sum of the cross-entropy
+(mean over non-ignored pixels, ignore 255) of the three outputs, back-propagated.
+--freeze-bn: the backbone's BN runs on running statistics and its affine parameters do
+not require grad (mmsegmentation's norm_eval + frozen affine), so they get no gradient.
 """
 import json
 import sys
@@ -58,11 +68,18 @@ class Bottleneck(nn.Module):
 class ResNet(nn.Module):
     """DANet's dilated ResNet (encoding.models.backbone.resnet, v0.5.0)."""
 
-    def __init__(self, block, layers, width, output_stride, multi_grid):
+    def __init__(self, block, layers, width, output_stride, multi_grid, deep_stem=False):
         super().__init__()
-        self.inplanes = width
-        self.conv1 = nn.Conv2d(3, width, 7, 2, 3, bias=False)
-        self.bn1 = nn.BatchNorm2d(width)
+        # PyTorch-Encoding's deep_base: three 3x3 convs, the stem ends at 2 * width.
+        self.inplanes = 2 * width if deep_stem else width
+        if deep_stem:
+            self.conv1 = nn.Sequential(
+                nn.Conv2d(3, width, 3, 2, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU(),
+                nn.Conv2d(width, width, 3, 1, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU(),
+                nn.Conv2d(width, 2 * width, 3, 1, 1, bias=False))
+        else:
+            self.conv1 = nn.Conv2d(3, width, 7, 2, 3, bias=False)
+        self.bn1 = nn.BatchNorm2d(self.inplanes)
         self.maxpool = nn.MaxPool2d(3, 2, 1)
         self.layer1 = self._make_layer(block, width, layers[0])
         self.layer2 = self._make_layer(block, width * 2, layers[1], stride=2)
@@ -160,7 +177,7 @@ class DANet(nn.Module):
         bb = spec["backbone"]
         block = BasicBlock if bb["block"] == "basic" else Bottleneck
         self.pretrained = ResNet(block, bb["layers"], bb["width"], bb["output_stride"],
-                                 bb.get("multi_grid"))
+                                 bb.get("multi_grid"), bb.get("deep_stem", False))
         in_channels = bb["width"] * 8 * block.expansion
         self.head = DANetHead(in_channels, len(spec["classes"]))
 
@@ -173,6 +190,8 @@ class DANet(nn.Module):
 def main():
     ckpt, inputs, output = sys.argv[1:4]
     train = "--train" in sys.argv
+    grad = "--grad" in sys.argv
+    freeze_bn = "--freeze-bn" in sys.argv
     with safe_open(ckpt, "pt") as f:
         spec = json.loads(f.metadata()["segtool.spec"])
     torch.manual_seed(0)
@@ -184,11 +203,30 @@ def main():
         for m in model.modules():
             if isinstance(m, nn.Dropout2d):
                 m.eval()
-    x = load_file(inputs)["image"].double()
-    with torch.no_grad():
+    if freeze_bn:
+        for m in model.pretrained.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                m.eval()
+                for p in m.parameters():
+                    p.requires_grad_(False)
+    tensors = load_file(inputs)
+    x = tensors["image"].double()
+    with torch.set_grad_enabled(grad):
         fused, position, channel = model(x)
-    save_file({"fused": fused.float().contiguous(), "position": position.float().contiguous(),
-               "channel": channel.float().contiguous()}, output)
+    result = {"fused": fused, "position": position, "channel": channel}
+    if grad:
+        target = tensors["target"].long()
+        loss = sum(F.cross_entropy(o, target, ignore_index=255) for o in (fused, position, channel))
+        loss.backward()
+        result["loss"] = loss.reshape(1)
+        for name, p in model.named_parameters():
+            if p.grad is not None:
+                result[name] = p.grad
+    if train:
+        for name, b in model.named_buffers():
+            if b.is_floating_point():
+                result["running/" + name] = b
+    save_file({k: v.detach().float().contiguous() for k, v in result.items()}, output)
 
 
 if __name__ == "__main__":

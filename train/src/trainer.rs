@@ -15,7 +15,7 @@ use tch::nn::{self, OptimizerConfig};
 use tch::{Device, Reduction, Tensor};
 
 use crate::data::{images_to_tensor, masks_to_tensor, Augment};
-use crate::model::{DaNet, DaNetOutputs};
+use crate::model::{AttentionImpl, DaNet, DaNetOutputs};
 
 #[derive(Clone, Debug)]
 pub struct TrainConfig {
@@ -34,6 +34,10 @@ pub struct TrainConfig {
     pub seed: u64,
     pub device: Device,
     pub progress: bool,
+    /// PAM/CAM implementation; `Sdpa` trains the same function without PAM's N x N matrix.
+    pub attention: AttentionImpl,
+    /// Backbone BatchNorm frozen: running statistics, no affine updates (DaNet::set_frozen_bn).
+    pub freeze_bn: bool,
 }
 
 impl Default for TrainConfig {
@@ -52,6 +56,8 @@ impl Default for TrainConfig {
             seed: 0,
             device: Device::Cpu,
             progress: true,
+            attention: AttentionImpl::Explicit,
+            freeze_bn: false,
         }
     }
 }
@@ -86,11 +92,14 @@ impl Trainer {
         Self::from_parts(vs, model, config)
     }
 
-    /// Trains an existing model (e.g. one loaded from a checkpoint).
-    pub fn from_parts(vs: nn::VarStore, model: DaNet, config: TrainConfig) -> Result<Self> {
+    /// Trains an existing model (e.g. one loaded from a checkpoint). The config's
+    /// `attention` and `freeze_bn` are applied to it.
+    pub fn from_parts(vs: nn::VarStore, mut model: DaNet, config: TrainConfig) -> Result<Self> {
         if config.iterations == 0 || config.batch_size == 0 {
             bail!("iterations and batch size must be positive");
         }
+        model.set_attention(config.attention);
+        model.set_frozen_bn(config.freeze_bn);
         let sgd = nn::Sgd { momentum: config.momentum, dampening: 0.0, wd: config.weight_decay, nesterov: false };
         let optimizer = sgd.build(&vs, config.lr)?;
         Ok(Self { vs, model, optimizer, config, losses: Vec::new() })

@@ -16,7 +16,7 @@ pub fn spec(backbone: BackboneSpec, classes: usize) -> ModelSpec {
 
 /// A bottleneck ResNet small enough for tests: [1, 1, 1, 2] blocks, width 8.
 pub fn small_bottleneck(output_stride: i64, multi_grid: Option<Vec<i64>>) -> BackboneSpec {
-    BackboneSpec { block: BlockKind::Bottleneck, layers: [1, 1, 1, 2], width: 8, output_stride, multi_grid }
+    BackboneSpec { block: BlockKind::Bottleneck, layers: [1, 1, 1, 2], width: 8, output_stride, multi_grid, deep_stem: false }
 }
 
 /// A model whose every variable is random: weights, biases, BN affine and running

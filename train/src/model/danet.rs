@@ -5,7 +5,7 @@ use segtool_core::ModelSpec;
 use tch::nn::{self, ModuleT};
 use tch::Tensor;
 
-use super::{DaNetHead, ResNet};
+use super::{AttentionImpl, DaNetHead, ResNet};
 
 /// Optimiser group of the backbone's parameters; the head's are in [`DaNet::HEAD_GROUP`]
 /// so that they can train at 10x the learning rate.
@@ -32,14 +32,46 @@ impl DaNet {
     pub const BACKBONE_GROUP: usize = BACKBONE_GROUP;
     pub const HEAD_GROUP: usize = 1;
 
+    /// DANet with the explicit (paper) attention.
     pub fn new(root: &nn::Path, spec: &ModelSpec) -> Self {
+        Self::with_attention(root, spec, AttentionImpl::Explicit)
+    }
+
+    /// DANet whose PAM and CAM compute attention with `attention`; the variables (names,
+    /// shapes) do not depend on it, so checkpoints load into either.
+    pub fn with_attention(root: &nn::Path, spec: &ModelSpec, attention: AttentionImpl) -> Self {
         let pretrained = ResNet::new(&(root / "pretrained").set_group(Self::BACKBONE_GROUP), &spec.backbone);
-        let head = DaNetHead::new(
+        let head = DaNetHead::with_attention(
             &(root / "head").set_group(Self::HEAD_GROUP),
             spec.backbone.out_channels(),
             spec.num_classes() as i64,
+            attention,
         );
         Self { spec: spec.clone(), pretrained, head }
+    }
+
+    pub fn attention(&self) -> AttentionImpl {
+        self.head.sa.attention
+    }
+
+    /// Switches both attention modules (e.g. to compare implementations on one model).
+    pub fn set_attention(&mut self, attention: AttentionImpl) {
+        self.head.set_attention(attention);
+    }
+
+    /// Dropout2d before the classifiers in training mode (default on). Off, a training
+    /// forward is deterministic: gradient tests compare against a reference this way.
+    pub fn set_dropout(&mut self, on: bool) {
+        self.head.dropout = on;
+    }
+
+    /// Frozen backbone BatchNorm (see [`ResNet::set_frozen_bn`]); the head's BN trains.
+    pub fn set_frozen_bn(&mut self, frozen: bool) {
+        self.pretrained.set_frozen_bn(frozen);
+    }
+
+    pub fn frozen_bn(&self) -> bool {
+        self.pretrained.frozen_bn()
     }
 
     pub fn forward_all(&self, xs: &Tensor, train: bool) -> DaNetOutputs {

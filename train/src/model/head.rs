@@ -4,7 +4,7 @@
 use tch::nn::{self, ModuleT};
 use tch::Tensor;
 
-use super::{batch_norm, conv_no_bias, Cam, Pam};
+use super::{batch_norm, conv_no_bias, AttentionImpl, Cam, Pam};
 
 /// 3x3 conv, BN, ReLU, named `.0` and `.1` as PyTorch's `nn.Sequential`.
 #[derive(Debug)]
@@ -34,8 +34,8 @@ impl Classifier {
         Self { conv: nn::conv2d(&p / "1", in_ch, classes, 1, Default::default()) }
     }
 
-    fn forward_t(&self, xs: &Tensor, train: bool) -> Tensor {
-        xs.feature_dropout(0.1, train).apply(&self.conv)
+    fn forward_t(&self, xs: &Tensor, dropout: bool) -> Tensor {
+        xs.feature_dropout(0.1, dropout).apply(&self.conv)
     }
 }
 
@@ -50,22 +50,36 @@ pub struct DaNetHead {
     conv6: Classifier,
     conv7: Classifier,
     conv8: Classifier,
+    /// Dropout2d in training (on by default); tests turn it off to compare gradients
+    /// with a reference that cannot share our random masks.
+    pub dropout: bool,
 }
 
 impl DaNetHead {
     pub fn new(p: &nn::Path, in_ch: i64, classes: i64) -> Self {
+        Self::with_attention(p, in_ch, classes, AttentionImpl::Explicit)
+    }
+
+    pub fn with_attention(p: &nn::Path, in_ch: i64, classes: i64, attention: AttentionImpl) -> Self {
         let inter = in_ch / 4;
         Self {
             conv5a: ConvBnRelu::new(p / "conv5a", in_ch, inter),
             conv5c: ConvBnRelu::new(p / "conv5c", in_ch, inter),
-            sa: Pam::new(&(p / "sa"), inter, inter / 8),
-            sc: Cam::new(&(p / "sc")),
+            sa: Pam::with_attention(&(p / "sa"), inter, inter / 8, attention),
+            sc: Cam::with_attention(&(p / "sc"), attention),
             conv51: ConvBnRelu::new(p / "conv51", inter, inter),
             conv52: ConvBnRelu::new(p / "conv52", inter, inter),
             conv6: Classifier::new(p / "conv6", inter, classes),
             conv7: Classifier::new(p / "conv7", inter, classes),
             conv8: Classifier::new(p / "conv8", inter, classes),
+            dropout: true,
         }
+    }
+
+    /// Switches PAM and CAM together (same parameters either way).
+    pub fn set_attention(&mut self, attention: AttentionImpl) {
+        self.sa.attention = attention;
+        self.sc.attention = attention;
     }
 
     /// (fused, position-only, channel-only) logits at feature resolution.
@@ -73,10 +87,11 @@ impl DaNetHead {
         let sa_feat = self.conv51.forward_t(&self.sa.forward(&self.conv5a.forward_t(x, train)), train);
         let sc_feat = self.conv52.forward_t(&self.sc.forward(&self.conv5c.forward_t(x, train)), train);
         let feat_sum = &sa_feat + &sc_feat;
+        let dropout = train && self.dropout;
         (
-            self.conv8.forward_t(&feat_sum, train),
-            self.conv6.forward_t(&sa_feat, train),
-            self.conv7.forward_t(&sc_feat, train),
+            self.conv8.forward_t(&feat_sum, dropout),
+            self.conv6.forward_t(&sa_feat, dropout),
+            self.conv7.forward_t(&sc_feat, dropout),
         )
     }
 }

@@ -2,12 +2,14 @@
 //! PyTorch state dict (`pretrained.layer1.0.conv1.weight`, `head.sa.gamma`, ...) so
 //! checkpoints move between the two unchanged.
 
-mod attention;
+pub mod attention;
+mod cost;
 mod danet;
 mod head;
 mod resnet;
 
-pub use attention::{Cam, Pam};
+pub use attention::{AttentionImpl, Cam, Pam};
+pub use cost::{attention_matrix_bytes, feature_size, module_costs, pam_cam_attention_bytes, AttentionBytes, ModuleCost};
 pub use danet::{DaNet, DaNetOutputs};
 pub use head::DaNetHead;
 pub use resnet::ResNet;

@@ -1,5 +1,6 @@
 //! Dilated ResNet backbone (DANet v0.5.0's `encoding.models.backbone.resnet`): stride in
-//! the bottleneck's 3x3 conv, output stride 8 or 16 through dilation, optional multi-grid.
+//! the bottleneck's 3x3 conv, output stride 8 or 16 through dilation, optional multi-grid,
+//! optional deep stem (PyTorch-Encoding's `deep_base`), optional frozen BatchNorm.
 
 use segtool_core::{BackboneSpec, BlockKind};
 use tch::nn::{self, ModuleT};
@@ -9,7 +10,6 @@ use super::{batch_norm, conv_no_bias};
 
 #[derive(Debug)]
 struct Block {
-    kind: BlockKind,
     convs: Vec<(nn::Conv2D, nn::BatchNorm)>,
     downsample: Option<(nn::Conv2D, nn::BatchNorm)>,
 }
@@ -41,7 +41,7 @@ impl Block {
             let d = p / "downsample";
             (conv_no_bias(&d / "0", in_ch, out_ch, 1, geom.stride, 0, 1), batch_norm(&d / "1", out_ch))
         });
-        Self { kind: spec.block, convs, downsample }
+        Self { convs, downsample }
     }
 
     fn forward_t(&self, xs: &Tensor, train: bool) -> Tensor {
@@ -57,25 +57,71 @@ impl Block {
             Some((conv, bn)) => xs.apply(conv).apply_t(bn, train),
             None => xs.shallow_clone(),
         };
-        debug_assert!(matches!(self.kind, BlockKind::Basic | BlockKind::Bottleneck));
         (out + identity).relu()
+    }
+
+    fn batch_norms(&self) -> impl Iterator<Item = &nn::BatchNorm> {
+        self.convs.iter().chain(&self.downsample).map(|(_, bn)| bn)
+    }
+}
+
+/// The stem's convolutions before `bn1`.
+#[derive(Debug)]
+#[allow(clippy::large_enum_variant)] // one per model
+enum Stem {
+    /// torchvision's `conv1`: 7x7, stride 2, 3 -> width.
+    Plain(nn::Conv2D),
+    /// PyTorch-Encoding's `deep_base` Sequential: `conv1.0` (3x3 s2, 3 -> w), `conv1.1` BN,
+    /// ReLU, `conv1.3` (w -> w), `conv1.4` BN, ReLU, `conv1.6` (w -> 2w). Indices 2 and 5
+    /// are the parameter-free ReLUs, hence the gaps in the names.
+    Deep { convs: [(nn::Conv2D, nn::BatchNorm); 2], last: nn::Conv2D },
+}
+
+impl Stem {
+    fn new(p: &nn::Path, spec: &BackboneSpec) -> Self {
+        let w = spec.width;
+        if !spec.deep_stem {
+            return Stem::Plain(conv_no_bias(p / "conv1", 3, w, 7, 2, 3, 1));
+        }
+        let s = p / "conv1";
+        Stem::Deep {
+            convs: [
+                (conv_no_bias(&s / "0", 3, w, 3, 2, 1, 1), batch_norm(&s / "1", w)),
+                (conv_no_bias(&s / "3", w, w, 3, 1, 1, 1), batch_norm(&s / "4", w)),
+            ],
+            last: conv_no_bias(&s / "6", w, 2 * w, 3, 1, 1, 1),
+        }
+    }
+
+    fn forward_t(&self, xs: &Tensor, train: bool) -> Tensor {
+        match self {
+            Stem::Plain(conv) => xs.apply(conv),
+            Stem::Deep { convs, last } => {
+                let mut x = xs.shallow_clone();
+                for (conv, bn) in convs {
+                    x = x.apply(conv).apply_t(bn, train).relu();
+                }
+                x.apply(last)
+            }
+        }
     }
 }
 
 /// ResNet trunk up to layer4; only layer4's output feeds DANet's head.
 #[derive(Debug)]
 pub struct ResNet {
-    conv1: nn::Conv2D,
+    stem: Stem,
     bn1: nn::BatchNorm,
     layers: Vec<Vec<Block>>,
+    frozen_bn: bool,
 }
 
 impl ResNet {
     /// Builds under `p` (DANet calls it `pretrained`).
     pub fn new(p: &nn::Path, spec: &BackboneSpec) -> Self {
-        let conv1 = conv_no_bias(p / "conv1", 3, spec.width, 7, 2, 3, 1);
-        let bn1 = batch_norm(p / "bn1", spec.width);
-        let mut in_ch = spec.width;
+        let stem = Stem::new(p, spec);
+        let bn1 = batch_norm(p / "bn1", spec.stem_channels());
+        let mut in_ch = spec.stem_channels();
         let layers = (1..=4)
             .map(|k| {
                 let lp = p / format!("layer{k}");
@@ -88,14 +134,46 @@ impl ResNet {
                     .collect()
             })
             .collect();
-        Self { conv1, bn1, layers }
+        Self { stem, bn1, layers, frozen_bn: false }
+    }
+
+    /// Every BatchNorm of the backbone, stem included.
+    fn batch_norms(&self) -> Vec<&nn::BatchNorm> {
+        let stem: Vec<&nn::BatchNorm> = match &self.stem {
+            Stem::Plain(_) => vec![],
+            Stem::Deep { convs, .. } => convs.iter().map(|(_, bn)| bn).collect(),
+        };
+        let blocks = self.layers.iter().flatten().flat_map(Block::batch_norms);
+        stem.into_iter().chain(std::iter::once(&self.bn1)).chain(blocks).collect()
+    }
+
+    /// Frozen BN (mmsegmentation's `norm_eval=True` + `requires_grad=False`): with small
+    /// per-GPU batches, batch statistics are noisy, so fine-tuning keeps the pretrained
+    /// statistics. Frozen, every backbone BN normalises with its running statistics even
+    /// in training (so they are never updated) and its affine weight and bias stop
+    /// requiring grad: backward leaves their `.grad` undefined and libtorch's SGD skips
+    /// parameters without a gradient, so neither the update nor weight decay moves them.
+    pub fn set_frozen_bn(&mut self, frozen: bool) {
+        self.frozen_bn = frozen;
+        for bn in self.batch_norms() {
+            for t in bn.ws.iter().chain(&bn.bs) {
+                let _ = t.set_requires_grad(!frozen);
+            }
+        }
+    }
+
+    pub fn frozen_bn(&self) -> bool {
+        self.frozen_bn
     }
 }
 
 impl ModuleT for ResNet {
     fn forward_t(&self, xs: &Tensor, train: bool) -> Tensor {
-        let mut x = xs
-            .apply(&self.conv1)
+        // Only BatchNorm looks at `train` in the backbone.
+        let train = train && !self.frozen_bn;
+        let mut x = self
+            .stem
+            .forward_t(xs, train)
             .apply_t(&self.bn1, train)
             .relu()
             .max_pool2d([3, 3], [2, 2], [1, 1], [1, 1], false);
