@@ -17,6 +17,19 @@ pub struct Args {
     pub backbone: String,
     #[arg(long, default_value_t = 8)]
     pub output_stride: i64,
+    /// PyTorch-Encoding's deep_base stem (three 3x3 convs), as official DANet weights use.
+    #[arg(long)]
+    pub deep_stem: bool,
+    /// Dilations of layer4's blocks, e.g. 4,8,16.
+    #[arg(long, value_delimiter = ',')]
+    pub multi_grid: Option<Vec<i64>>,
+    /// Attention implementation: explicit (the paper's matmul-softmax-matmul) or sdpa
+    /// (libtorch's fused kernel; never materialises PAM's N x N matrix on CPU).
+    #[arg(long, default_value = "explicit")]
+    pub attention: segtool_core::spec::AttentionImpl,
+    /// Keep the backbone's BatchNorm layers frozen (running statistics, no affine updates).
+    #[arg(long)]
+    pub freeze_bn: bool,
     #[arg(long, default_value_t = 1000)]
     pub iterations: usize,
     #[arg(long, default_value_t = 8)]
@@ -78,7 +91,10 @@ pub fn run(args: Args) -> Result<()> {
         tch::set_num_threads(args.threads);
     }
     let (classes, palette) = dataset_classes(&args.data)?;
-    let mut spec = ModelSpec::new(&args.backbone, backbone_spec(&args.backbone, args.output_stride)?, classes);
+    let mut backbone = backbone_spec(&args.backbone, args.output_stride)?;
+    backbone.deep_stem = args.deep_stem;
+    backbone.multi_grid = args.multi_grid.clone();
+    let mut spec = ModelSpec::new(&args.backbone, backbone, classes);
     if let Some(p) = palette {
         spec.palette = p;
     }
@@ -90,6 +106,8 @@ pub fn run(args: Args) -> Result<()> {
         lr: args.lr,
         seed: args.shapes.seed,
         device: parse_device(&args.device)?,
+        attention: args.attention,
+        freeze_bn: args.freeze_bn,
         ..TrainConfig::default()
     };
     let mut trainer = Trainer::new(&spec, config)?;
