@@ -4,6 +4,7 @@
 //! fp32 logits agree within 1e-4 in ONNX Runtime (every profile) and in tract (the
 //! profiles tract imports: decomposed and ONNX `Attention`-23) at two different input
 //! sizes through one dynamic model, and re-exporting the checkpoint is byte-identical.
+//! The CLI's `--verify` passes (fp32 and fp16) and prints the attention memory budget.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -161,6 +162,38 @@ fn every_profile_matches_tch_in_ort_and_tract() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("tract"));
     assert!(!bad.exists());
+
+    // `--verify` (tch vs ORT and, where it loads, tract; fp16 by argmax agreement) and
+    // the attention memory budget of dynamic exports.
+    for (extra, warns) in [
+        (&["--target", "legacy"][..], true),
+        // fp16 through ORT (which keeps fp32 accumulation): tract's native fp16 kernels
+        // are less precise (99.5-99.9% argmax agreement on this random model).
+        (&["--target", "ort", "--fp16"][..], false),
+        (&["--target", "tract", "--max-size", "512x512"][..], false),
+    ] {
+        let p = dir.path().join("verify.onnx");
+        let out = cli(&[&["--onnx", p.to_str().unwrap(), "--verify"][..], extra].concat());
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        eprintln!("{extra:?}:\n{stdout}{stderr}");
+        assert!(out.status.success(), "{extra:?}: --verify failed");
+        assert!(stdout.contains("verify: ok"), "{stdout}");
+        assert!(stdout.contains("attention memory at"), "{stdout}");
+        assert_eq!(
+            stderr.contains("warning: PAM is decomposed"),
+            warns,
+            "{stderr}"
+        );
+        let engines = if extra.contains(&"ort") { 1 } else { 2 };
+        let passed = stdout
+            .lines()
+            .filter(|l| l.contains("argmax agreement") && l.ends_with(" ok"))
+            .count();
+        assert_eq!(passed, 2 * engines, "{stdout}");
+    }
 
     // Two sizes (neither a multiple of the output stride) through one dynamic model.
     let batches = [images(90, 70, 0), images(61, 83, 7)];

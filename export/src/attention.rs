@@ -115,23 +115,29 @@ pub fn pam(
     let q = flatten_spatial(ctx, &q, &format!("{p}.query_flat")); // (B, C8, N)
     let q = transpose_last(ctx, &q, &format!("{p}.query_t")); // (B, N, C8)
     let k = flatten_spatial(ctx, &k, &format!("{p}.key_flat")); // (B, C8, N)
+                                                                // Under fp16, Q, K and V enter attention as fp32 and the result leaves as fp16.
     if form != AttentionForm::Decomposed {
         let k = transpose_last(ctx, &k, &format!("{p}.key_t")); // (B, N, C8)
         let v = flatten_spatial(ctx, &v, &format!("{p}.value_flat")); // (B, C, N)
         let v = transpose_last(ctx, &v, &format!("{p}.value_t")); // (B, N, C)
+        let (q, k, v) = (ctx.attn_in(&q), ctx.attn_in(&k), ctx.attn_in(&v));
         let att = fused_attention(ctx, form, &q, &k, &v, &format!("{p}.attention")); // (B, N, C)
         let out = transpose_last(ctx, &att, &format!("{p}.matmul")); // (B, C, N)
+        let out = ctx.attn_out(&out);
         return gamma_residual(ctx, p, &out, x);
     }
+    let (q, k) = (ctx.attn_in(&q), ctx.attn_in(&k));
     let energy = ctx
         .g
         .add_node("MatMul", &[&q, &k], vec![], &format!("{p}.energy")); // (B, N, N)
     let attn = softmax_last(ctx, &energy, &format!("{p}.attention"));
     let v = flatten_spatial(ctx, &v, &format!("{p}.value_flat")); // (B, C, N)
+    let v = ctx.attn_in(&v);
     let attn_t = transpose_last(ctx, &attn, &format!("{p}.attention_t"));
     let out = ctx
         .g
         .add_node("MatMul", &[&v, &attn_t], vec![], &format!("{p}.matmul")); // (B, C, N)
+    let out = ctx.attn_out(&out);
     gamma_residual(ctx, p, &out, x)
 }
 
@@ -142,9 +148,11 @@ pub fn pam(
 pub fn cam(ctx: &mut Ctx<'_, '_>, x: &str, form: AttentionForm) -> Result<String, ExportError> {
     let p = "head.sc";
     let xf = flatten_spatial(ctx, x, &format!("{p}.flat")); // (B, C, N)
+    let xf = ctx.attn_in(&xf); // fp32 under fp16: C x C energies sum N products
     if form != AttentionForm::Decomposed {
         let q = ctx.g.add_node("Neg", &[&xf], vec![], &format!("{p}.query")); // (B, C, N)
         let out = fused_attention(ctx, form, &q, &xf, &xf, &format!("{p}.attention")); // (B, C, N)
+        let out = ctx.attn_out(&out);
         return gamma_residual(ctx, p, &out, x);
     }
     let xt = transpose_last(ctx, &xf, &format!("{p}.flat_t")); // (B, N, C)
@@ -162,6 +170,7 @@ pub fn cam(ctx: &mut Ctx<'_, '_>, x: &str, form: AttentionForm) -> Result<String
     let out = ctx
         .g
         .add_node("MatMul", &[&attn, &xf], vec![], &format!("{p}.matmul")); // (B, C, N)
+    let out = ctx.attn_out(&out);
     gamma_residual(ctx, p, &out, x)
 }
 

@@ -124,6 +124,17 @@ impl GraphBuilder {
         self.add_raw(name, dims, DataType::Float, raw)
     }
 
+    /// Adds a FLOAT16 initializer from f32 values (round to nearest even, raw
+    /// little-endian) and returns its unique name.
+    pub fn add_initializer_f16(&mut self, name: &str, dims: &[i64], data: &[f32]) -> String {
+        debug_assert_eq!(dims.iter().product::<i64>() as usize, data.len(), "{name}");
+        let raw = data
+            .iter()
+            .flat_map(|v| half::f16::from_f32(*v).to_le_bytes())
+            .collect();
+        self.add_raw(name, dims, DataType::Float16, raw)
+    }
+
     /// Adds an int64 initializer (raw little-endian) and returns its unique name.
     pub fn add_initializer_i64(&mut self, name: &str, dims: &[i64], data: &[i64]) -> String {
         debug_assert_eq!(dims.iter().product::<i64>() as usize, data.len(), "{name}");

@@ -4,7 +4,7 @@
 use crate::builder::{attr_int, attr_ints, GraphBuilder};
 use crate::error::ExportError;
 use crate::fold::{fold_bn, BatchNorm, BN_EPS};
-use crate::proto::AttributeProto;
+use crate::proto::{AttributeProto, DataType};
 use crate::weights::Weights;
 
 /// Everything a layer emitter needs: where nodes go, where weights come from.
@@ -13,6 +13,9 @@ pub struct Ctx<'a, 'data> {
     pub w: Weights<'a, 'data>,
     /// BatchNorms folded so far (reported to the user).
     pub folded_bn: usize,
+    /// Weights stored as FLOAT16 and the network computed in fp16 (`--fp16`); attention
+    /// energies and softmax still run in fp32 (see [`Ctx::attn_in`]).
+    pub fp16: bool,
 }
 
 /// A square 2-D convolution's geometry (PyTorch `Conv2d` arguments, groups = 1).
@@ -84,7 +87,12 @@ impl Conv2d {
 
 impl<'a, 'data> Ctx<'a, 'data> {
     pub fn new(g: GraphBuilder, w: Weights<'a, 'data>) -> Self {
-        Self { g, w, folded_bn: 0 }
+        Self {
+            g,
+            w,
+            folded_bn: 0,
+            fp16: false,
+        }
     }
 
     /// `bn(conv(x))` as one Conv: reads `{conv}.weight` and the BN at `bn`, writes the
@@ -118,19 +126,49 @@ impl<'a, 'data> Ctx<'a, 'data> {
         w: &[f32],
         b: &[f32],
     ) -> Result<String, ExportError> {
-        let wn = self
-            .g
-            .add_initializer_f32(&format!("{conv}.weight"), &c.weight_dims(), w);
-        let bn = self
-            .g
-            .add_initializer_f32(&format!("{conv}.bias"), &[c.out_ch], b);
+        let wn = self.float_init(&format!("{conv}.weight"), &c.weight_dims(), w);
+        let bn = self.float_init(&format!("{conv}.bias"), &[c.out_ch], b);
         Ok(self.g.add_node("Conv", &[x, &wn, &bn], c.attrs(), conv))
     }
 
     /// A scalar-like f32 parameter stored with shape `[1]` (DANet's `gamma`s).
     pub fn scalar_param(&mut self, key: &str) -> Result<String, ExportError> {
         let v = self.w.f32(key, &[1])?;
-        Ok(self.g.add_initializer_f32(key, &[1], &v))
+        Ok(self.float_init(key, &[1], &v))
+    }
+
+    /// A network parameter: float32, or FLOAT16 (round to nearest even) under `fp16`.
+    fn float_init(&mut self, name: &str, dims: &[i64], data: &[f32]) -> String {
+        if self.fp16 {
+            self.g.add_initializer_f16(name, dims, data)
+        } else {
+            self.g.add_initializer_f32(name, dims, data)
+        }
+    }
+
+    /// `Cast(x, to)`.
+    pub fn cast(&mut self, x: &str, to: DataType, out: &str) -> String {
+        self.g
+            .add_node("Cast", &[x], vec![attr_int("to", to as i64)], out)
+    }
+
+    /// Into attention: under `fp16`, Cast to float32 (DANet's unscaled energies overflow
+    /// fp16, so energies and softmax stay fp32); otherwise `x` itself.
+    pub fn attn_in(&mut self, x: &str) -> String {
+        if self.fp16 {
+            self.cast(x, DataType::Float, &format!("{x}_fp32"))
+        } else {
+            x.to_string()
+        }
+    }
+
+    /// Out of attention: under `fp16`, Cast back to FLOAT16; otherwise `x` itself.
+    pub fn attn_out(&mut self, x: &str) -> String {
+        if self.fp16 {
+            self.cast(x, DataType::Float16, &format!("{x}_fp16"))
+        } else {
+            x.to_string()
+        }
     }
 
     pub fn relu(&mut self, x: &str, out: &str) -> String {

@@ -71,6 +71,9 @@ pub enum ExportError {
         target: &'static str,
     },
 
+    #[error("invalid export option: {0}")]
+    BadOption(String),
+
     #[error("model is {bytes} bytes, over protobuf's 2 GiB message limit")]
     TooLarge { bytes: u64 },
 

@@ -11,6 +11,7 @@
 
 mod attention;
 mod backbone;
+pub mod budget;
 mod builder;
 mod conv;
 mod error;
@@ -45,6 +46,23 @@ pub const MAX_OPSET: i64 = 23;
 pub const INPUT_NAME: &str = "image";
 /// Name of the graph output (class logits at input resolution).
 pub const OUTPUT_NAME: &str = "logits";
+/// Name of the graph output under `--argmax` (class map at input resolution).
+pub const MASK_OUTPUT_NAME: &str = "mask";
+
+/// metadata_props keys written next to the spec and the export options.
+pub const INPUT_LAYOUT_KEY: &str = "segtool.input_layout";
+pub const OUTPUT_KIND_KEY: &str = "segtool.output";
+pub const OUTPUT_STRIDE_KEY: &str = "segtool.output_stride";
+pub const CHECKPOINT_SHA256_KEY: &str = "segtool.checkpoint_sha256";
+pub const TRT_PROFILE_KEY: &str = "segtool.trt_profile";
+/// `segtool.input_layout` values.
+pub const LAYOUT_NCHW_F32: &str = "NCHW float32 normalised";
+pub const LAYOUT_NHWC_U8: &str = "NHWC uint8 RGB";
+/// Largest image expected by default (Cityscapes full frames): TensorRT profile hints
+/// and the attention memory budget use it unless `--max-size` says otherwise.
+pub const DEFAULT_MAX_SIZE: (i64, i64) = (1024, 2048);
+/// Largest batch written into the TensorRT profile hint of a dynamic-batch export.
+pub const TRT_MAX_BATCH: i64 = 8;
 
 /// Domain of ONNX Runtime's contrib operators (`MultiHeadAttention`).
 pub const MS_DOMAIN: &str = "com.microsoft";
@@ -214,6 +232,22 @@ pub struct ExportOptions {
     pub pam: AttentionForm,
     /// Form of the channel attention module (`head.sc`).
     pub cam: AttentionForm,
+    /// Weights and compute in fp16 (initialisers FLOAT16), attention energies and
+    /// softmax in fp32; the interface (input, logits) stays float32.
+    pub fp16: bool,
+    /// Output `mask` = ArgMax over classes of the resized logits, uint8 [batch, height,
+    /// width] (int64 when there are more than 256 classes) instead of `logits`.
+    pub argmax: bool,
+    /// Input `image` is uint8 NHWC RGB [batch, height, width, 3]; the graph casts,
+    /// transposes and normalises ((x/255 - mean)/std as one Mul + Add).
+    pub preprocess: bool,
+    /// Fixed (height, width) instead of the `height` / `width` symbols (static engines).
+    pub input_size: Option<(i64, i64)>,
+    /// Fixed batch size instead of the `batch` symbol.
+    pub batch: Option<i64>,
+    /// Largest expected (height, width) of a dynamic export: TensorRT profile hints and
+    /// the attention memory budget ([`budget`]).
+    pub max_size: (i64, i64),
 }
 
 impl Default for ExportOptions {
@@ -231,8 +265,118 @@ impl ExportOptions {
             target,
             pam,
             cam,
+            fp16: false,
+            argmax: false,
+            preprocess: false,
+            input_size: None,
+            batch: None,
+            max_size: DEFAULT_MAX_SIZE,
         }
         .raise_opset_for_forms()
+    }
+
+    pub fn with_fp16(mut self, on: bool) -> Self {
+        self.fp16 = on;
+        self
+    }
+
+    pub fn with_argmax(mut self, on: bool) -> Self {
+        self.argmax = on;
+        self
+    }
+
+    pub fn with_preprocess(mut self, on: bool) -> Self {
+        self.preprocess = on;
+        self
+    }
+
+    /// Static (height, width).
+    pub fn with_input_size(mut self, size: Option<(i64, i64)>) -> Self {
+        self.input_size = size;
+        self
+    }
+
+    /// Static batch size.
+    pub fn with_batch(mut self, batch: Option<i64>) -> Self {
+        self.batch = batch;
+        self
+    }
+
+    pub fn with_max_size(mut self, size: (i64, i64)) -> Self {
+        self.max_size = size;
+        self
+    }
+
+    /// `segtool.input_layout` of the export.
+    pub fn input_layout(&self) -> &'static str {
+        if self.preprocess {
+            LAYOUT_NHWC_U8
+        } else {
+            LAYOUT_NCHW_F32
+        }
+    }
+
+    /// `segtool.output` of the export: `logits` or `mask`.
+    pub fn output_kind(&self) -> &'static str {
+        if self.argmax {
+            MASK_OUTPUT_NAME
+        } else {
+            OUTPUT_NAME
+        }
+    }
+
+    /// The standard interface: float NCHW normalised input, float logits output (what
+    /// the runtime's `Segmenter` and `--verify` expect).
+    pub fn is_standard_interface(&self) -> bool {
+        !self.argmax && !self.preprocess
+    }
+
+    /// TensorRT optimisation-profile hints for the dynamic axes (None for a fully static
+    /// export): JSON with the input name, its layout, min/opt/max shapes and the
+    /// equivalent `trtexec` flags. min is 1 x 128x128, opt is 1 x half of `max_size`
+    /// (rounded up to the output stride), max is [`TRT_MAX_BATCH`] (or the static batch)
+    /// x `max_size`.
+    pub fn trt_profile(&self, output_stride: i64) -> Option<String> {
+        if self.input_size.is_some() && self.batch.is_some() {
+            return None;
+        }
+        let round = |v: i64| (v + output_stride - 1) / output_stride * output_stride;
+        let (mh, mw) = self.max_size;
+        let hw = |b: i64, h: i64, w: i64| -> Vec<i64> {
+            let b = self.batch.unwrap_or(b);
+            let (h, w) = self.input_size.unwrap_or((h, w));
+            if self.preprocess {
+                vec![b, h, w, 3]
+            } else {
+                vec![b, 3, h, w]
+            }
+        };
+        let min = hw(1, 128.min(mh), 128.min(mw));
+        let opt = hw(1, round(mh / 2).min(mh), round(mw / 2).min(mw));
+        let max = hw(TRT_MAX_BATCH, mh, mw);
+        let dims = |v: &[i64]| {
+            v.iter()
+                .map(|d| d.to_string())
+                .collect::<Vec<_>>()
+                .join("x")
+        };
+        let trtexec = format!(
+            "--minShapes={INPUT_NAME}:{} --optShapes={INPUT_NAME}:{} --maxShapes={INPUT_NAME}:{}",
+            dims(&min),
+            dims(&opt),
+            dims(&max)
+        );
+        Some(
+            serde_json::json!({
+                "input": INPUT_NAME,
+                "layout": if self.preprocess { "NHWC" } else { "NCHW" },
+                "min": min,
+                "opt": opt,
+                "max": max,
+                "trtexec": trtexec,
+            })
+            .to_string(),
+        )
     }
 
     pub fn with_opset(mut self, opset: i64) -> Self {
@@ -276,6 +420,12 @@ impl ExportOptions {
             "opset": self.opset,
             "pam_attention": self.pam.name(),
             "cam_attention": self.cam.name(),
+            "fp16": self.fp16,
+            "argmax": self.argmax,
+            "preprocess": self.preprocess,
+            "input_size": self.input_size.map(|(h, w)| [h, w]),
+            "batch": self.batch,
+            "max_size": [self.max_size.0, self.max_size.1],
         })
         .to_string()
     }
@@ -287,6 +437,22 @@ impl ExportOptions {
                 min: MIN_OPSET,
                 max: MAX_OPSET,
             });
+        }
+        if let Some((h, w)) = self.input_size {
+            if h < 1 || w < 1 {
+                return Err(ExportError::BadOption(format!(
+                    "input size {h}x{w}: both sides must be positive"
+                )));
+            }
+        }
+        if matches!(self.batch, Some(b) if b < 1) {
+            return Err(ExportError::BadOption("batch must be at least 1".into()));
+        }
+        if self.max_size.0 < 1 || self.max_size.1 < 1 {
+            return Err(ExportError::BadOption(format!(
+                "max size {}x{}: both sides must be positive",
+                self.max_size.0, self.max_size.1
+            )));
         }
         for (module, form) in [("PAM", self.pam), ("CAM", self.cam)] {
             if self.opset < form.min_opset() {
@@ -352,7 +518,8 @@ pub fn export_onnx(
         source,
     })?;
     let tensors = SafeTensors::deserialize(&bytes).map_err(not_st)?;
-    let (onnx, report) = export_onnx_bytes(&tensors, &spec, opts)?;
+    let sha = sha256_hex(&bytes);
+    let (onnx, report) = export_model(&tensors, &spec, opts, Some(&sha))?;
     segtool_core::io::write_atomic(out, &onnx).map_err(|source| ExportError::Write {
         path: out.to_path_buf(),
         source,
@@ -360,22 +527,81 @@ pub fn export_onnx(
     Ok(report)
 }
 
-/// In-memory form of [`export_onnx`]: the serialised ModelProto and its report.
+/// Lower-case hex sha256 of `bytes` (the checkpoint hash written to metadata).
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// In-memory form of [`export_onnx`]: the serialised ModelProto and its report. No
+/// checkpoint file, so no `segtool.checkpoint_sha256` (see [`export_model`]).
 pub fn export_onnx_bytes(
     tensors: &SafeTensors,
     spec: &ModelSpec,
     opts: &ExportOptions,
 ) -> Result<(Vec<u8>, ExportReport), ExportError> {
+    export_model(tensors, spec, opts, None)
+}
+
+/// [`export_onnx_bytes`] recording `checkpoint_sha256` (hex) in the metadata.
+pub fn export_model(
+    tensors: &SafeTensors,
+    spec: &ModelSpec,
+    opts: &ExportOptions,
+    checkpoint_sha256: Option<&str>,
+) -> Result<(Vec<u8>, ExportReport), ExportError> {
     opts.validate()?;
     spec.validate()?;
 
     let mut ctx = Ctx::new(GraphBuilder::new(opts.opset), Weights::new(tensors));
+    ctx.fp16 = opts.fp16;
+    let classes = spec.num_classes() as i64;
     // Claim the interface names first so no internal value can take them.
     let image = ctx.g.unique(INPUT_NAME);
-    let logits = ctx.g.unique(OUTPUT_NAME);
-    let feat = backbone::backbone(&mut ctx, &spec.backbone, &image)?;
+    let output = ctx.g.unique(opts.output_kind());
+    // `nchw`: the float32 normalised NCHW image (the graph input itself by default).
+    let nchw = if opts.preprocess {
+        preprocess(&mut ctx, spec, &image)
+    } else {
+        image.clone()
+    };
+    let net_in = if opts.fp16 {
+        ctx.cast(&nchw, DataType::Float16, "image_fp16")
+    } else {
+        nchw.clone()
+    };
+    let feat = backbone::backbone(&mut ctx, &spec.backbone, &net_in)?;
     let low = head::head(&mut ctx, spec, &feat, opts)?;
-    head::upsample_into(&mut ctx, &low, &image, &logits);
+    // fp16: back to float32 at feature resolution, so the resize (and argmax) see fp32.
+    let low = if opts.fp16 {
+        ctx.cast(&low, DataType::Float, "head.conv8.1_fp32")
+    } else {
+        low
+    };
+    if opts.argmax {
+        let logits = ctx.g.unique(OUTPUT_NAME);
+        head::upsample_into(&mut ctx, &low, &nchw, &logits);
+        let attrs = vec![
+            builder::attr_int("axis", 1),
+            builder::attr_int("keepdims", 0),
+        ];
+        if classes <= 256 {
+            let idx = ctx.g.add_node("ArgMax", &[&logits], attrs, "argmax");
+            ctx.g.add_node_into(
+                "Cast",
+                &[&idx],
+                vec![builder::attr_int("to", DataType::Uint8 as i64)],
+                &output,
+            );
+        } else {
+            ctx.g.add_node_into("ArgMax", &[&logits], attrs, &output);
+        }
+    } else {
+        head::upsample_into(&mut ctx, &low, &nchw, &output);
+    }
 
     let folded_bn = ctx.folded_bn;
     let mut opset_import = vec![OperatorSetIdProto {
@@ -388,50 +614,72 @@ pub fn export_onnx_bytes(
     }));
     let (node, initializer) = ctx.g.finish();
     let (nodes, initializers) = (node.len(), initializer.len());
-    let classes = spec.num_classes() as i64;
+    let batch = opts.batch.map_or(Dim::Named("batch"), Dim::Fixed);
+    let (height, width) = opts
+        .input_size
+        .map_or((Dim::Named("height"), Dim::Named("width")), |(h, w)| {
+            (Dim::Fixed(h), Dim::Fixed(w))
+        });
+    let input = if opts.preprocess {
+        proto::tensor_value_info(
+            &image,
+            DataType::Uint8,
+            &[batch, height, width, Dim::Fixed(3)],
+        )
+    } else {
+        proto::tensor_value_info(
+            &image,
+            DataType::Float,
+            &[batch, Dim::Fixed(3), height, width],
+        )
+    };
+    let output = if opts.argmax {
+        let dt = if classes <= 256 {
+            DataType::Uint8
+        } else {
+            DataType::Int64
+        };
+        proto::tensor_value_info(&output, dt, &[batch, height, width])
+    } else {
+        proto::tensor_value_info(
+            &output,
+            DataType::Float,
+            &[batch, Dim::Fixed(classes), height, width],
+        )
+    };
     let graph = GraphProto {
         name: "danet".into(),
         node,
         initializer,
-        input: vec![proto::tensor_value_info(
-            &image,
-            DataType::Float,
-            &[
-                Dim::Named("batch"),
-                Dim::Fixed(3),
-                Dim::Named("height"),
-                Dim::Named("width"),
-            ],
-        )],
-        output: vec![proto::tensor_value_info(
-            &logits,
-            DataType::Float,
-            &[
-                Dim::Named("batch"),
-                Dim::Fixed(classes),
-                Dim::Named("height"),
-                Dim::Named("width"),
-            ],
-        )],
+        input: vec![input],
+        output: vec![output],
         ..Default::default()
     };
+    let entry = |k: &str, v: String| StringStringEntryProto {
+        key: k.into(),
+        value: v,
+    };
+    let mut metadata_props = vec![
+        entry(SPEC_METADATA_KEY, spec.to_json()),
+        entry(EXPORT_METADATA_KEY, opts.to_json()),
+        entry(INPUT_LAYOUT_KEY, opts.input_layout().into()),
+        entry(OUTPUT_KIND_KEY, opts.output_kind().into()),
+        entry(OUTPUT_STRIDE_KEY, spec.backbone.output_stride.to_string()),
+    ];
+    if let Some(sha) = checkpoint_sha256 {
+        metadata_props.push(entry(CHECKPOINT_SHA256_KEY, sha.into()));
+    }
+    if let Some(p) = opts.trt_profile(spec.backbone.output_stride) {
+        metadata_props.push(entry(TRT_PROFILE_KEY, p));
+    }
     let model = ModelProto {
         ir_version: ir_version_for(opts.opset),
         opset_import,
         producer_name: "segtool".into(),
         producer_version: env!("CARGO_PKG_VERSION").into(),
-        doc_string: doc_string(spec),
+        doc_string: doc_string(spec, opts),
         graph: Some(graph),
-        metadata_props: vec![
-            StringStringEntryProto {
-                key: SPEC_METADATA_KEY.into(),
-                value: spec.to_json(),
-            },
-            StringStringEntryProto {
-                key: EXPORT_METADATA_KEY.into(),
-                value: opts.to_json(),
-            },
-        ],
+        metadata_props,
         ..Default::default()
     };
     let bytes = model.encode_to_vec();
@@ -463,7 +711,55 @@ fn ir_version_for(opset: i64) -> i64 {
     }
 }
 
-fn doc_string(spec: &ModelSpec) -> String {
+/// `--preprocess`: uint8 NHWC RGB `image` -> Cast -> Transpose (NCHW) -> one Mul + Add
+/// computing (x/255 - mean)/std = x * 1/(255 std) + (-mean/std), per channel.
+fn preprocess(ctx: &mut Ctx<'_, '_>, spec: &ModelSpec, image: &str) -> String {
+    let scale: Vec<f32> = (0..3)
+        .map(|c| (1.0f64 / (255.0 * spec.std[c] as f64)) as f32)
+        .collect();
+    let shift: Vec<f32> = (0..3)
+        .map(|c| (-(spec.mean[c] as f64) / spec.std[c] as f64) as f32)
+        .collect();
+    let g = &mut ctx.g;
+    let scale = g.add_initializer_f32("preprocess.scale", &[1, 3, 1, 1], &scale);
+    let shift = g.add_initializer_f32("preprocess.shift", &[1, 3, 1, 1], &shift);
+    let x = g.add_node(
+        "Cast",
+        &[image],
+        vec![builder::attr_int("to", DataType::Float as i64)],
+        "preprocess.float",
+    );
+    let x = g.add_node(
+        "Transpose",
+        &[&x],
+        vec![builder::attr_ints("perm", &[0, 3, 1, 2])],
+        "preprocess.nchw",
+    );
+    let x = g.add_node("Mul", &[&x, &scale], vec![], "preprocess.scaled");
+    g.add_node("Add", &[&x, &shift], vec![], "preprocess.normalised")
+}
+
+fn doc_string(spec: &ModelSpec, opts: &ExportOptions) -> String {
+    let mut s = legacy_doc_string(spec);
+    if opts.preprocess {
+        s.push_str(
+            " With --preprocess the input is instead uint8 [batch, height, width, 3] RGB \
+             (normalisation inside the graph).",
+        );
+    }
+    if opts.argmax {
+        s.push_str(&format!(
+            " With --argmax the output is instead `{MASK_OUTPUT_NAME}` [batch, height, width], \
+             the class index per pixel."
+        ));
+    }
+    if opts.fp16 {
+        s.push_str(" Weights and compute in fp16, attention energies and softmax in fp32.");
+    }
+    s
+}
+
+fn legacy_doc_string(spec: &ModelSpec) -> String {
     format!(
         "DANet ({}, output stride {}) semantic segmentation, {} classes, exported by segtool. \
          Input `{INPUT_NAME}`: float32 [batch, 3, height, width], RGB in [0, 1] normalised as \
@@ -478,6 +774,8 @@ fn doc_string(spec: &ModelSpec) -> String {
     )
 }
 
+#[cfg(test)]
+mod deploy_tests;
 #[cfg(test)]
 mod profile_tests;
 #[cfg(test)]

@@ -261,6 +261,7 @@ pub mod tensor_shape_proto {
 }
 
 /// Dimension helpers used when declaring graph inputs and outputs.
+#[derive(Clone, Copy, Debug)]
 pub enum Dim<'a> {
     Fixed(i64),
     Named(&'a str),

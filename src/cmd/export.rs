@@ -26,6 +26,45 @@ pub struct Args {
     /// Default-domain opset (13..=23); defaults to the target's (17, or 23 with Attention).
     #[arg(long)]
     pub opset: Option<i64>,
+    /// Weights and compute in fp16; attention energies and softmax stay fp32 (Cast),
+    /// the interface (input, logits) stays float32.
+    #[arg(long)]
+    pub fp16: bool,
+    /// Output `mask`: ArgMax over classes at input resolution, uint8 [batch, H, W].
+    #[arg(long)]
+    pub argmax: bool,
+    /// Input `image`: uint8 NHWC RGB [batch, H, W, 3], normalised inside the graph.
+    #[arg(long)]
+    pub preprocess: bool,
+    /// Static input size HxW (fixed dims instead of `height`/`width` symbols).
+    #[arg(long, value_parser = parse_hw)]
+    pub input_size: Option<(i64, i64)>,
+    /// Static batch size (fixed dim instead of the `batch` symbol).
+    #[arg(long)]
+    pub batch: Option<i64>,
+    /// Largest expected input HxW of a dynamic export: TensorRT profile hints
+    /// (metadata `segtool.trt_profile`) and the attention memory budget.
+    #[arg(long, value_parser = parse_hw, default_value = "1024x2048")]
+    pub max_size: (i64, i64),
+    /// Run the export in ONNX Runtime and tract (where it loads) on random images of two
+    /// sizes against the tch model built from the checkpoint; non-zero exit beyond
+    /// tolerance (fp32: 1e-4 * max(1, max|logit|); fp16: argmax agreement >= 99.5%).
+    #[arg(long)]
+    pub verify: bool,
+}
+
+fn parse_hw(s: &str) -> Result<(i64, i64), String> {
+    let (h, w) = s
+        .split_once(['x', 'X'])
+        .ok_or_else(|| format!("`{s}`: expected HxW, e.g. 512x1024"))?;
+    let p = |v: &str| {
+        v.trim()
+            .parse::<i64>()
+            .ok()
+            .filter(|v| *v > 0)
+            .ok_or_else(|| format!("`{s}`: expected positive HxW"))
+    };
+    Ok((p(h)?, p(w)?))
 }
 
 fn parse_target(s: &str) -> Result<ExportTarget, String> {
@@ -45,7 +84,12 @@ impl Args {
         if let Some(opset) = self.opset {
             opts = opts.with_opset(opset);
         }
-        opts
+        opts.with_fp16(self.fp16)
+            .with_argmax(self.argmax)
+            .with_preprocess(self.preprocess)
+            .with_input_size(self.input_size)
+            .with_batch(self.batch)
+            .with_max_size(self.max_size)
     }
 }
 
@@ -65,5 +109,193 @@ pub fn run(args: Args) -> Result<()> {
         report.folded_bn,
         report.bytes as f64 / 1e6
     );
+    let mut flags = Vec::new();
+    if opts.fp16 {
+        flags.push("fp16 (attention fp32)".to_string());
+    }
+    if opts.preprocess {
+        flags.push("input uint8 NHWC RGB".into());
+    }
+    if opts.argmax {
+        flags.push("output uint8 mask".into());
+    }
+    if let Some((h, w)) = opts.input_size {
+        flags.push(format!("static {h}x{w}"));
+    }
+    if let Some(b) = opts.batch {
+        flags.push(format!("static batch {b}"));
+    }
+    if !flags.is_empty() {
+        println!("  {}", flags.join(", "));
+    }
+    if opts.input_size.is_none() {
+        // Dynamic size: what attention costs at the largest expected input.
+        let batch = opts.batch.unwrap_or(1);
+        let (lines, warnings) =
+            segtool_export::budget::report(&report.spec, &opts, opts.max_size, batch);
+        for l in lines {
+            println!("{l}");
+        }
+        for w in warnings {
+            eprintln!("warning: {w}");
+        }
+    }
+    if args.verify {
+        verify(&args, &opts)?;
+    }
+    Ok(())
+}
+
+#[cfg(not(feature = "train"))]
+fn verify(_: &Args, _: &ExportOptions) -> Result<()> {
+    anyhow::bail!("--verify needs the tch model: build segtool with the `train` feature")
+}
+
+/// `--verify`: random images of two sizes through tch and through each engine that
+/// loads the export; prints max |logit diff| and argmax agreement; errors beyond
+/// tolerance.
+#[cfg(feature = "train")]
+fn verify(args: &Args, opts: &ExportOptions) -> Result<()> {
+    use segtool_runtime::{Backend, Segmenter};
+    if !opts.is_standard_interface() {
+        println!(
+            "verify: skipped: --argmax/--preprocess change the graph interface; verify the \
+             same options without them (the deployment graph only adds Cast/Transpose/\
+             Mul/Add in front and ArgMax behind)"
+        );
+        return Ok(());
+    }
+    let ckpt = segtool_train::Checkpoint::read(&args.checkpoint)?;
+    let (_vs, model) = segtool_train::load_model(&ckpt, tch::Device::Cpu)?;
+    let spec = ckpt.spec.clone();
+    let sizes: Vec<(u32, u32)> = match opts.input_size {
+        Some((h, w)) => vec![(w as u32, h as u32)],
+        None => vec![(97, 75), (64, 128)],
+    };
+    let batch = opts.batch.unwrap_or(2) as u32;
+    let mut seed = 0x5eed_u32;
+    let mut rnd = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 17;
+        seed ^= seed << 5;
+        seed
+    };
+    let mut inputs = Vec::new();
+    for &(w, h) in &sizes {
+        // Smooth random images (random colours on a coarse grid, plus noise).
+        let imgs: Vec<image::RgbImage> = (0..batch)
+            .map(|_| {
+                let grid: Vec<[u8; 3]> = (0..64)
+                    .map(|_| {
+                        let r = rnd();
+                        [r as u8, (r >> 8) as u8, (r >> 16) as u8]
+                    })
+                    .collect();
+                image::RgbImage::from_fn(w, h, |x, y| {
+                    let c = grid[((y * 8 / h) * 8 + x * 8 / w) as usize];
+                    let n = (rnd() % 16) as u8;
+                    image::Rgb([
+                        c[0].saturating_add(n),
+                        c[1].saturating_add(n),
+                        c[2].saturating_add(n),
+                    ])
+                })
+            })
+            .collect();
+        let t = segtool_train::data::images_to_tensor(
+            &imgs.iter().collect::<Vec<_>>(),
+            &spec,
+            tch::Device::Cpu,
+        );
+        let r = tch::no_grad(|| model.forward_all(&t, false).fused);
+        let r = Vec::<f32>::try_from(&r.contiguous().view(-1))?;
+        inputs.push((imgs, r));
+    }
+    let mut backends: Vec<(&str, Backend)> = Vec::new();
+    #[cfg(feature = "ort")]
+    backends.push((
+        "onnxruntime",
+        Backend::Ort(segtool_runtime::OrtOptions::new()),
+    ));
+    #[cfg(feature = "tract")]
+    if !opts.uses_ms_domain() {
+        backends.push(("tract", Backend::Tract));
+    } else {
+        println!("verify: tract skipped (com.microsoft MultiHeadAttention is ONNX Runtime only)");
+    }
+    let classes = spec.num_classes();
+    let mut failures = Vec::new();
+    for (name, backend) in backends {
+        let mut seg = match Segmenter::open(&args.onnx, backend) {
+            Ok(s) => s.with_logits(true),
+            Err(e) => {
+                failures.push(format!("{name}: cannot load the export: {e}"));
+                continue;
+            }
+        };
+        for ((imgs, reference), &(w, h)) in inputs.iter().zip(&sizes) {
+            let ours: Vec<f32> = seg
+                .segment_batch(imgs)?
+                .iter()
+                .flat_map(|r| r.logits.as_ref().expect("logits kept").iter().copied())
+                .collect();
+            anyhow::ensure!(ours.len() == reference.len(), "{name}: logits size differs");
+            let diff = ours
+                .iter()
+                .zip(reference)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0f32, f32::max);
+            let scale = reference.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let argmax = |v: &[f32], px: usize, plane: usize| {
+                (0..classes)
+                    .max_by(|&a, &b| {
+                        v[a * plane + px]
+                            .total_cmp(&v[b * plane + px])
+                            .then(b.cmp(&a))
+                    })
+                    .unwrap()
+            };
+            let plane = (w * h) as usize;
+            let (mut agree, mut total) = (0usize, 0usize);
+            for img in 0..imgs.len() {
+                let (a, b) = (
+                    &ours[img * classes * plane..(img + 1) * classes * plane],
+                    &reference[img * classes * plane..(img + 1) * classes * plane],
+                );
+                for px in 0..plane {
+                    agree += (argmax(a, px, plane) == argmax(b, px, plane)) as usize;
+                    total += 1;
+                }
+            }
+            let agreement = agree as f64 / total as f64;
+            let tol = 1e-4 * scale.max(1.0);
+            let ok = if opts.fp16 {
+                agreement >= 0.995
+            } else {
+                diff <= tol
+            };
+            println!(
+                "verify: {name:11} {w}x{h} batch {}: max |logit - tch| {diff:.3e} (max |logit| \
+                 {scale:.2}, tolerance {}), argmax agreement {:.3}% {}",
+                imgs.len(),
+                if opts.fp16 {
+                    "argmax >= 99.5%".to_string()
+                } else {
+                    format!("{tol:.1e}")
+                },
+                agreement * 100.0,
+                if ok { "ok" } else { "FAILED" }
+            );
+            if !ok {
+                failures.push(format!("{name} at {w}x{h}"));
+            }
+        }
+    }
+    anyhow::ensure!(
+        failures.is_empty(),
+        "verification failed: {}",
+        failures.join("; ")
+    );
+    println!("verify: ok");
     Ok(())
 }

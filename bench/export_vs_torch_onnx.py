@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""Benchmark (not a test): segtool's `ort` export vs torch.onnx.export of the same
+ResNet-50 DANet weights, ONNX Runtime CPU with 2 intra-op threads, batch 1; plus tract
+on segtool's `tract` export (segtool-runtime's TractEngine, its default executor).
+
+    source "$(bash scripts/setup.sh)"
+    cargo build --bin segtool && cargo build -p segtool-export --example engine_bench
+    python bench/export_vs_torch_onnx.py [--sizes 512 1024] [--runs 2] [--work DIR]
+
+Steps: the PyTorch reference DANet (tests/reference/danet_ref.py) with random,
+trained-like weights (BN statistics near identity, attention gammas nonzero) is saved
+with torch.save; `segtool import` turns it into a checkpoint; `segtool export` writes
+the `ort` and `tract` profiles; torch.onnx.export writes the same model (fused output
+only, dynamic batch/height/width, opset 17, constant folding, the TorchScript exporter
+that mmdeploy uses). Every (model, size) runs in its own subprocess; latency is the
+median of --runs after one warm-up, peak RSS is the subprocess's ru_maxrss (os.wait4).
+"""
+import argparse, json, os, subprocess, sys, time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests", "reference"))
+
+SPEC = {
+    "arch": "danet", "backbone_name": "resnet50",
+    "backbone": {"block": "bottleneck", "layers": [3, 4, 6, 3], "width": 64,
+                 "output_stride": 8, "deep_stem": False},
+    "classes": [f"class{i}" for i in range(19)],
+}
+
+
+def child_ort(path, size, runs):
+    import numpy as np
+    import onnxruntime as ort
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 2
+    so.inter_op_num_threads = 1
+    so.log_severity_level = 3
+    t = time.perf_counter()
+    s = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    load = (time.perf_counter() - t) * 1e3
+    x = np.random.default_rng(0).standard_normal((1, 3, size, size)).astype(np.float32)
+    name = s.get_inputs()[0].name
+    t = time.perf_counter(); s.run(None, {name: x}); first = (time.perf_counter() - t) * 1e3
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter(); s.run(None, {name: x}); times.append((time.perf_counter() - t) * 1e3)
+    times.sort()
+    print(json.dumps({"load_ms": load, "first_ms": first, "median_ms": times[len(times) // 2],
+                      "vm_hwm_kib": vm_hwm_kib()}))
+
+
+def vm_hwm_kib():
+    """This process's peak RSS (Linux VmHWM; unlike a child's ru_maxrss it is not
+    inherited across fork/exec from a large parent)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+
+
+def measure(cmd):
+    """Runs cmd, returns (parsed last JSON line of stdout, peak RSS MiB): the child's own
+    VmHWM when it reports one, else its ru_maxrss (which Linux carries over from the
+    parent at exec, so it is only an upper bound)."""
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _, status, ru = os.wait4(p.pid, 0)
+    out, err = p.stdout.read(), p.stderr.read()
+    p.returncode = os.waitstatus_to_exitcode(status)
+    if p.returncode != 0:
+        return {"error": (err or out)[-400:]}, ru.ru_maxrss / 1024
+    r = json.loads(out.strip().splitlines()[-1])
+    return r, r["vm_hwm_kib"] / 1024 if "vm_hwm_kib" in r else ru.ru_maxrss / 1024
+
+
+def build(work, segtool):
+    paths = {k: os.path.join(work, f"{k}.onnx") for k in ("ours_ort", "ours_tract", "torch")}
+    if all(os.path.exists(p) for p in paths.values()):
+        return paths
+    # In a child, so that the measuring parent stays small.
+    subprocess.run([sys.executable, __file__, "--build", work], check=True)
+    return paths
+
+
+def build_models(work, segtool):
+    import torch
+    from danet_ref import DANet
+    paths = {k: os.path.join(work, f"{k}.onnx") for k in ("ours_ort", "ours_tract", "torch")}
+    torch.manual_seed(0)
+    model = DANet(SPEC).eval()
+    with torch.no_grad():
+        for name, t in model.state_dict().items():
+            if name.endswith("running_var"):
+                t.fill_(1.0)
+            elif name.endswith("running_mean"):
+                t.zero_()
+            elif name.endswith("sa.gamma"):
+                t.fill_(0.5)
+            elif name.endswith("sc.gamma"):
+                t.fill_(-0.5)
+    pth = os.path.join(work, "danet_r50.pth")
+    torch.save(model.state_dict(), pth)
+    ckpt = os.path.join(work, "danet_r50.safetensors")
+    subprocess.run([segtool, "import", "--from", pth, "--backbone", "resnet50", "--classes", "19",
+                    "--mode", "full", "--out", ckpt], check=True)
+    for target, key in (("ort", "ours_ort"), ("tract", "ours_tract")):
+        subprocess.run([segtool, "export", "--checkpoint", ckpt, "--onnx", paths[key],
+                        "--target", target, "--max-size", "1024x1024"], check=True)
+
+    class Fused(torch.nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, x):
+            return self.m(x)[0]
+
+    t = time.perf_counter()
+    torch.onnx.export(Fused(model), torch.randn(1, 3, 512, 512), paths["torch"], opset_version=17,
+                      input_names=["image"], output_names=["logits"], do_constant_folding=True,
+                      dynamic_axes={"image": {0: "batch", 2: "height", 3: "width"},
+                                    "logits": {0: "batch", 2: "height", 3: "width"}},
+                      dynamo=False)
+    print(f"torch.onnx.export: {time.perf_counter() - t:.1f} s", file=sys.stderr)
+    return paths
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", type=int, nargs="+", default=[512, 1024])
+    ap.add_argument("--runs", type=int, default=2)
+    ap.add_argument("--work", default="/tmp/segtool-bench")
+    ap.add_argument("--child", nargs=3)
+    ap.add_argument("--no-tract", action="store_true")
+    ap.add_argument("--build")
+    a = ap.parse_args()
+    segtool = os.path.join(ROOT, "target", "debug", "segtool")
+    if a.child:
+        return child_ort(a.child[0], int(a.child[1]), int(a.child[2]))
+    if a.build:
+        return build_models(a.build, segtool)
+    os.makedirs(a.work, exist_ok=True)
+    bench = os.path.join(ROOT, "target", "debug", "examples", "engine_bench")
+    paths = build(a.work, segtool)
+    for k, p in paths.items():
+        print(f"{k:10} {os.path.getsize(p) / 1e6:7.1f} MB  {p}")
+    rows = []
+    for size in a.sizes:
+        for key in ("ours_ort", "torch"):
+            r, rss = measure([sys.executable, __file__, "--child", paths[key], str(size), str(a.runs)])
+            rows.append((size, key, "onnxruntime cpu x2", r, rss))
+            print(json.dumps({"size": size, "model": key, **r, "peak_rss_mib": round(rss)}), flush=True)
+        if not a.no_tract:
+            r, rss = measure([bench, paths["ours_tract"], "tract", str(size), str(size), str(a.runs)])
+            rows.append((size, "ours_tract", "tract (default executor)", r, rss))
+            print(json.dumps({"size": size, "model": "ours_tract", **r, "peak_rss_mib": round(rss)}), flush=True)
+    print()
+    print(f"{'size':>9} {'model':12} {'engine':26} {'median ms':>10} {'first ms':>9} {'peak RSS MiB':>13}")
+    for size, key, eng, r, rss in rows:
+        if "error" in r:
+            print(f"{size:>4}x{size:<4} {key:12} {eng:26} ERROR {r['error'][:200]}")
+            continue
+        print(f"{size:>4}x{size:<4} {key:12} {eng:26} {r['median_ms']:10.0f} {r['first_ms']:9.0f} {rss:13.0f}")
+
+
+if __name__ == "__main__":
+    main()
