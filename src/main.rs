@@ -6,7 +6,11 @@ mod cmd;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "segtool", version, about = "DANet: train on libtorch, export to ONNX, infer with ONNX Runtime or tract")]
+#[command(
+    name = "segtool",
+    version,
+    about = "DANet: train on libtorch, export to ONNX, infer with ONNX Runtime or tract"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

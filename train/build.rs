@@ -9,13 +9,21 @@ use std::path::PathBuf;
 fn main() {
     println!("cargo:rerun-if-env-changed=DEP_TCH_LIBTORCH_LIB");
     println!("cargo:rerun-if-changed=csrc/pickle_load.cpp");
-    let lib = std::env::var("DEP_TCH_LIBTORCH_LIB").expect("torch-sys exports DEP_TCH_LIBTORCH_LIB");
+    let lib =
+        std::env::var("DEP_TCH_LIBTORCH_LIB").expect("torch-sys exports DEP_TCH_LIBTORCH_LIB");
     println!("cargo:rustc-link-arg=-Wl,-rpath,{lib}");
 
     println!("cargo:rerun-if-env-changed=LIBTORCH_CXX11_ABI");
     let abi = std::env::var("LIBTORCH_CXX11_ABI").unwrap_or_else(|_| "1".into());
-    let include = PathBuf::from(&lib).parent().expect("libtorch lib dir has a parent").join("include");
-    assert!(include.join("torch").is_dir(), "no libtorch headers in {}", include.display());
+    let include = PathBuf::from(&lib)
+        .parent()
+        .expect("libtorch lib dir has a parent")
+        .join("include");
+    assert!(
+        include.join("torch").is_dir(),
+        "no libtorch headers in {}",
+        include.display()
+    );
     cc::Build::new()
         .cpp(true)
         .file("csrc/pickle_load.cpp")

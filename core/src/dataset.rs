@@ -21,11 +21,21 @@ pub enum DatasetError {
     #[error("image {path} has no mask (expected {mask})")]
     MissingMask { path: PathBuf, mask: PathBuf },
     #[error("cannot read image {path}: {source}")]
-    Image { path: PathBuf, source: image::ImageError },
+    Image {
+        path: PathBuf,
+        source: image::ImageError,
+    },
     #[error("mask {mask} is {mask_size:?} but its image is {image_size:?}")]
-    SizeMismatch { mask: PathBuf, mask_size: (u32, u32), image_size: (u32, u32) },
+    SizeMismatch {
+        mask: PathBuf,
+        mask_size: (u32, u32),
+        image_size: (u32, u32),
+    },
     #[error("{path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("invalid classes file {path}: {message}")]
     Classes { path: PathBuf, message: String },
 }
@@ -62,7 +72,10 @@ impl SegDataset for ShapesDataset {
 
     fn get(&self, index: usize) -> Result<Sample, DatasetError> {
         let s = shapes::generate(&self.config, self.offset + index as u64);
-        Ok(Sample { image: s.image, mask: s.mask })
+        Ok(Sample {
+            image: s.image,
+            mask: s.mask,
+        })
     }
 
     fn name(&self, index: usize) -> String {
@@ -79,17 +92,31 @@ pub struct ClassesFile {
 
 impl ClassesFile {
     pub fn read(path: &Path) -> Result<Self, DatasetError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| DatasetError::Io { path: path.into(), source })?;
-        let file: Self = serde_json::from_str(&text)
-            .map_err(|e| DatasetError::Classes { path: path.into(), message: e.to_string() })?;
+        let text = std::fs::read_to_string(path).map_err(|source| DatasetError::Io {
+            path: path.into(),
+            source,
+        })?;
+        let file: Self = serde_json::from_str(&text).map_err(|e| DatasetError::Classes {
+            path: path.into(),
+            message: e.to_string(),
+        })?;
         if file.classes.is_empty() {
-            return Err(DatasetError::Classes { path: path.into(), message: "no classes".into() });
+            return Err(DatasetError::Classes {
+                path: path.into(),
+                message: "no classes".into(),
+            });
         }
         if let Some(p) = &file.palette {
             if p.len() != file.classes.len() {
-                let message = format!("{} classes but {} palette colours", file.classes.len(), p.len());
-                return Err(DatasetError::Classes { path: path.into(), message });
+                let message = format!(
+                    "{} classes but {} palette colours",
+                    file.classes.len(),
+                    p.len()
+                );
+                return Err(DatasetError::Classes {
+                    path: path.into(),
+                    message,
+                });
             }
         }
         Ok(file)
@@ -111,12 +138,18 @@ impl FolderDataset {
                 return Err(DatasetError::MissingDir(dir.to_path_buf()));
             }
         }
-        let entries = std::fs::read_dir(&image_dir)
-            .map_err(|source| DatasetError::Io { path: image_dir.clone(), source })?;
+        let entries = std::fs::read_dir(&image_dir).map_err(|source| DatasetError::Io {
+            path: image_dir.clone(),
+            source,
+        })?;
         let mut images: Vec<PathBuf> = entries
             .filter_map(|e| e.ok().map(|e| e.path()))
             .filter(|p| {
-                let ext = p.extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_lowercase();
+                let ext = p
+                    .extension()
+                    .and_then(|e| e.to_str())
+                    .unwrap_or("")
+                    .to_ascii_lowercase();
                 matches!(ext.as_str(), "png" | "jpg" | "jpeg")
             })
             .collect();
@@ -127,7 +160,11 @@ impl FolderDataset {
         let items = images
             .into_iter()
             .map(|img| {
-                let stem = img.file_stem().unwrap_or_default().to_string_lossy().into_owned();
+                let stem = img
+                    .file_stem()
+                    .unwrap_or_default()
+                    .to_string_lossy()
+                    .into_owned();
                 let mask = mask_dir.join(format!("{stem}.png"));
                 if mask.is_file() {
                     Ok((img, mask))
@@ -143,7 +180,10 @@ impl FolderDataset {
 pub fn read_rgb(path: &Path) -> Result<RgbImage, DatasetError> {
     image::open(path)
         .map(|i| i.to_rgb8())
-        .map_err(|source| DatasetError::Image { path: path.into(), source })
+        .map_err(|source| DatasetError::Image {
+            path: path.into(),
+            source,
+        })
 }
 
 impl SegDataset for FolderDataset {
@@ -156,7 +196,10 @@ impl SegDataset for FolderDataset {
         let image = read_rgb(img_path)?;
         let mask = image::open(mask_path)
             .map(|m| m.to_luma8())
-            .map_err(|source| DatasetError::Image { path: mask_path.clone(), source })?;
+            .map_err(|source| DatasetError::Image {
+                path: mask_path.clone(),
+                source,
+            })?;
         if mask.dimensions() != image.dimensions() {
             return Err(DatasetError::SizeMismatch {
                 mask: mask_path.clone(),
@@ -168,7 +211,12 @@ impl SegDataset for FolderDataset {
     }
 
     fn name(&self, index: usize) -> String {
-        self.items[index].0.file_stem().unwrap_or_default().to_string_lossy().into_owned()
+        self.items[index]
+            .0
+            .file_stem()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned()
     }
 }
 
@@ -181,11 +229,18 @@ pub fn write_split(root: &Path, split: &str, dataset: &dyn SegDataset) -> Result
         let sample = dataset.get(index)?;
         let name = dataset.name(index);
         for (dir, encoded) in [
-            (&image_dir, encode_png(&image::DynamicImage::ImageRgb8(sample.image))),
-            (&mask_dir, encode_png(&image::DynamicImage::ImageLuma8(sample.mask))),
+            (
+                &image_dir,
+                encode_png(&image::DynamicImage::ImageRgb8(sample.image)),
+            ),
+            (
+                &mask_dir,
+                encode_png(&image::DynamicImage::ImageLuma8(sample.mask)),
+            ),
         ] {
             let path = dir.join(format!("{name}.png"));
-            crate::io::write_atomic_unsynced(&path, &encoded).map_err(|source| DatasetError::Io { path, source })?;
+            crate::io::write_atomic_unsynced(&path, &encoded)
+                .map_err(|source| DatasetError::Io { path, source })?;
         }
     }
     Ok(())
@@ -200,7 +255,8 @@ pub fn write_classes(root: &Path, classes: &ClassesFile) -> Result<(), DatasetEr
 
 pub fn encode_png(img: &image::DynamicImage) -> Vec<u8> {
     let mut buf = std::io::Cursor::new(Vec::new());
-    img.write_to(&mut buf, image::ImageFormat::Png).expect("PNG encoding to memory");
+    img.write_to(&mut buf, image::ImageFormat::Png)
+        .expect("PNG encoding to memory");
     buf.into_inner()
 }
 
@@ -212,7 +268,11 @@ mod tests {
     fn folder_roundtrip_matches_stream() {
         let dir = std::env::temp_dir().join(format!("segtool-ds-{}", std::process::id()));
         let stream = ShapesDataset {
-            config: ShapesConfig { width: 32, height: 24, ..Default::default() },
+            config: ShapesConfig {
+                width: 32,
+                height: 24,
+                ..Default::default()
+            },
             offset: 10,
             count: 3,
         };
@@ -228,7 +288,10 @@ mod tests {
         std::fs::write(dir.join("images/val/000010.png"), b"not a png").unwrap();
         let err = folder.get(0).err().unwrap().to_string();
         assert!(err.contains("000010.png"), "{err}");
-        assert!(matches!(FolderDataset::open(&dir, "train"), Err(DatasetError::MissingDir(_))));
+        assert!(matches!(
+            FolderDataset::open(&dir, "train"),
+            Err(DatasetError::MissingDir(_))
+        ));
         std::fs::remove_dir_all(dir).unwrap();
     }
 }

@@ -38,7 +38,10 @@ fn write_via_temp(path: &Path, bytes: &[u8], sync: bool) -> std::io::Result<()> 
 
 /// `dir/.name.tmp-<pid>`: same directory (so rename is atomic), hidden, per process.
 pub fn temp_path(path: &Path) -> PathBuf {
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     path.with_file_name(format!(".{name}.tmp-{}", std::process::id()))
 }
 

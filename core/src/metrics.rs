@@ -10,7 +10,10 @@ pub struct ConfusionMatrix {
 
 impl ConfusionMatrix {
     pub fn new(num_classes: usize) -> Self {
-        Self { num_classes, counts: vec![0; num_classes * num_classes] }
+        Self {
+            num_classes,
+            counts: vec![0; num_classes * num_classes],
+        }
     }
 
     pub fn num_classes(&self) -> usize {
@@ -19,7 +22,11 @@ impl ConfusionMatrix {
 
     /// Adds one image. Targets equal to `ignore` or out of range are skipped.
     pub fn update(&mut self, target: &[u8], prediction: &[u8], ignore: u8) {
-        assert_eq!(target.len(), prediction.len(), "target and prediction sizes differ");
+        assert_eq!(
+            target.len(),
+            prediction.len(),
+            "target and prediction sizes differ"
+        );
         let k = self.num_classes;
         for (&t, &p) in target.iter().zip(prediction) {
             if t == ignore || t as usize >= k {

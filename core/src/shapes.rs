@@ -72,7 +72,8 @@ impl Kind {
                 // Equilateral triangle with circumradius r: intersection of 3 half-planes.
                 (0..3)
                     .map(|k| {
-                        let a = std::f32::consts::PI / 2.0 + k as f32 * 2.0 * std::f32::consts::PI / 3.0;
+                        let a = std::f32::consts::PI / 2.0
+                            + k as f32 * 2.0 * std::f32::consts::PI / 3.0;
                         x * a.cos() + y * a.sin() - r * 0.5
                     })
                     .fold(f32::MIN, f32::max)
@@ -123,7 +124,11 @@ fn sample_rng(seed: u64, index: u64) -> ChaCha8Rng {
 }
 
 fn random_colour(rng: &mut ChaCha8Rng) -> [f32; 3] {
-    [rng.gen_range(0.0..255.0), rng.gen_range(0.0..255.0), rng.gen_range(0.0..255.0)]
+    [
+        rng.gen_range(0.0..255.0),
+        rng.gen_range(0.0..255.0),
+        rng.gen_range(0.0..255.0),
+    ]
 }
 
 /// Generates sample `index` of the stream defined by `cfg`.
@@ -136,7 +141,11 @@ pub fn generate(cfg: &ShapesConfig, index: u64) -> Sample {
     let base = random_colour(&mut rng);
     let waves: Vec<([f32; 3], f32, f32, f32)> = (0..3)
         .map(|_| {
-            let amp = [rng.gen_range(10.0..45.0), rng.gen_range(10.0..45.0), rng.gen_range(10.0..45.0)];
+            let amp = [
+                rng.gen_range(10.0..45.0),
+                rng.gen_range(10.0..45.0),
+                rng.gen_range(10.0..45.0),
+            ];
             let angle: f32 = rng.gen_range(0.0..std::f32::consts::TAU);
             let freq = rng.gen_range(0.02..0.25);
             (amp, angle, freq, rng.gen_range(0.0..std::f32::consts::TAU))
@@ -164,7 +173,9 @@ pub fn generate(cfg: &ShapesConfig, index: u64) -> Sample {
                 sin: theta.sin(),
                 colour: random_colour(&mut rng),
                 shade: [rng.gen_range(-0.6..0.6), rng.gen_range(-0.6..0.6)],
-                band: rng.gen_bool(cfg.ignore_band_probability).then(|| rng.gen_range(1.0..2.5)),
+                band: rng
+                    .gen_bool(cfg.ignore_band_probability)
+                    .then(|| rng.gen_range(1.0..2.5)),
             }
         })
         .collect();
@@ -187,7 +198,8 @@ pub fn generate(cfg: &ShapesConfig, index: u64) -> Sample {
                 // Anti-aliased coverage over one pixel.
                 let cover = (0.5 - d).clamp(0.0, 1.0);
                 if cover > 0.0 {
-                    let shade = 1.0 + (inst.shade[0] * (px - inst.cx) + inst.shade[1] * (py - inst.cy)) / side;
+                    let shade = 1.0
+                        + (inst.shade[0] * (px - inst.cx) + inst.shade[1] * (py - inst.cy)) / side;
                     for c in 0..3 {
                         rgb[c] = rgb[c] * (1.0 - cover) + inst.colour[c] * shade * cover;
                     }
@@ -205,7 +217,9 @@ pub fn generate(cfg: &ShapesConfig, index: u64) -> Sample {
             image.put_pixel(
                 x,
                 y,
-                Rgb(std::array::from_fn(|c| (rgb[c] + noise[c]).round().clamp(0.0, 255.0) as u8)),
+                Rgb(std::array::from_fn(|c| {
+                    (rgb[c] + noise[c]).round().clamp(0.0, 255.0) as u8
+                })),
             );
             mask.put_pixel(x, y, image::Luma([label]));
         }
@@ -226,7 +240,12 @@ mod tests {
 
     #[test]
     fn deterministic_and_index_dependent() {
-        let cfg = ShapesConfig { width: 48, height: 40, seed: 7, ..Default::default() };
+        let cfg = ShapesConfig {
+            width: 48,
+            height: 40,
+            seed: 7,
+            ..Default::default()
+        };
         let a = generate(&cfg, 3);
         let b = generate(&cfg, 3);
         assert_eq!(a.image.as_raw(), b.image.as_raw());
@@ -240,7 +259,10 @@ mod tests {
 
     #[test]
     fn labels_are_classes_or_ignore_and_shapes_appear() {
-        let cfg = ShapesConfig { ignore_band_probability: 1.0, ..Default::default() };
+        let cfg = ShapesConfig {
+            ignore_band_probability: 1.0,
+            ..Default::default()
+        };
         let mut seen = [false; 256];
         for i in 0..40 {
             for &v in generate(&cfg, i).mask.as_raw() {
@@ -258,8 +280,14 @@ mod tests {
     #[test]
     fn sdf_signs() {
         for kind in [Kind::Circle, Kind::Square, Kind::Triangle, Kind::Cross] {
-            assert!(kind.sdf(0.0, 0.0, 10.0, 1.0) < 0.0, "{kind:?} centre inside");
-            assert!(kind.sdf(30.0, 30.0, 10.0, 1.0) > 0.0, "{kind:?} far point outside");
+            assert!(
+                kind.sdf(0.0, 0.0, 10.0, 1.0) < 0.0,
+                "{kind:?} centre inside"
+            );
+            assert!(
+                kind.sdf(30.0, 30.0, 10.0, 1.0) > 0.0,
+                "{kind:?} far point outside"
+            );
         }
     }
 }

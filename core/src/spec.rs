@@ -56,7 +56,9 @@ impl std::str::FromStr for AttentionImpl {
         match s {
             "explicit" => Ok(Self::Explicit),
             "sdpa" => Ok(Self::Sdpa),
-            other => Err(SpecError::Invalid(format!("attention {other:?}: explicit or sdpa"))),
+            other => Err(SpecError::Invalid(format!(
+                "attention {other:?}: explicit or sdpa"
+            ))),
         }
     }
 }
@@ -101,7 +103,9 @@ impl BackboneSpec {
             )));
         }
         if self.layers.iter().any(|&n| n == 0) || self.width <= 0 {
-            return Err(SpecError::Invalid("every layer needs a block and width > 0".into()));
+            return Err(SpecError::Invalid(
+                "every layer needs a block and width > 0".into(),
+            ));
         }
         if let Some(grid) = &self.multi_grid {
             if grid.len() != self.layers[3] || grid.iter().any(|&d| d <= 0) {
@@ -116,7 +120,11 @@ impl BackboneSpec {
 
     /// Channels out of the stem (`bn1`), i.e. into layer1: deep_base doubles the width.
     pub fn stem_channels(&self) -> i64 {
-        if self.deep_stem { 2 * self.width } else { self.width }
+        if self.deep_stem {
+            2 * self.width
+        } else {
+            self.width
+        }
     }
 
     /// Output channels of layer `k` (1-based).
@@ -150,15 +158,27 @@ impl BackboneSpec {
         let stride = if i == 0 { stride } else { 1 };
         if k == 4 {
             if let Some(grid) = &self.multi_grid {
-                return BlockGeometry { stride, dilation: grid[i], second_dilation: stage_dilation };
+                return BlockGeometry {
+                    stride,
+                    dilation: grid[i],
+                    second_dilation: stage_dilation,
+                };
             }
         }
         let dilation = if i == 0 {
-            if stage_dilation == 4 { 2 } else { 1 }
+            if stage_dilation == 4 {
+                2
+            } else {
+                1
+            }
         } else {
             stage_dilation
         };
-        BlockGeometry { stride, dilation, second_dilation: stage_dilation }
+        BlockGeometry {
+            stride,
+            dilation,
+            second_dilation: stage_dilation,
+        }
     }
 
     /// Whether block `i` of layer `k` has a downsample branch (stride or channel change).
@@ -166,7 +186,11 @@ impl BackboneSpec {
         if i != 0 {
             return false;
         }
-        let in_ch = if k == 1 { self.stem_channels() } else { self.layer_channels(k - 1) };
+        let in_ch = if k == 1 {
+            self.stem_channels()
+        } else {
+            self.layer_channels(k - 1)
+        };
         self.stage(k).0 != 1 || in_ch != self.layer_channels(k)
     }
 
@@ -179,7 +203,14 @@ impl BackboneSpec {
             152 => (BlockKind::Bottleneck, [3, 8, 36, 3]),
             _ => return None,
         };
-        Some(Self { block, layers, width: 64, output_stride, multi_grid: None, deep_stem: false })
+        Some(Self {
+            block,
+            layers,
+            width: 64,
+            output_stride,
+            multi_grid: None,
+            deep_stem: false,
+        })
     }
 
     /// The width- and depth-reduced ResNet the demo and tests train on 2 CPU cores.
@@ -251,7 +282,9 @@ impl ModelSpec {
             )));
         }
         if self.qk_channels() == 0 {
-            return Err(SpecError::Invalid("backbone too narrow: inter/8 is 0".into()));
+            return Err(SpecError::Invalid(
+                "backbone too narrow: inter/8 is 0".into(),
+            ));
         }
         if self.std.iter().any(|&s| s <= 0.0) {
             return Err(SpecError::Invalid("std must be positive".into()));
@@ -278,7 +311,14 @@ mod tests {
     fn resnet101_os8_geometry_matches_danet() {
         let b = BackboneSpec::resnet(101, 8).unwrap();
         assert_eq!(b.out_channels(), 2048);
-        assert_eq!(b.block(3, 0), BlockGeometry { stride: 1, dilation: 1, second_dilation: 2 });
+        assert_eq!(
+            b.block(3, 0),
+            BlockGeometry {
+                stride: 1,
+                dilation: 1,
+                second_dilation: 2
+            }
+        );
         assert_eq!(b.block(3, 5).dilation, 2);
         assert_eq!(b.block(4, 0).dilation, 2);
         assert_eq!(b.block(4, 1).dilation, 4);
@@ -289,7 +329,14 @@ mod tests {
     fn os16_and_multigrid() {
         let mut b = BackboneSpec::resnet(50, 16).unwrap();
         assert_eq!(b.block(3, 0).stride, 2);
-        assert_eq!(b.block(4, 0), BlockGeometry { stride: 1, dilation: 1, second_dilation: 2 });
+        assert_eq!(
+            b.block(4, 0),
+            BlockGeometry {
+                stride: 1,
+                dilation: 1,
+                second_dilation: 2
+            }
+        );
         b.output_stride = 8;
         b.multi_grid = Some(vec![4, 8, 16]);
         assert_eq!(b.block(4, 0).dilation, 4);
@@ -322,8 +369,14 @@ mod tests {
 
     #[test]
     fn attention_impl_names() {
-        assert_eq!(serde_json::to_string(&AttentionImpl::Sdpa).unwrap(), "\"sdpa\"");
-        assert_eq!("explicit".parse::<AttentionImpl>().unwrap(), AttentionImpl::Explicit);
+        assert_eq!(
+            serde_json::to_string(&AttentionImpl::Sdpa).unwrap(),
+            "\"sdpa\""
+        );
+        assert_eq!(
+            "explicit".parse::<AttentionImpl>().unwrap(),
+            AttentionImpl::Explicit
+        );
         assert!("flash".parse::<AttentionImpl>().is_err());
     }
 

@@ -10,7 +10,10 @@ const SERIES_COLOURS: [[u8; 3]; 4] = [[31, 119, 180], [255, 127, 14], [44, 160, 
 /// cells. Non-finite points are skipped.
 pub fn line_plot(series: &[&[(f64, f64)]], width: u32, height: u32) -> RgbImage {
     let mut img = RgbImage::from_pixel(width, height, Rgb([255, 255, 255]));
-    let points = series.iter().flat_map(|s| s.iter()).filter(|(x, y)| x.is_finite() && y.is_finite());
+    let points = series
+        .iter()
+        .flat_map(|s| s.iter())
+        .filter(|(x, y)| x.is_finite() && y.is_finite());
     let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
     for &(x, y) in points {
         x0 = x0.min(x);
@@ -25,20 +28,41 @@ pub fn line_plot(series: &[&[(f64, f64)]], width: u32, height: u32) -> RgbImage 
     let (xr, yr) = ((x1 - x0).max(1e-12), (y1 - y0).max(1e-12));
     let (pw, ph) = ((width - 2 * MARGIN) as f64, (height - 2 * MARGIN) as f64);
     let to_px = |x: f64, y: f64| {
-        (MARGIN as f64 + (x - x0) / xr * pw, (height - MARGIN) as f64 - (y - y0) / yr * ph)
+        (
+            MARGIN as f64 + (x - x0) / xr * pw,
+            (height - MARGIN) as f64 - (y - y0) / yr * ph,
+        )
     };
     for k in 0..=5 {
         let gx = MARGIN + (k * (width - 2 * MARGIN)) / 5;
         let gy = MARGIN + (k * (height - 2 * MARGIN)) / 5;
         let shade = if k == 0 || k == 5 { 0 } else { 220 };
-        draw_line(&mut img, (gx as f64, MARGIN as f64), (gx as f64, (height - MARGIN) as f64), [shade; 3]);
-        draw_line(&mut img, (MARGIN as f64, gy as f64), ((width - MARGIN) as f64, gy as f64), [shade; 3]);
+        draw_line(
+            &mut img,
+            (gx as f64, MARGIN as f64),
+            (gx as f64, (height - MARGIN) as f64),
+            [shade; 3],
+        );
+        draw_line(
+            &mut img,
+            (MARGIN as f64, gy as f64),
+            ((width - MARGIN) as f64, gy as f64),
+            [shade; 3],
+        );
     }
     for (s, pts) in series.iter().enumerate() {
         let colour = SERIES_COLOURS[s % SERIES_COLOURS.len()];
-        let pts: Vec<_> = pts.iter().filter(|(x, y)| x.is_finite() && y.is_finite()).collect();
+        let pts: Vec<_> = pts
+            .iter()
+            .filter(|(x, y)| x.is_finite() && y.is_finite())
+            .collect();
         for pair in pts.windows(2) {
-            draw_line(&mut img, to_px(pair[0].0, pair[0].1), to_px(pair[1].0, pair[1].1), colour);
+            draw_line(
+                &mut img,
+                to_px(pair[0].0, pair[0].1),
+                to_px(pair[1].0, pair[1].1),
+                colour,
+            );
         }
     }
     img
@@ -62,7 +86,10 @@ pub fn smooth(points: &[(f64, f64)], window: usize) -> Vec<(f64, f64)> {
         .map(|i| {
             let lo = i.saturating_sub(window - 1);
             let slice = &points[lo..=i];
-            (points[i].0, slice.iter().map(|p| p.1).sum::<f64>() / slice.len() as f64)
+            (
+                points[i].0,
+                slice.iter().map(|p| p.1).sum::<f64>() / slice.len() as f64,
+            )
         })
         .collect()
 }
@@ -71,7 +98,9 @@ pub fn smooth(points: &[(f64, f64)], window: usize) -> Vec<(f64, f64)> {
 mod tests {
     #[test]
     fn plot_draws_series() {
-        let pts: Vec<(f64, f64)> = (0..50).map(|i| (i as f64, 1.0 / (1.0 + i as f64))).collect();
+        let pts: Vec<(f64, f64)> = (0..50)
+            .map(|i| (i as f64, 1.0 / (1.0 + i as f64)))
+            .collect();
         let img = super::line_plot(&[&pts], 200, 120);
         assert!(img.pixels().any(|p| p.0 == [31, 119, 180]));
         let s = super::smooth(&[(0.0, 0.0), (1.0, 2.0), (2.0, 4.0)], 2);

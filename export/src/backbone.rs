@@ -221,19 +221,10 @@ mod tests {
         };
         let (model, report) = export_decoded(&spec_with(b, 3));
         let g = model.graph.expect("graph");
-        assert_eq!(
-            conv_attr(&g, "pretrained.conv1.0", "strides"),
-            [2, 2]
-        );
-        assert_eq!(
-            conv_attr(&g, "pretrained.conv1.0", "kernel_shape"),
-            [3, 3]
-        );
+        assert_eq!(conv_attr(&g, "pretrained.conv1.0", "strides"), [2, 2]);
+        assert_eq!(conv_attr(&g, "pretrained.conv1.0", "kernel_shape"), [3, 3]);
         assert_eq!(conv_attr(&g, "pretrained.conv1.3", "pads"), [1, 1, 1, 1]);
-        assert_eq!(
-            conv_attr(&g, "pretrained.conv1.6", "strides"),
-            [1, 1]
-        );
+        assert_eq!(conv_attr(&g, "pretrained.conv1.6", "strides"), [1, 1]);
         assert!(!g.node.iter().any(|n| n.name == "pretrained.conv1"));
         // The stem ends at 2 x 16 channels: layer1's basic block (16) needs a projection.
         assert!(g

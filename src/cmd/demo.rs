@@ -48,19 +48,36 @@ pub fn run(args: Args) -> Result<()> {
     let started = Instant::now();
     tch::set_num_threads(args.threads);
     let data_dir = args.out.join("data");
-    eprintln!("[1/5] generating shapes ({} train, {} val, {}px) in {}", args.shapes.train_count, args.shapes.val_count, args.shapes.size, data_dir.display());
+    eprintln!(
+        "[1/5] generating shapes ({} train, {} val, {}px) in {}",
+        args.shapes.train_count,
+        args.shapes.val_count,
+        args.shapes.size,
+        data_dir.display()
+    );
     super::generate::generate(&data_dir, &args.shapes)?;
     let train_set = FolderDataset::open(&data_dir, "train")?;
     let val_set = FolderDataset::open(&data_dir, "val")?;
 
-    eprintln!("[2/5] training tiny DANet for {} iterations (batch {})", args.iterations, args.batch_size);
-    let classes = segtool_core::shapes::CLASSES.iter().map(|s| s.to_string()).collect();
+    eprintln!(
+        "[2/5] training tiny DANet for {} iterations (batch {})",
+        args.iterations, args.batch_size
+    );
+    let classes = segtool_core::shapes::CLASSES
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
     let spec = ModelSpec::new("tiny", segtool_core::BackboneSpec::tiny(), classes);
     let config = TrainConfig {
         iterations: args.iterations,
         batch_size: args.batch_size,
         lr: args.lr,
-        augment: Augment { flip: true, scale: None, base_size: 0, crop: None },
+        augment: Augment {
+            flip: true,
+            scale: None,
+            base_size: 0,
+            crop: None,
+        },
         seed: args.shapes.seed,
         ..TrainConfig::default()
     };
@@ -75,9 +92,10 @@ pub fn run(args: Args) -> Result<()> {
 
     eprintln!("[3/5] evaluating with tch");
     let mut tch_logits: Vec<Vec<f32>> = Vec::with_capacity(val_set.len());
-    let eval = segtool_train::eval::evaluate(&trainer.model, &val_set, 8, tch::Device::Cpu, |_, t| {
-        tch_logits.push(Vec::<f32>::try_from(&t.contiguous().view(-1)).expect("f32 logits"));
-    })?;
+    let eval =
+        segtool_train::eval::evaluate(&trainer.model, &val_set, 8, tch::Device::Cpu, |_, t| {
+            tch_logits.push(Vec::<f32>::try_from(&t.contiguous().view(-1)).expect("f32 logits"));
+        })?;
     let mut rows = vec![Row {
         engine: "tch (libtorch)".into(),
         miou: eval.confusion.mean_iou(),
@@ -96,13 +114,19 @@ pub fn run(args: Args) -> Result<()> {
         .collect::<Result<Vec<_>, _>>()?;
     let mut overlays = None;
     for engine in ["ort", "tract"] {
-        let mut seg = super::infer::open_segmenter(&onnx_path, engine, &["cpu".to_string()])?.with_logits(true);
+        let mut seg = super::infer::open_segmenter(&onnx_path, engine, &["cpu".to_string()])?
+            .with_logits(true);
         let name = format!("{} ({})", seg.engine().name(), seg.engine().provider());
         let (row, masks) = run_engine(&mut seg, name, &val_images, &tch_logits, &spec)?;
         rows.push(row);
         overlays.get_or_insert(masks);
     }
-    write_overlays(&args.out.join("overlays"), &val_images, overlays.as_deref().unwrap_or(&[]), &spec)?;
+    write_overlays(
+        &args.out.join("overlays"),
+        &val_images,
+        overlays.as_deref().unwrap_or(&[]),
+        &spec,
+    )?;
 
     print_table(&rows);
     let summary = serde_json::json!({
@@ -117,8 +141,15 @@ pub fn run(args: Args) -> Result<()> {
         "total_seconds": started.elapsed().as_secs_f64(),
     });
     let summary_path = args.out.join("summary.json");
-    segtool_core::io::write_atomic(&summary_path, serde_json::to_string_pretty(&summary)?.as_bytes())?;
-    println!("outputs in {} (overlays/, loss.loss.png, summary.json), {:.0} s in all", args.out.display(), started.elapsed().as_secs_f64());
+    segtool_core::io::write_atomic(
+        &summary_path,
+        serde_json::to_string_pretty(&summary)?.as_bytes(),
+    )?;
+    println!(
+        "outputs in {} (overlays/, loss.loss.png, summary.json), {:.0} s in all",
+        args.out.display(),
+        started.elapsed().as_secs_f64()
+    );
     Ok(())
 }
 
@@ -137,7 +168,10 @@ fn run_engine(
         let results = seg.segment_batch(&imgs)?;
         seconds += t0.elapsed().as_secs_f64();
         for (k, (result, (_, gt))) in results.into_iter().zip(chunk).enumerate() {
-            let logits = result.logits.as_ref().context("engine returned no logits")?;
+            let logits = result
+                .logits
+                .as_ref()
+                .context("engine returned no logits")?;
             let tch = &reference[chunk_index * 8 + k];
             for (a, b) in logits.iter().zip(tch) {
                 max_diff = max_diff.max((a - b).abs() as f64);
@@ -157,31 +191,59 @@ fn run_engine(
 }
 
 /// image | ground truth | prediction overlay, side by side, for the first 8 images.
-fn write_overlays(dir: &Path, images: &[(RgbImage, image::GrayImage)], masks: &[ndarray::Array2<u8>], spec: &ModelSpec) -> Result<()> {
+fn write_overlays(
+    dir: &Path,
+    images: &[(RgbImage, image::GrayImage)],
+    masks: &[ndarray::Array2<u8>],
+    spec: &ModelSpec,
+) -> Result<()> {
     for (i, ((img, gt), mask)) in images.iter().zip(masks).take(8).enumerate() {
         let (w, h) = img.dimensions();
-        let gt_mask = ndarray::Array2::from_shape_vec((h as usize, w as usize), gt.as_raw().clone())?;
+        let gt_mask =
+            ndarray::Array2::from_shape_vec((h as usize, w as usize), gt.as_raw().clone())?;
         let mut palette = spec.palette.clone();
         palette.resize(256, [255, 255, 255]); // ignore (255) shows white
         let mut panel = RgbImage::new(w * 3, h);
         image::imageops::replace(&mut panel, img, 0, 0);
-        image::imageops::replace(&mut panel, &segtool_runtime::colorize(gt_mask.view(), &palette), w as i64, 0);
-        let over = segtool_runtime::overlay(img, mask.view(), &spec.palette, segtool_runtime::DEFAULT_ALPHA);
+        image::imageops::replace(
+            &mut panel,
+            &segtool_runtime::colorize(gt_mask.view(), &palette),
+            w as i64,
+            0,
+        );
+        let over = segtool_runtime::overlay(
+            img,
+            mask.view(),
+            &spec.palette,
+            segtool_runtime::DEFAULT_ALPHA,
+        );
         image::imageops::replace(&mut panel, &over, 2 * w as i64, 0);
         let path = dir.join(format!("val_{i:02}.png"));
         let png = segtool_core::dataset::encode_png(&image::DynamicImage::ImageRgb8(panel));
-        segtool_core::io::write_atomic(&path, &png).with_context(|| format!("writing {}", path.display()))?;
+        segtool_core::io::write_atomic(&path, &png)
+            .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
 }
 
 fn print_table(rows: &[Row]) {
     println!();
-    println!("{:<28} {:>8} {:>22} {:>10}", "engine", "mIoU %", "max |logit - tch|", "img/s");
+    println!(
+        "{:<28} {:>8} {:>22} {:>10}",
+        "engine", "mIoU %", "max |logit - tch|", "img/s"
+    );
     println!("{}", "-".repeat(71));
     for r in rows {
-        let diff = r.max_diff.map_or("(reference)".to_string(), |d| format!("{d:.2e}"));
-        println!("{:<28} {:>8.2} {:>22} {:>10.1}", r.engine, r.miou * 100.0, diff, r.images_per_second);
+        let diff = r
+            .max_diff
+            .map_or("(reference)".to_string(), |d| format!("{d:.2e}"));
+        println!(
+            "{:<28} {:>8.2} {:>22} {:>10.1}",
+            r.engine,
+            r.miou * 100.0,
+            diff,
+            r.images_per_second
+        );
     }
     println!();
 }

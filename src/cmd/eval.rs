@@ -27,8 +27,19 @@ pub fn run(args: Args) -> Result<()> {
     let checkpoint = Checkpoint::read(&args.checkpoint)?;
     let (_vs, model) = load_model(&checkpoint, device)?;
     let dataset = open_dataset(&args.data, &args.split, &args.shapes)?;
-    let result = segtool_train::eval::evaluate(&model, dataset.as_ref(), args.batch_size, device, |_, _| {})?;
-    for (class, iou) in checkpoint.spec.classes.iter().zip(result.confusion.iou_per_class()) {
+    let result = segtool_train::eval::evaluate(
+        &model,
+        dataset.as_ref(),
+        args.batch_size,
+        device,
+        |_, _| {},
+    )?;
+    for (class, iou) in checkpoint
+        .spec
+        .classes
+        .iter()
+        .zip(result.confusion.iou_per_class())
+    {
         match iou {
             Some(v) => println!("{class:>16}  IoU {:.2}", v * 100.0),
             None => println!("{class:>16}  (absent)"),

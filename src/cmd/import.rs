@@ -58,7 +58,9 @@ impl From<Mode> for ImportMode {
 
 pub fn run(args: Args) -> Result<()> {
     let state = read(&args.from)?;
-    let mode = args.mode.map_or_else(|| ImportMode::detect(&state), ImportMode::from);
+    let mode = args
+        .mode
+        .map_or_else(|| ImportMode::detect(&state), ImportMode::from);
     let (classes, palette) = classes(&args, &state, mode)?;
     let backbone = super::train::backbone_spec(&args.backbone, args.output_stride)?;
     let mut spec = ModelSpec::new(&args.backbone, backbone, classes);
@@ -71,7 +73,10 @@ pub fn run(args: Args) -> Result<()> {
     import(&mut vs, state, &args.from, mode, args.allow_missing)?;
     let info = CheckpointInfo::from([
         ("imported_from".to_string(), args.from.display().to_string()),
-        ("import_mode".to_string(), format!("{mode:?}").to_lowercase()),
+        (
+            "import_mode".to_string(),
+            format!("{mode:?}").to_lowercase(),
+        ),
     ]);
     checkpoint::save(&args.out, &vs, &spec, &info)?;
     println!(
@@ -87,15 +92,31 @@ pub fn run(args: Args) -> Result<()> {
 /// Reads `path` and says what was in it.
 pub fn read(path: &Path) -> Result<StateDict> {
     let state = read_state_dict(path)?;
-    let root = state.root.as_ref().map(|r| format!(" under `{r}`")).unwrap_or_default();
-    println!("read {}: {} tensors{root}, {} other values skipped", path.display(), state.tensors.len(), state.skipped);
+    let root = state
+        .root
+        .as_ref()
+        .map(|r| format!(" under `{r}`"))
+        .unwrap_or_default();
+    println!(
+        "read {}: {} tensors{root}, {} other values skipped",
+        path.display(),
+        state.tensors.len(),
+        state.skipped
+    );
     Ok(state)
 }
 
 /// Imports into `vs`, prints the report, and fails on an incomplete import unless
 /// `allow_missing`. Shared with `segtool train --init`.
-pub fn import(vs: &mut tch::nn::VarStore, state: StateDict, path: &Path, mode: ImportMode, allow_missing: bool) -> Result<ImportReport> {
-    let report = import_into(vs, state, mode).with_context(|| format!("importing {}", path.display()))?;
+pub fn import(
+    vs: &mut tch::nn::VarStore,
+    state: StateDict,
+    path: &Path,
+    mode: ImportMode,
+    allow_missing: bool,
+) -> Result<ImportReport> {
+    let report =
+        import_into(vs, state, mode).with_context(|| format!("importing {}", path.display()))?;
     println!(
         "{mode:?} import: {} loaded, {} missing, {} unexpected (ignored)",
         report.loaded.len(),
@@ -103,19 +124,35 @@ pub fn import(vs: &mut tch::nn::VarStore, state: StateDict, path: &Path, mode: I
         report.unexpected.len()
     );
     print_names("unexpected", &report.unexpected);
-    if report.unexpected.iter().any(|n| n.starts_with("pretrained.conv1.0.")) {
-        println!("  (the file's stem is PyTorch-Encoding's deep_base: three 3x3 convs, not a 7x7 conv)");
+    if report
+        .unexpected
+        .iter()
+        .any(|n| n.starts_with("pretrained.conv1.0."))
+    {
+        println!(
+            "  (the file's stem is PyTorch-Encoding's deep_base: three 3x3 convs, not a 7x7 conv)"
+        );
     }
     match mode {
         ImportMode::Full => print_names("missing", &report.missing),
         ImportMode::Backbone => {
-            let backbone: Vec<String> = report.missing.iter().filter(|n| n.starts_with("pretrained.")).cloned().collect();
+            let backbone: Vec<String> = report
+                .missing
+                .iter()
+                .filter(|n| n.starts_with("pretrained."))
+                .cloned()
+                .collect();
             print_names("missing from the backbone", &backbone);
-            println!("  the head ({} tensors) keeps its fresh initialisation", report.missing.len() - backbone.len());
+            println!(
+                "  the head ({} tensors) keeps its fresh initialisation",
+                report.missing.len() - backbone.len()
+            );
         }
     }
     if !allow_missing {
-        report.ensure_complete(mode).map_err(|e| anyhow::anyhow!("{e} (--allow-missing accepts this)"))?;
+        report
+            .ensure_complete(mode)
+            .map_err(|e| anyhow::anyhow!("{e} (--allow-missing accepts this)"))?;
     }
     Ok(report)
 }
@@ -142,8 +179,14 @@ fn classes(args: &Args, state: &StateDict, mode: ImportMode) -> Result<Classes> 
             let file = segtool_core::dataset::ClassesFile::read(path)?;
             return Ok((file.classes, file.palette));
         }
-        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        let names: Vec<String> = text.lines().map(str::trim).filter(|l| !l.is_empty()).map(String::from).collect();
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let names: Vec<String> = text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .map(String::from)
+            .collect();
         if names.is_empty() {
             bail!("{}: no class names", path.display());
         }
@@ -151,14 +194,20 @@ fn classes(args: &Args, state: &StateDict, mode: ImportMode) -> Result<Classes> 
     }
     let count = match (args.classes, mode) {
         (Some(n), _) => n,
-        (None, ImportMode::Full) => classifier_size(state).context("the file has no `head.conv8.1.bias`: give --classes or --classes-file")?,
-        (None, ImportMode::Backbone) => bail!("backbone import: give --classes or --classes-file for the new head"),
+        (None, ImportMode::Full) => classifier_size(state)
+            .context("the file has no `head.conv8.1.bias`: give --classes or --classes-file")?,
+        (None, ImportMode::Backbone) => {
+            bail!("backbone import: give --classes or --classes-file for the new head")
+        }
     };
     Ok(((0..count).map(|c| format!("class{c}")).collect(), None))
 }
 
 /// Classes of a DANet state dict: the length of its final classifier's bias.
 fn classifier_size(state: &StateDict) -> Option<usize> {
-    let (_, t) = state.tensors.iter().find(|(n, _)| n.trim_start_matches("module.") == "head.conv8.1.bias")?;
+    let (_, t) = state
+        .tensors
+        .iter()
+        .find(|(n, _)| n.trim_start_matches("module.") == "head.conv8.1.bias")?;
     t.size().first().map(|&n| n as usize)
 }

@@ -32,7 +32,10 @@ pub fn open_segmenter(model: &Path, engine: &str, providers: &[String]) -> Resul
         "ort" => {
             let providers = providers
                 .iter()
-                .map(|p| p.parse::<segtool_runtime::Provider>().map_err(anyhow::Error::msg))
+                .map(|p| {
+                    p.parse::<segtool_runtime::Provider>()
+                        .map_err(anyhow::Error::msg)
+                })
                 .collect::<Result<Vec<_>>>()?;
             Backend::Ort(segtool_runtime::OrtOptions::new().with_execution_providers(providers))
         }
@@ -46,11 +49,16 @@ fn list_images(input: &Path) -> Result<Vec<PathBuf>> {
     if input.is_file() {
         return Ok(vec![input.to_path_buf()]);
     }
-    let entries = std::fs::read_dir(input).with_context(|| format!("reading input {}", input.display()))?;
+    let entries =
+        std::fs::read_dir(input).with_context(|| format!("reading input {}", input.display()))?;
     let mut files: Vec<PathBuf> = entries
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| {
-            let ext = p.extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_lowercase();
+            let ext = p
+                .extension()
+                .and_then(|e| e.to_str())
+                .unwrap_or("")
+                .to_ascii_lowercase();
             matches!(ext.as_str(), "png" | "jpg" | "jpeg")
         })
         .collect();
@@ -64,7 +72,11 @@ fn list_images(input: &Path) -> Result<Vec<PathBuf>> {
 pub fn run(args: Args) -> Result<()> {
     let files = list_images(&args.input)?;
     let mut seg = open_segmenter(&args.model, &args.engine, &args.providers)?;
-    eprintln!("engine {} on {}", seg.engine().name(), seg.engine().provider());
+    eprintln!(
+        "engine {} on {}",
+        seg.engine().name(),
+        seg.engine().provider()
+    );
     let (mut images, mut seconds) = (0usize, 0.0f64);
     for chunk in files.chunks(args.batch_size.max(1)) {
         let imgs = chunk
@@ -80,11 +92,16 @@ pub fn run(args: Args) -> Result<()> {
             let palette = &seg.spec().palette;
             for (suffix, picture) in [
                 ("mask", colorize(result.mask.view(), palette)),
-                ("overlay", overlay(img, result.mask.view(), palette, DEFAULT_ALPHA)),
+                (
+                    "overlay",
+                    overlay(img, result.mask.view(), palette, DEFAULT_ALPHA),
+                ),
             ] {
                 let out = args.out.join(format!("{stem}_{suffix}.png"));
-                let png = segtool_core::dataset::encode_png(&image::DynamicImage::ImageRgb8(picture));
-                segtool_core::io::write_atomic(&out, &png).with_context(|| format!("writing {}", out.display()))?;
+                let png =
+                    segtool_core::dataset::encode_png(&image::DynamicImage::ImageRgb8(picture));
+                segtool_core::io::write_atomic(&out, &png)
+                    .with_context(|| format!("writing {}", out.display()))?;
             }
         }
     }

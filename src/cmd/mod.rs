@@ -28,7 +28,11 @@ pub fn open_dataset(spec: &str, split: &str, shapes: &ShapesArgs) -> Result<Box<
             "val" => (1 << 32, shapes.val_count),
             other => bail!("shapes has splits train and val, not {other:?}"),
         };
-        return Ok(Box::new(ShapesDataset { config: shapes.config(), offset, count }));
+        return Ok(Box::new(ShapesDataset {
+            config: shapes.config(),
+            offset,
+            count,
+        }));
     }
     let ds = FolderDataset::open(Path::new(spec), split)
         .with_context(|| format!("opening dataset {spec} (split {split})"))?;
@@ -51,14 +55,25 @@ pub struct ShapesArgs {
 
 impl ShapesArgs {
     pub fn config(&self) -> ShapesConfig {
-        ShapesConfig { width: self.size, height: self.size, seed: self.seed, ..Default::default() }
+        ShapesConfig {
+            width: self.size,
+            height: self.size,
+            seed: self.seed,
+            ..Default::default()
+        }
     }
 }
 
 /// Class names of a dataset argument: `shapes`' own, or the folder's classes.json.
 pub fn dataset_classes(spec: &str) -> Result<(Vec<String>, Option<Vec<[u8; 3]>>)> {
     if spec == "shapes" {
-        return Ok((segtool_core::shapes::CLASSES.iter().map(|s| s.to_string()).collect(), None));
+        return Ok((
+            segtool_core::shapes::CLASSES
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+            None,
+        ));
     }
     let path = Path::new(spec).join("classes.json");
     let file = segtool_core::dataset::ClassesFile::read(&path)?;

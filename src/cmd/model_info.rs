@@ -56,7 +56,9 @@ pub fn run(args: Args) -> Result<()> {
 
 /// "HxW" -> (h, w).
 fn parse_size(s: &str) -> Result<(i64, i64)> {
-    let (h, w) = s.split_once(['x', 'X']).with_context(|| format!("--size {s:?}: expected HxW"))?;
+    let (h, w) = s
+        .split_once(['x', 'X'])
+        .with_context(|| format!("--size {s:?}: expected HxW"))?;
     let (h, w): (i64, i64) = (h.trim().parse()?, w.trim().parse()?);
     if h < 1 || w < 1 {
         bail!("--size {s:?}: both sides must be positive");
@@ -93,7 +95,11 @@ fn info(a: InfoArgs) -> Result<()> {
     if a.classes == 0 {
         bail!("--classes must be at least 1");
     }
-    let spec = ModelSpec::new(&a.backbone, backbone, (0..a.classes).map(|c| format!("class{c}")).collect());
+    let spec = ModelSpec::new(
+        &a.backbone,
+        backbone,
+        (0..a.classes).map(|c| format!("class{c}")).collect(),
+    );
     spec.validate()?;
     let (fh, fw) = feature_size(&spec.backbone, h, w);
     let costs = module_costs(&spec, h, w, a.attention);
@@ -108,8 +114,14 @@ fn info(a: InfoArgs) -> Result<()> {
         a.classes,
         fh * fw,
     );
-    println!("MACs and activations assume {:?} attention; activations are fp32, training, batch {b}\n", a.attention);
-    println!("{:<18} {:>12} {:>10} {:>11} {:>14}", "module", "params", "buffers", "GMACs", "activations");
+    println!(
+        "MACs and activations assume {:?} attention; activations are fp32, training, batch {b}\n",
+        a.attention
+    );
+    println!(
+        "{:<18} {:>12} {:>10} {:>11} {:>14}",
+        "module", "params", "buffers", "GMACs", "activations"
+    );
     for c in &costs {
         println!(
             "{:<18} {:>12} {:>10} {:>11.3} {:>14}",
@@ -120,8 +132,14 @@ fn info(a: InfoArgs) -> Result<()> {
             mib((c.activations * b * 4) as f64),
         );
     }
-    let (params, buffers) = (costs.iter().map(|c| c.params).sum::<u64>(), costs.iter().map(|c| c.buffers).sum::<u64>());
-    let (macs, act) = (costs.iter().map(|c| c.macs).sum::<u64>(), costs.iter().map(|c| c.activations).sum::<u64>());
+    let (params, buffers) = (
+        costs.iter().map(|c| c.params).sum::<u64>(),
+        costs.iter().map(|c| c.buffers).sum::<u64>(),
+    );
+    let (macs, act) = (
+        costs.iter().map(|c| c.macs).sum::<u64>(),
+        costs.iter().map(|c| c.activations).sum::<u64>(),
+    );
     println!(
         "{:<18} {:>12} {:>10} {:>11.3} {:>14}",
         "total",
@@ -130,8 +148,15 @@ fn info(a: InfoArgs) -> Result<()> {
         (macs * b) as f64 / 1e9,
         mib((act * b * 4) as f64)
     );
-    let inference = costs.iter().filter(|c| c.name != "head.conv6" && c.name != "head.conv7").map(|c| c.macs).sum::<u64>();
-    println!("inference (conv8 only): {:.3} GMACs", (inference * b) as f64 / 1e9);
+    let inference = costs
+        .iter()
+        .filter(|c| c.name != "head.conv6" && c.name != "head.conv7")
+        .map(|c| c.macs)
+        .sum::<u64>();
+    println!(
+        "inference (conv8 only): {:.3} GMACs",
+        (inference * b) as f64 / 1e9
+    );
     println!(
         "training memory ~ {} activations + {} weights, {} gradients, {} SGD momentum",
         mib((act * b * 4) as f64),

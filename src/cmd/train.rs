@@ -70,14 +70,20 @@ fn cuda_device(n: usize) -> Result<tch::Device> {
         bail!("device cuda:{n} requested but libtorch sees no CUDA GPU (use --device cpu)");
     }
     if n >= tch::Cuda::device_count() as usize {
-        bail!("cuda:{n} requested but only {} GPU(s) visible", tch::Cuda::device_count());
+        bail!(
+            "cuda:{n} requested but only {} GPU(s) visible",
+            tch::Cuda::device_count()
+        );
     }
     Ok(tch::Device::Cuda(n))
 }
 
 pub fn backbone_spec(name: &str, output_stride: i64) -> Result<BackboneSpec> {
     if name == "tiny" {
-        return Ok(BackboneSpec { output_stride, ..BackboneSpec::tiny() });
+        return Ok(BackboneSpec {
+            output_stride,
+            ..BackboneSpec::tiny()
+        });
     }
     let depth = name.strip_prefix("resnet").and_then(|d| d.parse().ok());
     match depth.and_then(|d| BackboneSpec::resnet(d, output_stride)) {
@@ -131,10 +137,12 @@ pub fn write_loss_curve(stem: &Path, losses: &[(usize, f64)]) -> Result<()> {
     let png = segtool_core::visual::line_plot(&[&points, &smooth], 640, 360);
     let png_path = stem.with_extension("loss.png");
     let bytes = segtool_core::dataset::encode_png(&image::DynamicImage::ImageRgb8(png));
-    segtool_core::io::write_atomic(&png_path, &bytes).with_context(|| format!("writing {}", png_path.display()))?;
+    segtool_core::io::write_atomic(&png_path, &bytes)
+        .with_context(|| format!("writing {}", png_path.display()))?;
     let csv: String = std::iter::once("iteration,loss\n".to_string())
         .chain(losses.iter().map(|(i, l)| format!("{i},{l}\n")))
         .collect();
     let csv_path = stem.with_extension("loss.csv");
-    segtool_core::io::write_atomic(&csv_path, csv.as_bytes()).with_context(|| format!("writing {}", csv_path.display()))
+    segtool_core::io::write_atomic(&csv_path, csv.as_bytes())
+        .with_context(|| format!("writing {}", csv_path.display()))
 }

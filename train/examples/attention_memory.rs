@@ -20,20 +20,37 @@ const MIB: f64 = 1024.0 * 1024.0;
 /// A field of /proc/self/status in bytes (`VmHWM`, `VmRSS`).
 fn status_bytes(field: &str) -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status (Linux)");
-    let line = status.lines().find(|l| l.starts_with(field)).unwrap_or_else(|| panic!("no {field}"));
-    let kib: u64 = line.split_whitespace().nth(1).and_then(|v| v.parse().ok()).expect("kB value");
+    let line = status
+        .lines()
+        .find(|l| l.starts_with(field))
+        .unwrap_or_else(|| panic!("no {field}"));
+    let kib: u64 = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .expect("kB value");
     kib * 1024
 }
 
 fn spec(depth: usize) -> ModelSpec {
     let classes = (0..19).map(|c| format!("c{c}")).collect();
-    ModelSpec::new(&format!("resnet{depth}"), BackboneSpec::resnet(depth, 8).expect("resnet depth"), classes)
+    ModelSpec::new(
+        &format!("resnet{depth}"),
+        BackboneSpec::resnet(depth, 8).expect("resnet depth"),
+        classes,
+    )
 }
 
 /// One step in this process; prints `hwm_before rss_before hwm_after seconds`.
 fn child(attention: AttentionImpl, size: i64, depth: usize) {
     let spec = spec(depth);
-    let config = TrainConfig { iterations: 1, batch_size: 1, progress: false, attention, ..TrainConfig::default() };
+    let config = TrainConfig {
+        iterations: 1,
+        batch_size: 1,
+        progress: false,
+        attention,
+        ..TrainConfig::default()
+    };
     let mut trainer = Trainer::new(&spec, config).expect("trainer");
     let images = Tensor::randn([1, 3, size, size], (Kind::Float, Device::Cpu));
     let masks = Tensor::randint(19, [1, size, size], (Kind::Int64, Device::Cpu));
@@ -48,7 +65,11 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("--child") {
         let attention = args[2].parse().expect("explicit or sdpa");
-        return child(attention, args[3].parse().unwrap(), args[4].parse().unwrap());
+        return child(
+            attention,
+            args[3].parse().unwrap(),
+            args[4].parse().unwrap(),
+        );
     }
     let size: i64 = args.get(1).map_or(512, |s| s.parse().expect("SIZE"));
     let depth: usize = args.get(2).map_or(50, |s| s.parse().expect("DEPTH"));
@@ -57,23 +78,39 @@ fn main() {
         "one training step, DANet-ResNet{depth} OS8, 1x3x{size}x{size}, CPU, {} intra-op threads",
         tch::get_num_threads()
     );
-    let params: u64 = module_costs(&spec, size, size, AttentionImpl::Explicit).iter().map(|c| c.params).sum();
+    let params: u64 = module_costs(&spec, size, size, AttentionImpl::Explicit)
+        .iter()
+        .map(|c| c.params)
+        .sum();
     println!(
         "{params} parameters: {:.0} MiB of weights; the step adds as much for gradients and again for SGD momentum",
         params as f64 * 4.0 / MIB
     );
-    println!("{:>9} {:>13} {:>13} {:>11} {:>10} {:>10} {:>8}", "attention", "peak RSS MiB", "step +MiB", "est. act.", "PAM MiB", "CAM MiB", "step s");
+    println!(
+        "{:>9} {:>13} {:>13} {:>11} {:>10} {:>10} {:>8}",
+        "attention", "peak RSS MiB", "step +MiB", "est. act.", "PAM MiB", "CAM MiB", "step s"
+    );
     for attention in [AttentionImpl::Explicit, AttentionImpl::Sdpa] {
         let name = format!("{attention:?}").to_lowercase();
         let out = Command::new(std::env::current_exe().unwrap())
             .args(["--child", &name, &size.to_string(), &depth.to_string()])
             .output()
             .expect("child runs");
-        assert!(out.status.success(), "{name} child failed: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{name} child failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let text = String::from_utf8(out.stdout).unwrap();
-        let v: Vec<f64> = text.split_whitespace().map(|x| x.parse().unwrap()).collect();
+        let v: Vec<f64> = text
+            .split_whitespace()
+            .map(|x| x.parse().unwrap())
+            .collect();
         let (_hwm_before, rss_before, hwm_after, seconds) = (v[0], v[1], v[2], v[3]);
-        let activations: u64 = module_costs(&spec, size, size, attention).iter().map(|c| c.activations).sum();
+        let activations: u64 = module_costs(&spec, size, size, attention)
+            .iter()
+            .map(|c| c.activations)
+            .sum();
         let bytes = pam_cam_attention_bytes(&spec, size, size, attention);
         println!(
             "{name:>9} {:>13.0} {:>13.0} {:>11.0} {:>10.2} {:>10.2} {seconds:>8.1}",

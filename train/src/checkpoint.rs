@@ -16,7 +16,12 @@ pub type CheckpointInfo = BTreeMap<String, String>;
 
 /// Little-endian bytes of a CPU f32 copy of `t`.
 fn f32_bytes(t: &Tensor) -> Vec<u8> {
-    let flat = t.detach().to_device(tch::Device::Cpu).to_kind(Kind::Float).contiguous().view(-1);
+    let flat = t
+        .detach()
+        .to_device(tch::Device::Cpu)
+        .to_kind(Kind::Float)
+        .contiguous()
+        .view(-1);
     let values = Vec::<f32>::try_from(&flat).expect("f32 tensor converts");
     values.iter().flat_map(|v| v.to_le_bytes()).collect()
 }
@@ -29,12 +34,19 @@ pub fn to_bytes(vs: &nn::VarStore, spec: &ModelSpec, info: &CheckpointInfo) -> R
         let shape = t.size().iter().map(|&d| d as usize).collect();
         owned.push((name.clone(), Dtype::F32, shape, f32_bytes(t)));
         if let Some(prefix) = name.strip_suffix(".running_mean") {
-            owned.push((format!("{prefix}.num_batches_tracked"), Dtype::I64, vec![], 0i64.to_le_bytes().to_vec()));
+            owned.push((
+                format!("{prefix}.num_batches_tracked"),
+                Dtype::I64,
+                vec![],
+                0i64.to_le_bytes().to_vec(),
+            ));
         }
     }
     let views = owned
         .iter()
-        .map(|(n, dtype, shape, data)| Ok((n.as_str(), TensorView::new(*dtype, shape.clone(), data)?)))
+        .map(|(n, dtype, shape, data)| {
+            Ok((n.as_str(), TensorView::new(*dtype, shape.clone(), data)?))
+        })
         .collect::<Result<Vec<_>, safetensors::SafeTensorError>>()?;
     let mut metadata: HashMap<String, String> = info.clone().into_iter().collect();
     metadata.insert(SPEC_METADATA_KEY.into(), spec.to_json());
@@ -58,14 +70,27 @@ pub struct Checkpoint {
 
 impl Checkpoint {
     pub fn read(path: &Path) -> Result<Self> {
-        let bytes = std::fs::read(path).with_context(|| format!("reading checkpoint {}", path.display()))?;
+        let bytes = std::fs::read(path)
+            .with_context(|| format!("reading checkpoint {}", path.display()))?;
         let (_, meta) = SafeTensors::read_metadata(&bytes)
             .with_context(|| format!("{} is not a valid safetensors file", path.display()))?;
-        SafeTensors::deserialize(&bytes)
-            .with_context(|| format!("{} is not a valid safetensors file (truncated?)", path.display()))?;
-        let mut info: CheckpointInfo = meta.metadata().clone().unwrap_or_default().into_iter().collect();
+        SafeTensors::deserialize(&bytes).with_context(|| {
+            format!(
+                "{} is not a valid safetensors file (truncated?)",
+                path.display()
+            )
+        })?;
+        let mut info: CheckpointInfo = meta
+            .metadata()
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .collect();
         let spec_json = info.remove(SPEC_METADATA_KEY).with_context(|| {
-            format!("{} has no `{SPEC_METADATA_KEY}` metadata: not a segtool checkpoint", path.display())
+            format!(
+                "{} has no `{SPEC_METADATA_KEY}` metadata: not a segtool checkpoint",
+                path.display()
+            )
         })?;
         let spec = ModelSpec::from_json(&spec_json)
             .with_context(|| format!("model spec in {}", path.display()))?;
@@ -91,7 +116,10 @@ impl Checkpoint {
                 };
                 let want: Vec<usize> = var.size().iter().map(|&d| d as usize).collect();
                 if view.shape() != want.as_slice() {
-                    bail!("tensor `{name}`: checkpoint has shape {:?}, model expects {want:?}", view.shape());
+                    bail!(
+                        "tensor `{name}`: checkpoint has shape {:?}, model expects {want:?}",
+                        view.shape()
+                    );
                 }
                 let src = tensor_from_view(name, &view)?;
                 var.copy_(&src.to_device(var.device()));
@@ -100,7 +128,11 @@ impl Checkpoint {
         })?;
         if !missing.is_empty() {
             missing.sort();
-            bail!("checkpoint lacks {} tensors the model needs, e.g. `{}`", missing.len(), missing[0]);
+            bail!(
+                "checkpoint lacks {} tensors the model needs, e.g. `{}`",
+                missing.len(),
+                missing[0]
+            );
         }
         Ok(())
     }
@@ -110,7 +142,10 @@ fn tensor_from_view(name: &str, view: &TensorView) -> Result<Tensor> {
     let shape: Vec<i64> = view.shape().iter().map(|&d| d as i64).collect();
     let data = view.data();
     let values: Vec<f32> = match view.dtype() {
-        Dtype::F32 => data.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect(),
+        Dtype::F32 => data
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+            .collect(),
         other => bail!("tensor `{name}` has dtype {other:?}; expected F32"),
     };
     Ok(Tensor::from_slice(&values).view(shape.as_slice()))

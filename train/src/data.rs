@@ -20,12 +20,22 @@ pub struct Augment {
 
 impl Augment {
     pub fn none() -> Self {
-        Self { flip: false, scale: None, base_size: 0, crop: None }
+        Self {
+            flip: false,
+            scale: None,
+            base_size: 0,
+            crop: None,
+        }
     }
 
     /// DANet's Cityscapes recipe: flip, short side in [0.75, 2.0] x 1024, 768 crop.
     pub fn danet_cityscapes() -> Self {
-        Self { flip: true, scale: Some((0.75, 2.0)), base_size: 1024, crop: Some(768) }
+        Self {
+            flip: true,
+            scale: Some((0.75, 2.0)),
+            base_size: 1024,
+            crop: Some(768),
+        }
     }
 
     pub fn apply(&self, sample: &Sample, rng: &mut impl Rng) -> Sample {
@@ -36,9 +46,14 @@ impl Augment {
         }
         if let Some((lo, hi)) = self.scale {
             let (w, h) = image.dimensions();
-            let short = (self.base_size as f64 * rng.gen_range(lo..hi)).round().max(1.0);
+            let short = (self.base_size as f64 * rng.gen_range(lo..hi))
+                .round()
+                .max(1.0);
             let factor = short / w.min(h) as f64;
-            let (nw, nh) = (((w as f64 * factor).round() as u32).max(1), ((h as f64 * factor).round() as u32).max(1));
+            let (nw, nh) = (
+                ((w as f64 * factor).round() as u32).max(1),
+                ((h as f64 * factor).round() as u32).max(1),
+            );
             image = imageops::resize(&image, nw, nh, FilterType::Triangle);
             mask = imageops::resize(&mask, nw, nh, FilterType::Nearest);
         }
@@ -71,18 +86,27 @@ pub fn images_to_tensor(images: &[&RgbImage], spec: &ModelSpec, device: Device) 
         assert_eq!(img.dimensions(), (w, h), "a batch needs images of one size");
         for (i, px) in img.pixels().enumerate() {
             for c in 0..3 {
-                data[(n * 3 + c) * plane + i] = (px.0[c] as f32 / 255.0 - spec.mean[c]) / spec.std[c];
+                data[(n * 3 + c) * plane + i] =
+                    (px.0[c] as f32 / 255.0 - spec.mean[c]) / spec.std[c];
             }
         }
     }
-    Tensor::from_slice(&data).view([images.len() as i64, 3, h as i64, w as i64]).to_device(device)
+    Tensor::from_slice(&data)
+        .view([images.len() as i64, 3, h as i64, w as i64])
+        .to_device(device)
 }
 
 /// (N, H, W) i64 labels.
 pub fn masks_to_tensor(masks: &[&GrayImage], device: Device) -> Tensor {
     let (w, h) = masks[0].dimensions();
-    let data: Vec<i64> = masks.iter().flat_map(|m| m.as_raw().iter().map(|&v| v as i64)).collect();
-    Tensor::from_slice(&data).view([masks.len() as i64, h as i64, w as i64]).to_kind(Kind::Int64).to_device(device)
+    let data: Vec<i64> = masks
+        .iter()
+        .flat_map(|m| m.as_raw().iter().map(|&v| v as i64))
+        .collect();
+    Tensor::from_slice(&data)
+        .view([masks.len() as i64, h as i64, w as i64])
+        .to_kind(Kind::Int64)
+        .to_device(device)
 }
 
 #[cfg(test)]
@@ -92,12 +116,27 @@ mod tests {
 
     #[test]
     fn crop_pads_mask_with_ignore() {
-        let sample = Sample { image: RgbImage::new(4, 3), mask: GrayImage::from_pixel(4, 3, Luma([1])) };
-        let aug = Augment { flip: true, scale: None, base_size: 0, crop: Some(6) };
+        let sample = Sample {
+            image: RgbImage::new(4, 3),
+            mask: GrayImage::from_pixel(4, 3, Luma([1])),
+        };
+        let aug = Augment {
+            flip: true,
+            scale: None,
+            base_size: 0,
+            crop: Some(6),
+        };
         let out = aug.apply(&sample, &mut rand_chacha::ChaCha8Rng::seed_from_u64(1));
         assert_eq!(out.mask.dimensions(), (6, 6));
         assert_eq!(out.mask.as_raw().iter().filter(|&&v| v == 1).count(), 12);
-        assert_eq!(out.mask.as_raw().iter().filter(|&&v| v == IGNORE_LABEL).count(), 24);
+        assert_eq!(
+            out.mask
+                .as_raw()
+                .iter()
+                .filter(|&&v| v == IGNORE_LABEL)
+                .count(),
+            24
+        );
     }
 
     #[test]

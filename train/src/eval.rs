@@ -37,8 +37,14 @@ pub fn evaluate(
     bar.set_prefix("eval tch ");
     for start in (0..dataset.len()).step_by(batch_size.max(1)) {
         let end = (start + batch_size).min(dataset.len());
-        let samples = (start..end).map(|i| dataset.get(i)).collect::<Result<Vec<_>, _>>()?;
-        let images = images_to_tensor(&samples.iter().map(|s| &s.image).collect::<Vec<_>>(), &model.spec, device);
+        let samples = (start..end)
+            .map(|i| dataset.get(i))
+            .collect::<Result<Vec<_>, _>>()?;
+        let images = images_to_tensor(
+            &samples.iter().map(|s| &s.image).collect::<Vec<_>>(),
+            &model.spec,
+            device,
+        );
         let t0 = Instant::now();
         let logits = predict_logits(model, &images).to_device(Device::Cpu);
         let prediction = logits.argmax(1, false).to_kind(Kind::Uint8);
@@ -51,5 +57,9 @@ pub fn evaluate(
         bar.inc((end - start) as u64);
     }
     bar.finish_and_clear();
-    Ok(EvalResult { confusion, seconds, images: dataset.len() })
+    Ok(EvalResult {
+        confusion,
+        seconds,
+        images: dataset.len(),
+    })
 }

@@ -34,7 +34,9 @@ impl ImportMode {
     /// DANet prefix, Full otherwise.
     pub fn detect(state: &StateDict) -> Self {
         let names: Vec<&str> = state.tensors.iter().map(|(n, _)| strip_module(n)).collect();
-        let danet = names.iter().any(|n| n.starts_with("pretrained.") || n.starts_with("head."));
+        let danet = names
+            .iter()
+            .any(|n| n.starts_with("pretrained.") || n.starts_with("head."));
         if !danet && names.iter().any(|n| is_torchvision(n)) {
             Self::Backbone
         } else {
@@ -71,15 +73,27 @@ impl ImportReport {
     pub fn ensure_complete(&self, mode: ImportMode) -> Result<()> {
         let lacking: Vec<&String> = match mode {
             ImportMode::Full => self.missing.iter().collect(),
-            ImportMode::Backbone => self.missing.iter().filter(|n| n.starts_with("pretrained.")).collect(),
+            ImportMode::Backbone => self
+                .missing
+                .iter()
+                .filter(|n| n.starts_with("pretrained."))
+                .collect(),
         };
         if let Some(first) = lacking.first() {
-            let what = if mode == ImportMode::Full { "model" } else { "backbone" };
+            let what = if mode == ImportMode::Full {
+                "model"
+            } else {
+                "backbone"
+            };
             bail!("the file lacks {} of the {what}'s tensors, e.g. `{first}` (another depth or stem?)", lacking.len());
         }
         // A full DANet file used for its backbone brings a head that is skipped on purpose.
         let skipped_head = |n: &str| mode == ImportMode::Backbone && n.starts_with("head.");
-        let misplaced: Vec<&String> = self.unexpected.iter().filter(|n| is_structural(n) && !skipped_head(n)).collect();
+        let misplaced: Vec<&String> = self
+            .unexpected
+            .iter()
+            .filter(|n| is_structural(n) && !skipped_head(n))
+            .collect();
         if let Some(first) = misplaced.first() {
             bail!("the file has {} tensors the model has no place for, e.g. `{first}` (another depth or stem?)", misplaced.len());
         }
@@ -89,7 +103,8 @@ impl ImportReport {
 
 /// A name inside the model's own module tree: ResNet trunk or DANet head.
 fn is_structural(name: &str) -> bool {
-    name.starts_with("head.") || (name.starts_with("pretrained.") && !name.starts_with("pretrained.fc."))
+    name.starts_with("head.")
+        || (name.starts_with("pretrained.") && !name.starts_with("pretrained.fc."))
 }
 
 /// Reads every tensor of a checkpoint: safetensors, or `torch.save` zip / legacy format
@@ -97,9 +112,14 @@ fn is_structural(name: &str) -> bool {
 /// dict is taken from `state_dict`, `model` or `state_dict_ema`, in that order.
 pub fn read_state_dict(path: &Path) -> Result<StateDict> {
     let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    let not_pytorch = |e: anyhow::Error| anyhow::anyhow!("{}: not a PyTorch checkpoint: {e:#}", path.display());
+    let not_pytorch =
+        |e: anyhow::Error| anyhow::anyhow!("{}: not a PyTorch checkpoint: {e:#}", path.display());
     if bytes.starts_with(pytorch::ZIP_MAGIC) || bytes.starts_with(pytorch::LEGACY_MAGIC) {
-        let found = if bytes.starts_with(pytorch::ZIP_MAGIC) { pytorch::read_zip(&bytes) } else { pytorch::read_legacy(&bytes) };
+        let found = if bytes.starts_with(pytorch::ZIP_MAGIC) {
+            pytorch::read_zip(&bytes)
+        } else {
+            pytorch::read_legacy(&bytes)
+        };
         let found = found.map_err(not_pytorch)?;
         return Ok(select_state_dict(found.tensors, found.skipped));
     }
@@ -132,7 +152,11 @@ fn read_safetensors(st: &SafeTensors) -> Result<StateDict> {
         tensors.push((name, Tensor::f_from_data_size(view.data(), &shape, kind)?));
     }
     tensors.sort_by(|a, b| a.0.cmp(&b.0));
-    Ok(StateDict { tensors, skipped: 0, root: None })
+    Ok(StateDict {
+        tensors,
+        skipped: 0,
+        root: None,
+    })
 }
 
 /// Picks the state dict out of the object tree: the first wrapper key holding tensors,
@@ -140,8 +164,17 @@ fn read_safetensors(st: &SafeTensors) -> Result<StateDict> {
 fn select_state_dict(found: Vec<(Vec<String>, Tensor)>, mut skipped: usize) -> StateDict {
     let mut prefix: Vec<String> = Vec::new();
     loop {
-        let under = |key: &str| found.iter().any(|(p, _)| p.len() > prefix.len() + 1 && p[..prefix.len()] == prefix[..] && p[prefix.len()] == key);
-        match ["state_dict", "model", "state_dict_ema"].into_iter().find(|k| under(k)) {
+        let under = |key: &str| {
+            found.iter().any(|(p, _)| {
+                p.len() > prefix.len() + 1
+                    && p[..prefix.len()] == prefix[..]
+                    && p[prefix.len()] == key
+            })
+        };
+        match ["state_dict", "model", "state_dict_ema"]
+            .into_iter()
+            .find(|k| under(k))
+        {
             Some(k) => prefix.push(k.to_string()),
             None => break,
         }
@@ -155,7 +188,11 @@ fn select_state_dict(found: Vec<(Vec<String>, Tensor)>, mut skipped: usize) -> S
         }
     }
     let root = (!prefix.is_empty()).then(|| prefix.join("."));
-    StateDict { tensors, skipped, root }
+    StateDict {
+        tensors,
+        skipped,
+        root,
+    }
 }
 
 fn strip_module(name: &str) -> &str {
@@ -167,8 +204,12 @@ fn strip_module(name: &str) -> &str {
 }
 
 fn is_torchvision(name: &str) -> bool {
-    ["conv1.", "bn1.", "fc."].iter().any(|p| name.starts_with(p))
-        || name.strip_prefix("layer").is_some_and(|r| r.starts_with(|c: char| c.is_ascii_digit()))
+    ["conv1.", "bn1.", "fc."]
+        .iter()
+        .any(|p| name.starts_with(p))
+        || name
+            .strip_prefix("layer")
+            .is_some_and(|r| r.starts_with(|c: char| c.is_ascii_digit()))
 }
 
 /// The model's name for a file key, or None when the key is bookkeeping to drop silently.
@@ -187,7 +228,11 @@ fn model_name(key: &str, mode: ImportMode) -> Option<String> {
 /// key and both shapes) or on two file keys naming the same variable; missing and
 /// unexpected names are reported, not errors (see [`ImportReport::ensure_complete`]). In
 /// Backbone mode only `pretrained.*` variables are written.
-pub fn import_into(vs: &mut nn::VarStore, state: StateDict, mode: ImportMode) -> Result<ImportReport> {
+pub fn import_into(
+    vs: &mut nn::VarStore,
+    state: StateDict,
+    mode: ImportMode,
+) -> Result<ImportReport> {
     let mut variables: BTreeMap<String, Tensor> = vs.variables().into_iter().collect();
     if mode == ImportMode::Backbone {
         variables.retain(|n, _| n.starts_with("pretrained."));
@@ -196,13 +241,20 @@ pub fn import_into(vs: &mut nn::VarStore, state: StateDict, mode: ImportMode) ->
     let mut matched: BTreeMap<String, (String, Tensor)> = BTreeMap::new();
     let mut mismatches = Vec::new();
     for (key, tensor) in state.tensors {
-        let Some(name) = model_name(&key, mode) else { continue };
+        let Some(name) = model_name(&key, mode) else {
+            continue;
+        };
         let Some(var) = variables.get(&name) else {
             report.unexpected.push(name);
             continue;
         };
         if var.size() != tensor.size() {
-            mismatches.push(format!("`{name}`{}: file has shape {:?}, model expects {:?}", renamed(&key, &name), tensor.size(), var.size()));
+            mismatches.push(format!(
+                "`{name}`{}: file has shape {:?}, model expects {:?}",
+                renamed(&key, &name),
+                tensor.size(),
+                var.size()
+            ));
             continue;
         }
         if let Some((other, _)) = matched.get(&name) {
@@ -211,7 +263,11 @@ pub fn import_into(vs: &mut nn::VarStore, state: StateDict, mode: ImportMode) ->
         matched.insert(name, (key, tensor));
     }
     if let Some(first) = mismatches.first() {
-        let more = if mismatches.len() > 1 { format!(" (and {} more shape mismatches)", mismatches.len() - 1) } else { String::new() };
+        let more = if mismatches.len() > 1 {
+            format!(" (and {} more shape mismatches)", mismatches.len() - 1)
+        } else {
+            String::new()
+        };
         bail!("shape mismatch: tensor {first}{more}");
     }
     tch::no_grad(|| {
@@ -226,7 +282,10 @@ pub fn import_into(vs: &mut nn::VarStore, state: StateDict, mode: ImportMode) ->
         }
     });
     if mode == ImportMode::Backbone {
-        let head = vs.variables().into_keys().filter(|n| !n.starts_with("pretrained."));
+        let head = vs
+            .variables()
+            .into_keys()
+            .filter(|n| !n.starts_with("pretrained."));
         report.missing.extend(head.collect::<BTreeSet<_>>());
     }
     report.unexpected.sort();
@@ -237,5 +296,9 @@ pub fn import_into(vs: &mut nn::VarStore, state: StateDict, mode: ImportMode) ->
 }
 
 fn renamed(key: &str, name: &str) -> String {
-    if key == name { String::new() } else { format!(" (file key `{key}`)") }
+    if key == name {
+        String::new()
+    } else {
+        format!(" (file key `{key}`)")
+    }
 }

@@ -52,7 +52,12 @@ impl Default for TrainConfig {
             weight_decay: 1e-4,
             poly_power: 0.9,
             loss_weights: [1.0, 1.0, 1.0],
-            augment: Augment { flip: true, scale: None, base_size: 0, crop: None },
+            augment: Augment {
+                flip: true,
+                scale: None,
+                base_size: 0,
+                crop: None,
+            },
             seed: 0,
             device: Device::Cpu,
             progress: true,
@@ -65,13 +70,18 @@ impl Default for TrainConfig {
 impl TrainConfig {
     /// Backbone learning rate at iteration `it` (0-based).
     pub fn lr_at(&self, it: usize) -> f64 {
-        self.lr * (1.0 - it as f64 / self.iterations as f64).max(0.0).powf(self.poly_power)
+        self.lr
+            * (1.0 - it as f64 / self.iterations as f64)
+                .max(0.0)
+                .powf(self.poly_power)
     }
 }
 
 /// DANet's loss: the weighted sum of CE on each output, ignoring label 255.
 pub fn danet_loss(out: &DaNetOutputs, target: &Tensor, weights: [f64; 3]) -> Tensor {
-    let ce = |logits: &Tensor| logits.cross_entropy_loss::<Tensor>(target, None, Reduction::Mean, IGNORE_LABEL as i64, 0.0);
+    let ce = |logits: &Tensor| {
+        logits.cross_entropy_loss::<Tensor>(target, None, Reduction::Mean, IGNORE_LABEL as i64, 0.0)
+    };
     ce(&out.fused) * weights[0] + ce(&out.position) * weights[1] + ce(&out.channel) * weights[2]
 }
 
@@ -100,16 +110,28 @@ impl Trainer {
         }
         model.set_attention(config.attention);
         model.set_frozen_bn(config.freeze_bn);
-        let sgd = nn::Sgd { momentum: config.momentum, dampening: 0.0, wd: config.weight_decay, nesterov: false };
+        let sgd = nn::Sgd {
+            momentum: config.momentum,
+            dampening: 0.0,
+            wd: config.weight_decay,
+            nesterov: false,
+        };
         let optimizer = sgd.build(&vs, config.lr)?;
-        Ok(Self { vs, model, optimizer, config, losses: Vec::new() })
+        Ok(Self {
+            vs,
+            model,
+            optimizer,
+            config,
+            losses: Vec::new(),
+        })
     }
 
     /// One SGD step at iteration `it`; returns the loss.
     pub fn step(&mut self, images: &Tensor, masks: &Tensor, it: usize) -> Result<f64> {
         let lr = self.config.lr_at(it);
         self.optimizer.set_lr_group(DaNet::BACKBONE_GROUP, lr);
-        self.optimizer.set_lr_group(DaNet::HEAD_GROUP, lr * self.config.head_lr_mult);
+        self.optimizer
+            .set_lr_group(DaNet::HEAD_GROUP, lr * self.config.head_lr_mult);
         let out = self.model.forward_all(images, true);
         let loss = danet_loss(&out, masks, self.config.loss_weights);
         let value = loss.double_value(&[]);
@@ -126,7 +148,11 @@ impl Trainer {
     pub fn train(&mut self, dataset: &dyn SegDataset) -> Result<()> {
         let cfg = self.config.clone();
         if dataset.len() < cfg.batch_size {
-            bail!("dataset has {} samples, fewer than one batch of {}", dataset.len(), cfg.batch_size);
+            bail!(
+                "dataset has {} samples, fewer than one batch of {}",
+                dataset.len(),
+                cfg.batch_size
+            );
         }
         let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
         let bar = progress_bar(cfg.iterations as u64, cfg.progress);
@@ -143,8 +169,15 @@ impl Trainer {
                 .into_iter()
                 .map(|i| dataset.get(i).map(|s| cfg.augment.apply(&s, &mut rng)))
                 .collect::<Result<Vec<_>, _>>()?;
-            let images = images_to_tensor(&samples.iter().map(|s| &s.image).collect::<Vec<_>>(), &self.model.spec, cfg.device);
-            let masks = masks_to_tensor(&samples.iter().map(|s| &s.mask).collect::<Vec<_>>(), cfg.device);
+            let images = images_to_tensor(
+                &samples.iter().map(|s| &s.image).collect::<Vec<_>>(),
+                &self.model.spec,
+                cfg.device,
+            );
+            let masks = masks_to_tensor(
+                &samples.iter().map(|s| &s.mask).collect::<Vec<_>>(),
+                cfg.device,
+            );
             let loss = self.step(&images, &masks, it)?;
             let s = smoothed.map_or(loss, |s: f64| 0.95 * s + 0.05 * loss);
             smoothed = Some(s);
@@ -154,7 +187,12 @@ impl Trainer {
                 // No terminal (CI logs, pipes): a plain line every 10% instead of a bar.
                 let rate = (it + 1) as f64 / start.elapsed().as_secs_f64();
                 let eta = (cfg.iterations - it - 1) as f64 / rate;
-                eprintln!("  it {}/{} loss {s:.4} lr {:.2e} {rate:.2} it/s ETA {eta:.0} s", it + 1, cfg.iterations, cfg.lr_at(it));
+                eprintln!(
+                    "  it {}/{} loss {s:.4} lr {:.2e} {rate:.2} it/s ETA {eta:.0} s",
+                    it + 1,
+                    cfg.iterations,
+                    cfg.lr_at(it)
+                );
             }
         }
         bar.finish_with_message(format!(

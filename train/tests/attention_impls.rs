@@ -38,7 +38,9 @@ fn opts() -> (Kind, tch::Device) {
 /// softmax(q k^T) v, token-major, in fp64: the definition both forms must meet.
 fn attention_f64(q: &Tensor, k: &Tensor, v: &Tensor) -> Tensor {
     let d = |t: &Tensor| t.to_kind(Kind::Double);
-    d(q).bmm(&d(k).transpose(1, 2)).softmax(-1, Kind::Double).bmm(&d(v))
+    d(q).bmm(&d(k).transpose(1, 2))
+        .softmax(-1, Kind::Double)
+        .bmm(&d(v))
 }
 
 #[test]
@@ -86,7 +88,11 @@ fn out_and_grads(
     let out = f(&x);
     (&out * weights).sum(Kind::Float).backward();
     let mut grads = vec![("input".to_string(), x.grad().copy())];
-    let mut vars: Vec<_> = vs.variables().into_iter().filter(|(_, v)| v.requires_grad()).collect();
+    let mut vars: Vec<_> = vs
+        .variables()
+        .into_iter()
+        .filter(|(_, v)| v.requires_grad())
+        .collect();
     vars.sort_by(|a, b| a.0.cmp(&b.0));
     for (name, v) in vars {
         grads.push((name, v.grad().copy()));
@@ -95,19 +101,33 @@ fn out_and_grads(
     (out.detach(), grads)
 }
 
-fn assert_same(what: &str, a: &(Tensor, Vec<(String, Tensor)>), b: &(Tensor, Vec<(String, Tensor)>)) {
+fn assert_same(
+    what: &str,
+    a: &(Tensor, Vec<(String, Tensor)>),
+    b: &(Tensor, Vec<(String, Tensor)>),
+) {
     let diff = max_diff(&a.0, &b.0);
     assert!(diff < TOL, "{what} output: {diff}");
     let mut worst = (0f64, String::new());
-    let global = b.1.iter().filter(|(_, g)| g.defined()).map(|(_, g)| max_abs(g)).fold(0f64, f64::max);
+    let global =
+        b.1.iter()
+            .filter(|(_, g)| g.defined())
+            .map(|(_, g)| max_abs(g))
+            .fold(0f64, f64::max);
     for ((name, ga), (_, gb)) in a.1.iter().zip(&b.1) {
         if !ga.defined() {
-            assert!(!gb.defined(), "{what} {name}: gradient in one implementation only");
+            assert!(
+                !gb.defined(),
+                "{what} {name}: gradient in one implementation only"
+            );
             continue;
         }
         if name.ends_with("key_conv.bias") {
             let (ma, mb) = (max_abs(ga), max_abs(gb));
-            assert!(ma.max(mb) < 1e-6 * global, "{what} {name} should vanish: {ma:.2e} {mb:.2e} (G {global:.2e})");
+            assert!(
+                ma.max(mb) < 1e-6 * global,
+                "{what} {name} should vanish: {ma:.2e} {mb:.2e} (G {global:.2e})"
+            );
             continue;
         }
         let rel = rel_diff(ga, gb);
@@ -116,7 +136,10 @@ fn assert_same(what: &str, a: &(Tensor, Vec<(String, Tensor)>), b: &(Tensor, Vec
         }
         assert!(rel < TOL, "{what} {name}: gradient relative diff {rel:.3e}");
     }
-    eprintln!("{what}: output {diff:.2e}, worst gradient {:.2e} ({})", worst.0, worst.1);
+    eprintln!(
+        "{what}: output {diff:.2e}, worst gradient {:.2e} ({})",
+        worst.0, worst.1
+    );
 }
 
 #[test]
@@ -135,7 +158,9 @@ fn pam_and_cam_modules_agree_in_output_and_gradients() {
     for attention in [AttentionImpl::Explicit, AttentionImpl::Sdpa] {
         pam.attention = attention;
         cam.attention = attention;
-        runs.push(out_and_grads(&vs, &x, &weights, |x| pam.forward(x) + cam.forward(x)));
+        runs.push(out_and_grads(&vs, &x, &weights, |x| {
+            pam.forward(x) + cam.forward(x)
+        }));
     }
     assert_same("PAM+CAM", &runs[0], &runs[1]);
 }
@@ -152,7 +177,11 @@ fn tiny_danet_trains_identically_with_both_implementations() {
         model.set_attention(attention);
         assert_eq!(model.attention(), attention);
         // Training mode updates the running statistics: restore them between runs.
-        let state: Vec<(String, Tensor)> = vs.variables().into_iter().map(|(n, t)| (n, t.copy())).collect();
+        let state: Vec<(String, Tensor)> = vs
+            .variables()
+            .into_iter()
+            .map(|(n, t)| (n, t.copy()))
+            .collect();
         runs.push(out_and_grads(&vs, &x, &weights, |x| {
             let out = model.forward_all(x, true);
             Tensor::stack(&[out.fused, out.position, out.channel], 0)

@@ -11,12 +11,23 @@ use segtool_train::DaNet;
 use tch::{nn, Kind, Tensor};
 
 pub fn spec(backbone: BackboneSpec, classes: usize) -> ModelSpec {
-    ModelSpec::new("test", backbone, (0..classes).map(|c| format!("c{c}")).collect())
+    ModelSpec::new(
+        "test",
+        backbone,
+        (0..classes).map(|c| format!("c{c}")).collect(),
+    )
 }
 
 /// A bottleneck ResNet small enough for tests: [1, 1, 1, 2] blocks, width 8.
 pub fn small_bottleneck(output_stride: i64, multi_grid: Option<Vec<i64>>) -> BackboneSpec {
-    BackboneSpec { block: BlockKind::Bottleneck, layers: [1, 1, 1, 2], width: 8, output_stride, multi_grid, deep_stem: false }
+    BackboneSpec {
+        block: BlockKind::Bottleneck,
+        layers: [1, 1, 1, 2],
+        width: 8,
+        output_stride,
+        multi_grid,
+        deep_stem: false,
+    }
 }
 
 /// A model whose every variable is random: weights, biases, BN affine and running
@@ -56,12 +67,24 @@ pub fn write_tensors(path: &Path, tensors: &[(&str, &Tensor)]) {
         .iter()
         .map(|(n, t)| {
             let shape = t.size().iter().map(|&d| d as usize).collect();
-            (n.to_string(), shape, tensor_to_f32(t).iter().flat_map(|v| v.to_le_bytes()).collect())
+            (
+                n.to_string(),
+                shape,
+                tensor_to_f32(t)
+                    .iter()
+                    .flat_map(|v| v.to_le_bytes())
+                    .collect(),
+            )
         })
         .collect();
     let views: Vec<(&str, TensorView)> = owned
         .iter()
-        .map(|(n, s, d)| (n.as_str(), TensorView::new(Dtype::F32, s.clone(), d).unwrap()))
+        .map(|(n, s, d)| {
+            (
+                n.as_str(),
+                TensorView::new(Dtype::F32, s.clone(), d).unwrap(),
+            )
+        })
         .collect();
     safetensors::serialize_to_file(views, None, path).unwrap();
 }
@@ -72,7 +95,11 @@ pub fn read_tensors(path: &Path) -> HashMap<String, (Vec<usize>, Vec<f32>)> {
     st.tensors()
         .into_iter()
         .map(|(n, v)| {
-            let data = v.data().chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect();
+            let data = v
+                .data()
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+                .collect();
             (n, (v.shape().to_vec(), data))
         })
         .collect()
@@ -89,5 +116,8 @@ pub fn reference_script() -> std::path::PathBuf {
 
 pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
 }

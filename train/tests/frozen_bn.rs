@@ -14,11 +14,29 @@ use tch::{Kind, Tensor};
 
 #[test]
 fn sgd_leaves_frozen_backbone_bn_untouched() {
-    let spec = spec(BackboneSpec { deep_stem: true, ..BackboneSpec::tiny() }, 3);
-    let config = TrainConfig { iterations: 10, batch_size: 2, lr: 0.05, progress: false, freeze_bn: true, ..TrainConfig::default() };
+    let spec = spec(
+        BackboneSpec {
+            deep_stem: true,
+            ..BackboneSpec::tiny()
+        },
+        3,
+    );
+    let config = TrainConfig {
+        iterations: 10,
+        batch_size: 2,
+        lr: 0.05,
+        progress: false,
+        freeze_bn: true,
+        ..TrainConfig::default()
+    };
     let mut trainer = Trainer::new(&spec, config).unwrap();
     assert!(trainer.model.frozen_bn());
-    let before: HashMap<String, Tensor> = trainer.vs.variables().into_iter().map(|(n, t)| (n, t.copy())).collect();
+    let before: HashMap<String, Tensor> = trainer
+        .vs
+        .variables()
+        .into_iter()
+        .map(|(n, t)| (n, t.copy()))
+        .collect();
     let images = Tensor::randn([2, 3, 48, 48], (Kind::Float, tch::Device::Cpu));
     let masks = Tensor::randint(3, [2, 48, 48], (Kind::Int64, tch::Device::Cpu));
     for it in 0..2 {
@@ -27,7 +45,10 @@ fn sgd_leaves_frozen_backbone_bn_untouched() {
     for (name, var) in trainer.vs.variables() {
         let unchanged = var.equal(&before[&name]);
         let backbone_bn = name.starts_with("pretrained.")
-            && (name.contains(".bn") || name.contains("downsample.1") || name.contains("conv1.1") || name.contains("conv1.4"));
+            && (name.contains(".bn")
+                || name.contains("downsample.1")
+                || name.contains("conv1.1")
+                || name.contains("conv1.4"));
         if backbone_bn {
             assert!(unchanged, "{name} is frozen but changed");
         } else {

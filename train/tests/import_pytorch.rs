@@ -56,18 +56,33 @@ fn import_and_compare(file: &str) -> (nn::VarStore, ImportReport) {
     let mut vs = nn::VarStore::new(tch::Device::Cpu);
     let model = DaNet::new(&vs.root(), &spec);
     let report = import_into(&mut vs, state, ImportMode::Full).unwrap();
-    assert!(report.missing.is_empty(), "{file}: missing {:?}", report.missing);
-    assert!(report.unexpected.is_empty(), "{file}: unexpected {:?}", report.unexpected);
+    assert!(
+        report.missing.is_empty(),
+        "{file}: missing {:?}",
+        report.missing
+    );
+    assert!(
+        report.unexpected.is_empty(),
+        "{file}: unexpected {:?}",
+        report.unexpected
+    );
     assert_eq!(report.loaded.len(), vs.variables().len());
     report.ensure_complete(ImportMode::Full).unwrap();
 
     let image = load(&dir.join("input.safetensors"));
     let ours = tch::no_grad(|| model.forward_all(&image, false));
     let reference = read_tensors(&dir.join("logits.safetensors"));
-    for (name, t) in [("fused", &ours.fused), ("position", &ours.position), ("channel", &ours.channel)] {
+    for (name, t) in [
+        ("fused", &ours.fused),
+        ("position", &ours.position),
+        ("channel", &ours.channel),
+    ] {
         let diff = max_abs_diff(&tensor_to_f32(t), &reference[name].1);
         eprintln!("{file} {name}: max |tch - pytorch| = {diff:.3e}");
-        assert!(diff < 1e-4, "{file} {name}: max abs diff {diff} exceeds 1e-4");
+        assert!(
+            diff < 1e-4,
+            "{file} {name}: max abs diff {diff} exceeds 1e-4"
+        );
     }
     (vs, report)
 }
@@ -104,9 +119,18 @@ fn imported_model_saves_a_checkpoint_pytorch_loads_strictly() {
     let ckpt = out.path().join("imported.safetensors");
     checkpoint::save(&ckpt, &vs, &tiny_spec(), &Default::default()).unwrap();
     let outputs = out.path().join("outputs.safetensors");
-    let status = python().arg(reference_script()).arg(&ckpt).arg(dir.join("input.safetensors")).arg(&outputs).status().unwrap();
+    let status = python()
+        .arg(reference_script())
+        .arg(&ckpt)
+        .arg(dir.join("input.safetensors"))
+        .arg(&outputs)
+        .status()
+        .unwrap();
     assert!(status.success(), "danet_ref.py rejected the checkpoint");
-    let (ours, theirs) = (read_tensors(&outputs), read_tensors(&dir.join("logits.safetensors")));
+    let (ours, theirs) = (
+        read_tensors(&outputs),
+        read_tensors(&dir.join("logits.safetensors")),
+    );
     let diff = max_abs_diff(&ours["fused"].1, &theirs["fused"].1);
     eprintln!("round trip fused: max diff {diff:.3e}");
     assert!(diff < 1e-5);
@@ -116,13 +140,28 @@ fn imported_model_saves_a_checkpoint_pytorch_loads_strictly() {
 fn torchvision_resnet_initialises_the_backbone() {
     let state = read_state_dict(&fixtures().join("resnet_tv.pth")).unwrap();
     assert_eq!(ImportMode::detect(&state), ImportMode::Backbone);
-    let conv = state.tensors.iter().find(|(n, _)| n == "layer2.0.downsample.0.weight").unwrap().1.copy();
-    let spec = spec(BackboneSpec { layers: [2, 2, 2, 2], ..BackboneSpec::tiny() }, 3);
+    let conv = state
+        .tensors
+        .iter()
+        .find(|(n, _)| n == "layer2.0.downsample.0.weight")
+        .unwrap()
+        .1
+        .copy();
+    let spec = spec(
+        BackboneSpec {
+            layers: [2, 2, 2, 2],
+            ..BackboneSpec::tiny()
+        },
+        3,
+    );
     let mut vs = nn::VarStore::new(tch::Device::Cpu);
     let _model = DaNet::new(&vs.root(), &spec);
     let report = import_into(&mut vs, state, ImportMode::Backbone).unwrap();
 
-    assert_eq!(report.unexpected, ["pretrained.fc.bias", "pretrained.fc.weight"]);
+    assert_eq!(
+        report.unexpected,
+        ["pretrained.fc.bias", "pretrained.fc.weight"]
+    );
     let vars = vs.variables();
     let backbone = vars.keys().filter(|n| n.starts_with("pretrained.")).count();
     assert_eq!(report.loaded.len(), backbone);
@@ -137,7 +176,10 @@ fn torchvision_resnet_initialises_the_backbone() {
     let _model = DaNet::new(&vs.root(), &tiny_spec());
     let state = read_state_dict(&fixtures().join("resnet_tv.pth")).unwrap();
     let report = import_into(&mut vs, state, ImportMode::Backbone).unwrap();
-    let err = report.ensure_complete(ImportMode::Backbone).unwrap_err().to_string();
+    let err = report
+        .ensure_complete(ImportMode::Backbone)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("`pretrained.layer1.1.bn1.bias`"), "{err}");
 }
 
@@ -148,26 +190,43 @@ fn wrong_shape_names_the_key_and_both_shapes() {
     let _model = DaNet::new(&vs.root(), &spec);
     let want = vs.variables()["head.conv5a.0.weight"].size();
     let state = read_state_dict(&fixtures().join("bad_shape.pth")).unwrap();
-    let err = format!("{:#}", import_into(&mut vs, state, ImportMode::Full).unwrap_err());
+    let err = format!(
+        "{:#}",
+        import_into(&mut vs, state, ImportMode::Full).unwrap_err()
+    );
     eprintln!("{err}");
     assert!(err.contains("`head.conv5a.0.weight`"), "{err}");
-    assert!(err.contains("[8, 4, 1, 1]") && err.contains(&format!("{want:?}")), "{err}");
+    assert!(
+        err.contains("[8, 4, 1, 1]") && err.contains(&format!("{want:?}")),
+        "{err}"
+    );
 }
 
 #[test]
 fn broken_files_fail_naming_the_file() {
     let dir = fixtures();
     let out = tempfile::tempdir().unwrap();
-    for (source, keep) in [("danet.pth", 0.5), ("danet_legacy.pth", 0.5), ("danet_legacy.pth", 0.001), ("danet.safetensors", 0.5)] {
+    for (source, keep) in [
+        ("danet.pth", 0.5),
+        ("danet_legacy.pth", 0.5),
+        ("danet_legacy.pth", 0.001),
+        ("danet.safetensors", 0.5),
+    ] {
         let bytes = std::fs::read(dir.join(source)).unwrap();
         let broken = out.path().join(format!("cut-{keep}-{source}"));
         std::fs::write(&broken, &bytes[..(bytes.len() as f64 * keep) as usize]).unwrap();
-        let err = format!("{:#}", read_state_dict(&broken).err().expect("a truncated file fails"));
+        let err = format!(
+            "{:#}",
+            read_state_dict(&broken)
+                .err()
+                .expect("a truncated file fails")
+        );
         eprintln!("{err}");
         assert!(err.contains(&broken.display().to_string()), "{err}");
         assert!(err.contains("not a PyTorch checkpoint"), "{err}");
     }
     let text = out.path().join("notes.pth");
     std::fs::write(&text, "not a checkpoint").unwrap();
-    assert!(format!("{:#}", read_state_dict(&text).err().unwrap()).contains("neither a torch.save file"));
+    assert!(format!("{:#}", read_state_dict(&text).err().unwrap())
+        .contains("neither a torch.save file"));
 }

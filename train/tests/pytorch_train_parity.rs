@@ -51,11 +51,16 @@ fn reference(dir: &Path, ckpt: &Path, inputs: &Path, flags: &[&str]) -> Referenc
         .status()
         .expect("python runs (scripts/setup.sh installs the venv)");
     assert!(status.success(), "reference script failed ({flags:?})");
-    Tensor::read_safetensors(&out).unwrap().into_iter().collect()
+    Tensor::read_safetensors(&out)
+        .unwrap()
+        .into_iter()
+        .collect()
 }
 
 fn get<'a>(reference: &'a Reference, key: &str) -> &'a Tensor {
-    reference.get(key).unwrap_or_else(|| panic!("reference lacks {key}"))
+    reference
+        .get(key)
+        .unwrap_or_else(|| panic!("reference lacks {key}"))
 }
 
 fn max_abs(t: &Tensor) -> f64 {
@@ -70,15 +75,25 @@ fn abs_diff(what: &str, ours: &Tensor, reference: &Tensor) -> f64 {
 
 fn check_abs(what: &str, ours: &Tensor, reference: &Reference, key: &str, tol: f64) -> f64 {
     let diff = abs_diff(&format!("{what} {key}"), ours, get(reference, key));
-    assert!(diff < tol, "{what} {key}: max abs diff {diff:.3e} exceeds {tol:e}");
+    assert!(
+        diff < tol,
+        "{what} {key}: max abs diff {diff:.3e} exceeds {tol:e}"
+    );
     diff
 }
 
 fn check_outputs(what: &str, out: &DaNetOutputs, reference: &Reference) {
-    let outputs = [("fused", &out.fused), ("position", &out.position), ("channel", &out.channel)];
+    let outputs = [
+        ("fused", &out.fused),
+        ("position", &out.position),
+        ("channel", &out.channel),
+    ];
     for (name, t) in outputs {
         let diff = abs_diff(what, t, get(reference, name));
-        eprintln!("{what} {name}: max |ours - ref| = {diff:.2e} (max |ref| {:.2e})", max_abs(&reference[name]));
+        eprintln!(
+            "{what} {name}: max |ours - ref| = {diff:.2e} (max |ref| {:.2e})",
+            max_abs(&reference[name])
+        );
     }
     for (name, t) in outputs {
         check_abs(what, t, reference, name, 1e-4);
@@ -95,7 +110,14 @@ enum Precision {
 /// One training-mode forward + backward of `model` in `precision`; compares outputs,
 /// loss, running statistics and gradients. A parameter without a gradient here (frozen
 /// BN) must have none in the reference either.
-fn check_training(what: &str, vs: &mut nn::VarStore, model: &DaNet, f: &Fixture, reference: &Reference, precision: Precision) {
+fn check_training(
+    what: &str,
+    vs: &mut nn::VarStore,
+    model: &DaNet,
+    f: &Fixture,
+    reference: &Reference,
+    precision: Precision,
+) {
     let image = match precision {
         Precision::F32 => f.image.shallow_clone(),
         Precision::F64 => {
@@ -110,7 +132,11 @@ fn check_training(what: &str, vs: &mut nn::VarStore, model: &DaNet, f: &Fixture,
     loss.backward();
     check_abs(&what, &loss.reshape([1]), reference, "loss", 1e-4);
     let variables = vs.variables();
-    let global = variables.keys().filter_map(|n| reference.get(n)).map(max_abs).fold(0f64, f64::max);
+    let global = variables
+        .keys()
+        .filter_map(|n| reference.get(n))
+        .map(max_abs)
+        .fold(0f64, f64::max);
     let (mut worst, mut worst_name, mut with_grad) = (0f64, String::new(), 0);
     for (name, var) in &variables {
         if name.contains("running_") {
@@ -119,15 +145,23 @@ fn check_training(what: &str, vs: &mut nn::VarStore, model: &DaNet, f: &Fixture,
         }
         let grad = var.grad();
         if !grad.defined() {
-            assert!(!reference.contains_key(name), "{what}: {name} has a reference gradient but none here");
+            assert!(
+                !reference.contains_key(name),
+                "{what}: {name} has a reference gradient but none here"
+            );
             continue;
         }
         with_grad += 1;
-        let r = reference.get(name).unwrap_or_else(|| panic!("{what}: no reference gradient for {name}"));
+        let r = reference
+            .get(name)
+            .unwrap_or_else(|| panic!("{what}: no reference gradient for {name}"));
         let diff_max = abs_diff(&format!("{what} {name}"), &grad, r);
         if name == "head.sa.key_conv.bias" {
             let m = max_abs(&grad);
-            assert!(m < 1e-6 * global, "{what} {name}: {m:.3e} should vanish (G {global:.3e})");
+            assert!(
+                m < 1e-6 * global,
+                "{what} {name}: {m:.3e} should vanish (G {global:.3e})"
+            );
             continue;
         }
         let (err, bound) = match precision {
@@ -135,15 +169,25 @@ fn check_training(what: &str, vs: &mut nn::VarStore, model: &DaNet, f: &Fixture,
             Precision::F32 => {
                 let r = r.to_kind(Kind::Double);
                 let l2 = (grad.to_kind(Kind::Double) - &r).norm().double_value(&[]);
-                (l2 / r.norm().double_value(&[]).max(1e-30), FP32_GRAD_L2_BOUND)
+                (
+                    l2 / r.norm().double_value(&[]).max(1e-30),
+                    FP32_GRAD_L2_BOUND,
+                )
             }
         };
         if err > worst {
             (worst, worst_name) = (err, name.clone());
         }
-        assert!(err < bound, "{what} {name}: gradient error {err:.3e} exceeds {bound:e}");
+        assert!(
+            err < bound,
+            "{what} {name}: gradient error {err:.3e} exceeds {bound:e}"
+        );
     }
-    let metric = if precision == Precision::F64 { "max-relative" } else { "L2-relative" };
+    let metric = if precision == Precision::F64 {
+        "max-relative"
+    } else {
+        "L2-relative"
+    };
     eprintln!("{what}: {with_grad} gradients (largest {global:.2e}), worst {metric} {worst:.2e} ({worst_name})");
 }
 
@@ -166,7 +210,9 @@ fn fixture(spec: &ModelSpec, input: [i64; 4], seed: i64) -> Fixture {
         let vars = vs.variables();
         for k in 1..=4 {
             for i in 0..b.layers[k - 1] {
-                let _ = vars[&format!("pretrained.layer{k}.{i}.bn{last}.weight")].shallow_clone().g_mul_scalar_(0.25);
+                let _ = vars[&format!("pretrained.layer{k}.{i}.bn{last}.weight")]
+                    .shallow_clone()
+                    .g_mul_scalar_(0.25);
             }
         }
     });
@@ -174,17 +220,31 @@ fn fixture(spec: &ModelSpec, input: [i64; 4], seed: i64) -> Fixture {
     checkpoint::save(&ckpt, &vs, spec, &Default::default()).unwrap();
     let image = Tensor::randn(input, (Kind::Float, tch::Device::Cpu));
     let [n, _, h, w] = input;
-    let labels = Tensor::randint(spec.num_classes() as i64, [n, h, w], (Kind::Int64, tch::Device::Cpu));
+    let labels = Tensor::randint(
+        spec.num_classes() as i64,
+        [n, h, w],
+        (Kind::Int64, tch::Device::Cpu),
+    );
     let ignore = Tensor::rand([n, h, w], (Kind::Float, tch::Device::Cpu)).lt(0.1);
     let target = labels.masked_fill(&ignore, 255);
     let inputs = dir.path().join("inputs.safetensors");
-    write_tensors(&inputs, &[("image", &image), ("target", &target.to_kind(Kind::Float))]);
-    Fixture { dir, ckpt, inputs, image, target }
+    write_tensors(
+        &inputs,
+        &[("image", &image), ("target", &target.to_kind(Kind::Float))],
+    );
+    Fixture {
+        dir,
+        ckpt,
+        inputs,
+        image,
+        target,
+    }
 }
 
 /// A fresh copy of the fixture's model, dropout off, with the given attention.
 fn load(f: &Fixture, attention: AttentionImpl) -> (nn::VarStore, DaNet) {
-    let (vs, mut model) = load_model(&Checkpoint::read(&f.ckpt).unwrap(), tch::Device::Cpu).unwrap();
+    let (vs, mut model) =
+        load_model(&Checkpoint::read(&f.ckpt).unwrap(), tch::Device::Cpu).unwrap();
     model.set_attention(attention);
     model.set_dropout(false);
     (vs, model)
@@ -201,13 +261,23 @@ fn check_model(spec: ModelSpec, input: [i64; 4], seed: i64) {
         check_outputs(&format!("{what} eval"), &out, &eval_ref);
         for precision in [Precision::F32, Precision::F64] {
             let (mut vs, model) = load(&f, attention);
-            check_training(&format!("{what} train"), &mut vs, &model, &f, &train_ref, precision);
+            check_training(
+                &format!("{what} train"),
+                &mut vs,
+                &model,
+                &f,
+                &train_ref,
+                precision,
+            );
         }
     }
 }
 
 fn named(name: &str, backbone: BackboneSpec, classes: usize) -> ModelSpec {
-    ModelSpec { backbone_name: name.into(), ..spec(backbone, classes) }
+    ModelSpec {
+        backbone_name: name.into(),
+        ..spec(backbone, classes)
+    }
 }
 
 #[test]
@@ -219,29 +289,53 @@ fn resnet50_os8_multigrid_matches_pytorch_in_eval_and_training() {
 
 #[test]
 fn resnet18_os16_matches_pytorch_in_eval_and_training() {
-    check_model(named("resnet18-os16", BackboneSpec::resnet(18, 16).unwrap(), 4), [2, 3, 96, 128], 12);
+    check_model(
+        named("resnet18-os16", BackboneSpec::resnet(18, 16).unwrap(), 4),
+        [2, 3, 96, 128],
+        12,
+    );
 }
 
 #[test]
 fn deep_stem_matches_pytorch() {
-    let basic = BackboneSpec { deep_stem: true, ..BackboneSpec::tiny() };
+    let basic = BackboneSpec {
+        deep_stem: true,
+        ..BackboneSpec::tiny()
+    };
     check_model(named("tiny-deep", basic, 3), [2, 3, 64, 80], 13);
-    let bottleneck = BackboneSpec { deep_stem: true, ..small_bottleneck(16, None) };
+    let bottleneck = BackboneSpec {
+        deep_stem: true,
+        ..small_bottleneck(16, None)
+    };
     check_model(named("bottleneck-deep", bottleneck, 3), [2, 3, 48, 64], 14);
 }
 
 #[test]
 fn frozen_bn_matches_pytorch_norm_eval() {
-    let spec = named("resnet18-os16-frozen", BackboneSpec::resnet(18, 16).unwrap(), 4);
+    let spec = named(
+        "resnet18-os16-frozen",
+        BackboneSpec::resnet(18, 16).unwrap(),
+        4,
+    );
     let f = fixture(&spec, [2, 3, 96, 128], 15);
-    let train_ref = reference(f.dir.path(), &f.ckpt, &f.inputs, &["--train", "--grad", "--freeze-bn"]);
+    let train_ref = reference(
+        f.dir.path(),
+        &f.ckpt,
+        &f.inputs,
+        &["--train", "--grad", "--freeze-bn"],
+    );
     for precision in [Precision::F32, Precision::F64] {
         let (mut vs, mut model) = load(&f, AttentionImpl::Explicit);
         model.set_frozen_bn(true);
-        let before: HashMap<String, Tensor> = vs.variables().into_iter().map(|(n, t)| (n, t.copy())).collect();
+        let before: HashMap<String, Tensor> = vs
+            .variables()
+            .into_iter()
+            .map(|(n, t)| (n, t.copy()))
+            .collect();
         check_training("frozen", &mut vs, &model, &f, &train_ref, precision);
         for (name, var) in vs.variables() {
-            let backbone_bn = name.starts_with("pretrained.") && (name.contains(".bn") || name.contains("downsample.1"));
+            let backbone_bn = name.starts_with("pretrained.")
+                && (name.contains(".bn") || name.contains("downsample.1"));
             if backbone_bn && !name.contains("running_") {
                 assert!(!var.grad().defined(), "{name} is frozen but got a gradient");
             }

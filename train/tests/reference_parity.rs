@@ -28,7 +28,11 @@ fn check_against_pytorch(spec: segtool_core::ModelSpec, input: [i64; 4], seed: i
     assert!(status.success(), "reference script failed");
 
     let reference = read_tensors(&outputs);
-    for (name, t) in [("fused", &ours.fused), ("position", &ours.position), ("channel", &ours.channel)] {
+    for (name, t) in [
+        ("fused", &ours.fused),
+        ("position", &ours.position),
+        ("channel", &ours.channel),
+    ] {
         let (shape, values) = &reference[name];
         let ours_shape: Vec<usize> = t.size().iter().map(|&d| d as usize).collect();
         assert_eq!(shape, &ours_shape, "{name} shape");
@@ -47,5 +51,9 @@ fn tiny_basic_os8_matches_pytorch() {
 #[test]
 fn bottleneck_os16_and_multigrid_os8_match_pytorch() {
     check_against_pytorch(spec(small_bottleneck(16, None), 3), [1, 3, 72, 56], 2);
-    check_against_pytorch(spec(small_bottleneck(8, Some(vec![4, 8])), 4), [2, 3, 48, 64], 3);
+    check_against_pytorch(
+        spec(small_bottleneck(8, Some(vec![4, 8])), 4),
+        [2, 3, 48, 64],
+        3,
+    );
 }

@@ -13,7 +13,11 @@ use tch::Device;
 
 #[test]
 fn poly_schedule() {
-    let cfg = TrainConfig { iterations: 100, lr: 0.01, ..TrainConfig::default() };
+    let cfg = TrainConfig {
+        iterations: 100,
+        lr: 0.01,
+        ..TrainConfig::default()
+    };
     assert_eq!(cfg.lr_at(0), 0.01);
     assert!((cfg.lr_at(50) - 0.01 * 0.5f64.powf(0.9)).abs() < 1e-15);
     assert_eq!(cfg.lr_at(100), 0.0);
@@ -21,12 +25,32 @@ fn poly_schedule() {
 
 #[test]
 fn tiny_danet_overfits_one_batch() {
-    let ds = ShapesDataset { config: ShapesConfig { width: 48, height: 48, ..Default::default() }, offset: 0, count: 4 };
+    let ds = ShapesDataset {
+        config: ShapesConfig {
+            width: 48,
+            height: 48,
+            ..Default::default()
+        },
+        offset: 0,
+        count: 4,
+    };
     let spec = spec(BackboneSpec::tiny(), 5);
     let samples: Vec<_> = (0..4).map(|i| ds.get(i).unwrap()).collect();
-    let images = images_to_tensor(&samples.iter().map(|s| &s.image).collect::<Vec<_>>(), &spec, Device::Cpu);
-    let masks = masks_to_tensor(&samples.iter().map(|s| &s.mask).collect::<Vec<_>>(), Device::Cpu);
-    let cfg = TrainConfig { iterations: 1000, lr: 0.01, progress: false, ..TrainConfig::default() };
+    let images = images_to_tensor(
+        &samples.iter().map(|s| &s.image).collect::<Vec<_>>(),
+        &spec,
+        Device::Cpu,
+    );
+    let masks = masks_to_tensor(
+        &samples.iter().map(|s| &s.mask).collect::<Vec<_>>(),
+        Device::Cpu,
+    );
+    let cfg = TrainConfig {
+        iterations: 1000,
+        lr: 0.01,
+        progress: false,
+        ..TrainConfig::default()
+    };
     let mut trainer = Trainer::new(&spec, cfg).unwrap();
     let first = trainer.step(&images, &masks, 0).unwrap();
     let mut last = first;
@@ -39,11 +63,32 @@ fn tiny_danet_overfits_one_batch() {
 
 #[test]
 fn non_finite_loss_is_reported() {
-    let ds = ShapesDataset { config: ShapesConfig { width: 32, height: 32, ..Default::default() }, offset: 0, count: 2 };
+    let ds = ShapesDataset {
+        config: ShapesConfig {
+            width: 32,
+            height: 32,
+            ..Default::default()
+        },
+        offset: 0,
+        count: 2,
+    };
     let spec = spec(BackboneSpec::tiny(), 5);
-    let cfg = TrainConfig { iterations: 5, batch_size: 2, lr: 1e12, progress: false, ..TrainConfig::default() };
+    let cfg = TrainConfig {
+        iterations: 5,
+        batch_size: 2,
+        lr: 1e12,
+        progress: false,
+        ..TrainConfig::default()
+    };
     let mut trainer = Trainer::new(&spec, cfg).unwrap();
     // An absurd learning rate blows the weights up after one step; the next loss is not finite.
-    let err = trainer.train(&ds).err().expect("NaN must stop training").to_string();
-    assert!(err.contains("loss became") && err.contains("iteration"), "{err}");
+    let err = trainer
+        .train(&ds)
+        .err()
+        .expect("NaN must stop training")
+        .to_string();
+    assert!(
+        err.contains("loss became") && err.contains("iteration"),
+        "{err}"
+    );
 }

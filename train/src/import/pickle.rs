@@ -95,7 +95,10 @@ pub fn next_op(data: &[u8], pos: usize) -> Result<(u8, &[u8], usize), PickleErro
     };
     let line = |from: usize| {
         let rest = data.get(from..).ok_or(PickleError::Truncated)?;
-        rest.iter().position(|&b| b == b'\n').map(|n| n + 1).ok_or(PickleError::Truncated)
+        rest.iter()
+            .position(|&b| b == b'\n')
+            .map(|n| n + 1)
+            .ok_or(PickleError::Truncated)
     };
     let len = match code {
         b'J' | b'j' | b'r' => 4,
@@ -118,13 +121,23 @@ pub fn next_op(data: &[u8], pos: usize) -> Result<(u8, &[u8], usize), PickleErro
 
 /// Rewrites the pickle starting at `data[start..]`, up to and including its STOP.
 pub fn rewrite(data: &[u8], start: usize) -> Result<Rewritten, PickleError> {
-    let mut m = Machine { out: Vec::with_capacity(data.len() - start), stack: Vec::new(), marks: Vec::new(), memo: HashMap::new(), storages: Vec::new() };
+    let mut m = Machine {
+        out: Vec::with_capacity(data.len() - start),
+        stack: Vec::new(),
+        marks: Vec::new(),
+        memo: HashMap::new(),
+        storages: Vec::new(),
+    };
     let mut pos = start;
     while pos < data.len() {
         let (code, arg, next) = next_op(data, pos)?;
         if code == b'.' {
             m.out.push(b'.');
-            return Ok(Rewritten { pickle: m.out, storages: m.storages, end: next });
+            return Ok(Rewritten {
+                pickle: m.out,
+                storages: m.storages,
+                end: next,
+            });
         }
         m.step(code, arg, pos)?;
         pos = next;
@@ -146,7 +159,11 @@ fn utf8(b: &[u8]) -> String {
 
 fn le_int(b: &[u8]) -> i64 {
     // Two's complement, little-endian, any width up to 8 (LONG1's payload).
-    let fill = if b.last().is_some_and(|&x| x & 0x80 != 0) { 0xff } else { 0 };
+    let fill = if b.last().is_some_and(|&x| x & 0x80 != 0) {
+        0xff
+    } else {
+        0
+    };
     let mut buf = [fill; 8];
     buf[..b.len()].copy_from_slice(b);
     i64::from_le_bytes(buf)
@@ -154,11 +171,16 @@ fn le_int(b: &[u8]) -> i64 {
 
 impl Machine {
     fn pop(&mut self, pos: usize) -> Result<Item, PickleError> {
-        self.stack.pop().ok_or(PickleError::Malformed(pos, "stack underflow"))
+        self.stack
+            .pop()
+            .ok_or(PickleError::Malformed(pos, "stack underflow"))
     }
 
     fn pop_mark(&mut self, pos: usize) -> Result<(Vec<Item>, usize), PickleError> {
-        let (depth, at) = self.marks.pop().ok_or(PickleError::Malformed(pos, "no MARK"))?;
+        let (depth, at) = self
+            .marks
+            .pop()
+            .ok_or(PickleError::Malformed(pos, "no MARK"))?;
         if depth > self.stack.len() {
             return Err(PickleError::Malformed(pos, "MARK above stack top"));
         }
@@ -184,14 +206,23 @@ impl Machine {
     }
 
     fn emit_global(&mut self, module: &str, name: &str) {
-        const KNOWN: [&str; 7] = ["device", "Tensor", "per_tensor_affine", "per_channel_affine", "per_tensor_symmetric", "per_channel_symmetric", "per_channel_affine_float_qparams"];
+        const KNOWN: [&str; 7] = [
+            "device",
+            "Tensor",
+            "per_tensor_affine",
+            "per_channel_affine",
+            "per_tensor_symmetric",
+            "per_channel_symmetric",
+            "per_channel_affine_float_qparams",
+        ];
         let module = if module == "torch" && !name.ends_with("Storage") && !KNOWN.contains(&name) {
             "segtool_opaque.torch" // the unpickler aborts on unknown `torch.` globals
         } else {
             module
         };
         let start = self.out.len();
-        self.out.extend_from_slice(format!("c{module}\n{name}\n").as_bytes());
+        self.out
+            .extend_from_slice(format!("c{module}\n{name}\n").as_bytes());
         self.push(start, Kind::Global(module.into(), name.into()));
     }
 
@@ -205,7 +236,11 @@ impl Machine {
             }
             b'N' | 0x88 | 0x89 | b'G' => self.emit_push(code, arg, Kind::Other),
             b'K' => self.emit_push(code, arg, Kind::Int(arg[0] as i64)),
-            b'M' => self.emit_push(code, arg, Kind::Int(u16::from_le_bytes([arg[0], arg[1]]) as i64)),
+            b'M' => self.emit_push(
+                code,
+                arg,
+                Kind::Int(u16::from_le_bytes([arg[0], arg[1]]) as i64),
+            ),
             b'J' => self.emit_push(code, arg, Kind::Int(le_int(arg))),
             0x8a => {
                 // LONG1: the unpickler reads only the 8-byte form.
@@ -221,7 +256,11 @@ impl Machine {
             }
             0x8b => self.emit_push(b'N', &[], Kind::Other), // LONG4: beyond i64
             b'X' | 0x8d | 0x8c | b'T' | b'U' => {
-                let width = match code { 0x8c | b'U' => 1, 0x8d => 8, _ => 4 };
+                let width = match code {
+                    0x8c | b'U' => 1,
+                    0x8d => 8,
+                    _ => 4,
+                };
                 let s = &arg[width..];
                 let start = self.out.len();
                 self.emit_str(s);
@@ -232,15 +271,30 @@ impl Machine {
             b'}' => self.emit_push(b'}', &[], Kind::Dict),
             b')' => self.emit_push(b')', &[], Kind::Tuple(Vec::new())),
             b'q' | b'r' | 0x94 => {
-                let id = match code { b'q' => arg[0] as u32, b'r' => le_int(arg) as u32, _ => self.memo.len() as u32 };
-                let top = self.stack.last().ok_or(PickleError::Malformed(pos, "PUT on empty stack"))?;
+                let id = match code {
+                    b'q' => arg[0] as u32,
+                    b'r' => le_int(arg) as u32,
+                    _ => self.memo.len() as u32,
+                };
+                let top = self
+                    .stack
+                    .last()
+                    .ok_or(PickleError::Malformed(pos, "PUT on empty stack"))?;
                 self.memo.insert(id, top.kind.clone());
                 self.out.push(b'r');
                 self.out.extend_from_slice(&id.to_le_bytes());
             }
             b'h' | b'j' => {
-                let id = if code == b'h' { arg[0] as u32 } else { le_int(arg) as u32 };
-                let kind = self.memo.get(&id).cloned().ok_or(PickleError::Malformed(pos, "GET of unset memo"))?;
+                let id = if code == b'h' {
+                    arg[0] as u32
+                } else {
+                    le_int(arg) as u32
+                };
+                let kind = self
+                    .memo
+                    .get(&id)
+                    .cloned()
+                    .ok_or(PickleError::Malformed(pos, "GET of unset memo"))?;
                 self.emit_push(code, arg, kind);
             }
             b'c' => {
@@ -261,7 +315,10 @@ impl Machine {
             b't' | b'l' | b'd' | 0x91 => {
                 let (items, start) = self.pop_mark(pos)?;
                 let (out_code, kind) = match code {
-                    b't' => (b't', Kind::Tuple(items.into_iter().map(|i| i.kind).collect())),
+                    b't' => (
+                        b't',
+                        Kind::Tuple(items.into_iter().map(|i| i.kind).collect()),
+                    ),
                     b'd' => (b'd', Kind::Dict),
                     _ => (b'l', Kind::Other),
                 };
@@ -279,7 +336,10 @@ impl Machine {
                 }
                 let items = self.stack.split_off(self.stack.len() - n);
                 self.out.push(code);
-                self.push(items[0].start, Kind::Tuple(items.into_iter().map(|i| i.kind).collect()));
+                self.push(
+                    items[0].start,
+                    Kind::Tuple(items.into_iter().map(|i| i.kind).collect()),
+                );
             }
             b'a' => {
                 self.pop(pos)?;
@@ -333,10 +393,16 @@ impl Machine {
 
     fn record_storage(&mut self, pid: &Kind) {
         let Kind::Tuple(fields) = pid else { return };
-        if let [Kind::Str(tag), Kind::Global(_, class), Kind::Str(key), _, Kind::Int(numel), ..] = fields.as_slice() {
+        if let [Kind::Str(tag), Kind::Global(_, class), Kind::Str(key), _, Kind::Int(numel), ..] =
+            fields.as_slice()
+        {
             if tag == "storage" {
                 let dtype = class.strip_suffix("Storage").unwrap_or(class).to_string();
-                self.storages.push(StorageRef { key: key.clone(), dtype, numel: (*numel).max(0) as u64 });
+                self.storages.push(StorageRef {
+                    key: key.clone(),
+                    dtype,
+                    numel: (*numel).max(0) as u64,
+                });
             }
         }
     }
@@ -368,16 +434,36 @@ mod tests {
         let mut p = vec![0x80, 2];
         p.extend_from_slice(b"(X\x07\x00\x00\x00storagectorch\nHalfStorage\nX\x01\x00\x00\x007X\x03\x00\x00\x00cpu\x8a\x03\x00\x00\x01tQ.");
         let r = rewrite(&p, 0).unwrap();
-        assert_eq!(r.storages, vec![StorageRef { key: "7".into(), dtype: "Half".into(), numel: 65536 }]);
+        assert_eq!(
+            r.storages,
+            vec![StorageRef {
+                key: "7".into(),
+                dtype: "Half".into(),
+                numel: 65536
+            }]
+        );
         assert_eq!(r.storages[0].element_size(), Some(2));
-        let long1 = r.pickle.windows(2).position(|w| w == [0x8a, 8]).expect("LONG1 widened to 8 bytes");
+        let long1 = r
+            .pickle
+            .windows(2)
+            .position(|w| w == [0x8a, 8])
+            .expect("LONG1 widened to 8 bytes");
         assert_eq!(&r.pickle[long1 + 2..long1 + 10], &65536i64.to_le_bytes());
     }
 
     #[test]
     fn truncation_and_foreign_opcodes_are_errors() {
-        assert!(matches!(rewrite(&[0x80, 2, b'X', 9, 0], 0), Err(PickleError::Truncated)));
-        assert!(matches!(rewrite(&[0x80, 2, b'N'], 0), Err(PickleError::NoStop)));
-        assert!(matches!(rewrite(b"I1\n.", 0), Err(PickleError::Unsupported(b'I', 0))));
+        assert!(matches!(
+            rewrite(&[0x80, 2, b'X', 9, 0], 0),
+            Err(PickleError::Truncated)
+        ));
+        assert!(matches!(
+            rewrite(&[0x80, 2, b'N'], 0),
+            Err(PickleError::NoStop)
+        ));
+        assert!(matches!(
+            rewrite(b"I1\n.", 0),
+            Err(PickleError::Unsupported(b'I', 0))
+        ));
     }
 }

@@ -20,7 +20,9 @@ use super::pickle::{self, next_op, Rewritten};
 
 pub const ZIP_MAGIC: &[u8] = b"PK\x03\x04";
 /// `pickle.dumps(0x1950a86a20f9469cfc6c, protocol=2)` without STOP: legacy files open so.
-pub const LEGACY_MAGIC: &[u8] = &[0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19];
+pub const LEGACY_MAGIC: &[u8] = &[
+    0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19,
+];
 
 /// Every tensor of a file with its path of dict keys / list indices from the root object.
 pub struct Unpickled {
@@ -32,7 +34,9 @@ pub struct Unpickled {
 /// Reads a zip-format `torch.save` file.
 pub fn read_zip(bytes: &[u8]) -> Result<Unpickled> {
     let mut zip = zip::ZipArchive::new(std::io::Cursor::new(bytes)).map_err(|e| match e {
-        zip::result::ZipError::InvalidArchive(why) => anyhow::anyhow!("damaged or truncated zip archive ({why})"),
+        zip::result::ZipError::InvalidArchive(why) => {
+            anyhow::anyhow!("damaged or truncated zip archive ({why})")
+        }
         other => anyhow::anyhow!("unreadable zip archive: {other}"),
     })?;
     // torch.save puts everything under one folder whose name is arbitrary ("archive").
@@ -61,15 +65,24 @@ pub fn read_zip(bytes: &[u8]) -> Result<Unpickled> {
 }
 
 /// An entry's bytes: borrowed from the file when stored uncompressed (torch.save's way).
-fn read_entry<'a>(zip: &mut zip::ZipArchive<std::io::Cursor<&'a [u8]>>, bytes: &'a [u8], name: &str) -> Result<Cow<'a, [u8]>> {
-    let mut f = zip.by_name(name).with_context(|| format!("zip archive lacks `{name}`"))?;
+fn read_entry<'a>(
+    zip: &mut zip::ZipArchive<std::io::Cursor<&'a [u8]>>,
+    bytes: &'a [u8],
+    name: &str,
+) -> Result<Cow<'a, [u8]>> {
+    let mut f = zip
+        .by_name(name)
+        .with_context(|| format!("zip archive lacks `{name}`"))?;
     if f.compression() == zip::CompressionMethod::Stored {
         let start = f.data_start() as usize;
-        let slice = bytes.get(start..start + f.size() as usize).with_context(|| format!("`{name}` runs past the end of the file"))?;
+        let slice = bytes
+            .get(start..start + f.size() as usize)
+            .with_context(|| format!("`{name}` runs past the end of the file"))?;
         return Ok(Cow::Borrowed(slice));
     }
     let mut data = Vec::with_capacity(f.size() as usize);
-    f.read_to_end(&mut data).with_context(|| format!("decompressing `{name}`"))?;
+    f.read_to_end(&mut data)
+        .with_context(|| format!("decompressing `{name}`"))?;
     Ok(Cow::Owned(data))
 }
 
@@ -84,13 +97,21 @@ pub fn read_legacy(bytes: &[u8]) -> Result<Unpickled> {
     let refs: HashMap<&str, _> = main.storages.iter().map(|s| (s.key.as_str(), s)).collect();
     let mut records = HashMap::new();
     for key in keys {
-        let count = bytes.get(pos..pos + 8).context("file ends in the storage data (truncated?)")?;
+        let count = bytes
+            .get(pos..pos + 8)
+            .context("file ends in the storage data (truncated?)")?;
         let numel = u64::from_le_bytes(count.try_into().unwrap());
-        let r = refs.get(key.as_str()).with_context(|| format!("storage `{key}` is not referred to by the pickle"))?;
-        let size = r.element_size().with_context(|| format!("storage `{key}` has unknown type {}Storage", r.dtype))?;
+        let r = refs
+            .get(key.as_str())
+            .with_context(|| format!("storage `{key}` is not referred to by the pickle"))?;
+        let size = r
+            .element_size()
+            .with_context(|| format!("storage `{key}` has unknown type {}Storage", r.dtype))?;
         let start = pos + 8;
         let end = (numel.checked_mul(size).map(|n| n as usize)).and_then(|n| start.checked_add(n));
-        let data = end.and_then(|end| bytes.get(start..end)).context("file ends in the storage data (truncated?)")?;
+        let data = end
+            .and_then(|end| bytes.get(start..end))
+            .context("file ends in the storage data (truncated?)")?;
         records.insert(key, Cow::Borrowed(data));
         pos = start + data.len();
     }
@@ -148,7 +169,12 @@ struct Ctx<'a> {
 
 // Both callbacks run inside segtool_unpickle, one at a time, and must not panic (a panic
 // cannot unwind through C++).
-extern "C" fn on_record(ctx: *mut c_void, key: *const c_char, data: *mut *const c_char, len: *mut usize) -> c_int {
+extern "C" fn on_record(
+    ctx: *mut c_void,
+    key: *const c_char,
+    data: *mut *const c_char,
+    len: *mut usize,
+) -> c_int {
     // SAFETY: ctx is the &mut Ctx passed to segtool_unpickle; key is a C string; data and
     // len point to the shim's locals.
     let ctx = unsafe { &*(ctx as *const Ctx) };
@@ -163,11 +189,22 @@ extern "C" fn on_record(ctx: *mut c_void, key: *const c_char, data: *mut *const 
     }
 }
 
-extern "C" fn on_tensor(ctx: *mut c_void, path: *const *const c_char, depth: usize, tensor: *mut c_void) {
+extern "C" fn on_tensor(
+    ctx: *mut c_void,
+    path: *const *const c_char,
+    depth: usize,
+    tensor: *mut c_void,
+) {
     // SAFETY: as above; `path` holds `depth` C strings; `tensor` is a `new at::Tensor`
     // whose ownership passes to us, which is what Tensor::from_ptr expects.
     let ctx = unsafe { &mut *(ctx as *mut Ctx) };
-    let path = (0..depth).map(|i| unsafe { CStr::from_ptr(*path.add(i)) }.to_string_lossy().into_owned()).collect();
+    let path = (0..depth)
+        .map(|i| {
+            unsafe { CStr::from_ptr(*path.add(i)) }
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
     let tensor = unsafe { Tensor::from_ptr(tensor as *mut torch_sys::C_tensor) };
     ctx.tensors.push((path, tensor));
 }
@@ -179,11 +216,17 @@ fn unpickle(pickle: &Rewritten, records: &HashMap<String, Cow<[u8]>>) -> Result<
         let have = records.get(&s.key).map_or(0, |r| r.len() as u64);
         if let Some(need) = s.element_size().map(|e| e * s.numel) {
             if have < need {
-                bail!("storage `{}` has {have} bytes, its tensors need {need} (truncated file?)", s.key);
+                bail!(
+                    "storage `{}` has {have} bytes, its tensors need {need} (truncated file?)",
+                    s.key
+                );
             }
         }
     }
-    let mut ctx = Ctx { records, tensors: Vec::new() };
+    let mut ctx = Ctx {
+        records,
+        tensors: Vec::new(),
+    };
     let mut skipped = 0usize;
     let mut err = vec![0u8; 2048];
     // SAFETY: all pointers outlive the call; the callbacks match the shim's typedefs.
@@ -200,8 +243,13 @@ fn unpickle(pickle: &Rewritten, records: &HashMap<String, Cow<[u8]>>) -> Result<
         )
     };
     if rc != 0 {
-        let msg = CStr::from_bytes_until_nul(&err).map(|m| m.to_string_lossy().into_owned()).unwrap_or_default();
+        let msg = CStr::from_bytes_until_nul(&err)
+            .map(|m| m.to_string_lossy().into_owned())
+            .unwrap_or_default();
         bail!("libtorch's unpickler: {msg}");
     }
-    Ok(Unpickled { tensors: ctx.tensors, skipped })
+    Ok(Unpickled {
+        tensors: ctx.tensors,
+        skipped,
+    })
 }

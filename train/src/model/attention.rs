@@ -36,8 +36,13 @@ pub enum PamSdpaForm {
 /// these tensors, else [`PamSdpaForm::SplitHeads`].
 pub fn pam_sdpa(query: &Tensor, key: &Tensor, value: &Tensor) -> Tensor {
     let (q, k, v) = (query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1));
-    let choice = Tensor::internal_fused_sdp_choice(&q, &k, &v, None::<Tensor>, 0.0, false, 1.0, false);
-    let form = if choice == SDP_BACKEND_MATH { PamSdpaForm::SplitHeads } else { PamSdpaForm::Direct };
+    let choice =
+        Tensor::internal_fused_sdp_choice(&q, &k, &v, None::<Tensor>, 0.0, false, 1.0, false);
+    let form = if choice == SDP_BACKEND_MATH {
+        PamSdpaForm::SplitHeads
+    } else {
+        PamSdpaForm::Direct
+    };
     pam_sdpa_with(query, key, value, form)
 }
 
@@ -48,16 +53,26 @@ pub fn pam_sdpa_with(query: &Tensor, key: &Tensor, value: &Tensor, form: PamSdpa
     // The kernels want a unit stride on the last axis.
     let (q, k, v) = (query.contiguous(), key.contiguous(), value.contiguous());
     match form {
-        PamSdpaForm::Direct => sdpa(&q.unsqueeze(1), &k.unsqueeze(1), &v.unsqueeze(1)).reshape([b, n, c]),
+        PamSdpaForm::Direct => {
+            sdpa(&q.unsqueeze(1), &k.unsqueeze(1), &v.unsqueeze(1)).reshape([b, n, c])
+        }
         PamSdpaForm::SplitHeads => {
             let heads = (c + d - 1) / d;
             let pad = heads * d - c; // zero channels when C is not a multiple of d
-            let v = if pad > 0 { v.constant_pad_nd([0, pad]) } else { v };
+            let v = if pad > 0 {
+                v.constant_pad_nd([0, pad])
+            } else {
+                v
+            };
             let v = v.view([b, n, heads, d]).transpose(1, 2);
             let q = q.unsqueeze(1).expand([b, heads, n, d], false);
             let k = k.unsqueeze(1).expand([b, heads, n, d], false);
             let out = sdpa(&q, &k, &v).transpose(1, 2).reshape([b, n, heads * d]);
-            if pad > 0 { out.narrow(2, 0, c) } else { out }
+            if pad > 0 {
+                out.narrow(2, 0, c)
+            } else {
+                out
+            }
         }
     }
 }
@@ -82,7 +97,14 @@ fn sdpa(q: &Tensor, k: &Tensor, v: &Tensor) -> Tensor {
 
 /// Softmax over the last axis in fp32 (fp16 energies overflow) or fp64 for fp64 input.
 fn softmax_at_least_fp32(energy: &Tensor) -> Tensor {
-    energy.softmax(-1, if energy.kind() == Kind::Double { Kind::Double } else { Kind::Float })
+    energy.softmax(
+        -1,
+        if energy.kind() == Kind::Double {
+            Kind::Double
+        } else {
+            Kind::Float
+        },
+    )
 }
 
 /// Position attention: every position attends over all N = H*W positions.
@@ -101,7 +123,12 @@ impl Pam {
         Self::with_attention(p, channels, qk_channels, AttentionImpl::Explicit)
     }
 
-    pub fn with_attention(p: &nn::Path, channels: i64, qk_channels: i64, attention: AttentionImpl) -> Self {
+    pub fn with_attention(
+        p: &nn::Path,
+        channels: i64,
+        qk_channels: i64,
+        attention: AttentionImpl,
+    ) -> Self {
         let conv = |name: &str, out| nn::conv2d(p / name, channels, out, 1, Default::default());
         Self {
             query_conv: conv("query_conv", qk_channels),
@@ -115,7 +142,11 @@ impl Pam {
     pub fn forward(&self, x: &Tensor) -> Tensor {
         let (b, c, h, w) = x.size4().expect("PAM input is NCHW");
         let n = h * w;
-        let query = self.query_conv.forward(x).view([b, -1, n]).permute([0, 2, 1]);
+        let query = self
+            .query_conv
+            .forward(x)
+            .view([b, -1, n])
+            .permute([0, 2, 1]);
         let key = self.key_conv.forward(x).view([b, -1, n]);
         let value = self.value_conv.forward(x).view([b, -1, n]);
         let out = match self.attention {
@@ -126,7 +157,8 @@ impl Pam {
                 value.bmm(&attention.permute([0, 2, 1]))
             }
             AttentionImpl::Sdpa => {
-                pam_sdpa(&query, &key.permute([0, 2, 1]), &value.permute([0, 2, 1])).permute([0, 2, 1])
+                pam_sdpa(&query, &key.permute([0, 2, 1]), &value.permute([0, 2, 1]))
+                    .permute([0, 2, 1])
             }
         };
         &self.gamma * out.reshape([b, c, h, w]) + x
@@ -146,7 +178,10 @@ impl Cam {
     }
 
     pub fn with_attention(p: &nn::Path, attention: AttentionImpl) -> Self {
-        Self { gamma: p.zeros("gamma", &[1]), attention }
+        Self {
+            gamma: p.zeros("gamma", &[1]),
+            attention,
+        }
     }
 
     pub fn forward(&self, x: &Tensor) -> Tensor {

@@ -49,9 +49,18 @@ struct Acc<'a> {
 impl Acc<'_> {
     /// Bias-free conv (+ BN when `bn`), updating the running spatial size.
     fn conv(&mut self, cin: i64, cout: i64, k: i64, stride: i64, dilation: i64, bn: bool) -> i64 {
-        let pad = if k == 3 { dilation } else if k == 7 { 3 } else { 0 };
+        let pad = if k == 3 {
+            dilation
+        } else if k == 7 {
+            3
+        } else {
+            0
+        };
         let (h, w) = *self.size;
-        *self.size = (conv_out(h, k, stride, pad, dilation), conv_out(w, k, stride, pad, dilation));
+        *self.size = (
+            conv_out(h, k, stride, pad, dilation),
+            conv_out(w, k, stride, pad, dilation),
+        );
         let out = cout * self.size.0 * self.size.1;
         let weights = (cin * cout * k * k) as u64;
         self.cost.params += weights;
@@ -70,7 +79,13 @@ impl Acc<'_> {
 }
 
 fn module<'a>(name: &str, size: &'a mut (i64, i64)) -> Acc<'a> {
-    Acc { cost: ModuleCost { name: name.into(), ..Default::default() }, size }
+    Acc {
+        cost: ModuleCost {
+            name: name.into(),
+            ..Default::default()
+        },
+        size,
+    }
 }
 
 /// Spatial size of layer4's output (the head's input) for an `h` x `w` image.
@@ -113,7 +128,10 @@ fn backbone_costs(spec: &BackboneSpec, size: &mut (i64, i64)) -> Vec<ModuleCost>
             let input = *m.size;
             if spec.has_downsample(k, i) {
                 let mut ds = (input.0, input.1);
-                let mut d = Acc { cost: ModuleCost::default(), size: &mut ds };
+                let mut d = Acc {
+                    cost: ModuleCost::default(),
+                    size: &mut ds,
+                };
                 d.conv(in_ch, out_ch, 1, g.stride, 1, true);
                 add(&mut m.cost, &d.cost);
             }
@@ -156,7 +174,11 @@ pub fn module_costs(spec: &ModelSpec, h: i64, w: i64, attention: AttentionImpl) 
     let mut out = backbone_costs(&spec.backbone, &mut size);
     let (fh, fw) = size;
     let n = (fh * fw) as u64;
-    let (cin, inter, qk) = (spec.backbone.out_channels(), spec.inter_channels(), spec.qk_channels());
+    let (cin, inter, qk) = (
+        spec.backbone.out_channels(),
+        spec.inter_channels(),
+        spec.qk_channels(),
+    );
     let classes = spec.num_classes() as i64;
     let conv_bn_relu = |name: &str, cin: i64| {
         let mut s = size;
@@ -223,7 +245,14 @@ pub fn module_costs(spec: &ModelSpec, h: i64, w: i64, attention: AttentionImpl) 
 /// accumulator; backward two score-sized blocks. It saves one logsumexp per query row
 /// for backward. Returns the larger of the two passes' buffers plus the logsumexp.
 fn flash_cpu_bytes(heads: u64, lq: u64, lk: u64, head_dim: u64, threads: u64) -> u64 {
-    let q_tile = (if lq >= 768 { 256 } else if lq >= 192 { 64 } else { 32 }).min(lq);
+    let q_tile = (if lq >= 768 {
+        256
+    } else if lq >= 192 {
+        64
+    } else {
+        32
+    })
+    .min(lq);
     let k_tile = lk.min(512);
     let forward = threads * (q_tile * k_tile + 2 * q_tile + q_tile * head_dim);
     let backward = threads * (2 * q_tile * k_tile + q_tile);
@@ -240,11 +269,23 @@ fn flash_cpu_bytes(heads: u64, lq: u64, lk: u64, head_dim: u64, threads: u64) ->
 /// [`super::attention::pam_sdpa`] uses on CPU (C/d heads of d = C/8 channels) with
 /// libtorch's current thread count: O(threads x tile) + O(N) instead of O(N^2). CUDA's
 /// kernels differ in detail but likewise never hold N x N.
-pub fn pam_cam_attention_bytes(spec: &ModelSpec, h: i64, w: i64, attention: AttentionImpl) -> AttentionBytes {
+pub fn pam_cam_attention_bytes(
+    spec: &ModelSpec,
+    h: i64,
+    w: i64,
+    attention: AttentionImpl,
+) -> AttentionBytes {
     let (fh, fw) = feature_size(&spec.backbone, h, w);
-    let (n, c, d) = ((fh * fw) as u64, spec.inter_channels() as u64, spec.qk_channels() as u64);
+    let (n, c, d) = (
+        (fh * fw) as u64,
+        spec.inter_channels() as u64,
+        spec.qk_channels() as u64,
+    );
     match attention {
-        AttentionImpl::Explicit => AttentionBytes { pam: 4 * n * n, cam: 4 * c * c },
+        AttentionImpl::Explicit => AttentionBytes {
+            pam: 4 * n * n,
+            cam: 4 * c * c,
+        },
         AttentionImpl::Sdpa => {
             let threads = tch::get_num_threads().max(1) as u64;
             AttentionBytes {

@@ -40,14 +40,21 @@ impl DaNet {
     /// DANet whose PAM and CAM compute attention with `attention`; the variables (names,
     /// shapes) do not depend on it, so checkpoints load into either.
     pub fn with_attention(root: &nn::Path, spec: &ModelSpec, attention: AttentionImpl) -> Self {
-        let pretrained = ResNet::new(&(root / "pretrained").set_group(Self::BACKBONE_GROUP), &spec.backbone);
+        let pretrained = ResNet::new(
+            &(root / "pretrained").set_group(Self::BACKBONE_GROUP),
+            &spec.backbone,
+        );
         let head = DaNetHead::with_attention(
             &(root / "head").set_group(Self::HEAD_GROUP),
             spec.backbone.out_channels(),
             spec.num_classes() as i64,
             attention,
         );
-        Self { spec: spec.clone(), pretrained, head }
+        Self {
+            spec: spec.clone(),
+            pretrained,
+            head,
+        }
     }
 
     pub fn attention(&self) -> AttentionImpl {
@@ -79,7 +86,11 @@ impl DaNet {
         let features = self.pretrained.forward_t(xs, train);
         let (fused, position, channel) = self.head.forward_t(&features, train);
         let up = |t: Tensor| t.upsample_bilinear2d([h, w], true, None, None);
-        DaNetOutputs { fused: up(fused), position: up(position), channel: up(channel) }
+        DaNetOutputs {
+            fused: up(fused),
+            position: up(position),
+            channel: up(channel),
+        }
     }
 }
 

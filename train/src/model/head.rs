@@ -15,7 +15,10 @@ struct ConvBnRelu {
 
 impl ConvBnRelu {
     fn new(p: nn::Path, in_ch: i64, out_ch: i64) -> Self {
-        Self { conv: conv_no_bias(&p / "0", in_ch, out_ch, 3, 1, 1, 1), bn: batch_norm(&p / "1", out_ch) }
+        Self {
+            conv: conv_no_bias(&p / "0", in_ch, out_ch, 3, 1, 1, 1),
+            bn: batch_norm(&p / "1", out_ch),
+        }
     }
 
     fn forward_t(&self, xs: &Tensor, train: bool) -> Tensor {
@@ -31,7 +34,9 @@ struct Classifier {
 
 impl Classifier {
     fn new(p: nn::Path, in_ch: i64, classes: i64) -> Self {
-        Self { conv: nn::conv2d(&p / "1", in_ch, classes, 1, Default::default()) }
+        Self {
+            conv: nn::conv2d(&p / "1", in_ch, classes, 1, Default::default()),
+        }
     }
 
     fn forward_t(&self, xs: &Tensor, dropout: bool) -> Tensor {
@@ -60,7 +65,12 @@ impl DaNetHead {
         Self::with_attention(p, in_ch, classes, AttentionImpl::Explicit)
     }
 
-    pub fn with_attention(p: &nn::Path, in_ch: i64, classes: i64, attention: AttentionImpl) -> Self {
+    pub fn with_attention(
+        p: &nn::Path,
+        in_ch: i64,
+        classes: i64,
+        attention: AttentionImpl,
+    ) -> Self {
         let inter = in_ch / 4;
         Self {
             conv5a: ConvBnRelu::new(p / "conv5a", in_ch, inter),
@@ -84,8 +94,12 @@ impl DaNetHead {
 
     /// (fused, position-only, channel-only) logits at feature resolution.
     pub fn forward_t(&self, x: &Tensor, train: bool) -> (Tensor, Tensor, Tensor) {
-        let sa_feat = self.conv51.forward_t(&self.sa.forward(&self.conv5a.forward_t(x, train)), train);
-        let sc_feat = self.conv52.forward_t(&self.sc.forward(&self.conv5c.forward_t(x, train)), train);
+        let sa_feat = self
+            .conv51
+            .forward_t(&self.sa.forward(&self.conv5a.forward_t(x, train)), train);
+        let sc_feat = self
+            .conv52
+            .forward_t(&self.sc.forward(&self.conv5c.forward_t(x, train)), train);
         let feat_sum = &sa_feat + &sc_feat;
         let dropout = train && self.dropout;
         (

@@ -9,7 +9,10 @@ mod head;
 mod resnet;
 
 pub use attention::{AttentionImpl, Cam, Pam};
-pub use cost::{attention_matrix_bytes, feature_size, module_costs, pam_cam_attention_bytes, AttentionBytes, ModuleCost};
+pub use cost::{
+    attention_matrix_bytes, feature_size, module_costs, pam_cam_attention_bytes, AttentionBytes,
+    ModuleCost,
+};
 pub use danet::{DaNet, DaNetOutputs};
 pub use head::DaNetHead;
 pub use resnet::ResNet;
@@ -32,6 +35,12 @@ pub(crate) fn conv_no_bias(
     padding: i64,
     dilation: i64,
 ) -> nn::Conv2D {
-    let cfg = nn::ConvConfig { stride, padding, dilation, bias: false, ..Default::default() };
+    let cfg = nn::ConvConfig {
+        stride,
+        padding,
+        dilation,
+        bias: false,
+        ..Default::default()
+    };
     nn::conv2d(p, in_ch, out_ch, kernel, cfg)
 }

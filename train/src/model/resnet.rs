@@ -22,7 +22,15 @@ impl Block {
         let conv = |n: usize, cin, cout, kernel, stride, dilation| {
             let pad = if kernel == 3 { dilation } else { 0 };
             (
-                conv_no_bias(p / format!("conv{n}"), cin, cout, kernel, stride, pad, dilation),
+                conv_no_bias(
+                    p / format!("conv{n}"),
+                    cin,
+                    cout,
+                    kernel,
+                    stride,
+                    pad,
+                    dilation,
+                ),
                 batch_norm(p / format!("bn{n}"), cout),
             )
         };
@@ -39,7 +47,10 @@ impl Block {
         };
         let downsample = spec.has_downsample(k, i).then(|| {
             let d = p / "downsample";
-            (conv_no_bias(&d / "0", in_ch, out_ch, 1, geom.stride, 0, 1), batch_norm(&d / "1", out_ch))
+            (
+                conv_no_bias(&d / "0", in_ch, out_ch, 1, geom.stride, 0, 1),
+                batch_norm(&d / "1", out_ch),
+            )
         });
         Self { convs, downsample }
     }
@@ -74,7 +85,10 @@ enum Stem {
     /// PyTorch-Encoding's `deep_base` Sequential: `conv1.0` (3x3 s2, 3 -> w), `conv1.1` BN,
     /// ReLU, `conv1.3` (w -> w), `conv1.4` BN, ReLU, `conv1.6` (w -> 2w). Indices 2 and 5
     /// are the parameter-free ReLUs, hence the gaps in the names.
-    Deep { convs: [(nn::Conv2D, nn::BatchNorm); 2], last: nn::Conv2D },
+    Deep {
+        convs: [(nn::Conv2D, nn::BatchNorm); 2],
+        last: nn::Conv2D,
+    },
 }
 
 impl Stem {
@@ -86,8 +100,14 @@ impl Stem {
         let s = p / "conv1";
         Stem::Deep {
             convs: [
-                (conv_no_bias(&s / "0", 3, w, 3, 2, 1, 1), batch_norm(&s / "1", w)),
-                (conv_no_bias(&s / "3", w, w, 3, 1, 1, 1), batch_norm(&s / "4", w)),
+                (
+                    conv_no_bias(&s / "0", 3, w, 3, 2, 1, 1),
+                    batch_norm(&s / "1", w),
+                ),
+                (
+                    conv_no_bias(&s / "3", w, w, 3, 1, 1, 1),
+                    batch_norm(&s / "4", w),
+                ),
             ],
             last: conv_no_bias(&s / "6", w, 2 * w, 3, 1, 1, 1),
         }
@@ -134,7 +154,12 @@ impl ResNet {
                     .collect()
             })
             .collect();
-        Self { stem, bn1, layers, frozen_bn: false }
+        Self {
+            stem,
+            bn1,
+            layers,
+            frozen_bn: false,
+        }
     }
 
     /// Every BatchNorm of the backbone, stem included.
@@ -144,7 +169,10 @@ impl ResNet {
             Stem::Deep { convs, .. } => convs.iter().map(|(_, bn)| bn).collect(),
         };
         let blocks = self.layers.iter().flatten().flat_map(Block::batch_norms);
-        stem.into_iter().chain(std::iter::once(&self.bn1)).chain(blocks).collect()
+        stem.into_iter()
+            .chain(std::iter::once(&self.bn1))
+            .chain(blocks)
+            .collect()
     }
 
     /// Frozen BN (mmsegmentation's `norm_eval=True` + `requires_grad=False`): with small
