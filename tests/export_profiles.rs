@@ -6,46 +6,18 @@
 //! sizes through one dynamic model, and re-exporting the checkpoint is byte-identical.
 //! The CLI's `--verify` passes (fp32 and fp16) and prints the attention memory budget.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
+use common::*;
 use segtool_core::{BackboneSpec, ModelSpec};
 use segtool_export::{AttentionForm, ExportOptions, ExportTarget};
 use segtool_runtime::{Backend, OrtOptions, Segmenter};
-use segtool_train::{checkpoint, DaNet};
+use segtool_train::checkpoint;
 use tch::{nn, Kind, Tensor};
-
-fn randomised(spec: &ModelSpec) -> (nn::VarStore, DaNet) {
-    tch::manual_seed(23);
-    let vs = nn::VarStore::new(tch::Device::Cpu);
-    let model = DaNet::new(&vs.root(), spec);
-    tch::no_grad(|| {
-        for (name, mut var) in vs.variables() {
-            let shape = var.size();
-            let opts = (Kind::Float, tch::Device::Cpu);
-            let fresh = if name.ends_with("running_var") {
-                Tensor::rand(shape.as_slice(), opts) + 0.5
-            } else if name.ends_with("running_mean") || name.ends_with(".bias") {
-                Tensor::randn(shape.as_slice(), opts) * 0.1
-            } else if name.ends_with("gamma") {
-                Tensor::from_slice(&[if name.contains(".sa.") { 0.6f32 } else { -0.5 }])
-            } else if shape.len() == 1 {
-                // BN scales below 1 keep the logits O(1): with gains above 1 through ~20
-                // layers they reach ~60, where fp32 rounding alone exceeds 1e-4 absolute.
-                Tensor::rand(shape.as_slice(), opts) * 0.4 + 0.6
-            } else {
-                continue;
-            };
-            var.copy_(&fresh);
-        }
-    });
-    (vs, model)
-}
-
-fn python() -> Command {
-    Command::new(std::env::var("SEGTOOL_PYTHON").unwrap_or_else(|_| "python3".into()))
-}
 
 fn profiles() -> Vec<(&'static str, ExportOptions)> {
     vec![
@@ -104,7 +76,7 @@ fn check_with_onnx(paths: &[PathBuf]) {
 fn every_profile_matches_tch_in_ort_and_tract() {
     let classes = (0..5).map(|c| format!("c{c}")).collect();
     let spec = ModelSpec::new("tiny", BackboneSpec::tiny(), classes);
-    let (vs, model) = randomised(&spec);
+    let (vs, model) = random_model(&spec, 23);
     let dir = tempfile::tempdir().unwrap();
     let ckpt = dir.path().join("m.safetensors");
     checkpoint::save(&ckpt, &vs, &spec, &Default::default()).unwrap();

@@ -3,44 +3,19 @@
 //! exported from: logits within 1e-4 (absolute), random weights, BN statistics and
 //! non-zero attention gammas, at a size that is not a multiple of the output stride.
 
+mod common;
+
+use common::*;
 use segtool_core::{BackboneSpec, ModelSpec};
 use segtool_runtime::{Backend, OrtOptions, Segmenter};
-use segtool_train::{checkpoint, DaNet};
+use segtool_train::checkpoint;
 use tch::{nn, Kind, Tensor};
-
-fn randomised(spec: &ModelSpec) -> (nn::VarStore, DaNet) {
-    tch::manual_seed(11);
-    let vs = nn::VarStore::new(tch::Device::Cpu);
-    let model = DaNet::new(&vs.root(), spec);
-    tch::no_grad(|| {
-        for (name, mut var) in vs.variables() {
-            let shape = var.size();
-            let opts = (Kind::Float, tch::Device::Cpu);
-            let fresh = if name.ends_with("running_var") {
-                Tensor::rand(shape.as_slice(), opts) + 0.5
-            } else if name.ends_with("running_mean") || name.ends_with(".bias") {
-                Tensor::randn(shape.as_slice(), opts) * 0.1
-            } else if name.ends_with("gamma") {
-                Tensor::from_slice(&[if name.contains(".sa.") { 0.6f32 } else { -0.5 }])
-            } else if shape.len() == 1 {
-                // BN scales in [0.45, 0.95] keep logits O(1..10), as in a trained model;
-                // larger ones blow CAM's unscaled energies up to where f32 rounding alone
-                // exceeds the tolerance.
-                Tensor::rand(shape.as_slice(), opts) * 0.5 + 0.45
-            } else {
-                continue;
-            };
-            var.copy_(&fresh);
-        }
-    });
-    (vs, model)
-}
 
 #[test]
 fn ort_and_tract_match_tch_logits() {
     let classes = (0..5).map(|c| format!("c{c}")).collect();
     let spec = ModelSpec::new("tiny", BackboneSpec::tiny(), classes);
-    let (vs, model) = randomised(&spec);
+    let (vs, model) = random_model(&spec, 11);
     let dir = tempfile::tempdir().unwrap();
     let ckpt = dir.path().join("m.safetensors");
     checkpoint::save(&ckpt, &vs, &spec, &Default::default()).unwrap();

@@ -1,0 +1,411 @@
+//! What an export writes: the target runtime, the attention form per module, opset,
+//! deployment variants (fp16, argmax, preprocess, static shapes), builder style.
+
+use crate::{
+    ExportError, ATTENTION_OPSET, DEFAULT_MAX_SIZE, DEFAULT_OPSET, INPUT_NAME, LAYOUT_NCHW_F32,
+    LAYOUT_NHWC_U8, MASK_OUTPUT_NAME, MAX_OPSET, MIN_OPSET, OUTPUT_NAME, TRT_MAX_BATCH,
+};
+
+/// How one of DANet's attention modules is written into the graph. All three compute
+/// the same function (PAM: attention(Q, K: B x N x C/8, V: B x N x C, scale 1); CAM:
+/// attention(Q = -X, K = V = X over C tokens of length N, scale 1)); they differ in which
+/// runtimes import them and how fast / how much memory those take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AttentionForm {
+    /// MatMul / Softmax / MatMul exactly as DANet v0.5.0 computes it; any opset >= 13,
+    /// every runtime. Materialises the N x N (PAM) / C x C (CAM) energies.
+    Decomposed,
+    /// ONNX `Attention` (opset 23, `ir_version` 11), 3D inputs with
+    /// `q_num_heads = kv_num_heads = 1`, `scale = 1`. ORT >= 1.23, TensorRT >= 10.14, tract.
+    OnnxAttention,
+    /// ONNX Runtime's contrib `com.microsoft.MultiHeadAttention` (num_heads 1, scale 1,
+    /// 3D inputs, V hidden size may differ from Q/K's). ONNX Runtime only.
+    MsMultiHeadAttention,
+}
+
+impl AttentionForm {
+    pub const ALL: [AttentionForm; 3] = [
+        AttentionForm::Decomposed,
+        AttentionForm::OnnxAttention,
+        AttentionForm::MsMultiHeadAttention,
+    ];
+
+    /// CLI / metadata spelling: `decomposed`, `onnx`, `ms-mha`.
+    pub fn name(self) -> &'static str {
+        match self {
+            AttentionForm::Decomposed => "decomposed",
+            AttentionForm::OnnxAttention => "onnx",
+            AttentionForm::MsMultiHeadAttention => "ms-mha",
+        }
+    }
+
+    /// Lowest default-domain opset the form can be written in.
+    pub fn min_opset(self) -> i64 {
+        match self {
+            AttentionForm::OnnxAttention => ATTENTION_OPSET,
+            _ => MIN_OPSET,
+        }
+    }
+}
+
+impl std::fmt::Display for AttentionForm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for AttentionForm {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "decomposed" => Ok(AttentionForm::Decomposed),
+            "onnx" | "attention" => Ok(AttentionForm::OnnxAttention),
+            "ms-mha" | "mha" => Ok(AttentionForm::MsMultiHeadAttention),
+            _ => Err(format!(
+                "unknown attention form `{s}` (expected decomposed, onnx or ms-mha)"
+            )),
+        }
+    }
+}
+
+/// The runtime an export is meant for; picks the attention forms and the opset.
+///
+/// Defaults, chosen by measurement on ONNX Runtime 1.31.1 CPU, 2 intra-op threads
+/// (`tests/reference/bench_attention_forms.py`, median of 5 runs, one attention alone):
+///
+/// | module (size)               | decomposed        | `Attention`-23    | MS `MultiHeadAttention` |
+/// |-----------------------------|-------------------|-------------------|-------------------------|
+/// | PAM N=4096, d 64/64/512     | 432 ms / 166 MB   | 399 ms / 222 MB   | 397 ms / 111 MB         |
+/// | PAM N=16384 (issue 6)       | 1.36 s / 1.26 GB  | 4.07 s / 2.25 GB  | 1.28 s / 0.22 GB        |
+/// | CAM C=512, N=4096           |  93 ms / 107 MB   | 163 ms / 106 MB   | 184 ms / 131 MB         |
+/// | CAM C=512, N=16384          | 315 ms / 208 MB   | 437 ms / 236 MB   | 4.51 s / 305 MB         |
+///
+/// CAM's C x C energy is small (1 MB at C=512) so nothing is gained by fusing it, and
+/// ORT's fused kernels are slower on its long (N) head dimension: the `ort` target keeps
+/// CAM decomposed and fuses PAM into `MultiHeadAttention`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ExportTarget {
+    /// ONNX Runtime (CPU/CUDA): PAM as `com.microsoft.MultiHeadAttention`, CAM
+    /// decomposed, opset 17.
+    Ort,
+    /// TensorRT >= 10.14 (directly or as ORT's TensorRT EP): ONNX `Attention`-23 for
+    /// both (TensorRT has no importer for contrib ops), opset 23.
+    TensorRt,
+    /// tract: ONNX `Attention`-23 for both (tract lowers it to its SDPA), opset 23.
+    Tract,
+    /// Any runtime: MatMul/Softmax/MatMul, opset 17 (what `ExportOptions::default()` gives).
+    Legacy,
+}
+
+impl ExportTarget {
+    pub const ALL: [ExportTarget; 4] = [
+        ExportTarget::Ort,
+        ExportTarget::TensorRt,
+        ExportTarget::Tract,
+        ExportTarget::Legacy,
+    ];
+
+    /// CLI / metadata spelling: `ort`, `tensorrt`, `tract`, `legacy`.
+    pub fn name(self) -> &'static str {
+        match self {
+            ExportTarget::Ort => "ort",
+            ExportTarget::TensorRt => "tensorrt",
+            ExportTarget::Tract => "tract",
+            ExportTarget::Legacy => "legacy",
+        }
+    }
+
+    /// Default (PAM, CAM) forms for the target.
+    pub fn attention(self) -> (AttentionForm, AttentionForm) {
+        use AttentionForm::*;
+        match self {
+            ExportTarget::Ort => (MsMultiHeadAttention, Decomposed),
+            ExportTarget::TensorRt | ExportTarget::Tract => (OnnxAttention, OnnxAttention),
+            ExportTarget::Legacy => (Decomposed, Decomposed),
+        }
+    }
+
+    /// Whether the target's runtime can import `form` at all.
+    pub fn supports(self, form: AttentionForm) -> bool {
+        !(form == AttentionForm::MsMultiHeadAttention
+            && matches!(self, ExportTarget::TensorRt | ExportTarget::Tract))
+    }
+}
+
+impl std::fmt::Display for ExportTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for ExportTarget {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "ort" | "onnxruntime" => Ok(ExportTarget::Ort),
+            "tensorrt" | "trt" => Ok(ExportTarget::TensorRt),
+            "tract" => Ok(ExportTarget::Tract),
+            "legacy" => Ok(ExportTarget::Legacy),
+            _ => Err(format!(
+                "unknown export target `{s}` (expected ort, tensorrt, tract or legacy)"
+            )),
+        }
+    }
+}
+
+/// What to export. `ExportOptions::default()` is the `legacy` profile (decomposed
+/// attention, opset 17), which every runtime loads; [`ExportOptions::for_target`] picks a
+/// runtime's fused profile, and [`ExportOptions::with_attention`] overrides its forms.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExportOptions {
+    /// Default-domain opset, [`MIN_OPSET`]..=[`MAX_OPSET`]; 17 by default, at least
+    /// [`ATTENTION_OPSET`] when a module uses [`AttentionForm::OnnxAttention`].
+    pub opset: i64,
+    /// The runtime the export is meant for (recorded in metadata; restricts forms).
+    pub target: ExportTarget,
+    /// Form of the position attention module (`head.sa`).
+    pub pam: AttentionForm,
+    /// Form of the channel attention module (`head.sc`).
+    pub cam: AttentionForm,
+    /// Weights and compute in fp16 (initialisers FLOAT16), attention energies and
+    /// softmax in fp32; the interface (input, logits) stays float32.
+    pub fp16: bool,
+    /// Output `mask` = ArgMax over classes of the resized logits, uint8 [batch, height,
+    /// width] (int64 when there are more than 256 classes) instead of `logits`.
+    pub argmax: bool,
+    /// Input `image` is uint8 NHWC RGB [batch, height, width, 3]; the graph casts,
+    /// transposes and normalises ((x/255 - mean)/std as one Mul + Add).
+    pub preprocess: bool,
+    /// Fixed (height, width) instead of the `height` / `width` symbols (static engines).
+    pub input_size: Option<(i64, i64)>,
+    /// Fixed batch size instead of the `batch` symbol.
+    pub batch: Option<i64>,
+    /// Largest expected (height, width) of a dynamic export: TensorRT profile hints and
+    /// the attention memory budget ([`budget`]).
+    pub max_size: (i64, i64),
+}
+
+impl Default for ExportOptions {
+    fn default() -> Self {
+        Self::for_target(ExportTarget::Legacy)
+    }
+}
+
+impl ExportOptions {
+    /// The target's default profile (see [`ExportTarget`]).
+    pub fn for_target(target: ExportTarget) -> Self {
+        let (pam, cam) = target.attention();
+        Self {
+            opset: DEFAULT_OPSET,
+            target,
+            pam,
+            cam,
+            fp16: false,
+            argmax: false,
+            preprocess: false,
+            input_size: None,
+            batch: None,
+            max_size: DEFAULT_MAX_SIZE,
+        }
+        .raise_opset_for_forms()
+    }
+
+    pub fn with_fp16(mut self, on: bool) -> Self {
+        self.fp16 = on;
+        self
+    }
+
+    pub fn with_argmax(mut self, on: bool) -> Self {
+        self.argmax = on;
+        self
+    }
+
+    pub fn with_preprocess(mut self, on: bool) -> Self {
+        self.preprocess = on;
+        self
+    }
+
+    /// Static (height, width).
+    pub fn with_input_size(mut self, size: Option<(i64, i64)>) -> Self {
+        self.input_size = size;
+        self
+    }
+
+    /// Static batch size.
+    pub fn with_batch(mut self, batch: Option<i64>) -> Self {
+        self.batch = batch;
+        self
+    }
+
+    pub fn with_max_size(mut self, size: (i64, i64)) -> Self {
+        self.max_size = size;
+        self
+    }
+
+    /// `segtool.input_layout` of the export.
+    pub fn input_layout(&self) -> &'static str {
+        if self.preprocess {
+            LAYOUT_NHWC_U8
+        } else {
+            LAYOUT_NCHW_F32
+        }
+    }
+
+    /// `segtool.output` of the export: `logits` or `mask`.
+    pub fn output_kind(&self) -> &'static str {
+        if self.argmax {
+            MASK_OUTPUT_NAME
+        } else {
+            OUTPUT_NAME
+        }
+    }
+
+    /// The standard interface: float NCHW normalised input, float logits output (what
+    /// the runtime's `Segmenter` and `--verify` expect).
+    pub fn is_standard_interface(&self) -> bool {
+        !self.argmax && !self.preprocess
+    }
+
+    /// TensorRT optimisation-profile hints for the dynamic axes (None for a fully static
+    /// export): JSON with the input name, its layout, min/opt/max shapes and the
+    /// equivalent `trtexec` flags. min is 1 x 128x128, opt is 1 x half of `max_size`
+    /// (rounded up to the output stride), max is [`TRT_MAX_BATCH`] (or the static batch)
+    /// x `max_size`.
+    pub fn trt_profile(&self, output_stride: i64) -> Option<String> {
+        if self.input_size.is_some() && self.batch.is_some() {
+            return None;
+        }
+        let round = |v: i64| (v + output_stride - 1) / output_stride * output_stride;
+        let (mh, mw) = self.max_size;
+        let hw = |b: i64, h: i64, w: i64| -> Vec<i64> {
+            let b = self.batch.unwrap_or(b);
+            let (h, w) = self.input_size.unwrap_or((h, w));
+            if self.preprocess {
+                vec![b, h, w, 3]
+            } else {
+                vec![b, 3, h, w]
+            }
+        };
+        let min = hw(1, 128.min(mh), 128.min(mw));
+        let opt = hw(1, round(mh / 2).min(mh), round(mw / 2).min(mw));
+        let max = hw(TRT_MAX_BATCH, mh, mw);
+        let dims = |v: &[i64]| {
+            v.iter()
+                .map(|d| d.to_string())
+                .collect::<Vec<_>>()
+                .join("x")
+        };
+        let trtexec = format!(
+            "--minShapes={INPUT_NAME}:{} --optShapes={INPUT_NAME}:{} --maxShapes={INPUT_NAME}:{}",
+            dims(&min),
+            dims(&opt),
+            dims(&max)
+        );
+        Some(
+            serde_json::json!({
+                "input": INPUT_NAME,
+                "layout": if self.preprocess { "NHWC" } else { "NCHW" },
+                "min": min,
+                "opt": opt,
+                "max": max,
+                "trtexec": trtexec,
+            })
+            .to_string(),
+        )
+    }
+
+    pub fn with_opset(mut self, opset: i64) -> Self {
+        self.opset = opset;
+        self
+    }
+
+    /// Uses `form` for both attention modules (raising the opset to 23 for ONNX
+    /// `Attention`).
+    pub fn with_attention(self, form: AttentionForm) -> Self {
+        self.with_pam_attention(form).with_cam_attention(form)
+    }
+
+    pub fn with_pam_attention(mut self, form: AttentionForm) -> Self {
+        self.pam = form;
+        self.raise_opset_for_forms()
+    }
+
+    pub fn with_cam_attention(mut self, form: AttentionForm) -> Self {
+        self.cam = form;
+        self.raise_opset_for_forms()
+    }
+
+    fn raise_opset_for_forms(mut self) -> Self {
+        self.opset = self
+            .opset
+            .max(self.pam.min_opset())
+            .max(self.cam.min_opset());
+        self
+    }
+
+    /// Whether some node comes from ONNX Runtime's `com.microsoft` domain.
+    pub fn uses_ms_domain(&self) -> bool {
+        [self.pam, self.cam].contains(&AttentionForm::MsMultiHeadAttention)
+    }
+
+    /// The options as written to `metadata_props[EXPORT_METADATA_KEY]`.
+    pub fn to_json(&self) -> String {
+        serde_json::json!({
+            "target": self.target.name(),
+            "opset": self.opset,
+            "pam_attention": self.pam.name(),
+            "cam_attention": self.cam.name(),
+            "fp16": self.fp16,
+            "argmax": self.argmax,
+            "preprocess": self.preprocess,
+            "input_size": self.input_size.map(|(h, w)| [h, w]),
+            "batch": self.batch,
+            "max_size": [self.max_size.0, self.max_size.1],
+        })
+        .to_string()
+    }
+
+    pub(crate) fn validate(&self) -> Result<(), ExportError> {
+        if !(MIN_OPSET..=MAX_OPSET).contains(&self.opset) {
+            return Err(ExportError::UnsupportedOpset {
+                opset: self.opset,
+                min: MIN_OPSET,
+                max: MAX_OPSET,
+            });
+        }
+        if let Some((h, w)) = self.input_size {
+            if h < 1 || w < 1 {
+                return Err(ExportError::BadOption(format!(
+                    "input size {h}x{w}: both sides must be positive"
+                )));
+            }
+        }
+        if matches!(self.batch, Some(b) if b < 1) {
+            return Err(ExportError::BadOption("batch must be at least 1".into()));
+        }
+        if self.max_size.0 < 1 || self.max_size.1 < 1 {
+            return Err(ExportError::BadOption(format!(
+                "max size {}x{}: both sides must be positive",
+                self.max_size.0, self.max_size.1
+            )));
+        }
+        for (module, form) in [("PAM", self.pam), ("CAM", self.cam)] {
+            if self.opset < form.min_opset() {
+                return Err(ExportError::AttentionOpset {
+                    module,
+                    form: form.name(),
+                    opset: self.opset,
+                    needed: form.min_opset(),
+                });
+            }
+            if !self.target.supports(form) {
+                return Err(ExportError::AttentionTarget {
+                    module,
+                    form: form.name(),
+                    target: self.target.name(),
+                });
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,44 @@
+//! Fixtures shared by the binary's integration tests.
+#![allow(dead_code)]
+
+use std::process::Command;
+
+use segtool_core::ModelSpec;
+use segtool_train::DaNet;
+use tch::{nn, Kind, Tensor};
+
+/// A DANet whose every variable is random: conv weights (kaiming), biases, BN affine
+/// parameters and running statistics, and non-zero attention gammas (zero would hide
+/// PAM and CAM entirely).
+pub fn random_model(spec: &ModelSpec, seed: i64) -> (nn::VarStore, DaNet) {
+    tch::manual_seed(seed);
+    let vs = nn::VarStore::new(tch::Device::Cpu);
+    let model = DaNet::new(&vs.root(), spec);
+    tch::no_grad(|| {
+        for (name, mut var) in vs.variables() {
+            let shape = var.size();
+            let opts = (Kind::Float, tch::Device::Cpu);
+            let fresh = if name.ends_with("running_var") {
+                Tensor::rand(shape.as_slice(), opts) + 0.5
+            } else if name.ends_with("running_mean") || name.ends_with(".bias") {
+                Tensor::randn(shape.as_slice(), opts) * 0.1
+            } else if name.ends_with("gamma") {
+                Tensor::from_slice(&[if name.contains(".sa.") { 0.6f32 } else { -0.5 }])
+            } else if shape.len() == 1 {
+                // BN scales below 1 keep the logits O(1..10), as in a trained model: with
+                // gains above 1 through ~20 layers they reach ~60, where fp32 rounding in
+                // CAM's unscaled energies alone exceeds 1e-4 absolute.
+                Tensor::rand(shape.as_slice(), opts) * 0.4 + 0.6
+            } else {
+                continue;
+            };
+            var.copy_(&fresh);
+        }
+    });
+    (vs, model)
+}
+
+/// The venv's python (scripts/setup.sh exports SEGTOOL_PYTHON), else `python3`.
+pub fn python() -> Command {
+    Command::new(std::env::var("SEGTOOL_PYTHON").unwrap_or_else(|_| "python3".into()))
+}
