@@ -20,6 +20,13 @@ pub struct Args {
     pub backbone: String,
     #[arg(long, default_value_t = 8)]
     pub output_stride: i64,
+    /// PyTorch-Encoding's deep_base stem (three 3x3 convs). Switched on by itself when the
+    /// file's stem is one (`pretrained.conv1.0.weight`), as in the official DANet weights.
+    #[arg(long)]
+    pub deep_stem: bool,
+    /// Dilations of layer4's blocks, e.g. 4,8,16 (DANet's multi-grid models).
+    #[arg(long, value_delimiter = ',')]
+    pub multi_grid: Option<Vec<i64>>,
     /// Number of classes, named class0, class1, ... [full mode default: the file's
     /// classifier size]
     #[arg(long, conflicts_with = "classes_file")]
@@ -62,7 +69,9 @@ pub fn run(args: Args) -> Result<()> {
         .mode
         .map_or_else(|| ImportMode::detect(&state), ImportMode::from);
     let (classes, palette) = classes(&args, &state, mode)?;
-    let backbone = super::train::backbone_spec(&args.backbone, args.output_stride)?;
+    let mut backbone = super::train::backbone_spec(&args.backbone, args.output_stride)?;
+    backbone.deep_stem = args.deep_stem || has_deep_stem(&state);
+    backbone.multi_grid = args.multi_grid.clone();
     let mut spec = ModelSpec::new(&args.backbone, backbone, classes);
     if let Some(p) = palette {
         spec.palette = p;
@@ -201,6 +210,14 @@ fn classes(args: &Args, state: &StateDict, mode: ImportMode) -> Result<Classes> 
         }
     };
     Ok(((0..count).map(|c| format!("class{c}")).collect(), None))
+}
+
+/// Whether the file's ResNet stem is deep_base's `conv1.{0,3,6}` Sequential.
+fn has_deep_stem(state: &StateDict) -> bool {
+    state.tensors.iter().any(|(name, _)| {
+        let name = name.strip_prefix("module.").unwrap_or(name);
+        name == "pretrained.conv1.0.weight" || name == "conv1.0.weight"
+    })
 }
 
 /// Classes of a DANet state dict: the length of its final classifier's bias.
