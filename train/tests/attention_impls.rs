@@ -31,6 +31,16 @@ fn rel_diff(a: &Tensor, b: &Tensor) -> f64 {
     max_diff(a, b) / max_abs(b).max(1e-6)
 }
 
+/// Tests here seed libtorch's global RNG and compare two runs: run one at a time, on one
+/// intra-op thread, so neither a neighbour test's draws nor a thread-count-dependent
+/// reduction order changes the fixture (a ReLU flip then moves gradients by ~1e-2).
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    tch::set_num_threads(1);
+    guard
+}
+
 fn opts() -> (Kind, tch::Device) {
     (Kind::Float, tch::Device::Cpu)
 }
@@ -45,6 +55,7 @@ fn attention_f64(q: &Tensor, k: &Tensor, v: &Tensor) -> Tensor {
 
 #[test]
 fn pam_sdpa_forms_match_the_definition() {
+    let _serial = serial();
     tch::manual_seed(1);
     // (B, N, d, C): C = 8 d as DANet has it, and a C that is not a multiple of d (padding).
     for (b, n, d, c) in [(2, 48, 4, 32), (1, 35, 6, 20)] {
@@ -64,6 +75,7 @@ fn pam_sdpa_forms_match_the_definition() {
 
 #[test]
 fn cam_sdpa_is_softmax_of_minus_energy() {
+    let _serial = serial();
     tch::manual_seed(2);
     // Post-ReLU-like features: energies X X^T of order tens, as in the model.
     let x = Tensor::rand([2, 16, 40], opts());
@@ -144,6 +156,7 @@ fn assert_same(
 
 #[test]
 fn pam_and_cam_modules_agree_in_output_and_gradients() {
+    let _serial = serial();
     tch::manual_seed(3);
     let vs = nn::VarStore::new(tch::Device::Cpu);
     let mut pam = Pam::new(&(vs.root() / "sa"), 32, 4);
@@ -167,6 +180,7 @@ fn pam_and_cam_modules_agree_in_output_and_gradients() {
 
 #[test]
 fn tiny_danet_trains_identically_with_both_implementations() {
+    let _serial = serial();
     let spec = spec(BackboneSpec::tiny(), 4);
     let (vs, mut model) = random_model(&spec, 4);
     model.set_dropout(false);
