@@ -13,11 +13,8 @@ use std::process::Command;
 use std::time::Instant;
 
 use common::*;
-use segtool_core::{BackboneSpec, ModelSpec};
 use segtool_export::{AttentionForm, ExportOptions, ExportTarget};
 use segtool_runtime::{Backend, OrtOptions, Segmenter};
-use segtool_train::checkpoint;
-use tch::{nn, Kind, Tensor};
 
 fn profiles() -> Vec<(&'static str, ExportOptions)> {
     vec![
@@ -74,12 +71,8 @@ fn check_with_onnx(paths: &[PathBuf]) {
 
 #[test]
 fn every_profile_matches_tch_in_ort_and_tract() {
-    let classes = (0..5).map(|c| format!("c{c}")).collect();
-    let spec = ModelSpec::new("tiny", BackboneSpec::tiny(), classes);
-    let (vs, model) = random_model(&spec, 23);
     let dir = tempfile::tempdir().unwrap();
-    let ckpt = dir.path().join("m.safetensors");
-    checkpoint::save(&ckpt, &vs, &spec, &Default::default()).unwrap();
+    let (spec, model, ckpt) = tiny_checkpoint(dir.path(), 23);
 
     let mut paths = Vec::new();
     for (name, opts) in profiles() {

@@ -6,19 +6,12 @@
 mod common;
 
 use common::*;
-use segtool_core::{BackboneSpec, ModelSpec};
 use segtool_runtime::{Backend, OrtOptions, Segmenter};
-use segtool_train::checkpoint;
-use tch::{nn, Kind, Tensor};
 
 #[test]
 fn ort_and_tract_match_tch_logits() {
-    let classes = (0..5).map(|c| format!("c{c}")).collect();
-    let spec = ModelSpec::new("tiny", BackboneSpec::tiny(), classes);
-    let (vs, model) = random_model(&spec, 11);
     let dir = tempfile::tempdir().unwrap();
-    let ckpt = dir.path().join("m.safetensors");
-    checkpoint::save(&ckpt, &vs, &spec, &Default::default()).unwrap();
+    let (spec, model, ckpt) = tiny_checkpoint(dir.path(), 11);
     let onnx = dir.path().join("m.onnx");
     segtool_export::export_onnx(&ckpt, &onnx, &Default::default()).unwrap();
 

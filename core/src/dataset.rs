@@ -138,22 +138,10 @@ impl FolderDataset {
                 return Err(DatasetError::MissingDir(dir.to_path_buf()));
             }
         }
-        let entries = std::fs::read_dir(&image_dir).map_err(|source| DatasetError::Io {
+        let images = list_images(&image_dir).map_err(|source| DatasetError::Io {
             path: image_dir.clone(),
             source,
         })?;
-        let mut images: Vec<PathBuf> = entries
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| {
-                let ext = p
-                    .extension()
-                    .and_then(|e| e.to_str())
-                    .unwrap_or("")
-                    .to_ascii_lowercase();
-                matches!(ext.as_str(), "png" | "jpg" | "jpeg")
-            })
-            .collect();
-        images.sort();
         if images.is_empty() {
             return Err(DatasetError::Empty(image_dir));
         }
@@ -175,6 +163,23 @@ impl FolderDataset {
             .collect::<Result<_, _>>()?;
         Ok(Self { items })
     }
+}
+
+/// The png/jpg files directly in `dir`, sorted by name.
+pub fn list_images(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut images: Vec<PathBuf> = std::fs::read_dir(dir)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            let ext = p
+                .extension()
+                .and_then(|e| e.to_str())
+                .unwrap_or("")
+                .to_ascii_lowercase();
+            matches!(ext.as_str(), "png" | "jpg" | "jpeg")
+        })
+        .collect();
+    images.sort();
+    Ok(images)
 }
 
 pub fn read_rgb(path: &Path) -> Result<RgbImage, DatasetError> {

@@ -49,20 +49,8 @@ fn list_images(input: &Path) -> Result<Vec<PathBuf>> {
     if input.is_file() {
         return Ok(vec![input.to_path_buf()]);
     }
-    let entries =
-        std::fs::read_dir(input).with_context(|| format!("reading input {}", input.display()))?;
-    let mut files: Vec<PathBuf> = entries
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            let ext = p
-                .extension()
-                .and_then(|e| e.to_str())
-                .unwrap_or("")
-                .to_ascii_lowercase();
-            matches!(ext.as_str(), "png" | "jpg" | "jpeg")
-        })
-        .collect();
-    files.sort();
+    let files = segtool_core::dataset::list_images(input)
+        .with_context(|| format!("reading input {}", input.display()))?;
     if files.is_empty() {
         bail!("no png/jpg images in {}", input.display());
     }

@@ -1,10 +1,11 @@
 //! Fixtures shared by the binary's integration tests.
 #![allow(dead_code)]
 
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use segtool_core::ModelSpec;
-use segtool_train::DaNet;
+use segtool_core::{BackboneSpec, ModelSpec};
+use segtool_train::{checkpoint, DaNet};
 use tch::{nn, Kind, Tensor};
 
 /// A DANet whose every variable is random: conv weights (kaiming), biases, BN affine
@@ -41,4 +42,14 @@ pub fn random_model(spec: &ModelSpec, seed: i64) -> (nn::VarStore, DaNet) {
 /// The venv's python (scripts/setup.sh exports SEGTOOL_PYTHON), else `python3`.
 pub fn python() -> Command {
     Command::new(std::env::var("SEGTOOL_PYTHON").unwrap_or_else(|_| "python3".into()))
+}
+
+/// The tiny DANet (5 classes) with [`random_model`]'s weights, saved as `dir/m.safetensors`.
+pub fn tiny_checkpoint(dir: &Path, seed: i64) -> (ModelSpec, DaNet, PathBuf) {
+    let classes = (0..5).map(|c| format!("c{c}")).collect();
+    let spec = ModelSpec::new("tiny", BackboneSpec::tiny(), classes);
+    let (vs, model) = random_model(&spec, seed);
+    let ckpt = dir.join("m.safetensors");
+    checkpoint::save(&ckpt, &vs, &spec, &Default::default()).unwrap();
+    (spec, model, ckpt)
 }
