@@ -12,4 +12,4 @@ demo:
 	@$(ENV); cargo build --release --bin segtool && target/release/segtool demo --out out/demo
 
 test:
-	@$(ENV); cargo test --workspace
+	@$(ENV); cargo test --workspace --no-fail-fast
