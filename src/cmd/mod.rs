@@ -14,29 +14,32 @@ pub mod model_info;
 #[cfg(feature = "train")]
 pub mod train;
 
-use std::path::Path;
-
 use anyhow::{bail, Context, Result};
-use segtool_core::dataset::{FolderDataset, SegDataset, ShapesDataset};
+use segtool_core::dataset::{DatasetSource, SegDataset, ShapesDataset};
 use segtool_core::shapes::ShapesConfig;
 
-/// `shapes` (the built-in stream, `split` picks train or val) or a dataset folder.
+/// `shapes` (the built-in stream, `split` picks train or val), `KIND:PATH` for a layout
+/// users already have (e.g. `cityscapes:/data/cityscapes`, `voc-aug:/data/VOC2012`), or a
+/// bare path to a dataset folder.
 pub fn open_dataset(spec: &str, split: &str, shapes: &ShapesArgs) -> Result<Box<dyn SegDataset>> {
-    if spec == "shapes" {
-        let (offset, count) = match split {
-            "train" => (0, shapes.train_count),
-            "val" => (1 << 32, shapes.val_count),
-            other => bail!("shapes has splits train and val, not {other:?}"),
-        };
-        return Ok(Box::new(ShapesDataset {
-            config: shapes.config(),
-            offset,
-            count,
-        }));
-    }
-    let ds = FolderDataset::open(Path::new(spec), split)
-        .with_context(|| format!("opening dataset {spec} (split {split})"))?;
-    Ok(Box::new(ds))
+    let (kind, root) = match spec.parse::<DatasetSource>()? {
+        DatasetSource::Disk { kind, root } => (kind, root),
+        DatasetSource::Shapes => {
+            let (offset, count) = match split {
+                "train" => (0, shapes.train_count),
+                "val" => (1 << 32, shapes.val_count),
+                other => bail!("shapes has splits train and val, not {other:?}"),
+            };
+            return Ok(Box::new(ShapesDataset {
+                config: shapes.config(),
+                offset,
+                count,
+            }));
+        }
+    };
+    let opened = segtool_core::dataset::open(kind, &root, split)
+        .with_context(|| format!("opening {kind} dataset {} (split {split})", root.display()))?;
+    Ok(opened.dataset)
 }
 
 /// Options of the built-in `shapes` dataset shared by several commands.
@@ -64,18 +67,20 @@ impl ShapesArgs {
     }
 }
 
-/// Class names of a dataset argument: `shapes`' own, or the folder's classes.json.
+/// Class names and palette of a dataset argument: `shapes`' own, a known layout's fixed
+/// list, or a folder's `classes.json`/`classes.txt`.
 pub fn dataset_classes(spec: &str) -> Result<(Vec<String>, Option<Vec<[u8; 3]>>)> {
-    if spec == "shapes" {
-        return Ok((
+    match spec.parse::<DatasetSource>()? {
+        DatasetSource::Shapes => Ok((
             segtool_core::shapes::CLASSES
                 .iter()
                 .map(|s| s.to_string())
                 .collect(),
             None,
-        ));
+        )),
+        DatasetSource::Disk { kind, root } => {
+            let file = segtool_core::dataset::class_info(kind, &root)?;
+            Ok((file.classes, file.palette))
+        }
     }
-    let path = Path::new(spec).join("classes.json");
-    let file = segtool_core::dataset::ClassesFile::read(&path)?;
-    Ok((file.classes, file.palette))
 }

@@ -1,21 +1,43 @@
-//! Datasets as (image, mask) pairs: the on-the-fly `shapes` stream and a folder layout.
+//! Datasets as (image, mask) pairs: the on-the-fly `shapes` stream and the on-disk
+//! layouts users already have.
 //!
-//! Folder layout (mmsegmentation's, so existing trees work):
-//! `root/images/<split>/<name>.{png,jpg}` and `root/masks/<split>/<name>.png`, masks
-//! holding class indices with 255 = ignore; optional `root/classes.json` with
-//! `{"classes": [...], "palette": [[r,g,b], ...]}`.
+//! Each on-disk layout lives in its own module and is reached through [`open`] with a
+//! [`DatasetKind`]; command lines name one as `KIND:PATH` (see [`DatasetSource`]):
+//!
+//! * [`folder`]: mmsegmentation's custom layout, `root/images/<split>` + `root/masks/<split>`.
+//! * [`cityscapes`]: `leftImg8bit/` + `gtFine/`, labelIds mapped to the 19 train ids.
+//! * [`ade20k`]: `ADEChallengeData2016`, labels shifted down by one (0 = ignore).
+//! * [`voc`]: PASCAL VOC 2012 and its SBD-augmented variant.
+//!
+//! Whatever the layout, a [`Sample`]'s mask holds class indices in `0..num_classes` or
+//! [`IGNORE_LABEL`](crate::IGNORE_LABEL); any other value is reported when the sample is
+//! read, so that a wrong mapping fails loudly instead of training on garbage.
 
 use std::path::{Path, PathBuf};
 
 use image::{GrayImage, RgbImage};
-use serde::{Deserialize, Serialize};
 
 use crate::shapes::{self, ShapesConfig};
+
+pub mod ade20k;
+pub mod cityscapes;
+mod classes;
+pub mod folder;
+mod paired;
+mod source;
+pub mod voc;
+
+pub use classes::ClassesFile;
+pub use folder::FolderDataset;
+pub use paired::read_mask;
+pub use source::{class_info, open, DatasetKind, DatasetSource, OpenedDataset};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DatasetError {
     #[error("dataset directory {0} does not exist")]
     MissingDir(PathBuf),
+    #[error("dataset file {0} does not exist")]
+    MissingFile(PathBuf),
     #[error("no images found in {0}")]
     Empty(PathBuf),
     #[error("image {path} has no mask (expected {mask})")]
@@ -25,11 +47,27 @@ pub enum DatasetError {
         path: PathBuf,
         source: image::ImageError,
     },
+    #[error("cannot decode mask {path}: {source}")]
+    Png {
+        path: PathBuf,
+        source: png::DecodingError,
+    },
+    #[error("mask {path} is {format}; expected 8-bit grayscale or palette indices")]
+    MaskFormat { path: PathBuf, format: String },
     #[error("mask {mask} is {mask_size:?} but its image is {image_size:?}")]
     SizeMismatch {
         mask: PathBuf,
         mask_size: (u32, u32),
         image_size: (u32, u32),
+    },
+    #[error(
+        "mask {path} holds label {value}, but the dataset has {num_classes} classes \
+         (valid labels are 0..{num_classes} and 255 = ignore)"
+    )]
+    LabelOutOfRange {
+        path: PathBuf,
+        value: u8,
+        num_classes: usize,
     },
     #[error("{path}: {source}")]
     Io {
@@ -38,6 +76,16 @@ pub enum DatasetError {
     },
     #[error("invalid classes file {path}: {message}")]
     Classes { path: PathBuf, message: String },
+    #[error("dataset folder {0} has neither classes.json nor classes.txt")]
+    NoClasses(PathBuf),
+    #[error("{kind} has no split {split:?} (expected one of: {expected})")]
+    UnknownSplit {
+        kind: &'static str,
+        split: String,
+        expected: &'static str,
+    },
+    #[error("unknown dataset kind {0:?} (expected one of: {kinds})", kinds = DatasetKind::NAMES.join(", "))]
+    UnknownKind(String),
 }
 
 pub struct Sample {
@@ -83,88 +131,6 @@ impl SegDataset for ShapesDataset {
     }
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct ClassesFile {
-    pub classes: Vec<String>,
-    #[serde(default)]
-    pub palette: Option<Vec<[u8; 3]>>,
-}
-
-impl ClassesFile {
-    pub fn read(path: &Path) -> Result<Self, DatasetError> {
-        let text = std::fs::read_to_string(path).map_err(|source| DatasetError::Io {
-            path: path.into(),
-            source,
-        })?;
-        let file: Self = serde_json::from_str(&text).map_err(|e| DatasetError::Classes {
-            path: path.into(),
-            message: e.to_string(),
-        })?;
-        if file.classes.is_empty() {
-            return Err(DatasetError::Classes {
-                path: path.into(),
-                message: "no classes".into(),
-            });
-        }
-        if let Some(p) = &file.palette {
-            if p.len() != file.classes.len() {
-                let message = format!(
-                    "{} classes but {} palette colours",
-                    file.classes.len(),
-                    p.len()
-                );
-                return Err(DatasetError::Classes {
-                    path: path.into(),
-                    message,
-                });
-            }
-        }
-        Ok(file)
-    }
-}
-
-/// Images and masks in `root/images/<split>` and `root/masks/<split>`.
-#[derive(Clone, Debug)]
-pub struct FolderDataset {
-    items: Vec<(PathBuf, PathBuf)>,
-}
-
-impl FolderDataset {
-    pub fn open(root: &Path, split: &str) -> Result<Self, DatasetError> {
-        let image_dir = root.join("images").join(split);
-        let mask_dir = root.join("masks").join(split);
-        for dir in [root, &image_dir, &mask_dir] {
-            if !dir.is_dir() {
-                return Err(DatasetError::MissingDir(dir.to_path_buf()));
-            }
-        }
-        let images = list_images(&image_dir).map_err(|source| DatasetError::Io {
-            path: image_dir.clone(),
-            source,
-        })?;
-        if images.is_empty() {
-            return Err(DatasetError::Empty(image_dir));
-        }
-        let items = images
-            .into_iter()
-            .map(|img| {
-                let stem = img
-                    .file_stem()
-                    .unwrap_or_default()
-                    .to_string_lossy()
-                    .into_owned();
-                let mask = mask_dir.join(format!("{stem}.png"));
-                if mask.is_file() {
-                    Ok((img, mask))
-                } else {
-                    Err(DatasetError::MissingMask { path: img, mask })
-                }
-            })
-            .collect::<Result<_, _>>()?;
-        Ok(Self { items })
-    }
-}
-
 /// The png/jpg files directly in `dir`, sorted by name.
 pub fn list_images(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     let mut images: Vec<PathBuf> = std::fs::read_dir(dir)?
@@ -189,40 +155,6 @@ pub fn read_rgb(path: &Path) -> Result<RgbImage, DatasetError> {
             path: path.into(),
             source,
         })
-}
-
-impl SegDataset for FolderDataset {
-    fn len(&self) -> usize {
-        self.items.len()
-    }
-
-    fn get(&self, index: usize) -> Result<Sample, DatasetError> {
-        let (img_path, mask_path) = &self.items[index];
-        let image = read_rgb(img_path)?;
-        let mask = image::open(mask_path)
-            .map(|m| m.to_luma8())
-            .map_err(|source| DatasetError::Image {
-                path: mask_path.clone(),
-                source,
-            })?;
-        if mask.dimensions() != image.dimensions() {
-            return Err(DatasetError::SizeMismatch {
-                mask: mask_path.clone(),
-                mask_size: mask.dimensions(),
-                image_size: image.dimensions(),
-            });
-        }
-        Ok(Sample { image, mask })
-    }
-
-    fn name(&self, index: usize) -> String {
-        self.items[index]
-            .0
-            .file_stem()
-            .unwrap_or_default()
-            .to_string_lossy()
-            .into_owned()
-    }
 }
 
 /// Writes `dataset` as `root/images/<split>/*.png` + `root/masks/<split>/*.png`, each file
@@ -265,13 +197,51 @@ pub fn encode_png(img: &image::DynamicImage) -> Vec<u8> {
     buf.into_inner()
 }
 
+/// Fixture writers shared by the layout modules' tests.
+#[cfg(test)]
+pub(crate) mod testutil {
+    use std::path::Path;
+
+    /// A `w`x`h` RGB image (content irrelevant) written as PNG or JPEG by extension.
+    pub fn write_image(path: &Path, w: u32, h: u32) {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        image::RgbImage::from_pixel(w, h, image::Rgb([90, 120, 150]))
+            .save(path)
+            .unwrap();
+    }
+
+    /// An 8-bit grayscale mask holding `values` row by row.
+    pub fn write_gray(path: &Path, w: u32, h: u32, values: &[u8]) {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        image::GrayImage::from_raw(w, h, values.to_vec())
+            .unwrap()
+            .save(path)
+            .unwrap();
+    }
+
+    /// A palette-indexed mask, the way VOC ships `SegmentationClass`: 8-bit indices plus
+    /// a PLTE chunk whose colours must not leak into the labels.
+    pub fn write_indexed(path: &Path, w: u32, h: u32, indices: &[u8], palette: &[[u8; 3]]) {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        let file = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+        let mut encoder = png::Encoder::new(file, w, h);
+        encoder.set_color(png::ColorType::Indexed);
+        encoder.set_depth(png::BitDepth::Eight);
+        encoder.set_palette(palette.concat());
+        let mut writer = encoder.write_header().unwrap();
+        writer.write_image_data(indices).unwrap();
+        writer.finish().unwrap();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn folder_roundtrip_matches_stream() {
-        let dir = std::env::temp_dir().join(format!("segtool-ds-{}", std::process::id()));
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
         let stream = ShapesDataset {
             config: ShapesConfig {
                 width: 32,
@@ -281,8 +251,8 @@ mod tests {
             offset: 10,
             count: 3,
         };
-        write_split(&dir, "val", &stream).unwrap();
-        let folder = FolderDataset::open(&dir, "val").unwrap();
+        write_split(dir, "val", &stream).unwrap();
+        let folder = FolderDataset::open(dir, "val").unwrap();
         assert_eq!(folder.len(), 3);
         for i in 0..3 {
             let (a, b) = (stream.get(i).unwrap(), folder.get(i).unwrap());
@@ -294,9 +264,8 @@ mod tests {
         let err = folder.get(0).err().unwrap().to_string();
         assert!(err.contains("000010.png"), "{err}");
         assert!(matches!(
-            FolderDataset::open(&dir, "train"),
+            FolderDataset::open(dir, "train"),
             Err(DatasetError::MissingDir(_))
         ));
-        std::fs::remove_dir_all(dir).unwrap();
     }
 }
