@@ -2,6 +2,7 @@
 //! carried in checkpoints and ONNX metadata, palettes, the confusion matrix behind mIoU,
 //! the synthetic `shapes` dataset, and small image helpers.
 
+pub mod config;
 pub mod dataset;
 pub mod io;
 pub mod metrics;

@@ -1,0 +1,324 @@
+//! The sections of a run configuration and their defaults.
+//!
+//! Defaults reproduce what `segtool train` does without flags (tiny backbone on the
+//! built-in `shapes` stream) with the published DANet optimiser (SGD 0.9, wd 1e-4,
+//! lr 0.003 with the head at 10x, poly 0.9, no warm-up), so an empty file is a valid,
+//! small run and a preset only has to state what it changes.
+//!
+//! Every struct is `deny_unknown_fields`: a misspelt key (`optim.lrr`) is an error that
+//! names it, never a silently ignored setting that costs a week of GPU time.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+pub use crate::spec::AttentionImpl;
+
+/// `[model]`: which DANet to build.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ModelConfig {
+    /// "tiny" or "resnet18/34/50/101/152".
+    pub backbone: String,
+    /// 8 or 16.
+    pub output_stride: i64,
+    /// PyTorch-Encoding's deep_base stem (three 3x3 convs), as DANet's released ResNets use.
+    pub deep_stem: bool,
+    /// Dilations of layer4's blocks in turn (DANet: [4, 8, 16]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub multi_grid: Option<Vec<i64>>,
+    /// PAM/CAM implementation; same function and gradients, different memory.
+    pub attention: AttentionImpl,
+    /// Initial weights (.pth, .pth.tar, .safetensors); `None` trains from scratch.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub init: Option<String>,
+}
+
+impl Default for ModelConfig {
+    fn default() -> Self {
+        Self {
+            backbone: "tiny".into(),
+            output_stride: 8,
+            deep_stem: false,
+            multi_grid: None,
+            attention: AttentionImpl::Explicit,
+            init: None,
+        }
+    }
+}
+
+/// `[data]`: where samples come from and how they are loaded.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DataConfig {
+    /// CLI syntax: "shapes", "cityscapes:PATH", "ade20k:PATH", "voc:PATH",
+    /// "voc-aug:PATH", or a dataset folder.
+    pub dataset: String,
+    pub train_split: String,
+    /// Split validated on during and after training; empty: no validation.
+    pub val_split: String,
+    /// Loader threads decoding and augmenting; 0 loads on the training thread.
+    pub workers: usize,
+    /// Batches queued ahead of the training step.
+    pub prefetch: usize,
+    /// Side of the generated `shapes` images, in pixels.
+    pub shapes_size: u32,
+    pub shapes_train_count: usize,
+    pub shapes_val_count: usize,
+}
+
+impl Default for DataConfig {
+    fn default() -> Self {
+        Self {
+            dataset: "shapes".into(),
+            train_split: "train".into(),
+            val_split: "val".into(),
+            workers: 2,
+            prefetch: 4,
+            shapes_size: 96,
+            shapes_train_count: 2000,
+            shapes_val_count: 200,
+        }
+    }
+}
+
+/// `[augment]`: training-time augmentation, applied in this order: flip, rescale, crop,
+/// colour jitter, blur.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AugmentConfig {
+    /// Horizontal flip with probability 0.5.
+    pub flip: bool,
+    /// Short side is rescaled to `base_size * U(lo, hi)` when `scale_range` is set.
+    pub base_size: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scale_range: Option<[f64; 2]>,
+    /// Random crop, padding first (image with 0, mask with ignore) when smaller.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub crop_size: Option<u32>,
+    /// Brightness/contrast/saturation jitter strength; 0 is off.
+    pub color_jitter: f64,
+    /// Probability of a Gaussian blur; 0 is off.
+    pub blur_prob: f64,
+    /// Blur sigma drawn from U(lo, hi).
+    pub blur_sigma: [f64; 2],
+}
+
+impl Default for AugmentConfig {
+    fn default() -> Self {
+        Self {
+            flip: true,
+            base_size: 0,
+            scale_range: None,
+            crop_size: None,
+            color_jitter: 0.0,
+            blur_prob: 0.0,
+            blur_sigma: [0.1, 2.0],
+        }
+    }
+}
+
+/// How the learning rate follows the global batch.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LrScaling {
+    /// `lr` is used as written, whatever the batch.
+    #[default]
+    None,
+    /// `lr * global_batch / lr_reference_batch` (Goyal et al.'s linear scaling rule), so
+    /// a recipe published for one batch can run on fewer or more devices.
+    Linear,
+}
+
+/// `[optim]`: schedule, batch geometry, optimiser, loss and numerics.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct OptimConfig {
+    /// Total optimiser steps; 0 derives them from `epochs`.
+    pub iterations: u64,
+    /// Passes over the training set (with drop_last); only when `iterations` is 0.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub epochs: Option<u64>,
+    /// Images per process per forward pass.
+    pub batch_size: usize,
+    /// Nominal number of data-parallel processes the recipe assumes.
+    pub world_size: usize,
+    /// Forward/backward passes summed into one optimiser step.
+    pub accumulation: usize,
+    /// Backbone learning rate (before `lr_scaling`); the head uses `lr * head_lr_mult`.
+    pub lr: f64,
+    pub head_lr_mult: f64,
+    pub momentum: f64,
+    pub weight_decay: f64,
+    pub nesterov: bool,
+    /// Poly decay: lr * (1 - it / total)^power, per iteration.
+    pub poly_power: f64,
+    /// Linear warm-up length in iterations; 0 is none.
+    pub warmup_iters: u64,
+    /// Learning rate at iteration 0 as a fraction of the scheduled one.
+    pub warmup_ratio: f64,
+    /// Weights of the (fused, position, channel) cross-entropy losses.
+    pub loss_weights: [f64; 3],
+    /// Online hard example mining: keep pixels whose true-class probability is below
+    /// `ohem_thresh`, and at least `ohem_min_kept` of them.
+    pub ohem: bool,
+    pub ohem_thresh: f64,
+    pub ohem_min_kept: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub grad_clip_norm: Option<f64>,
+    /// Mixed precision (attention energies and softmax stay in fp32/bf16).
+    pub amp: bool,
+    /// BatchNorm statistics over the global batch rather than per process.
+    pub sync_bn: bool,
+    pub lr_scaling: LrScaling,
+    /// The global batch `lr` was published for (used by `lr_scaling = "linear"`).
+    pub lr_reference_batch: usize,
+}
+
+impl Default for OptimConfig {
+    fn default() -> Self {
+        Self {
+            iterations: 1000,
+            epochs: None,
+            batch_size: 8,
+            world_size: 1,
+            accumulation: 1,
+            lr: 0.003,
+            head_lr_mult: 10.0,
+            momentum: 0.9,
+            weight_decay: 1e-4,
+            nesterov: false,
+            poly_power: 0.9,
+            warmup_iters: 0,
+            warmup_ratio: 1e-6,
+            loss_weights: [1.0, 1.0, 1.0],
+            ohem: false,
+            ohem_thresh: 0.7,
+            ohem_min_kept: 100_000,
+            grad_clip_norm: None,
+            amp: false,
+            sync_bn: false,
+            lr_scaling: LrScaling::None,
+            lr_reference_batch: 8,
+        }
+    }
+}
+
+/// `[checkpoint]`: what is kept on disk during a run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CheckpointConfig {
+    /// Iterations between saves of `last`; 0 saves only at the end.
+    pub every: u64,
+    /// Periodic snapshots kept besides `last` and `best`; 0 keeps none.
+    pub keep: usize,
+}
+
+impl Default for CheckpointConfig {
+    fn default() -> Self {
+        Self {
+            every: 500,
+            keep: 0,
+        }
+    }
+}
+
+/// How validation images are fed to the model.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EvalMode {
+    /// The whole image in one forward pass.
+    #[default]
+    Whole,
+    /// Overlapping `crop_size` windows every `stride` pixels, zero-padded, logits averaged.
+    Sliding,
+}
+
+/// `[eval]`: validation during and after training.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EvalConfig {
+    /// Iterations between validations; 0 validates only at the end.
+    pub every: u64,
+    pub mode: EvalMode,
+    /// Sliding window side (sliding mode).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub crop_size: Option<u32>,
+    /// Sliding window step (sliding mode).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stride: Option<u32>,
+    /// Average with the horizontally flipped prediction.
+    pub flip: bool,
+    /// Image scales whose predictions are averaged; [1.0] is single-scale.
+    pub scales: Vec<f64>,
+    pub batch_size: usize,
+}
+
+impl Default for EvalConfig {
+    fn default() -> Self {
+        Self {
+            every: 0,
+            mode: EvalMode::Whole,
+            crop_size: None,
+            stride: None,
+            flip: false,
+            scales: vec![1.0],
+            batch_size: 1,
+        }
+    }
+}
+
+/// `[log]`: progress output.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogConfig {
+    /// Iterations between log lines and JSONL records.
+    pub every: u64,
+    /// Iterations between redraws of the loss plot; 0 draws it only at the end.
+    pub plot_every: u64,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self {
+            every: 20,
+            plot_every: 500,
+        }
+    }
+}
+
+/// Everything one training run needs, as read from a TOML file.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RunConfig {
+    /// Run name; names the default run directory.
+    pub name: String,
+    pub seed: u64,
+    /// Run directory; `None` means `runs/<name>` (see [`RunConfig::run_dir`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub out_dir: Option<PathBuf>,
+    pub model: ModelConfig,
+    pub data: DataConfig,
+    pub augment: AugmentConfig,
+    pub optim: OptimConfig,
+    pub checkpoint: CheckpointConfig,
+    pub eval: EvalConfig,
+    pub log: LogConfig,
+}
+
+impl Default for RunConfig {
+    fn default() -> Self {
+        Self {
+            name: "run".into(),
+            seed: 0,
+            out_dir: None,
+            model: ModelConfig::default(),
+            data: DataConfig::default(),
+            augment: AugmentConfig::default(),
+            optim: OptimConfig::default(),
+            checkpoint: CheckpointConfig::default(),
+            eval: EvalConfig::default(),
+            log: LogConfig::default(),
+        }
+    }
+}

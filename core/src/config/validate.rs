@@ -1,0 +1,249 @@
+//! Semantic checks on a parsed [`RunConfig`].
+//!
+//! Types and key names are checked by serde while parsing; this catches values that
+//! parse but cannot train: an empty batch, a scale range upside down, a crop larger than
+//! any GPU holds. All problems are reported at once, each naming its key, so fixing a
+//! config is one edit, not one run per mistake.
+
+use super::{ConfigError, EvalMode, RunConfig};
+
+/// Largest crop or window side accepted. PAM's N x N energy matrix for a 4096 crop at
+/// output stride 8 is already 1 TB in fp32; anything above is a typo.
+const MAX_CROP: u32 = 4096;
+
+/// Largest base (short side) size accepted: twice the largest image of any dataset
+/// segtool reads (Cityscapes 2048 wide).
+const MAX_BASE: u32 = 8192;
+
+/// Dataset prefixes of the CLI syntax that must be followed by a path.
+const DATASET_PREFIXES: &[&str] = &["cityscapes:", "ade20k:", "voc:", "voc-aug:"];
+
+impl RunConfig {
+    /// Checks every value; `Err(ConfigError::Invalid)` lists each problem found.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let mut errs = Vec::new();
+        if let Err(ConfigError::Invalid(msgs)) = self.model.backbone_spec() {
+            errs.extend(msgs);
+        }
+        let mut check = |ok: bool, msg: String| {
+            if !ok {
+                errs.push(msg);
+            }
+        };
+        let finite_nonneg = |x: f64| x.is_finite() && x >= 0.0;
+        let prob = |x: f64| (0.0..=1.0).contains(&x);
+
+        check(
+            !self.name.is_empty() && !self.name.contains(['/', '\\']) && self.name != "..",
+            format!(
+                "name {:?} must be non-empty, without path separators",
+                self.name
+            ),
+        );
+
+        if let Some(init) = &self.model.init {
+            check(!init.is_empty(), "model.init must not be empty".into());
+        }
+
+        let d = &self.data;
+        check(
+            !d.dataset.is_empty(),
+            "data.dataset must not be empty".into(),
+        );
+        if let Some(prefix) = DATASET_PREFIXES.iter().find(|p| d.dataset.starts_with(*p)) {
+            check(
+                d.dataset.len() > prefix.len(),
+                format!("data.dataset {:?} needs a path after {prefix:?}", d.dataset),
+            );
+        }
+        check(
+            !d.train_split.is_empty(),
+            "data.train_split must not be empty".into(),
+        );
+        check(d.prefetch >= 1, "data.prefetch must be at least 1".into());
+        if d.dataset == "shapes" {
+            check(
+                (16..=MAX_CROP).contains(&d.shapes_size),
+                format!(
+                    "data.shapes_size {} must be in 16..={MAX_CROP}",
+                    d.shapes_size
+                ),
+            );
+            check(
+                d.shapes_train_count >= 1,
+                "data.shapes_train_count must be at least 1".into(),
+            );
+            check(
+                d.shapes_val_count >= 1,
+                "data.shapes_val_count must be at least 1".into(),
+            );
+        }
+
+        let a = &self.augment;
+        check(
+            a.base_size <= MAX_BASE,
+            format!("augment.base_size {} is above {MAX_BASE}", a.base_size),
+        );
+        if let Some([lo, hi]) = a.scale_range {
+            check(
+                lo.is_finite() && hi.is_finite() && 0.0 < lo && lo < hi,
+                format!("augment.scale_range [{lo}, {hi}] must satisfy 0 < lo < hi"),
+            );
+            check(
+                a.base_size > 0,
+                "augment.scale_range needs augment.base_size > 0".into(),
+            );
+        }
+        let min_crop = self.model.output_stride.max(1) as u32;
+        if let Some(crop) = a.crop_size {
+            check(
+                (min_crop..=MAX_CROP).contains(&crop),
+                format!("augment.crop_size {crop} must be in {min_crop}..={MAX_CROP}"),
+            );
+        }
+        check(
+            prob(a.color_jitter),
+            format!("augment.color_jitter {} must be in [0, 1]", a.color_jitter),
+        );
+        check(
+            prob(a.blur_prob),
+            format!("augment.blur_prob {} must be in [0, 1]", a.blur_prob),
+        );
+        if a.blur_prob > 0.0 {
+            let [lo, hi] = a.blur_sigma;
+            check(
+                finite_nonneg(lo) && hi.is_finite() && lo < hi,
+                format!("augment.blur_sigma [{lo}, {hi}] must satisfy 0 <= lo < hi"),
+            );
+        }
+
+        let o = &self.optim;
+        match (o.iterations, o.epochs) {
+            (0, None) => check(
+                false,
+                "optim.iterations is 0 and optim.epochs is unset: give one of them".into(),
+            ),
+            (0, Some(e)) => check(e >= 1, "optim.epochs must be at least 1".into()),
+            (_, Some(_)) => check(
+                false,
+                "optim.iterations and optim.epochs are both set: set optim.iterations = 0 \
+                 to train by epochs, or remove optim.epochs"
+                    .into(),
+            ),
+            (it, None) => check(
+                o.warmup_iters < it,
+                format!(
+                    "optim.warmup_iters {} must be below optim.iterations {it}",
+                    o.warmup_iters
+                ),
+            ),
+        }
+        check(
+            o.batch_size >= 1,
+            "optim.batch_size must be at least 1".into(),
+        );
+        check(
+            o.world_size >= 1,
+            "optim.world_size must be at least 1".into(),
+        );
+        check(
+            o.accumulation >= 1,
+            "optim.accumulation must be at least 1".into(),
+        );
+        check(
+            o.lr.is_finite() && o.lr > 0.0,
+            format!("optim.lr {} must be positive", o.lr),
+        );
+        check(
+            o.head_lr_mult.is_finite() && o.head_lr_mult > 0.0,
+            format!("optim.head_lr_mult {} must be positive", o.head_lr_mult),
+        );
+        check(
+            (0.0..1.0).contains(&o.momentum),
+            format!("optim.momentum {} must be in [0, 1)", o.momentum),
+        );
+        // PyTorch's SGD refuses the same combination.
+        check(
+            !o.nesterov || o.momentum > 0.0,
+            "optim.nesterov needs optim.momentum > 0".into(),
+        );
+        check(
+            finite_nonneg(o.weight_decay),
+            format!("optim.weight_decay {} must be >= 0", o.weight_decay),
+        );
+        check(
+            finite_nonneg(o.poly_power),
+            format!("optim.poly_power {} must be >= 0", o.poly_power),
+        );
+        check(
+            prob(o.warmup_ratio),
+            format!("optim.warmup_ratio {} must be in [0, 1]", o.warmup_ratio),
+        );
+        check(
+            o.loss_weights.iter().all(|&w| finite_nonneg(w))
+                && o.loss_weights.iter().any(|&w| w > 0.0),
+            format!(
+                "optim.loss_weights {:?} must be >= 0 and not all 0",
+                o.loss_weights
+            ),
+        );
+        if o.ohem {
+            check(
+                o.ohem_thresh > 0.0 && o.ohem_thresh <= 1.0,
+                format!("optim.ohem_thresh {} must be in (0, 1]", o.ohem_thresh),
+            );
+        }
+        if let Some(norm) = o.grad_clip_norm {
+            check(
+                norm.is_finite() && norm > 0.0,
+                format!("optim.grad_clip_norm {norm} must be positive"),
+            );
+        }
+        check(
+            o.lr_reference_batch >= 1,
+            "optim.lr_reference_batch must be at least 1".into(),
+        );
+
+        let e = &self.eval;
+        if e.mode == EvalMode::Sliding {
+            match (e.crop_size, e.stride) {
+                (Some(crop), Some(stride)) => {
+                    check(
+                        (min_crop..=MAX_CROP).contains(&crop),
+                        format!("eval.crop_size {crop} must be in {min_crop}..={MAX_CROP}"),
+                    );
+                    check(
+                        1 <= stride && stride <= crop,
+                        format!("eval.stride {stride} must be in 1..=eval.crop_size ({crop})"),
+                    );
+                }
+                _ => check(
+                    false,
+                    "eval.mode = \"sliding\" needs eval.crop_size and eval.stride".into(),
+                ),
+            }
+        }
+        check(
+            !e.scales.is_empty() && e.scales.iter().all(|&s| s.is_finite() && s > 0.0),
+            format!("eval.scales {:?} must be non-empty and positive", e.scales),
+        );
+        check(
+            e.batch_size >= 1,
+            "eval.batch_size must be at least 1".into(),
+        );
+
+        check(self.log.every >= 1, "log.every must be at least 1".into());
+        if let Some(dir) = &self.out_dir {
+            check(
+                dir.to_str().is_some_and(|d| !d.is_empty()),
+                format!("out_dir {} must be non-empty UTF-8", dir.display()),
+            );
+        }
+
+        if errs.is_empty() {
+            Ok(())
+        } else {
+            Err(ConfigError::Invalid(errs))
+        }
+    }
+}
