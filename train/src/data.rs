@@ -1,5 +1,6 @@
 //! From (image, mask) samples to training tensors: the recipe's augmentation (flip, random
-//! rescale, pad with 0 / ignore, random crop) and normalisation to NCHW f32.
+//! rescale, pad with 0 / ignore, random crop), optional photometric extras (colour jitter,
+//! Gaussian blur) and normalisation to NCHW f32.
 
 use image::imageops::{self, FilterType};
 use image::{GrayImage, Luma, Rgb, RgbImage};
@@ -8,6 +9,12 @@ use segtool_core::dataset::Sample;
 use segtool_core::{ModelSpec, IGNORE_LABEL};
 use tch::{Device, Kind, Tensor};
 
+/// Per-sample augmentation. Every random choice comes from the RNG handed to
+/// [`Augment::apply`], so a sample's augmentation is reproducible from that RNG alone
+/// (the loader seeds one per sample, which is what makes it independent of threads).
+///
+/// Build variants with struct update syntax, `Augment { crop: Some(512), ..Augment::none() }`,
+/// so new fields do not break callers.
 #[derive(Clone, Debug)]
 pub struct Augment {
     pub flip: bool,
@@ -16,6 +23,27 @@ pub struct Augment {
     pub base_size: u32,
     /// Random crop (padded first when smaller); `None` keeps the whole image.
     pub crop: Option<u32>,
+    /// Colour jitter strength `s` in [0, 1]: brightness, contrast and saturation factors
+    /// each drawn from U(1 - s, 1 + s). 0 turns it off. Image only.
+    pub color_jitter: f64,
+    /// Probability in [0, 1] of a Gaussian blur with sigma drawn from `blur_sigma`.
+    /// 0 turns it off. Image only.
+    pub blur_prob: f64,
+    /// (lo, hi) range of the blur's sigma in pixels; lo must be positive when blurring.
+    pub blur_sigma: (f64, f64),
+}
+
+/// An [`Augment`] whose parameters cannot be applied (they would panic in the RNG or the
+/// blur); reported up front instead of from a worker thread mid-epoch.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid augmentation: {0}")]
+pub struct InvalidAugment(pub String);
+
+impl Default for Augment {
+    /// No augmentation: same as [`Augment::none`].
+    fn default() -> Self {
+        Self::none()
+    }
 }
 
 impl Augment {
@@ -25,6 +53,9 @@ impl Augment {
             scale: None,
             base_size: 0,
             crop: None,
+            color_jitter: 0.0,
+            blur_prob: 0.0,
+            blur_sigma: (0.1, 2.0),
         }
     }
 
@@ -35,11 +66,62 @@ impl Augment {
             scale: Some((0.75, 2.0)),
             base_size: 1024,
             crop: Some(768),
+            ..Self::none()
         }
     }
 
+    /// Checks the parameters that would otherwise panic while augmenting.
+    pub fn validate(&self) -> Result<(), InvalidAugment> {
+        let bad = |msg: String| Err(InvalidAugment(msg));
+        if let Some((lo, hi)) = self.scale {
+            if !(lo > 0.0 && lo < hi) {
+                return bad(format!("scale range ({lo}, {hi}) must satisfy 0 < lo < hi"));
+            }
+        }
+        if self.crop == Some(0) {
+            return bad("crop size must be positive".into());
+        }
+        if !(0.0..=1.0).contains(&self.color_jitter) {
+            return bad(format!(
+                "colour jitter {} is outside [0, 1]",
+                self.color_jitter
+            ));
+        }
+        if !(0.0..=1.0).contains(&self.blur_prob) {
+            return bad(format!(
+                "blur probability {} is outside [0, 1]",
+                self.blur_prob
+            ));
+        }
+        let (lo, hi) = self.blur_sigma;
+        if self.blur_prob > 0.0 && !(lo > 0.0 && lo <= hi && hi.is_finite()) {
+            return bad(format!(
+                "blur sigma range ({lo}, {hi}) must satisfy 0 < lo <= hi"
+            ));
+        }
+        Ok(())
+    }
+
+    /// Augments a copy of `sample`; see [`Augment::transform`].
     pub fn apply(&self, sample: &Sample, rng: &mut impl Rng) -> Sample {
-        let (mut image, mut mask) = (sample.image.clone(), sample.mask.clone());
+        let copy = Sample {
+            image: sample.image.clone(),
+            mask: sample.mask.clone(),
+        };
+        self.transform(copy, rng)
+    }
+
+    /// Augments `sample` in this order: flip, rescale, choose the crop window, photometric
+    /// changes (image only), pad with 0 / ignore. The photometric step runs on the cropped
+    /// but not yet padded pixels, as mmsegmentation does: the padding stays exactly 0, the
+    /// contrast mean ignores it, and jittering only the crop is cheaper than the whole
+    /// rescaled image. The RNG draws of the geometric steps come first and are the same as
+    /// without the extras, so turning the extras off reproduces earlier results exactly.
+    pub fn transform(&self, sample: Sample, rng: &mut impl Rng) -> Sample {
+        let Sample {
+            mut image,
+            mut mask,
+        } = sample;
         if self.flip && rng.gen_bool(0.5) {
             image = imageops::flip_horizontal(&image);
             mask = imageops::flip_horizontal(&mask);
@@ -58,22 +140,74 @@ impl Augment {
             mask = imageops::resize(&mask, nw, nh, FilterType::Nearest);
         }
         if let Some(crop) = self.crop {
+            // The window is drawn over the image padded (at its bottom/right) to at least
+            // `crop`; only the part inside the real image needs cutting out now, since
+            // the window starts at 0 along any axis that needs padding.
+            let (w, h) = image.dimensions();
+            let (pw, ph) = (w.max(crop), h.max(crop));
+            let (x, y) = (rng.gen_range(0..=pw - crop), rng.gen_range(0..=ph - crop));
+            let (cw, ch) = (crop.min(w - x), crop.min(h - y));
+            if (x, y, cw, ch) != (0, 0, w, h) {
+                image = imageops::crop_imm(&image, x, y, cw, ch).to_image();
+                mask = imageops::crop_imm(&mask, x, y, cw, ch).to_image();
+            }
+        }
+        self.photometric(&mut image, rng);
+        if let Some(crop) = self.crop {
             let (w, h) = image.dimensions();
             if w < crop || h < crop {
-                let (pw, ph) = (w.max(crop), h.max(crop));
-                let mut padded = RgbImage::from_pixel(pw, ph, Rgb([0, 0, 0]));
-                let mut padded_mask = GrayImage::from_pixel(pw, ph, Luma([IGNORE_LABEL]));
+                let mut padded = RgbImage::from_pixel(crop, crop, Rgb([0, 0, 0]));
+                let mut padded_mask = GrayImage::from_pixel(crop, crop, Luma([IGNORE_LABEL]));
                 imageops::replace(&mut padded, &image, 0, 0);
                 imageops::replace(&mut padded_mask, &mask, 0, 0);
                 image = padded;
                 mask = padded_mask;
             }
-            let (w, h) = image.dimensions();
-            let (x, y) = (rng.gen_range(0..=w - crop), rng.gen_range(0..=h - crop));
-            image = imageops::crop_imm(&image, x, y, crop, crop).to_image();
-            mask = imageops::crop_imm(&mask, x, y, crop, crop).to_image();
         }
         Sample { image, mask }
+    }
+
+    /// Colour jitter then blur. Draws nothing from `rng` when both are off.
+    fn photometric(&self, image: &mut RgbImage, rng: &mut impl Rng) {
+        let s = self.color_jitter;
+        if s > 0.0 {
+            let range = (1.0 - s).max(0.0)..=1.0 + s;
+            let brightness = rng.gen_range(range.clone()) as f32;
+            let contrast = rng.gen_range(range.clone()) as f32;
+            let saturation = rng.gen_range(range) as f32;
+            color_jitter(image, brightness, contrast, saturation);
+        }
+        if self.blur_prob > 0.0 && rng.gen_bool(self.blur_prob) {
+            let (lo, hi) = self.blur_sigma;
+            let sigma = rng.gen_range(lo..=hi) as f32;
+            *image = imageops::blur(image, sigma);
+        }
+    }
+}
+
+/// ITU-R 601 luma, the grey that torchvision's and PIL's saturation/contrast blend toward.
+fn luma(p: [f32; 3]) -> f32 {
+    0.299 * p[0] + 0.587 * p[1] + 0.114 * p[2]
+}
+
+/// Brightness (scale), contrast (blend with the mean grey) and saturation (blend with each
+/// pixel's grey), in that fixed order, clamping to [0, 255] after each step like
+/// torchvision does; rounded to u8 once at the end.
+fn color_jitter(image: &mut RgbImage, brightness: f32, contrast: f32, saturation: f32) {
+    if image.width() == 0 || image.height() == 0 {
+        return;
+    }
+    let bright = |px: &Rgb<u8>| px.0.map(|v| (v as f32 * brightness).min(255.0));
+    // Summed in f64 in pixel order: the same result on every run and thread.
+    let mean = (image
+        .pixels()
+        .map(|px| luma(bright(px)) as f64)
+        .sum::<f64>()
+        / (image.width() as f64 * image.height() as f64)) as f32;
+    for px in image.pixels_mut() {
+        let v = bright(px).map(|v| ((v - mean) * contrast + mean).clamp(0.0, 255.0));
+        let grey = luma(v);
+        px.0 = v.map(|v| ((v - grey) * saturation + grey).clamp(0.0, 255.0).round() as u8);
     }
 }
 
@@ -125,6 +259,7 @@ mod tests {
             scale: None,
             base_size: 0,
             crop: Some(6),
+            ..Augment::none()
         };
         let out = aug.apply(&sample, &mut rand_chacha::ChaCha8Rng::seed_from_u64(1));
         assert_eq!(out.mask.dimensions(), (6, 6));
@@ -137,6 +272,76 @@ mod tests {
                 .count(),
             24
         );
+    }
+
+    #[test]
+    fn photometric_extras_keep_padding_black_and_mask_intact() {
+        let sample = Sample {
+            image: RgbImage::from_fn(5, 4, |x, y| Rgb([40 * x as u8, 50 * y as u8, 90])),
+            mask: GrayImage::from_fn(5, 4, |x, _| Luma([x as u8])),
+        };
+        let aug = Augment {
+            crop: Some(8),
+            color_jitter: 0.5,
+            blur_prob: 1.0,
+            blur_sigma: (0.5, 1.5),
+            ..Augment::none()
+        };
+        let out = aug.apply(&sample, &mut rand_chacha::ChaCha8Rng::seed_from_u64(3));
+        assert_eq!(out.image.dimensions(), (8, 8));
+        for (x, y, px) in out.image.enumerate_pixels() {
+            if x >= 5 || y >= 4 {
+                assert_eq!(px.0, [0, 0, 0], "padding at ({x}, {y})");
+            }
+        }
+        let inner = imageops::crop_imm(&out.mask, 0, 0, 5, 4).to_image();
+        assert_eq!(inner.as_raw(), sample.mask.as_raw());
+        assert_ne!(
+            imageops::crop_imm(&out.image, 0, 0, 5, 4)
+                .to_image()
+                .as_raw(),
+            sample.image.as_raw()
+        );
+    }
+
+    #[test]
+    fn jitter_with_unit_factors_is_identity() {
+        let mut img = RgbImage::from_fn(7, 3, |x, y| Rgb([x as u8 * 30, y as u8 * 80, 200]));
+        let before = img.clone();
+        color_jitter(&mut img, 1.0, 1.0, 1.0);
+        assert_eq!(img, before);
+    }
+
+    #[test]
+    fn validate_rejects_what_would_panic() {
+        assert!(Augment::none().validate().is_ok());
+        assert!(Augment::danet_cityscapes().validate().is_ok());
+        let bad = [
+            Augment {
+                color_jitter: 1.5,
+                ..Augment::none()
+            },
+            Augment {
+                blur_prob: -0.1,
+                ..Augment::none()
+            },
+            Augment {
+                blur_prob: 0.5,
+                blur_sigma: (0.0, 1.0),
+                ..Augment::none()
+            },
+            Augment {
+                scale: Some((1.0, 1.0)),
+                ..Augment::none()
+            },
+            Augment {
+                crop: Some(0),
+                ..Augment::none()
+            },
+        ];
+        for aug in bad {
+            assert!(aug.validate().is_err(), "{aug:?}");
+        }
     }
 
     #[test]
