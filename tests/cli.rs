@@ -45,24 +45,37 @@ fn train_export_infer_and_bad_inputs() {
         "{}",
         String::from_utf8_lossy(&ok.stderr)
     );
-    let ckpt = d.join("m.safetensors");
-    let ok = segtool(&[
-        "train",
-        "--data",
-        p(&data),
-        "--iterations",
-        "2",
-        "--batch-size",
-        "2",
-        "--out",
-        p(&ckpt),
-    ]);
-    assert!(
-        ok.status.success(),
-        "{}",
-        String::from_utf8_lossy(&ok.stderr)
-    );
-    assert!(d.join("m.loss.png").is_file() && d.join("m.loss.csv").is_file());
+    let run_dir = d.join("run");
+    let dataset = format!("data.dataset={}", p(&data));
+    let out_dir = format!("out_dir={}", p(&run_dir));
+    let train = |extra: &[&str]| {
+        let mut args = vec!["train", "--set", &dataset, "--set", &out_dir];
+        for set in ["optim.iterations=2", "optim.batch_size=2", "data.workers=1", "log.every=1"] {
+            args.extend(["--set", set]);
+        }
+        args.extend(extra);
+        segtool(&args)
+    };
+    // A typo in a key is an error naming the key, before any work.
+    assert_fails_naming(&train(&["--set", "optim.lrr=0.1"]), &["lrr"]);
+    // Stopped after one iteration, then resumed from the run directory.
+    let ok = train(&["--stop-at", "1"]);
+    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
+    let ok = segtool(&["train", "--resume", p(&run_dir)]);
+    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
+    assert!(String::from_utf8_lossy(&ok.stderr).contains("at iteration 1"));
+    for file in ["last.safetensors", "best.safetensors", "config.toml", "metrics.jsonl", "loss.png", "lr.png"] {
+        assert!(run_dir.join(file).is_file(), "{file}");
+    }
+    let metrics = std::fs::read_to_string(run_dir.join("metrics.jsonl")).unwrap();
+    let iterations: Vec<u64> = metrics
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|r| r["kind"] == "train")
+        .map(|r| r["iteration"].as_u64().unwrap())
+        .collect();
+    assert_eq!(iterations, [1, 2]);
+    let ckpt = run_dir.join("last.safetensors");
     let onnx = d.join("m.onnx");
     let ok = segtool(&["export", "--checkpoint", p(&ckpt), "--onnx", p(&onnx)]);
     assert!(

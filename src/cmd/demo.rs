@@ -77,13 +77,14 @@ pub fn run(args: Args) -> Result<()> {
             scale: None,
             base_size: 0,
             crop: None,
+            ..Augment::none()
         },
         seed: args.shapes.seed,
         ..TrainConfig::default()
     };
     let mut trainer = Trainer::new(&spec, config)?;
     let train_started = Instant::now();
-    trainer.train(&train_set)?;
+    trainer.train(std::sync::Arc::new(train_set))?;
     let train_seconds = train_started.elapsed().as_secs_f64();
     let ckpt_path = args.out.join("danet_tiny.safetensors");
     let info = CheckpointInfo::from([("iterations".to_string(), args.iterations.to_string())]);

@@ -1,57 +1,263 @@
+//! `segtool train`: a run configured by a preset or TOML file plus `--set` overrides,
+//! into a run directory (checkpoints, resolved config, metrics.jsonl, curves), resumable.
+
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
+use segtool_core::config::{EvalMode, RunConfig};
+use segtool_core::dataset::SegDataset;
 use segtool_core::{BackboneSpec, ModelSpec};
-use segtool_train::checkpoint::{self, CheckpointInfo};
-use segtool_train::{TrainConfig, Trainer};
+use segtool_train::data::Augment;
+use segtool_train::eval::{evaluate_with, EvalOptions};
+use segtool_train::ohem::Ohem;
+use segtool_train::run::{self, RunOptions, RunState, ValScore, CONFIG_KEY};
+use segtool_train::{Checkpoint, DaNet, TrainConfig, Trainer};
 
 use super::{dataset_classes, open_dataset, ShapesArgs};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// `shapes` or a dataset folder (images/train, masks/train, classes.json).
-    #[arg(long, default_value = "shapes")]
-    pub data: String,
-    /// tiny, resnet18, resnet34, resnet50, resnet101, resnet152.
-    #[arg(long, default_value = "tiny")]
-    pub backbone: String,
-    #[arg(long, default_value_t = 8)]
-    pub output_stride: i64,
-    /// PyTorch-Encoding's deep_base stem (three 3x3 convs), as official DANet weights use.
+    /// A shipped preset (cityscapes-danet-r101, ade20k-danet-r101, voc-danet-r101,
+    /// shapes-tiny) or a TOML file. Default: shapes-tiny.
+    #[arg(long, value_name = "NAME|FILE")]
+    pub config: Option<String>,
+    /// Override one key of the configuration, e.g. `--set optim.lr=0.01` (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub overrides: Vec<String>,
+    /// Continue a run from its checkpoint (or run directory: its last.safetensors), with
+    /// the configuration stored in it; `--set` still applies on top.
+    #[arg(long, value_name = "CHECKPOINT|DIR")]
+    pub resume: Option<PathBuf>,
+    /// Stop with a checkpoint after this many iterations (the schedule still spans all).
+    #[arg(long, value_name = "N")]
+    pub stop_at: Option<usize>,
+    /// Print the resolved configuration and exit.
     #[arg(long)]
-    pub deep_stem: bool,
-    /// Dilations of layer4's blocks, e.g. 4,8,16.
-    #[arg(long, value_delimiter = ',')]
-    pub multi_grid: Option<Vec<i64>>,
-    /// Attention implementation: explicit (the paper's matmul-softmax-matmul) or sdpa
-    /// (libtorch's fused kernel; never materialises PAM's N x N matrix on CPU).
-    #[arg(long, default_value = "explicit")]
-    pub attention: segtool_core::spec::AttentionImpl,
-    /// Keep the backbone's BatchNorm layers frozen (running statistics, no affine updates).
-    #[arg(long)]
-    pub freeze_bn: bool,
-    #[arg(long, default_value_t = 1000)]
-    pub iterations: usize,
-    #[arg(long, default_value_t = 8)]
-    pub batch_size: usize,
-    /// Backbone learning rate (the head trains at 10x).
-    #[arg(long, default_value_t = 0.003)]
-    pub lr: f64,
-    /// Output checkpoint (.safetensors); a loss curve PNG/CSV is written beside it.
-    #[arg(long, default_value = "danet.safetensors")]
-    pub out: PathBuf,
+    pub print_config: bool,
     /// cpu, cuda, cuda:N.
     #[arg(long, default_value = "cpu")]
     pub device: String,
     /// libtorch intra-op threads (0: libtorch's default, one per core).
     #[arg(long, default_value_t = 0)]
     pub threads: i32,
-    /// Initial weights from PyTorch (.pth, .pth.tar, .safetensors): torchvision ResNet names
-    /// set the backbone only, DANet names the whole model (see `segtool import`).
-    #[arg(long, value_name = "FILE")]
-    pub init: Option<PathBuf>,
-    #[command(flatten)]
-    pub shapes: ShapesArgs,
+}
+
+pub fn run(args: Args) -> Result<()> {
+    if args.threads > 0 {
+        tch::set_num_threads(args.threads);
+    }
+    let (mut cfg, resume_from) = resolve_config(&args)?;
+    // One process per run until `segtool launch` (DDP) lands: say so rather than
+    // silently training with a different global batch than the config describes.
+    if cfg.optim.world_size != 1 {
+        eprintln!(
+            "note: optim.world_size = {} but this is a single-process run; \
+             the global batch below is for 1 process",
+            cfg.optim.world_size
+        );
+        cfg.optim.world_size = 1;
+    }
+    if cfg.optim.amp {
+        bail!("optim.amp: mixed precision needs a CUDA device and the DDP/AMP trainer; set optim.amp=false");
+    }
+    cfg.validate()?;
+
+    let shapes = shapes_args(&cfg);
+    let (classes, palette) = dataset_classes(&cfg.data.dataset)?;
+    let train_set: Arc<dyn SegDataset> =
+        open_dataset(&cfg.data.dataset, &cfg.data.train_split, &shapes)?.into();
+    let total = cfg.total_iterations(train_set.len()) as usize;
+    if total == 0 {
+        bail!(
+            "no iterations to run: {} training images, global batch {}",
+            train_set.len(),
+            cfg.global_batch()
+        );
+    }
+    eprint!("{}", cfg.summary(train_set.len()));
+    if args.print_config {
+        print!("{}", cfg.to_toml_string());
+        return Ok(());
+    }
+    let val_set = match cfg.data.val_split.as_str() {
+        "" => None,
+        split => Some(open_dataset(&cfg.data.dataset, split, &shapes).with_context(|| {
+            format!("validation split {split:?} (set data.val_split= to train without one)")
+        })?),
+    };
+
+    let spec = model_spec(&cfg, classes, palette)?;
+    let device = parse_device(&args.device)?;
+    let mut trainer = Trainer::new(&spec, train_config(&cfg, total, device))?;
+    let run_dir = cfg.run_dir();
+    let state = match &resume_from {
+        Some(path) => {
+            let checkpoint = Checkpoint::read(path)?;
+            let state = run::resume(&mut trainer, &checkpoint, path)?;
+            eprintln!("resuming {} at iteration {}", path.display(), state.iteration);
+            state
+        }
+        None => {
+            if let Some(init) = &cfg.model.init {
+                init_weights(&mut trainer, Path::new(init))?;
+            }
+            RunState::default()
+        }
+    };
+
+    let opts = RunOptions {
+        checkpoint_every: cfg.checkpoint.every as usize,
+        keep: cfg.checkpoint.keep,
+        eval_every: cfg.eval.every as usize,
+        log_every: cfg.log.every as usize,
+        plot_every: cfg.log.plot_every as usize,
+        workers: cfg.data.workers,
+        prefetch: cfg.data.prefetch,
+        config_text: cfg.to_toml_string(),
+        stop_at: args.stop_at,
+        ..RunOptions::new(&run_dir)
+    };
+    let eval_opts = eval_options(&cfg);
+    let mut validate = |model: &DaNet| -> Result<ValScore> {
+        let val = val_set.as_deref().expect("validation only runs with a val split");
+        let result = evaluate_with(model, val, &eval_opts, device, None, |_, _| Ok(()))?;
+        eprintln!(
+            "  val mIoU {:.2}  pixel acc {:.2}",
+            result.mean_iou() * 100.0,
+            result.pixel_accuracy() * 100.0
+        );
+        Ok(ValScore {
+            miou: result.mean_iou(),
+            pixel_accuracy: result.pixel_accuracy(),
+        })
+    };
+    let validate: Option<&mut dyn FnMut(&DaNet) -> Result<ValScore>> =
+        val_set.is_some().then_some(&mut validate as _);
+    let state = run::run(&mut trainer, train_set, validate, &opts, state)?;
+
+    println!("wrote {}", opts.last_path().display());
+    if let (Some(miou), Some(it)) = (state.best_miou, state.best_iteration) {
+        println!(
+            "best val mIoU {:.2} at iteration {it}: {}",
+            miou * 100.0,
+            opts.best_path().display()
+        );
+    }
+    Ok(())
+}
+
+/// The configuration and, when resuming, the checkpoint to resume from.
+fn resolve_config(args: &Args) -> Result<(RunConfig, Option<PathBuf>)> {
+    let (mut cfg, resume) = match &args.resume {
+        Some(path) => {
+            if args.config.is_some() {
+                bail!("--resume uses the configuration stored in the checkpoint; drop --config (use --set to change a key)");
+            }
+            let path = if path.is_dir() {
+                path.join("last.safetensors")
+            } else {
+                path.clone()
+            };
+            let checkpoint = Checkpoint::read(&path)?;
+            let text = checkpoint.info.get(CONFIG_KEY).with_context(|| {
+                format!("{} has no stored run configuration: not a resumable checkpoint", path.display())
+            })?;
+            let mut cfg = RunConfig::from_toml_str(text)
+                .with_context(|| format!("configuration stored in {}", path.display()))?;
+            // The run continues where its checkpoint is, wherever the run was started.
+            cfg.out_dir = path.parent().map(Path::to_path_buf);
+            (cfg, Some(path))
+        }
+        None => {
+            let name = args.config.as_deref().unwrap_or("shapes-tiny");
+            (RunConfig::preset_or_file(name)?, None)
+        }
+    };
+    cfg.apply_overrides(&args.overrides)?;
+    Ok((cfg, resume))
+}
+
+fn shapes_args(cfg: &RunConfig) -> ShapesArgs {
+    ShapesArgs {
+        size: cfg.data.shapes_size,
+        seed: cfg.seed,
+        train_count: cfg.data.shapes_train_count,
+        val_count: cfg.data.shapes_val_count,
+    }
+}
+
+fn model_spec(
+    cfg: &RunConfig,
+    classes: Vec<String>,
+    palette: Option<Vec<[u8; 3]>>,
+) -> Result<ModelSpec> {
+    let backbone: BackboneSpec = cfg.backbone_spec()?;
+    let mut spec = ModelSpec::new(&cfg.model.backbone, backbone, classes);
+    if let Some(p) = palette {
+        spec.palette = p;
+    }
+    spec.validate()?;
+    Ok(spec)
+}
+
+fn train_config(cfg: &RunConfig, iterations: usize, device: tch::Device) -> TrainConfig {
+    let (o, a) = (&cfg.optim, &cfg.augment);
+    TrainConfig {
+        iterations,
+        batch_size: o.batch_size,
+        lr: cfg.effective_lr(),
+        head_lr_mult: o.head_lr_mult,
+        momentum: o.momentum,
+        weight_decay: o.weight_decay,
+        nesterov: o.nesterov,
+        poly_power: o.poly_power,
+        warmup_iters: o.warmup_iters as usize,
+        warmup_ratio: o.warmup_ratio,
+        loss_weights: o.loss_weights,
+        ohem: o.ohem.then_some(Ohem {
+            thresh: o.ohem_thresh,
+            min_kept: o.ohem_min_kept as usize,
+        }),
+        accumulation: o.accumulation,
+        grad_clip_norm: o.grad_clip_norm,
+        augment: Augment {
+            flip: a.flip,
+            scale: a.scale_range.map(|[lo, hi]| (lo, hi)),
+            base_size: a.base_size,
+            crop: a.crop_size,
+            color_jitter: a.color_jitter,
+            blur_prob: a.blur_prob,
+            blur_sigma: (a.blur_sigma[0], a.blur_sigma[1]),
+        },
+        seed: cfg.seed,
+        device,
+        progress: true,
+        attention: cfg.model.attention,
+        freeze_bn: false,
+    }
+}
+
+fn eval_options(cfg: &RunConfig) -> EvalOptions {
+    let e = &cfg.eval;
+    let base = EvalOptions::new()
+        .flip(e.flip)
+        .scales(e.scales.clone())
+        .batch_size(e.batch_size)
+        .progress(false);
+    match (e.mode, e.crop_size, e.stride) {
+        (EvalMode::Sliding, Some(crop), Some(stride)) => base.sliding(crop as i64, stride as i64),
+        _ => base.whole(),
+    }
+}
+
+/// Pretrained weights: torchvision ResNet names set the backbone only, DANet names the
+/// whole model (see `segtool import`).
+fn init_weights(trainer: &mut Trainer, path: &Path) -> Result<()> {
+    let state = super::import::read(path)?;
+    let mode = segtool_train::import::ImportMode::detect(&state);
+    super::import::import(&mut trainer.vs, state, path, mode, false)?;
+    Ok(())
 }
 
 pub fn parse_device(s: &str) -> Result<tch::Device> {
@@ -90,44 +296,6 @@ pub fn backbone_spec(name: &str, output_stride: i64) -> Result<BackboneSpec> {
         Some(spec) => Ok(spec),
         None => bail!("unknown backbone {name:?} (tiny, resnet18/34/50/101/152)"),
     }
-}
-
-pub fn run(args: Args) -> Result<()> {
-    if args.threads > 0 {
-        tch::set_num_threads(args.threads);
-    }
-    let (classes, palette) = dataset_classes(&args.data)?;
-    let mut backbone = backbone_spec(&args.backbone, args.output_stride)?;
-    backbone.deep_stem = args.deep_stem;
-    backbone.multi_grid = args.multi_grid.clone();
-    let mut spec = ModelSpec::new(&args.backbone, backbone, classes);
-    if let Some(p) = palette {
-        spec.palette = p;
-    }
-    spec.validate()?;
-    let dataset = open_dataset(&args.data, "train", &args.shapes)?;
-    let config = TrainConfig {
-        iterations: args.iterations,
-        batch_size: args.batch_size,
-        lr: args.lr,
-        seed: args.shapes.seed,
-        device: parse_device(&args.device)?,
-        attention: args.attention,
-        freeze_bn: args.freeze_bn,
-        ..TrainConfig::default()
-    };
-    let mut trainer = Trainer::new(&spec, config)?;
-    if let Some(path) = &args.init {
-        let state = super::import::read(path)?;
-        let mode = segtool_train::import::ImportMode::detect(&state);
-        super::import::import(&mut trainer.vs, state, path, mode, false)?;
-    }
-    trainer.train(dataset.as_ref())?;
-    let info = CheckpointInfo::from([("iterations".to_string(), args.iterations.to_string())]);
-    checkpoint::save(&args.out, &trainer.vs, &spec, &info)?;
-    write_loss_curve(&args.out.with_extension("loss"), &trainer.losses)?;
-    println!("wrote {}", args.out.display());
-    Ok(())
 }
 
 /// `<stem>.loss.png` (raw and smoothed) and `<stem>.loss.csv`.

@@ -28,7 +28,23 @@ fn f32_bytes(t: &Tensor) -> Vec<u8> {
 
 /// Serialises every variable of `vs` (trainable or not) with `spec` in the metadata.
 pub fn to_bytes(vs: &nn::VarStore, spec: &ModelSpec, info: &CheckpointInfo) -> Result<Vec<u8>> {
-    let variables: BTreeMap<String, Tensor> = vs.variables().into_iter().collect();
+    to_bytes_with(vs, spec, info, &[])
+}
+
+/// [`to_bytes`] plus `extra` tensors (e.g. optimiser state) under their own names, which
+/// [`Checkpoint::load_into`] ignores.
+pub fn to_bytes_with(
+    vs: &nn::VarStore,
+    spec: &ModelSpec,
+    info: &CheckpointInfo,
+    extra: &[(String, Tensor)],
+) -> Result<Vec<u8>> {
+    let mut variables: BTreeMap<String, Tensor> = vs.variables().into_iter().collect();
+    for (name, t) in extra {
+        if variables.insert(name.clone(), t.shallow_clone()).is_some() {
+            bail!("extra checkpoint tensor `{name}` collides with a model variable");
+        }
+    }
     let mut owned: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> = Vec::new();
     for (name, t) in &variables {
         let shape = t.size().iter().map(|&d| d as usize).collect();
@@ -56,7 +72,18 @@ pub fn to_bytes(vs: &nn::VarStore, spec: &ModelSpec, info: &CheckpointInfo) -> R
 
 /// Writes a checkpoint atomically.
 pub fn save(path: &Path, vs: &nn::VarStore, spec: &ModelSpec, info: &CheckpointInfo) -> Result<()> {
-    let bytes = to_bytes(vs, spec, info)?;
+    save_with(path, vs, spec, info, &[])
+}
+
+/// Writes a checkpoint with `extra` tensors atomically (temp file, fsync, rename).
+pub fn save_with(
+    path: &Path,
+    vs: &nn::VarStore,
+    spec: &ModelSpec,
+    info: &CheckpointInfo,
+    extra: &[(String, Tensor)],
+) -> Result<()> {
+    let bytes = to_bytes_with(vs, spec, info, extra)?;
     segtool_core::io::write_atomic(path, &bytes)
         .with_context(|| format!("writing checkpoint {}", path.display()))
 }
@@ -95,6 +122,15 @@ impl Checkpoint {
         let spec = ModelSpec::from_json(&spec_json)
             .with_context(|| format!("model spec in {}", path.display()))?;
         Ok(Self { bytes, spec, info })
+    }
+
+    /// The tensor `name` (f32), or `None` when the file has no such tensor.
+    pub fn tensor(&self, name: &str) -> Result<Option<Tensor>> {
+        let st = SafeTensors::deserialize(&self.bytes)?;
+        match st.tensor(name) {
+            Ok(view) => Ok(Some(tensor_from_view(name, &view)?)),
+            Err(_) => Ok(None),
+        }
     }
 
     /// Copies every variable of `vs` from the file, checking names and shapes.

@@ -8,7 +8,12 @@ pub mod checkpoint;
 pub mod data;
 pub mod eval;
 pub mod import;
+pub mod loader;
+pub mod metrics_log;
 pub mod model;
+pub mod ohem;
+pub mod optim;
+pub mod run;
 pub mod trainer;
 
 pub use checkpoint::Checkpoint;

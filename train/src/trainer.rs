@@ -1,21 +1,22 @@
-//! The training loop: SGD (momentum, weight decay on every parameter), the head at 10x
+//! The training step: SGD (momentum, weight decay on every parameter), the head at 10x
 //! the backbone's learning rate, poly decay per iteration, cross-entropy on DANet's three
-//! outputs with the ignore label.
+//! outputs with the ignore label; optional warm-up, OHEM, gradient accumulation and
+//! clipping. Checkpointing, validation and logs around it live in [`crate::run`].
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{bail, Result};
 use indicatif::{ProgressBar, ProgressStyle};
-use rand::seq::SliceRandom;
-use rand::SeedableRng;
-use rand_chacha::ChaCha8Rng;
-use segtool_core::dataset::SegDataset;
+use segtool_core::dataset::{Sample, SegDataset};
 use segtool_core::{ModelSpec, IGNORE_LABEL};
-use tch::nn::{self, OptimizerConfig};
-use tch::{Device, Reduction, Tensor};
+use tch::{nn, Device, Reduction, Tensor};
 
 use crate::data::{images_to_tensor, masks_to_tensor, Augment};
+use crate::loader::{Loader, LoaderConfig};
 use crate::model::{AttentionImpl, DaNet, DaNetOutputs};
+use crate::ohem::Ohem;
+use crate::optim::{LrSchedule, Sgd, SgdConfig};
 
 #[derive(Clone, Debug)]
 pub struct TrainConfig {
@@ -26,10 +27,20 @@ pub struct TrainConfig {
     pub head_lr_mult: f64,
     pub momentum: f64,
     pub weight_decay: f64,
+    pub nesterov: bool,
     /// Poly decay: lr * (1 - it / iterations)^power.
     pub poly_power: f64,
+    /// Linear warm-up over the first `warmup_iters`, from `warmup_ratio` x the poly lr.
+    pub warmup_iters: usize,
+    pub warmup_ratio: f64,
     /// Weights of the (fused, position, channel) losses.
     pub loss_weights: [f64; 3],
+    /// Online hard example mining in the cross-entropy; `None`: plain mean CE.
+    pub ohem: Option<Ohem>,
+    /// Micro-batches whose gradients are summed before one optimiser step.
+    pub accumulation: usize,
+    /// Global gradient-norm clipping (`torch.nn.utils.clip_grad_norm_`).
+    pub grad_clip_norm: Option<f64>,
     pub augment: Augment,
     pub seed: u64,
     pub device: Device,
@@ -50,13 +61,17 @@ impl Default for TrainConfig {
             head_lr_mult: 10.0,
             momentum: 0.9,
             weight_decay: 1e-4,
+            nesterov: false,
             poly_power: 0.9,
+            warmup_iters: 0,
+            warmup_ratio: 1.0,
             loss_weights: [1.0, 1.0, 1.0],
+            ohem: None,
+            accumulation: 1,
+            grad_clip_norm: None,
             augment: Augment {
                 flip: true,
-                scale: None,
-                base_size: 0,
-                crop: None,
+                ..Augment::none()
             },
             seed: 0,
             device: Device::Cpu,
@@ -68,27 +83,78 @@ impl Default for TrainConfig {
 }
 
 impl TrainConfig {
+    pub fn schedule(&self) -> LrSchedule {
+        LrSchedule {
+            base_lr: self.lr,
+            total_iters: self.iterations,
+            power: self.poly_power,
+            warmup_iters: self.warmup_iters,
+            warmup_ratio: self.warmup_ratio,
+        }
+    }
+
     /// Backbone learning rate at iteration `it` (0-based).
     pub fn lr_at(&self, it: usize) -> f64 {
-        self.lr
-            * (1.0 - it as f64 / self.iterations as f64)
-                .max(0.0)
-                .powf(self.poly_power)
+        self.schedule().at(it)
+    }
+
+    fn sgd(&self) -> SgdConfig {
+        SgdConfig {
+            momentum: self.momentum,
+            weight_decay: self.weight_decay,
+            nesterov: self.nesterov,
+        }
     }
 }
 
 /// DANet's loss: the weighted sum of CE on each output, ignoring label 255.
 pub fn danet_loss(out: &DaNetOutputs, target: &Tensor, weights: [f64; 3]) -> Tensor {
-    let ce = |logits: &Tensor| {
-        logits.cross_entropy_loss::<Tensor>(target, None, Reduction::Mean, IGNORE_LABEL as i64, 0.0)
+    danet_loss_with(out, target, weights, None)
+}
+
+/// [`danet_loss`] with optional OHEM applied to each output separately.
+pub fn danet_loss_with(
+    out: &DaNetOutputs,
+    target: &Tensor,
+    weights: [f64; 3],
+    ohem: Option<&Ohem>,
+) -> Tensor {
+    let ce = |logits: &Tensor| match ohem {
+        Some(ohem) => ohem.loss(logits, target),
+        None => logits.cross_entropy_loss::<Tensor>(
+            target,
+            None,
+            Reduction::Mean,
+            IGNORE_LABEL as i64,
+            0.0,
+        ),
     };
     ce(&out.fused) * weights[0] + ce(&out.position) * weights[1] + ce(&out.channel) * weights[2]
+}
+
+/// The loss was NaN or infinite: the step was not applied, the weights are intact.
+#[derive(Debug, thiserror::Error)]
+#[error("loss became {value} at iteration {iteration} (lr {lr:.3e}); the step was not applied")]
+pub struct NonFiniteLoss {
+    pub iteration: usize,
+    pub value: f64,
+    pub lr: f64,
+}
+
+/// What one optimiser step did.
+#[derive(Clone, Copy, Debug)]
+pub struct StepStats {
+    /// Mean loss over the micro-batches.
+    pub loss: f64,
+    pub lr: f64,
+    /// Global gradient norm before clipping (computed only when clipping).
+    pub grad_norm: Option<f64>,
 }
 
 pub struct Trainer {
     pub vs: nn::VarStore,
     pub model: DaNet,
-    optimizer: nn::Optimizer,
+    pub optimizer: Sgd,
     pub config: TrainConfig,
     /// (iteration, loss) for every step taken.
     pub losses: Vec<(usize, f64)>,
@@ -105,18 +171,12 @@ impl Trainer {
     /// Trains an existing model (e.g. one loaded from a checkpoint). The config's
     /// `attention` and `freeze_bn` are applied to it.
     pub fn from_parts(vs: nn::VarStore, mut model: DaNet, config: TrainConfig) -> Result<Self> {
-        if config.iterations == 0 || config.batch_size == 0 {
-            bail!("iterations and batch size must be positive");
+        if config.iterations == 0 || config.batch_size == 0 || config.accumulation == 0 {
+            bail!("iterations, batch size and accumulation must be positive");
         }
         model.set_attention(config.attention);
         model.set_frozen_bn(config.freeze_bn);
-        let sgd = nn::Sgd {
-            momentum: config.momentum,
-            dampening: 0.0,
-            wd: config.weight_decay,
-            nesterov: false,
-        };
-        let optimizer = sgd.build(&vs, config.lr)?;
+        let optimizer = Sgd::new(&vs, config.sgd());
         Ok(Self {
             vs,
             model,
@@ -126,59 +186,82 @@ impl Trainer {
         })
     }
 
-    /// One SGD step at iteration `it`; returns the loss.
+    /// One SGD step at iteration `it` on one batch; returns the loss.
     pub fn step(&mut self, images: &Tensor, masks: &Tensor, it: usize) -> Result<f64> {
+        Ok(self.step_accumulated(&[(images, masks)], it)?.loss)
+    }
+
+    /// One SGD step at iteration `it` whose gradient is the mean over `micro_batches`
+    /// (gradient accumulation). Dropout draws from a stream seeded by (seed, it), so a
+    /// resumed run repeats an uninterrupted one exactly.
+    pub fn step_accumulated(
+        &mut self,
+        micro_batches: &[(&Tensor, &Tensor)],
+        it: usize,
+    ) -> Result<StepStats> {
         let lr = self.config.lr_at(it);
-        self.optimizer.set_lr_group(DaNet::BACKBONE_GROUP, lr);
-        self.optimizer
-            .set_lr_group(DaNet::HEAD_GROUP, lr * self.config.head_lr_mult);
-        let out = self.model.forward_all(images, true);
-        let loss = danet_loss(&out, masks, self.config.loss_weights);
-        let value = loss.double_value(&[]);
-        if !value.is_finite() {
-            bail!("loss became {value} at iteration {it} (lr {lr:.3e}); stopping before the weights are corrupted");
+        tch::manual_seed(iteration_seed(self.config.seed, it));
+        self.optimizer.zero_grad();
+        let scale = 1.0 / micro_batches.len() as f64;
+        let mut total = 0.0;
+        for (images, masks) in micro_batches {
+            let out = self.model.forward_all(images, true);
+            let loss = danet_loss_with(
+                &out,
+                masks,
+                self.config.loss_weights,
+                self.config.ohem.as_ref(),
+            );
+            let value = loss.double_value(&[]);
+            if !value.is_finite() {
+                self.optimizer.zero_grad();
+                return Err(NonFiniteLoss {
+                    iteration: it,
+                    value,
+                    lr,
+                }
+                .into());
+            }
+            (loss * scale).backward();
+            total += value * scale;
         }
-        self.optimizer.backward_step(&loss);
-        self.losses.push((it, value));
-        Ok(value)
+        let grad_norm = self
+            .config
+            .grad_clip_norm
+            .map(|max| self.optimizer.clip_grad_norm(max));
+        self.optimizer
+            .step([lr, lr * self.config.head_lr_mult]);
+        self.losses.push((it, total));
+        Ok(StepStats {
+            loss: total,
+            lr,
+            grad_norm,
+        })
     }
 
     /// Runs `config.iterations` steps over shuffled epochs of `dataset` (last partial
-    /// batch dropped, as the recipe does).
-    pub fn train(&mut self, dataset: &dyn SegDataset) -> Result<()> {
+    /// batch dropped, as the recipe does), decoding on the calling thread.
+    pub fn train(&mut self, dataset: Arc<dyn SegDataset>) -> Result<()> {
         let cfg = self.config.clone();
-        if dataset.len() < cfg.batch_size {
-            bail!(
-                "dataset has {} samples, fewer than one batch of {}",
-                dataset.len(),
-                cfg.batch_size
-            );
-        }
-        let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
+        let loader_config = LoaderConfig {
+            batch_size: cfg.batch_size,
+            workers: 0,
+            prefetch: 1,
+            seed: cfg.seed,
+            rank: 0,
+            world_size: 1,
+        };
+        let mut loader = Loader::new(dataset, cfg.augment.clone(), loader_config, Default::default())?;
         let bar = progress_bar(cfg.iterations as u64, cfg.progress);
         let start = Instant::now();
-        let mut order: Vec<usize> = Vec::new();
         let mut smoothed = None;
         for it in 0..cfg.iterations {
-            if order.len() < cfg.batch_size {
-                order = (0..dataset.len()).collect();
-                order.shuffle(&mut rng);
+            let mut batches = Vec::with_capacity(cfg.accumulation);
+            for _ in 0..cfg.accumulation {
+                batches.push(self.batch_tensors(&loader.next_batch()?.samples));
             }
-            let samples = order
-                .split_off(order.len() - cfg.batch_size)
-                .into_iter()
-                .map(|i| dataset.get(i).map(|s| cfg.augment.apply(&s, &mut rng)))
-                .collect::<Result<Vec<_>, _>>()?;
-            let images = images_to_tensor(
-                &samples.iter().map(|s| &s.image).collect::<Vec<_>>(),
-                &self.model.spec,
-                cfg.device,
-            );
-            let masks = masks_to_tensor(
-                &samples.iter().map(|s| &s.mask).collect::<Vec<_>>(),
-                cfg.device,
-            );
-            let loss = self.step(&images, &masks, it)?;
+            let refs: Vec<(&Tensor, &Tensor)> = batches.iter().map(|(i, m)| (i, m)).collect();
+            let loss = self.step_accumulated(&refs, it)?.loss;
             let s = smoothed.map_or(loss, |s: f64| 0.95 * s + 0.05 * loss);
             smoothed = Some(s);
             bar.set_message(format!("loss {s:.4} lr {:.2e}", cfg.lr_at(it)));
@@ -202,6 +285,31 @@ impl Trainer {
         ));
         Ok(())
     }
+
+    /// (images, masks) tensors of a batch of same-size samples on the training device.
+    pub fn batch_tensors(&self, samples: &[Sample]) -> (Tensor, Tensor) {
+        let images = images_to_tensor(
+            &samples.iter().map(|s| &s.image).collect::<Vec<_>>(),
+            &self.model.spec,
+            self.config.device,
+        );
+        let masks = masks_to_tensor(
+            &samples.iter().map(|s| &s.mask).collect::<Vec<_>>(),
+            self.config.device,
+        );
+        (images, masks)
+    }
+}
+
+/// libtorch seed of iteration `it`: splitmix64 of (seed, it), so no two iterations (or
+/// runs with neighbouring seeds) share a dropout stream.
+fn iteration_seed(seed: u64, it: usize) -> i64 {
+    let mut z = seed
+        .wrapping_add((it as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15))
+        .wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    ((z ^ (z >> 31)) >> 1) as i64
 }
 
 pub fn progress_bar(len: u64, visible: bool) -> ProgressBar {

@@ -83,7 +83,7 @@ fn non_finite_loss_is_reported() {
     let mut trainer = Trainer::new(&spec, cfg).unwrap();
     // An absurd learning rate blows the weights up after one step; the next loss is not finite.
     let err = trainer
-        .train(&ds)
+        .train(std::sync::Arc::new(ds))
         .err()
         .expect("NaN must stop training")
         .to_string();

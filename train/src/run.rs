@@ -1,0 +1,299 @@
+//! A training run around [`Trainer`]: the prefetching loader, `last` / keep-k / `best`
+//! checkpoints, validation, exact resume, a JSONL metrics log and PNG curves.
+//!
+//! Resume is exact because everything random is a function of a position the checkpoint
+//! records: the sampler's (epoch, batch) position fixes the next batch and its
+//! augmentation, the iteration fixes the learning rate and the dropout stream
+//! ([`Trainer::step_accumulated`]), and the momentum buffers travel with the weights.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+use segtool_core::dataset::SegDataset;
+
+use crate::checkpoint::{self, Checkpoint, CheckpointInfo};
+use crate::loader::{Loader, LoaderConfig, SamplerPosition};
+use crate::metrics_log::{MetricsLog, Record};
+use crate::model::DaNet;
+use crate::trainer::{progress_bar, NonFiniteLoss, Trainer};
+
+/// Checkpoint metadata key of the [`RunState`] (JSON).
+pub const STATE_KEY: &str = "segtool.train_state";
+/// Checkpoint metadata key of the resolved run configuration (TOML).
+pub const CONFIG_KEY: &str = "segtool.config";
+
+/// Where a run stands: everything a resume needs besides weights and momentum.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunState {
+    /// Iterations completed (the next one to run, 0-based).
+    pub iteration: usize,
+    /// Sampler position of the next batch.
+    pub position: SamplerPosition,
+    pub best_miou: Option<f64>,
+    pub best_iteration: Option<usize>,
+}
+
+/// Validation scores; the run keeps the checkpoint with the best `miou` as `best`.
+#[derive(Clone, Copy, Debug)]
+pub struct ValScore {
+    pub miou: f64,
+    pub pixel_accuracy: f64,
+}
+
+pub struct RunOptions {
+    pub out_dir: PathBuf,
+    /// Iterations between `last` saves (and keep-k snapshots); 0: only at the end.
+    pub checkpoint_every: usize,
+    /// Periodic `iter_NNNNNNN.safetensors` snapshots kept; 0: none.
+    pub keep: usize,
+    /// Iterations between validations; 0: only at the end.
+    pub eval_every: usize,
+    pub log_every: usize,
+    pub plot_every: usize,
+    pub workers: usize,
+    pub prefetch: usize,
+    pub rank: usize,
+    pub world_size: usize,
+    /// Resolved configuration, written to `config.toml` and into every checkpoint.
+    pub config_text: String,
+    /// Stop (with a `last` checkpoint) once this many iterations are done, although the
+    /// schedule spans all of them: a preempted job, or the first half of a resume test.
+    pub stop_at: Option<usize>,
+}
+
+impl RunOptions {
+    pub fn new(out_dir: impl Into<PathBuf>) -> Self {
+        Self {
+            out_dir: out_dir.into(),
+            checkpoint_every: 0,
+            keep: 0,
+            eval_every: 0,
+            log_every: 10,
+            plot_every: 100,
+            workers: 2,
+            prefetch: 4,
+            rank: 0,
+            world_size: 1,
+            config_text: String::new(),
+            stop_at: None,
+        }
+    }
+
+    pub fn last_path(&self) -> PathBuf {
+        self.out_dir.join("last.safetensors")
+    }
+
+    pub fn best_path(&self) -> PathBuf {
+        self.out_dir.join("best.safetensors")
+    }
+
+    fn is_main(&self) -> bool {
+        self.rank == 0
+    }
+}
+
+/// Loads weights, momentum buffers and the [`RunState`] of `checkpoint` into `trainer`.
+pub fn resume(trainer: &mut Trainer, checkpoint: &Checkpoint, path: &Path) -> Result<RunState> {
+    checkpoint
+        .load_into(&mut trainer.vs)
+        .with_context(|| format!("loading weights from {}", path.display()))?;
+    trainer
+        .optimizer
+        .load_state(|name| checkpoint.tensor(name))
+        .with_context(|| format!("loading optimiser state from {}", path.display()))?;
+    let json = checkpoint.info.get(STATE_KEY).with_context(|| {
+        format!(
+            "{} has no training state (`{STATE_KEY}`): it is a weights-only checkpoint; \
+             use it as model.init instead of resuming from it",
+            path.display()
+        )
+    })?;
+    serde_json::from_str(json).with_context(|| format!("training state in {}", path.display()))
+}
+
+/// Trains from `state` to `trainer.config.iterations` (or `opts.stop_at`), validating
+/// with `validate` when given. Returns the final state.
+pub fn run(
+    trainer: &mut Trainer,
+    train_set: Arc<dyn SegDataset>,
+    mut validate: Option<&mut dyn FnMut(&DaNet) -> Result<ValScore>>,
+    opts: &RunOptions,
+    mut state: RunState,
+) -> Result<RunState> {
+    let cfg = trainer.config.clone();
+    let end = opts.stop_at.unwrap_or(cfg.iterations).min(cfg.iterations);
+    let main = opts.is_main();
+    if main {
+        std::fs::create_dir_all(&opts.out_dir)
+            .with_context(|| format!("creating run directory {}", opts.out_dir.display()))?;
+        let config_path = opts.out_dir.join("config.toml");
+        segtool_core::io::write_atomic(&config_path, opts.config_text.as_bytes())
+            .with_context(|| format!("writing {}", config_path.display()))?;
+    }
+    let mut log = MetricsLog::open(&opts.out_dir.join("metrics.jsonl"), state.iteration, main)?;
+    let loader_config = LoaderConfig {
+        batch_size: cfg.batch_size,
+        workers: opts.workers,
+        prefetch: opts.prefetch,
+        seed: cfg.seed,
+        rank: opts.rank,
+        world_size: opts.world_size,
+    };
+    let mut loader = Loader::new(train_set, cfg.augment.clone(), loader_config, state.position)?;
+    let bar = progress_bar(cfg.iterations as u64, cfg.progress && main);
+    bar.set_position(state.iteration as u64);
+    bar.reset_eta();
+    let mut window = Window::new(loader.wait_time());
+    let mut last_saved: Option<PathBuf> =
+        (state.iteration > 0 && opts.last_path().exists()).then(|| opts.last_path());
+
+    while state.iteration < end {
+        let it = state.iteration;
+        let mut batches = Vec::with_capacity(cfg.accumulation);
+        for _ in 0..cfg.accumulation {
+            let batch = loader.next_batch()?;
+            state.position = batch.position;
+            batches.push(trainer.batch_tensors(&batch.samples));
+        }
+        let refs: Vec<_> = batches.iter().map(|(i, m)| (i, m)).collect();
+        let stats = match trainer.step_accumulated(&refs, it) {
+            Ok(stats) => stats,
+            Err(e) if e.is::<NonFiniteLoss>() => {
+                let last = last_saved.as_ref().map_or("none written yet".to_string(), |p| {
+                    p.display().to_string()
+                });
+                return Err(e.context(format!(
+                    "training stopped at iteration {it}; last good checkpoint: {last}"
+                )));
+            }
+            Err(e) => return Err(e),
+        };
+        state.iteration += 1;
+        let done = state.iteration;
+        window.add(stats.loss, stats.grad_norm);
+        bar.inc(1);
+
+        if done % opts.log_every.max(1) == 0 || done == end {
+            let record = window.record(done, stats.lr, loader.wait_time());
+            bar.set_message(format!(
+                "loss {:.4} lr {:.2e} data-wait {:.0}%",
+                record.loss.unwrap_or(f64::NAN),
+                stats.lr,
+                record.data_wait.unwrap_or(0.0) * 100.0
+            ));
+            if bar.is_hidden() && main && cfg.progress {
+                eprintln!("  {}", record.describe(cfg.iterations));
+            }
+            log.push(record)?;
+        }
+        let finished = done == end;
+        if let Some(validate) = validate.as_mut() {
+            let due = opts.eval_every > 0 && done % opts.eval_every == 0;
+            if due || done == cfg.iterations {
+                let score = validate(&trainer.model)?;
+                log.push(Record::val(done, score.miou, score.pixel_accuracy))?;
+                if main && state.best_miou.is_none_or(|b| score.miou > b) {
+                    state.best_miou = Some(score.miou);
+                    state.best_iteration = Some(done);
+                    save(trainer, &opts.best_path(), &state, opts)?;
+                }
+            }
+        }
+        let periodic = opts.checkpoint_every > 0 && done % opts.checkpoint_every == 0;
+        if main && (periodic || finished) {
+            save(trainer, &opts.last_path(), &state, opts)?;
+            last_saved = Some(opts.last_path());
+            if periodic && opts.keep > 0 {
+                let snapshot = opts.out_dir.join(format!("iter_{done:07}.safetensors"));
+                std::fs::copy(opts.last_path(), &snapshot)
+                    .with_context(|| format!("writing {}", snapshot.display()))?;
+                prune_snapshots(&opts.out_dir, opts.keep)?;
+            }
+        }
+        if main && (done % opts.plot_every.max(1) == 0 || finished) {
+            log.plot(&opts.out_dir)?;
+        }
+    }
+    bar.finish();
+    Ok(state)
+}
+
+fn save(trainer: &Trainer, path: &Path, state: &RunState, opts: &RunOptions) -> Result<()> {
+    let info = CheckpointInfo::from([
+        (STATE_KEY.to_string(), serde_json::to_string(state)?),
+        (CONFIG_KEY.to_string(), opts.config_text.clone()),
+        ("iterations".to_string(), state.iteration.to_string()),
+    ]);
+    checkpoint::save_with(
+        path,
+        &trainer.vs,
+        &trainer.model.spec,
+        &info,
+        &trainer.optimizer.state(),
+    )
+}
+
+/// Deletes all but the newest `keep` `iter_*.safetensors` snapshots.
+fn prune_snapshots(dir: &Path, keep: usize) -> Result<()> {
+    let mut snapshots: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("listing {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("iter_") && n.ends_with(".safetensors"))
+        })
+        .collect();
+    snapshots.sort(); // zero-padded iteration numbers sort chronologically
+    let excess = snapshots.len().saturating_sub(keep);
+    for old in &snapshots[..excess] {
+        std::fs::remove_file(old).with_context(|| format!("removing {}", old.display()))?;
+    }
+    Ok(())
+}
+
+/// Losses and timings since the last log record.
+struct Window {
+    start: Instant,
+    wait_at_start: std::time::Duration,
+    losses: Vec<f64>,
+    grad_norms: Vec<f64>,
+}
+
+impl Window {
+    fn new(wait: std::time::Duration) -> Self {
+        Self {
+            start: Instant::now(),
+            wait_at_start: wait,
+            losses: Vec::new(),
+            grad_norms: Vec::new(),
+        }
+    }
+
+    fn add(&mut self, loss: f64, grad_norm: Option<f64>) {
+        self.losses.push(loss);
+        self.grad_norms.extend(grad_norm);
+    }
+
+    /// The record of this window; starts the next one.
+    fn record(&mut self, iteration: usize, lr: f64, wait: std::time::Duration) -> Record {
+        let seconds = self.start.elapsed().as_secs_f64().max(1e-9);
+        let mean = |v: &[f64]| (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64);
+        let record = Record {
+            kind: "train".into(),
+            iteration,
+            loss: mean(&self.losses),
+            lr: Some(lr),
+            it_per_s: Some(self.losses.len() as f64 / seconds),
+            data_wait: Some(((wait - self.wait_at_start).as_secs_f64() / seconds).min(1.0)),
+            grad_norm: mean(&self.grad_norms),
+            miou: None,
+            pixel_accuracy: None,
+        };
+        *self = Self::new(wait);
+        record
+    }
+}
