@@ -1,0 +1,144 @@
+#![cfg(feature = "train")]
+//! `segtool eval` end to end: the paper's protocol (sliding windows smaller than the
+//! image, flip, two scales) on a tiny random checkpoint, with the saved predictions
+//! re-scored by an independent numpy implementation of the confusion matrix.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn segtool(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_segtool"))
+        .args(args)
+        .output()
+        .expect("segtool runs")
+}
+
+fn ok(out: Output) -> String {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "segtool failed: {stderr}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn p(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+/// `tests/reference/eval_confusion.py` on the prediction and mask folders.
+fn numpy_metrics(pred: &Path, gt: &Path, classes: usize) -> Value {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/reference/eval_confusion.py");
+    let out = common::python()
+        .arg(script)
+        .args(["--pred", p(pred), "--gt", p(gt)])
+        .args(["--num-classes", &classes.to_string()])
+        .output()
+        .expect("python runs (SEGTOOL_PYTHON)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The paper's protocol in miniature: 48-pixel windows 32 apart over 64-pixel images
+/// (four windows; at scale 0.75 one padded window), flip, two scales.
+const PROTOCOL: &str =
+    "--mode sliding --crop 48 --stride 32 --flip --scales 0.75,1.0 --batch-size 4 --threads 1";
+
+/// `segtool eval` of `ckpt` on the folder `data` under [`PROTOCOL`], plus `extra`.
+fn eval(ckpt: &Path, data: &Path, extra: &[&str]) -> String {
+    let mut args = vec![
+        "eval",
+        "--checkpoint",
+        p(ckpt),
+        "--data",
+        p(data),
+        "--split",
+        "val",
+    ];
+    args.extend(PROTOCOL.split(' '));
+    args.extend(extra);
+    ok(segtool(&args))
+}
+
+fn read_json(path: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+#[test]
+fn sliding_flip_multiscale_metrics_match_numpy() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let data = d.join("data");
+    let generate = "generate --size 64 --train-count 1 --val-count 6 --out";
+    ok(segtool(
+        &[generate.split(' ').collect(), vec![p(&data)]].concat(),
+    ));
+    let (spec, _model, ckpt) = common::tiny_checkpoint(d, 3);
+    let (pred, metrics) = (d.join("pred"), d.join("m.json"));
+    let started = std::time::Instant::now();
+    let stdout = eval(
+        &ckpt,
+        &data,
+        &["--predictions", p(&pred), "--metrics", p(&metrics)],
+    );
+    eprintln!(
+        "segtool eval: {:.2} s\n{stdout}",
+        started.elapsed().as_secs_f64()
+    );
+    assert!(stdout.contains("mIoU") && stdout.contains("c4"), "{stdout}");
+
+    let names: Vec<String> = std::fs::read_dir(data.join("masks/val"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(names.len(), 6);
+    for name in &names {
+        let stem = name.trim_end_matches(".png");
+        assert!(pred.join(name).is_file() && pred.join(format!("{stem}_color.png")).is_file());
+    }
+
+    let ours = read_json(&metrics);
+    let theirs = numpy_metrics(&pred, &data.join("masks/val"), spec.num_classes());
+    assert_eq!(theirs["images"], 6);
+    assert_eq!(ours["confusion"], theirs["confusion"]);
+    for key in ["mean_iou", "pixel_accuracy"] {
+        let (a, b) = (ours[key].as_f64().unwrap(), theirs[key].as_f64().unwrap());
+        assert!((a - b).abs() < 1e-9, "{key}: segtool {a} numpy {b}");
+    }
+    assert_eq!(
+        ours["per_class"].as_array().unwrap().len(),
+        spec.num_classes()
+    );
+    assert_eq!(ours["protocol"]["mode"], "sliding");
+
+    // Same checkpoint, same protocol: the same confusion matrix, run after run.
+    let again = d.join("again.json");
+    eval(&ckpt, &data, &["--metrics", p(&again)]);
+    assert_eq!(read_json(&again)["confusion"], ours["confusion"]);
+}
+
+/// Flags are checked before the checkpoint is read, so the error is about the flag.
+#[test]
+fn bad_protocol_flags_are_rejected() {
+    for (args, needle) in [
+        (&["--crop", "32"][..], "--mode sliding"),
+        (
+            &["--mode", "sliding", "--crop", "32", "--stride", "40"],
+            "stride",
+        ),
+        (&["--ms", "--scales", "1.0"], "--ms"),
+        (&["--scales", "1.0,-2"], "scales"),
+    ] {
+        let out = segtool(&[&["eval", "--checkpoint", "unread.safetensors"], args].concat());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && stderr.contains(needle),
+            "{args:?}: {stderr}"
+        );
+    }
+}
