@@ -50,7 +50,12 @@ fn train_export_infer_and_bad_inputs() {
     let out_dir = format!("out_dir={}", p(&run_dir));
     let train = |extra: &[&str]| {
         let mut args = vec!["train", "--set", &dataset, "--set", &out_dir];
-        for set in ["optim.iterations=2", "optim.batch_size=2", "data.workers=1", "log.every=1"] {
+        for set in [
+            "optim.iterations=2",
+            "optim.batch_size=2",
+            "data.workers=1",
+            "log.every=1",
+        ] {
             args.extend(["--set", set]);
         }
         args.extend(extra);
@@ -60,11 +65,26 @@ fn train_export_infer_and_bad_inputs() {
     assert_fails_naming(&train(&["--set", "optim.lrr=0.1"]), &["lrr"]);
     // Stopped after one iteration, then resumed from the run directory.
     let ok = train(&["--stop-at", "1"]);
-    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
     let ok = segtool(&["train", "--resume", p(&run_dir)]);
-    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
     assert!(String::from_utf8_lossy(&ok.stderr).contains("at iteration 1"));
-    for file in ["last.safetensors", "best.safetensors", "config.toml", "metrics.jsonl", "loss.png", "lr.png"] {
+    for file in [
+        "last.safetensors",
+        "best.safetensors",
+        "config.toml",
+        "metrics.jsonl",
+        "loss.png",
+        "lr.png",
+    ] {
         assert!(run_dir.join(file).is_file(), "{file}");
     }
     let metrics = std::fs::read_to_string(run_dir.join("metrics.jsonl")).unwrap();

@@ -82,9 +82,11 @@ pub fn run(args: Args) -> Result<()> {
     }
     let val_set = match cfg.data.val_split.as_str() {
         "" => None,
-        split => Some(open_dataset(&cfg.data.dataset, split, &shapes).with_context(|| {
-            format!("validation split {split:?} (set data.val_split= to train without one)")
-        })?),
+        split => Some(
+            open_dataset(&cfg.data.dataset, split, &shapes).with_context(|| {
+                format!("validation split {split:?} (set data.val_split= to train without one)")
+            })?,
+        ),
     };
 
     let spec = model_spec(&cfg, classes, palette)?;
@@ -95,7 +97,11 @@ pub fn run(args: Args) -> Result<()> {
         Some(path) => {
             let checkpoint = Checkpoint::read(path)?;
             let state = run::resume(&mut trainer, &checkpoint, path)?;
-            eprintln!("resuming {} at iteration {}", path.display(), state.iteration);
+            eprintln!(
+                "resuming {} at iteration {}",
+                path.display(),
+                state.iteration
+            );
             state
         }
         None => {
@@ -120,7 +126,9 @@ pub fn run(args: Args) -> Result<()> {
     };
     let eval_opts = eval_options(&cfg);
     let mut validate = |model: &DaNet| -> Result<ValScore> {
-        let val = val_set.as_deref().expect("validation only runs with a val split");
+        let val = val_set
+            .as_deref()
+            .expect("validation only runs with a val split");
         let result = evaluate_with(model, val, &eval_opts, device, None, |_, _| Ok(()))?;
         eprintln!(
             "  val mIoU {:.2}  pixel acc {:.2}",
@@ -161,7 +169,10 @@ fn resolve_config(args: &Args) -> Result<(RunConfig, Option<PathBuf>)> {
             };
             let checkpoint = Checkpoint::read(&path)?;
             let text = checkpoint.info.get(CONFIG_KEY).with_context(|| {
-                format!("{} has no stored run configuration: not a resumable checkpoint", path.display())
+                format!(
+                    "{} has no stored run configuration: not a resumable checkpoint",
+                    path.display()
+                )
             })?;
             let mut cfg = RunConfig::from_toml_str(text)
                 .with_context(|| format!("configuration stored in {}", path.display()))?;

@@ -16,7 +16,11 @@ pub fn random_model(spec: &ModelSpec, seed: i64) -> (nn::VarStore, DaNet) {
     let vs = nn::VarStore::new(tch::Device::Cpu);
     let model = DaNet::new(&vs.root(), spec);
     tch::no_grad(|| {
-        for (name, mut var) in vs.variables() {
+        // Sorted: `variables()` is a HashMap, whose order (and so which draw each
+        // variable gets) would otherwise change from one process to the next.
+        let mut variables: Vec<_> = vs.variables().into_iter().collect();
+        variables.sort_by(|a, b| a.0.cmp(&b.0));
+        for (name, mut var) in variables {
             let shape = var.size();
             let opts = (Kind::Float, tch::Device::Cpu);
             let fresh = if name.ends_with("running_var") {

@@ -28,7 +28,7 @@ fn seconds(f: impl FnOnce()) -> f64 {
 }
 
 fn main() -> anyhow::Result<()> {
-    let depth: u32 = arg::<String>("--backbone", "resnet50".into())
+    let depth: usize = arg::<String>("--backbone", "resnet50".into())
         .trim_start_matches("resnet")
         .parse()?;
     let (crop, batch, threads, steps) = (

@@ -75,9 +75,14 @@ impl MetricsLog {
         if iteration > 0 && path.exists() {
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("reading {}", path.display()))?;
-            for (n, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
-                let record: Record = serde_json::from_str(line)
-                    .with_context(|| format!("{}:{}: not a metrics record", path.display(), n + 1))?;
+            for (n, line) in text
+                .lines()
+                .enumerate()
+                .filter(|(_, l)| !l.trim().is_empty())
+            {
+                let record: Record = serde_json::from_str(line).with_context(|| {
+                    format!("{}:{}: not a metrics record", path.display(), n + 1)
+                })?;
                 if record.iteration <= iteration {
                     records.push(record);
                 }

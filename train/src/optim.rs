@@ -154,7 +154,11 @@ impl Sgd {
                         }
                         None => p.momentum.insert(d.copy()),
                     };
-                    d = if nesterov { d + &*buf * momentum } else { buf.shallow_clone() };
+                    d = if nesterov {
+                        d + &*buf * momentum
+                    } else {
+                        buf.shallow_clone()
+                    };
                 }
                 let _ = p.tensor.g_add_(&(d * -lr[p.group]));
             }

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use serde::{Deserialize, Serialize};
 use segtool_core::dataset::SegDataset;
+use serde::{Deserialize, Serialize};
 
 use crate::checkpoint::{self, Checkpoint, CheckpointInfo};
 use crate::loader::{Loader, LoaderConfig, SamplerPosition};
@@ -142,7 +142,12 @@ pub fn run(
         rank: opts.rank,
         world_size: opts.world_size,
     };
-    let mut loader = Loader::new(train_set, cfg.augment.clone(), loader_config, state.position)?;
+    let mut loader = Loader::new(
+        train_set,
+        cfg.augment.clone(),
+        loader_config,
+        state.position,
+    )?;
     let bar = progress_bar(cfg.iterations as u64, cfg.progress && main);
     bar.set_position(state.iteration as u64);
     bar.reset_eta();
@@ -162,9 +167,9 @@ pub fn run(
         let stats = match trainer.step_accumulated(&refs, it) {
             Ok(stats) => stats,
             Err(e) if e.is::<NonFiniteLoss>() => {
-                let last = last_saved.as_ref().map_or("none written yet".to_string(), |p| {
-                    p.display().to_string()
-                });
+                let last = last_saved
+                    .as_ref()
+                    .map_or("none written yet".to_string(), |p| p.display().to_string());
                 return Err(e.context(format!(
                     "training stopped at iteration {it}; last good checkpoint: {last}"
                 )));

@@ -229,8 +229,7 @@ impl Trainer {
             .config
             .grad_clip_norm
             .map(|max| self.optimizer.clip_grad_norm(max));
-        self.optimizer
-            .step([lr, lr * self.config.head_lr_mult]);
+        self.optimizer.step([lr, lr * self.config.head_lr_mult]);
         self.losses.push((it, total));
         Ok(StepStats {
             loss: total,
@@ -251,7 +250,12 @@ impl Trainer {
             rank: 0,
             world_size: 1,
         };
-        let mut loader = Loader::new(dataset, cfg.augment.clone(), loader_config, Default::default())?;
+        let mut loader = Loader::new(
+            dataset,
+            cfg.augment.clone(),
+            loader_config,
+            Default::default(),
+        )?;
         let bar = progress_bar(cfg.iterations as u64, cfg.progress);
         let start = Instant::now();
         let mut smoothed = None;

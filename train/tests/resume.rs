@@ -92,7 +92,14 @@ fn interrupted_and_resumed_run_equals_uninterrupted_run() {
     let (whole_dir, split_dir) = (dir.path().join("whole"), dir.path().join("split"));
 
     let mut whole = trainer();
-    let state = run::run(&mut whole, dataset(), None, &options(&whole_dir), RunState::default()).unwrap();
+    let state = run::run(
+        &mut whole,
+        dataset(),
+        None,
+        &options(&whole_dir),
+        RunState::default(),
+    )
+    .unwrap();
     assert_eq!(state.iteration, 2 * K);
 
     let mut first = trainer();
@@ -106,10 +113,13 @@ fn interrupted_and_resumed_run_equals_uninterrupted_run() {
 
     // A fresh process: different initial weights, restored from the checkpoint.
     tch::manual_seed(999);
-    let mut second = Trainer::new(&spec(BackboneSpec::tiny(), 5), TrainConfig {
-        seed: 11,
-        ..config(2 * K)
-    })
+    let mut second = Trainer::new(
+        &spec(BackboneSpec::tiny(), 5),
+        TrainConfig {
+            seed: 11,
+            ..config(2 * K)
+        },
+    )
     .unwrap();
     let last = split_dir.join("last.safetensors");
     let state = run::resume(&mut second, &Checkpoint::read(&last).unwrap(), &last).unwrap();
@@ -123,7 +133,11 @@ fn interrupted_and_resumed_run_equals_uninterrupted_run() {
         worst = worst.max((&a - b).abs().max().double_value(&[]));
     }
     assert!(worst <= 1e-6, "final weights differ by {worst:e}");
-    assert_eq!(whole.losses[K..], second.losses[..], "loss curve after the resume");
+    assert_eq!(
+        whole.losses[K..],
+        second.losses[..],
+        "loss curve after the resume"
+    );
     assert_eq!(lrs(&whole_dir), lrs(&split_dir), "lr at every iteration");
     assert_eq!(lrs(&split_dir).len(), 2 * K);
 }
@@ -146,8 +160,18 @@ fn keeps_k_snapshots_best_and_names_the_checkpoint_on_nan() {
             pixel_accuracy: 0.9,
         })
     };
-    let state = run::run(&mut t, dataset(), Some(&mut validate), &opts, RunState::default()).unwrap();
-    assert_eq!((state.best_miou, state.best_iteration), (Some(0.5), Some(4)));
+    let state = run::run(
+        &mut t,
+        dataset(),
+        Some(&mut validate),
+        &opts,
+        RunState::default(),
+    )
+    .unwrap();
+    assert_eq!(
+        (state.best_miou, state.best_iteration),
+        (Some(0.5), Some(4))
+    );
     let mut names: Vec<String> = std::fs::read_dir(dir.path())
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -156,7 +180,12 @@ fn keeps_k_snapshots_best_and_names_the_checkpoint_on_nan() {
     names.sort();
     assert_eq!(
         names,
-        ["best.safetensors", "iter_0000005.safetensors", "iter_0000006.safetensors", "last.safetensors"]
+        [
+            "best.safetensors",
+            "iter_0000005.safetensors",
+            "iter_0000006.safetensors",
+            "last.safetensors"
+        ]
     );
     for png in ["loss.png", "lr.png", "val_miou.png"] {
         assert!(dir.path().join(png).exists(), "{png}");
@@ -167,11 +196,14 @@ fn keeps_k_snapshots_best_and_names_the_checkpoint_on_nan() {
     // A learning rate this large overflows within a few steps: the run must stop with
     // the iteration and the last checkpoint written before it.
     let nan_dir = tempfile::tempdir().unwrap();
-    let mut t = Trainer::new(&spec(BackboneSpec::tiny(), 5), TrainConfig {
-        lr: 1e12,
-        grad_clip_norm: None,
-        ..config(50)
-    })
+    let mut t = Trainer::new(
+        &spec(BackboneSpec::tiny(), 5),
+        TrainConfig {
+            lr: 1e12,
+            grad_clip_norm: None,
+            ..config(50)
+        },
+    )
     .unwrap();
     let opts = RunOptions {
         checkpoint_every: 1,

@@ -13,14 +13,36 @@ fn check(nesterov: bool) {
     let vs = nn::VarStore::new(tch::Device::Cpu);
     let root = vs.root();
     tch::manual_seed(7);
-    let a = (&root / "pretrained" / "conv").var("weight", &[3, 4], nn::Init::Randn { mean: 0.0, stdev: 1.0 });
-    let b = (&root / "head" / "conv").var("bias", &[5], nn::Init::Randn { mean: 0.0, stdev: 1.0 });
+    let a = (&root / "pretrained" / "conv").var(
+        "weight",
+        &[3, 4],
+        nn::Init::Randn {
+            mean: 0.0,
+            stdev: 1.0,
+        },
+    );
+    let b = (&root / "head" / "conv").var(
+        "bias",
+        &[5],
+        nn::Init::Randn {
+            mean: 0.0,
+            stdev: 1.0,
+        },
+    );
     let (momentum, weight_decay, lrs) = (0.9, 0.05, [0.1, 0.07, 0.02, 0.01]);
     let grads: Vec<(Tensor, Tensor)> = lrs
         .iter()
-        .map(|_| (Tensor::randn([3, 4], (Kind::Float, tch::Device::Cpu)), Tensor::randn([5], (Kind::Float, tch::Device::Cpu))))
+        .map(|_| {
+            (
+                Tensor::randn([3, 4], (Kind::Float, tch::Device::Cpu)),
+                Tensor::randn([5], (Kind::Float, tch::Device::Cpu)),
+            )
+        })
         .collect();
-    let mut inputs = vec![("param.pretrained.conv.weight".to_string(), a.copy()), ("param.head.conv.bias".to_string(), b.copy())];
+    let mut inputs = vec![
+        ("param.pretrained.conv.weight".to_string(), a.copy()),
+        ("param.head.conv.bias".to_string(), b.copy()),
+    ];
     for (k, (ga, gb)) in grads.iter().enumerate() {
         inputs.push((format!("grad.{k}.pretrained.conv.weight"), ga.copy()));
         inputs.push((format!("grad.{k}.head.conv.bias"), gb.copy()));
@@ -28,7 +50,14 @@ fn check(nesterov: bool) {
     let named: Vec<(&str, &Tensor)> = inputs.iter().map(|(n, t)| (n.as_str(), t)).collect();
     write_tensors(&dir.path().join("in.safetensors"), &named);
 
-    let mut sgd = Sgd::new(&vs, SgdConfig { momentum, weight_decay, nesterov });
+    let mut sgd = Sgd::new(
+        &vs,
+        SgdConfig {
+            momentum,
+            weight_decay,
+            nesterov,
+        },
+    );
     let mut ours = Vec::new();
     for (lr, (ga, gb)) in lrs.iter().zip(&grads) {
         sgd.zero_grad();
@@ -39,11 +68,14 @@ fn check(nesterov: bool) {
 
     let lr_list = lrs.map(|l| l.to_string()).join(",");
     let mut cmd = python();
-    cmd.arg(concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/reference/sgd_ref.py"))
-        .arg(dir.path().join("in.safetensors"))
-        .arg(dir.path().join("out.safetensors"))
-        .args(["--lrs", &lr_list, "--momentum", &momentum.to_string()])
-        .args(["--weight-decay", &weight_decay.to_string()]);
+    cmd.arg(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tests/reference/sgd_ref.py"
+    ))
+    .arg(dir.path().join("in.safetensors"))
+    .arg(dir.path().join("out.safetensors"))
+    .args(["--lrs", &lr_list, "--momentum", &momentum.to_string()])
+    .args(["--weight-decay", &weight_decay.to_string()]);
     if nesterov {
         cmd.arg("--nesterov");
     }
@@ -54,7 +86,10 @@ fn check(nesterov: bool) {
         let ra = &reference[&format!("step.{k}.pretrained.conv.weight")].1;
         let rb = &reference[&format!("step.{k}.head.conv.bias")].1;
         let diff = common::max_abs_diff(oa, ra).max(common::max_abs_diff(ob, rb));
-        assert!(diff < 1e-6, "nesterov={nesterov} step {k}: max abs diff {diff:e}");
+        assert!(
+            diff < 1e-6,
+            "nesterov={nesterov} step {k}: max abs diff {diff:e}"
+        );
     }
 }
 

@@ -37,7 +37,11 @@ pub fn random_model(spec: &ModelSpec, seed: i64) -> (nn::VarStore, DaNet) {
     let vs = nn::VarStore::new(tch::Device::Cpu);
     let model = DaNet::new(&vs.root(), spec);
     tch::no_grad(|| {
-        for (name, mut var) in vs.variables() {
+        // Sorted: `variables()` is a HashMap, whose order (and so which draw each
+        // variable gets) would otherwise change from one process to the next.
+        let mut variables: Vec<_> = vs.variables().into_iter().collect();
+        variables.sort_by(|a, b| a.0.cmp(&b.0));
+        for (name, mut var) in variables {
             let shape = var.size();
             let fresh = if name.ends_with("running_var") {
                 Tensor::rand(shape.as_slice(), (Kind::Float, tch::Device::Cpu)) + 0.5
