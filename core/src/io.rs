@@ -4,8 +4,9 @@ use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-/// Writes `bytes` to a temporary file beside `path`, syncs it, then renames it over
-/// `path`: readers see the old file or the new one, never a torn one.
+/// Writes `bytes` to a temporary file beside `path`, syncs it, renames it over `path` and
+/// syncs the directory: readers see the old file or the new one, never a torn one, and
+/// after a power cut the new one is there.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     write_via_temp(path, bytes, true)
 }
@@ -28,12 +29,25 @@ fn write_via_temp(path: &Path, bytes: &[u8], sync: bool) -> std::io::Result<()> 
         if sync {
             f.sync_all()?;
         }
-        fs::rename(&tmp, path)
+        fs::rename(&tmp, path)?;
+        if sync {
+            sync_parent(path)?;
+        }
+        Ok(())
     })();
     if result.is_err() {
         let _ = fs::remove_file(&tmp);
     }
     result
+}
+
+/// Makes the rename itself durable: a directory entry reaches the disk only when its
+/// directory is synced.
+fn sync_parent(path: &Path) -> std::io::Result<()> {
+    match path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        Some(dir) => fs::File::open(dir)?.sync_all(),
+        None => fs::File::open(".")?.sync_all(),
+    }
 }
 
 /// `dir/.name.tmp-<pid>`: same directory (so rename is atomic), hidden, per process.

@@ -213,8 +213,7 @@ pub fn run(
             last_saved = Some(opts.last_path());
             if periodic && opts.keep > 0 {
                 let snapshot = opts.out_dir.join(format!("iter_{done:07}.safetensors"));
-                std::fs::copy(opts.last_path(), &snapshot)
-                    .with_context(|| format!("writing {}", snapshot.display()))?;
+                snapshot_of(&opts.last_path(), &snapshot)?;
                 prune_snapshots(&opts.out_dir, opts.keep)?;
             }
         }
@@ -239,6 +238,21 @@ fn save(trainer: &Trainer, path: &Path, state: &RunState, opts: &RunOptions) -> 
         &info,
         &trainer.optimizer.state(),
     )
+}
+
+/// `snapshot` with the contents of `last`: a hard link (free; `last` is later replaced by
+/// rename, so the link keeps this version), else a copy through a temp file and rename.
+fn snapshot_of(last: &Path, snapshot: &Path) -> Result<()> {
+    if std::fs::hard_link(last, snapshot).is_ok() {
+        return Ok(());
+    }
+    let tmp = segtool_core::io::temp_path(snapshot);
+    std::fs::copy(last, &tmp)
+        .and_then(|_| std::fs::rename(&tmp, snapshot))
+        .inspect_err(|_| {
+            let _ = std::fs::remove_file(&tmp);
+        })
+        .with_context(|| format!("writing {}", snapshot.display()))
 }
 
 /// Deletes all but the newest `keep` `iter_*.safetensors` snapshots.
