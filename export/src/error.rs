@@ -74,8 +74,25 @@ pub enum ExportError {
     #[error("invalid export option: {0}")]
     BadOption(String),
 
-    #[error("model is {bytes} bytes, over protobuf's 2 GiB message limit")]
-    TooLarge { bytes: u64 },
+    #[error(
+        "model is {bytes} bytes, over protobuf's 2 GiB message limit{}",
+        if *external { " even with its large initialisers in external data" }
+        else { " (export it with external data: `--external-data auto` / \
+                `ExportOptions::with_external_data(ExternalData::Auto)`)" }
+    )]
+    TooLarge {
+        bytes: u64,
+        /// Whether the size was measured with external data already in use.
+        external: bool,
+    },
+
+    #[error(
+        "the model needs ONNX external data ({reason}), which an in-memory export \
+         (`export_onnx_bytes` / `export_model`) cannot return in one buffer: export to a \
+         file (`export_onnx`, CLI `--onnx`), take both buffers from `export_onnx_parts`, \
+         or set `ExportOptions::external_data` to `Never` (`--external-data never`)"
+    )]
+    ExternalDataInMemory { reason: String },
 
     #[error("cannot write {}: {source}", path.display())]
     Write {

@@ -8,6 +8,9 @@
 //! (normalised RGB), output `logits` float32 `[batch, classes, height, width]`; batch and
 //! image size are dynamic. The model spec travels in `metadata_props` under
 //! [`segtool_core::SPEC_METADATA_KEY`], so an .onnx file is self-describing.
+//!
+//! Weights that would take the model past protobuf's 2 GiB limit go to a side file
+//! `<model>.onnx.data` as ONNX external data ([`external`], [`ExternalData`]).
 
 mod attention;
 mod backbone;
@@ -15,6 +18,7 @@ pub mod budget;
 mod builder;
 mod conv;
 mod error;
+pub mod external;
 mod fold;
 mod head;
 mod options;
@@ -30,7 +34,10 @@ use safetensors::SafeTensors;
 use segtool_core::{ModelSpec, SPEC_METADATA_KEY};
 
 pub use error::ExportError;
-pub use options::{AttentionForm, ExportOptions, ExportTarget};
+pub use external::ExternalDataFile;
+pub use options::{
+    AttentionForm, ExportOptions, ExportTarget, ExternalData, DEFAULT_EXTERNAL_THRESHOLD,
+};
 
 use builder::GraphBuilder;
 use conv::Ctx;
@@ -78,16 +85,51 @@ pub const EXPORT_METADATA_KEY: &str = "segtool.export";
 pub struct ExportReport {
     pub nodes: usize,
     pub initializers: usize,
-    /// Size of the serialised model.
+    /// Size of the serialised model (the .onnx file, without its side file).
     pub bytes: u64,
     /// BatchNorm layers folded into convolutions.
     pub folded_bn: usize,
     pub spec: ModelSpec,
+    /// The side file holding large initialisers, when the export uses external data.
+    pub external: Option<ExternalReport>,
+}
+
+/// The external data side file of an export.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExternalReport {
+    /// File name, relative to the model's directory (the tensors' `location`).
+    pub location: String,
+    /// Size of the side file.
+    pub bytes: u64,
+    /// Initialisers stored in it.
+    pub tensors: usize,
+}
+
+/// A serialised export: the model and, when it uses external data, the side file's
+/// contents (to be written as `report.external.location` next to the model).
+#[derive(Clone, Debug)]
+pub struct ExportParts {
+    pub onnx: Vec<u8>,
+    pub data: Option<ExternalDataFile>,
+    pub report: ExportReport,
+}
+
+/// Where an export goes, which decides how external data can be named (or not at all).
+#[derive(Clone, Copy)]
+enum Dest<'a> {
+    /// One in-memory buffer: no external data possible.
+    Memory,
+    /// A model file: the side file is `<file name>.data` beside it.
+    File(&'a Path),
+    /// The caller names the side file (relative to the model).
+    Named(&'a str),
 }
 
 /// Exports the checkpoint at `checkpoint` (safetensors with the spec in its metadata) to
 /// an ONNX file at `out`, written atomically (temp file in the same directory, fsync,
-/// rename): an interrupted export never leaves a torn model behind.
+/// rename): an interrupted export never leaves a torn model behind. With external data
+/// (see [`ExternalData`]) the side file `<out>.data` is written first, the same way, and
+/// the model last; see [`external::write_files`] for the guarantees.
 pub fn export_onnx(
     checkpoint: &Path,
     out: &Path,
@@ -117,12 +159,16 @@ pub fn export_onnx(
     })?;
     let tensors = SafeTensors::deserialize(&bytes).map_err(not_st)?;
     let sha = sha256_hex(&bytes);
-    let (onnx, report) = export_model(&tensors, &spec, opts, Some(&sha))?;
-    segtool_core::io::write_atomic(out, &onnx).map_err(|source| ExportError::Write {
-        path: out.to_path_buf(),
-        source,
-    })?;
-    Ok(report)
+    let parts = build(
+        &tensors,
+        &spec,
+        opts,
+        Some(&sha),
+        Dest::File(out),
+        external::PROTOBUF_LIMIT,
+    )?;
+    external::write_files(out, &parts.onnx, parts.data.as_ref())?;
+    Ok(parts.report)
 }
 
 /// Lower-case hex sha256 of `bytes` (the checkpoint hash written to metadata).
@@ -136,6 +182,14 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 
 /// In-memory form of [`export_onnx`]: the serialised ModelProto and its report. No
 /// checkpoint file, so no `segtool.checkpoint_sha256` (see [`export_model`]).
+///
+/// One buffer cannot hold external data: the tensors' `location` names a file relative
+/// to a model path this API does not know, and the whole point of external data is a
+/// model that one protobuf buffer cannot carry. So when the export would use it
+/// ([`ExternalData::Always`] with an initialiser over the threshold, or
+/// [`ExternalData::Auto`] past 2 GiB) this fails with
+/// [`ExportError::ExternalDataInMemory`], which names the option; callers that want both
+/// buffers use [`export_onnx_parts`]. The signature stays as it was for existing callers.
 pub fn export_onnx_bytes(
     tensors: &SafeTensors,
     spec: &ModelSpec,
@@ -151,6 +205,48 @@ pub fn export_model(
     opts: &ExportOptions,
     checkpoint_sha256: Option<&str>,
 ) -> Result<(Vec<u8>, ExportReport), ExportError> {
+    let parts = build(
+        tensors,
+        spec,
+        opts,
+        checkpoint_sha256,
+        Dest::Memory,
+        external::PROTOBUF_LIMIT,
+    )?;
+    debug_assert!(parts.data.is_none());
+    Ok((parts.onnx, parts.report))
+}
+
+/// In-memory export that may use external data: the model, and the side file's contents
+/// when [`ExportOptions::external_data`] calls for it. `location` is the side file's name
+/// relative to the model (a plain file name, e.g. `model.onnx.data` for `model.onnx`,
+/// see [`external::location_for`]); the caller writes both, data before model.
+pub fn export_onnx_parts(
+    tensors: &SafeTensors,
+    spec: &ModelSpec,
+    opts: &ExportOptions,
+    checkpoint_sha256: Option<&str>,
+    location: &str,
+) -> Result<ExportParts, ExportError> {
+    build(
+        tensors,
+        spec,
+        opts,
+        checkpoint_sha256,
+        Dest::Named(location),
+        external::PROTOBUF_LIMIT,
+    )
+}
+
+/// The export, deciding external data against `limit` (protobuf's, outside tests).
+fn build(
+    tensors: &SafeTensors,
+    spec: &ModelSpec,
+    opts: &ExportOptions,
+    checkpoint_sha256: Option<&str>,
+    dest: Dest<'_>,
+    limit: u64,
+) -> Result<ExportParts, ExportError> {
     opts.validate()?;
     spec.validate()?;
 
@@ -270,7 +366,7 @@ pub fn export_model(
     if let Some(p) = opts.trt_profile(spec.backbone.output_stride) {
         metadata_props.push(entry(TRT_PROFILE_KEY, p));
     }
-    let model = ModelProto {
+    let mut model = ModelProto {
         ir_version: ir_version_for(opts.opset),
         opset_import,
         producer_name: "segtool".into(),
@@ -280,21 +376,88 @@ pub fn export_model(
         metadata_props,
         ..Default::default()
     };
-    let bytes = model.encode_to_vec();
+    // Sizes come from `encoded_len`, so a model over the limit is never serialised.
+    let inline_len = model.encoded_len() as u64;
+    let data = if external::wanted(opts.external_data, inline_len, limit) {
+        external_data(&mut model, opts, dest, inline_len)?
+    } else {
+        None
+    };
     // Protobuf parsers (onnxruntime's included) refuse messages of 2 GiB or more.
-    if bytes.len() >= i32::MAX as usize {
+    let len = model.encoded_len() as u64;
+    if len >= limit {
         return Err(ExportError::TooLarge {
-            bytes: bytes.len() as u64,
+            bytes: len,
+            external: data.is_some(),
         });
     }
+    let onnx = model.encode_to_vec();
     let report = ExportReport {
         nodes,
         initializers,
-        bytes: bytes.len() as u64,
+        bytes: onnx.len() as u64,
         folded_bn,
         spec: spec.clone(),
+        external: data.as_ref().map(|d| ExternalReport {
+            location: d.location().to_string(),
+            bytes: d.len(),
+            tensors: d.tensors(),
+        }),
     };
-    Ok((bytes, report))
+    Ok(ExportParts { onnx, data, report })
+}
+
+/// Moves `model`'s large initialisers to a side file named for `dest`; None when no
+/// initialiser reaches the threshold (then nothing refers to a side file, and none is
+/// written).
+fn external_data(
+    model: &mut ModelProto,
+    opts: &ExportOptions,
+    dest: Dest<'_>,
+    inline_len: u64,
+) -> Result<Option<ExternalDataFile>, ExportError> {
+    let location = match dest {
+        Dest::Memory => None,
+        Dest::File(path) => Some(external::location_for(path).ok_or_else(|| {
+            ExportError::BadOption(format!(
+                "{}: external data needs a model file name in UTF-8 (it names the side file)",
+                path.display()
+            ))
+        })),
+        Dest::Named(l) => {
+            let mut parts = Path::new(l).components();
+            let plain = matches!(parts.next(), Some(std::path::Component::Normal(_)))
+                && parts.next().is_none();
+            Some(if plain {
+                Ok(l.to_string())
+            } else {
+                Err(ExportError::BadOption(format!(
+                    "external data location `{l}`: expected a plain file name (the side file \
+                     lives next to the model)"
+                )))
+            })
+        }
+    };
+    let graph = model.graph.as_mut().expect("the model has a graph");
+    let placeholder = location.as_ref().and_then(|l| l.as_ref().ok());
+    let file = external::externalize(
+        graph,
+        placeholder.map_or("", String::as_str),
+        opts.external_threshold,
+    );
+    if file.tensors() == 0 {
+        return Ok(None);
+    }
+    match location {
+        Some(Ok(_)) => Ok(Some(file)),
+        Some(Err(e)) => Err(e),
+        None => Err(ExportError::ExternalDataInMemory {
+            reason: match opts.external_data {
+                ExternalData::Always => "`ExportOptions::external_data` is `Always`".into(),
+                _ => format!("inline it would be {inline_len} bytes, over protobuf's 2 GiB limit"),
+            },
+        }),
+    }
 }
 
 /// The IR version released together with `opset` (ONNX's versioning table), so that
@@ -374,6 +537,8 @@ fn legacy_doc_string(spec: &ModelSpec) -> String {
 
 #[cfg(test)]
 mod deploy_tests;
+#[cfg(test)]
+mod external_tests;
 #[cfg(test)]
 mod profile_tests;
 #[cfg(test)]

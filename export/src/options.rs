@@ -153,6 +153,63 @@ impl std::str::FromStr for ExportTarget {
     }
 }
 
+/// Whether large initialisers are written to a side file (ONNX "external data") instead
+/// of inside the model. A protobuf message, and so an inline .onnx file, must stay under
+/// 2 GiB; external data lifts that limit (see [`crate::external`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum ExternalData {
+    /// External data only when the inline model would reach protobuf's 2 GiB limit.
+    #[default]
+    Auto,
+    /// Always: every initialiser of at least
+    /// [`ExportOptions::external_threshold`] bytes goes to the side file.
+    Always,
+    /// Never: a model over the limit fails with [`ExportError::TooLarge`].
+    Never,
+}
+
+impl ExternalData {
+    pub const ALL: [ExternalData; 3] = [
+        ExternalData::Auto,
+        ExternalData::Always,
+        ExternalData::Never,
+    ];
+
+    /// CLI spelling: `auto`, `always`, `never`.
+    pub fn name(self) -> &'static str {
+        match self {
+            ExternalData::Auto => "auto",
+            ExternalData::Always => "always",
+            ExternalData::Never => "never",
+        }
+    }
+}
+
+impl std::fmt::Display for ExternalData {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for ExternalData {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(ExternalData::Auto),
+            "always" => Ok(ExternalData::Always),
+            "never" => Ok(ExternalData::Never),
+            _ => Err(format!(
+                "unknown external data mode `{s}` (expected auto, always or never)"
+            )),
+        }
+    }
+}
+
+/// Smallest initialiser (bytes of raw data) moved to the side file, as the `size_threshold`
+/// default of onnx's `convert_model_to_external_data`; smaller ones (biases, shape
+/// constants) stay inline.
+pub const DEFAULT_EXTERNAL_THRESHOLD: usize = 1024;
+
 /// What to export. `ExportOptions::default()` is the `legacy` profile (decomposed
 /// attention, opset 17), which every runtime loads; [`ExportOptions::for_target`] picks a
 /// runtime's fused profile, and [`ExportOptions::with_attention`] overrides its forms.
@@ -183,6 +240,12 @@ pub struct ExportOptions {
     /// Largest expected (height, width) of a dynamic export: TensorRT profile hints and
     /// the attention memory budget ([`budget`]).
     pub max_size: (i64, i64),
+    /// Large initialisers in a side file `<model file name>.data` (storage only: the
+    /// graph, and so the metadata JSON, is the same either way).
+    pub external_data: ExternalData,
+    /// Initialisers of at least this many bytes go to the side file when external data
+    /// is used ([`DEFAULT_EXTERNAL_THRESHOLD`]).
+    pub external_threshold: usize,
 }
 
 impl Default for ExportOptions {
@@ -206,6 +269,8 @@ impl ExportOptions {
             input_size: None,
             batch: None,
             max_size: DEFAULT_MAX_SIZE,
+            external_data: ExternalData::Auto,
+            external_threshold: DEFAULT_EXTERNAL_THRESHOLD,
         }
         .raise_opset_for_forms()
     }
@@ -239,6 +304,18 @@ impl ExportOptions {
 
     pub fn with_max_size(mut self, size: (i64, i64)) -> Self {
         self.max_size = size;
+        self
+    }
+
+    /// When initialisers go to a side file (see [`ExternalData`]).
+    pub fn with_external_data(mut self, mode: ExternalData) -> Self {
+        self.external_data = mode;
+        self
+    }
+
+    /// Smallest initialiser (bytes) written to the side file.
+    pub fn with_external_threshold(mut self, bytes: usize) -> Self {
+        self.external_threshold = bytes;
         self
     }
 
@@ -348,7 +425,10 @@ impl ExportOptions {
         [self.pam, self.cam].contains(&AttentionForm::MsMultiHeadAttention)
     }
 
-    /// The options as written to `metadata_props[EXPORT_METADATA_KEY]`.
+    /// The options as written to `metadata_props[EXPORT_METADATA_KEY]`. The external
+    /// data settings are left out: they choose where the bytes are stored, not what the
+    /// graph computes, so an inline and an external export of one checkpoint carry the
+    /// same metadata.
     pub fn to_json(&self) -> String {
         serde_json::json!({
             "target": self.target.name(),

@@ -143,7 +143,10 @@ pub enum AttributeType {
     TypeProtos = 14,
 }
 
-/// `TensorProto`: segtool stores every payload in `raw_data` (little-endian).
+/// `TensorProto`: segtool stores every payload in `raw_data` (little-endian), or, for
+/// large initialisers of an export with external data, in a side file described by
+/// `external_data` (`location`, `offset`, `length`) with `data_location = EXTERNAL` and
+/// no `raw_data` (see [`crate::external`]).
 #[derive(Clone, PartialEq, Message)]
 pub struct TensorProto {
     #[prost(int64, repeated, packed = "false", tag = "1")]
@@ -164,6 +167,24 @@ pub struct TensorProto {
     pub raw_data: Vec<u8>,
     #[prost(double, repeated, tag = "10")]
     pub double_data: Vec<f64>,
+    /// Where the payload lives when `data_location` is EXTERNAL: `location` (path
+    /// relative to the model file), `offset` and `length` in bytes, as decimal strings.
+    #[prost(message, repeated, tag = "13")]
+    pub external_data: Vec<StringStringEntryProto>,
+    /// proto2 `optional DataLocation`: unset (`None`) means DEFAULT, like protobuf's own
+    /// writer, which leaves the field off the wire unless it was set.
+    #[prost(enumeration = "DataLocation", optional, tag = "14")]
+    pub data_location: Option<i32>,
+}
+
+/// `TensorProto.DataLocation`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Enumeration)]
+#[repr(i32)]
+pub enum DataLocation {
+    /// The payload is in the message (`raw_data` or a typed `*_data` field).
+    Default = 0,
+    /// The payload is in a file named by `external_data`.
+    External = 1,
 }
 
 /// `TensorProto.DataType`.
@@ -331,6 +352,19 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(t.encode_to_vec(), [0x08, 2, 0x08, 3, 0x10, 1]);
+        // external_data is field 13 (length-delimited), data_location field 14 (varint).
+        let t = TensorProto {
+            external_data: vec![StringStringEntryProto {
+                key: "k".into(),
+                value: "v".into(),
+            }],
+            data_location: Some(DataLocation::External as i32),
+            ..Default::default()
+        };
+        assert_eq!(
+            t.encode_to_vec(),
+            [0x6a, 6, 0x0a, 1, b'k', 0x12, 1, b'v', 0x70, 1]
+        );
         let d = tensor_shape_proto::Dimension {
             value: Some(tensor_shape_proto::dimension::Value::DimParam("b".into())),
             denotation: String::new(),
