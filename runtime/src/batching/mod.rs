@@ -1,0 +1,383 @@
+//! Dynamic batching across several engines: many producers, one or more devices.
+//!
+//! A [`BatchServer`] owns a bounded request queue and one worker thread per
+//! [`Engine`](crate::Engine) (one per GPU, or a few CPU sessions). Callers
+//! [`submit`](BatchServer::submit) images (or already-normalised tensors) from any
+//! number of threads and get a [`Handle`] back; each worker repeatedly takes the oldest
+//! waiting request, gathers more requests of the **same spatial size** for a short while,
+//! and runs them as one `[N, 3, H, W]` batch. A batch never mixes sizes, so no padding or
+//! resizing ever changes a result: every mask is exactly what
+//! [`Segmenter::segment`](crate::Segmenter::segment) gives for that image.
+//!
+//! For video, an [`OrderedStream`] puts results back in frame order although batches on
+//! different devices finish out of order.
+//!
+//! # Configuration
+//!
+//! [`BatchConfig`] is built like `ort`'s session builder: start from
+//! [`BatchConfig::new`] (the defaults below) and change what your pipeline needs.
+//!
+//! | knob | default | why it exists |
+//! |---|---|---|
+//! | [`max_batch`](BatchConfig::with_max_batch) | 8 | Upper bound of `N` per engine run. Bigger batches raise GPU throughput until the device is saturated, then only add latency and memory (activations grow linearly with `N`). Models exported with a fixed batch dimension need `max_batch = 1` or exactly that size. |
+//! | [`max_wait`](BatchConfig::with_max_wait) | 2 ms | How long the *oldest* request of a forming batch may wait for company. `0` never waits (lowest latency, batches form only from what is already queued); a few ms trades that latency for fuller batches when requests trickle in. Under load the queue is never empty and batches fill without waiting. |
+//! | [`queue_capacity`](BatchConfig::with_queue_capacity) | 64 | Requests waiting for a worker. This is the backpressure bound: when it is reached, [`submit`](BatchServer::submit) blocks and [`try_submit`](BatchServer::try_submit) fails with [`QueueFull`], so a camera faster than the model slows down (or drops frames) instead of growing memory. At most `queue_capacity + workers * max_batch` requests live inside the server. |
+//! | [`keep_logits`](BatchConfig::with_logits) | `false` | Also return each image's raw logits `(classes, h, w)`; costs one copy per image and `classes` times the mask's memory. |
+//!
+//! [`Stats`] (per worker: batches run, mean batch size, engine time) tells whether the
+//! knobs fit: a mean batch size near 1 under load means `max_wait` is too short or the
+//! engines are faster than the producers; a queue that stays at `queue_capacity` means
+//! the devices are the bottleneck.
+//!
+//! # Errors and shutdown
+//!
+//! Every request gets exactly one result through its own handle. When a batch fails
+//! (engine error or panic), each of its requests is run again alone, so one bad request
+//! fails only its own handle. Dropping the server (or [`BatchServer::shutdown`]) cancels
+//! queued requests with [`BatchError::ShutDown`], lets batches already running finish, and
+//! joins the workers; no handle is left hanging. Dropping a [`Handle`] before its request
+//! runs cancels the request (stale video frames cost nothing).
+//!
+//! # Example: a video pipeline
+//!
+//! A capture thread pushes frames while the main thread consumes masks in frame order;
+//! `push` blocks when 16 frames are in flight, so a slow model throttles the camera.
+//!
+//! ```no_run
+//! # #[cfg(not(feature = "ort"))] fn main() {}
+//! # #[cfg(feature = "ort")]
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use segtool_runtime::batching::{BatchConfig, BatchServer};
+//! use segtool_runtime::{load_spec, Engine, OrtEngine, OrtOptions, Provider};
+//! # fn camera() -> impl Iterator<Item = image::RgbImage> { std::iter::empty() }
+//!
+//! let config = BatchConfig::new()
+//!     .with_max_batch(4)
+//!     .with_max_wait(Duration::from_millis(5))
+//!     .with_queue_capacity(32);
+//! // One session per GPU.
+//! let server = BatchServer::from_factory(config, load_spec("model.onnx")?, 2, |gpu| {
+//!     let options = OrtOptions::new().with_provider(Provider::Cuda { device_id: gpu as i32 });
+//!     Ok(Box::new(OrtEngine::open("model.onnx", &options)?) as Box<dyn Engine>)
+//! })?;
+//! let stream = server.ordered_stream(16);
+//! std::thread::scope(|s| -> Result<(), Box<dyn std::error::Error>> {
+//!     s.spawn(|| {
+//!         for frame in camera() {
+//!             stream.push(frame); // blocks while 16 frames are in flight
+//!         }
+//!         stream.finish(); // `next` returns None once the last result is out
+//!     });
+//!     while let Some(result) = stream.next() {
+//!         let out = result?;
+//!         println!("frame {:?}: {:?} mask", out.frame, out.mask.dim());
+//!     }
+//!     Ok(())
+//! })?;
+//! eprintln!("{:?}", server.stats());
+//! # Ok(()) }
+//! ```
+
+mod handle;
+mod queue;
+mod run;
+mod server;
+mod stream;
+
+use std::time::Duration;
+
+use image::RgbImage;
+use ndarray::{Array2, Array3};
+
+use crate::error::RuntimeError;
+use crate::Segmentation;
+
+pub use handle::Handle;
+pub use run::run_normalised;
+pub use server::BatchServer;
+pub use stream::OrderedStream;
+
+/// How a [`BatchServer`] forms batches and how much it may hold; see the
+/// [module docs](self) for why each knob exists.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BatchConfig {
+    /// Most requests per engine run (at least 1).
+    pub max_batch: usize,
+    /// How long the oldest request of a forming batch may wait for same-size company.
+    pub max_wait: Duration,
+    /// Requests waiting for a worker before `submit` blocks (at least 1).
+    pub queue_capacity: usize,
+    /// Return raw logits with every mask.
+    pub keep_logits: bool,
+}
+
+impl Default for BatchConfig {
+    fn default() -> Self {
+        Self {
+            max_batch: 8,
+            max_wait: Duration::from_millis(2),
+            queue_capacity: 64,
+            keep_logits: false,
+        }
+    }
+}
+
+impl BatchConfig {
+    /// The defaults: `max_batch` 8, `max_wait` 2 ms, `queue_capacity` 64, no logits.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Upper bound of the batch dimension `N` handed to an engine.
+    pub fn with_max_batch(mut self, max_batch: usize) -> Self {
+        self.max_batch = max_batch;
+        self
+    }
+
+    /// Latency budget for batch forming; `Duration::ZERO` runs whatever is queued at once.
+    pub fn with_max_wait(mut self, max_wait: Duration) -> Self {
+        self.max_wait = max_wait;
+        self
+    }
+
+    /// Bound of the request queue (the backpressure point).
+    pub fn with_queue_capacity(mut self, queue_capacity: usize) -> Self {
+        self.queue_capacity = queue_capacity;
+        self
+    }
+
+    /// Also return each image's logits `(classes, h, w)` in [`Output::logits`].
+    pub fn with_logits(mut self, keep: bool) -> Self {
+        self.keep_logits = keep;
+        self
+    }
+
+    fn validate(&self) -> Result<(), BatchError> {
+        if self.max_batch == 0 {
+            return Err(BatchError::InvalidConfig(
+                "max_batch must be at least 1".into(),
+            ));
+        }
+        if self.queue_capacity == 0 {
+            return Err(BatchError::InvalidConfig(
+                "queue_capacity must be at least 1".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// One request: an image, normalised by the server with the model's mean/std, or a
+/// tensor `(3, H, W)` that is already normalised (e.g. from a GPU-side decoder).
+#[derive(Clone, Debug)]
+pub enum Input {
+    Image(RgbImage),
+    Tensor(Array3<f32>),
+}
+
+impl Input {
+    /// `(height, width)`: the batching key and the size of the returned mask.
+    pub fn size(&self) -> (usize, usize) {
+        match self {
+            Input::Image(img) => (img.height() as usize, img.width() as usize),
+            Input::Tensor(t) => (t.shape()[1], t.shape()[2]),
+        }
+    }
+
+    /// Rejects what no model can take, before it occupies a queue slot.
+    fn check(&self) -> Result<(), RuntimeError> {
+        let (h, w) = self.size();
+        let channels = match self {
+            Input::Image(_) => 3,
+            Input::Tensor(t) => t.shape()[0],
+        };
+        if channels == 3 && h > 0 && w > 0 {
+            return Ok(());
+        }
+        let got = match self {
+            Input::Image(_) => format!("a {w}x{h} image"),
+            Input::Tensor(t) => format!("a tensor {:?}", t.shape()),
+        };
+        Err(RuntimeError::InputShape {
+            expected: "a non-empty RGB image or a normalised (3, H, W) tensor".into(),
+            got,
+        })
+    }
+}
+
+impl From<RgbImage> for Input {
+    fn from(img: RgbImage) -> Self {
+        Input::Image(img)
+    }
+}
+
+impl From<Array3<f32>> for Input {
+    fn from(t: Array3<f32>) -> Self {
+        Input::Tensor(t)
+    }
+}
+
+/// One request's result.
+#[derive(Clone, Debug)]
+pub struct Output {
+    /// The request's number, as returned by [`Handle::id`] (unique per server).
+    pub id: u64,
+    /// Frame index when the request came through an [`OrderedStream`].
+    pub frame: Option<u64>,
+    /// Class per pixel, `(H, W)` at the input's size.
+    pub mask: Array2<u8>,
+    /// Raw logits `(classes, h, w)` when [`BatchConfig::keep_logits`] is set.
+    pub logits: Option<Array3<f32>>,
+    /// Index of the worker (engine) that ran the request.
+    pub worker: usize,
+    /// Size of the batch the request ran in.
+    pub batch_size: usize,
+}
+
+impl Output {
+    /// The same mask and logits as [`Segmenter`](crate::Segmenter) returns them.
+    pub fn into_segmentation(self) -> Segmentation {
+        Segmentation {
+            mask: self.mask,
+            logits: self.logits,
+        }
+    }
+}
+
+/// Why a request produced no [`Output`].
+#[derive(Debug, thiserror::Error)]
+pub enum BatchError {
+    /// Normalising, running or decoding this request failed (its own error: a failing
+    /// batch is retried request by request).
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+    /// The engine panicked while running this request alone.
+    #[error("engine panicked: {0}")]
+    EnginePanicked(String),
+    /// The server shut down before the request ran.
+    #[error("the batch server shut down before the request ran")]
+    ShutDown,
+    /// The result was lost (a worker died without answering); should not happen.
+    #[error("the worker running the request went away without a result")]
+    Disconnected,
+    /// The server cannot be built as configured.
+    #[error("invalid batch server configuration: {0}")]
+    InvalidConfig(String),
+}
+
+/// [`BatchServer::try_submit`] / [`OrderedStream::try_push`] found no room; the request
+/// is given back untouched.
+#[derive(thiserror::Error)]
+#[error("the batch queue is full ({capacity} requests); retry later or drop the request")]
+pub struct QueueFull {
+    input: Input,
+    capacity: usize,
+}
+
+impl QueueFull {
+    pub(crate) fn new(input: Input, capacity: usize) -> Self {
+        Self { input, capacity }
+    }
+
+    /// The rejected request.
+    pub fn into_input(self) -> Input {
+        self.input
+    }
+
+    /// The bound that was hit (queue capacity, or the stream's window).
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+}
+
+impl std::fmt::Debug for QueueFull {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (h, w) = self.input.size();
+        f.debug_struct("QueueFull")
+            .field("input", &format_args!("{w}x{h}"))
+            .field("capacity", &self.capacity)
+            .finish()
+    }
+}
+
+/// One worker's counters.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct WorkerStats {
+    pub worker: usize,
+    /// [`Engine::name`](crate::Engine::name) and [`Engine::provider`](crate::Engine::provider)
+    /// of its engine.
+    pub engine: String,
+    pub provider: String,
+    /// Engine runs that succeeded as a whole.
+    pub batches: u64,
+    /// Requests answered (with a result or an error).
+    pub requests: u64,
+    /// Batches that failed and were retried request by request.
+    pub failed_batches: u64,
+    /// Requests answered with an error.
+    pub errors: u64,
+    /// Largest batch run.
+    pub max_batch_size: usize,
+    /// Time spent normalising, running and decoding.
+    pub busy: Duration,
+}
+
+impl WorkerStats {
+    /// Mean requests per batch (0 before the first batch); the number to watch when
+    /// tuning `max_wait` and `max_batch`.
+    pub fn mean_batch_size(&self) -> f64 {
+        let runs = self.batches + self.failed_batches;
+        if runs == 0 {
+            0.0
+        } else {
+            self.requests as f64 / runs as f64
+        }
+    }
+}
+
+/// A snapshot of the server.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Stats {
+    pub workers: Vec<WorkerStats>,
+    /// Requests waiting in the queue now.
+    pub queued: usize,
+    /// Requests taken by workers and not answered yet.
+    pub in_batches: usize,
+    /// Highest `queued + in_batches` seen (bounded by `queue_capacity + workers * max_batch`).
+    pub peak_alive: usize,
+    /// Requests accepted into the queue.
+    pub submitted: u64,
+    /// `try_submit` calls refused with [`QueueFull`].
+    pub rejected: u64,
+    /// Requests skipped because their handle was dropped before they ran.
+    pub abandoned: u64,
+}
+
+impl Stats {
+    /// Requests inside the server now.
+    pub fn alive(&self) -> usize {
+        self.queued + self.in_batches
+    }
+
+    /// Engine runs over all workers.
+    pub fn batches(&self) -> u64 {
+        self.workers
+            .iter()
+            .map(|w| w.batches + w.failed_batches)
+            .sum()
+    }
+
+    /// Requests answered over all workers.
+    pub fn requests(&self) -> u64 {
+        self.workers.iter().map(|w| w.requests).sum()
+    }
+
+    /// Mean batch size over all workers.
+    pub fn mean_batch_size(&self) -> f64 {
+        match self.batches() {
+            0 => 0.0,
+            b => self.requests() as f64 / b as f64,
+        }
+    }
+}

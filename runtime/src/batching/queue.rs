@@ -1,0 +1,242 @@
+//! The bounded, size-bucketed request queue shared by submitters and workers.
+//!
+//! One mutex guards everything (buckets, counters, stats); the critical sections only
+//! move jobs, never run models. Requests are bucketed by `(H, W)`; a worker starts a
+//! batch with the oldest request of any bucket (no size starves) and fills it from that
+//! bucket only. While it waits for more, the bucket is marked as *gathering*, so idle
+//! workers do not steal its requests one by one (which would defeat batching) but still
+//! serve other sizes.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use super::handle::{self, Handle, Reply};
+use super::{BatchConfig, BatchError, Input, QueueFull, Stats, WorkerStats};
+
+type Size = (usize, usize);
+
+/// One queued request.
+pub(crate) struct Job {
+    pub id: u64,
+    pub input: Input,
+    pub enqueued: Instant,
+    pub reply: Reply,
+}
+
+struct State {
+    buckets: HashMap<Size, VecDeque<Job>>,
+    /// Sizes a worker is currently filling a batch from.
+    gathering: Vec<Size>,
+    closed: bool,
+    stats: Stats,
+}
+
+pub(crate) struct Queue {
+    state: Mutex<State>,
+    /// Workers wait here: a request arrived, or the queue closed.
+    work: Condvar,
+    /// Submitters wait here: room was freed, or the queue closed.
+    space: Condvar,
+    next_id: AtomicU64,
+    max_batch: usize,
+    max_wait: Duration,
+    capacity: usize,
+}
+
+impl Queue {
+    pub(crate) fn new(config: &BatchConfig, workers: Vec<WorkerStats>) -> Self {
+        Self {
+            state: Mutex::new(State {
+                buckets: HashMap::new(),
+                gathering: Vec::new(),
+                closed: false,
+                stats: Stats {
+                    workers,
+                    ..Stats::default()
+                },
+            }),
+            work: Condvar::new(),
+            space: Condvar::new(),
+            next_id: AtomicU64::new(0),
+            max_batch: config.max_batch,
+            max_wait: config.max_wait,
+            capacity: config.queue_capacity,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // Nothing user-supplied runs under this lock, but stay usable if a panic did.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queues `input`. Full queue: waits for room when `block`, else gives it back.
+    /// Invalid inputs and a closed queue answer the handle at once.
+    pub(crate) fn push(&self, input: Input, block: bool) -> Result<Handle, QueueFull> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        if let Err(e) = input.check() {
+            return Ok(handle::answered(id, Err(e.into())));
+        }
+        let mut st = self.lock();
+        loop {
+            if st.closed {
+                return Ok(handle::answered(id, Err(BatchError::ShutDown)));
+            }
+            if st.stats.queued < self.capacity {
+                break;
+            }
+            if !block {
+                st.stats.rejected += 1;
+                return Err(QueueFull::new(input, self.capacity));
+            }
+            st = self.space.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+        let (reply, handle) = handle::pair(id);
+        let size = input.size();
+        st.buckets.entry(size).or_default().push_back(Job {
+            id,
+            input,
+            enqueued: Instant::now(),
+            reply,
+        });
+        st.stats.queued += 1;
+        st.stats.submitted += 1;
+        st.stats.peak_alive = st.stats.peak_alive.max(st.stats.alive());
+        drop(st);
+        self.work.notify_all();
+        Ok(handle)
+    }
+
+    /// Blocks until a batch is ready for `worker`; `None` once the queue is closed.
+    /// The jobs count as `in_batches` until [`Queue::done`].
+    pub(crate) fn next_batch(&self) -> Option<Vec<Job>> {
+        let mut st = self.lock();
+        let (size, first) = loop {
+            if st.closed {
+                return None;
+            }
+            if let Some(found) = st.pop_oldest() {
+                break found;
+            }
+            st = self.work.wait(st).unwrap_or_else(|e| e.into_inner());
+        };
+        let deadline = first.enqueued + self.max_wait;
+        let mut batch = vec![first];
+        st.take_more(size, self.max_batch, &mut batch);
+        if batch.len() < self.max_batch && Instant::now() < deadline {
+            st.gathering.push(size);
+            loop {
+                let now = Instant::now();
+                if st.closed || batch.len() >= self.max_batch || now >= deadline {
+                    break;
+                }
+                st = self
+                    .work
+                    .wait_timeout(st, deadline - now)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+                st.take_more(size, self.max_batch, &mut batch);
+            }
+            st.gathering.retain(|s| *s != size);
+        }
+        st.stats.queued -= batch.len();
+        st.stats.in_batches += batch.len();
+        let leftovers = st.buckets.contains_key(&size);
+        drop(st);
+        self.space.notify_all();
+        if leftovers {
+            // Requests of this size beyond `max_batch`, no longer reserved.
+            self.work.notify_all();
+        }
+        Some(batch)
+    }
+
+    /// Records a finished batch of `n` requests (`errors` of them failed).
+    pub(crate) fn done(&self, worker: usize, n: usize, errors: usize, ok: bool, busy: Duration) {
+        let mut st = self.lock();
+        st.stats.in_batches -= n;
+        let w = &mut st.stats.workers[worker];
+        if ok {
+            w.batches += 1;
+        } else {
+            w.failed_batches += 1;
+        }
+        w.requests += n as u64;
+        w.errors += errors as u64;
+        w.max_batch_size = w.max_batch_size.max(n);
+        w.busy += busy;
+    }
+
+    /// Jobs dropped by [`State::take`] because their handles were gone.
+    fn count_abandoned(st: &mut State, n: usize) {
+        st.stats.queued -= n;
+        st.stats.abandoned += n as u64;
+    }
+
+    /// Refuses new requests, wakes everybody and hands back every queued job (to be
+    /// answered outside the lock).
+    pub(crate) fn close(&self) -> Vec<Job> {
+        let mut st = self.lock();
+        st.closed = true;
+        let jobs: Vec<Job> = st.buckets.drain().flat_map(|(_, b)| b).collect();
+        st.stats.queued -= jobs.len();
+        drop(st);
+        self.work.notify_all();
+        self.space.notify_all();
+        jobs
+    }
+
+    pub(crate) fn stats(&self) -> Stats {
+        self.lock().stats.clone()
+    }
+}
+
+impl State {
+    /// Pops the oldest live job among the buckets nobody is gathering from.
+    fn pop_oldest(&mut self) -> Option<(Size, Job)> {
+        loop {
+            let size = *self
+                .buckets
+                .iter()
+                .filter(|(size, _)| !self.gathering.contains(size))
+                .filter_map(|(size, b)| b.front().map(|j| (size, j.id)))
+                .min_by_key(|(_, id)| *id)?
+                .0;
+            if let Some(job) = self.take(size) {
+                return Some((size, job));
+            }
+        }
+    }
+
+    /// Appends jobs of `size` to `batch` up to `max` in all.
+    fn take_more(&mut self, size: Size, max: usize, batch: &mut Vec<Job>) {
+        while batch.len() < max {
+            match self.take(size) {
+                Some(job) => batch.push(job),
+                None => break,
+            }
+        }
+    }
+
+    /// Front job of a bucket, skipping (and dropping) jobs whose handles are gone;
+    /// removes emptied buckets so the map only holds sizes with work.
+    fn take(&mut self, size: Size) -> Option<Job> {
+        let bucket = self.buckets.get_mut(&size)?;
+        let mut abandoned = 0;
+        let mut found = None;
+        while let Some(job) = bucket.pop_front() {
+            if job.reply.abandoned() {
+                abandoned += 1;
+                continue;
+            }
+            found = Some(job);
+            break;
+        }
+        if bucket.is_empty() {
+            self.buckets.remove(&size);
+        }
+        Queue::count_abandoned(self, abandoned);
+        found
+    }
+}

@@ -1,0 +1,286 @@
+//! [`BatchServer`]: the queue plus one worker thread per engine.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use segtool_core::ModelSpec;
+
+use super::handle::{Handle, Outcome, Reply};
+use super::queue::{Job, Queue};
+use super::run::Inputs;
+use super::{BatchConfig, BatchError, Input, OrderedStream, Output, QueueFull, Stats, WorkerStats};
+use crate::engine::Engine;
+use crate::error::Result;
+use crate::Segmentation;
+
+/// Batches requests from many threads onto one or more engines.
+///
+/// `Sync`: share it by reference (or in an `Arc`) between submitting threads. Dropping
+/// it shuts it down (see [`shutdown`](Self::shutdown)).
+pub struct BatchServer {
+    queue: Arc<Queue>,
+    config: BatchConfig,
+    spec: Arc<ModelSpec>,
+    workers: Mutex<Vec<JoinHandle<()>>>,
+    count: usize,
+}
+
+impl BatchServer {
+    /// One worker thread per engine; `spec` gives the normalisation and the class count
+    /// every engine's output is checked against.
+    pub fn new(
+        config: BatchConfig,
+        spec: ModelSpec,
+        engines: Vec<Box<dyn Engine>>,
+    ) -> Result<Self, BatchError> {
+        config.validate()?;
+        if engines.is_empty() {
+            return Err(BatchError::InvalidConfig(
+                "no engines (workers) given".into(),
+            ));
+        }
+        let stats = engines
+            .iter()
+            .enumerate()
+            .map(|(worker, e)| WorkerStats {
+                worker,
+                engine: e.name().to_string(),
+                provider: e.provider().to_string(),
+                ..WorkerStats::default()
+            })
+            .collect();
+        let queue = Arc::new(Queue::new(&config, stats));
+        let spec = Arc::new(spec);
+        let count = engines.len();
+        let mut workers = Vec::with_capacity(count);
+        for (index, engine) in engines.into_iter().enumerate() {
+            let worker = Worker {
+                index,
+                engine,
+                queue: queue.clone(),
+                spec: spec.clone(),
+                keep_logits: config.keep_logits,
+            };
+            let spawned = std::thread::Builder::new()
+                .name(format!("segtool-batch-{index}"))
+                .spawn(move || worker.run());
+            match spawned {
+                Ok(handle) => workers.push(handle),
+                Err(e) => {
+                    for job in queue.close() {
+                        job.reply.send(Err(BatchError::ShutDown));
+                    }
+                    workers.into_iter().for_each(|h| drop(h.join()));
+                    return Err(BatchError::InvalidConfig(format!(
+                        "cannot start worker thread {index}: {e}"
+                    )));
+                }
+            }
+        }
+        Ok(Self {
+            queue,
+            config,
+            spec,
+            workers: Mutex::new(workers),
+            count,
+        })
+    }
+
+    /// Builds `count` engines with `factory(0..count)` (e.g. one per GPU: the argument
+    /// is a natural device id), then [`new`](Self::new). The first factory error is
+    /// returned and the engines built so far are dropped.
+    pub fn from_factory<F>(
+        config: BatchConfig,
+        spec: ModelSpec,
+        count: usize,
+        factory: F,
+    ) -> Result<Self, BatchError>
+    where
+        F: FnMut(usize) -> Result<Box<dyn Engine>>,
+    {
+        let engines = (0..count).map(factory).collect::<Result<Vec<_>>>()?;
+        Self::new(config, spec, engines)
+    }
+
+    /// Queues a request, blocking while the queue is full. Never fails itself: an
+    /// invalid input or a shut-down server answers the handle with the error.
+    pub fn submit(&self, input: impl Into<Input>) -> Handle {
+        match self.queue.push(input.into(), true) {
+            Ok(handle) => handle,
+            Err(_) => unreachable!("a blocking push waits for room"),
+        }
+    }
+
+    /// Queues a request if there is room now, else gives it back in [`QueueFull`]
+    /// (drop it, or retry later: the "newest frame wins" policy of a live camera).
+    pub fn try_submit(&self, input: impl Into<Input>) -> Result<Handle, QueueFull> {
+        self.queue.push(input.into(), false)
+    }
+
+    /// Same as [`submit`](Self::submit) for many requests; handles in input order.
+    pub fn submit_all<I>(&self, inputs: I) -> Vec<Handle>
+    where
+        I: IntoIterator,
+        I::Item: Into<Input>,
+    {
+        inputs.into_iter().map(|i| self.submit(i)).collect()
+    }
+
+    /// Segments `imgs` through the server and waits: like
+    /// [`Segmenter::segment_batch`](crate::Segmenter::segment_batch), but spread over
+    /// every engine. The first error wins.
+    pub fn segment_all(&self, imgs: Vec<image::RgbImage>) -> Result<Vec<Segmentation>, BatchError> {
+        self.submit_all(imgs)
+            .into_iter()
+            .map(|h| h.wait().map(Output::into_segmentation))
+            .collect()
+    }
+
+    /// An ordered stream with at most `window` frames pushed but not yet collected
+    /// (at least 1); see [`OrderedStream`].
+    pub fn ordered_stream(&self, window: usize) -> OrderedStream {
+        OrderedStream::new(self.queue.clone(), window)
+    }
+
+    pub fn config(&self) -> &BatchConfig {
+        &self.config
+    }
+
+    pub fn spec(&self) -> &ModelSpec {
+        &self.spec
+    }
+
+    /// Number of workers (engines).
+    pub fn workers(&self) -> usize {
+        self.count
+    }
+
+    /// A snapshot of the counters.
+    pub fn stats(&self) -> Stats {
+        self.queue.stats()
+    }
+
+    /// Stops the server: queued requests are answered with [`BatchError::ShutDown`],
+    /// batches already running finish, worker threads are joined, later submissions
+    /// fail. Returns after at most one engine run per worker. Idempotent.
+    pub fn shutdown(&self) {
+        for job in self.queue.close() {
+            job.reply.send(Err(BatchError::ShutDown));
+        }
+        let workers = std::mem::take(&mut *self.workers.lock().unwrap_or_else(|e| e.into_inner()));
+        for handle in workers {
+            // A worker only panics outside an engine run on a bug; its jobs are answered
+            // by their `Reply`s' drop either way.
+            let _ = handle.join();
+        }
+    }
+}
+
+impl Drop for BatchServer {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+impl std::fmt::Debug for BatchServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BatchServer")
+            .field("config", &self.config)
+            .field("workers", &self.count)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Worker {
+    index: usize,
+    engine: Box<dyn Engine>,
+    queue: Arc<Queue>,
+    spec: Arc<ModelSpec>,
+    keep_logits: bool,
+}
+
+impl Worker {
+    fn run(mut self) {
+        while let Some(jobs) = self.queue.next_batch() {
+            let start = Instant::now();
+            let n = jobs.len();
+            let (ok, answers) = self.run_batch(jobs);
+            let errors = answers.iter().filter(|(_, o)| o.is_err()).count();
+            // Count first, so that a caller whose handle resolved sees its request in
+            // the stats.
+            self.queue.done(self.index, n, errors, ok, start.elapsed());
+            for (reply, outcome) in answers {
+                reply.send(outcome);
+            }
+        }
+    }
+
+    /// Runs one batch; returns whether it succeeded as a whole, and every answer.
+    fn run_batch(&mut self, jobs: Vec<Job>) -> (bool, Vec<(Reply, Outcome)>) {
+        let n = jobs.len();
+        let (meta, inputs): (Vec<_>, Vec<_>) =
+            jobs.into_iter().map(|j| ((j.id, j.reply), j.input)).unzip();
+        let inputs = Inputs::new(inputs);
+        match self.guarded(&inputs, None) {
+            Ok(segs) => {
+                let answers = meta
+                    .into_iter()
+                    .zip(segs)
+                    .map(|((id, reply), seg)| (reply, Ok(self.output(id, seg, n))))
+                    .collect();
+                (true, answers)
+            }
+            Err(e) if n == 1 => {
+                let (_, reply) = meta.into_iter().next().expect("one job");
+                (false, vec![(reply, Err(e))])
+            }
+            Err(_) => {
+                // Isolate the culprit: each request alone gets its own result or error.
+                let answers = meta
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, (id, reply))| {
+                        let outcome = self
+                            .guarded(&inputs, Some(i))
+                            .map(|mut segs| self.output(id, segs.pop().expect("one result"), 1));
+                        (reply, outcome)
+                    })
+                    .collect();
+                (false, answers)
+            }
+        }
+    }
+
+    /// Runs with panics turned into errors, so that one bad request (or engine bug)
+    /// does not take the worker and every later request with it.
+    fn guarded(
+        &mut self,
+        inputs: &Inputs,
+        only: Option<usize>,
+    ) -> Result<Vec<Segmentation>, BatchError> {
+        let (engine, spec, keep) = (self.engine.as_mut(), &*self.spec, self.keep_logits);
+        match catch_unwind(AssertUnwindSafe(|| inputs.run(only, engine, spec, keep))) {
+            Ok(result) => result.map_err(BatchError::from),
+            Err(payload) => Err(BatchError::EnginePanicked(
+                payload
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| payload.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "non-string panic payload".into()),
+            )),
+        }
+    }
+
+    fn output(&self, id: u64, seg: Segmentation, batch_size: usize) -> Output {
+        Output {
+            id,
+            frame: None,
+            mask: seg.mask,
+            logits: seg.logits,
+            worker: self.index,
+            batch_size,
+        }
+    }
+}
