@@ -29,6 +29,8 @@
     allow(dead_code, unused_variables, unreachable_code)
 )]
 
+pub mod accuracy;
+pub mod batching;
 pub mod engine;
 pub mod error;
 #[cfg(feature = "ort")]
@@ -38,6 +40,7 @@ pub mod preprocess;
 pub mod testing;
 #[cfg(feature = "tract")]
 pub mod tract_engine;
+pub mod triton;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -46,10 +49,17 @@ use image::RgbImage;
 use ndarray::{Array3, Axis};
 use segtool_core::ModelSpec;
 
+pub use batching::{BatchConfig, BatchError, BatchServer, OrderedStream};
 pub use engine::{load_spec, read_metadata, Engine};
 pub use error::{Result, RuntimeError};
 #[cfg(feature = "ort")]
 pub use ort_engine::{OrtEngine, OrtOptions, Provider};
+#[cfg(feature = "ort")]
+pub use ort_engine::{CudaOptions, TensorRtOptions, TrtProfile};
+pub use accuracy::{AccuracyOptions, AccuracyMode};
+pub use postprocess::{resize_bilinear, softmax, Upsample};
+pub use preprocess::{prepare, Prepared, PrepareOptions};
+pub use triton::{TritonOptions, write_repository as write_triton_repository};
 pub use postprocess::{argmax, colorize, overlay, resize_nearest, DEFAULT_ALPHA};
 pub use preprocess::{normalise, normalise_batch};
 #[cfg(feature = "tract")]
@@ -61,6 +71,10 @@ pub enum Backend {
     #[cfg(feature = "ort")]
     Ort(OrtOptions),
     Tract,
+    /// ONNX Runtime with these options; if its library cannot be loaded at all, tract
+    /// (with a warning on stderr). Every other ONNX Runtime error stays an error.
+    #[cfg(feature = "ort")]
+    Auto(OrtOptions),
 }
 
 /// One image's result.
@@ -91,6 +105,19 @@ impl Segmenter {
             Backend::Tract => Box::new(TractEngine::open(path)?),
             #[cfg(not(feature = "tract"))]
             Backend::Tract => return Err(RuntimeError::BackendUnavailable("tract")),
+            #[cfg(feature = "ort")]
+            Backend::Auto(options) => match OrtEngine::open(path, &options) {
+                Ok(engine) => Box::new(engine),
+                #[cfg(feature = "tract")]
+                Err(RuntimeError::OrtLibraryNotFound { tried }) => {
+                    eprintln!(
+                        "warning: ONNX Runtime cannot be loaded (tried: {}); using tract",
+                        tried.join("; ")
+                    );
+                    Box::new(TractEngine::open(path)?)
+                }
+                Err(e) => return Err(e),
+            },
         };
         Ok(Self::from_engine(engine, spec))
     }

@@ -8,7 +8,12 @@
 //! would make "CUDA" benchmarks quietly run on the CPU. Here each requested provider is
 //! tried in order with `error_on_failure()`, on a session of its own; the first whose
 //! session builds wins, and [`Engine::provider`] / [`Engine::fallback_reason`] say which
-//! one that was and why the earlier ones were not.
+//! one that was and why the earlier ones were not. With [`OrtOptions::strict`] there is
+//! no CPU fallback: a requested provider that does not load is an error.
+//!
+//! TensorRT: [`TensorRtOptions`] (fp16/int8, engine and timing caches, optimisation
+//! profile shapes); profile shapes not given come from the model's `segtool.trt_profile`
+//! metadata, which `segtool export` writes for dynamic models.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -29,6 +34,10 @@ use crate::error::{Result, RuntimeError};
 pub const BUILD_TIME_DYLIB: Option<&str> = option_env!("SEGTOOL_ORT_DYLIB");
 
 /// An ONNX Runtime execution provider.
+///
+/// `Cuda { device_id }` and `TensorRt { .. }` are the short forms (what the provider
+/// strings parse to); [`Provider::CudaWith`] and [`Provider::TensorRtWith`] carry every
+/// option (see [`OrtOptions::with_cuda`] and [`OrtOptions::with_tensorrt`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Provider {
     Cpu,
@@ -43,6 +52,199 @@ pub enum Provider {
         fp16: bool,
         cache_dir: Option<PathBuf>,
     },
+    /// CUDA with all its options.
+    CudaWith(CudaOptions),
+    /// TensorRT (CUDA behind it, same device) with all its options.
+    TensorRtWith(TensorRtOptions),
+}
+
+/// CUDA execution provider options, builder style.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CudaOptions {
+    pub device_id: i32,
+    /// Cap of the device memory arena, in bytes (`gpu_mem_limit`).
+    pub memory_limit: Option<usize>,
+}
+
+impl CudaOptions {
+    pub fn new(device_id: i32) -> Self {
+        Self {
+            device_id,
+            memory_limit: None,
+        }
+    }
+
+    pub fn with_memory_limit(mut self, bytes: usize) -> Self {
+        self.memory_limit = Some(bytes);
+        self
+    }
+
+    /// The `ort` builder with these options set.
+    pub fn to_ep(&self) -> ep::CUDA {
+        let mut cuda = ep::CUDA::default().with_device_id(self.device_id);
+        if let Some(limit) = self.memory_limit {
+            cuda = cuda.with_memory_limit(limit);
+        }
+        cuda
+    }
+}
+
+/// TensorRT execution provider options, builder style.
+///
+/// Profile shapes use ONNX Runtime's syntax, `input:dims` with `x` between dimensions,
+/// e.g. `image:1x3x512x512` (several inputs separated by commas). Left `None`, they are
+/// taken from the model's `segtool.trt_profile` metadata (written by `segtool export`
+/// for dynamic models) when the engine opens.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TensorRtOptions {
+    pub device_id: i32,
+    pub fp16: bool,
+    pub int8: bool,
+    /// INT8 calibration table (ONNX Runtime's format, e.g. from its quantisation tools).
+    pub int8_calibration_table: Option<PathBuf>,
+    /// Keeps built engines between runs (created if missing).
+    pub engine_cache_dir: Option<PathBuf>,
+    /// Keeps TensorRT's tactic timing cache between runs (created if missing).
+    pub timing_cache_dir: Option<PathBuf>,
+    pub profile_min_shapes: Option<String>,
+    pub profile_opt_shapes: Option<String>,
+    pub profile_max_shapes: Option<String>,
+}
+
+impl TensorRtOptions {
+    pub fn new(device_id: i32) -> Self {
+        Self {
+            device_id,
+            ..Self::default()
+        }
+    }
+
+    pub fn with_fp16(mut self, fp16: bool) -> Self {
+        self.fp16 = fp16;
+        self
+    }
+
+    pub fn with_int8(mut self, int8: bool) -> Self {
+        self.int8 = int8;
+        self
+    }
+
+    pub fn with_int8_calibration_table(mut self, path: impl Into<PathBuf>) -> Self {
+        self.int8_calibration_table = Some(path.into());
+        self
+    }
+
+    pub fn with_engine_cache_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.engine_cache_dir = Some(dir.into());
+        self
+    }
+
+    pub fn with_timing_cache_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.timing_cache_dir = Some(dir.into());
+        self
+    }
+
+    /// Sets the three optimisation-profile shapes (`image:1x3x512x512` style).
+    pub fn with_profile_shapes(
+        mut self,
+        min: impl Into<String>,
+        opt: impl Into<String>,
+        max: impl Into<String>,
+    ) -> Self {
+        self.profile_min_shapes = Some(min.into());
+        self.profile_opt_shapes = Some(opt.into());
+        self.profile_max_shapes = Some(max.into());
+        self
+    }
+
+    /// Fills the profile shapes not set from a hint (see [`TrtProfile::from_metadata`]).
+    pub fn with_profile_defaults(mut self, hint: Option<&TrtProfile>) -> Self {
+        if let Some(h) = hint {
+            self.profile_min_shapes.get_or_insert_with(|| h.min.clone());
+            self.profile_opt_shapes.get_or_insert_with(|| h.opt.clone());
+            self.profile_max_shapes.get_or_insert_with(|| h.max.clone());
+        }
+        self
+    }
+
+    /// The `ort` builder with these options set. Cache folders are not created here
+    /// (see [`OrtEngine::open`], which creates them).
+    pub fn to_ep(&self) -> ep::TensorRT {
+        let mut trt = ep::TensorRT::default()
+            .with_device_id(self.device_id)
+            .with_fp16(self.fp16);
+        if self.int8 {
+            trt = trt.with_int8(true);
+        }
+        if let Some(table) = &self.int8_calibration_table {
+            // ONNX Runtime joins the name to the engine cache path; an absolute path
+            // survives that join.
+            let table = std::path::absolute(table).unwrap_or_else(|_| table.clone());
+            trt = trt.with_int8_calibration_table_name(table.display());
+        }
+        if let Some(dir) = &self.engine_cache_dir {
+            trt = trt
+                .with_engine_cache(true)
+                .with_engine_cache_path(dir.display());
+        }
+        if let Some(dir) = &self.timing_cache_dir {
+            trt = trt
+                .with_timing_cache(true)
+                .with_timing_cache_path(dir.display());
+        }
+        if let Some(s) = &self.profile_min_shapes {
+            trt = trt.with_profile_min_shapes(s);
+        }
+        if let Some(s) = &self.profile_opt_shapes {
+            trt = trt.with_profile_opt_shapes(s);
+        }
+        if let Some(s) = &self.profile_max_shapes {
+            trt = trt.with_profile_max_shapes(s);
+        }
+        trt
+    }
+}
+
+/// metadata_props key of the TensorRT profile hint written by `segtool export`.
+pub const TRT_PROFILE_KEY: &str = "segtool.trt_profile";
+
+/// TensorRT optimisation-profile shapes in ONNX Runtime's syntax (`image:1x3x128x128`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TrtProfile {
+    pub min: String,
+    pub opt: String,
+    pub max: String,
+}
+
+impl TrtProfile {
+    /// Parses the JSON hint `{"input": "image", "min": [..], "opt": [..], "max": [..]}`.
+    pub fn from_json(json: &str) -> Option<Self> {
+        let v: serde_json::Value = serde_json::from_str(json).ok()?;
+        let input = v.get("input")?.as_str()?;
+        let dims = |key: &str| -> Option<String> {
+            let dims = v
+                .get(key)?
+                .as_array()?
+                .iter()
+                .map(|d| d.as_i64().map(|d| d.to_string()))
+                .collect::<Option<Vec<_>>>()?;
+            Some(format!("{input}:{}", dims.join("x")))
+        };
+        Some(Self {
+            min: dims("min")?,
+            opt: dims("opt")?,
+            max: dims("max")?,
+        })
+    }
+
+    /// The hint in a model's metadata, if it has one (static models do not).
+    pub fn from_metadata(path: &Path) -> Option<Self> {
+        crate::engine::read_metadata(path)
+            .ok()?
+            .into_iter()
+            .find(|(k, _)| k == TRT_PROFILE_KEY)
+            .and_then(|(_, v)| Self::from_json(&v))
+    }
 }
 
 impl fmt::Display for Provider {
@@ -50,14 +252,16 @@ impl fmt::Display for Provider {
         match self {
             Provider::Cpu => f.write_str("cpu"),
             Provider::Cuda { device_id } => write!(f, "cuda:{device_id}"),
-            Provider::TensorRt {
-                device_id, fp16, ..
-            } => {
-                write!(
-                    f,
-                    "tensorrt:{device_id}{}",
-                    if *fp16 { "(fp16)" } else { "" }
-                )
+            Provider::CudaWith(o) => write!(f, "cuda:{}", o.device_id),
+            Provider::TensorRt { .. } | Provider::TensorRtWith(_) => {
+                let o = self.tensorrt_options(None).expect("a TensorRT provider");
+                let precision = match (o.int8, o.fp16) {
+                    (true, true) => "(int8+fp16)",
+                    (true, false) => "(int8)",
+                    (false, true) => "(fp16)",
+                    (false, false) => "",
+                };
+                write!(f, "tensorrt:{}{precision}", o.device_id)
             }
         }
     }
@@ -92,43 +296,67 @@ impl FromStr for Provider {
 }
 
 impl Provider {
-    fn dispatches(&self) -> Vec<ExecutionProviderDispatch> {
+    /// The full CUDA options of a CUDA provider.
+    pub fn cuda_options(&self) -> Option<CudaOptions> {
         match self {
-            Provider::Cpu => vec![ep::CPU::default().build().error_on_failure()],
-            Provider::Cuda { device_id } => {
-                vec![ep::CUDA::default()
-                    .with_device_id(*device_id)
-                    .build()
-                    .error_on_failure()]
-            }
+            Provider::Cuda { device_id } => Some(CudaOptions::new(*device_id)),
+            Provider::CudaWith(o) => Some(o.clone()),
+            _ => None,
+        }
+    }
+
+    /// The full TensorRT options of a TensorRT provider, profile shapes not given
+    /// filled from `hint`.
+    pub fn tensorrt_options(&self, hint: Option<&TrtProfile>) -> Option<TensorRtOptions> {
+        let o = match self {
             Provider::TensorRt {
                 device_id,
                 fp16,
                 cache_dir,
-            } => {
-                let mut trt = ep::TensorRT::default()
-                    .with_device_id(*device_id)
-                    .with_fp16(*fp16);
-                if let Some(dir) = cache_dir {
-                    // TensorRT does not create the cache folder itself; a failure here
-                    // surfaces as a TensorRT registration error naming the path.
-                    let _ = std::fs::create_dir_all(dir);
-                    let dir = dir.display().to_string();
-                    trt = trt
-                        .with_engine_cache(true)
-                        .with_engine_cache_path(&dir)
-                        .with_timing_cache(true)
-                        .with_timing_cache_path(&dir);
-                }
-                vec![
-                    trt.build().error_on_failure(),
-                    ep::CUDA::default()
-                        .with_device_id(*device_id)
-                        .build()
-                        .error_on_failure(),
-                ]
-            }
+            } => TensorRtOptions {
+                device_id: *device_id,
+                fp16: *fp16,
+                engine_cache_dir: cache_dir.clone(),
+                timing_cache_dir: cache_dir.clone(),
+                ..TensorRtOptions::default()
+            },
+            Provider::TensorRtWith(o) => o.clone(),
+            _ => return None,
+        };
+        Some(o.with_profile_defaults(hint))
+    }
+
+    /// Short name without device, as in errors: `cpu`, `cuda`, `tensorrt`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Provider::Cpu => "cpu",
+            Provider::Cuda { .. } | Provider::CudaWith(_) => "cuda",
+            Provider::TensorRt { .. } | Provider::TensorRtWith(_) => "tensorrt",
         }
+    }
+
+    fn dispatches(&self, hint: Option<&TrtProfile>) -> Vec<ExecutionProviderDispatch> {
+        if let Some(cuda) = self.cuda_options() {
+            return vec![cuda.to_ep().build().error_on_failure()];
+        }
+        if let Some(trt) = self.tensorrt_options(hint) {
+            // TensorRT does not create its cache folders; a failure here surfaces as a
+            // TensorRT registration error naming the path.
+            for dir in [&trt.engine_cache_dir, &trt.timing_cache_dir]
+                .into_iter()
+                .flatten()
+            {
+                let _ = std::fs::create_dir_all(dir);
+            }
+            return vec![
+                trt.to_ep().build().error_on_failure(),
+                CudaOptions::new(trt.device_id)
+                    .to_ep()
+                    .build()
+                    .error_on_failure(),
+            ];
+        }
+        vec![ep::CPU::default().build().error_on_failure()]
     }
 }
 
@@ -137,10 +365,15 @@ impl Provider {
 pub struct OrtOptions {
     /// Threads inside one operator; `None` lets ONNX Runtime pick (all cores).
     pub intra_threads: Option<usize>,
-    /// Tried in order; CPU is the last resort whatever the list. Empty means CPU.
+    /// Tried in order; CPU is the last resort whatever the list (unless `strict`).
+    /// Empty means CPU.
     pub execution_providers: Vec<Provider>,
-    /// Overrides `ORT_DYLIB_PATH` and the build-time path.
+    /// Overrides `ORT_DYLIB_PATH` and the build-time path: when set, only this file is
+    /// tried.
     pub dylib_path: Option<PathBuf>,
+    /// Only the listed providers: no implicit CPU fallback. When none of them works,
+    /// opening fails with an error naming each and why.
+    pub strict: bool,
 }
 
 impl OrtOptions {
@@ -167,18 +400,37 @@ impl OrtOptions {
         self
     }
 
+    /// Appends CUDA with all its options.
+    pub fn with_cuda(self, options: CudaOptions) -> Self {
+        self.with_provider(Provider::CudaWith(options))
+    }
+
+    /// Appends TensorRT with all its options.
+    pub fn with_tensorrt(self, options: TensorRtOptions) -> Self {
+        self.with_provider(Provider::TensorRtWith(options))
+    }
+
     pub fn with_dylib_path(mut self, path: impl Into<PathBuf>) -> Self {
         self.dylib_path = Some(path.into());
         self
     }
+
+    /// A requested provider that is unavailable is an error instead of a reported
+    /// fallback to CPU.
+    pub fn strict(mut self, strict: bool) -> Self {
+        self.strict = strict;
+        self
+    }
 }
 
-/// Where `libonnxruntime` is looked for, in order: the explicit option, `ORT_DYLIB_PATH`,
-/// the path recorded at build time, then the plain name (the system loader's search path).
+/// Where `libonnxruntime` is looked for, in order: the explicit option (then the only
+/// candidate), `ORT_DYLIB_PATH`, the path recorded at build time, then the plain name (the
+/// system loader's search path).
 pub fn dylib_candidates(explicit: Option<&Path>) -> Vec<(PathBuf, &'static str)> {
     let mut out = Vec::new();
     if let Some(p) = explicit {
         out.push((p.to_path_buf(), "OrtOptions::dylib_path"));
+        return out;
     }
     if let Some(p) = std::env::var_os("ORT_DYLIB_PATH").filter(|p| !p.is_empty()) {
         out.push((p.into(), "ORT_DYLIB_PATH"));
@@ -190,13 +442,33 @@ pub fn dylib_candidates(explicit: Option<&Path>) -> Vec<(PathBuf, &'static str)>
     out
 }
 
-/// The process-wide environment. ort allows exactly one per process and cannot rebuild it
-/// once dropped, so it is created once and kept; the mutex serialises the first load.
-static ENVIRONMENT: Mutex<Option<Environment>> = Mutex::new(None);
+/// The process-wide environment and the library it was loaded from. ort allows exactly
+/// one per process and cannot rebuild it once dropped, so it is created once and kept;
+/// the mutex serialises the first load.
+static ENVIRONMENT: Mutex<Option<(Environment, PathBuf)>> = Mutex::new(None);
+
+fn same_file(a: &Path, b: &Path) -> bool {
+    a == b
+        || matches!(
+            (std::fs::canonicalize(a), std::fs::canonicalize(b)),
+            (Ok(x), Ok(y)) if x == y
+        )
+}
 
 fn environment(explicit: Option<&Path>) -> Result<Environment> {
     let mut slot = ENVIRONMENT.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(env) = slot.as_ref() {
+    if let Some((env, loaded)) = slot.as_ref() {
+        // One library per process: a different explicit one cannot be honoured.
+        if let Some(p) = explicit.filter(|p| !same_file(p, loaded)) {
+            return Err(RuntimeError::OrtLibraryNotFound {
+                tried: vec![format!(
+                    "{} (OrtOptions::dylib_path): another ONNX Runtime library, {}, is \
+                     already loaded in this process (one per process)",
+                    p.display(),
+                    loaded.display()
+                )],
+            });
+        }
         return Ok(env.clone());
     }
     let mut tried = Vec::new();
@@ -211,7 +483,7 @@ fn environment(explicit: Option<&Path>) -> Result<Environment> {
                     .with_name("segtool")
                     .build()
                     .map_err(|e| RuntimeError::Ort(format!("creating environment: {e}")))?;
-                *slot = Some(env.clone());
+                *slot = Some((env.clone(), path));
                 return Ok(env);
             }
             Err(e) => tried.push(format!("{} ({source}): {e}", path.display())),
@@ -232,24 +504,34 @@ pub struct OrtEngine {
 }
 
 impl OrtEngine {
+    /// Opens `path` with the first requested provider that works. Without
+    /// [`OrtOptions::strict`], CPU is tried last and a fallback is reported by
+    /// [`Engine::fallback_reason`]; with it, failing every listed provider is an error.
+    /// TensorRT profile shapes not given are taken from the model's metadata.
     pub fn open(path: impl AsRef<Path>, options: &OrtOptions) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
         ensure_exists(&path)?;
         let env = environment(options.dylib_path.as_deref())?;
 
         let mut requested = options.execution_providers.clone();
-        if requested.last() != Some(&Provider::Cpu) {
+        if requested.is_empty() || (!options.strict && requested.last() != Some(&Provider::Cpu)) {
             requested.push(Provider::Cpu);
         }
+        let hint = requested
+            .iter()
+            .any(|p| p.kind() == "tensorrt")
+            .then(|| TrtProfile::from_metadata(&path))
+            .flatten();
         let mut failures = Vec::new();
-        for provider in &requested {
-            match build_session(&env, &path, options, provider) {
+        for (i, provider) in requested.iter().enumerate() {
+            let last = i + 1 == requested.len();
+            match build_session(&env, &path, options, provider, hint.as_ref()) {
                 Ok(session) => {
                     let fallback = (!failures.is_empty()).then(|| failures.join("; "));
                     return Self::from_session(session, path, provider.to_string(), fallback);
                 }
                 // The model itself is broken: every provider would say the same.
-                Err(e) if *provider == Provider::Cpu => {
+                Err(e) if *provider == Provider::Cpu && last => {
                     let mut message = e.to_string();
                     if !failures.is_empty() {
                         message = format!("{message} (earlier providers: {})", failures.join("; "));
@@ -259,7 +541,12 @@ impl OrtEngine {
                 Err(e) => failures.push(format!("{provider} unavailable: {e}")),
             }
         }
-        unreachable!("CPU is always the last provider tried")
+        Err(RuntimeError::Ort(format!(
+            "no requested execution provider is available for {} (strict: no CPU \
+             fallback): {}",
+            path.display(),
+            failures.join("; ")
+        )))
     }
 
     fn from_session(
@@ -310,6 +597,7 @@ fn build_session(
     path: &Path,
     options: &OrtOptions,
     provider: &Provider,
+    hint: Option<&TrtProfile>,
 ) -> ort::Result<Session> {
     let mut builder = Session::builder(env)?;
     if let Some(n) = options.intra_threads {
@@ -318,7 +606,7 @@ fn build_session(
             .map_err(|e| ort::Error::new(e.to_string()))?;
     }
     builder
-        .with_execution_providers(provider.dispatches())
+        .with_execution_providers(provider.dispatches(hint))
         .map_err(|e| ort::Error::new(e.to_string()))?
         .commit_from_file(path)
 }
@@ -376,9 +664,88 @@ mod tests {
     }
 
     #[test]
-    fn candidates_put_explicit_path_first() {
+    fn explicit_dylib_path_is_the_only_candidate() {
         let c = dylib_candidates(Some(Path::new("/x/libonnxruntime.so")));
-        assert_eq!(c[0].0, PathBuf::from("/x/libonnxruntime.so"));
+        assert_eq!(
+            c,
+            vec![(
+                PathBuf::from("/x/libonnxruntime.so"),
+                "OrtOptions::dylib_path"
+            )]
+        );
+        let c = dylib_candidates(None);
         assert_eq!(c.last().unwrap().0, PathBuf::from("libonnxruntime.so"));
+    }
+
+    #[test]
+    fn tensorrt_options_reach_the_ort_builder() {
+        let o = TensorRtOptions::new(1)
+            .with_fp16(true)
+            .with_int8(true)
+            .with_int8_calibration_table("/cal/table.flatbuffers")
+            .with_engine_cache_dir("/cache/engines")
+            .with_timing_cache_dir("/cache/timing")
+            .with_profile_shapes("image:1x3x64x64", "image:1x3x256x256", "image:4x3x512x512");
+        let dbg = format!("{:?}", o.to_ep());
+        for kv in [
+            r#""device_id": "1""#,
+            r#""trt_fp16_enable": "true""#,
+            r#""trt_int8_enable": "true""#,
+            r#""trt_int8_calibration_table_name": "/cal/table.flatbuffers""#,
+            r#""trt_engine_cache_enable": "true""#,
+            r#""trt_engine_cache_path": "/cache/engines""#,
+            r#""trt_timing_cache_enable": "true""#,
+            r#""trt_timing_cache_path": "/cache/timing""#,
+            r#""trt_profile_min_shapes": "image:1x3x64x64""#,
+            r#""trt_profile_opt_shapes": "image:1x3x256x256""#,
+            r#""trt_profile_max_shapes": "image:4x3x512x512""#,
+        ] {
+            assert!(dbg.contains(kv), "{kv} missing from {dbg}");
+        }
+        let plain = format!("{:?}", TensorRtOptions::new(0).to_ep());
+        assert!(
+            !plain.contains("trt_profile") && !plain.contains("int8"),
+            "{plain}"
+        );
+
+        let cuda = format!(
+            "{:?}",
+            CudaOptions::new(2).with_memory_limit(1 << 30).to_ep()
+        );
+        assert!(cuda.contains(r#""gpu_mem_limit": "1073741824""#), "{cuda}");
+        assert!(cuda.contains(r#""device_id": "2""#), "{cuda}");
+
+        let p = Provider::TensorRtWith(o.clone());
+        assert_eq!(p.to_string(), "tensorrt:1(int8+fp16)");
+        assert_eq!(
+            OrtOptions::new()
+                .with_tensorrt(o)
+                .strict(true)
+                .execution_providers,
+            vec![p]
+        );
+    }
+
+    #[test]
+    fn profile_hint_fills_only_missing_shapes() {
+        let json = r#"{"input":"image","layout":"NCHW","min":[1,3,128,128],"opt":[1,3,512,1024],"max":[8,3,1024,2048],"trtexec":""}"#;
+        let hint = TrtProfile::from_json(json).unwrap();
+        assert_eq!(hint.min, "image:1x3x128x128");
+        assert_eq!(hint.max, "image:8x3x1024x2048");
+        let short: Provider = "tensorrt-fp16:0".parse().unwrap();
+        let o = short.tensorrt_options(Some(&hint)).unwrap();
+        assert!(o.fp16);
+        assert_eq!(o.profile_opt_shapes.as_deref(), Some("image:1x3x512x1024"));
+        let mine = TensorRtOptions {
+            profile_max_shapes: Some("image:2x3x64x64".into()),
+            ..TensorRtOptions::default()
+        }
+        .with_profile_defaults(Some(&hint));
+        assert_eq!(mine.profile_max_shapes.as_deref(), Some("image:2x3x64x64"));
+        assert_eq!(
+            mine.profile_min_shapes.as_deref(),
+            Some("image:1x3x128x128")
+        );
+        assert!(TrtProfile::from_json("{}").is_none());
     }
 }

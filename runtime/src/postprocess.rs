@@ -1,11 +1,12 @@
-//! Model output -> masks and pictures: argmax, nearest-neighbour mask resize, colour
-//! masks and overlays.
+//! Model output -> masks and pictures: argmax, nearest-neighbour mask resize, bilinear
+//! logit resize (PyTorch's `upsample_bilinear2d`, either corner convention), per-class
+//! probabilities (softmax), colour masks and overlays.
 //!
 //! Masks are `(H, W)` `u8` class indices, the same layout as training labels, so they go
 //! straight into `segtool_core`'s confusion matrix.
 
 use image::{Rgb, RgbImage};
-use ndarray::{Array2, ArrayView2, ArrayView4, Axis, Zip};
+use ndarray::{Array2, Array4, ArrayView2, ArrayView4, Axis, Zip};
 
 /// Blend factor used by the CLI for overlays: half image, half class colour.
 pub const DEFAULT_ALPHA: f32 = 0.5;
@@ -51,6 +52,136 @@ pub fn resize_nearest(mask: ArrayView2<u8>, height: usize, width: usize) -> Arra
         |dst: usize, src_len: usize, dst_len: usize| ((dst * src_len) / dst_len).min(src_len - 1);
     let cols: Vec<usize> = (0..width).map(|x| src(x, w, width)).collect();
     Array2::from_shape_fn((height, width), |(y, x)| mask[[src(y, h, height), cols[x]]])
+}
+
+/// How logits reach another size before the argmax.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Upsample {
+    /// Resize the logits bilinearly, then take the argmax at the target size (smooth
+    /// class boundaries; what evaluation does).
+    #[default]
+    Bilinear,
+    /// Take the argmax at the model's size, then resize the labels nearest-neighbour
+    /// (cheaper: one plane instead of one per class).
+    Nearest,
+}
+
+/// Source index and weights of one output coordinate: `(i0, i1, w0, w1)`.
+fn linear_taps(
+    in_len: usize,
+    out_len: usize,
+    align_corners: bool,
+) -> Vec<(usize, usize, f32, f32)> {
+    // PyTorch's area_pixel_compute_scale / _source_index, in f32 as its CPU kernel.
+    let scale = if align_corners {
+        if out_len > 1 {
+            (in_len - 1) as f32 / (out_len - 1) as f32
+        } else {
+            0.0
+        }
+    } else {
+        in_len as f32 / out_len as f32
+    };
+    (0..out_len)
+        .map(|d| {
+            let src = if align_corners {
+                scale * d as f32
+            } else {
+                (scale * (d as f32 + 0.5) - 0.5).max(0.0)
+            };
+            let i0 = (src as usize).min(in_len - 1);
+            let l1 = (src - i0 as f32).clamp(0.0, 1.0);
+            let i1 = if i0 < in_len - 1 { i0 + 1 } else { i0 };
+            (i0, i1, 1.0 - l1, l1)
+        })
+        .collect()
+}
+
+/// Bilinear resize of `[N, C, H, W]` to `(height, width)`, numerically PyTorch's
+/// `F.interpolate(x, mode="bilinear", align_corners=...)` on the CPU. Same size: a copy.
+///
+/// # Panics
+/// When an input or target dimension is zero.
+pub fn resize_bilinear(
+    x: ArrayView4<f32>,
+    height: usize,
+    width: usize,
+    align_corners: bool,
+) -> Array4<f32> {
+    let (n, c, h, w) = x.dim();
+    assert!(h > 0 && w > 0 && height > 0 && width > 0, "empty resize");
+    if (h, w) == (height, width) {
+        return x.to_owned();
+    }
+    let rows = linear_taps(h, height, align_corners);
+    let cols = linear_taps(w, width, align_corners);
+    let x = x.as_standard_layout();
+    let src = x.as_slice().expect("standard layout");
+    let mut out = Array4::<f32>::zeros((n, c, height, width));
+    let dst = out.as_slice_mut().expect("fresh array");
+    for (plane, out_plane) in src
+        .chunks_exact(h * w)
+        .zip(dst.chunks_exact_mut(height * width))
+    {
+        for (&(y0, y1, wy0, wy1), out_row) in rows.iter().zip(out_plane.chunks_exact_mut(width)) {
+            let (r0, r1) = (&plane[y0 * w..(y0 + 1) * w], &plane[y1 * w..(y1 + 1) * w]);
+            for (&(x0, x1, wx0, wx1), o) in cols.iter().zip(out_row.iter_mut()) {
+                let t0 = r0[x0] * wx0 + r0[x1] * wx1;
+                let t1 = r1[x0] * wx0 + r1[x1] * wx1;
+                *o = t0 * wy0 + t1 * wy1;
+            }
+        }
+    }
+    out
+}
+
+/// Per-class probabilities: softmax over the class axis of `[N, C, H, W]` logits.
+pub fn softmax(logits: ArrayView4<f32>) -> Array4<f32> {
+    let mut out = logits.to_owned();
+    for mut scores in out.outer_iter_mut() {
+        let mut max = scores.index_axis(Axis(0), 0).to_owned();
+        for plane in scores.outer_iter().skip(1) {
+            Zip::from(&mut max)
+                .and(&plane)
+                .for_each(|m, &v| *m = m.max(v));
+        }
+        let mut sum = Array2::<f32>::zeros(max.raw_dim());
+        for mut plane in scores.outer_iter_mut() {
+            Zip::from(&mut plane)
+                .and(&max)
+                .and(&mut sum)
+                .for_each(|v, &m, s| {
+                    *v = (*v - m).exp();
+                    *s += *v;
+                });
+        }
+        for mut plane in scores.outer_iter_mut() {
+            Zip::from(&mut plane).and(&sum).for_each(|v, &s| *v /= s);
+        }
+    }
+    out
+}
+
+/// Masks at `(height, width)` from logits of any size: bilinear (half-pixel centres,
+/// `align_corners=false`) logits then argmax, or argmax then nearest labels.
+pub fn masks_at_size(
+    logits: ArrayView4<f32>,
+    height: usize,
+    width: usize,
+    upsample: Upsample,
+) -> Vec<Array2<u8>> {
+    match upsample {
+        Upsample::Bilinear => argmax(resize_bilinear(logits, height, width, false).view()),
+        Upsample::Nearest => argmax(logits)
+            .into_iter()
+            .map(|m| resize_nearest(m.view(), height, width))
+            .collect(),
+    }
+}
+
+/// Per-class probability maps at `(height, width)`: bilinear logits, then softmax.
+pub fn probabilities_at_size(logits: ArrayView4<f32>, height: usize, width: usize) -> Array4<f32> {
+    softmax(resize_bilinear(logits, height, width, false).view())
 }
 
 /// Colour picture of a mask. Labels without a palette entry (e.g. 255, ignore) are black.
@@ -140,5 +271,55 @@ mod tests {
                                                               // A 1x1 mask is stretched over the 2x2 image.
         let o = overlay(&img, arr2(&[[2u8]]).view(), &palette, 1.0);
         assert!(o.pixels().all(|p| *p == Rgb([0, 255, 0])));
+    }
+
+    #[test]
+    fn bilinear_matches_pytorch_conventions() {
+        // 1x1x2x2 -> 3x3. align_corners=true: corners kept, centre is the mean.
+        let x = Array4::from_shape_vec((1, 1, 2, 2), vec![0.0, 1.0, 2.0, 3.0]).unwrap();
+        let y = resize_bilinear(x.view(), 3, 3, true);
+        let want = [0.0, 0.5, 1.0, 1.0, 1.5, 2.0, 2.0, 2.5, 3.0];
+        assert_eq!(y.iter().copied().collect::<Vec<_>>(), want);
+        // align_corners=false, 2 -> 4 (values from torch.nn.functional.interpolate).
+        let x = Array4::from_shape_vec((1, 1, 1, 2), vec![0.0, 1.0]).unwrap();
+        let y = resize_bilinear(x.view(), 1, 4, false);
+        assert_eq!(
+            y.iter().copied().collect::<Vec<_>>(),
+            [0.0, 0.25, 0.75, 1.0]
+        );
+        // Downsampling with align_corners=true picks the end points.
+        let x = Array4::from_shape_fn((2, 1, 1, 5), |(n, _, _, i)| (n * 10 + i) as f32);
+        let y = resize_bilinear(x.view(), 1, 2, true);
+        assert_eq!(
+            y.iter().copied().collect::<Vec<_>>(),
+            [0.0, 4.0, 10.0, 14.0]
+        );
+        assert_eq!(resize_bilinear(x.view(), 1, 5, true), x);
+    }
+
+    #[test]
+    fn softmax_and_masks_at_size() {
+        let mut l = Array4::<f32>::zeros((1, 2, 1, 2));
+        l[[0, 1, 0, 0]] = 2.0_f32.ln();
+        l[[0, 0, 0, 1]] = 1000.0; // no overflow
+        let p = softmax(l.view());
+        assert!((p[[0, 0, 0, 0]] - 1.0 / 3.0).abs() < 1e-6);
+        assert!((p[[0, 1, 0, 0]] - 2.0 / 3.0).abs() < 1e-6);
+        assert_eq!(p[[0, 0, 0, 1]], 1.0);
+        // Class 1 wins left, class 0 right: bilinear moves the boundary to the middle.
+        let mut l = Array4::<f32>::zeros((1, 2, 1, 2));
+        l[[0, 1, 0, 0]] = 1.0;
+        l[[0, 0, 0, 1]] = 3.0;
+        let bil = masks_at_size(l.view(), 1, 4, Upsample::Bilinear);
+        let near = masks_at_size(l.view(), 1, 4, Upsample::Nearest);
+        assert_eq!(bil[0], arr2(&[[1, 0, 0, 0]]));
+        assert_eq!(near[0], arr2(&[[1, 1, 0, 0]]));
+        let p = probabilities_at_size(l.view(), 2, 4);
+        assert_eq!(p.dim(), (1, 2, 2, 4));
+        assert!(p
+            .index_axis(Axis(1), 0)
+            .iter()
+            .zip(p.index_axis(Axis(1), 1).iter())
+            .all(|(a, b)| (a + b - 1.0).abs() < 1e-6));
     }
 }

@@ -3,12 +3,16 @@
 //! The formula is evaluated once per channel and byte value into a 3x256 table, so every
 //! pixel costs a lookup and the values are bit-identical to the straightforward formula
 //! (and to what training used), not merely close to it.
+//!
+//! [`prepare`] adds an optional resize and padding to a multiple of the output stride;
+//! the [`Prepared`] it returns undoes both on the logits or masks.
 
 use image::RgbImage;
-use ndarray::{Array4, ArrayViewMut3, Axis};
+use ndarray::{s, Array2, Array4, ArrayView4, ArrayViewMut3, Axis};
 use segtool_core::ModelSpec;
 
 use crate::error::{Result, RuntimeError};
+use crate::postprocess::{masks_at_size, resize_bilinear, Upsample};
 
 /// Per-channel lookup table of normalised values.
 struct Table([[f32; 256]; 3]);
@@ -76,6 +80,132 @@ pub fn normalise_batch(imgs: &[RgbImage], spec: &ModelSpec) -> Result<Array4<f32
     Ok(out)
 }
 
+/// Normalised value of a zero (black) pixel per channel, `-mean / std`: what padding
+/// is filled with, as in training and evaluation.
+pub fn zero_pixel(spec: &ModelSpec) -> [f32; 3] {
+    std::array::from_fn(|c| -spec.mean[c] / spec.std[c])
+}
+
+/// What [`prepare`] does besides normalising.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PrepareOptions {
+    /// Resize the images (bilinear) to `(height, width)` first.
+    pub resize: Option<(u32, u32)>,
+    /// Pad bottom and right with zero pixels to a multiple of the model's output stride
+    /// (`spec.backbone.output_stride`).
+    pub pad_to_stride: bool,
+}
+
+impl PrepareOptions {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn with_resize(mut self, height: u32, width: u32) -> Self {
+        self.resize = Some((height, width));
+        self
+    }
+
+    pub fn with_pad_to_stride(mut self, pad: bool) -> Self {
+        self.pad_to_stride = pad;
+        self
+    }
+}
+
+/// A prepared batch and the sizes needed to map its output back to the images.
+#[derive(Clone, Debug)]
+pub struct Prepared {
+    /// Normalised `(N, 3, padded.0, padded.1)`.
+    pub input: Array4<f32>,
+    /// The images' own `(height, width)`.
+    pub original: (usize, usize),
+    /// After the resize, before padding.
+    pub resized: (usize, usize),
+    /// The model's input size.
+    pub padded: (usize, usize),
+}
+
+impl Prepared {
+    /// `[N, C, h, w]` logits of `input` -> `[N, C, H, W]` at the original size: the
+    /// padding is cropped off, the rest resized (bilinear, `align_corners=false`). Logits
+    /// at another size than the input (a coarse output) are first brought to it.
+    pub fn restore_logits(&self, logits: ArrayView4<f32>) -> Array4<f32> {
+        let cropped = self.crop(logits);
+        let (h, w) = self.original;
+        resize_bilinear(cropped.view(), h, w, false)
+    }
+
+    /// Masks at the original size; see [`Upsample`] for the two ways there.
+    pub fn restore_masks(&self, logits: ArrayView4<f32>, upsample: Upsample) -> Vec<Array2<u8>> {
+        let cropped = self.crop(logits);
+        let (h, w) = self.original;
+        masks_at_size(cropped.view(), h, w, upsample)
+    }
+
+    /// The logits of the un-padded region, at the resized size.
+    fn crop(&self, logits: ArrayView4<f32>) -> Array4<f32> {
+        let (_, _, lh, lw) = logits.dim();
+        let (ph, pw) = self.padded;
+        let full;
+        let logits = if (lh, lw) == (ph, pw) {
+            logits
+        } else {
+            full = resize_bilinear(logits, ph, pw, false);
+            full.view()
+        };
+        let (rh, rw) = self.resized;
+        logits.slice(s![.., .., ..rh, ..rw]).to_owned()
+    }
+}
+
+/// Same-size images -> model input: optional resize, normalisation, optional padding to
+/// a multiple of the output stride (zero pixels, i.e. `-mean/std`, bottom and right).
+pub fn prepare(imgs: &[RgbImage], spec: &ModelSpec, opts: &PrepareOptions) -> Result<Prepared> {
+    let original = imgs
+        .first()
+        .map(|i| (i.height() as usize, i.width() as usize))
+        .unwrap_or((0, 0));
+    let resized_imgs;
+    let imgs = match opts.resize {
+        Some((h, w)) if (h as usize, w as usize) != original && !imgs.is_empty() => {
+            if h == 0 || w == 0 {
+                return Err(RuntimeError::InputShape {
+                    expected: "a resize target of at least 1x1".into(),
+                    got: format!("{h}x{w}"),
+                });
+            }
+            resized_imgs = imgs
+                .iter()
+                .map(|i| image::imageops::resize(i, w, h, image::imageops::FilterType::Triangle))
+                .collect::<Vec<_>>();
+            &resized_imgs[..]
+        }
+        _ => imgs,
+    };
+    let input = normalise_batch(imgs, spec)?;
+    let (n, _, rh, rw) = input.dim();
+    let stride = spec.backbone.output_stride.max(1) as usize;
+    let (ph, pw) = if opts.pad_to_stride {
+        (rh.div_ceil(stride) * stride, rw.div_ceil(stride) * stride)
+    } else {
+        (rh, rw)
+    };
+    let input = if (ph, pw) == (rh, rw) {
+        input
+    } else {
+        let zero = zero_pixel(spec);
+        let mut padded = Array4::from_shape_fn((n, 3, ph, pw), |(_, c, _, _)| zero[c]);
+        padded.slice_mut(s![.., .., ..rh, ..rw]).assign(&input);
+        padded
+    };
+    Ok(Prepared {
+        input,
+        original,
+        resized: (rh, rw),
+        padded: (ph, pw),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -114,5 +244,53 @@ mod tests {
         let err = normalise_batch(&[a, RgbImage::new(3, 2)], &spec).unwrap_err();
         assert!(err.to_string().contains("image 1 is 3x2"), "{err}");
         assert!(normalise_batch(&[], &spec).is_err());
+    }
+
+    #[test]
+    fn prepare_pads_to_stride_and_restores() {
+        let spec = tiny_spec(2);
+        let stride = spec.backbone.output_stride as usize;
+        let img = RgbImage::from_fn(10, 7, |x, y| Rgb([(x * 20) as u8, (y * 30) as u8, 7]));
+        let p = prepare(
+            std::slice::from_ref(&img),
+            &spec,
+            &PrepareOptions::new().with_pad_to_stride(true),
+        )
+        .unwrap();
+        assert_eq!(p.original, (7, 10));
+        assert_eq!(p.resized, (7, 10));
+        assert_eq!(
+            p.padded,
+            (
+                7usize.div_ceil(stride) * stride,
+                10usize.div_ceil(stride) * stride
+            )
+        );
+        assert_eq!(p.input.slice(s![.., .., ..7, ..10]), normalise(&img, &spec));
+        let zero = zero_pixel(&spec);
+        if p.padded.1 > 10 {
+            assert_eq!(p.input[[0, 1, 0, 10]], zero[1]);
+        }
+        // An identity "model": the logits are the input; restoring gives the image back.
+        let back = p.restore_logits(p.input.view());
+        assert_eq!(back, normalise(&img, &spec));
+        let masks = p.restore_masks(p.input.view(), Upsample::Nearest);
+        assert_eq!(masks[0].dim(), (7, 10));
+
+        // Resize to 14x20 and back.
+        let p = prepare(
+            std::slice::from_ref(&img),
+            &spec,
+            &PrepareOptions::new()
+                .with_resize(14, 20)
+                .with_pad_to_stride(true),
+        )
+        .unwrap();
+        assert_eq!(p.resized, (14, 20));
+        assert_eq!(p.restore_logits(p.input.view()).dim(), (1, 3, 7, 10));
+        assert_eq!(
+            p.restore_masks(p.input.view(), Upsample::Bilinear)[0].dim(),
+            (7, 10)
+        );
     }
 }

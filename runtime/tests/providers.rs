@@ -1,0 +1,163 @@
+#![cfg(all(feature = "ort", feature = "tract"))]
+//! Execution-provider choice: strict mode, reported CPU fallback, TensorRT options, and
+//! the `auto` backend's fallback to tract when ONNX Runtime cannot be loaded.
+//!
+//! Written for a machine without a GPU (where CUDA and TensorRT cannot register); on a
+//! GPU machine the same tests check that the requested provider is the one in use.
+
+use std::path::{Path, PathBuf};
+
+use segtool_runtime::testing::{tiny_model_bytes, tiny_spec};
+use segtool_runtime::{
+    Backend, CudaOptions, Engine, OrtEngine, OrtOptions, Provider, RuntimeError, Segmenter,
+    TensorRtOptions,
+};
+
+fn model(dir: &Path) -> PathBuf {
+    let path = dir.join("rgb.onnx");
+    let w = [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]];
+    std::fs::write(&path, tiny_model_bytes(&tiny_spec(3), &w, &[0.0; 3])).unwrap();
+    path
+}
+
+/// `None` (test skipped) when no ONNX Runtime library can be loaded at all.
+fn open(path: &Path, options: &OrtOptions) -> Option<Result<OrtEngine, RuntimeError>> {
+    match OrtEngine::open(path, options) {
+        Err(RuntimeError::OrtLibraryNotFound { tried }) => {
+            eprintln!("skipping: no ONNX Runtime library ({tried:?})");
+            None
+        }
+        other => Some(other),
+    }
+}
+
+#[test]
+fn strict_cuda_without_gpu_is_an_error_naming_cuda() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = model(dir.path());
+    let options = OrtOptions::new()
+        .with_intra_threads(1)
+        .with_provider(Provider::Cuda { device_id: 0 })
+        .strict(true);
+    match open(&path, &options) {
+        None => {}
+        Some(Ok(engine)) => {
+            // A GPU build with a GPU: strict means CUDA really is in use.
+            assert_eq!(engine.provider(), "cuda:0");
+            assert!(engine.fallback_reason().is_none());
+        }
+        Some(Err(e)) => {
+            let msg = e.to_string();
+            assert!(msg.contains("cuda"), "{msg}");
+            assert!(msg.contains("strict"), "{msg}");
+        }
+    }
+}
+
+#[test]
+fn non_strict_cuda_falls_back_to_cpu_and_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = model(dir.path());
+    let options = OrtOptions::new()
+        .with_intra_threads(1)
+        .with_cuda(CudaOptions::new(0).with_memory_limit(1 << 30));
+    let Some(engine) = open(&path, &options) else {
+        return;
+    };
+    let mut engine = engine.unwrap();
+    if engine.provider() == "cpu" {
+        let why = engine.fallback_reason().expect("a fallback reason");
+        assert!(why.contains("cuda:0 unavailable"), "{why}");
+    } else {
+        assert_eq!(engine.provider(), "cuda:0");
+    }
+    let x = ndarray::Array4::<f32>::ones((1, 3, 2, 2));
+    assert_eq!(engine.run(x.view()).unwrap().dim(), (1, 3, 2, 2));
+}
+
+#[test]
+fn tensorrt_options_and_strictness() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = model(dir.path());
+    let cache = dir.path().join("trt-cache");
+    let trt = TensorRtOptions::new(0)
+        .with_fp16(true)
+        .with_engine_cache_dir(&cache)
+        .with_timing_cache_dir(&cache)
+        .with_profile_shapes("image:1x3x8x8", "image:1x3x16x16", "image:2x3x32x32");
+    let dbg = format!("{:?}", trt.to_ep());
+    assert!(
+        dbg.contains(r#""trt_profile_max_shapes": "image:2x3x32x32""#),
+        "{dbg}"
+    );
+    assert!(dbg.contains(r#""trt_fp16_enable": "true""#), "{dbg}");
+    assert_eq!(
+        Provider::TensorRtWith(trt.clone()).to_string(),
+        "tensorrt:0(fp16)"
+    );
+    // The provider strings still parse to the short forms.
+    assert_eq!(
+        "tensorrt-fp16:1".parse::<Provider>().unwrap(),
+        Provider::TensorRt {
+            device_id: 1,
+            fp16: true,
+            cache_dir: None
+        }
+    );
+
+    let strict = OrtOptions::new()
+        .with_intra_threads(1)
+        .with_tensorrt(trt.clone())
+        .strict(true);
+    match open(&path, &strict) {
+        None => return,
+        Some(Ok(engine)) => assert!(engine.provider().starts_with("tensorrt:0")),
+        Some(Err(e)) => assert!(
+            e.to_string().contains("tensorrt:0(fp16) unavailable"),
+            "{e}"
+        ),
+    }
+    let lenient = OrtOptions::new().with_intra_threads(1).with_tensorrt(trt);
+    let engine = open(&path, &lenient).unwrap().unwrap();
+    if engine.provider() == "cpu" {
+        assert!(engine
+            .fallback_reason()
+            .unwrap()
+            .contains("tensorrt:0(fp16)"));
+    }
+    // Strict with CPU listed explicitly: CPU is a requested provider, not a fallback.
+    let cpu = OrtOptions::new()
+        .with_intra_threads(1)
+        .with_provider(Provider::Cuda { device_id: 0 })
+        .with_provider(Provider::Cpu)
+        .strict(true);
+    let engine = open(&path, &cpu).unwrap().unwrap();
+    assert!(["cpu", "cuda:0"].contains(&engine.provider()));
+}
+
+#[test]
+fn auto_backend_falls_back_to_tract_when_ort_cannot_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = model(dir.path());
+    let bogus = OrtOptions::new().with_dylib_path(dir.path().join("no/libonnxruntime.so"));
+    let seg = Segmenter::open(&path, Backend::Auto(bogus.clone())).unwrap();
+    assert_eq!(seg.engine().name(), "tract");
+    // Explicit ONNX Runtime stays an error.
+    match Segmenter::open(&path, Backend::Ort(bogus)) {
+        Err(RuntimeError::OrtLibraryNotFound { tried }) => {
+            assert!(
+                tried.iter().any(|t| t.contains("libonnxruntime.so")),
+                "{tried:?}"
+            )
+        }
+        Err(e) => panic!("unexpected error {e}"),
+        Ok(_) => panic!("a bogus library path must not load"),
+    }
+    // Auto with a loadable library uses ONNX Runtime.
+    if let Ok(seg) = Segmenter::open(
+        &path,
+        Backend::Auto(OrtOptions::new().with_intra_threads(1)),
+    ) {
+        assert_eq!(seg.engine().name(), "onnxruntime");
+    }
+}
