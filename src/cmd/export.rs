@@ -1,7 +1,7 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use segtool_export::{export_onnx, AttentionForm, ExportOptions, ExportTarget};
+use segtool_export::{export_onnx, AttentionForm, ExportOptions, ExportTarget, ExternalData};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -46,11 +46,52 @@ pub struct Args {
     /// (metadata `segtool.trt_profile`) and the attention memory budget.
     #[arg(long, value_parser = parse_hw, default_value = "1024x2048")]
     pub max_size: (i64, i64),
+    /// Weights (initialisers of 1 KiB or more) in ONNX external data, one side file
+    /// `<onnx>.data` next to the model: `auto` (the default) when the model would reach
+    /// protobuf's 2 GiB limit, `always`, or `never` (fail over the limit). Keep the two
+    /// files together; runtimes load the side file relative to the model's path.
+    #[arg(long, default_value = "auto", value_parser = parse_external_data)]
+    pub external_data: ExternalData,
     /// Run the export in ONNX Runtime and tract (where it loads) on random images of two
     /// sizes against the tch model built from the checkpoint; non-zero exit beyond
     /// tolerance (fp32: 1e-4 * max(1, max|logit|); fp16: argmax agreement >= 99.5%).
     #[arg(long)]
     pub verify: bool,
+    /// Also write a Triton Inference Server model repository for the export:
+    /// DIR/<name>/config.pbtxt (platform onnxruntime_onnx, I/O from the model) and
+    /// DIR/<name>/1/model.onnx.
+    #[arg(long, value_name = "DIR")]
+    pub triton: Option<PathBuf>,
+    /// Triton model name (default: the ONNX file's stem).
+    #[arg(long, requires = "triton")]
+    pub triton_model_name: Option<String>,
+    /// Triton max_batch_size (0: no batching); dynamic batching is configured when > 0.
+    /// A static-batch export is written with 0.
+    #[arg(long, default_value_t = 8, requires = "triton")]
+    pub triton_max_batch: u32,
+    /// Dynamic batcher queue delay in microseconds.
+    #[arg(long, default_value_t = 100, requires = "triton")]
+    pub triton_queue_delay_us: u64,
+    /// GPUs for Triton instances, e.g. `0,1` (one KIND_GPU instance group per GPU);
+    /// empty (the default): CPU instances.
+    #[arg(long, default_value = "", value_parser = parse_gpus, requires = "triton")]
+    pub triton_gpus: GpuList,
+}
+
+/// `--triton-gpus` value: comma-separated GPU indices, possibly none.
+#[derive(Clone, Debug, Default)]
+pub struct GpuList(pub Vec<u32>);
+
+fn parse_gpus(s: &str) -> Result<GpuList, String> {
+    s.split(',')
+        .map(str::trim)
+        .filter(|g| !g.is_empty())
+        .map(|g| {
+            g.parse::<u32>()
+                .map_err(|_| format!("`{s}`: expected GPU indices like 0,1"))
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map(GpuList)
 }
 
 fn parse_hw(s: &str) -> Result<(i64, i64), String> {
@@ -75,6 +116,10 @@ fn parse_form(s: &str) -> Result<AttentionForm, String> {
     s.parse()
 }
 
+fn parse_external_data(s: &str) -> Result<ExternalData, String> {
+    s.parse()
+}
+
 impl Args {
     pub fn options(&self) -> ExportOptions {
         let mut opts = ExportOptions::for_target(self.target);
@@ -90,6 +135,7 @@ impl Args {
             .with_input_size(self.input_size)
             .with_batch(self.batch)
             .with_max_size(self.max_size)
+            .with_external_data(self.external_data)
     }
 }
 
@@ -109,6 +155,14 @@ pub fn run(args: Args) -> Result<()> {
         report.folded_bn,
         report.bytes as f64 / 1e6
     );
+    if let Some(ext) = &report.external {
+        println!(
+            "  external data: {} initializers in {} ({:.1} MB, next to the model)",
+            ext.tensors,
+            ext.location,
+            ext.bytes as f64 / 1e6
+        );
+    }
     let mut flags = Vec::new();
     if opts.fp16 {
         flags.push("fp16 (attention fp32)".to_string());
@@ -142,6 +196,39 @@ pub fn run(args: Args) -> Result<()> {
     }
     if args.verify {
         verify(&args, &opts)?;
+    }
+    if let Some(dir) = &args.triton {
+        write_triton(&args, dir)?;
+    }
+    Ok(())
+}
+
+/// `--triton DIR`: the model repository next to the export.
+fn write_triton(args: &Args, dir: &std::path::Path) -> Result<()> {
+    use segtool_runtime::triton::{write_repository, TritonOptions};
+    let mut options = TritonOptions::new()
+        .with_max_batch_size(args.triton_max_batch)
+        .with_max_queue_delay_us(args.triton_queue_delay_us)
+        .with_gpus(args.triton_gpus.0.clone());
+    if let Some(name) = &args.triton_model_name {
+        options = options.with_model_name(name.clone());
+    }
+    let report = write_repository(&args.onnx, dir, &options)
+        .with_context(|| format!("writing the Triton repository {}", dir.display()))?;
+    println!(
+        "wrote Triton model {:?}: {} and {} (max_batch_size {}, {})",
+        report.model_name,
+        report.config_path.display(),
+        report.model_path.display(),
+        report.max_batch_size,
+        if options.gpus.is_empty() {
+            "CPU instances".to_string()
+        } else {
+            format!("GPUs {:?}", options.gpus)
+        }
+    );
+    for note in report.notes {
+        eprintln!("note: {note}");
     }
     Ok(())
 }
