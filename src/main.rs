@@ -33,6 +33,8 @@ enum Command {
     Export(cmd::export::Args),
     /// Segment images with an exported model (ONNX Runtime or tract).
     Infer(cmd::infer::Args),
+    /// Latency/throughput of an exported model per batch size (pre, engine, post timed apart).
+    Bench(cmd::bench::Args),
     /// Generate shapes, train a tiny DANet, export, and compare tch / ORT / tract.
     #[cfg(feature = "train")]
     Demo(cmd::demo::Args),
@@ -53,6 +55,7 @@ fn main() {
         Command::Import(args) => cmd::import::run(args),
         Command::Export(args) => cmd::export::run(args),
         Command::Infer(args) => cmd::infer::run(args),
+        Command::Bench(args) => cmd::bench::run(args),
         #[cfg(feature = "train")]
         Command::Demo(args) => cmd::demo::run(args),
         #[cfg(feature = "train")]

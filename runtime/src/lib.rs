@@ -46,7 +46,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use image::RgbImage;
-use ndarray::{Array3, Axis};
+use ndarray::Array3;
 use segtool_core::ModelSpec;
 
 pub use batching::{BatchConfig, BatchError, BatchServer, OrderedStream};
@@ -182,28 +182,14 @@ impl Segmenter {
 
     fn run_same_size(&mut self, imgs: &[RgbImage], w: u32, h: u32) -> Result<Vec<Segmentation>> {
         let input = normalise_batch(imgs, &self.spec)?;
-        let logits = self.engine.run(input.view())?;
-        let classes = logits.shape()[1];
-        if classes != self.spec.num_classes() || classes > 256 {
-            return Err(RuntimeError::OutputShape {
-                expected: format!(
-                    "{} classes (from the model's spec, at most 256)",
-                    self.spec.num_classes()
-                ),
-                got: format!("logits {:?}", logits.shape()),
-            });
-        }
-        let masks = argmax(logits.view());
-        Ok(masks
-            .into_iter()
-            .enumerate()
-            .map(|(i, mask)| Segmentation {
-                mask: resize_nearest(mask.view(), h as usize, w as usize),
-                logits: self
-                    .keep_logits
-                    .then(|| logits.index_axis(Axis(0), i).to_owned()),
-            })
-            .collect())
+        let sizes = vec![(h as usize, w as usize); imgs.len()];
+        batching::run_normalised(
+            self.engine.as_mut(),
+            &self.spec,
+            input.view(),
+            &sizes,
+            self.keep_logits,
+        )
     }
 }
 

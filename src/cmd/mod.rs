@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+pub mod bench;
 #[cfg(feature = "train")]
 pub mod demo;
 #[cfg(feature = "train")]
