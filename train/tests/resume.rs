@@ -132,6 +132,7 @@ fn interrupted_and_resumed_run_equals_uninterrupted_run() {
         let b = &second.vs.variables()[&name];
         worst = worst.max((&a - b).abs().max().double_value(&[]));
     }
+    eprintln!("resumed vs uninterrupted: max abs weight diff {worst:e}");
     assert!(worst <= 1e-6, "final weights differ by {worst:e}");
     assert_eq!(
         whole.losses[K..],
