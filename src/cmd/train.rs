@@ -41,22 +41,119 @@ pub struct Args {
     /// libtorch intra-op threads (0: libtorch's default, one per core).
     #[arg(long, default_value_t = 0)]
     pub threads: i32,
+    #[command(flatten)]
+    pub dist: DistArgs,
+}
+
+/// dist: data-parallel training, torchrun-compatible. A process started by torchrun (or
+/// by `--nproc-per-node`) finds its rank in MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK,
+/// LOCAL_RANK, LOCAL_WORLD_SIZE.
+#[derive(clap::Args)]
+pub struct DistArgs {
+    /// Spawn and supervise this many training processes on this node (torchrun's
+    /// --nproc-per-node); with 1 (and --nnodes 1), train in this process.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub nproc_per_node: usize,
+    /// Nodes in the job.
+    #[arg(long, default_value_t = 1, value_name = "M")]
+    pub nnodes: usize,
+    /// This node's index, 0..nnodes.
+    #[arg(long, default_value_t = 0, value_name = "R")]
+    pub node_rank: usize,
+    /// Address of rank 0's node (hosts the rendezvous store).
+    #[arg(long, default_value = "127.0.0.1", value_name = "ADDR")]
+    pub master_addr: String,
+    /// Rendezvous port (default: a free port on one node, 29500 on several).
+    #[arg(long, value_name = "PORT")]
+    pub master_port: Option<u16>,
+    /// Collective backend: gloo (CPU) or nccl (CUDA; only in builds with NCCL).
+    #[arg(long, default_value = "gloo")]
+    pub dist_backend: String,
+    /// Seconds a rendezvous or collective may take before the rank fails.
+    #[arg(long, default_value_t = 600, value_name = "SECS")]
+    pub dist_timeout: u64,
+    /// Gradient all-reduce bucket size in MiB (PyTorch DDP's bucket_cap_mb).
+    #[arg(long, default_value_t = segtool_train::dist::DEFAULT_BUCKET_MB, value_name = "MB")]
+    pub bucket_mb: f64,
+}
+
+/// The launcher's own flags (with their values), removed from the children's arguments.
+const LAUNCH_FLAGS: [&str; 5] = [
+    "--nproc-per-node",
+    "--nnodes",
+    "--node-rank",
+    "--master-addr",
+    "--master-port",
+];
+
+/// dist: `--nproc-per-node N` spawns N `segtool train` processes with the same arguments
+/// (less the launcher's) and torchrun's environment, and supervises them.
+fn launch(args: &Args) -> Result<()> {
+    use segtool_train::dist::{DistEnv, LaunchConfig, Launcher};
+    let d = &args.dist;
+    if DistEnv::from_env()?.is_some() {
+        bail!("--nproc-per-node/--nnodes inside a distributed job (RANK/WORLD_SIZE are set): drop them");
+    }
+    let launcher = Launcher::new(LaunchConfig {
+        nproc_per_node: d.nproc_per_node,
+        nnodes: d.nnodes,
+        node_rank: d.node_rank,
+        master_addr: d.master_addr.clone(),
+        master_port: d.master_port,
+        ..LaunchConfig::default()
+    })?;
+    let exe = std::env::current_exe().context("locating the segtool binary")?;
+    let mut child_args = Vec::new();
+    let mut raw = std::env::args_os().skip(1);
+    while let Some(arg) = raw.next() {
+        let text = arg.to_string_lossy();
+        if LAUNCH_FLAGS.contains(&text.as_ref()) {
+            raw.next(); // its value
+        } else if !LAUNCH_FLAGS
+            .iter()
+            .any(|f| text.starts_with(&format!("{f}=")))
+        {
+            child_args.push(arg);
+        }
+    }
+    // As torchrun: N processes share the cores instead of each taking all of them.
+    let threads = std::env::var("OMP_NUM_THREADS").unwrap_or_else(|_| {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        (cores / d.nproc_per_node).max(1).to_string()
+    });
+    eprintln!(
+        "launching {} process(es) on node {} of {}",
+        d.nproc_per_node, d.node_rank, d.nnodes
+    );
+    launcher.run(|_env| {
+        let mut cmd = std::process::Command::new(&exe);
+        cmd.args(&child_args).env("OMP_NUM_THREADS", &threads);
+        cmd
+    })
 }
 
 pub fn run(args: Args) -> Result<()> {
+    if args.dist.nproc_per_node > 1 || args.dist.nnodes > 1 {
+        return launch(&args);
+    }
     if args.threads > 0 {
         tch::set_num_threads(args.threads);
     }
     let (mut cfg, resume_from) = resolve_config(&args)?;
-    // One process per run until `segtool launch` (DDP) lands: say so rather than
-    // silently training with a different global batch than the config describes.
-    if cfg.optim.world_size != 1 {
-        eprintln!(
-            "note: optim.world_size = {} but this is a single-process run; \
-             the global batch below is for 1 process",
-            cfg.optim.world_size
-        );
-        cfg.optim.world_size = 1;
+    // dist: the world is what torchrun's variables say (one process without them); say
+    // so rather than silently training with a different global batch than configured.
+    let dist_env = segtool_train::dist::DistEnv::from_env()?;
+    let world = dist_env.as_ref().map_or(1, |e| e.world_size);
+    let rank = dist_env.as_ref().map_or(0, |e| e.rank);
+    if cfg.optim.world_size != world {
+        if rank == 0 {
+            eprintln!(
+                "note: optim.world_size = {} but this run has {world} process(es); \
+                 the global batch below is for {world}",
+                cfg.optim.world_size
+            );
+        }
+        cfg.optim.world_size = world;
     }
     if cfg.optim.amp {
         bail!("optim.amp: mixed precision needs a CUDA device and the DDP/AMP trainer; set optim.amp=false");
@@ -75,7 +172,9 @@ pub fn run(args: Args) -> Result<()> {
             cfg.global_batch()
         );
     }
-    eprint!("{}", cfg.summary(train_set.len()));
+    if rank == 0 {
+        eprint!("{}", cfg.summary(train_set.len()));
+    }
     if args.print_config {
         print!("{}", cfg.to_toml_string());
         return Ok(());
@@ -91,7 +190,9 @@ pub fn run(args: Args) -> Result<()> {
 
     let spec = model_spec(&cfg, classes, palette)?;
     let device = parse_device(&args.device)?;
-    let mut trainer = Trainer::new(&spec, train_config(&cfg, total, device))?;
+    let mut train_cfg = train_config(&cfg, total, device);
+    train_cfg.progress = rank == 0;
+    let mut trainer = Trainer::new(&spec, train_cfg)?;
     let run_dir = cfg.run_dir();
     let state = match &resume_from {
         Some(path) => {
@@ -112,7 +213,31 @@ pub fn run(args: Args) -> Result<()> {
         }
     };
 
+    // dist: join the process group, rank 0's weights everywhere, SyncBN, DDP.
+    let _sync_bn = match &dist_env {
+        Some(env) => {
+            use segtool_train::dist::{sync_bn, Backend, Ddp, ProcessGroup};
+            let backend: Backend = args.dist.dist_backend.parse()?;
+            if backend == Backend::Gloo && device != tch::Device::Cpu {
+                bail!(
+                    "the gloo backend trains on the CPU: use --device cpu (or --dist-backend nccl)"
+                );
+            }
+            let timeout = std::time::Duration::from_secs(args.dist.dist_timeout.max(1));
+            let group = std::sync::Arc::new(
+                ProcessGroup::new(&env.group_options(backend, timeout))
+                    .with_context(|| format!("rank {} joining the process group", env.rank))?,
+            );
+            let guard = cfg.optim.sync_bn.then(|| sync_bn::install(group.clone()));
+            trainer.enable_ddp(Ddp::new(group, args.dist.bucket_mb))?;
+            guard
+        }
+        None => None,
+    };
+
     let opts = RunOptions {
+        rank,
+        world_size: world,
         checkpoint_every: cfg.checkpoint.every as usize,
         keep: cfg.checkpoint.keep,
         eval_every: cfg.eval.every as usize,
@@ -130,11 +255,14 @@ pub fn run(args: Args) -> Result<()> {
             .as_deref()
             .expect("validation only runs with a val split");
         let result = evaluate_with(model, val, &eval_opts, device, None, |_, _| Ok(()))?;
-        eprintln!(
-            "  val mIoU {:.2}  pixel acc {:.2}",
-            result.mean_iou() * 100.0,
-            result.pixel_accuracy() * 100.0
-        );
+        // dist: every rank evaluates the whole split (same result); rank 0 reports.
+        if rank == 0 {
+            eprintln!(
+                "  val mIoU {:.2}  pixel acc {:.2}",
+                result.mean_iou() * 100.0,
+                result.pixel_accuracy() * 100.0
+            );
+        }
         Ok(ValScore {
             miou: result.mean_iou(),
             pixel_accuracy: result.pixel_accuracy(),
@@ -143,6 +271,9 @@ pub fn run(args: Args) -> Result<()> {
     let validate: Option<&mut dyn FnMut(&DaNet) -> Result<ValScore>> =
         val_set.is_some().then_some(&mut validate as _);
     let state = run::run(&mut trainer, train_set, validate, &opts, state)?;
+    if rank != 0 {
+        return Ok(());
+    }
 
     println!("wrote {}", opts.last_path().display());
     if let (Some(miou), Some(it)) = (state.best_miou, state.best_iteration) {

@@ -6,6 +6,7 @@
 
 pub mod checkpoint;
 pub mod data;
+pub mod dist;
 pub mod eval;
 pub mod import;
 pub mod loader;

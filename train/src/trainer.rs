@@ -158,6 +158,9 @@ pub struct Trainer {
     pub config: TrainConfig,
     /// (iteration, loss) for every step taken.
     pub losses: Vec<(usize, f64)>,
+    /// dist: data-parallel training; `None` for a single process. Set with
+    /// [`Trainer::enable_ddp`].
+    pub ddp: Option<crate::dist::Ddp>,
 }
 
 impl Trainer {
@@ -183,7 +186,17 @@ impl Trainer {
             optimizer,
             config,
             losses: Vec::new(),
+            ddp: None,
         })
+    }
+
+    /// dist: trains data-parallel over `ddp`'s group from now on: rank 0's variables are
+    /// broadcast to every rank, gradients are averaged before clipping and the step, and
+    /// losses are averaged over the ranks. Call after loading weights (or resuming).
+    pub fn enable_ddp(&mut self, ddp: crate::dist::Ddp) -> Result<()> {
+        ddp.broadcast_variables(&self.vs)?;
+        self.ddp = Some(ddp);
+        Ok(())
     }
 
     /// One SGD step at iteration `it` on one batch; returns the loss.
@@ -200,7 +213,9 @@ impl Trainer {
         it: usize,
     ) -> Result<StepStats> {
         let lr = self.config.lr_at(it);
-        tch::manual_seed(iteration_seed(self.config.seed, it));
+        // dist: each rank its own dropout stream (rank 0's is the single-process one).
+        let rank = self.ddp.as_ref().map_or(0, |d| d.rank()) as i64;
+        tch::manual_seed(iteration_seed(self.config.seed, it).wrapping_add(rank));
         self.optimizer.zero_grad();
         let scale = 1.0 / micro_batches.len() as f64;
         let mut total = 0.0;
@@ -222,8 +237,14 @@ impl Trainer {
                 }
                 .into());
             }
-            (loss * scale).backward();
+            (loss * scale).f_backward()?;
             total += value * scale;
+        }
+        // dist: one gradient all-reduce per step, after the last micro-batch, before
+        // clipping (as PyTorch DDP).
+        if let Some(ddp) = &self.ddp {
+            ddp.average_gradients(&self.vs)?;
+            total = ddp.mean(total)?;
         }
         let grad_norm = self
             .config

@@ -4,7 +4,7 @@
 use tch::nn::{self, ModuleT};
 use tch::Tensor;
 
-use super::{batch_norm, conv_no_bias, AttentionImpl, Cam, Pam};
+use super::{batch_norm, bn_t, conv_no_bias, AttentionImpl, Cam, Pam};
 
 /// 3x3 conv, BN, ReLU, named `.0` and `.1` as PyTorch's `nn.Sequential`.
 #[derive(Debug)]
@@ -22,7 +22,8 @@ impl ConvBnRelu {
     }
 
     fn forward_t(&self, xs: &Tensor, train: bool) -> Tensor {
-        xs.apply(&self.conv).apply_t(&self.bn, train).relu()
+        // dist: SyncBN when installed (crate::dist::sync_bn), else plain BN.
+        bn_t(&xs.apply(&self.conv), &self.bn, train).relu()
     }
 }
 

@@ -25,6 +25,12 @@ pub(crate) fn batch_norm(p: nn::Path, channels: i64) -> nn::BatchNorm {
     nn::batch_norm2d(p, channels, Default::default())
 }
 
+/// A BatchNorm layer's forward: synchronised over the ranks while SyncBN is installed
+/// (distributed training, [`crate::dist::sync_bn`]), plain BatchNorm otherwise.
+pub(crate) fn bn_t(xs: &tch::Tensor, bn: &nn::BatchNorm, train: bool) -> tch::Tensor {
+    crate::dist::sync_bn::batch_norm_t(xs, bn, train)
+}
+
 /// Bias-free convolution, as every conv in the backbone and the head's 3x3 convs.
 pub(crate) fn conv_no_bias(
     p: nn::Path,

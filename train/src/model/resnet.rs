@@ -6,7 +6,7 @@ use segtool_core::{BackboneSpec, BlockKind};
 use tch::nn::{self, ModuleT};
 use tch::Tensor;
 
-use super::{batch_norm, conv_no_bias};
+use super::{batch_norm, bn_t, conv_no_bias};
 
 #[derive(Debug)]
 struct Block {
@@ -59,13 +59,13 @@ impl Block {
         let last = self.convs.len() - 1;
         let mut out = xs.shallow_clone();
         for (n, (conv, bn)) in self.convs.iter().enumerate() {
-            out = out.apply(conv).apply_t(bn, train);
+            out = bn_t(&out.apply(conv), bn, train); // dist: SyncBN hook
             if n != last {
                 out = out.relu();
             }
         }
         let identity = match &self.downsample {
-            Some((conv, bn)) => xs.apply(conv).apply_t(bn, train),
+            Some((conv, bn)) => bn_t(&xs.apply(conv), bn, train),
             None => xs.shallow_clone(),
         };
         (out + identity).relu()
@@ -119,7 +119,7 @@ impl Stem {
             Stem::Deep { convs, last } => {
                 let mut x = xs.shallow_clone();
                 for (conv, bn) in convs {
-                    x = x.apply(conv).apply_t(bn, train).relu();
+                    x = bn_t(&x.apply(conv), bn, train).relu();
                 }
                 x.apply(last)
             }
@@ -199,10 +199,7 @@ impl ModuleT for ResNet {
     fn forward_t(&self, xs: &Tensor, train: bool) -> Tensor {
         // Only BatchNorm looks at `train` in the backbone.
         let train = train && !self.frozen_bn;
-        let mut x = self
-            .stem
-            .forward_t(xs, train)
-            .apply_t(&self.bn1, train)
+        let mut x = bn_t(&self.stem.forward_t(xs, train), &self.bn1, train)
             .relu()
             .max_pool2d([3, 3], [2, 2], [1, 1], [1, 1], false);
         for layer in &self.layers {

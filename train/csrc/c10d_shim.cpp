@@ -1,0 +1,356 @@
+// libtorch's c10d behind a C ABI, for train/src/dist/: a TCPStore rendezvous, a
+// ProcessGroupGloo (CPU tensors; ProcessGroupNCCL when built with USE_C10D_NCCL), the
+// collectives segtool needs (all_reduce sum/avg/max, broadcast, all_gather, barrier),
+// each waited on with a timeout, and SyncBatchNorm as a torch::autograd::Function whose
+// forward all-reduces the per-channel (sum, sum of squares, count) and whose backward
+// all-reduces (sum dy, sum dy*(x-mean)), as torch.nn.SyncBatchNorm does.
+//
+// Tensors cross as `at::Tensor*` (tch's C_tensor). Every function returns NULL on
+// success or a malloc'ed error message (free it with segtool_c10d_free_string); no C++
+// exception crosses the ABI.
+
+#include <ATen/ATen.h>
+#include <c10/util/intrusive_ptr.h>
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#ifdef USE_C10D_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <string>
+#include <vector>
+
+namespace {
+
+char* copy_string(const std::string& s) {
+  char* out = static_cast<char*>(std::malloc(s.size() + 1));
+  if (out) std::memcpy(out, s.c_str(), s.size() + 1);
+  return out;
+}
+
+template <typename F>
+char* guarded(const char* what, F&& f) {
+  try {
+    f();
+    return nullptr;
+  } catch (const c10::Error& e) {
+    return copy_string(std::string(what) + ": " + e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    return copy_string(std::string(what) + ": " + e.what());
+  } catch (...) {
+    return copy_string(std::string(what) + ": unknown C++ exception");
+  }
+}
+
+using Backend = c10d::Backend;
+
+struct Group {
+  c10::intrusive_ptr<c10d::Store> store;
+  c10::intrusive_ptr<Backend> backend;
+  int rank;
+  int world;
+  bool nccl;
+};
+
+std::chrono::milliseconds ms(int64_t timeout_ms) {
+  return std::chrono::milliseconds(timeout_ms);
+}
+
+void check_tensor(const Group& g, const at::Tensor& t, const char* name) {
+  TORCH_CHECK(t.defined(), name, " is an undefined tensor");
+  if (!g.nccl) {
+    TORCH_CHECK(t.device().is_cpu(), name, " is on ", t.device(),
+                ": the gloo process group takes CPU tensors only (use the nccl backend for CUDA)");
+  } else {
+    TORCH_CHECK(t.device().is_cuda(), name, " is on ", t.device(),
+                ": the nccl process group takes CUDA tensors only");
+  }
+  TORCH_CHECK(t.is_contiguous(), name, " is not contiguous");
+}
+
+// Waits for `work` up to `timeout`; throws on timeout or on a failed collective (a
+// peer that died closes its sockets: gloo reports that as an error here).
+void wait(const c10::intrusive_ptr<c10d::Work>& work, int64_t timeout_ms) {
+  bool done = false;
+  std::string error;
+  try {
+    done = work->wait(ms(timeout_ms));
+  } catch (const c10::Error& e) {
+    error = e.what_without_backtrace();
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  if (!error.empty()) {
+    TORCH_CHECK(false, error, " (timeout ", timeout_ms,
+                " ms; a peer process that died, hung or called a different collective "
+                "causes this: check the other ranks' output)");
+  }
+  TORCH_CHECK(done, "collective did not complete within ", timeout_ms, " ms");
+}
+
+// 0 sum, 1 avg (sum then divide by the world size), 2 max.
+void all_reduce(Group& g, at::Tensor& t, int op, int64_t timeout_ms) {
+  check_tensor(g, t, "all_reduce tensor");
+  c10d::AllreduceOptions opts;
+  opts.timeout = ms(timeout_ms);
+  switch (op) {
+    case 0:
+    case 1:
+      opts.reduceOp = c10d::ReduceOp::SUM;
+      break;
+    case 2:
+      opts.reduceOp = c10d::ReduceOp::MAX;
+      break;
+    default:
+      TORCH_CHECK(false, "unknown reduce op ", op);
+  }
+  if (op == 1) {
+    TORCH_CHECK(at::isFloatingType(t.scalar_type()),
+                "avg all_reduce needs a floating-point tensor, got ", t.scalar_type());
+  }
+  std::vector<at::Tensor> tensors{t};
+  wait(g.backend->allreduce(tensors, opts), timeout_ms);
+  if (op == 1) {
+    at::NoGradGuard no_grad;
+    t.div_(static_cast<double>(g.world));
+  }
+}
+
+// SyncBatchNorm over every rank of a group (N, C, *): statistics over the global batch.
+struct SyncBatchNormFn : public torch::autograd::Function<SyncBatchNormFn> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, at::Tensor input,
+                            at::Tensor weight, at::Tensor bias, at::Tensor running_mean,
+                            at::Tensor running_var, double momentum, double eps,
+                            Group* group, int64_t timeout_ms) {
+    TORCH_CHECK(input.dim() >= 2, "SyncBatchNorm input needs at least 2 dims (N, C, ...)");
+    const int64_t c = input.size(1);
+    std::vector<int64_t> dims{0};
+    for (int64_t d = 2; d < input.dim(); d++) dims.push_back(d);
+    at::Tensor x = input.contiguous();
+    // Sums in double: the global mean and variance come out as exact as the local ones.
+    at::Tensor sum = x.sum(dims, false, at::kDouble);
+    at::Tensor sumsq = (x * x).sum(dims, false, at::kDouble);
+    at::Tensor count = at::full({1}, static_cast<double>(x.numel() / std::max<int64_t>(c, 1)),
+                                sum.options());
+    at::Tensor stats = at::cat({sum, sumsq, count}).contiguous();
+    all_reduce(*group, stats, 0, timeout_ms);
+    const double n = stats[2 * c].item<double>();
+    TORCH_CHECK(n > 0, "SyncBatchNorm: empty global batch");
+    at::Tensor mean = stats.narrow(0, 0, c) / n;
+    at::Tensor var = (stats.narrow(0, c, c) / n - mean * mean).clamp_min(0.0);
+    at::Tensor invstd = (var + eps).rsqrt();
+    if (running_mean.defined()) {
+      at::NoGradGuard no_grad;
+      running_mean.mul_(1.0 - momentum).add_(mean.to(running_mean.scalar_type()), momentum);
+      const double unbias = n > 1 ? n / (n - 1) : 1.0;
+      running_var.mul_(1.0 - momentum)
+          .add_((var * unbias).to(running_var.scalar_type()), momentum);
+    }
+    std::vector<int64_t> shape(input.dim(), 1);
+    shape[1] = c;
+    at::Tensor mean_x = mean.to(x.scalar_type()).view(shape);
+    at::Tensor invstd_x = invstd.to(x.scalar_type());
+    at::Tensor scale = weight.defined() ? invstd_x * weight : invstd_x;
+    at::Tensor out = (x - mean_x) * scale.view(shape);
+    if (bias.defined()) out = out + bias.view(shape);
+    ctx->save_for_backward({x, weight, mean_x, invstd_x});
+    ctx->saved_data["n"] = n;
+    ctx->saved_data["group"] = reinterpret_cast<int64_t>(group);
+    ctx->saved_data["timeout_ms"] = timeout_ms;
+    return out;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    at::Tensor x = saved[0], weight = saved[1], mean = saved[2], invstd = saved[3];
+    const double n = ctx->saved_data["n"].toDouble();
+    Group* group = reinterpret_cast<Group*>(ctx->saved_data["group"].toInt());
+    const int64_t timeout_ms = ctx->saved_data["timeout_ms"].toInt();
+    const int64_t c = x.size(1);
+    std::vector<int64_t> dims{0};
+    for (int64_t d = 2; d < x.dim(); d++) dims.push_back(d);
+    std::vector<int64_t> shape(x.dim(), 1);
+    shape[1] = c;
+
+    at::Tensor dy = grads[0].contiguous();
+    at::Tensor xmu = x - mean;
+    at::Tensor sum_dy = dy.sum(dims);
+    at::Tensor sum_dy_xmu = (dy * xmu).sum(dims);
+    at::Tensor grad_input, grad_weight, grad_bias;
+    if (ctx->needs_input_grad(1) && weight.defined()) grad_weight = sum_dy_xmu * invstd.view({c});
+    if (ctx->needs_input_grad(2)) grad_bias = sum_dy;
+    if (ctx->needs_input_grad(0)) {
+      // The statistics are functions of every rank's input: the gradient through them
+      // needs the global sums of dy and dy * (x - mean).
+      at::Tensor both = at::cat({sum_dy, sum_dy_xmu}).to(at::kDouble).contiguous();
+      all_reduce(*group, both, 0, timeout_ms);
+      at::Tensor mean_dy = (both.narrow(0, 0, c) / n).to(x.scalar_type()).view(shape);
+      at::Tensor mean_dy_xmu = (both.narrow(0, c, c) / n).to(x.scalar_type()).view(shape);
+      at::Tensor inv = invstd.view(shape);
+      at::Tensor scale = weight.defined() ? inv * weight.view(shape) : inv;
+      grad_input = (dy - mean_dy - xmu * inv * inv * mean_dy_xmu) * scale;
+    }
+    // One entry per forward argument after ctx.
+    return {grad_input, grad_weight, grad_bias, at::Tensor(), at::Tensor(),
+            at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+extern "C" {
+
+typedef struct segtool_c10d_group segtool_c10d_group;
+
+void segtool_c10d_free_string(char* s) { std::free(s); }
+
+// 1 when this build has ProcessGroupNCCL.
+int segtool_c10d_has_nccl() {
+#ifdef USE_C10D_NCCL
+  return 1;
+#else
+  return 0;
+#endif
+}
+
+// Rendezvous at master_addr:port (rank 0 hosts the TCPStore) and creates the process
+// group: backend "gloo" (CPU) or "nccl" (CUDA, only when built with it).
+char* segtool_c10d_group_new(const char* master_addr, uint16_t port, int world, int rank,
+                             int64_t timeout_ms, const char* backend,
+                             segtool_c10d_group** out) {
+  *out = nullptr;
+  return guarded("creating the process group", [&] {
+    TORCH_CHECK(world >= 1, "world size must be positive, got ", world);
+    TORCH_CHECK(rank >= 0 && rank < world, "rank ", rank, " is not below world size ", world);
+    const std::string name = backend;
+    const std::string host = master_addr;
+    c10d::TCPStoreOptions opts;
+    opts.port = port;
+    opts.isServer = rank == 0;
+    opts.numWorkers = static_cast<size_t>(world);
+    opts.waitWorkers = true;
+    opts.timeout = ms(timeout_ms);
+    auto group = std::make_unique<Group>();
+    group->rank = rank;
+    group->world = world;
+    group->nccl = false;
+    try {
+      group->store = c10::make_intrusive<c10d::TCPStore>(host, opts);
+    } catch (const std::exception& e) {
+      TORCH_CHECK(false, "TCPStore rendezvous at ", host, ":", port, " (rank ", rank, " of ",
+                  world, ") failed: ", e.what());
+    }
+    if (name == "gloo") {
+      auto gopts = c10d::ProcessGroupGloo::Options::create(ms(timeout_ms));
+      const char* iface = std::getenv("GLOO_SOCKET_IFNAME");
+      if (iface && *iface) {
+        gopts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(iface));
+      } else if (host == "127.0.0.1" || host == "localhost" || host == "::1") {
+        gopts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(host));
+      } else {
+        gopts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+      }
+      group->backend = c10::make_intrusive<c10d::ProcessGroupGloo>(group->store, rank, world, gopts);
+    } else if (name == "nccl") {
+#ifdef USE_C10D_NCCL
+      auto nopts = c10d::ProcessGroupNCCL::Options::create();
+      nopts->timeout = ms(timeout_ms);
+      group->backend = c10::make_intrusive<c10d::ProcessGroupNCCL>(group->store, rank, world, nopts);
+      group->nccl = true;
+#else
+      TORCH_CHECK(false,
+                  "backend \"nccl\" is not available: segtool was built without NCCL "
+                  "(no nccl.h / CUDA runtime headers were found at build time); use \"gloo\" "
+                  "with CPU tensors");
+#endif
+    } else {
+      TORCH_CHECK(false, "unknown backend \"", name, "\" (gloo, nccl)");
+    }
+    *out = reinterpret_cast<segtool_c10d_group*>(group.release());
+  });
+}
+
+void segtool_c10d_group_free(segtool_c10d_group* g) {
+  try {
+    delete reinterpret_cast<Group*>(g);
+  } catch (...) {
+  }
+}
+
+char* segtool_c10d_all_reduce(segtool_c10d_group* g, at::Tensor* t, int op, int64_t timeout_ms) {
+  return guarded("all_reduce", [&] { all_reduce(*reinterpret_cast<Group*>(g), *t, op, timeout_ms); });
+}
+
+char* segtool_c10d_broadcast(segtool_c10d_group* g, at::Tensor* t, int root, int64_t timeout_ms) {
+  return guarded("broadcast", [&] {
+    Group& group = *reinterpret_cast<Group*>(g);
+    check_tensor(group, *t, "broadcast tensor");
+    TORCH_CHECK(root >= 0 && root < group.world, "broadcast root ", root, " out of range");
+    c10d::BroadcastOptions opts;
+    opts.rootRank = root;
+    opts.timeout = ms(timeout_ms);
+    std::vector<at::Tensor> tensors{*t};
+    wait(group.backend->broadcast(tensors, opts), timeout_ms);
+  });
+}
+
+// outputs: world tensors shaped like input, filled with each rank's input.
+char* segtool_c10d_all_gather(segtool_c10d_group* g, at::Tensor* input, at::Tensor** outputs,
+                              size_t n_outputs, int64_t timeout_ms) {
+  return guarded("all_gather", [&] {
+    Group& group = *reinterpret_cast<Group*>(g);
+    check_tensor(group, *input, "all_gather input");
+    TORCH_CHECK(n_outputs == static_cast<size_t>(group.world), "all_gather needs ", group.world,
+                " output tensors, got ", n_outputs);
+    std::vector<at::Tensor> outs;
+    for (size_t i = 0; i < n_outputs; i++) {
+      check_tensor(group, *outputs[i], "all_gather output");
+      TORCH_CHECK(outputs[i]->sizes() == input->sizes() &&
+                      outputs[i]->scalar_type() == input->scalar_type(),
+                  "all_gather output ", i, " does not match the input's shape and dtype");
+      outs.push_back(*outputs[i]);
+    }
+    std::vector<std::vector<at::Tensor>> out_lists{outs};
+    std::vector<at::Tensor> inputs{*input};
+    c10d::AllgatherOptions opts;
+    opts.timeout = ms(timeout_ms);
+    wait(group.backend->allgather(out_lists, inputs, opts), timeout_ms);
+  });
+}
+
+char* segtool_c10d_barrier(segtool_c10d_group* g, int64_t timeout_ms) {
+  return guarded("barrier", [&] {
+    Group& group = *reinterpret_cast<Group*>(g);
+    c10d::BarrierOptions opts;
+    opts.timeout = ms(timeout_ms);
+    wait(group.backend->barrier(opts), timeout_ms);
+  });
+}
+
+// SyncBatchNorm in training mode; `*out` receives a new tensor (tch owns it). weight,
+// bias, running_mean and running_var may be NULL. The group must outlive the backward.
+char* segtool_c10d_sync_batch_norm(segtool_c10d_group* g, at::Tensor* input, at::Tensor* weight,
+                                   at::Tensor* bias, at::Tensor* running_mean,
+                                   at::Tensor* running_var, double momentum, double eps,
+                                   int64_t timeout_ms, at::Tensor** out) {
+  *out = nullptr;
+  return guarded("SyncBatchNorm", [&] {
+    Group* group = reinterpret_cast<Group*>(g);
+    check_tensor(*group, input->contiguous(), "SyncBatchNorm input");
+    TORCH_CHECK((running_mean == nullptr) == (running_var == nullptr),
+                "SyncBatchNorm needs both running statistics or neither");
+    auto opt = [](at::Tensor* t) { return t ? *t : at::Tensor(); };
+    at::Tensor y = SyncBatchNormFn::apply(*input, opt(weight), opt(bias), opt(running_mean),
+                                          opt(running_var), momentum, eps, group, timeout_ms);
+    *out = new at::Tensor(y);
+  });
+}
+
+}  // extern "C"

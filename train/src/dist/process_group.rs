@@ -1,0 +1,315 @@
+//! A safe wrapper over the c10d shim (csrc/c10d_shim.cpp): a TCPStore rendezvous and a
+//! ProcessGroupGloo, with blocking collectives that each wait at most a timeout.
+
+use std::ffi::{c_char, c_int, CStr, CString};
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use tch::Tensor;
+use torch_sys::C_tensor;
+
+#[repr(C)]
+struct RawGroup {
+    _private: [u8; 0],
+}
+
+extern "C" {
+    fn segtool_c10d_free_string(s: *mut c_char);
+    fn segtool_c10d_has_nccl() -> c_int;
+    fn segtool_c10d_group_new(
+        master_addr: *const c_char,
+        port: u16,
+        world: c_int,
+        rank: c_int,
+        timeout_ms: i64,
+        backend: *const c_char,
+        out: *mut *mut RawGroup,
+    ) -> *mut c_char;
+    fn segtool_c10d_group_free(g: *mut RawGroup);
+    fn segtool_c10d_all_reduce(
+        g: *mut RawGroup,
+        t: *mut C_tensor,
+        op: c_int,
+        timeout_ms: i64,
+    ) -> *mut c_char;
+    fn segtool_c10d_broadcast(
+        g: *mut RawGroup,
+        t: *mut C_tensor,
+        root: c_int,
+        timeout_ms: i64,
+    ) -> *mut c_char;
+    fn segtool_c10d_all_gather(
+        g: *mut RawGroup,
+        input: *mut C_tensor,
+        outputs: *const *mut C_tensor,
+        n_outputs: usize,
+        timeout_ms: i64,
+    ) -> *mut c_char;
+    fn segtool_c10d_barrier(g: *mut RawGroup, timeout_ms: i64) -> *mut c_char;
+    fn segtool_c10d_sync_batch_norm(
+        g: *mut RawGroup,
+        input: *mut C_tensor,
+        weight: *mut C_tensor,
+        bias: *mut C_tensor,
+        running_mean: *mut C_tensor,
+        running_var: *mut C_tensor,
+        momentum: f64,
+        eps: f64,
+        timeout_ms: i64,
+        out: *mut *mut C_tensor,
+    ) -> *mut c_char;
+}
+
+/// Turns the shim's error string (NULL: success) into a `Result`, freeing it.
+fn check(err: *mut c_char) -> Result<()> {
+    if err.is_null() {
+        return Ok(());
+    }
+    // SAFETY: the shim returns a malloc'ed NUL-terminated string that we now own.
+    let message = unsafe { CStr::from_ptr(err) }
+        .to_string_lossy()
+        .into_owned();
+    unsafe { segtool_c10d_free_string(err) };
+    bail!("{message}")
+}
+
+fn ptr(t: &Tensor) -> *mut C_tensor {
+    t.as_ptr() as *mut C_tensor
+}
+
+/// The collective communication library behind a [`ProcessGroup`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// gloo over TCP: CPU tensors.
+    Gloo,
+    /// NCCL: CUDA tensors; only in builds that found the NCCL headers.
+    Nccl,
+}
+
+impl Backend {
+    fn name(self) -> &'static str {
+        match self {
+            Backend::Gloo => "gloo",
+            Backend::Nccl => "nccl",
+        }
+    }
+
+    /// Whether this build can create a process group with this backend.
+    pub fn available(self) -> bool {
+        match self {
+            Backend::Gloo => true,
+            Backend::Nccl => unsafe { segtool_c10d_has_nccl() != 0 },
+        }
+    }
+}
+
+impl std::str::FromStr for Backend {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "gloo" => Ok(Backend::Gloo),
+            "nccl" => Ok(Backend::Nccl),
+            other => bail!("unknown distributed backend {other:?} (gloo, nccl)"),
+        }
+    }
+}
+
+/// Reduction of [`ProcessGroup::all_reduce`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReduceOp {
+    Sum,
+    /// Sum, then divided by the world size (floating-point tensors only).
+    Avg,
+    Max,
+}
+
+/// Where and how to rendezvous.
+#[derive(Clone, Debug)]
+pub struct GroupOptions {
+    pub master_addr: String,
+    pub master_port: u16,
+    pub world_size: usize,
+    pub rank: usize,
+    /// For the rendezvous and for every collective.
+    pub timeout: Duration,
+    pub backend: Backend,
+}
+
+/// A c10d process group (TCPStore rendezvous + ProcessGroupGloo). Collectives block until
+/// every rank has joined them, or fail after the timeout, or as soon as a peer is gone.
+/// Every rank must call the same collectives in the same order with matching shapes.
+pub struct ProcessGroup {
+    raw: *mut RawGroup,
+    rank: usize,
+    world_size: usize,
+    timeout: Duration,
+}
+
+// The shim serialises nothing itself, but c10d's process groups are thread-safe: work is
+// queued to the backend's own threads.
+unsafe impl Send for ProcessGroup {}
+unsafe impl Sync for ProcessGroup {}
+
+impl std::fmt::Debug for ProcessGroup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProcessGroup")
+            .field("rank", &self.rank)
+            .field("world_size", &self.world_size)
+            .finish()
+    }
+}
+
+impl ProcessGroup {
+    /// Joins the group: rank 0 hosts the TCPStore at `master_addr:master_port`, the
+    /// others connect to it; returns once all `world_size` ranks are there.
+    pub fn new(opts: &GroupOptions) -> Result<Self> {
+        if opts.backend == Backend::Nccl && !Backend::Nccl.available() {
+            bail!(
+                "backend nccl requested, but this build of segtool has no NCCL (its headers \
+                 were not found when segtool-train was built); use gloo with CPU tensors"
+            );
+        }
+        let addr = CString::new(opts.master_addr.as_str()).context("master address")?;
+        let backend = CString::new(opts.backend.name()).expect("no NUL");
+        let world = c_int::try_from(opts.world_size).context("world size")?;
+        let rank = c_int::try_from(opts.rank).context("rank")?;
+        let mut raw = std::ptr::null_mut();
+        check(unsafe {
+            segtool_c10d_group_new(
+                addr.as_ptr(),
+                opts.master_port,
+                world,
+                rank,
+                timeout_ms(opts.timeout),
+                backend.as_ptr(),
+                &mut raw,
+            )
+        })?;
+        Ok(Self {
+            raw,
+            rank: opts.rank,
+            world_size: opts.world_size,
+            timeout: opts.timeout,
+        })
+    }
+
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    pub fn world_size(&self) -> usize {
+        self.world_size
+    }
+
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// In place: every rank's `tensor` becomes the reduction over all ranks.
+    /// The tensor must be contiguous (and on the CPU for gloo).
+    pub fn all_reduce(&self, tensor: &mut Tensor, op: ReduceOp) -> Result<()> {
+        self.all_reduce_timeout(tensor, op, self.timeout)
+    }
+
+    pub fn all_reduce_timeout(
+        &self,
+        tensor: &mut Tensor,
+        op: ReduceOp,
+        timeout: Duration,
+    ) -> Result<()> {
+        let op = match op {
+            ReduceOp::Sum => 0,
+            ReduceOp::Avg => 1,
+            ReduceOp::Max => 2,
+        };
+        check(unsafe { segtool_c10d_all_reduce(self.raw, ptr(tensor), op, timeout_ms(timeout)) })
+    }
+
+    /// In place: every rank's `tensor` becomes rank `root`'s.
+    pub fn broadcast(&self, tensor: &mut Tensor, root: usize) -> Result<()> {
+        self.broadcast_timeout(tensor, root, self.timeout)
+    }
+
+    pub fn broadcast_timeout(
+        &self,
+        tensor: &mut Tensor,
+        root: usize,
+        timeout: Duration,
+    ) -> Result<()> {
+        let root = c_int::try_from(root).context("root rank")?;
+        check(unsafe { segtool_c10d_broadcast(self.raw, ptr(tensor), root, timeout_ms(timeout)) })
+    }
+
+    /// Every rank's `tensor`, in rank order (each shaped like `tensor`).
+    pub fn all_gather(&self, tensor: &Tensor) -> Result<Vec<Tensor>> {
+        self.all_gather_timeout(tensor, self.timeout)
+    }
+
+    pub fn all_gather_timeout(&self, tensor: &Tensor, timeout: Duration) -> Result<Vec<Tensor>> {
+        let input = tensor.contiguous();
+        let outputs: Vec<Tensor> = (0..self.world_size).map(|_| input.empty_like()).collect();
+        let ptrs: Vec<*mut C_tensor> = outputs.iter().map(ptr).collect();
+        check(unsafe {
+            segtool_c10d_all_gather(
+                self.raw,
+                ptr(&input),
+                ptrs.as_ptr(),
+                ptrs.len(),
+                timeout_ms(timeout),
+            )
+        })?;
+        Ok(outputs)
+    }
+
+    /// Returns once every rank has reached the barrier.
+    pub fn barrier(&self) -> Result<()> {
+        self.barrier_timeout(self.timeout)
+    }
+
+    pub fn barrier_timeout(&self, timeout: Duration) -> Result<()> {
+        check(unsafe { segtool_c10d_barrier(self.raw, timeout_ms(timeout)) })
+    }
+
+    /// Training-mode BatchNorm with statistics over every rank's batch; the backward
+    /// all-reduces as well. Updates the running statistics in place. The group must
+    /// outlive the backward pass of the result (hold it in an `Arc`, as
+    /// [`crate::dist::sync_bn`] does).
+    pub(crate) fn sync_batch_norm(
+        &self,
+        input: &Tensor,
+        weight: Option<&Tensor>,
+        bias: Option<&Tensor>,
+        running: Option<(&Tensor, &Tensor)>,
+        momentum: f64,
+        eps: f64,
+    ) -> Result<Tensor> {
+        let opt = |t: Option<&Tensor>| t.map_or(std::ptr::null_mut(), ptr);
+        let mut out = std::ptr::null_mut();
+        check(unsafe {
+            segtool_c10d_sync_batch_norm(
+                self.raw,
+                ptr(input),
+                opt(weight),
+                opt(bias),
+                opt(running.map(|r| r.0)),
+                opt(running.map(|r| r.1)),
+                momentum,
+                eps,
+                timeout_ms(self.timeout),
+                &mut out,
+            )
+        })?;
+        // SAFETY: on success the shim set `out` to a heap at::Tensor we now own.
+        Ok(unsafe { Tensor::from_ptr(out) })
+    }
+}
+
+impl Drop for ProcessGroup {
+    fn drop(&mut self) {
+        unsafe { segtool_c10d_group_free(self.raw) };
+    }
+}
+
+fn timeout_ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX).max(1)
+}
