@@ -18,8 +18,7 @@ use crate::error::{Result, RuntimeError};
 use crate::postprocess::{argmax, resize_bilinear};
 use crate::preprocess::{normalise_batch, zero_pixel};
 
-/// DANet's multi-scale list (PyTorch-Encoding's Cityscapes scales), as in training.
-pub const MULTI_SCALES: [f64; 8] = [0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0, 2.2];
+pub use segtool_core::protocol::{window_starts, windows, Window, MULTI_SCALES};
 
 /// How each (scaled) image goes through the engine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -209,42 +208,6 @@ pub fn forward_flip(
     Ok((&a + &b) / 2.0)
 }
 
-/// One crop window: top-left corner and extent inside the image (smaller than the crop
-/// only where the image itself is).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Window {
-    pub y: usize,
-    pub x: usize,
-    pub h: usize,
-    pub w: usize,
-}
-
-/// Window origins along an axis of `len` pixels: every `stride`, the last one moved back
-/// to end at the edge.
-pub fn window_starts(len: usize, crop: usize, stride: usize) -> Vec<usize> {
-    if len <= crop {
-        return vec![0];
-    }
-    let n = (len - crop).div_ceil(stride) + 1;
-    (0..n).map(|i| (i * stride).min(len - crop)).collect()
-}
-
-/// The windows covering an `h` x `w` image, row by row.
-pub fn windows(h: usize, w: usize, crop: usize, stride: usize) -> Vec<Window> {
-    let xs = window_starts(w, crop, stride);
-    window_starts(h, crop, stride)
-        .into_iter()
-        .flat_map(|y| {
-            xs.iter().map(move |&x| Window {
-                y,
-                x,
-                h: crop.min(h),
-                w: crop.min(w),
-            })
-        })
-        .collect()
-}
-
 /// Sliding-window logits of `images` `(N, 3, H, W)`: windows padded with zero pixels to
 /// the full crop where the image is smaller, `batch` windows per run, overlapping
 /// logits averaged.
@@ -331,23 +294,6 @@ mod tests {
                 input[[i, k, y, x]] + if k == 1 { (y * w + x) as f32 } else { 0.0 }
             }))
         }
-    }
-
-    #[test]
-    fn window_placement_matches_training() {
-        assert_eq!(window_starts(10, 4, 3), vec![0, 3, 6]);
-        assert_eq!(window_starts(11, 4, 3), vec![0, 3, 6, 7]);
-        assert_eq!(window_starts(3, 4, 3), vec![0]);
-        assert_eq!(windows(3, 11, 4, 3).len(), 4);
-        assert_eq!(
-            windows(3, 11, 4, 3)[3],
-            Window {
-                y: 0,
-                x: 7,
-                h: 3,
-                w: 4
-            }
-        );
     }
 
     #[test]

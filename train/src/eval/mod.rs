@@ -17,8 +17,7 @@ use tch::{Device, Kind, Tensor};
 use crate::data::images_to_tensor;
 use crate::model::DaNet;
 
-/// DESIGN.md's multi-scale list (PyTorch-Encoding's Cityscapes scales).
-pub const MULTI_SCALES: [f64; 8] = [0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0, 2.2];
+pub use segtool_core::protocol::MULTI_SCALES;
 
 /// How each (scaled) image goes through the network.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -72,49 +72,14 @@ pub fn forward_flip(model: &DaNet, x: &Tensor, flip: bool) -> Tensor {
     (both.narrow(0, 0, n) + both.narrow(0, n, n).flip([3])) / 2.0
 }
 
-/// One crop window: its top-left corner and its extent inside the image (smaller than
-/// the crop only where the image itself is).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Window {
-    pub y: i64,
-    pub x: i64,
-    pub h: i64,
-    pub w: i64,
-}
-
-/// Window origins along an axis of `len` pixels: every `stride`, with the last one moved
-/// back to end at the edge (mmsegmentation's placement), so every pixel is covered and
-/// no window needs padding unless the axis is shorter than the crop.
-pub fn window_starts(len: i64, crop: i64, stride: i64) -> Vec<i64> {
-    if len <= crop {
-        return vec![0];
-    }
-    let n = (len - crop + stride - 1) / stride + 1;
-    (0..n).map(|i| (i * stride).min(len - crop)).collect()
-}
-
-/// The windows covering an `h` x `w` image, row by row.
-pub fn windows(h: i64, w: i64, crop: i64, stride: i64) -> Vec<Window> {
-    let xs = window_starts(w, crop, stride);
-    window_starts(h, crop, stride)
-        .into_iter()
-        .flat_map(|y| {
-            xs.iter().map(move |&x| Window {
-                y,
-                x,
-                h: crop.min(h),
-                w: crop.min(w),
-            })
-        })
-        .collect()
-}
+pub use segtool_core::protocol::{window_starts, windows, Window};
 
 /// How many windows cover each pixel, (1, 1, h, w) f32: the divisor that turns summed
 /// window logits into a mean.
 pub fn window_counts(windows: &[Window], h: i64, w: i64, device: tch::Device) -> Tensor {
     let counts = Tensor::zeros([1, 1, h, w], (Kind::Float, device));
     for win in windows {
-        let mut region = counts.narrow(2, win.y, win.h).narrow(3, win.x, win.w);
+        let mut region = narrow_window(&counts, win);
         region += 1.0;
     }
     counts
@@ -134,28 +99,31 @@ pub fn slide(
 ) -> Tensor {
     let (n, _, h, w) = images.size4().expect("images are NCHW");
     let k = model.spec.num_classes() as i64;
-    let all = windows(h, w, crop, stride);
+    let all = windows(h as usize, w as usize, crop as usize, stride as usize);
     let sum = Tensor::zeros([n, k, h, w], (Kind::Float, images.device()));
     for chunk in all.chunks(batch.max(1)) {
         let crops: Vec<Tensor> = chunk
             .iter()
-            .map(|win| {
-                let part = images.narrow(2, win.y, win.h).narrow(3, win.x, win.w);
-                pad_to(&part, crop, crop, &model.spec)
-            })
+            .map(|win| pad_to(&narrow_window(images, win), crop, crop, &model.spec))
             .collect();
         let logits = forward_flip(model, &Tensor::cat(&crops, 0), flip);
         for (j, win) in chunk.iter().enumerate() {
             let out = logits
                 .narrow(0, j as i64 * n, n)
-                .narrow(2, 0, win.h)
-                .narrow(3, 0, win.w)
+                .narrow(2, 0, win.h as i64)
+                .narrow(3, 0, win.w as i64)
                 .to_kind(Kind::Float);
-            let mut region = sum.narrow(2, win.y, win.h).narrow(3, win.x, win.w);
+            let mut region = narrow_window(&sum, win);
             region += out;
         }
     }
     sum / window_counts(&all, h, w, images.device())
+}
+
+/// The `win` region of an NCHW tensor (a view).
+fn narrow_window(t: &Tensor, win: &Window) -> Tensor {
+    t.narrow(2, win.y as i64, win.h as i64)
+        .narrow(3, win.x as i64, win.w as i64)
 }
 
 /// `x` (N, 3, h, w) in the top-left corner of an `h` x `w` canvas of zero pixels, which

@@ -45,7 +45,7 @@ fn windows_cover_awkward_sizes() {
                 "{win:?} outside {h}x{w}"
             );
         }
-        let counts = window_counts(&all, h, w, Device::Cpu);
+        let counts = window_counts(&all, h as i64, w as i64, Device::Cpu);
         assert!(
             counts.min().double_value(&[]) >= 1.0,
             "{h}x{w} has an uncovered pixel"
