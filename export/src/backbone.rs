@@ -15,6 +15,7 @@ pub fn backbone(
     image: &str,
 ) -> Result<String, ExportError> {
     let w = spec.width;
+    ctx.annotate_feature(image, 3, 1);
     let x = stem(ctx, spec, image)?;
     let x = ctx.relu(&x, "pretrained.relu");
     let pool = vec![
@@ -22,7 +23,9 @@ pub fn backbone(
         attr_ints("strides", &[2, 2]),
         attr_ints("pads", &[1, 1, 1, 1]),
     ];
-    let mut x = ctx.g.add_node("MaxPool", &[&x], pool, "pretrained.maxpool");
+    let pooled = ctx.g.add_node("MaxPool", &[&x], pool, "pretrained.maxpool");
+    ctx.derive_feature(&x, &pooled, spec.stem_channels(), 2);
+    let mut x = pooled;
 
     let mut in_ch = spec.stem_channels();
     for k in 1..=4 {

@@ -9,7 +9,19 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
-use crate::proto::{AttributeProto, AttributeType, DataType, NodeProto, TensorProto};
+use crate::proto::{
+    tensor_value_info, AttributeProto, AttributeType, DataType, Dim, NodeProto, TensorProto,
+    ValueInfoProto,
+};
+
+/// A 4-D feature map's shape as a function of the image size: `[batch, channels,
+/// ceil(height / stride), ceil(width / stride)]` (see [`GraphBuilder::annotate_feature`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FeatureShape {
+    pub channels: i64,
+    pub stride: i64,
+    pub dtype: DataType,
+}
 
 #[derive(Debug)]
 pub struct GraphBuilder {
@@ -22,6 +34,9 @@ pub struct GraphBuilder {
     /// Non-default operator domains used by some node (e.g. `com.microsoft`), sorted so
     /// the opset imports written from it are deterministic.
     domains: BTreeSet<String>,
+    /// Shapes of the 4-D feature maps, in emission order (written as `value_info`).
+    features: Vec<(String, FeatureShape)>,
+    feature_index: HashMap<String, usize>,
 }
 
 impl GraphBuilder {
@@ -33,6 +48,8 @@ impl GraphBuilder {
             names: HashSet::new(),
             i64_consts: HashMap::new(),
             domains: BTreeSet::new(),
+            features: Vec::new(),
+            feature_index: HashMap::new(),
         }
     }
 
@@ -172,6 +189,64 @@ impl GraphBuilder {
         name
     }
 
+    /// Records that `name` is a feature map of `shape` (the first record wins).
+    pub fn annotate_feature(&mut self, name: &str, shape: FeatureShape) {
+        if !self.feature_index.contains_key(name) {
+            self.feature_index
+                .insert(name.to_string(), self.features.len());
+            self.features.push((name.to_string(), shape));
+        }
+    }
+
+    /// The recorded shape of feature map `name`, if any.
+    pub fn feature(&self, name: &str) -> Option<FeatureShape> {
+        self.feature_index.get(name).map(|&i| self.features[i].1)
+    }
+
+    /// `value_info` for every recorded feature map but those in `exclude` (the graph
+    /// input, which already declares its shape), for an input of (`batch`, `height`,
+    /// `width`). A fixed side s gives ceil(s / stride); a named side `h` gives the symbol
+    /// `h/stride` (`h` itself at stride 1). Every conv and pool of the network maps a side
+    /// to ceil(side / stride), so maps with equal strides have equal sizes: naming them
+    /// alike lets runtimes prove that a residual Add's operands match (ONNX shape
+    /// inference alone cannot see through a conv on a symbolic size). ONNX Runtime needs
+    /// that to fuse Add + ReLU into the NCHWc conv (in place into the shortcut's buffer)
+    /// for the dilated layer3/layer4 blocks, whose convs its own tracking skips.
+    #[allow(dead_code)] // Written by the model assembly (lib.rs) once it takes them.
+    pub fn feature_value_info(
+        &self,
+        batch: Dim<'_>,
+        height: Dim<'_>,
+        width: Dim<'_>,
+        exclude: &[&str],
+    ) -> Vec<ValueInfoProto> {
+        fn side(d: Dim<'_>, stride: i64) -> Result<i64, String> {
+            match d {
+                Dim::Fixed(v) => Ok((v + stride - 1) / stride),
+                Dim::Named(n) if stride == 1 => Err(n.to_string()),
+                Dim::Named(n) => Err(format!("{n}/{stride}")),
+            }
+        }
+        fn dim(v: &Result<i64, String>) -> Dim<'_> {
+            match v {
+                Ok(v) => Dim::Fixed(*v),
+                Err(n) => Dim::Named(n.as_str()),
+            }
+        }
+        self.features
+            .iter()
+            .filter(|(name, _)| !exclude.contains(&name.as_str()))
+            .map(|(name, f)| {
+                let (h, w) = (side(height, f.stride), side(width, f.stride));
+                tensor_value_info(
+                    name,
+                    f.dtype,
+                    &[batch, Dim::Fixed(f.channels), dim(&h), dim(&w)],
+                )
+            })
+            .collect()
+    }
+
     /// Nodes (topological: each was appended after its inputs) and initializers.
     pub fn finish(self) -> (Vec<NodeProto>, Vec<TensorProto>) {
         (self.nodes, self.initializers)
@@ -245,6 +320,57 @@ mod tests {
         assert_eq!(inits[1].data_type, DataType::Int64 as i32);
         assert_eq!(inits[1].raw_data.len(), 24);
         assert_eq!(inits[1].raw_data[16..], (-1i64).to_le_bytes());
+    }
+
+    #[test]
+    fn feature_value_info_names_sides_by_stride() {
+        use crate::proto::{tensor_shape_proto::dimension::Value as D, type_proto};
+        let mut g = GraphBuilder::new(17);
+        let f = |channels, stride| FeatureShape {
+            channels,
+            stride,
+            dtype: DataType::Float,
+        };
+        g.annotate_feature("image", f(3, 1));
+        g.annotate_feature("a", f(64, 8));
+        g.annotate_feature("a", f(1, 1)); // first record wins
+        assert_eq!(g.feature("a"), Some(f(64, 8)));
+        let dims = |vi: &ValueInfoProto| -> Vec<D> {
+            match &vi.r#type.as_ref().unwrap().value {
+                Some(type_proto::Value::TensorType(t)) => t
+                    .shape
+                    .as_ref()
+                    .unwrap()
+                    .dim
+                    .iter()
+                    .map(|d| d.value.clone().unwrap())
+                    .collect(),
+                _ => panic!("not a tensor"),
+            }
+        };
+        let vi = g.feature_value_info(
+            Dim::Named("batch"),
+            Dim::Named("height"),
+            Dim::Fixed(1023),
+            &["image"],
+        );
+        assert_eq!(vi.len(), 1);
+        assert_eq!(vi[0].name, "a");
+        assert_eq!(
+            dims(&vi[0]),
+            [
+                D::DimParam("batch".into()),
+                D::DimValue(64),
+                D::DimParam("height/8".into()),
+                D::DimValue(128),
+            ]
+        );
+        let vi = g.feature_value_info(Dim::Fixed(2), Dim::Named("h"), Dim::Named("w"), &[]);
+        assert_eq!(vi[0].name, "image");
+        assert_eq!(
+            dims(&vi[0])[2..],
+            [D::DimParam("h".into()), D::DimParam("w".into())]
+        );
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The export context (graph builder + checkpoint + counters) and the layer helpers the
 //! backbone and head share: conv with folded BN, conv with bias, ReLU, Add, Mul.
 
-use crate::builder::{attr_int, attr_ints, GraphBuilder};
+use crate::builder::{attr_int, attr_ints, FeatureShape, GraphBuilder};
 use crate::error::ExportError;
 use crate::fold::{fold_bn, BatchNorm, BN_EPS};
 use crate::proto::{AttributeProto, DataType};
@@ -128,7 +128,44 @@ impl<'a, 'data> Ctx<'a, 'data> {
     ) -> Result<String, ExportError> {
         let wn = self.float_init(&format!("{conv}.weight"), &c.weight_dims(), w);
         let bn = self.float_init(&format!("{conv}.bias"), &[c.out_ch], b);
-        Ok(self.g.add_node("Conv", &[x, &wn, &bn], c.attrs(), conv))
+        let y = self.g.add_node("Conv", &[x, &wn, &bn], c.attrs(), conv);
+        // "Same" padding: a side of n becomes ceil(n / stride).
+        if 2 * c.pad == c.dilation * (c.kernel - 1) {
+            self.derive_feature(x, &y, c.out_ch, c.stride);
+        }
+        Ok(y)
+    }
+
+    /// Records `x` as a feature map of `channels` at `stride` (the network input: 1).
+    pub fn annotate_feature(&mut self, x: &str, channels: i64, stride: i64) {
+        let dtype = if self.fp16 {
+            DataType::Float16
+        } else {
+            DataType::Float
+        };
+        self.g.annotate_feature(
+            x,
+            FeatureShape {
+                channels,
+                stride,
+                dtype,
+            },
+        );
+    }
+
+    /// Records `y` = a "same"-padded op of stride `stride` with `channels` outputs on the
+    /// feature map `x` (nothing when `x`'s shape is unknown).
+    pub fn derive_feature(&mut self, x: &str, y: &str, channels: i64, stride: i64) {
+        if let Some(f) = self.g.feature(x) {
+            self.annotate_feature(y, channels, f.stride * stride);
+        }
+    }
+
+    /// Records `y` with the shape of `x` (elementwise ops).
+    fn same_feature(&mut self, x: &str, y: &str) {
+        if let Some(f) = self.g.feature(x) {
+            self.g.annotate_feature(y, f);
+        }
     }
 
     /// A scalar-like f32 parameter stored with shape `[1]` (DANet's `gamma`s).
@@ -172,11 +209,18 @@ impl<'a, 'data> Ctx<'a, 'data> {
     }
 
     pub fn relu(&mut self, x: &str, out: &str) -> String {
-        self.g.add_node("Relu", &[x], vec![], out)
+        let y = self.g.add_node("Relu", &[x], vec![], out);
+        self.same_feature(x, &y);
+        y
     }
 
+    /// `a + b` without broadcasting between feature maps: the output has the shape of
+    /// whichever operand is a known feature map.
     pub fn add(&mut self, a: &str, b: &str, out: &str) -> String {
-        self.g.add_node("Add", &[a, b], vec![], out)
+        let y = self.g.add_node("Add", &[a, b], vec![], out);
+        self.same_feature(a, &y);
+        self.same_feature(b, &y);
+        y
     }
 
     pub fn mul(&mut self, a: &str, b: &str, out: &str) -> String {

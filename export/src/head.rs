@@ -97,7 +97,66 @@ pub fn upsample_into(ctx: &mut Ctx<'_, '_>, x: &str, image: &str, out: &str) {
 mod tests {
     use segtool_core::BackboneSpec;
 
-    use crate::testutil::{export_decoded, spec_with};
+    use crate::testutil::{export_decoded, random_entries, serialize, spec_with};
+
+    /// Every feature map from the image to conv8 gets a shape, and a residual Add's two
+    /// operands always get the same one (what lets ONNX Runtime fuse it into the conv).
+    #[test]
+    fn feature_shapes_reach_conv8_and_match_at_every_add() {
+        use crate::builder::GraphBuilder;
+        use crate::conv::Ctx;
+        use crate::weights::Weights;
+        use segtool_core::BlockKind;
+        let b = BackboneSpec {
+            block: BlockKind::Bottleneck,
+            layers: [1, 2, 2, 2],
+            width: 4,
+            output_stride: 8,
+            multi_grid: None,
+            deep_stem: false,
+        };
+        let spec = spec_with(b, 5);
+        let bytes = serialize(&random_entries(&spec, 3), Some(&spec));
+        let st = safetensors::SafeTensors::deserialize(&bytes).expect("st");
+        let mut ctx = Ctx::new(GraphBuilder::new(17), Weights::new(&st));
+        let image = ctx.g.unique("image");
+        let feat = crate::backbone::backbone(&mut ctx, &spec.backbone, &image).expect("bb");
+        let opts = crate::ExportOptions::for_target(crate::ExportTarget::Ort);
+        let low = super::head(&mut ctx, &spec, &feat, &opts).expect("head");
+        let f = |n: &str| {
+            ctx.g
+                .feature(n)
+                .unwrap_or_else(|| panic!("no shape for {n}"))
+        };
+        assert_eq!((f(&image).channels, f(&image).stride), (3, 1));
+        assert_eq!(f("pretrained.maxpool").stride, 4);
+        assert_eq!(
+            (f(&feat).channels, f(&feat).stride),
+            (spec.backbone.out_channels(), 8)
+        );
+        assert_eq!((f(&low).channels, f(&low).stride), (5, 8));
+        assert_eq!(f("head.sa"), f("head.sc"));
+        use crate::proto::Dim;
+        let vi: std::collections::HashMap<_, _> = ctx
+            .g
+            .feature_value_info(Dim::Named("b"), Dim::Named("h"), Dim::Named("w"), &[])
+            .into_iter()
+            .map(|v| (v.name.clone(), v))
+            .collect();
+        let (nodes, _) = ctx.g.finish();
+        let mut adds = 0;
+        for n in nodes.iter().filter(|n| n.op_type == "Add") {
+            let (a, b) = (&vi.get(&n.input[0]), &vi.get(&n.input[1]));
+            if n.name.starts_with("pretrained.") || n.name == "head.feat_sum" {
+                adds += 1;
+                let (a, b) = (a.expect(&n.input[0]), b.expect(&n.input[1]));
+                assert_eq!(a.r#type, b.r#type, "{}", n.name);
+                assert_eq!(vi[&n.output[0]].r#type, a.r#type, "{}", n.name);
+            }
+        }
+        // 7 residual blocks + the branch sum.
+        assert_eq!(adds, 8);
+    }
 
     #[test]
     fn head_sums_branches_and_resizes_with_dynamic_sizes() {

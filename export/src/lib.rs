@@ -306,14 +306,23 @@ fn build(
         domain: d.to_string(),
         version: 1,
     }));
-    let (node, initializer) = ctx.g.finish();
-    let (nodes, initializers) = (node.len(), initializer.len());
     let batch = opts.batch.map_or(Dim::Named("batch"), Dim::Fixed);
     let (height, width) = opts
         .input_size
         .map_or((Dim::Named("height"), Dim::Named("width")), |(h, w)| {
             (Dim::Fixed(h), Dim::Fixed(w))
         });
+    // Shapes of the feature maps (symbolic per stride), so ORT can prove residual
+    // operands equal and fuse Add+ReLU into the NCHWc convs of the dilated stages: at
+    // 1024x1024 this cuts ORT's peak memory by ~120 MiB. ORT profile only: tract takes
+    // value_info as hard facts and cannot unify the named symbols with concrete sizes.
+    let value_info = if opts.target == ExportTarget::Ort {
+        ctx.g.feature_value_info(batch, height, width, &[&image])
+    } else {
+        Vec::new()
+    };
+    let (node, initializer) = ctx.g.finish();
+    let (nodes, initializers) = (node.len(), initializer.len());
     let input = if opts.preprocess {
         proto::tensor_value_info(
             &image,
@@ -347,6 +356,7 @@ fn build(
         initializer,
         input: vec![input],
         output: vec![output],
+        value_info,
         ..Default::default()
     };
     let entry = |k: &str, v: String| StringStringEntryProto {
