@@ -13,6 +13,7 @@ use ndarray::{Array4, ArrayView4};
 use segtool_core::{ModelSpec, SPEC_METADATA_KEY};
 
 use crate::error::{fmt_shape, Result, RuntimeError};
+use crate::io_contract::{EngineInput, EngineOutput, IoContract};
 
 /// An inference backend holding one loaded model.
 ///
@@ -30,6 +31,85 @@ pub trait Engine: Send {
     fn fallback_reason(&self) -> Option<&str> {
         None
     }
+    /// The graph's input layout and output kind as the engine sees them (element types
+    /// and ranks of the first input and output); `None` when the engine cannot tell, in
+    /// which case the model's metadata decides (see [`IoContract::resolve`]).
+    fn io_contract(&self) -> Option<IoContract> {
+        None
+    }
+    /// Runs a batch in whichever layout the graph takes and returns whatever it outputs
+    /// (logits, or a class map for `--argmax` exports). The default handles the plain
+    /// contract through [`Engine::run`] and refuses uint8 NHWC input; engines that load
+    /// `--preprocess` / `--argmax` exports override it.
+    fn run_io(&mut self, input: EngineInput<'_>) -> Result<EngineOutput> {
+        match input {
+            EngineInput::NchwF32(x) => self.run(x).map(EngineOutput::Logits),
+            EngineInput::NhwcU8(x) => Err(RuntimeError::InputShape {
+                expected: format!(
+                    "f32 [N, 3, H, W] normalised input: the {} engine does not take uint8 \
+                     NHWC images (models exported with --preprocess)",
+                    self.name()
+                ),
+                got: format!("uint8 {}", fmt_shape(x.shape())),
+            }),
+        }
+    }
+}
+
+/// Checks a uint8 NHWC input shape against the model's declared `[N, H, W, 3]`.
+pub(crate) fn check_nhwc_shape(got: &[usize], declared: &[Option<usize>]) -> Result<()> {
+    let fits = got.len() == 4
+        && got[3] == 3
+        && got.iter().all(|&d| d > 0)
+        && declared
+            .iter()
+            .zip(got)
+            .all(|(d, g)| d.is_none_or(|d| d == *g));
+    if fits {
+        return Ok(());
+    }
+    let expected = declared
+        .iter()
+        .zip(["N", "H", "W", "3"])
+        .map(|(d, name)| d.map_or(name.to_string(), |d| d.to_string()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    Err(RuntimeError::InputShape {
+        expected: format!("uint8 [{expected}] (RGB, NHWC)"),
+        got: fmt_shape(got),
+    })
+}
+
+/// Checks that a class-map output is `[N, h, w]` for a batch of `n`.
+pub(crate) fn check_mask_shape(n: usize, output: &[usize]) -> Result<()> {
+    if output.len() == 3 && output[0] == n {
+        Ok(())
+    } else {
+        Err(RuntimeError::OutputShape {
+            expected: format!("class map [{n}, H, W]"),
+            got: fmt_shape(output),
+        })
+    }
+}
+
+/// A class map of any integer type as uint8 (fails on values over 255).
+pub(crate) fn mask_to_u8<T: Copy + TryInto<u8>>(
+    mask: ndarray::ArrayViewD<T>,
+) -> Result<ndarray::Array3<u8>> {
+    let mask =
+        mask.into_dimensionality::<ndarray::Ix3>()
+            .map_err(|e| RuntimeError::OutputShape {
+                expected: "class map [N, H, W]".into(),
+                got: e.to_string(),
+            })?;
+    let mut out = ndarray::Array3::<u8>::zeros(mask.dim());
+    for (o, &v) in out.iter_mut().zip(mask.iter()) {
+        *o = v.try_into().map_err(|_| RuntimeError::OutputShape {
+            expected: "class indices below 256 (uint8 masks)".into(),
+            got: "a larger class index".into(),
+        })?;
+    }
+    Ok(out)
 }
 
 /// Checks an input shape against the model's declared one (`None` = dynamic dimension).

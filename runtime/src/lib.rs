@@ -16,7 +16,10 @@
 //!
 //! Model contract (what `segtool export` writes): input `image` f32 `[N, 3, H, W]`
 //! normalised with the spec's mean/std, output `logits` f32 `[N, classes, H, W]` at input
-//! resolution, spec JSON in `metadata_props["segtool.spec"]`.
+//! resolution, spec JSON in `metadata_props["segtool.spec"]`. Exports made with
+//! `--preprocess` (uint8 NHWC RGB input, normalisation in the graph) and/or `--argmax`
+//! (class map output) work too: [`Segmenter`] learns the contract from the metadata and
+//! the graph (see [`io_contract`]) and feeds raw pixels / takes the class map as is.
 //!
 //! Features: `ort` (ONNX Runtime, loaded at run time; no link-time native dependency) and
 //! `tract` (pure Rust). With `--no-default-features --features tract` nothing native is
@@ -33,6 +36,7 @@ pub mod accuracy;
 pub mod batching;
 pub mod engine;
 pub mod error;
+pub mod io_contract;
 #[cfg(feature = "ort")]
 pub mod ort_engine;
 pub mod postprocess;
@@ -52,6 +56,9 @@ use segtool_core::ModelSpec;
 pub use batching::{BatchConfig, BatchError, BatchServer, OrderedStream};
 pub use engine::{load_spec, read_metadata, Engine};
 pub use error::{Result, RuntimeError};
+pub use io_contract::{
+    ContractAdapter, EngineInput, EngineOutput, EngineTensor, InputLayout, IoContract, OutputKind,
+};
 #[cfg(feature = "ort")]
 pub use ort_engine::{OrtEngine, OrtOptions, Provider};
 #[cfg(feature = "ort")]
@@ -90,14 +97,18 @@ pub struct Segmentation {
 pub struct Segmenter {
     engine: Box<dyn Engine>,
     spec: ModelSpec,
+    contract: IoContract,
     keep_logits: bool,
 }
 
 impl Segmenter {
-    /// Loads the model's spec from its metadata and builds the requested engine.
+    /// Loads the model's spec from its metadata and builds the requested engine. The
+    /// input layout and output kind come from the graph as the engine sees it, else from
+    /// the exporter's metadata (`segtool.input_layout`, `segtool.output`).
     pub fn open(path: impl AsRef<Path>, backend: Backend) -> Result<Self> {
         let path = path.as_ref();
         let spec = load_spec(path)?;
+        let recorded = IoContract::from_metadata(&read_metadata(path)?)?;
         let engine: Box<dyn Engine> = match backend {
             #[cfg(feature = "ort")]
             Backend::Ort(options) => Box::new(OrtEngine::open(path, &options)?),
@@ -119,19 +130,58 @@ impl Segmenter {
                 Err(e) => return Err(e),
             },
         };
-        Ok(Self::from_engine(engine, spec))
+        let contract = IoContract::resolve(recorded, engine.io_contract());
+        Ok(Self::from_engine(engine, spec).with_contract(contract))
     }
 
-    /// Wraps an engine built by hand (custom options, a spec from elsewhere).
+    /// Wraps an engine built by hand (custom options, a spec from elsewhere). The
+    /// contract is the engine's [`Engine::io_contract`], else the plain one; see
+    /// [`Segmenter::with_contract`].
     pub fn from_engine(engine: Box<dyn Engine>, spec: ModelSpec) -> Self {
+        let contract = engine.io_contract().unwrap_or_default();
         Self {
             engine,
             spec,
+            contract,
             keep_logits: false,
         }
     }
 
-    /// Also return the raw logits of every image (costly for large class counts).
+    /// Overrides the input layout / output kind the model is driven with.
+    pub fn with_contract(mut self, contract: IoContract) -> Self {
+        self.contract = contract;
+        self
+    }
+
+    /// The input layout and output kind the model is driven with.
+    pub fn contract(&self) -> IoContract {
+        self.contract
+    }
+
+    /// Takes the engine out, made to answer [`Engine::run`] like a plain model whatever
+    /// its contract (see [`ContractAdapter`]): for the batch server's workers and
+    /// accuracy mode.
+    pub fn into_plain_engine(self) -> Box<dyn Engine> {
+        ContractAdapter::wrap(self.engine, self.contract, &self.spec)
+    }
+
+    /// The engine input for same-size `imgs` in the model's layout (normalised f32 NCHW,
+    /// or raw uint8 NHWC for `--preprocess` exports).
+    pub fn prepare_input(&self, imgs: &[RgbImage]) -> Result<EngineTensor> {
+        EngineTensor::from_images(imgs, &self.spec, self.contract.input)
+    }
+
+    /// One engine run on a prepared batch, its output checked against the spec
+    /// (batch size, class count).
+    pub fn run_prepared(&mut self, input: EngineInput<'_>) -> Result<EngineOutput> {
+        let n = input.dims().0;
+        let out = self.engine.run_io(input)?;
+        out.check(n, &self.spec)?;
+        Ok(out)
+    }
+
+    /// Also return the raw logits of every image (costly for large class counts). Models
+    /// exported with `--argmax` have none: their results carry `logits: None`.
     pub fn with_logits(mut self, keep: bool) -> Self {
         self.keep_logits = keep;
         self
@@ -181,15 +231,29 @@ impl Segmenter {
     }
 
     fn run_same_size(&mut self, imgs: &[RgbImage], w: u32, h: u32) -> Result<Vec<Segmentation>> {
-        let input = normalise_batch(imgs, &self.spec)?;
         let sizes = vec![(h as usize, w as usize); imgs.len()];
-        batching::run_normalised(
-            self.engine.as_mut(),
-            &self.spec,
-            input.view(),
-            &sizes,
-            self.keep_logits,
-        )
+        if self.contract.is_plain() {
+            let input = normalise_batch(imgs, &self.spec)?;
+            return batching::run_normalised(
+                self.engine.as_mut(),
+                &self.spec,
+                input.view(),
+                &sizes,
+                self.keep_logits,
+            );
+        }
+        let input = self.prepare_input(imgs)?;
+        let out = self.run_prepared(input.view())?;
+        Ok((0..imgs.len())
+            .map(|i| Segmentation {
+                mask: out.mask(i, h as usize, w as usize),
+                logits: if self.keep_logits {
+                    out.logits(i)
+                } else {
+                    None
+                },
+            })
+            .collect())
     }
 }
 

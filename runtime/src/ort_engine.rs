@@ -24,10 +24,14 @@ use ndarray::{Array4, ArrayView4, Ix4};
 use ort::environment::Environment;
 use ort::ep::{self, ExecutionProviderDispatch};
 use ort::session::Session;
-use ort::value::TensorRef;
+use ort::value::{TensorElementType, TensorRef};
 
-use crate::engine::{check_input_shape, check_output_shape, ensure_exists, Engine};
+use crate::engine::{
+    check_input_shape, check_mask_shape, check_nhwc_shape, check_output_shape, ensure_exists,
+    mask_to_u8, Engine,
+};
 use crate::error::{Result, RuntimeError};
+use crate::io_contract::{EngineInput, EngineOutput, InputLayout, IoContract, OutputKind};
 
 /// The ONNX Runtime library path recorded when this crate was built (the setup script
 /// exports `SEGTOOL_ORT_DYLIB`), used when `ORT_DYLIB_PATH` is not set.
@@ -498,6 +502,8 @@ pub struct OrtEngine {
     input_name: String,
     output_name: String,
     declared: Vec<Option<usize>>,
+    /// What the graph's input/output element types and ranks say.
+    contract: IoContract,
     provider: String,
     fallback: Option<String>,
     path: PathBuf,
@@ -567,19 +573,43 @@ impl OrtEngine {
             Some(shape) => shape.iter().map(|&d| usize::try_from(d).ok()).collect(),
             None => vec![None; 4],
         };
+        let input_layout = match input.dtype().tensor_type() {
+            Some(TensorElementType::Uint8) => InputLayout::NhwcU8,
+            _ => InputLayout::NchwF32,
+        };
         let input_name = input.name().to_string();
         let outputs = session.outputs();
         let output = outputs
             .iter()
-            .find(|o| o.name() == "logits")
+            .find(|o| o.name() == "logits" || o.name() == "mask")
             .or_else(|| outputs.first())
             .ok_or_else(|| invalid("model has no output".into()))?;
+        let output_kind = match (
+            output.dtype().tensor_type(),
+            output.dtype().tensor_shape().map(|s| s.len()),
+        ) {
+            (Some(TensorElementType::Float32), _) => OutputKind::Logits,
+            (Some(TensorElementType::Uint8 | TensorElementType::Int64), Some(3)) => {
+                OutputKind::Mask
+            }
+            (ty, rank) => {
+                return Err(invalid(format!(
+                    "output {:?} is {ty:?} of rank {rank:?}: expected f32 logits \
+                     [N, classes, H, W] or a uint8/int64 class map [N, H, W]",
+                    output.name()
+                )))
+            }
+        };
         let output_name = output.name().to_string();
         Ok(Self {
             session,
             input_name,
             output_name,
             declared,
+            contract: IoContract {
+                input: input_layout,
+                output: output_kind,
+            },
             provider,
             fallback,
             path,
@@ -624,26 +654,80 @@ impl Engine for OrtEngine {
         self.fallback.as_deref()
     }
 
+    fn io_contract(&self) -> Option<IoContract> {
+        Some(self.contract)
+    }
+
     fn run(&mut self, input: ArrayView4<f32>) -> Result<Array4<f32>> {
-        check_input_shape(input.shape(), &self.declared)?;
-        let contiguous = input.as_standard_layout();
-        let tensor = TensorRef::from_array_view(&contiguous)
-            .map_err(|e| RuntimeError::Ort(e.to_string()))?;
-        let outputs = self
-            .session
-            .run(ort::inputs![self.input_name.as_str() => tensor])
-            .map_err(|e| RuntimeError::Ort(format!("running {}: {e}", self.path.display())))?;
-        let logits = outputs[self.output_name.as_str()]
+        match self.run_io(EngineInput::NchwF32(input))? {
+            EngineOutput::Logits(l) => Ok(l),
+            EngineOutput::Mask(_) => Err(RuntimeError::OutputShape {
+                expected: "f32 logits (Engine::run); use Engine::run_io for models exported \
+                           with --argmax"
+                    .into(),
+                got: "a class map".into(),
+            }),
+        }
+    }
+
+    fn run_io(&mut self, input: EngineInput<'_>) -> Result<EngineOutput> {
+        let contract_error = |got: &str| RuntimeError::InputShape {
+            expected: format!("{} input ({})", self.contract, self.path.display()),
+            got: got.to_string(),
+        };
+        let n = input.dims().0;
+        let outputs = match input {
+            EngineInput::NchwF32(x) => {
+                if self.contract.input != InputLayout::NchwF32 {
+                    return Err(contract_error("f32 NCHW"));
+                }
+                check_input_shape(x.shape(), &self.declared)?;
+                let contiguous = x.as_standard_layout();
+                let tensor = TensorRef::from_array_view(&contiguous)
+                    .map_err(|e| RuntimeError::Ort(e.to_string()))?;
+                self.session
+                    .run(ort::inputs![self.input_name.as_str() => tensor])
+            }
+            EngineInput::NhwcU8(x) => {
+                if self.contract.input != InputLayout::NhwcU8 {
+                    return Err(contract_error("uint8 NHWC"));
+                }
+                check_nhwc_shape(x.shape(), &self.declared)?;
+                let contiguous = x.as_standard_layout();
+                let tensor = TensorRef::from_array_view(&contiguous)
+                    .map_err(|e| RuntimeError::Ort(e.to_string()))?;
+                self.session
+                    .run(ort::inputs![self.input_name.as_str() => tensor])
+            }
+        }
+        .map_err(|e| RuntimeError::Ort(format!("running {}: {e}", self.path.display())))?;
+        let value = &outputs[self.output_name.as_str()];
+        if self.contract.output == OutputKind::Mask {
+            let mask = match value.try_extract_array::<u8>() {
+                Ok(m) => mask_to_u8(m)?,
+                Err(_) => mask_to_u8(value.try_extract_array::<i64>().map_err(|e| {
+                    RuntimeError::OutputShape {
+                        expected: "a uint8 or int64 class map".into(),
+                        got: e.to_string(),
+                    }
+                })?)?,
+            };
+            check_mask_shape(n, mask.shape())?;
+            return Ok(EngineOutput::Mask(mask));
+        }
+        let logits = value
             .try_extract_array::<f32>()
             .map_err(|e| RuntimeError::OutputShape {
                 expected: "f32 logits".into(),
                 got: e.to_string(),
             })?;
-        check_output_shape(input.shape(), logits.shape())?;
-        Ok(logits
-            .into_dimensionality::<Ix4>()
-            .expect("rank checked")
-            .to_owned())
+        check_output_shape(&[n], logits.shape())?;
+        Ok(EngineOutput::Logits(
+            logits
+                .into_dimensionality::<Ix4>()
+                .expect("rank checked")
+                .to_owned(),
+        ))
     }
 }
 

@@ -13,8 +13,12 @@ use ndarray::{Array4, ArrayView4, Ix4};
 use tract_onnx::prelude::*;
 use tract_onnx::tract_hir::infer::Factoid;
 
-use crate::engine::{check_input_shape, check_output_shape, ensure_exists, Engine};
+use crate::engine::{
+    check_input_shape, check_mask_shape, check_nhwc_shape, check_output_shape, ensure_exists,
+    mask_to_u8, Engine,
+};
 use crate::error::{Result, RuntimeError};
+use crate::io_contract::{EngineInput, EngineOutput, InputLayout, IoContract, OutputKind};
 
 type Plan = Arc<TypedRunnableModel>;
 
@@ -28,7 +32,12 @@ pub struct TractEngine {
     model: InferenceModel,
     /// Declared input dims, `None` where dynamic.
     declared: Vec<Option<usize>>,
-    plans: HashMap<(usize, usize, usize), Plan>,
+    /// From the graph's declared input element type (`None`: not declared).
+    input: Option<InputLayout>,
+    /// From the graph's declared output element type (`None`: not declared; the output's
+    /// actual type decides at run time).
+    output: Option<OutputKind>,
+    plans: HashMap<(InputLayout, usize, usize, usize), Plan>,
 }
 
 impl TractEngine {
@@ -59,10 +68,24 @@ impl TractEngine {
             .collect();
         // A model without shape info (rare) still takes NCHW.
         declared.resize(4, None);
+        let input = fact.datum_type.concretize().map(|t| match t {
+            DatumType::U8 => InputLayout::NhwcU8,
+            _ => InputLayout::NchwF32,
+        });
+        let output = model
+            .output_fact(0)
+            .ok()
+            .and_then(|f| f.datum_type.concretize())
+            .map(|t| match t {
+                DatumType::U8 | DatumType::I64 => OutputKind::Mask,
+                _ => OutputKind::Logits,
+            });
         Ok(Self {
             path,
             model,
             declared,
+            input,
+            output,
             plans: HashMap::new(),
         })
     }
@@ -72,26 +95,34 @@ impl TractEngine {
         &self.path
     }
 
-    fn plan(&mut self, n: usize, h: usize, w: usize) -> Result<Plan> {
-        if let Some(plan) = self.plans.get(&(n, h, w)) {
+    fn plan(&mut self, layout: InputLayout, n: usize, h: usize, w: usize) -> Result<Plan> {
+        if let Some(plan) = self.plans.get(&(layout, n, h, w)) {
             return Ok(plan.clone());
         }
+        let fact = match layout {
+            InputLayout::NchwF32 => f32::fact([n, 3, h, w]),
+            InputLayout::NhwcU8 => u8::fact([n, h, w, 3]),
+        };
         let plan = self
             .model
             .clone()
-            .with_input_fact(0, f32::fact([n, 3, h, w]).into())
+            .with_input_fact(0, fact.into())
             .and_then(|m| m.into_optimized())
             .and_then(|m| m.into_runnable())
             .map_err(|e| {
                 RuntimeError::Tract(format!(
-                    "preparing {} for input [{n}, 3, {h}, {w}]: {e:#}",
-                    self.path.display()
+                    "preparing {} for a batch of {n} {w}x{h} ({}): {e:#}",
+                    self.path.display(),
+                    match layout {
+                        InputLayout::NchwF32 => "f32 NCHW",
+                        InputLayout::NhwcU8 => "uint8 NHWC",
+                    }
                 ))
             })?;
         if self.plans.len() >= MAX_PLANS {
             self.plans.clear();
         }
-        self.plans.insert((n, h, w), plan.clone());
+        self.plans.insert((layout, n, h, w), plan.clone());
         Ok(plan)
     }
 }
@@ -105,26 +136,88 @@ impl Engine for TractEngine {
         "cpu"
     }
 
+    fn io_contract(&self) -> Option<IoContract> {
+        Some(IoContract {
+            input: self.input?,
+            output: self.output?,
+        })
+    }
+
     fn run(&mut self, input: ArrayView4<f32>) -> Result<Array4<f32>> {
-        check_input_shape(input.shape(), &self.declared)?;
-        let (n, _, h, w) = input.dim();
-        let plan = self.plan(n, h, w)?;
-        let tensor: Tensor = input.to_owned().into_dyn().into();
+        match self.run_io(EngineInput::NchwF32(input))? {
+            EngineOutput::Logits(l) => Ok(l),
+            EngineOutput::Mask(_) => Err(RuntimeError::OutputShape {
+                expected: "f32 logits (Engine::run); use Engine::run_io for models exported \
+                           with --argmax"
+                    .into(),
+                got: "a class map".into(),
+            }),
+        }
+    }
+
+    fn run_io(&mut self, input: EngineInput<'_>) -> Result<EngineOutput> {
+        let (n, h, w) = input.dims();
+        let given = match input {
+            EngineInput::NchwF32(_) => InputLayout::NchwF32,
+            EngineInput::NhwcU8(_) => InputLayout::NhwcU8,
+        };
+        if self.input.is_some_and(|declared| declared != given) {
+            return Err(RuntimeError::InputShape {
+                expected: format!(
+                    "{} input ({})",
+                    match given {
+                        InputLayout::NchwF32 => "uint8 NHWC RGB (a --preprocess export)",
+                        InputLayout::NhwcU8 => "f32 NCHW normalised",
+                    },
+                    self.path.display()
+                ),
+                got: match given {
+                    InputLayout::NchwF32 => "f32 NCHW".into(),
+                    InputLayout::NhwcU8 => "uint8 NHWC".into(),
+                },
+            });
+        }
+        let tensor: Tensor = match input {
+            EngineInput::NchwF32(x) => {
+                check_input_shape(x.shape(), &self.declared)?;
+                x.to_owned().into_dyn().into()
+            }
+            EngineInput::NhwcU8(x) => {
+                check_nhwc_shape(x.shape(), &self.declared)?;
+                x.to_owned().into_dyn().into()
+            }
+        };
+        let plan = self.plan(given, n, h, w)?;
         let outputs = plan
             .run(tvec!(tensor.into()))
             .map_err(|e| RuntimeError::Tract(format!("running {}: {e:#}", self.path.display())))?;
-        let logits =
-            outputs[0]
-                .to_plain_array_view::<f32>()
-                .map_err(|e| RuntimeError::OutputShape {
-                    expected: "f32 logits".into(),
-                    got: format!("{e:#}"),
-                })?;
-        check_output_shape(input.shape(), logits.shape())?;
-        Ok(logits
-            .into_dimensionality::<Ix4>()
-            .expect("rank checked")
-            .to_owned())
+        let out = &outputs[0];
+        match out.datum_type() {
+            DatumType::U8 | DatumType::I64 => {
+                let mask = if out.datum_type() == DatumType::U8 {
+                    mask_to_u8(out.to_plain_array_view::<u8>().expect("u8 tensor"))?
+                } else {
+                    mask_to_u8(out.to_plain_array_view::<i64>().expect("i64 tensor"))?
+                };
+                check_mask_shape(n, mask.shape())?;
+                Ok(EngineOutput::Mask(mask))
+            }
+            _ => {
+                let logits =
+                    out.to_plain_array_view::<f32>()
+                        .map_err(|e| RuntimeError::OutputShape {
+                            expected: "f32 logits or a uint8/int64 class map".into(),
+                            got: format!("{e:#}"),
+                        })?;
+                check_output_shape(&[n], logits.shape())?;
+                Ok(EngineOutput::Logits(
+                    logits
+                        .into_dimensionality::<Ix4>()
+                        .expect("rank checked")
+                        .to_owned(),
+                ))
+            }
+        }
     }
 }
 

@@ -3,15 +3,16 @@
 //! (argmax to a mask at image size) timed separately.
 //!
 //! Each timed iteration runs the library path `Segmenter` uses, single-threaded outside
-//! the engine: `normalise_batch`, `Engine::run`, `argmax` (+ `resize_nearest` when the
-//! logits are not at input resolution). Latency is the sum of the three.
+//! the engine: `Segmenter::prepare_input` (normalisation, or packing uint8 NHWC pixels for
+//! `--preprocess` exports), `Segmenter::run_prepared`, then `argmax` (+ `resize_nearest`
+//! when the output is not at input resolution; a class map from an `--argmax` export is
+//! taken as is). Latency is the sum of the three.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use image::RgbImage;
-use segtool_runtime::{argmax, normalise_batch, resize_nearest};
 use serde_json::json;
 
 #[derive(clap::Args)]
@@ -46,6 +47,9 @@ pub struct Args {
     /// Also write the results as JSON (atomically).
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// A requested execution provider that does not load is an error, not a CPU fallback.
+    #[arg(long)]
+    pub strict: bool,
 }
 
 fn parse_hxw(s: &str) -> Result<(u32, u32), String> {
@@ -106,12 +110,14 @@ pub fn run(args: Args) -> Result<()> {
     }
     let iterations = args.iterations.unwrap_or(20);
     let (h, w) = args.size;
-    let mut seg = super::infer::open_segmenter_with(
+    let mut seg = super::infer::open_segmenter_strict(
         &args.model,
         &args.engine,
         &args.providers,
         args.threads,
+        args.strict,
     )?;
+    let contract = seg.contract();
     let spec = seg.spec().clone();
     let engine_name = seg.engine().name().to_string();
     let provider = seg.engine().provider().to_string();
@@ -130,29 +136,17 @@ pub fn run(args: Args) -> Result<()> {
         let images = &all_images[..n];
         let mut step = || -> Result<[Duration; 3]> {
             let t0 = Instant::now();
-            let input = normalise_batch(images, &spec)?;
+            let input = seg.prepare_input(images)?;
             let t1 = Instant::now();
-            let logits = seg
-                .engine_mut()
-                .run(input.view())
+            let out = seg
+                .run_prepared(input.view())
                 .with_context(|| format!("batch {n} at {h}x{w}"))?;
             let t2 = Instant::now();
-            if logits.shape()[1] != spec.num_classes() || spec.num_classes() > 256 {
-                bail!(
-                    "logits {:?} do not match the spec's {} classes",
-                    logits.shape(),
-                    spec.num_classes()
-                );
+            if spec.num_classes() > 256 {
+                bail!("{} classes do not fit uint8 masks", spec.num_classes());
             }
-            let masks: Vec<_> = argmax(logits.view())
-                .into_iter()
-                .map(|m| {
-                    if m.dim() == (h as usize, w as usize) {
-                        m
-                    } else {
-                        resize_nearest(m.view(), h as usize, w as usize)
-                    }
-                })
+            let masks: Vec<_> = (0..n)
+                .map(|i| out.mask(i, h as usize, w as usize))
                 .collect();
             let t3 = Instant::now();
             std::hint::black_box(masks);
@@ -205,6 +199,7 @@ pub fn run(args: Args) -> Result<()> {
         "threads": args.threads,
         "size": { "height": h, "width": w },
         "classes": spec.num_classes(),
+        "contract": contract.to_string(),
         "warmup": args.warmup,
         "duration_s": args.duration,
         "segtool_version": env!("CARGO_PKG_VERSION"),

@@ -7,6 +7,19 @@
 //! encodes/writes the previous one (rayon again). Channels between stages hold one batch,
 //! so at most a handful of batches are alive at once whatever the input length; in raw mode
 //! frame buffers are recycled from the sink back to the reader.
+//!
+//! Several sessions (`--devices 0,1,..`: one ONNX Runtime CUDA session per GPU;
+//! `--cpu-sessions N`: N CPU sessions of `--threads` intra-op threads each) run through a
+//! `segtool_runtime::BatchServer` instead (one worker per session, dynamic batching with
+//! `--max-batch` / `--max-wait-ms`); the writer waits for results in input order, so the
+//! outputs are the same files in the same order.
+//!
+//! Accuracy mode (`--mode sliding --crop N --stride N --flip --scales .. / --ms`) runs the
+//! evaluation protocol of `segtool_runtime::accuracy` on one session.
+//!
+//! Models exported with `--preprocess` (uint8 NHWC input) and/or `--argmax` (class map
+//! output) are driven by their contract (`Segmenter::contract`): raw pixels in, the
+//! graph's class map out.
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -16,11 +29,14 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use image::{GrayImage, RgbImage};
 use indicatif::{ProgressBar, ProgressStyle};
-use ndarray::{s, Array2, Array4, ArrayView3, Axis};
+use ndarray::{Array2, Array3, ArrayView3};
 use rayon::prelude::*;
 use segtool_core::ModelSpec;
+use segtool_runtime::accuracy::{self, AccuracyOptions};
+use segtool_runtime::batching::Handle;
 use segtool_runtime::{
-    argmax, colorize, normalise_batch, overlay, resize_nearest, Backend, Segmenter, DEFAULT_ALPHA,
+    colorize, overlay, Backend, BatchConfig, BatchServer, Engine, EngineOutput, EngineTensor,
+    InputLayout, OutputKind, Segmenter, DEFAULT_ALPHA,
 };
 
 #[derive(clap::Args)]
@@ -69,6 +85,83 @@ pub struct Args {
     /// No progress bar or progress lines.
     #[arg(long)]
     pub quiet: bool,
+    /// A requested execution provider that does not load (e.g. CUDA without a GPU) is an
+    /// error instead of a reported fallback to CPU.
+    #[arg(long)]
+    pub strict: bool,
+    /// One ONNX Runtime CUDA session per listed GPU (e.g. 0,1,2,3), fed by a dynamic
+    /// batching server. Without a usable GPU each session falls back to CPU (reported),
+    /// or fails with --strict.
+    #[arg(long, value_delimiter = ',', conflicts_with_all = ["cpu_sessions", "providers"])]
+    pub devices: Vec<i32>,
+    /// N CPU sessions (each with --threads intra-op threads) fed by a dynamic batching
+    /// server.
+    #[arg(long, value_name = "N", conflicts_with = "providers")]
+    pub cpu_sessions: Option<usize>,
+    /// With --devices / --cpu-sessions: most images per engine run [default: --batch-size].
+    #[arg(long)]
+    pub max_batch: Option<usize>,
+    /// With --devices / --cpu-sessions: how long the oldest image of a forming batch may
+    /// wait for same-size company, in milliseconds.
+    #[arg(long, default_value_t = 2.0)]
+    pub max_wait_ms: f64,
+    /// Accuracy mode (the evaluation protocol): `whole` image or `sliding` windows.
+    /// Single session only; needs a plain export (f32 input, logits output).
+    #[arg(long, value_parser = ["whole", "sliding"])]
+    pub mode: Option<String>,
+    /// Sliding window size (implies --mode sliding) [default: 768].
+    #[arg(long)]
+    pub crop: Option<usize>,
+    /// Sliding window stride [default: 512, at most --crop].
+    #[arg(long)]
+    pub stride: Option<usize>,
+    /// Accuracy mode: also run the mirrored image and average the logits.
+    #[arg(long)]
+    pub flip: bool,
+    /// Accuracy mode: scales whose logits are summed, e.g. 0.5,1.0,1.5.
+    #[arg(long, value_delimiter = ',', conflicts_with = "ms")]
+    pub scales: Option<Vec<f64>>,
+    /// Accuracy mode: DANet's multi-scale list (0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0, 2.2).
+    #[arg(long)]
+    pub ms: bool,
+}
+
+impl Args {
+    /// The accuracy protocol asked for, if any.
+    fn accuracy(&self) -> Result<Option<AccuracyOptions>> {
+        let wanted = self.mode.is_some()
+            || self.crop.is_some()
+            || self.stride.is_some()
+            || self.flip
+            || self.scales.is_some()
+            || self.ms;
+        if !wanted {
+            return Ok(None);
+        }
+        let sliding = match self.mode.as_deref() {
+            Some("sliding") => true,
+            Some(_) => false,
+            None => self.crop.is_some() || self.stride.is_some(),
+        };
+        let mut opts = AccuracyOptions::new()
+            .flip(self.flip)
+            .batch_size(self.batch_size.max(1));
+        if sliding {
+            let crop = self.crop.unwrap_or(768);
+            let stride = self.stride.unwrap_or(512.min(crop));
+            opts = opts.sliding(crop, stride);
+        } else if self.crop.is_some() || self.stride.is_some() {
+            bail!("--crop/--stride apply to --mode sliding, not --mode whole");
+        }
+        if self.ms {
+            opts = opts.scales(accuracy::MULTI_SCALES.to_vec());
+        } else if let Some(scales) = &self.scales {
+            opts = opts.scales(scales.clone());
+        }
+        opts.validate()
+            .map_err(|e| anyhow::anyhow!("accuracy mode options: {e}"))?;
+        Ok(Some(opts))
+    }
 }
 
 /// `WxH` (e.g. `1920x1080`) with both sides positive.
@@ -95,6 +188,18 @@ pub fn open_segmenter_with(
     providers: &[String],
     threads: Option<usize>,
 ) -> Result<Segmenter> {
+    open_segmenter_strict(model, engine, providers, threads, false)
+}
+
+/// Like [`open_segmenter_with`]; `strict`: no CPU fallback for the listed providers
+/// (`OrtOptions::strict`; tract ignores it).
+pub fn open_segmenter_strict(
+    model: &Path,
+    engine: &str,
+    providers: &[String],
+    threads: Option<usize>,
+    strict: bool,
+) -> Result<Segmenter> {
     let backend = match engine {
         #[cfg(feature = "ort")]
         "ort" => {
@@ -105,8 +210,9 @@ pub fn open_segmenter_with(
                         .map_err(anyhow::Error::msg)
                 })
                 .collect::<Result<Vec<_>>>()?;
-            let mut options =
-                segtool_runtime::OrtOptions::new().with_execution_providers(providers);
+            let mut options = segtool_runtime::OrtOptions::new()
+                .with_execution_providers(providers)
+                .strict(strict);
             if let Some(n) = threads {
                 options = options.with_intra_threads(n);
             }
@@ -302,19 +408,28 @@ pub fn npy_f32(data: ArrayView3<f32>) -> Vec<u8> {
     out
 }
 
-/// Images of one batch plus their normalised tensors, one per distinct size.
+/// Images of one batch plus their engine inputs, one per distinct size (none when the
+/// batch goes through a `BatchServer`, which prepares its own).
 struct Batch {
     names: Vec<String>,
     images: Vec<RgbImage>,
-    /// (indices into `images`, normalised `[n, 3, H, W]`).
-    groups: Vec<(Vec<usize>, Array4<f32>)>,
+    /// (indices into `images`, the same-size images in the model's input layout).
+    groups: Vec<(Vec<usize>, EngineTensor)>,
 }
 
-/// A batch after the engine: per group, the logits instead of the input.
+/// What the engine stage made of a batch.
+enum Results {
+    /// Per same-size group: the engine's output (logits or class maps).
+    Groups(Vec<(Vec<usize>, EngineOutput)>),
+    /// One handle per image, answered by the batch server.
+    Pending(Vec<Handle>),
+}
+
+/// A batch after the engine.
 struct Scored {
     names: Vec<String>,
     images: Vec<RgbImage>,
-    groups: Vec<(Vec<usize>, Array4<f32>)>,
+    results: Results,
 }
 
 #[derive(Default, Clone, Copy)]
@@ -325,10 +440,19 @@ struct Busy {
     post: Duration,
 }
 
-/// Same-size groups in order of first appearance, each normalised with
-/// `segtool_runtime::normalise_batch` (the runtime's optimised code; this runs on the
-/// source thread, overlapping the engine).
-fn group_and_normalise(images: &[RgbImage], spec: &ModelSpec) -> Vec<(Vec<usize>, Array4<f32>)> {
+/// How the source thread prepares engine inputs: `None` when a batch server does it.
+type Prepare = Option<(ModelSpec, InputLayout)>;
+
+/// Same-size groups in order of first appearance, each in the model's input layout
+/// (`segtool_runtime::normalise_batch` for f32 models; this runs on the source thread,
+/// overlapping the engine).
+fn group_and_prepare(
+    images: &[RgbImage],
+    prepare: &Prepare,
+) -> Result<Vec<(Vec<usize>, EngineTensor)>> {
+    let Some((spec, layout)) = prepare else {
+        return Ok(Vec::new());
+    };
     let mut groups: Vec<((u32, u32), Vec<usize>)> = Vec::new();
     for (i, img) in images.iter().enumerate() {
         match groups.iter_mut().find(|(d, _)| *d == img.dimensions()) {
@@ -340,13 +464,13 @@ fn group_and_normalise(images: &[RgbImage], spec: &ModelSpec) -> Vec<(Vec<usize>
         .into_par_iter()
         .map(|(_, members)| {
             let input = if members.len() == images.len() {
-                normalise_batch(images, spec)
+                EngineTensor::from_images(images, spec, *layout)
             } else {
                 // Mixed sizes in one batch (rare): copy this size's images together.
                 let same: Vec<RgbImage> = members.iter().map(|&i| images[i].clone()).collect();
-                normalise_batch(&same, spec)
+                EngineTensor::from_images(&same, spec, *layout)
             };
-            (members, input.expect("non-empty group of one size"))
+            Ok((members, input?))
         })
         .collect()
 }
@@ -364,12 +488,158 @@ enum Sink {
     Stdout,
 }
 
+/// The engine stage: one session (optionally in accuracy mode), or a batch server.
+enum Stage {
+    Single {
+        seg: Box<Segmenter>,
+        accuracy: Option<AccuracyOptions>,
+    },
+    Server(BatchServer),
+}
+
+impl Stage {
+    fn run(&mut self, batch: &mut Batch, spec: &ModelSpec) -> Result<Results> {
+        match self {
+            Stage::Single { seg, accuracy } => {
+                let groups = std::mem::take(&mut batch.groups);
+                let mut out = Vec::with_capacity(groups.len());
+                for (members, input) in groups {
+                    let result = match (accuracy.as_ref(), &input) {
+                        (None, _) => seg.run_prepared(input.view())?,
+                        (Some(opts), EngineTensor::NchwF32(x)) => EngineOutput::Logits(
+                            accuracy::predict(seg.engine_mut(), x.view(), spec, opts)?,
+                        ),
+                        (Some(_), EngineTensor::NhwcU8(_)) => {
+                            unreachable!("accuracy mode is refused for uint8 models")
+                        }
+                    };
+                    drop(input);
+                    out.push((members, result));
+                }
+                Ok(Results::Groups(out))
+            }
+            Stage::Server(server) => Ok(Results::Pending(
+                batch
+                    .images
+                    .iter()
+                    .map(|img| server.submit(img.clone()))
+                    .collect(),
+            )),
+        }
+    }
+}
+
+/// `--devices` / `--cpu-sessions`: one session per device (or CPU session), each
+/// reported with its provider and any fallback, behind a batch server.
+fn open_server(args: &Args, keep_logits: bool) -> Result<(BatchServer, String)> {
+    let sessions: Vec<(String, Backend)> = if !args.devices.is_empty() {
+        #[cfg(feature = "ort")]
+        {
+            if args.engine != "ort" {
+                bail!("--devices needs --engine ort (CUDA sessions of ONNX Runtime)");
+            }
+            args.devices
+                .iter()
+                .map(|&d| {
+                    let mut options = segtool_runtime::OrtOptions::new()
+                        .with_provider(segtool_runtime::Provider::Cuda { device_id: d })
+                        .strict(args.strict);
+                    if let Some(n) = args.threads {
+                        options = options.with_intra_threads(n);
+                    }
+                    (format!("cuda:{d}"), Backend::Ort(options))
+                })
+                .collect()
+        }
+        #[cfg(not(feature = "ort"))]
+        bail!("--devices needs the ort feature (ONNX Runtime CUDA sessions)");
+    } else {
+        let n = args.cpu_sessions.unwrap_or(1);
+        if n == 0 {
+            bail!("--cpu-sessions must be at least 1");
+        }
+        (0..n)
+            .map(|_| {
+                let backend = match args.engine.as_str() {
+                    #[cfg(feature = "ort")]
+                    "ort" => {
+                        let mut options = segtool_runtime::OrtOptions::new()
+                            .with_provider(segtool_runtime::Provider::Cpu);
+                        if let Some(n) = args.threads {
+                            options = options.with_intra_threads(n);
+                        }
+                        Ok(Backend::Ort(options))
+                    }
+                    "tract" => Ok(Backend::Tract),
+                    other => Err(anyhow::anyhow!("unknown engine {other:?} (ort, tract)")),
+                }?;
+                Ok(("cpu".to_string(), backend))
+            })
+            .collect::<Result<_>>()?
+    };
+    let mut spec = None;
+    let mut engines: Vec<Box<dyn Engine>> = Vec::with_capacity(sessions.len());
+    let mut providers = Vec::new();
+    for (i, (asked, backend)) in sessions.into_iter().enumerate() {
+        let seg = Segmenter::open(&args.model, backend).with_context(|| {
+            format!("opening session {i} ({asked}) of {}", args.model.display())
+        })?;
+        let (name, provider) = (seg.engine().name(), seg.engine().provider().to_string());
+        match seg.engine().fallback_reason() {
+            Some(reason) => eprintln!(
+                "session {i}: {name} on {provider}: CPU fallback, {asked} unavailable ({reason}); \
+                 use --strict to make this an error"
+            ),
+            None => eprintln!("session {i}: {name} on {provider}"),
+        }
+        if i == 0 {
+            check_contract(&seg, args)?;
+        }
+        providers.push(provider);
+        spec.get_or_insert_with(|| seg.spec().clone());
+        engines.push(seg.into_plain_engine());
+    }
+    let spec = spec.expect("at least one session");
+    let config = BatchConfig::new()
+        .with_max_batch(args.max_batch.unwrap_or(args.batch_size).max(1))
+        .with_max_wait(Duration::from_secs_f64(args.max_wait_ms.max(0.0) / 1e3))
+        .with_queue_capacity((engines.len() * args.batch_size.max(1) * 4).max(64))
+        .with_logits(keep_logits);
+    let server = BatchServer::new(config, spec, engines)?;
+    Ok((server, providers.join(",")))
+}
+
+/// Refuses what the model's contract cannot give.
+fn check_contract(seg: &Segmenter, args: &Args) -> Result<()> {
+    let contract = seg.contract();
+    if args.logits && contract.output == OutputKind::Mask {
+        bail!(
+            "--logits: {} outputs a class map (exported with --argmax), not logits; export \
+             without --argmax to get them",
+            args.model.display()
+        );
+    }
+    Ok(())
+}
+
 pub fn run(args: Args) -> Result<()> {
     let to_stdout = args.out.as_os_str() == "-";
     if to_stdout && args.raw.is_none() {
         bail!("--out - (raw class maps on stdout) needs --raw WxH");
     }
     let batch_size = args.batch_size.max(1);
+    let accuracy_opts = args.accuracy()?;
+    let batched = !args.devices.is_empty() || args.cpu_sessions.is_some();
+    if accuracy_opts.is_some() && batched {
+        bail!(
+            "accuracy mode (--mode/--crop/--stride/--flip/--scales/--ms) runs on a single \
+             session: drop --devices/--cpu-sessions, or drop the accuracy options to batch \
+             over several sessions"
+        );
+    }
+    if args.max_batch.is_some() && !batched {
+        bail!("--max-batch applies to --devices / --cpu-sessions (use --batch-size otherwise)");
+    }
     let files = match args.raw {
         Some(_) => Vec::new(),
         None => {
@@ -378,17 +648,47 @@ pub fn run(args: Args) -> Result<()> {
             files
         }
     };
-    let mut seg = open_segmenter_with(&args.model, &args.engine, &args.providers, args.threads)?;
-    eprintln!(
-        "engine {} on {}{}",
-        seg.engine().name(),
-        seg.engine().provider(),
-        seg.engine()
-            .fallback_reason()
-            .map(|r| format!(" ({r})"))
-            .unwrap_or_default()
-    );
-    let spec = seg.spec().clone();
+    let (mut stage, spec, prepare, engine_desc) = if batched {
+        let (server, providers) = open_server(&args, args.logits)?;
+        let spec = server.spec().clone();
+        let desc = format!("{} session(s) on {providers}", server.workers());
+        (Stage::Server(server), spec, None, desc)
+    } else {
+        let seg = open_segmenter_strict(
+            &args.model,
+            &args.engine,
+            &args.providers,
+            args.threads,
+            args.strict,
+        )?;
+        eprintln!(
+            "engine {} on {}{}",
+            seg.engine().name(),
+            seg.engine().provider(),
+            seg.engine()
+                .fallback_reason()
+                .map(|r| format!(" ({r})"))
+                .unwrap_or_default()
+        );
+        check_contract(&seg, &args)?;
+        let contract = seg.contract();
+        if accuracy_opts.is_some() && !contract.is_plain() {
+            bail!(
+                "accuracy mode needs a model with float32 normalised input and logits output; \
+                 {} takes {contract} (exported with --preprocess and/or --argmax): export it \
+                 without them for accuracy mode",
+                args.model.display()
+            );
+        }
+        let spec = seg.spec().clone();
+        let desc = format!("{} on {}", seg.engine().name(), seg.engine().provider());
+        let prepare = Some((spec.clone(), contract.input));
+        let stage = Stage::Single {
+            seg: Box::new(seg),
+            accuracy: accuracy_opts,
+        };
+        (stage, spec, prepare, desc)
+    };
     if spec.num_classes() > 256 {
         bail!("{} classes do not fit uint8 masks", spec.num_classes());
     }
@@ -408,19 +708,30 @@ pub fn run(args: Args) -> Result<()> {
         !args.quiet,
     );
     let start = Instant::now();
-    // Stage channels hold one batch each; `recycle` returns raw frame buffers.
+    // Stage channels hold one batch each (a few with a batch server, so that every
+    // session has work while the writer waits for the oldest); `recycle` returns raw
+    // frame buffers.
+    let in_flight = match &stage {
+        Stage::Server(server) => {
+            let per_batch = server.config().max_batch.max(1);
+            (server.workers() * per_batch * 2)
+                .div_ceil(batch_size)
+                .max(1)
+        }
+        Stage::Single { .. } => 1,
+    };
     let (batch_tx, batch_rx) = sync_channel::<Result<(Batch, Busy)>>(1);
-    let (scored_tx, scored_rx) = sync_channel::<Scored>(1);
+    let (scored_tx, scored_rx) = sync_channel::<Scored>(in_flight);
     let (recycle_tx, recycle_rx) = std::sync::mpsc::channel::<Vec<u8>>();
     let source = {
-        let spec = spec.clone();
+        let prepare = prepare.clone();
         match args.raw {
             Some((w, h)) => std::thread::Builder::new()
                 .name("segtool-read".into())
-                .spawn(move || read_raw(w, h, batch_size, &spec, batch_tx, recycle_rx))?,
+                .spawn(move || read_raw(w, h, batch_size, &prepare, batch_tx, recycle_rx))?,
             None => std::thread::Builder::new()
                 .name("segtool-decode".into())
-                .spawn(move || decode_files(files, batch_size, &spec, batch_tx))?,
+                .spawn(move || decode_files(files, batch_size, &prepare, batch_tx))?,
         }
     };
     let writer = {
@@ -438,7 +749,7 @@ pub fn run(args: Args) -> Result<()> {
     // written (frames before a truncated one, images before a corrupt one).
     let mut failure: Option<anyhow::Error> = None;
     for item in batch_rx.iter() {
-        let (batch, b) = match item {
+        let (mut batch, b) = match item {
             Ok(x) => x,
             Err(e) => {
                 failure = Some(e);
@@ -448,8 +759,8 @@ pub fn run(args: Args) -> Result<()> {
         busy.decode += b.decode;
         busy.normalise += b.normalise;
         let t0 = Instant::now();
-        let groups = match run_engine(&mut seg, &spec, batch.groups) {
-            Ok(g) => g,
+        let results = match stage.run(&mut batch, &spec) {
+            Ok(r) => r,
             Err(e) => {
                 failure = Some(e);
                 break;
@@ -460,7 +771,7 @@ pub fn run(args: Args) -> Result<()> {
         let scored = Scored {
             names: batch.names,
             images: batch.images,
-            groups,
+            results,
         };
         if scored_tx.send(scored).is_err() {
             break; // the writer failed: its error is reported below
@@ -484,19 +795,29 @@ pub fn run(args: Args) -> Result<()> {
         .join()
         .map_err(|_| anyhow::anyhow!("input thread panicked"))?;
     bar.finish_and_clear();
+    let batching = match &stage {
+        Stage::Server(server) => {
+            let stats = server.stats();
+            format!(
+                "; {} batches, mean batch {:.2}",
+                stats.batches(),
+                stats.mean_batch_size()
+            )
+        }
+        Stage::Single { .. } => String::new(),
+    };
+    drop(stage);
 
     let wall = start.elapsed().as_secs_f64();
     let summary = format!(
-        "{images} image(s) -> {} in {wall:.2} s ({:.1} img/s, {} on {}; busy s: decode {:.2}, \
-         normalise {:.2}, engine {:.2}, post+write {:.2})",
+        "{images} image(s) -> {} in {wall:.2} s ({:.1} img/s, {engine_desc}{batching}; busy s: \
+         decode {:.2}, normalise {:.2}, engine {:.2}, post+write {:.2})",
         if to_stdout {
             "stdout".to_string()
         } else {
             args.out.display().to_string()
         },
         images as f64 / wall.max(1e-9),
-        seg.engine().name(),
-        seg.engine().provider(),
         busy.decode.as_secs_f64(),
         busy.normalise.as_secs_f64(),
         busy.engine.as_secs_f64(),
@@ -508,29 +829,6 @@ pub fn run(args: Args) -> Result<()> {
         println!("{summary}");
     }
     Ok(())
-}
-
-/// Engine runs of one batch's groups: logits `[n, classes, H, W]` per group.
-fn run_engine(
-    seg: &mut Segmenter,
-    spec: &ModelSpec,
-    groups: Vec<(Vec<usize>, Array4<f32>)>,
-) -> Result<Vec<(Vec<usize>, Array4<f32>)>> {
-    let mut out = Vec::with_capacity(groups.len());
-    for (members, input) in groups {
-        let logits = seg.engine_mut().run(input.view())?;
-        let classes = logits.shape()[1];
-        if classes != spec.num_classes() {
-            bail!(
-                "model output has {classes} classes, its spec says {}: logits {:?}",
-                spec.num_classes(),
-                logits.shape()
-            );
-        }
-        drop(input);
-        out.push((members, logits));
-    }
-    Ok(out)
 }
 
 /// Two inputs with the same file stem would overwrite each other's outputs.
@@ -578,7 +876,7 @@ fn progress(len: Option<u64>, visible: bool) -> ProgressBar {
 fn decode_files(
     files: Vec<PathBuf>,
     batch_size: usize,
-    spec: &ModelSpec,
+    prepare: &Prepare,
     tx: SyncSender<Result<(Batch, Busy)>>,
 ) {
     for chunk in files.chunks(batch_size) {
@@ -595,7 +893,13 @@ fn decode_files(
             }
         };
         let t1 = Instant::now();
-        let groups = group_and_normalise(&images, spec);
+        let groups = match group_and_prepare(&images, prepare) {
+            Ok(g) => g,
+            Err(e) => {
+                let _ = tx.send(Err(e));
+                return;
+            }
+        };
         let busy = Busy {
             decode: t1 - t0,
             normalise: t1.elapsed(),
@@ -639,7 +943,7 @@ fn read_raw(
     w: u32,
     h: u32,
     batch_size: usize,
-    spec: &ModelSpec,
+    prepare: &Prepare,
     tx: SyncSender<Result<(Batch, Busy)>>,
     recycle: Receiver<Vec<u8>>,
 ) {
@@ -685,7 +989,13 @@ fn read_raw(
         let read = t0.elapsed();
         if !images.is_empty() {
             let t1 = Instant::now();
-            let groups = group_and_normalise(&images, spec);
+            let groups = match group_and_prepare(&images, prepare) {
+                Ok(g) => g,
+                Err(e) => {
+                    let _ = tx.send(Err(e));
+                    return;
+                }
+            };
             let busy = Busy {
                 decode: read,
                 normalise: t1.elapsed(),
@@ -710,15 +1020,29 @@ fn read_raw(
     }
 }
 
-/// The class map of image `j` of a group's logits, at the image's size.
-fn mask_of(logits: &Array4<f32>, j: usize, img: &RgbImage) -> Array2<u8> {
-    let one = logits.slice(s![j..j + 1, .., .., ..]);
-    let mask = argmax(one).pop().expect("one image");
-    let (w, h) = img.dimensions();
-    if mask.dim() == (h as usize, w as usize) {
-        mask
-    } else {
-        resize_nearest(mask.view(), h as usize, w as usize)
+/// Per image of a scored batch: where its result is.
+enum Slot<'a> {
+    /// Image `j` of a group's engine output.
+    Group(&'a EngineOutput, usize),
+    /// A batch server's answer.
+    Done(&'a Array2<u8>, Option<&'a Array3<f32>>),
+}
+
+impl Slot<'_> {
+    /// The class map at the image's size.
+    fn mask(&self, img: &RgbImage) -> Array2<u8> {
+        match self {
+            Slot::Group(out, j) => out.mask(*j, img.height() as usize, img.width() as usize),
+            Slot::Done(mask, _) => (*mask).clone(),
+        }
+    }
+
+    /// Logits `(classes, h, w)`, when the model gives them.
+    fn logits(&self) -> Option<std::borrow::Cow<'_, Array3<f32>>> {
+        match self {
+            Slot::Group(out, j) => out.logits(*j).map(std::borrow::Cow::Owned),
+            Slot::Done(_, logits) => logits.map(std::borrow::Cow::Borrowed),
+        }
     }
 }
 
@@ -736,22 +1060,41 @@ fn write_results(
     let mut done = 0u64;
     for scored in rx {
         let t0 = Instant::now();
-        // image index -> (group, position in group)
-        let mut owner = vec![(0usize, 0usize); scored.images.len()];
-        for (g, (members, _)) in scored.groups.iter().enumerate() {
+        let n = scored.images.len();
+        // A batch server's answers, waited for in input order.
+        let (groups, answers) = match scored.results {
+            Results::Groups(groups) => (groups, Vec::new()),
+            Results::Pending(handles) => {
+                let answers: Vec<(Array2<u8>, Option<Array3<f32>>)> = handles
+                    .into_iter()
+                    .zip(&scored.names)
+                    .map(|(h, name)| {
+                        h.wait()
+                            .map(|o| (o.mask, o.logits))
+                            .with_context(|| format!("segmenting {name}"))
+                    })
+                    .collect::<Result<_>>()?;
+                (Vec::new(), answers)
+            }
+        };
+        let mut slots: Vec<Option<Slot<'_>>> = (0..n).map(|_| None).collect();
+        for (members, out) in &groups {
             for (j, &i) in members.iter().enumerate() {
-                owner[i] = (g, j);
+                slots[i] = Some(Slot::Group(out, j));
             }
         }
-        let n = scored.images.len();
+        for (i, (mask, logits)) in answers.iter().enumerate() {
+            slots[i] = Some(Slot::Done(mask, logits.as_ref()));
+        }
+        let slots: Vec<Slot<'_>> = slots
+            .into_iter()
+            .map(|s| s.expect("every image has a result"))
+            .collect();
         match sink {
             Sink::Stdout => {
                 let masks: Vec<Array2<u8>> = (0..n)
                     .into_par_iter()
-                    .map(|i| {
-                        let (g, j) = owner[i];
-                        mask_of(&scored.groups[g].1, j, &scored.images[i])
-                    })
+                    .map(|i| slots[i].mask(&scored.images[i]))
                     .collect();
                 for mask in &masks {
                     let bytes = mask.as_slice().expect("standard layout");
@@ -770,10 +1113,8 @@ fn write_results(
                 (0..n)
                     .into_par_iter()
                     .map(|i| -> Result<()> {
-                        let (g, j) = owner[i];
-                        let scores = &scored.groups[g].1;
                         let img = &scored.images[i];
-                        let mask = mask_of(scores, j, img);
+                        let mask = slots[i].mask(img);
                         let name = &scored.names[i];
                         let write = |suffix: &str, bytes: &[u8]| -> Result<()> {
                             let path = out.join(format!("{name}_{suffix}"));
@@ -801,7 +1142,10 @@ fn write_results(
                             write("labels.png", &png(gray.into()))?;
                         }
                         if *logits {
-                            write("logits.npy", &npy_f32(scores.index_axis(Axis(0), j)))?;
+                            let scores = slots[i].logits().with_context(|| {
+                                format!("{name}: the model outputs no logits (--argmax export)")
+                            })?;
+                            write("logits.npy", &npy_f32(scores.view()))?;
                         }
                         Ok(())
                     })
