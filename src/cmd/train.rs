@@ -155,9 +155,6 @@ pub fn run(args: Args) -> Result<()> {
         }
         cfg.optim.world_size = world;
     }
-    if cfg.optim.amp {
-        bail!("optim.amp: mixed precision needs a CUDA device and the DDP/AMP trainer; set optim.amp=false");
-    }
     cfg.validate()?;
 
     let shapes = shapes_args(&cfg);
@@ -192,6 +189,12 @@ pub fn run(args: Args) -> Result<()> {
     let device = parse_device(&args.device)?;
     let mut train_cfg = train_config(&cfg, total, device);
     train_cfg.progress = rank == 0;
+    // amp: optim.precision (or optim.amp = true, fp16); fp16 is refused off CUDA here,
+    // before any data is read.
+    let amp = match cfg.optim.effective_precision() {
+        segtool_core::config::Precision::Fp32 => None,
+        p => Some(segtool_train::amp::Amp::new(p, device)?),
+    };
     let mut trainer = Trainer::new(&spec, train_cfg)?;
     let run_dir = cfg.run_dir();
     let state = match &resume_from {
@@ -249,6 +252,13 @@ pub fn run(args: Args) -> Result<()> {
         stop_at: args.stop_at,
         ..RunOptions::new(&run_dir)
     };
+    if let Some(mut amp) = amp {
+        // Skipped steps (fp16 loss scaling) go to metrics.jsonl as "amp_skip" records.
+        if rank == 0 {
+            amp.log = Some(opts.out_dir.join("metrics.jsonl"));
+        }
+        trainer.enable_amp(amp);
+    }
     let eval_opts = eval_options(&cfg);
     let mut validate = |model: &DaNet| -> Result<ValScore> {
         let val = val_set
@@ -275,6 +285,17 @@ pub fn run(args: Args) -> Result<()> {
         return Ok(());
     }
 
+    if let Some(amp) = &trainer.amp {
+        match amp.scaler() {
+            Some(scaler) => println!(
+                "{}: {} step(s) skipped for inf/NaN gradients, loss scale {}",
+                amp.precision().name(),
+                amp.skipped_steps,
+                scaler.scale()
+            ),
+            None => println!("trained with {} autocast", amp.precision().name()),
+        }
+    }
     println!("wrote {}", opts.last_path().display());
     if let (Some(miou), Some(it)) = (state.best_miou, state.best_iteration) {
         println!(

@@ -4,12 +4,14 @@
 // each waited on with a timeout, and SyncBatchNorm as a torch::autograd::Function whose
 // forward all-reduces the per-channel (sum, sum of squares, count) and whose backward
 // all-reduces (sum dy, sum dy*(x-mean)), as torch.nn.SyncBatchNorm does.
+// amp (train/src/amp.rs): CPU/CUDA autocast state with a dtype, and GradScaler's unscale.
 //
 // Tensors cross as `at::Tensor*` (tch's C_tensor). Every function returns NULL on
 // success or a malloc'ed error message (free it with segtool_c10d_free_string); no C++
 // exception crosses the ABI.
 
 #include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
 #include <c10/util/intrusive_ptr.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -350,6 +352,60 @@ char* segtool_c10d_sync_batch_norm(segtool_c10d_group* g, at::Tensor* input, at:
     at::Tensor y = SyncBatchNormFn::apply(*input, opt(weight), opt(bias), opt(running_mean),
                                           opt(running_var), momentum, eps, group, timeout_ms);
     *out = new at::Tensor(y);
+  });
+}
+
+// --- amp: autocast state and the GradScaler unscale (train/src/amp.rs) -------------------
+// tch 0.26 drives only CUDA autocast (at::autocast::set_enabled), with no dtype, and has
+// no binding for _amp_foreach_non_finite_check_and_unscale_ (a TensorList in place op).
+// device: 0 CPU, 1 CUDA. dtype: a c10::ScalarType code (5 Half, 6 Float, 15 BFloat16).
+
+static at::DeviceType amp_device(int device) {
+  return device == 1 ? at::kCUDA : at::kCPU;
+}
+
+int segtool_autocast_is_enabled(int device) {
+  try {
+    return at::autocast::is_autocast_enabled(amp_device(device)) ? 1 : 0;
+  } catch (...) {
+    return 0;
+  }
+}
+
+// Sets the autocast state of `device`; the previous one goes to *prev_enabled, *prev_dtype.
+char* segtool_autocast_set(int device, int enabled, int dtype, int* prev_enabled,
+                           int* prev_dtype) {
+  return guarded("setting autocast", [&] {
+    const at::DeviceType d = amp_device(device);
+    *prev_enabled = at::autocast::is_autocast_enabled(d) ? 1 : 0;
+    *prev_dtype = static_cast<int>(at::autocast::get_autocast_dtype(d));
+    at::autocast::set_autocast_dtype(d, static_cast<at::ScalarType>(dtype));
+    at::autocast::set_autocast_enabled(d, enabled != 0);
+  });
+}
+
+int segtool_autocast_increment_nesting() { return at::autocast::increment_nesting(); }
+
+// Leaving the outermost autocast region drops the cast-weights cache (as torch.autocast).
+int segtool_autocast_decrement_nesting() {
+  const int depth = at::autocast::decrement_nesting();
+  if (depth == 0) at::autocast::clear_cache();
+  return depth;
+}
+
+// GradScaler.unscale_: every defined gradient *= inv_scale in place; found_inf (a 1-element
+// float tensor on the gradients' device) becomes 1 if any element is inf or NaN. The
+// gradients must share one device and dtype.
+char* segtool_amp_unscale(at::Tensor** grads, size_t n, at::Tensor* found_inf,
+                          at::Tensor* inv_scale) {
+  return guarded("unscaling gradients", [&] {
+    std::vector<at::Tensor> list;
+    for (size_t i = 0; i < n; i++) {
+      if (grads[i] && grads[i]->defined()) list.push_back(*grads[i]);
+    }
+    if (list.empty()) return;
+    at::NoGradGuard no_grad;
+    at::_amp_foreach_non_finite_check_and_unscale_(list, *found_inf, *inv_scale);
   });
 }
 

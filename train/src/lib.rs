@@ -4,6 +4,7 @@
 //! two by name; the training loop follows the published recipe (SGD, head at 10x lr, poly
 //! decay, CE on three outputs with the ignore label).
 
+pub mod amp;
 pub mod checkpoint;
 pub mod data;
 pub mod dist;

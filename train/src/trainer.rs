@@ -147,8 +147,13 @@ pub struct StepStats {
     /// Mean loss over the micro-batches.
     pub loss: f64,
     pub lr: f64,
-    /// Global gradient norm before clipping (computed only when clipping).
+    /// Global gradient norm before clipping (computed only when clipping, and not on a
+    /// skipped step).
     pub grad_norm: Option<f64>,
+    /// amp: the gradients held inf/NaN, the step was not applied (loss scaling only).
+    pub skipped: bool,
+    /// amp: the loss scale after this step (loss scaling only).
+    pub loss_scale: Option<f64>,
 }
 
 pub struct Trainer {
@@ -161,6 +166,9 @@ pub struct Trainer {
     /// dist: data-parallel training; `None` for a single process. Set with
     /// [`Trainer::enable_ddp`].
     pub ddp: Option<crate::dist::Ddp>,
+    /// amp: mixed precision (autocast, loss scaling); `None`: fp32. Set with
+    /// [`Trainer::enable_amp`].
+    pub amp: Option<crate::amp::Amp>,
 }
 
 impl Trainer {
@@ -187,6 +195,7 @@ impl Trainer {
             config,
             losses: Vec::new(),
             ddp: None,
+            amp: None,
         })
     }
 
@@ -197,6 +206,12 @@ impl Trainer {
         ddp.broadcast_variables(&self.vs)?;
         self.ddp = Some(ddp);
         Ok(())
+    }
+
+    /// amp: forward passes under `amp`'s autocast from now on, loss in fp32, with loss
+    /// scaling when `amp` has a scaler (fp16).
+    pub fn enable_amp(&mut self, amp: crate::amp::Amp) {
+        self.amp = Some(amp);
     }
 
     /// One SGD step at iteration `it` on one batch; returns the loss.
@@ -220,7 +235,18 @@ impl Trainer {
         let scale = 1.0 / micro_batches.len() as f64;
         let mut total = 0.0;
         for (images, masks) in micro_batches {
-            let out = self.model.forward_all(images, true);
+            // amp: the forward under autocast; the loss from fp32 logits.
+            let out = match &self.amp {
+                Some(amp) => {
+                    let out = amp.forward(|| self.model.forward_all(images, true))?;
+                    DaNetOutputs {
+                        fused: crate::amp::at_least_fp32(&out.fused),
+                        position: crate::amp::at_least_fp32(&out.position),
+                        channel: crate::amp::at_least_fp32(&out.channel),
+                    }
+                }
+                None => self.model.forward_all(images, true),
+            };
             let loss = danet_loss_with(
                 &out,
                 masks,
@@ -237,7 +263,12 @@ impl Trainer {
                 }
                 .into());
             }
-            (loss * scale).f_backward()?;
+            let loss = loss * scale;
+            // amp: backward on the scaled loss.
+            match &self.amp {
+                Some(amp) => amp.scale_loss(&loss).f_backward()?,
+                None => loss.f_backward()?,
+            }
             total += value * scale;
         }
         // dist: one gradient all-reduce per step, after the last micro-batch, before
@@ -246,16 +277,35 @@ impl Trainer {
             ddp.average_gradients(&self.vs)?;
             total = ddp.mean(total)?;
         }
-        let grad_norm = self
-            .config
-            .grad_clip_norm
-            .map(|max| self.optimizer.clip_grad_norm(max));
-        self.optimizer.step([lr, lr * self.config.head_lr_mult]);
+        // amp: unscale (after the all-reduce, before clipping); inf/NaN skips the step.
+        let found_inf = match &self.amp {
+            Some(amp) => amp.unscale(&self.vs)?,
+            None => None,
+        };
+        let skip = found_inf
+            .as_ref()
+            .is_some_and(|f| f.double_value(&[0]) != 0.0);
+        let grad_norm = match self.config.grad_clip_norm {
+            Some(max) if !skip => Some(self.optimizer.clip_grad_norm(max)),
+            _ => None,
+        };
+        if !skip {
+            self.optimizer.step([lr, lr * self.config.head_lr_mult]);
+        }
+        let (skipped, loss_scale) = match self.amp.as_mut() {
+            Some(amp) => (
+                amp.finish_step(found_inf.as_ref(), it)?,
+                amp.scaler().map(|s| s.scale()),
+            ),
+            None => (false, None),
+        };
         self.losses.push((it, total));
         Ok(StepStats {
             loss: total,
             lr,
             grad_norm,
+            skipped,
+            loss_scale,
         })
     }
 

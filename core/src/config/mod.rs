@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 
 pub use sections::{
     AttentionImpl, AugmentConfig, CheckpointConfig, DataConfig, EvalConfig, EvalMode, LogConfig,
-    LrScaling, ModelConfig, OptimConfig, RunConfig,
+    LrScaling, ModelConfig, OptimConfig, Precision, RunConfig,
 };
 
 use crate::spec::BackboneSpec;

@@ -130,6 +130,28 @@ pub enum LrScaling {
     Linear,
 }
 
+/// Numeric precision of training (`optim.precision`): parameters, gradients and the
+/// optimiser stay fp32; `fp16` and `bf16` run the forward pass under autocast (attention
+/// energies and softmax in fp32), `fp16` with dynamic loss scaling and on CUDA only.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Precision {
+    #[default]
+    Fp32,
+    Fp16,
+    Bf16,
+}
+
+impl Precision {
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::Fp32 => "fp32",
+            Precision::Fp16 => "fp16",
+            Precision::Bf16 => "bf16",
+        }
+    }
+}
+
 /// `[optim]`: schedule, batch geometry, optimiser, loss and numerics.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -166,13 +188,27 @@ pub struct OptimConfig {
     pub ohem_min_kept: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub grad_clip_norm: Option<f64>,
-    /// Mixed precision (attention energies and softmax stay in fp32/bf16).
+    /// Mixed precision as PyTorch AMP's default: the same as `precision = "fp16"` (kept for
+    /// configs written before `precision`).
     pub amp: bool,
+    /// fp32, fp16 (CUDA autocast + dynamic loss scaling) or bf16 (autocast, CPU or CUDA).
+    pub precision: Precision,
     /// BatchNorm statistics over the global batch rather than per process.
     pub sync_bn: bool,
     pub lr_scaling: LrScaling,
     /// The global batch `lr` was published for (used by `lr_scaling = "linear"`).
     pub lr_reference_batch: usize,
+}
+
+impl OptimConfig {
+    /// The precision training runs in: `precision`, or fp16 for `amp = true` with
+    /// `precision` left at fp32.
+    pub fn effective_precision(&self) -> Precision {
+        match (self.amp, self.precision) {
+            (true, Precision::Fp32) => Precision::Fp16,
+            (_, p) => p,
+        }
+    }
 }
 
 impl Default for OptimConfig {
@@ -197,6 +233,7 @@ impl Default for OptimConfig {
             ohem_min_kept: 100_000,
             grad_clip_norm: None,
             amp: false,
+            precision: Precision::Fp32,
             sync_bn: false,
             lr_scaling: LrScaling::None,
             lr_reference_batch: 8,

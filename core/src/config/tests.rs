@@ -354,3 +354,29 @@ fn summary_states_the_batch_geometry() {
         assert!(s.contains(part), "{part:?} missing in:\n{s}");
     }
 }
+
+#[test]
+fn precision_key_and_amp_compatibility() {
+    let mut c = RunConfig::default();
+    assert_eq!(c.optim.precision, Precision::Fp32);
+    assert_eq!(c.optim.effective_precision(), Precision::Fp32);
+    // `amp = true` (configs from before `precision`) is fp16.
+    c.apply_override("optim.amp=true").unwrap();
+    assert_eq!(c.optim.effective_precision(), Precision::Fp16);
+    c.validate().unwrap();
+    c.apply_override("optim.precision=fp16").unwrap();
+    assert_eq!(c.optim.effective_precision(), Precision::Fp16);
+    c.validate().unwrap();
+    // amp = true with bf16 is a contradiction, reported by key.
+    c.apply_override("optim.precision=bf16").unwrap();
+    let err = c.validate().unwrap_err().to_string();
+    assert!(err.contains("optim.amp") && err.contains("bf16"), "{err}");
+    c.apply_override("optim.amp=false").unwrap();
+    assert_eq!(c.optim.effective_precision(), Precision::Bf16);
+    c.validate().unwrap();
+    assert!(c.apply_override("optim.precision=fp8").is_err());
+    // Round trip through TOML, and a config without the key reads as fp32.
+    assert_eq!(RunConfig::from_toml_str(&c.to_toml_string()).unwrap(), c);
+    let old = RunConfig::from_toml_str("[optim]\namp = false\n").unwrap();
+    assert_eq!(old.optim.precision, Precision::Fp32);
+}

@@ -200,6 +200,12 @@ impl RunConfig {
             );
         }
         check(
+            !o.amp || o.precision != super::Precision::Bf16,
+            "optim.amp = true means fp16 and conflicts with optim.precision = \"bf16\": \
+             set optim.amp = false"
+                .into(),
+        );
+        check(
             o.lr_reference_batch >= 1,
             "optim.lr_reference_batch must be at least 1".into(),
         );

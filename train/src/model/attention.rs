@@ -84,15 +84,25 @@ pub fn cam_sdpa(x: &Tensor) -> Tensor {
     sdpa(&-&x, &x, &x).reshape([b, c, n])
 }
 
-/// `scaled_dot_product_attention` with scale 1, no mask, no dropout. fp16 inputs run in
-/// fp32: without 1/sqrt(d) the energies overflow fp16 (CAM sums ~N products).
+/// `scaled_dot_product_attention` with scale 1, no mask, no dropout. fp16 and bf16 inputs
+/// run in fp32, with autocast off (amp): without 1/sqrt(d) the energies overflow fp16
+/// (CAM sums ~N products) and lose their differences in bf16's 8-bit mantissa.
 fn sdpa(q: &Tensor, k: &Tensor, v: &Tensor) -> Tensor {
     let kind = q.kind();
-    if kind == Kind::Half {
-        let up = |t: &Tensor| t.to_kind(Kind::Float);
-        return sdpa(&up(q), &up(k), &up(v)).to_kind(kind);
-    }
-    Tensor::scaled_dot_product_attention(q, k, v, None::<Tensor>, 0.0, false, 1.0, false)
+    crate::amp::full_precision(|| {
+        let up = crate::amp::at_least_fp32;
+        let out = Tensor::scaled_dot_product_attention(
+            &up(q),
+            &up(k),
+            &up(v),
+            None::<Tensor>,
+            0.0,
+            false,
+            1.0,
+            false,
+        );
+        out.to_kind(kind)
+    })
 }
 
 /// Softmax over the last axis in fp32 (fp16 energies overflow) or fp64 for fp64 input.
@@ -151,10 +161,13 @@ impl Pam {
         let value = self.value_conv.forward(x).view([b, -1, n]);
         let out = match self.attention {
             AttentionImpl::Explicit => {
-                // No 1/sqrt(d): DANet's energies are raw dot products; keep them in fp32.
-                let energy = query.bmm(&key);
-                let attention = softmax_at_least_fp32(&energy);
-                value.bmm(&attention.permute([0, 2, 1]))
+                // No 1/sqrt(d): DANet's energies are raw dot products; keep them in fp32
+                // (fp16/bf16 inputs upcast, autocast off).
+                let attention = crate::amp::full_precision(|| {
+                    let up = crate::amp::at_least_fp32;
+                    softmax_at_least_fp32(&up(&query).bmm(&up(&key)))
+                });
+                value.bmm(&attention.to_kind(value.kind()).permute([0, 2, 1]))
             }
             AttentionImpl::Sdpa => {
                 pam_sdpa(&query, &key.permute([0, 2, 1]), &value.permute([0, 2, 1]))
@@ -189,11 +202,16 @@ impl Cam {
         let query = x.view([b, c, -1]);
         let out = match self.attention {
             AttentionImpl::Explicit => {
-                let energy = query.bmm(&query.permute([0, 2, 1]));
-                // DANet's max-minus form: softmax(rowmax(E) - E).
-                let energy_new = energy.amax([-1].as_slice(), true).expand_as(&energy) - &energy;
-                let attention = softmax_at_least_fp32(&energy_new);
-                attention.bmm(&query)
+                // Energies and softmax in fp32 (fp16/bf16 upcast, autocast off).
+                let attention = crate::amp::full_precision(|| {
+                    let q = crate::amp::at_least_fp32(&query);
+                    let energy = q.bmm(&q.permute([0, 2, 1]));
+                    // DANet's max-minus form: softmax(rowmax(E) - E).
+                    let energy_new =
+                        energy.amax([-1].as_slice(), true).expand_as(&energy) - &energy;
+                    softmax_at_least_fp32(&energy_new)
+                });
+                attention.to_kind(query.kind()).bmm(&query)
             }
             AttentionImpl::Sdpa => cam_sdpa(&query),
         };
