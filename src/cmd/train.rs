@@ -258,6 +258,8 @@ pub fn run(args: Args) -> Result<()> {
             amp.log = Some(opts.out_dir.join("metrics.jsonl"));
         }
         trainer.enable_amp(amp);
+        // The checkpoint's loss scale and skip count (read above, before AMP existed).
+        run::restore_amp(&mut trainer, &state);
     }
     let eval_opts = eval_options(&cfg);
     let mut validate = |model: &DaNet| -> Result<ValScore> {

@@ -29,6 +29,11 @@ pub struct Record {
     pub miou: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pixel_accuracy: Option<f64>,
+    /// fp16 loss scaling: optimiser steps skipped (inf/NaN gradients) in this window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skipped_steps: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loss_scale: Option<f64>,
 }
 
 impl Record {
@@ -43,6 +48,8 @@ impl Record {
             grad_norm: None,
             miou: Some(miou),
             pixel_accuracy: Some(pixel_accuracy),
+            skipped_steps: None,
+            loss_scale: None,
         }
     }
 
@@ -166,6 +173,8 @@ mod tests {
             grad_norm: None,
             miou: None,
             pixel_accuracy: None,
+            skipped_steps: None,
+            loss_scale: None,
         }
     }
 

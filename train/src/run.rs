@@ -34,6 +34,12 @@ pub struct RunState {
     pub position: SamplerPosition,
     pub best_miou: Option<f64>,
     pub best_iteration: Option<usize>,
+    /// fp16 loss scaling: (scale, growth tracker) and steps skipped so far, so a resumed
+    /// run continues the scale where it was instead of restarting at 65536.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loss_scale: Option<(f64, i64)>,
+    #[serde(default)]
+    pub skipped_steps: usize,
 }
 
 /// Validation scores; the run keeps the checkpoint with the best `miou` as `best`.
@@ -111,7 +117,29 @@ pub fn resume(trainer: &mut Trainer, checkpoint: &Checkpoint, path: &Path) -> Re
             path.display()
         )
     })?;
-    serde_json::from_str(json).with_context(|| format!("training state in {}", path.display()))
+    let state: RunState = serde_json::from_str(json)
+        .with_context(|| format!("training state in {}", path.display()))?;
+    restore_amp(trainer, &state);
+    Ok(state)
+}
+
+/// Puts the saved loss scale and skip count back into the trainer's AMP state (a
+/// checkpoint without one, or a run without AMP, leaves it as it is).
+pub fn restore_amp(trainer: &mut Trainer, state: &RunState) {
+    if let Some(amp) = trainer.amp.as_mut() {
+        amp.skipped_steps = state.skipped_steps;
+        if let (Some(scaler), Some((scale, tracker))) = (amp.scaler_mut(), state.loss_scale) {
+            scaler.load_state(scale, tracker);
+        }
+    }
+}
+
+/// The trainer's AMP state, recorded in `state` before a checkpoint is written.
+fn record_amp(trainer: &Trainer, state: &mut RunState) {
+    if let Some(amp) = &trainer.amp {
+        state.skipped_steps = amp.skipped_steps;
+        state.loss_scale = amp.scaler().map(|s| s.state());
+    }
 }
 
 /// Trains from `state` to `trainer.config.iterations` (or `opts.stop_at`), validating
@@ -178,7 +206,8 @@ pub fn run(
         };
         state.iteration += 1;
         let done = state.iteration;
-        window.add(stats.loss, stats.grad_norm);
+        window.add(stats.loss, stats.grad_norm, stats.skipped, stats.loss_scale);
+        record_amp(trainer, &mut state);
         bar.inc(1);
 
         if done % opts.log_every.max(1) == 0 || done == end {
@@ -280,6 +309,8 @@ struct Window {
     wait_at_start: std::time::Duration,
     losses: Vec<f64>,
     grad_norms: Vec<f64>,
+    skipped: usize,
+    loss_scale: Option<f64>,
 }
 
 impl Window {
@@ -289,12 +320,16 @@ impl Window {
             wait_at_start: wait,
             losses: Vec::new(),
             grad_norms: Vec::new(),
+            skipped: 0,
+            loss_scale: None,
         }
     }
 
-    fn add(&mut self, loss: f64, grad_norm: Option<f64>) {
+    fn add(&mut self, loss: f64, grad_norm: Option<f64>, skipped: bool, scale: Option<f64>) {
         self.losses.push(loss);
         self.grad_norms.extend(grad_norm);
+        self.skipped += skipped as usize;
+        self.loss_scale = scale.or(self.loss_scale);
     }
 
     /// The record of this window; starts the next one.
@@ -311,6 +346,8 @@ impl Window {
             grad_norm: mean(&self.grad_norms),
             miou: None,
             pixel_accuracy: None,
+            skipped_steps: (self.skipped > 0).then_some(self.skipped),
+            loss_scale: self.loss_scale,
         };
         *self = Self::new(wait);
         record
