@@ -35,6 +35,9 @@ def child_ort(path, size, runs):
     so.intra_op_num_threads = 2
     so.inter_op_num_threads = 1
     so.log_severity_level = 3
+    # --no-mem-pattern (both models alike): ORT otherwise keeps a second, pattern-planned
+    # block of the whole activation set beside its arena from the second run on.
+    so.enable_mem_pattern = os.environ.get("SEGTOOL_BENCH_MEM_PATTERN", "1") == "1"
     t = time.perf_counter()
     s = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
     load = (time.perf_counter() - t) * 1e3
@@ -132,7 +135,11 @@ def main():
     ap.add_argument("--child", nargs=3)
     ap.add_argument("--no-tract", action="store_true")
     ap.add_argument("--build")
+    ap.add_argument("--no-mem-pattern", action="store_true",
+                    help="ORT enable_mem_pattern=False for both models (a memory-conscious setting)")
     a = ap.parse_args()
+    if a.no_mem_pattern:
+        os.environ["SEGTOOL_BENCH_MEM_PATTERN"] = "0"
     segtool = os.path.join(ROOT, "target", "debug", "segtool")
     if a.child:
         return child_ort(a.child[0], int(a.child[1]), int(a.child[2]))
@@ -160,6 +167,12 @@ def main():
             print(f"{size:>4}x{size:<4} {key:12} {eng:26} ERROR {r['error'][:200]}")
             continue
         print(f"{size:>4}x{size:<4} {key:12} {eng:26} {r['median_ms']:10.0f} {r['first_ms']:9.0f} {rss:13.0f}")
+    by = {(size, key): (r, rss) for size, key, _, r, rss in rows if "error" not in r}
+    for size in a.sizes:
+        if (size, "ours_ort") in by and (size, "torch") in by:
+            (o, orss), (t, trss) = by[(size, "ours_ort")], by[(size, "torch")]
+            print(f"{size}x{size}: ours/torch latency {o['median_ms'] / t['median_ms']:.2f}, "
+                  f"peak RSS {orss / trss:.1%}")
 
 
 if __name__ == "__main__":
