@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what segtool's build and tests need, idempotently:
-#   - Debian: libgloo-dev (c10d gloo headers for the distributed shim)
+#   - Debian: libgloo-dev (c10d gloo headers for the distributed shim), valgrind (the C
+#     ABI's leak test), iproute2 (the two-host DDP test's network namespaces)
 #   - a Python venv with the pins in requirements.txt, cached outside the clone in
 #     $SEGTOOL_HOME/venv-<hash of the pins> so fresh clones reuse it
 # and writes $SEGTOOL_HOME/env-<hash>.sh, which `source`s into the variables the build uses
@@ -18,12 +19,18 @@ log() { echo "[setup] $*" >&2; }
 mkdir -p "$home"
 
 # --- Debian packages -------------------------------------------------------------------
-if ! dpkg-query -W -f='${Status}' libgloo-dev 2>/dev/null | grep -q "install ok installed"; then
-    log "installing libgloo-dev (apt)"
+missing=()
+for pkg in libgloo-dev valgrind iproute2; do
+    if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
+        missing+=("$pkg")
+    fi
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    log "installing ${missing[*]} (apt)"
     sudo_cmd=""
     if [ "$(id -u)" != 0 ]; then sudo_cmd="sudo"; fi
     $sudo_cmd apt-get update -qq >&2
-    DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq libgloo-dev >&2
+    DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}" >&2
 fi
 
 # --- Python venv -----------------------------------------------------------------------
