@@ -33,6 +33,9 @@ enum Command {
     Export(cmd::export::Args),
     /// Segment images with an exported model (ONNX Runtime or tract).
     Infer(cmd::infer::Args),
+    /// INT8 post-training quantisation: QDQ model, TensorRT calibration cache, int8 vs fp32 report.
+    #[cfg(feature = "ort")]
+    Calibrate(cmd::calibrate::Args),
     /// Latency/throughput of an exported model per batch size (pre, engine, post timed apart).
     Bench(cmd::bench::Args),
     /// Generate shapes, train a tiny DANet, export, and compare tch / ORT / tract.
@@ -56,6 +59,8 @@ fn main() {
         Command::Export(args) => cmd::export::run(args),
         Command::Infer(args) => cmd::infer::run(args),
         Command::Bench(args) => cmd::bench::run(args),
+        #[cfg(feature = "ort")]
+        Command::Calibrate(args) => cmd::calibrate::run(args),
         #[cfg(feature = "train")]
         Command::Demo(args) => cmd::demo::run(args),
         #[cfg(feature = "train")]

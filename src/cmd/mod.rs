@@ -1,6 +1,8 @@
 //! One module per subcommand.
 
 pub mod bench;
+#[cfg(feature = "ort")]
+pub mod calibrate;
 #[cfg(feature = "train")]
 pub mod demo;
 #[cfg(feature = "train")]

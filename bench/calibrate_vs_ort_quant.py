@@ -1,0 +1,213 @@
+#!/usr/bin/env python3
+"""`segtool calibrate` vs onnxruntime.quantization.quantize_static on the same model and
+images: argmax agreement with fp32 and ONNX Runtime CPU latency of fp32, segtool's int8
+and ORT's int8 (QDQ, symmetric int8 activations and weights, weights per channel), for
+the MinMax and Entropy calibrators.
+
+    source "$(bash scripts/setup.sh)"
+    $SEGTOOL_PYTHON bench/calibrate_vs_ort_quant.py --model m.onnx \
+        --calib-images data/images/train --eval-images data/images/val [--samples 16]
+
+Both quantisers see the same calibration images, preprocessed the same way (the spec's
+mean/std from the model's metadata, as segtool's runtime does). segtool is taken from
+target/release or target/debug unless --segtool is given.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnxruntime.quantization import (CalibrationDataReader, CalibrationMethod, QuantFormat,
+                                      QuantType, quantize_static)
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def spec_of(model_path):
+    m = onnx.load(str(model_path), load_external_data=False)
+    meta = {p.key: p.value for p in m.metadata_props}
+    return json.loads(meta["segtool.spec"])
+
+
+def images_in(folder):
+    exts = {".png", ".jpg", ".jpeg", ".bmp"}
+    return sorted(p for p in Path(folder).iterdir() if p.suffix.lower() in exts)
+
+
+def read_png(path):
+    """8-bit RGB/RGBA/gray PNG, non-interlaced (what segtool writes), without Pillow."""
+    import struct
+    import zlib
+    data = Path(path).read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", f"{path}: not a PNG"
+    pos, idat, hdr = 8, b"", None
+    while pos < len(data):
+        n, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        body = data[pos + 8:pos + 8 + n]
+        if kind == b"IHDR":
+            hdr = struct.unpack(">IIBBBBB", body)
+        elif kind == b"IDAT":
+            idat += body
+        pos += 12 + n
+    w, h, depth, color, _, _, interlace = hdr
+    assert depth == 8 and interlace == 0, f"{path}: only 8-bit non-interlaced PNGs"
+    ch = {0: 1, 2: 3, 4: 2, 6: 4}[color]
+    raw = np.frombuffer(zlib.decompress(idat), np.uint8).reshape(h, 1 + w * ch)
+    out = np.zeros((h, w * ch), np.int32)
+    prev = np.zeros(w * ch, np.int32)
+    for y in range(h):
+        f, line = raw[y, 0], raw[y, 1:].astype(np.int32)
+        cur = np.zeros(w * ch, np.int32)
+        for x in range(w * ch):
+            a = cur[x - ch] if x >= ch else 0
+            b = prev[x]
+            c = prev[x - ch] if x >= ch else 0
+            if f == 0:
+                p = 0
+            elif f == 1:
+                p = a
+            elif f == 2:
+                p = b
+            elif f == 3:
+                p = (a + b) // 2
+            else:
+                pa, pb, pc = abs(b - c), abs(a - c), abs(a + b - 2 * c)
+                p = a if pa <= pb and pa <= pc else (b if pb <= pc else c)
+            cur[x] = (line[x] + p) & 255
+        out[y] = cur
+        prev = cur
+    img = out.reshape(h, w, ch).astype(np.uint8)
+    if ch == 1 or ch == 2:
+        img = np.repeat(img[..., :1], 3, axis=2)
+    return img[..., :3]
+
+
+def load_rgb(path):
+    try:
+        from PIL import Image
+        return np.asarray(Image.open(path).convert("RGB"))
+    except ImportError:
+        return read_png(path)
+
+
+def normalise(path, spec):
+    x = load_rgb(path).astype(np.float32) / 255.0
+    x = (x - np.asarray(spec["mean"], np.float32)) / np.asarray(spec["std"], np.float32)
+    return x.transpose(2, 0, 1)[None].astype(np.float32)
+
+
+class Reader(CalibrationDataReader):
+    def __init__(self, files, spec, input_name):
+        self.it = iter([{input_name: normalise(f, spec)} for f in files])
+
+    def get_next(self):
+        return next(self.it, None)
+
+
+def session(path, threads):
+    so = ort.SessionOptions()
+    if threads:
+        so.intra_op_num_threads = threads
+    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+
+
+def predict(sess, xs):
+    name = sess.get_inputs()[0].name
+    return [sess.run(None, {name: x})[0].argmax(axis=1) for x in xs]
+
+
+def latency_ms(sess, x, runs):
+    name = sess.get_inputs()[0].name
+    for _ in range(3):
+        sess.run(None, {name: x})
+    t = []
+    for _ in range(runs):
+        s = time.perf_counter()
+        sess.run(None, {name: x})
+        t.append((time.perf_counter() - s) * 1e3)
+    return float(np.median(t))
+
+
+def find_segtool(explicit):
+    if explicit:
+        return explicit
+    for profile in ["release", "debug"]:
+        p = ROOT / "target" / profile / "segtool"
+        if p.exists():
+            return str(p)
+    sys.exit("segtool binary not found: cargo build --bin segtool, or pass --segtool")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--calib-images", required=True)
+    ap.add_argument("--eval-images", required=True)
+    ap.add_argument("--samples", type=int, default=16)
+    ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--segtool")
+    ap.add_argument("--out", help="JSON results")
+    args = ap.parse_args()
+
+    segtool = find_segtool(args.segtool)
+    spec = spec_of(args.model)
+    calib = images_in(args.calib_images)[: args.samples]
+    evals = [normalise(f, spec) for f in images_in(args.eval_images)]
+    input_name = onnx.load(args.model).graph.input[0].name
+    tmp = Path(tempfile.mkdtemp(prefix="calib-bench-"))
+    sizes = {}
+    models = {"fp32": Path(args.model)}
+    for method, ort_method in [("minmax", CalibrationMethod.MinMax), ("entropy", CalibrationMethod.Entropy)]:
+        ours = tmp / f"segtool.{method}.onnx"
+        t = time.perf_counter()
+        subprocess.run([segtool, "calibrate", "--model", args.model, "--images", args.calib_images,
+                        "--method", method, "--samples", str(args.samples), "--per-channel",
+                        "-o", str(ours), "--quiet", "--latency-runs", "0", "--report-samples", "1"],
+                       check=True, stdout=subprocess.DEVNULL)
+        t_ours = time.perf_counter() - t
+        theirs = tmp / f"ort.{method}.onnx"
+        t = time.perf_counter()
+        quantize_static(args.model, str(theirs), Reader(calib, spec, input_name),
+                        quant_format=QuantFormat.QDQ, per_channel=True,
+                        activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
+                        calibrate_method=ort_method,
+                        extra_options={"ActivationSymmetric": True, "WeightSymmetric": True})
+        t_theirs = time.perf_counter() - t
+        models[f"segtool-{method}"] = ours
+        models[f"ort-{method}"] = theirs
+        sizes[f"segtool-{method}"] = t_ours
+        sizes[f"ort-{method}"] = t_theirs
+
+    ref = predict(session(args.model, args.threads), evals)
+    rows = []
+    for name, path in models.items():
+        sess = session(path, args.threads)
+        pred = predict(sess, evals)
+        agree = float(np.mean(np.concatenate([(a == b).ravel() for a, b in zip(pred, ref)])))
+        rows.append({
+            "model": name,
+            "agreement": agree,
+            "latency_ms": latency_ms(sess, evals[0], args.runs),
+            "bytes": os.path.getsize(path),
+            "calibration_s": sizes.get(name),
+        })
+    shape = "x".join(map(str, evals[0].shape))
+    print(f"{len(calib)} calibration images, {len(evals)} eval images, input {shape}, ORT {ort.__version__} CPU")
+    print(f"{'model':<18} {'agreement':>10} {'latency ms':>11} {'bytes':>10} {'calib s':>8}")
+    for r in rows:
+        cs = "" if r["calibration_s"] is None else f"{r['calibration_s']:.2f}"
+        print(f"{r['model']:<18} {r['agreement'] * 100:9.2f}% {r['latency_ms']:11.3f} {r['bytes']:10d} {cs:>8}")
+    if args.out:
+        Path(args.out).write_text(json.dumps(rows, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,414 @@
+//! INT8 post-training quantisation of segtool models.
+//!
+//! [`calibrate`] exposes the tensors to quantise (activation inputs of every Conv and
+//! MatMul, see [`qdq::plan`]) as extra outputs of a copy of the model, runs calibration
+//! images through it in ONNX Runtime (CPU) in batches, preprocessed exactly as the runtime
+//! does ([`segtool_runtime::normalise`]), and streams per-tensor statistics: the range
+//! first, then a 2048-bin histogram of `|x|` over `[0, absmax]` ([`stats`]). A calibrator
+//! ([`Method`]) turns them into thresholds, [`qdq::rewrite`] into a QDQ model
+//! (symmetric int8, zero point 0; weights per output channel or per tensor) and
+//! [`trt_cache`] into a TensorRT calibration cache. [`report`] compares the result with
+//! the float model.
+
+pub mod calibrators;
+pub mod qdq;
+pub mod report;
+pub mod session;
+pub mod stats;
+pub mod trt_cache;
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use image::RgbImage;
+use indicatif::{ProgressBar, ProgressStyle};
+use ndarray::{Array4, Axis};
+use prost::Message;
+use segtool_core::{ModelSpec, SPEC_METADATA_KEY};
+use segtool_export::proto::ModelProto;
+
+use session::OrtModel;
+use stats::{Histogram, Range, TensorStats, DEFAULT_BINS};
+
+/// metadata_props key recording how a model was calibrated.
+pub const CALIBRATION_METADATA_KEY: &str = "segtool.calibration";
+
+#[derive(Debug, thiserror::Error)]
+pub enum CalibrationError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("invalid model: {0}")]
+    Model(String),
+    #[error("ONNX Runtime: {0}")]
+    Ort(String),
+    #[error("{0}")]
+    Input(String),
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> CalibrationError + '_ {
+    move |source| CalibrationError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Calibration algorithm.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Method {
+    MinMax,
+    Percentile,
+    Entropy,
+    Mse,
+}
+
+impl Method {
+    pub fn name(self) -> &'static str {
+        match self {
+            Method::MinMax => "minmax",
+            Method::Percentile => "percentile",
+            Method::Entropy => "entropy",
+            Method::Mse => "mse",
+        }
+    }
+
+    pub fn needs_histogram(self) -> bool {
+        self != Method::MinMax
+    }
+
+    /// The threshold of one tensor's statistics.
+    pub fn threshold(self, stats: &TensorStats, percentile: f64) -> f32 {
+        let hist = stats.hist.as_ref();
+        match (self, hist) {
+            (Method::MinMax, _) | (_, None) => calibrators::minmax::threshold(&stats.range),
+            (Method::Percentile, Some(h)) => calibrators::percentile::threshold(h, percentile),
+            (Method::Entropy, Some(h)) => calibrators::entropy::threshold(h),
+            (Method::Mse, Some(h)) => calibrators::mse::threshold(h),
+        }
+    }
+}
+
+impl FromStr for Method {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "minmax" | "min-max" => Ok(Method::MinMax),
+            "percentile" => Ok(Method::Percentile),
+            "entropy" | "kl" => Ok(Method::Entropy),
+            "mse" => Ok(Method::Mse),
+            _ => Err(format!(
+                "unknown calibration method {s:?} (minmax, percentile, entropy, mse)"
+            )),
+        }
+    }
+}
+
+/// Calibration settings.
+#[derive(Clone, Debug)]
+pub struct CalibrationOptions {
+    pub method: Method,
+    /// Percentile of `|x|` kept by [`Method::Percentile`].
+    pub percentile: f64,
+    /// Images used (the first `samples` of the folder in name order).
+    pub samples: usize,
+    /// Weights per output channel (axis 0) instead of per tensor.
+    pub per_channel: bool,
+    /// Nodes left in float.
+    pub keep_float: Vec<String>,
+    /// Same-size images per ORT run.
+    pub batch_size: usize,
+    pub bins: usize,
+    /// ORT intra-op threads (`None`: ORT's choice).
+    pub threads: Option<usize>,
+    pub progress: bool,
+}
+
+impl Default for CalibrationOptions {
+    fn default() -> Self {
+        Self {
+            method: Method::Entropy,
+            percentile: 99.99,
+            samples: 100,
+            per_channel: true,
+            keep_float: Vec::new(),
+            batch_size: 4,
+            bins: DEFAULT_BINS,
+            threads: None,
+            progress: false,
+        }
+    }
+}
+
+/// Result of [`calibrate`].
+#[derive(Clone, Debug)]
+pub struct Calibrated {
+    /// The QDQ model, serialised.
+    pub model: Vec<u8>,
+    /// TensorRT calibration cache text.
+    pub trt_cache: String,
+    /// Threshold per calibrated tensor.
+    pub thresholds: BTreeMap<String, f32>,
+    pub stats: BTreeMap<String, TensorStats>,
+    pub plan: qdq::Plan,
+    /// Images actually used.
+    pub samples: usize,
+}
+
+/// Reads and decodes an ONNX model.
+pub fn load_model(path: &Path) -> Result<ModelProto, CalibrationError> {
+    let bytes = std::fs::read(path).map_err(io_err(path))?;
+    ModelProto::decode(bytes.as_slice())
+        .map_err(|e| CalibrationError::Model(format!("{}: {e}", path.display())))
+}
+
+/// The spec in a decoded model's metadata.
+pub fn model_spec(model: &ModelProto) -> Result<ModelSpec, CalibrationError> {
+    let json = model
+        .metadata_props
+        .iter()
+        .find(|e| e.key == SPEC_METADATA_KEY)
+        .ok_or_else(|| {
+            CalibrationError::Model(format!("no {SPEC_METADATA_KEY} in metadata_props"))
+        })?;
+    ModelSpec::from_json(&json.value).map_err(|e| CalibrationError::Model(e.to_string()))
+}
+
+/// Image files of a folder (png/jpg/jpeg/bmp), sorted by name.
+pub fn list_images(dir: &Path) -> Result<Vec<PathBuf>, CalibrationError> {
+    let mut out: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(io_err(dir))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.extension().and_then(|e| e.to_str()).is_some_and(|e| {
+                matches!(
+                    e.to_ascii_lowercase().as_str(),
+                    "png" | "jpg" | "jpeg" | "bmp"
+                )
+            })
+        })
+        .collect();
+    out.sort();
+    if out.is_empty() {
+        return Err(CalibrationError::Input(format!(
+            "{}: no images (png, jpg, bmp)",
+            dir.display()
+        )));
+    }
+    Ok(out)
+}
+
+pub fn read_image(path: &Path) -> Result<RgbImage, CalibrationError> {
+    Ok(image::open(path)
+        .map_err(|e| CalibrationError::Input(format!("{}: {e}", path.display())))?
+        .to_rgb8())
+}
+
+/// Consecutive same-size images, at most `batch` per group, normalised as the runtime
+/// does. Loads one batch at a time.
+pub fn for_each_batch(
+    images: &[PathBuf],
+    spec: &ModelSpec,
+    batch: usize,
+    mut f: impl FnMut(Array4<f32>, usize) -> Result<(), CalibrationError>,
+) -> Result<(), CalibrationError> {
+    let mut pending: Vec<Array4<f32>> = Vec::new();
+    let flush = |pending: &mut Vec<Array4<f32>>,
+                 f: &mut dyn FnMut(Array4<f32>, usize) -> Result<(), CalibrationError>|
+     -> Result<(), CalibrationError> {
+        if pending.is_empty() {
+            return Ok(());
+        }
+        let views: Vec<_> = pending.iter().map(|a| a.view()).collect();
+        let x = ndarray::concatenate(Axis(0), &views)
+            .map_err(|e| CalibrationError::Input(e.to_string()))?;
+        let n = pending.len();
+        pending.clear();
+        f(x, n)
+    };
+    for path in images {
+        let x = segtool_runtime::normalise(&read_image(path)?, spec);
+        if pending
+            .first()
+            .is_some_and(|p| p.shape() != x.shape() || pending.len() >= batch.max(1))
+        {
+            flush(&mut pending, &mut f)?;
+        }
+        pending.push(x);
+    }
+    flush(&mut pending, &mut f)
+}
+
+fn progress(total: usize, enabled: bool, what: &str) -> ProgressBar {
+    if !enabled {
+        return ProgressBar::hidden();
+    }
+    let pb = ProgressBar::new(total as u64);
+    pb.set_style(
+        ProgressStyle::with_template("{msg:>12} [{bar:40}] {pos}/{len} images ({elapsed})")
+            .expect("valid template")
+            .progress_chars("=> "),
+    );
+    pb.set_message(what.to_string());
+    pb
+}
+
+/// Collects statistics for `tensors` over `images`: the range, then (when `bins > 0`) a
+/// histogram of `|x|`.
+pub fn collect_stats(
+    model: &ModelProto,
+    tensors: &[String],
+    images: &[PathBuf],
+    spec: &ModelSpec,
+    opts: &CalibrationOptions,
+    histograms: bool,
+) -> Result<BTreeMap<String, TensorStats>, CalibrationError> {
+    let stats_model = qdq::with_outputs(model, tensors).encode_to_vec();
+    let mut ort = OrtModel::new(&stats_model, opts.threads)?;
+    let input_name = qdq::graph(model)?
+        .input
+        .first()
+        .map(|i| i.name.clone())
+        .unwrap_or_default();
+    let mut ranges: BTreeMap<String, Range> = tensors
+        .iter()
+        .map(|t| (t.clone(), Range::default()))
+        .collect();
+    let visit = |ort: &mut OrtModel,
+                 x: &Array4<f32>,
+                 f: &mut dyn FnMut(&str, &[f32])|
+     -> Result<(), CalibrationError> {
+        let outs = ort.run(x.view(), tensors)?;
+        for t in tensors {
+            if *t == input_name {
+                f(t, x.as_slice().expect("standard layout"));
+            } else if let Some(a) = outs.get(t) {
+                f(t, a.as_slice().expect("owned, standard layout"));
+            } else {
+                return Err(CalibrationError::Model(format!(
+                    "tensor {t:?} is not a float output of the statistics model"
+                )));
+            }
+        }
+        Ok(())
+    };
+    let pb = progress(images.len(), opts.progress, "range");
+    for_each_batch(images, spec, opts.batch_size, |x, n| {
+        visit(&mut ort, &x, &mut |t, v| {
+            ranges.get_mut(t).unwrap().update(v)
+        })?;
+        pb.inc(n as u64);
+        Ok(())
+    })?;
+    pb.finish_and_clear();
+    let mut hists: BTreeMap<String, Histogram> = BTreeMap::new();
+    if histograms {
+        hists = ranges
+            .iter()
+            .map(|(t, r)| (t.clone(), Histogram::new(opts.bins, r.absmax())))
+            .collect();
+        let pb = progress(images.len(), opts.progress, "histogram");
+        for_each_batch(images, spec, opts.batch_size, |x, n| {
+            visit(&mut ort, &x, &mut |t, v| hists.get_mut(t).unwrap().add(v))?;
+            pb.inc(n as u64);
+            Ok(())
+        })?;
+        pb.finish_and_clear();
+    }
+    Ok(ranges
+        .into_iter()
+        .map(|(t, range)| {
+            let hist = hists.remove(&t);
+            (t, TensorStats { range, hist })
+        })
+        .collect())
+}
+
+/// Calibrates `model` on the first `opts.samples` images of `images`.
+pub fn calibrate(
+    model: &ModelProto,
+    images: &[PathBuf],
+    opts: &CalibrationOptions,
+) -> Result<Calibrated, CalibrationError> {
+    if opts.samples == 0 {
+        return Err(CalibrationError::Input(
+            "--samples must be at least 1".into(),
+        ));
+    }
+    if !(opts.percentile > 0.0 && opts.percentile <= 100.0) {
+        return Err(CalibrationError::Input(format!(
+            "--percentile {} is not in (0, 100]",
+            opts.percentile
+        )));
+    }
+    let spec = model_spec(model)?;
+    let images = &images[..images.len().min(opts.samples)];
+    let plan = qdq::plan(model, &opts.keep_float)?;
+    let stats = collect_stats(
+        model,
+        &plan.activations,
+        images,
+        &spec,
+        opts,
+        opts.method.needs_histogram(),
+    )?;
+    let thresholds: BTreeMap<String, f32> = stats
+        .iter()
+        .map(|(t, s)| (t.clone(), opts.method.threshold(s, opts.percentile)))
+        .collect();
+    let mut meta = serde_json::json!({
+        "method": opts.method.name(),
+        "samples": images.len(),
+        "per_channel": opts.per_channel,
+        "bins": opts.bins,
+        "tensors": plan.activations.len(),
+        "keep_float": opts.keep_float,
+    });
+    if opts.method == Method::Percentile {
+        meta["percentile"] = serde_json::json!(opts.percentile);
+    }
+    let q = qdq::rewrite(
+        model,
+        &plan,
+        &thresholds,
+        opts.per_channel,
+        (CALIBRATION_METADATA_KEY, meta.to_string()),
+    )?;
+    Ok(Calibrated {
+        model: q.encode_to_vec(),
+        trt_cache: trt_cache::cache_text(&thresholds),
+        thresholds,
+        stats,
+        plan,
+        samples: images.len(),
+    })
+}
+
+/// Writes `bytes` to `path` atomically: a temp file in the same folder, fsync, rename.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), CalibrationError> {
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .ok_or_else(|| CalibrationError::Input(format!("{}: not a file path", path.display())))?;
+    let tmp = dir.join(format!(
+        ".{}.tmp.{}",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    let result = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result.map_err(io_err(path))
+}

@@ -1,0 +1,408 @@
+//! The QDQ rewrite: QuantizeLinear/DequantizeLinear pairs on the float activation inputs
+//! of Conv and MatMul, int8 weights behind DequantizeLinear (per output channel, axis 0,
+//! or per tensor). Everything else (attention energies and softmax, Resize, ArgMax,
+//! biases) stays float. Also builds the statistics model (the same graph with the
+//! calibrated tensors as extra outputs).
+//!
+//! Names are derived from the tensor names (`<t>_quantized`, `<t>_dequantized`,
+//! `<t>_scale`, `<t>_zero_point`) and nodes are emitted in a fixed order, so the same
+//! thresholds give byte-identical models.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+
+use segtool_export::proto::{
+    AttributeProto, AttributeType, DataType, GraphProto, ModelProto, NodeProto, TensorProto,
+    TypeProto, ValueInfoProto,
+};
+
+use crate::CalibrationError;
+
+/// Opset needed by per-axis DequantizeLinear.
+pub const MIN_QDQ_OPSET: i64 = 13;
+
+/// Ops whose outputs only rearrange their input (followed back to find softmax).
+const SHAPE_OPS: &[&str] = &[
+    "Reshape",
+    "Transpose",
+    "Flatten",
+    "Squeeze",
+    "Unsqueeze",
+    "Identity",
+    "Cast",
+];
+
+/// What gets quantised.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Plan {
+    /// Activation tensors to calibrate and quantise, in graph order.
+    pub activations: Vec<String>,
+    /// Indices of the nodes whose inputs are rewritten.
+    pub nodes: Vec<usize>,
+    /// Outputs of the quantised nodes (the per-layer comparison points of the report).
+    pub layer_outputs: Vec<String>,
+}
+
+fn is_default_domain(n: &NodeProto) -> bool {
+    n.domain.is_empty() || n.domain == "ai.onnx"
+}
+
+pub fn graph(model: &ModelProto) -> Result<&GraphProto, CalibrationError> {
+    model
+        .graph
+        .as_ref()
+        .ok_or_else(|| CalibrationError::Model("the model has no graph".into()))
+}
+
+/// Chooses the tensors to quantise. `keep_float` names nodes left alone.
+pub fn plan(model: &ModelProto, keep_float: &[String]) -> Result<Plan, CalibrationError> {
+    let g = graph(model)?;
+    let inits: HashMap<&str, &TensorProto> =
+        g.initializer.iter().map(|t| (t.name.as_str(), t)).collect();
+    if let Some(t) = g.initializer.iter().find(|t| !t.external_data.is_empty()) {
+        return Err(CalibrationError::Model(format!(
+            "initialiser {:?} is stored as external data, which calibration does not read",
+            t.name
+        )));
+    }
+    if let Some(t) = g
+        .initializer
+        .iter()
+        .find(|t| t.data_type != DataType::Float as i32 && t.dims.len() >= 2)
+    {
+        return Err(CalibrationError::Model(format!(
+            "weight {:?} is not float32 (fp16 exports cannot be calibrated: export fp32)",
+            t.name
+        )));
+    }
+    let keep: HashSet<&str> = keep_float.iter().map(String::as_str).collect();
+    let names: HashSet<&str> = g.node.iter().map(|n| n.name.as_str()).collect();
+    if let Some(missing) = keep_float.iter().find(|k| !names.contains(k.as_str())) {
+        return Err(CalibrationError::Model(format!(
+            "--keep-float names node {missing:?}, which is not in the graph"
+        )));
+    }
+    let producer: HashMap<&str, &NodeProto> = g
+        .node
+        .iter()
+        .flat_map(|n| n.output.iter().map(move |o| (o.as_str(), n)))
+        .collect();
+    let from_softmax = |t: &str| {
+        let mut t = t.to_string();
+        loop {
+            match producer.get(t.as_str()) {
+                Some(n) if n.op_type == "Softmax" || n.op_type == "LogSoftmax" => return true,
+                Some(n) if SHAPE_OPS.contains(&n.op_type.as_str()) && !n.input.is_empty() => {
+                    t = n.input[0].clone()
+                }
+                _ => return false,
+            }
+        }
+    };
+    let mut plan = Plan::default();
+    let mut seen = HashSet::new();
+    for (idx, n) in g.node.iter().enumerate() {
+        if !is_default_domain(n) || keep.contains(n.name.as_str()) {
+            continue;
+        }
+        let acts: Vec<&str> = match n.op_type.as_str() {
+            "Conv" if n.input.len() >= 2 && inits.contains_key(n.input[1].as_str()) => {
+                vec![n.input[0].as_str()]
+            }
+            "MatMul" if n.input.len() == 2 => {
+                if n.input.iter().any(|i| from_softmax(i)) {
+                    continue;
+                }
+                n.input
+                    .iter()
+                    .map(String::as_str)
+                    .filter(|i| !inits.contains_key(i))
+                    .collect()
+            }
+            _ => continue,
+        };
+        plan.nodes.push(idx);
+        plan.layer_outputs.push(n.output[0].clone());
+        for a in acts {
+            if seen.insert(a.to_string()) {
+                plan.activations.push(a.to_string());
+            }
+        }
+    }
+    Ok(plan)
+}
+
+fn float_output(name: &str) -> ValueInfoProto {
+    use segtool_export::proto::type_proto;
+    ValueInfoProto {
+        name: name.to_string(),
+        r#type: Some(TypeProto {
+            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+                elem_type: DataType::Float as i32,
+                shape: None,
+            })),
+            denotation: String::new(),
+        }),
+        doc_string: String::new(),
+    }
+}
+
+/// A copy of `model` that also outputs `tensors` (graph inputs and existing outputs are
+/// skipped: the caller has them already).
+pub fn with_outputs(model: &ModelProto, tensors: &[String]) -> ModelProto {
+    let mut m = model.clone();
+    let g = m.graph.as_mut().expect("checked by plan");
+    let mut present: HashSet<String> = g.output.iter().map(|o| o.name.clone()).collect();
+    present.extend(g.input.iter().map(|i| i.name.clone()));
+    for t in tensors {
+        if present.insert(t.clone()) {
+            g.output.push(float_output(t));
+        }
+    }
+    m
+}
+
+fn attr_int(name: &str, v: i64) -> AttributeProto {
+    AttributeProto {
+        name: name.into(),
+        r#type: AttributeType::Int as i32,
+        i: Some(v),
+        ..Default::default()
+    }
+}
+
+fn node(op: &str, name: String, inputs: [&str; 3], output: String, axis: Option<i64>) -> NodeProto {
+    NodeProto {
+        input: inputs.iter().map(|s| s.to_string()).collect(),
+        output: vec![output],
+        name,
+        op_type: op.into(),
+        attribute: axis.map(|a| attr_int("axis", a)).into_iter().collect(),
+        ..Default::default()
+    }
+}
+
+fn tensor_f32(name: String, dims: Vec<i64>, v: &[f32]) -> TensorProto {
+    TensorProto {
+        dims,
+        data_type: DataType::Float as i32,
+        name,
+        raw_data: v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        ..Default::default()
+    }
+}
+
+fn tensor_i8(name: String, dims: Vec<i64>, v: &[i8]) -> TensorProto {
+    TensorProto {
+        dims,
+        data_type: DataType::Int8 as i32,
+        name,
+        raw_data: v.iter().map(|&x| x as u8).collect(),
+        ..Default::default()
+    }
+}
+
+/// The float values of an initialiser (raw_data or float_data).
+pub fn float_values(t: &TensorProto) -> Result<Vec<f32>, CalibrationError> {
+    if t.data_type != DataType::Float as i32 {
+        return Err(CalibrationError::Model(format!(
+            "{:?} is not float32",
+            t.name
+        )));
+    }
+    if !t.raw_data.is_empty() {
+        return Ok(t
+            .raw_data
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect());
+    }
+    Ok(t.float_data.clone())
+}
+
+/// Symmetric int8 scale of a threshold (1 for an all-zero tensor).
+pub fn scale_of(threshold: f32) -> f32 {
+    if threshold > 0.0 && threshold.is_finite() {
+        threshold / 127.0
+    } else {
+        1.0
+    }
+}
+
+/// Symmetric int8 quantisation of weights, per output channel (axis 0) or per tensor.
+/// Returns the int8 values and the scales (one per channel, or one).
+pub fn quantise_weights(w: &[f32], dims: &[i64], per_channel: bool) -> (Vec<i8>, Vec<f32>) {
+    let channels = if per_channel && !dims.is_empty() {
+        dims[0].max(1) as usize
+    } else {
+        1
+    };
+    let per = w.len() / channels.max(1);
+    let mut q = Vec::with_capacity(w.len());
+    let mut scales = Vec::with_capacity(channels);
+    for c in 0..channels {
+        let chunk = &w[c * per..(c + 1) * per];
+        let s = scale_of(chunk.iter().fold(0f32, |m, x| m.max(x.abs())));
+        scales.push(s);
+        q.extend(
+            chunk
+                .iter()
+                .map(|x| (x / s).round_ties_even().clamp(-127.0, 127.0) as i8),
+        );
+    }
+    (q, scales)
+}
+
+/// Rewrites `model` into QDQ form. `thresholds` holds every activation of `plan`.
+pub fn rewrite(
+    model: &ModelProto,
+    plan: &Plan,
+    thresholds: &BTreeMap<String, f32>,
+    per_channel: bool,
+    metadata: (&str, String),
+) -> Result<ModelProto, CalibrationError> {
+    let g = graph(model)?;
+    let inits: HashMap<&str, &TensorProto> =
+        g.initializer.iter().map(|t| (t.name.as_str(), t)).collect();
+    let quantised_nodes: BTreeSet<usize> = plan.nodes.iter().copied().collect();
+    let acts: HashSet<&str> = plan.activations.iter().map(String::as_str).collect();
+
+    let mut new_inits: Vec<TensorProto> = Vec::new();
+    let mut weight_nodes: Vec<NodeProto> = Vec::new();
+    let mut replaced_weights: BTreeMap<String, String> = BTreeMap::new();
+    let mut nodes: Vec<NodeProto> = Vec::new();
+    let mut emitted: HashSet<String> = HashSet::new();
+
+    for (idx, n) in g.node.iter().enumerate() {
+        if !quantised_nodes.contains(&idx) {
+            nodes.push(n.clone());
+            continue;
+        }
+        let mut n = n.clone();
+        let weight_slots: Vec<usize> = match n.op_type.as_str() {
+            "Conv" => vec![1],
+            _ => (0..n.input.len())
+                .filter(|&i| inits.contains_key(n.input[i].as_str()))
+                .collect(),
+        };
+        for slot in 0..n.input.len() {
+            let name = n.input[slot].clone();
+            if weight_slots.contains(&slot) {
+                let deq = format!("{name}_dequantized");
+                if !replaced_weights.contains_key(&name) {
+                    let t = inits[name.as_str()];
+                    let w = float_values(t)?;
+                    // MatMul weights: per tensor (axis 0 is not their output channel).
+                    let pc = per_channel && n.op_type == "Conv";
+                    let (q, scales) = quantise_weights(&w, &t.dims, pc);
+                    let sdims = if pc { vec![t.dims[0]] } else { vec![] };
+                    new_inits.push(tensor_i8(format!("{name}_quantized"), t.dims.clone(), &q));
+                    new_inits.push(tensor_f32(format!("{name}_scale"), sdims.clone(), &scales));
+                    new_inits.push(tensor_i8(
+                        format!("{name}_zero_point"),
+                        sdims,
+                        &vec![0i8; scales.len()],
+                    ));
+                    weight_nodes.push(node(
+                        "DequantizeLinear",
+                        format!("{name}_DequantizeLinear"),
+                        [
+                            &format!("{name}_quantized"),
+                            &format!("{name}_scale"),
+                            &format!("{name}_zero_point"),
+                        ],
+                        deq.clone(),
+                        pc.then_some(0),
+                    ));
+                    replaced_weights.insert(name.clone(), deq.clone());
+                }
+                n.input[slot] = deq;
+            } else if acts.contains(name.as_str()) && (slot == 0 || n.op_type == "MatMul") {
+                let deq = format!("{name}_dequantized");
+                if emitted.insert(name.clone()) {
+                    let th = *thresholds.get(&name).ok_or_else(|| {
+                        CalibrationError::Model(format!("no threshold for {name:?}"))
+                    })?;
+                    let (s, z, qn) = (
+                        format!("{name}_scale"),
+                        format!("{name}_zero_point"),
+                        format!("{name}_quantized"),
+                    );
+                    new_inits.push(tensor_f32(s.clone(), vec![], &[scale_of(th)]));
+                    new_inits.push(tensor_i8(z.clone(), vec![], &[0]));
+                    nodes.push(node(
+                        "QuantizeLinear",
+                        format!("{name}_QuantizeLinear"),
+                        [&name, &s, &z],
+                        qn.clone(),
+                        None,
+                    ));
+                    nodes.push(node(
+                        "DequantizeLinear",
+                        format!("{name}_DequantizeLinear"),
+                        [&qn, &s, &z],
+                        deq.clone(),
+                        None,
+                    ));
+                }
+                n.input[slot] = deq;
+            }
+        }
+        nodes.push(n);
+    }
+
+    let mut m = model.clone();
+    let out = m.graph.as_mut().expect("graph checked");
+    // Float weights that every user now reads through DequantizeLinear are dropped.
+    let still_used: HashSet<&str> = nodes
+        .iter()
+        .flat_map(|n| n.input.iter().map(String::as_str))
+        .collect();
+    let mut initializer: Vec<TensorProto> = g
+        .initializer
+        .iter()
+        .filter(|t| !replaced_weights.contains_key(&t.name) || still_used.contains(t.name.as_str()))
+        .cloned()
+        .collect();
+    initializer.extend(new_inits);
+    out.initializer = initializer;
+    weight_nodes.extend(nodes);
+    out.node = weight_nodes;
+    match m
+        .opset_import
+        .iter_mut()
+        .find(|o| o.domain.is_empty() || o.domain == "ai.onnx")
+    {
+        Some(o) => o.version = o.version.max(MIN_QDQ_OPSET),
+        None => m
+            .opset_import
+            .push(segtool_export::proto::OperatorSetIdProto {
+                domain: String::new(),
+                version: MIN_QDQ_OPSET,
+            }),
+    }
+    let (key, value) = metadata;
+    m.metadata_props.retain(|e| e.key != key);
+    m.metadata_props
+        .push(segtool_export::proto::StringStringEntryProto {
+            key: key.to_string(),
+            value,
+        });
+    Ok(m)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn weights_quantise_per_channel_and_per_tensor() {
+        let w = [1.0, -0.5, 0.25, 0.0, 0.0, 0.0, 2.0, -4.0];
+        let (q, s) = quantise_weights(&w, &[4, 2], true);
+        assert_eq!(s, vec![1.0 / 127.0, 0.25 / 127.0, 1.0, 4.0 / 127.0]);
+        assert_eq!(q, vec![127, -64, 127, 0, 0, 0, 64, -127]);
+        let (q, s) = quantise_weights(&w, &[4, 2], false);
+        assert_eq!(s, vec![4.0 / 127.0]);
+        assert_eq!(q[7], -127);
+        assert_eq!(q[0], 32);
+    }
+}

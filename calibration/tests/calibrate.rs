@@ -1,0 +1,178 @@
+//! Calibration end to end on the runtime's tiny test model, and the entropy calibrator
+//! against the independent numpy reference (tests/reference/calibration_ref.py).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use prost::Message;
+use segtool_calibration::stats::Histogram;
+use segtool_calibration::{calibrate, calibrators, trt_cache, CalibrationOptions, Method};
+use segtool_export::proto::ModelProto;
+
+fn lcg(seed: u64) -> impl FnMut() -> f64 {
+    let mut s = seed;
+    move || {
+        s = s
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((s >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+    }
+}
+
+fn gaussian(n: usize, seed: u64) -> Vec<f32> {
+    let mut next = lcg(seed);
+    (0..n)
+        .map(|_| {
+            let (u, v) = (next(), next());
+            ((-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()) as f32
+        })
+        .collect()
+}
+
+fn reference_bins(h: &Histogram) -> Option<usize> {
+    let py = std::env::var("SEGTOOL_PYTHON").unwrap_or_else(|_| "python3".into());
+    let script =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/reference/calibration_ref.py");
+    let mut child = match Command::new(&py)
+        .arg(&script)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("skipping reference comparison: {py}: {e}");
+            return None;
+        }
+    };
+    let req = serde_json::json!({"counts": h.counts, "max": h.max});
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(req.to_string().as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "reference failed (numpy missing? run scripts/setup.sh)"
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    Some(v["bins"].as_u64().unwrap() as usize)
+}
+
+#[test]
+fn entropy_threshold_matches_numpy_reference_within_one_bin() {
+    // A Gaussian with a few far outliers, and a half-Gaussian (post-ReLU) with a long tail.
+    let mut a = gaussian(300_000, 1);
+    a.extend([15.0, -18.0, 22.0, 30.0]);
+    let mut b: Vec<f32> = gaussian(200_000, 2)
+        .into_iter()
+        .map(|x| x.max(0.0) * 3.0)
+        .collect();
+    b.extend([40.0; 5]);
+    for xs in [a, b] {
+        let absmax = xs.iter().fold(0f32, |m, x| m.max(x.abs()));
+        let mut h = Histogram::new(2048, absmax);
+        h.add(&xs);
+        let ours = calibrators::entropy::best_bins(&h.counts, 128).unwrap();
+        let t = calibrators::entropy::threshold(&h);
+        eprintln!("entropy: {ours} bins, threshold {t} (absmax {absmax})");
+        assert!(
+            t < absmax / 2.0,
+            "outliers should be clipped: {t} vs {absmax}"
+        );
+        if let Some(r) = reference_bins(&h) {
+            eprintln!("numpy reference: {r} bins");
+            assert!(ours.abs_diff(r) <= 1, "ours {ours} vs reference {r}");
+        }
+    }
+}
+
+fn write_images(dir: &Path, n: usize) -> Vec<PathBuf> {
+    let mut next = lcg(42);
+    (0..n)
+        .map(|i| {
+            let img = image::RgbImage::from_fn(12, 10, |x, y| {
+                let r = (next() * 255.0) as u8;
+                image::Rgb([r, (x * 20) as u8, (y * 25) as u8])
+            });
+            let p = dir.join(format!("img{i:02}.png"));
+            img.save(&p).unwrap();
+            p
+        })
+        .collect()
+}
+
+#[test]
+fn qdq_model_runs_in_ort_matches_fp32_and_is_deterministic() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = segtool_runtime::testing::tiny_spec(3);
+    let w = [[0.9, -0.2, 0.1], [0.05, 0.8, -0.3], [-0.4, 0.1, 0.7]];
+    let bytes = segtool_runtime::testing::tiny_model_bytes(&spec, &w, &[0.1, 0.0, -0.1]);
+    let model = ModelProto::decode(bytes.as_slice()).unwrap();
+    let images = write_images(dir.path(), 6);
+    let spec = segtool_calibration::model_spec(&model).unwrap();
+    let x = segtool_runtime::normalise(&image::open(&images[0]).unwrap().to_rgb8(), &spec);
+    let mut fp32 = segtool_calibration::session::OrtModel::new(&bytes, Some(1)).unwrap();
+    let want = fp32.run(x.view(), &[]).unwrap();
+    let want = want.values().next().unwrap();
+    for method in [
+        Method::MinMax,
+        Method::Percentile,
+        Method::Entropy,
+        Method::Mse,
+    ] {
+        for per_channel in [true, false] {
+            let opts = CalibrationOptions {
+                method,
+                samples: 5,
+                per_channel,
+                batch_size: 2,
+                threads: Some(1),
+                ..Default::default()
+            };
+            let a = calibrate(&model, &images, &opts).unwrap();
+            let b = calibrate(&model, &images, &opts).unwrap();
+            assert_eq!(a.model, b.model, "{method:?}: models differ between runs");
+            assert_eq!(a.trt_cache, b.trt_cache);
+            assert_eq!(a.samples, 5);
+            assert_eq!(a.plan.activations.len(), 1, "{:?}", a.plan);
+            let q = ModelProto::decode(a.model.as_slice()).unwrap();
+            let ops: Vec<&str> = q
+                .graph
+                .as_ref()
+                .unwrap()
+                .node
+                .iter()
+                .map(|n| n.op_type.as_str())
+                .collect();
+            assert_eq!(ops.iter().filter(|o| **o == "QuantizeLinear").count(), 1);
+            assert_eq!(ops.iter().filter(|o| **o == "DequantizeLinear").count(), 2);
+            let meta = q
+                .metadata_props
+                .iter()
+                .find(|e| e.key == "segtool.calibration")
+                .unwrap();
+            assert!(meta.value.contains(method.name()), "{}", meta.value);
+            assert!(q.metadata_props.iter().any(|e| e.key == "segtool.spec"));
+            let (header, scales) = trt_cache::parse(&a.trt_cache).unwrap();
+            assert_eq!(header, "TRT-8601-EntropyCalibration2");
+            assert_eq!(scales.len(), 1);
+            let mut int8 = segtool_calibration::session::OrtModel::new(&a.model, Some(1)).unwrap();
+            let got = int8.run(x.view(), &[]).unwrap();
+            let got = got.values().next().unwrap();
+            let err = got
+                .iter()
+                .zip(want.iter())
+                .map(|(a, b)| (a - b).abs())
+                .fold(0f32, f32::max);
+            let range = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+            eprintln!(
+                "{method:?} per_channel={per_channel}: max |int8 - fp32| {err} (range {range})"
+            );
+            assert!(err < 0.1 * range, "{method:?}: {err} vs {range}");
+        }
+    }
+}
