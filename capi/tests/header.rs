@@ -11,7 +11,8 @@ fn checked_in_header_matches_cbindgen_output() {
     let config = cbindgen::Config::from_file(root.join("cbindgen.toml")).expect("cbindgen.toml");
     let bindings = cbindgen::Builder::new()
         .with_config(config)
-        // Only this file: no `cargo metadata`, no dependency parsing.
+        // Only this crate: src/lib.rs and the modules it declares (cbindgen follows `mod`
+        // items in source order); no `cargo metadata`, no dependency parsing.
         .with_src(root.join("src/lib.rs"))
         .generate()
         .expect("cbindgen generates the header");

@@ -5,15 +5,14 @@
 //! seeks past the graph instead of decoding it, so it costs a few reads whatever the model
 //! size, needs neither ONNX Runtime nor tract, and works in every feature combination.
 
-use std::fs::File;
-use std::io::{BufReader, Read, Seek, SeekFrom};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use ndarray::{Array4, ArrayView4};
 use segtool_core::{ModelSpec, SPEC_METADATA_KEY};
 
 use crate::error::{fmt_shape, Result, RuntimeError};
 use crate::io_contract::{EngineInput, EngineOutput, IoContract};
+use crate::onnx_scan::{fields, ProtoReader, Value};
 
 /// An inference backend holding one loaded model.
 ///
@@ -181,175 +180,72 @@ pub fn load_spec(path: impl AsRef<Path>) -> Result<ModelSpec> {
 /// Also a cheap structural check: garbage, truncated files and files without a graph are
 /// reported as [`RuntimeError::InvalidModel`].
 pub fn read_metadata(path: impl AsRef<Path>) -> Result<Vec<(String, String)>> {
-    let path = path.as_ref();
-    ensure_exists(path)?;
-    let io = |source| RuntimeError::Io {
-        path: path.into(),
-        source,
-    };
-    let file = File::open(path).map_err(io)?;
-    let len = file.metadata().map_err(io)?.len();
-    let mut scanner = Scanner {
-        r: BufReader::new(file),
-        pos: 0,
-        len,
-        path: path.into(),
-    };
-    scanner.model_metadata()
+    let mut r = ProtoReader::open(path.as_ref())?;
+    let mut props = Vec::new();
+    let mut has_graph = false;
+    while r.pos < r.len {
+        let at = r.pos;
+        let (field, wire) = r.key()?;
+        match wire {
+            0 => drop(r.varint()?),
+            1 => skip(&mut r, 8)?,
+            5 => skip(&mut r, 4)?,
+            2 => {
+                let n = r.varint()?;
+                match field {
+                    MODEL_METADATA_PROPS => {
+                        // A length past the end is reported by `skip` (truncated file).
+                        let entry = if n > r.len - r.pos {
+                            skip(&mut r, n).map(|_| Vec::new())?
+                        } else {
+                            r.read(n)?
+                        };
+                        props.push(parse_entry(&entry).ok_or_else(|| {
+                            r.invalid(format!("malformed metadata_props entry at byte {at}"))
+                        })?);
+                    }
+                    _ => {
+                        has_graph |= field == MODEL_GRAPH;
+                        skip(&mut r, n)?;
+                    }
+                }
+            }
+            w => {
+                return Err(r.invalid(format!("not an ONNX protobuf: wire type {w} at byte {at}")));
+            }
+        }
+    }
+    if !has_graph {
+        return Err(r.invalid("no graph found (empty or not an ONNX model)".into()));
+    }
+    Ok(props)
 }
 
 /// ModelProto field numbers (onnx.proto3).
 const MODEL_GRAPH: u64 = 7;
 const MODEL_METADATA_PROPS: u64 = 14;
 
-struct Scanner<R> {
-    r: R,
-    pos: u64,
-    len: u64,
-    path: PathBuf,
-}
-
-impl<R: Read + Seek> Scanner<R> {
-    fn invalid(&self, message: String) -> RuntimeError {
-        RuntimeError::InvalidModel {
-            path: self.path.clone(),
-            message,
-        }
+/// Skips `n` bytes, refusing to go past the end of the file.
+fn skip(r: &mut ProtoReader, n: u64) -> Result<()> {
+    if n > r.len - r.pos {
+        return Err(r.invalid(format!(
+            "a field at byte {} claims {n} bytes but only {} remain (file truncated?)",
+            r.pos,
+            r.len - r.pos
+        )));
     }
-
-    fn byte(&mut self) -> Result<u8> {
-        let mut b = [0u8];
-        match self.r.read_exact(&mut b) {
-            Ok(()) => {
-                self.pos += 1;
-                Ok(b[0])
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Err(self.invalid(format!(
-                "file ends in the middle of a field at byte {}",
-                self.pos
-            ))),
-            Err(source) => Err(RuntimeError::Io {
-                path: self.path.clone(),
-                source,
-            }),
-        }
-    }
-
-    fn varint(&mut self) -> Result<u64> {
-        let mut v = 0u64;
-        for shift in (0..64).step_by(7) {
-            let b = self.byte()?;
-            v |= u64::from(b & 0x7f) << shift;
-            if b & 0x80 == 0 {
-                return Ok(v);
-            }
-        }
-        Err(self.invalid(format!("malformed varint before byte {}", self.pos)))
-    }
-
-    fn skip(&mut self, n: u64) -> Result<()> {
-        if n > self.len - self.pos {
-            return Err(self.invalid(format!(
-                "a field at byte {} claims {n} bytes but only {} remain (file truncated?)",
-                self.pos,
-                self.len - self.pos
-            )));
-        }
-        self.r
-            .seek(SeekFrom::Current(n as i64))
-            .map_err(|source| RuntimeError::Io {
-                path: self.path.clone(),
-                source,
-            })?;
-        self.pos += n;
-        Ok(())
-    }
-
-    fn bytes(&mut self, n: u64) -> Result<Vec<u8>> {
-        if n > self.len - self.pos {
-            return self.skip(n).map(|_| Vec::new());
-        }
-        let mut buf = vec![0u8; n as usize];
-        self.r
-            .read_exact(&mut buf)
-            .map_err(|source| RuntimeError::Io {
-                path: self.path.clone(),
-                source,
-            })?;
-        self.pos += n;
-        Ok(buf)
-    }
-
-    fn model_metadata(&mut self) -> Result<Vec<(String, String)>> {
-        let mut props = Vec::new();
-        let mut has_graph = false;
-        while self.pos < self.len {
-            let at = self.pos;
-            let key = self.varint()?;
-            let (field, wire) = (key >> 3, key & 7);
-            if field == 0 {
-                return Err(
-                    self.invalid(format!("not an ONNX protobuf: field number 0 at byte {at}"))
-                );
-            }
-            match wire {
-                0 => drop(self.varint()?),
-                1 => self.skip(8)?,
-                5 => self.skip(4)?,
-                2 => {
-                    let n = self.varint()?;
-                    match field {
-                        MODEL_METADATA_PROPS => {
-                            let entry = self.bytes(n)?;
-                            props.push(parse_entry(&entry).ok_or_else(|| {
-                                self.invalid(format!("malformed metadata_props entry at byte {at}"))
-                            })?);
-                        }
-                        _ => {
-                            has_graph |= field == MODEL_GRAPH;
-                            self.skip(n)?;
-                        }
-                    }
-                }
-                w => {
-                    return Err(
-                        self.invalid(format!("not an ONNX protobuf: wire type {w} at byte {at}"))
-                    );
-                }
-            }
-        }
-        if !has_graph {
-            return Err(self.invalid("no graph found (empty or not an ONNX model)".into()));
-        }
-        Ok(props)
-    }
+    r.advance(n)
 }
 
 /// Decodes a `StringStringEntryProto { key = 1; value = 2; }`.
-fn parse_entry(mut buf: &[u8]) -> Option<(String, String)> {
-    fn varint(buf: &mut &[u8]) -> Option<u64> {
-        let mut v = 0u64;
-        for shift in (0..64).step_by(7) {
-            let (&b, rest) = buf.split_first()?;
-            *buf = rest;
-            v |= u64::from(b & 0x7f) << shift;
-            if b & 0x80 == 0 {
-                return Some(v);
-            }
-        }
-        None
-    }
+fn parse_entry(buf: &[u8]) -> Option<(String, String)> {
     let (mut key, mut value) = (String::new(), String::new());
-    while !buf.is_empty() {
-        let tag = varint(&mut buf)?;
-        if tag & 7 != 2 {
+    for (field, v) in fields(buf)? {
+        let Value::Bytes(data) = v else {
             return None;
-        }
-        let n = usize::try_from(varint(&mut buf)?).ok()?;
-        let data = buf.get(..n)?;
-        buf = &buf[n..];
+        };
         let s = String::from_utf8(data.to_vec()).ok()?;
-        match tag >> 3 {
+        match field {
             1 => key = s,
             2 => value = s,
             _ => {}

@@ -37,6 +37,7 @@ pub mod batching;
 pub mod engine;
 pub mod error;
 pub mod io_contract;
+mod onnx_scan;
 #[cfg(feature = "ort")]
 pub mod ort_engine;
 pub mod postprocess;

@@ -1,0 +1,198 @@
+//! The protobuf wire-format reading shared by the two places that look inside an ONNX file
+//! without loading it: `engine::read_metadata` (the `metadata_props` of `ModelProto`) and
+//! `triton::model_io` (the graph's inputs and outputs). [`ProtoReader`] streams a file
+//! (varints, field keys, skipping and reading length-delimited payloads, with positions
+//! and error messages in terms of the file), and [`fields`] decodes a small message
+//! already in memory. Both callers keep their own walk over the fields, their own bounds
+//! checks and their own error wording; only the byte-level decoding lives here, so it is
+//! written (and fixed) once.
+
+use std::fs::File;
+use std::io::{BufReader, Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+
+use crate::engine::ensure_exists;
+use crate::error::{Result, RuntimeError};
+
+/// A forward-only protobuf reader over a model file, tracking the byte position.
+pub(crate) struct ProtoReader {
+    r: BufReader<File>,
+    /// Bytes consumed so far.
+    pub(crate) pos: u64,
+    /// The file's length.
+    pub(crate) len: u64,
+    path: PathBuf,
+}
+
+impl ProtoReader {
+    /// Opens `path` ([`RuntimeError::ModelNotFound`] when it is not a file).
+    pub(crate) fn open(path: &Path) -> Result<Self> {
+        ensure_exists(path)?;
+        let io = |source| RuntimeError::Io {
+            path: path.into(),
+            source,
+        };
+        let file = File::open(path).map_err(io)?;
+        let len = file.metadata().map_err(io)?.len();
+        Ok(Self {
+            r: BufReader::new(file),
+            pos: 0,
+            len,
+            path: path.into(),
+        })
+    }
+
+    /// An [`RuntimeError::InvalidModel`] for this file.
+    pub(crate) fn invalid(&self, message: String) -> RuntimeError {
+        RuntimeError::InvalidModel {
+            path: self.path.clone(),
+            message,
+        }
+    }
+
+    /// An end of file mid-field is an invalid model; anything else an I/O error.
+    fn io_error(&self, e: std::io::Error) -> RuntimeError {
+        if e.kind() == std::io::ErrorKind::UnexpectedEof {
+            self.invalid(format!(
+                "file ends in the middle of a field at byte {}",
+                self.pos
+            ))
+        } else {
+            RuntimeError::Io {
+                path: self.path.clone(),
+                source: e,
+            }
+        }
+    }
+
+    pub(crate) fn varint(&mut self) -> Result<u64> {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let mut b = [0u8];
+            if let Err(e) = self.r.read_exact(&mut b) {
+                return Err(self.io_error(e));
+            }
+            self.pos += 1;
+            v |= u64::from(b[0] & 0x7f) << shift;
+            if b[0] & 0x80 == 0 {
+                return Ok(v);
+            }
+        }
+        Err(self.invalid(format!("malformed varint before byte {}", self.pos)))
+    }
+
+    /// A field key as `(field number, wire type)`; field number 0 is refused.
+    pub(crate) fn key(&mut self) -> Result<(u64, u64)> {
+        let at = self.pos;
+        let k = self.varint()?;
+        if k >> 3 == 0 {
+            return Err(self.invalid(format!("not an ONNX protobuf: field number 0 at byte {at}")));
+        }
+        Ok((k >> 3, k & 7))
+    }
+
+    /// Skips `n` bytes. No bounds check: callers check against the end they know.
+    pub(crate) fn advance(&mut self, n: u64) -> Result<()> {
+        if let Err(e) = self.r.seek(SeekFrom::Current(n as i64)) {
+            return Err(self.io_error(e));
+        }
+        self.pos += n;
+        Ok(())
+    }
+
+    /// Reads the next `n` bytes. No bounds check: callers check against the end they know.
+    pub(crate) fn read(&mut self, n: u64) -> Result<Vec<u8>> {
+        let mut buf = vec![0u8; n as usize];
+        if let Err(e) = self.r.read_exact(&mut buf) {
+            return Err(self.io_error(e));
+        }
+        self.pos += n;
+        Ok(buf)
+    }
+}
+
+/// A decoded protobuf field of an in-memory message.
+pub(crate) enum Value<'a> {
+    Varint(u64),
+    Bytes(&'a [u8]),
+    /// A fixed32 / fixed64 field (skipped).
+    Other,
+}
+
+/// A varint at the front of `buf`, which is advanced past it; `None` when malformed.
+fn varint(buf: &mut &[u8]) -> Option<u64> {
+    let mut v = 0u64;
+    for shift in (0..64).step_by(7) {
+        let (&b, rest) = buf.split_first()?;
+        *buf = rest;
+        v |= u64::from(b & 0x7f) << shift;
+        if b & 0x80 == 0 {
+            return Some(v);
+        }
+    }
+    None
+}
+
+/// The fields of a message as `(field number, value)`, `None` on malformed input.
+pub(crate) fn fields(mut buf: &[u8]) -> Option<Vec<(u64, Value<'_>)>> {
+    let mut out = Vec::new();
+    while !buf.is_empty() {
+        let key = varint(&mut buf)?;
+        let v = match key & 7 {
+            0 => Value::Varint(varint(&mut buf)?),
+            1 | 5 => {
+                let n = if key & 7 == 1 { 8 } else { 4 };
+                buf = buf.get(n..)?;
+                Value::Other
+            }
+            2 => {
+                let n = usize::try_from(varint(&mut buf)?).ok()?;
+                let data = buf.get(..n)?;
+                buf = &buf[n..];
+                Value::Bytes(data)
+            }
+            _ => return None,
+        };
+        out.push((key >> 3, v));
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{tiny_model_bytes, tiny_spec};
+
+    #[test]
+    fn fields_decode_every_wire_type_and_refuse_garbage() {
+        // field 1 varint 150, field 2 bytes "ab", field 3 fixed32, field 4 fixed64.
+        let msg = [
+            0x08, 0x96, 0x01, 0x12, 2, b'a', b'b', 0x1d, 0, 0, 0, 0, 0x21, 0, 0, 0, 0, 0, 0, 0, 0,
+        ];
+        let got = fields(&msg).unwrap();
+        assert!(matches!(got[0], (1, Value::Varint(150))));
+        assert!(matches!(got[1], (2, Value::Bytes(b"ab"))));
+        assert!(matches!(got[2], (3, Value::Other)));
+        assert!(matches!(got[3], (4, Value::Other)));
+        assert!(fields(&[0x12, 5, b'a']).is_none(), "length past the end");
+        assert!(fields(&[0x0b]).is_none(), "wire type 3");
+    }
+
+    #[test]
+    fn truncated_files_are_invalid_models_in_both_readers() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cut.onnx");
+        let full = tiny_model_bytes(&tiny_spec(2), &[[1.0; 3], [0.0; 3]], &[0.0; 2]);
+        std::fs::write(&path, &full[..full.len() / 2]).unwrap();
+        let mut r = ProtoReader::open(&path).unwrap();
+        assert_eq!((r.pos, r.len), (0, (full.len() / 2) as u64));
+        assert!(r.key().is_ok());
+        for err in [
+            crate::engine::read_metadata(&path).unwrap_err(),
+            crate::triton::model_io(&path).unwrap_err(),
+        ] {
+            assert!(matches!(err, RuntimeError::InvalidModel { .. }), "{err}");
+            assert!(err.to_string().contains("cut.onnx"), "{err}");
+        }
+    }
+}

@@ -1,0 +1,340 @@
+//! The ONNX Runtime engine: CPU, CUDA or TensorRT, chosen at run time.
+//!
+//! `ort` is built with `load-dynamic`: nothing native is linked, `libonnxruntime.so` is
+//! opened on first use (see [`dylib_candidates`] for where it is looked for). The same
+//! binary therefore runs on a CPU-only wheel and on `onnxruntime-gpu`.
+//!
+//! Provider choice: ort silently falls back to CPU when an EP fails to register, which
+//! would make "CUDA" benchmarks quietly run on the CPU. Here each requested provider is
+//! tried in order with `error_on_failure()`, on a session of its own; the first whose
+//! session builds wins, and [`Engine::provider`] / [`Engine::fallback_reason`] say which
+//! one that was and why the earlier ones were not. With [`OrtOptions::strict`] there is
+//! no CPU fallback: a requested provider that does not load is an error.
+//!
+//! TensorRT: [`TensorRtOptions`] (fp16/int8, engine and timing caches, optimisation
+//! profile shapes); profile shapes not given come from the model's `segtool.trt_profile`
+//! metadata, which `segtool export` writes for dynamic models.
+//!
+//! This module holds [`OrtOptions`] and [`OrtEngine`] (session building, I/O contract,
+//! running); `providers.rs` the execution providers and their options, `dylib.rs` the
+//! library search and the process-wide environment. Both are re-exported here.
+
+mod dylib;
+mod providers;
+
+use std::path::{Path, PathBuf};
+
+use ndarray::{Array4, ArrayView4, Ix4};
+use ort::environment::Environment;
+use ort::session::Session;
+use ort::value::{TensorElementType, TensorRef};
+
+use crate::engine::{
+    check_input_shape, check_mask_shape, check_nhwc_shape, check_output_shape, ensure_exists,
+    mask_to_u8, Engine,
+};
+use crate::error::{Result, RuntimeError};
+use crate::io_contract::{EngineInput, EngineOutput, InputLayout, IoContract, OutputKind};
+
+pub use dylib::{dylib_candidates, BUILD_TIME_DYLIB};
+pub use providers::{CudaOptions, Provider, TensorRtOptions, TrtProfile, TRT_PROFILE_KEY};
+
+use dylib::environment;
+
+/// Session settings, builder style: `OrtOptions::new().with_provider(Provider::Cuda { device_id: 0 })`.
+#[derive(Clone, Debug, Default)]
+pub struct OrtOptions {
+    /// Threads inside one operator; `None` lets ONNX Runtime pick (all cores).
+    pub intra_threads: Option<usize>,
+    /// Tried in order; CPU is the last resort whatever the list (unless `strict`).
+    /// Empty means CPU.
+    pub execution_providers: Vec<Provider>,
+    /// Overrides `ORT_DYLIB_PATH` and the build-time path: when set, only this file is
+    /// tried.
+    pub dylib_path: Option<PathBuf>,
+    /// Only the listed providers: no implicit CPU fallback. When none of them works,
+    /// opening fails with an error naming each and why.
+    pub strict: bool,
+}
+
+impl OrtOptions {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn with_intra_threads(mut self, threads: usize) -> Self {
+        self.intra_threads = Some(threads);
+        self
+    }
+
+    pub fn with_execution_providers(
+        mut self,
+        providers: impl IntoIterator<Item = Provider>,
+    ) -> Self {
+        self.execution_providers = providers.into_iter().collect();
+        self
+    }
+
+    /// Appends one provider to the preference list.
+    pub fn with_provider(mut self, provider: Provider) -> Self {
+        self.execution_providers.push(provider);
+        self
+    }
+
+    /// Appends CUDA with all its options.
+    pub fn with_cuda(self, options: CudaOptions) -> Self {
+        self.with_provider(Provider::CudaWith(options))
+    }
+
+    /// Appends TensorRT with all its options.
+    pub fn with_tensorrt(self, options: TensorRtOptions) -> Self {
+        self.with_provider(Provider::TensorRtWith(options))
+    }
+
+    pub fn with_dylib_path(mut self, path: impl Into<PathBuf>) -> Self {
+        self.dylib_path = Some(path.into());
+        self
+    }
+
+    /// A requested provider that is unavailable is an error instead of a reported
+    /// fallback to CPU.
+    pub fn strict(mut self, strict: bool) -> Self {
+        self.strict = strict;
+        self
+    }
+}
+
+/// ONNX Runtime engine for one model file: one session, used from one thread at a time.
+pub struct OrtEngine {
+    session: Session,
+    input_name: String,
+    output_name: String,
+    declared: Vec<Option<usize>>,
+    /// What the graph's input/output element types and ranks say.
+    contract: IoContract,
+    provider: String,
+    fallback: Option<String>,
+    path: PathBuf,
+}
+
+impl OrtEngine {
+    /// Opens `path` with the first requested provider that works. Without
+    /// [`OrtOptions::strict`], CPU is tried last and a fallback is reported by
+    /// [`Engine::fallback_reason`]; with it, failing every listed provider is an error.
+    /// TensorRT profile shapes not given are taken from the model's metadata.
+    pub fn open(path: impl AsRef<Path>, options: &OrtOptions) -> Result<Self> {
+        let path = path.as_ref().to_path_buf();
+        ensure_exists(&path)?;
+        let env = environment(options.dylib_path.as_deref())?;
+
+        let mut requested = options.execution_providers.clone();
+        if requested.is_empty() || (!options.strict && requested.last() != Some(&Provider::Cpu)) {
+            requested.push(Provider::Cpu);
+        }
+        let hint = requested
+            .iter()
+            .any(|p| p.kind() == "tensorrt")
+            .then(|| TrtProfile::from_metadata(&path))
+            .flatten();
+        let mut failures = Vec::new();
+        for (i, provider) in requested.iter().enumerate() {
+            let last = i + 1 == requested.len();
+            match build_session(&env, &path, options, provider, hint.as_ref()) {
+                Ok(session) => {
+                    let fallback = (!failures.is_empty()).then(|| failures.join("; "));
+                    return Self::from_session(session, path, provider.to_string(), fallback);
+                }
+                // The model itself is broken: every provider would say the same.
+                Err(e) if *provider == Provider::Cpu && last => {
+                    let mut message = e.to_string();
+                    if !failures.is_empty() {
+                        message = format!("{message} (earlier providers: {})", failures.join("; "));
+                    }
+                    return Err(RuntimeError::InvalidModel { path, message });
+                }
+                Err(e) => failures.push(format!("{provider} unavailable: {e}")),
+            }
+        }
+        Err(RuntimeError::Ort(format!(
+            "no requested execution provider is available for {} (strict: no CPU \
+             fallback): {}",
+            path.display(),
+            failures.join("; ")
+        )))
+    }
+
+    fn from_session(
+        session: Session,
+        path: PathBuf,
+        provider: String,
+        fallback: Option<String>,
+    ) -> Result<Self> {
+        let invalid = |message: String| RuntimeError::InvalidModel {
+            path: path.clone(),
+            message,
+        };
+        let input = session
+            .inputs()
+            .first()
+            .ok_or_else(|| invalid("model has no input".into()))?;
+        let declared = match input.dtype().tensor_shape() {
+            Some(shape) => shape.iter().map(|&d| usize::try_from(d).ok()).collect(),
+            None => vec![None; 4],
+        };
+        let input_layout = match input.dtype().tensor_type() {
+            Some(TensorElementType::Uint8) => InputLayout::NhwcU8,
+            _ => InputLayout::NchwF32,
+        };
+        let input_name = input.name().to_string();
+        let outputs = session.outputs();
+        let output = outputs
+            .iter()
+            .find(|o| o.name() == "logits" || o.name() == "mask")
+            .or_else(|| outputs.first())
+            .ok_or_else(|| invalid("model has no output".into()))?;
+        let output_kind = match (
+            output.dtype().tensor_type(),
+            output.dtype().tensor_shape().map(|s| s.len()),
+        ) {
+            (Some(TensorElementType::Float32), _) => OutputKind::Logits,
+            (Some(TensorElementType::Uint8 | TensorElementType::Int64), Some(3)) => {
+                OutputKind::Mask
+            }
+            (ty, rank) => {
+                return Err(invalid(format!(
+                    "output {:?} is {ty:?} of rank {rank:?}: expected f32 logits \
+                     [N, classes, H, W] or a uint8/int64 class map [N, H, W]",
+                    output.name()
+                )))
+            }
+        };
+        let output_name = output.name().to_string();
+        Ok(Self {
+            session,
+            input_name,
+            output_name,
+            declared,
+            contract: IoContract {
+                input: input_layout,
+                output: output_kind,
+            },
+            provider,
+            fallback,
+            path,
+        })
+    }
+
+    /// The model file this engine was loaded from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+fn build_session(
+    env: &Environment,
+    path: &Path,
+    options: &OrtOptions,
+    provider: &Provider,
+    hint: Option<&TrtProfile>,
+) -> ort::Result<Session> {
+    let mut builder = Session::builder(env)?;
+    if let Some(n) = options.intra_threads {
+        builder = builder
+            .with_intra_threads(n)
+            .map_err(|e| ort::Error::new(e.to_string()))?;
+    }
+    builder
+        .with_execution_providers(provider.dispatches(hint))
+        .map_err(|e| ort::Error::new(e.to_string()))?
+        .commit_from_file(path)
+}
+
+impl Engine for OrtEngine {
+    fn name(&self) -> &str {
+        "onnxruntime"
+    }
+
+    fn provider(&self) -> &str {
+        &self.provider
+    }
+
+    fn fallback_reason(&self) -> Option<&str> {
+        self.fallback.as_deref()
+    }
+
+    fn io_contract(&self) -> Option<IoContract> {
+        Some(self.contract)
+    }
+
+    fn run(&mut self, input: ArrayView4<f32>) -> Result<Array4<f32>> {
+        match self.run_io(EngineInput::NchwF32(input))? {
+            EngineOutput::Logits(l) => Ok(l),
+            EngineOutput::Mask(_) => Err(RuntimeError::OutputShape {
+                expected: "f32 logits (Engine::run); use Engine::run_io for models exported \
+                           with --argmax"
+                    .into(),
+                got: "a class map".into(),
+            }),
+        }
+    }
+
+    fn run_io(&mut self, input: EngineInput<'_>) -> Result<EngineOutput> {
+        let contract_error = |got: &str| RuntimeError::InputShape {
+            expected: format!("{} input ({})", self.contract, self.path.display()),
+            got: got.to_string(),
+        };
+        let n = input.dims().0;
+        let outputs = match input {
+            EngineInput::NchwF32(x) => {
+                if self.contract.input != InputLayout::NchwF32 {
+                    return Err(contract_error("f32 NCHW"));
+                }
+                check_input_shape(x.shape(), &self.declared)?;
+                let contiguous = x.as_standard_layout();
+                let tensor = TensorRef::from_array_view(&contiguous)
+                    .map_err(|e| RuntimeError::Ort(e.to_string()))?;
+                self.session
+                    .run(ort::inputs![self.input_name.as_str() => tensor])
+            }
+            EngineInput::NhwcU8(x) => {
+                if self.contract.input != InputLayout::NhwcU8 {
+                    return Err(contract_error("uint8 NHWC"));
+                }
+                check_nhwc_shape(x.shape(), &self.declared)?;
+                let contiguous = x.as_standard_layout();
+                let tensor = TensorRef::from_array_view(&contiguous)
+                    .map_err(|e| RuntimeError::Ort(e.to_string()))?;
+                self.session
+                    .run(ort::inputs![self.input_name.as_str() => tensor])
+            }
+        }
+        .map_err(|e| RuntimeError::Ort(format!("running {}: {e}", self.path.display())))?;
+        let value = &outputs[self.output_name.as_str()];
+        if self.contract.output == OutputKind::Mask {
+            let mask = match value.try_extract_array::<u8>() {
+                Ok(m) => mask_to_u8(m)?,
+                Err(_) => mask_to_u8(value.try_extract_array::<i64>().map_err(|e| {
+                    RuntimeError::OutputShape {
+                        expected: "a uint8 or int64 class map".into(),
+                        got: e.to_string(),
+                    }
+                })?)?,
+            };
+            check_mask_shape(n, mask.shape())?;
+            return Ok(EngineOutput::Mask(mask));
+        }
+        let logits = value
+            .try_extract_array::<f32>()
+            .map_err(|e| RuntimeError::OutputShape {
+                expected: "f32 logits".into(),
+                got: e.to_string(),
+            })?;
+        check_output_shape(&[n], logits.shape())?;
+        Ok(EngineOutput::Logits(
+            logits
+                .into_dimensionality::<Ix4>()
+                .expect("rank checked")
+                .to_owned(),
+        ))
+    }
+}

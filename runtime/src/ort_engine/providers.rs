@@ -1,0 +1,429 @@
+//! Execution providers and their options: [`Provider`] (with its string form, `cuda:1`,
+//! `tensorrt-fp16:0`, ... via `FromStr` / `Display`), [`CudaOptions`], [`TensorRtOptions`]
+//! and the TensorRT optimisation-profile hint [`TrtProfile`] read from a model's metadata.
+//! Kept apart from the engine because it is pure configuration: it turns what the user
+//! asked for into `ort` execution-provider builders and never touches a session.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use ort::ep::{self, ExecutionProviderDispatch};
+
+/// An ONNX Runtime execution provider.
+///
+/// `Cuda { device_id }` and `TensorRt { .. }` are the short forms (what the provider
+/// strings parse to); [`Provider::CudaWith`] and [`Provider::TensorRtWith`] carry every
+/// option (see [`OrtOptions::with_cuda`](super::OrtOptions::with_cuda) and
+/// [`OrtOptions::with_tensorrt`](super::OrtOptions::with_tensorrt)).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Provider {
+    Cpu,
+    Cuda {
+        device_id: i32,
+    },
+    /// TensorRT, with CUDA registered behind it for the nodes TensorRT does not take.
+    /// `cache_dir` keeps built engines (and timing caches) between runs: building one
+    /// takes minutes for DANet-R101.
+    TensorRt {
+        device_id: i32,
+        fp16: bool,
+        cache_dir: Option<PathBuf>,
+    },
+    /// CUDA with all its options.
+    CudaWith(CudaOptions),
+    /// TensorRT (CUDA behind it, same device) with all its options.
+    TensorRtWith(TensorRtOptions),
+}
+
+/// CUDA execution provider options, builder style.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CudaOptions {
+    pub device_id: i32,
+    /// Cap of the device memory arena, in bytes (`gpu_mem_limit`).
+    pub memory_limit: Option<usize>,
+}
+
+impl CudaOptions {
+    pub fn new(device_id: i32) -> Self {
+        Self {
+            device_id,
+            memory_limit: None,
+        }
+    }
+
+    pub fn with_memory_limit(mut self, bytes: usize) -> Self {
+        self.memory_limit = Some(bytes);
+        self
+    }
+
+    /// The `ort` builder with these options set.
+    pub fn to_ep(&self) -> ep::CUDA {
+        let mut cuda = ep::CUDA::default().with_device_id(self.device_id);
+        if let Some(limit) = self.memory_limit {
+            cuda = cuda.with_memory_limit(limit);
+        }
+        cuda
+    }
+}
+
+/// TensorRT execution provider options, builder style.
+///
+/// Profile shapes use ONNX Runtime's syntax, `input:dims` with `x` between dimensions,
+/// e.g. `image:1x3x512x512` (several inputs separated by commas). Left `None`, they are
+/// taken from the model's `segtool.trt_profile` metadata (written by `segtool export`
+/// for dynamic models) when the engine opens.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TensorRtOptions {
+    pub device_id: i32,
+    pub fp16: bool,
+    pub int8: bool,
+    /// INT8 calibration table (ONNX Runtime's format, e.g. from its quantisation tools).
+    pub int8_calibration_table: Option<PathBuf>,
+    /// Keeps built engines between runs (created if missing).
+    pub engine_cache_dir: Option<PathBuf>,
+    /// Keeps TensorRT's tactic timing cache between runs (created if missing).
+    pub timing_cache_dir: Option<PathBuf>,
+    pub profile_min_shapes: Option<String>,
+    pub profile_opt_shapes: Option<String>,
+    pub profile_max_shapes: Option<String>,
+}
+
+impl TensorRtOptions {
+    pub fn new(device_id: i32) -> Self {
+        Self {
+            device_id,
+            ..Self::default()
+        }
+    }
+
+    pub fn with_fp16(mut self, fp16: bool) -> Self {
+        self.fp16 = fp16;
+        self
+    }
+
+    pub fn with_int8(mut self, int8: bool) -> Self {
+        self.int8 = int8;
+        self
+    }
+
+    pub fn with_int8_calibration_table(mut self, path: impl Into<PathBuf>) -> Self {
+        self.int8_calibration_table = Some(path.into());
+        self
+    }
+
+    pub fn with_engine_cache_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.engine_cache_dir = Some(dir.into());
+        self
+    }
+
+    pub fn with_timing_cache_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.timing_cache_dir = Some(dir.into());
+        self
+    }
+
+    /// Sets the three optimisation-profile shapes (`image:1x3x512x512` style).
+    pub fn with_profile_shapes(
+        mut self,
+        min: impl Into<String>,
+        opt: impl Into<String>,
+        max: impl Into<String>,
+    ) -> Self {
+        self.profile_min_shapes = Some(min.into());
+        self.profile_opt_shapes = Some(opt.into());
+        self.profile_max_shapes = Some(max.into());
+        self
+    }
+
+    /// Fills the profile shapes not set from a hint (see [`TrtProfile::from_metadata`]).
+    pub fn with_profile_defaults(mut self, hint: Option<&TrtProfile>) -> Self {
+        if let Some(h) = hint {
+            self.profile_min_shapes.get_or_insert_with(|| h.min.clone());
+            self.profile_opt_shapes.get_or_insert_with(|| h.opt.clone());
+            self.profile_max_shapes.get_or_insert_with(|| h.max.clone());
+        }
+        self
+    }
+
+    /// The `ort` builder with these options set. Cache folders are not created here
+    /// (see [`OrtEngine::open`](super::OrtEngine::open), which creates them).
+    pub fn to_ep(&self) -> ep::TensorRT {
+        let mut trt = ep::TensorRT::default()
+            .with_device_id(self.device_id)
+            .with_fp16(self.fp16);
+        if self.int8 {
+            trt = trt.with_int8(true);
+        }
+        if let Some(table) = &self.int8_calibration_table {
+            // ONNX Runtime joins the name to the engine cache path; an absolute path
+            // survives that join.
+            let table = std::path::absolute(table).unwrap_or_else(|_| table.clone());
+            trt = trt.with_int8_calibration_table_name(table.display());
+        }
+        if let Some(dir) = &self.engine_cache_dir {
+            trt = trt
+                .with_engine_cache(true)
+                .with_engine_cache_path(dir.display());
+        }
+        if let Some(dir) = &self.timing_cache_dir {
+            trt = trt
+                .with_timing_cache(true)
+                .with_timing_cache_path(dir.display());
+        }
+        if let Some(s) = &self.profile_min_shapes {
+            trt = trt.with_profile_min_shapes(s);
+        }
+        if let Some(s) = &self.profile_opt_shapes {
+            trt = trt.with_profile_opt_shapes(s);
+        }
+        if let Some(s) = &self.profile_max_shapes {
+            trt = trt.with_profile_max_shapes(s);
+        }
+        trt
+    }
+}
+
+/// metadata_props key of the TensorRT profile hint written by `segtool export`.
+pub const TRT_PROFILE_KEY: &str = "segtool.trt_profile";
+
+/// TensorRT optimisation-profile shapes in ONNX Runtime's syntax (`image:1x3x128x128`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TrtProfile {
+    pub min: String,
+    pub opt: String,
+    pub max: String,
+}
+
+impl TrtProfile {
+    /// Parses the JSON hint `{"input": "image", "min": [..], "opt": [..], "max": [..]}`.
+    pub fn from_json(json: &str) -> Option<Self> {
+        let v: serde_json::Value = serde_json::from_str(json).ok()?;
+        let input = v.get("input")?.as_str()?;
+        let dims = |key: &str| -> Option<String> {
+            let dims = v
+                .get(key)?
+                .as_array()?
+                .iter()
+                .map(|d| d.as_i64().map(|d| d.to_string()))
+                .collect::<Option<Vec<_>>>()?;
+            Some(format!("{input}:{}", dims.join("x")))
+        };
+        Some(Self {
+            min: dims("min")?,
+            opt: dims("opt")?,
+            max: dims("max")?,
+        })
+    }
+
+    /// The hint in a model's metadata, if it has one (static models do not).
+    pub fn from_metadata(path: &Path) -> Option<Self> {
+        crate::engine::read_metadata(path)
+            .ok()?
+            .into_iter()
+            .find(|(k, _)| k == TRT_PROFILE_KEY)
+            .and_then(|(_, v)| Self::from_json(&v))
+    }
+}
+
+impl fmt::Display for Provider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Provider::Cpu => f.write_str("cpu"),
+            Provider::Cuda { device_id } => write!(f, "cuda:{device_id}"),
+            Provider::CudaWith(o) => write!(f, "cuda:{}", o.device_id),
+            Provider::TensorRt { .. } | Provider::TensorRtWith(_) => {
+                let o = self.tensorrt_options(None).expect("a TensorRT provider");
+                let precision = match (o.int8, o.fp16) {
+                    (true, true) => "(int8+fp16)",
+                    (true, false) => "(int8)",
+                    (false, true) => "(fp16)",
+                    (false, false) => "",
+                };
+                write!(f, "tensorrt:{}{precision}", o.device_id)
+            }
+        }
+    }
+}
+
+/// Parses `cpu`, `cuda`, `cuda:1`, `tensorrt`, `tensorrt:0`, `tensorrt-fp16:0`.
+impl FromStr for Provider {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        let (kind, id) = s.split_once(':').unwrap_or((s, "0"));
+        let device_id = id
+            .parse()
+            .map_err(|_| format!("bad device id in provider {s:?}"))?;
+        match kind.to_ascii_lowercase().as_str() {
+            "cpu" => Ok(Provider::Cpu),
+            "cuda" => Ok(Provider::Cuda { device_id }),
+            "tensorrt" | "trt" => Ok(Provider::TensorRt {
+                device_id,
+                fp16: false,
+                cache_dir: None,
+            }),
+            "tensorrt-fp16" | "trt-fp16" => Ok(Provider::TensorRt {
+                device_id,
+                fp16: true,
+                cache_dir: None,
+            }),
+            _ => Err(format!(
+                "unknown provider {s:?} (cpu, cuda[:N], tensorrt[:N], tensorrt-fp16[:N])"
+            )),
+        }
+    }
+}
+
+impl Provider {
+    /// The full CUDA options of a CUDA provider.
+    pub fn cuda_options(&self) -> Option<CudaOptions> {
+        match self {
+            Provider::Cuda { device_id } => Some(CudaOptions::new(*device_id)),
+            Provider::CudaWith(o) => Some(o.clone()),
+            _ => None,
+        }
+    }
+
+    /// The full TensorRT options of a TensorRT provider, profile shapes not given
+    /// filled from `hint`.
+    pub fn tensorrt_options(&self, hint: Option<&TrtProfile>) -> Option<TensorRtOptions> {
+        let o = match self {
+            Provider::TensorRt {
+                device_id,
+                fp16,
+                cache_dir,
+            } => TensorRtOptions {
+                device_id: *device_id,
+                fp16: *fp16,
+                engine_cache_dir: cache_dir.clone(),
+                timing_cache_dir: cache_dir.clone(),
+                ..TensorRtOptions::default()
+            },
+            Provider::TensorRtWith(o) => o.clone(),
+            _ => return None,
+        };
+        Some(o.with_profile_defaults(hint))
+    }
+
+    /// Short name without device, as in errors: `cpu`, `cuda`, `tensorrt`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Provider::Cpu => "cpu",
+            Provider::Cuda { .. } | Provider::CudaWith(_) => "cuda",
+            Provider::TensorRt { .. } | Provider::TensorRtWith(_) => "tensorrt",
+        }
+    }
+
+    pub(super) fn dispatches(&self, hint: Option<&TrtProfile>) -> Vec<ExecutionProviderDispatch> {
+        if let Some(cuda) = self.cuda_options() {
+            return vec![cuda.to_ep().build().error_on_failure()];
+        }
+        if let Some(trt) = self.tensorrt_options(hint) {
+            // TensorRT does not create its cache folders; a failure here surfaces as a
+            // TensorRT registration error naming the path.
+            for dir in [&trt.engine_cache_dir, &trt.timing_cache_dir]
+                .into_iter()
+                .flatten()
+            {
+                let _ = std::fs::create_dir_all(dir);
+            }
+            return vec![
+                trt.to_ep().build().error_on_failure(),
+                CudaOptions::new(trt.device_id)
+                    .to_ep()
+                    .build()
+                    .error_on_failure(),
+            ];
+        }
+        vec![ep::CPU::default().build().error_on_failure()]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ort_engine::OrtOptions;
+
+    #[test]
+    fn provider_parsing_and_display() {
+        assert_eq!(
+            "cuda:1".parse::<Provider>().unwrap(),
+            Provider::Cuda { device_id: 1 }
+        );
+        assert_eq!("CPU".parse::<Provider>().unwrap(), Provider::Cpu);
+        let trt: Provider = "tensorrt-fp16".parse().unwrap();
+        assert_eq!(trt.to_string(), "tensorrt:0(fp16)");
+        assert!("tpu".parse::<Provider>().is_err());
+    }
+
+    #[test]
+    fn tensorrt_options_reach_the_ort_builder() {
+        let o = TensorRtOptions::new(1)
+            .with_fp16(true)
+            .with_int8(true)
+            .with_int8_calibration_table("/cal/table.flatbuffers")
+            .with_engine_cache_dir("/cache/engines")
+            .with_timing_cache_dir("/cache/timing")
+            .with_profile_shapes("image:1x3x64x64", "image:1x3x256x256", "image:4x3x512x512");
+        let dbg = format!("{:?}", o.to_ep());
+        for kv in [
+            r#""device_id": "1""#,
+            r#""trt_fp16_enable": "true""#,
+            r#""trt_int8_enable": "true""#,
+            r#""trt_int8_calibration_table_name": "/cal/table.flatbuffers""#,
+            r#""trt_engine_cache_enable": "true""#,
+            r#""trt_engine_cache_path": "/cache/engines""#,
+            r#""trt_timing_cache_enable": "true""#,
+            r#""trt_timing_cache_path": "/cache/timing""#,
+            r#""trt_profile_min_shapes": "image:1x3x64x64""#,
+            r#""trt_profile_opt_shapes": "image:1x3x256x256""#,
+            r#""trt_profile_max_shapes": "image:4x3x512x512""#,
+        ] {
+            assert!(dbg.contains(kv), "{kv} missing from {dbg}");
+        }
+        let plain = format!("{:?}", TensorRtOptions::new(0).to_ep());
+        assert!(
+            !plain.contains("trt_profile") && !plain.contains("int8"),
+            "{plain}"
+        );
+
+        let cuda = format!(
+            "{:?}",
+            CudaOptions::new(2).with_memory_limit(1 << 30).to_ep()
+        );
+        assert!(cuda.contains(r#""gpu_mem_limit": "1073741824""#), "{cuda}");
+        assert!(cuda.contains(r#""device_id": "2""#), "{cuda}");
+
+        let p = Provider::TensorRtWith(o.clone());
+        assert_eq!(p.to_string(), "tensorrt:1(int8+fp16)");
+        assert_eq!(
+            OrtOptions::new()
+                .with_tensorrt(o)
+                .strict(true)
+                .execution_providers,
+            vec![p]
+        );
+    }
+
+    #[test]
+    fn profile_hint_fills_only_missing_shapes() {
+        let json = r#"{"input":"image","layout":"NCHW","min":[1,3,128,128],"opt":[1,3,512,1024],"max":[8,3,1024,2048],"trtexec":""}"#;
+        let hint = TrtProfile::from_json(json).unwrap();
+        assert_eq!(hint.min, "image:1x3x128x128");
+        assert_eq!(hint.max, "image:8x3x1024x2048");
+        let short: Provider = "tensorrt-fp16:0".parse().unwrap();
+        let o = short.tensorrt_options(Some(&hint)).unwrap();
+        assert!(o.fp16);
+        assert_eq!(o.profile_opt_shapes.as_deref(), Some("image:1x3x512x1024"));
+        let mine = TensorRtOptions {
+            profile_max_shapes: Some("image:2x3x64x64".into()),
+            ..TensorRtOptions::default()
+        }
+        .with_profile_defaults(Some(&hint));
+        assert_eq!(mine.profile_max_shapes.as_deref(), Some("image:2x3x64x64"));
+        assert_eq!(
+            mine.profile_min_shapes.as_deref(),
+            Some("image:1x3x128x128")
+        );
+        assert!(TrtProfile::from_json("{}").is_none());
+    }
+}

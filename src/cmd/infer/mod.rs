@@ -1,0 +1,438 @@
+//! `segtool infer`: segment image files (paths, folders, globs) or raw rgb24 frames from
+//! stdin with an exported model.
+//!
+//! Work runs as a three-stage pipeline so the engine is never waiting on PNG codecs:
+//! a source thread decodes (rayon, one task per image) and normalises the next batch, the
+//! calling thread runs the engine on the current one, and a sink thread does argmax and
+//! encodes/writes the previous one (rayon again). Channels between stages hold one batch,
+//! so at most a handful of batches are alive at once whatever the input length; in raw mode
+//! frame buffers are recycled from the sink back to the reader.
+//!
+//! Several sessions (`--devices 0,1,..`: one ONNX Runtime CUDA session per GPU;
+//! `--cpu-sessions N`: N CPU sessions of `--threads` intra-op threads each) run through a
+//! `segtool_runtime::BatchServer` instead (one worker per session, dynamic batching with
+//! `--max-batch` / `--max-wait-ms`); the writer waits for results in input order, so the
+//! outputs are the same files in the same order.
+//!
+//! Accuracy mode (`--mode sliding --crop N --stride N --flip --scales .. / --ms`) runs the
+//! evaluation protocol of `segtool_runtime::accuracy` on one session.
+//!
+//! Models exported with `--preprocess` (uint8 NHWC input) and/or `--argmax` (class map
+//! output) are driven by their contract (`Segmenter::contract`): raw pixels in, the
+//!
+//! Layout: this module holds the command-line [`Args`], [`run`] (which wires the stages
+//! together) and the session openers other commands reuse; `inputs.rs` lists and decodes
+//! image files, `raw.rs` reads stdin frames, `pipeline.rs` has the batch types and the
+//! engine stage, `outputs.rs` the writer stage and output formats, `sessions.rs` the
+//! accuracy options and the multi-session batch server.
+
+mod inputs;
+mod outputs;
+mod pipeline;
+mod raw;
+mod sessions;
+
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::sync_channel;
+use std::time::Instant;
+
+use anyhow::{bail, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+use segtool_runtime::{Backend, Segmenter};
+
+pub use inputs::expand_inputs;
+// Still public at its old path `cmd::infer::npy_f32`, though only the writer uses it now.
+#[allow(unused_imports)]
+pub use outputs::npy_f32;
+
+use inputs::{check_unique_stems, decode_files};
+use outputs::{write_results, Sink};
+use pipeline::{Batch, Busy, Scored, Stage};
+use raw::read_raw;
+use sessions::{check_contract, open_server};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Exported model (.onnx from `segtool export`).
+    #[arg(long)]
+    pub model: PathBuf,
+    /// Image files, folders of images (png, jpg; not recursive) or glob patterns
+    /// ('frames/*.png', 'data/**/*.jpg'; quote them). Repeatable; several values may also
+    /// follow one --input.
+    #[arg(long, num_args = 1.., required_unless_present = "raw")]
+    pub input: Vec<String>,
+    /// Read raw rgb24 frames of WIDTHxHEIGHT from stdin until EOF (what
+    /// `ffmpeg -i in.mp4 -f rawvideo -pix_fmt rgb24 -` writes). With `--out -` the class
+    /// maps go to stdout as raw uint8 (WIDTH*HEIGHT bytes per frame, in order); otherwise
+    /// PNGs frame_000000_mask.png ... go to --out.
+    #[arg(long, value_name = "WxH", value_parser = parse_wxh, conflicts_with = "input")]
+    pub raw: Option<(u32, u32)>,
+    /// Output folder: <name>_mask.png (palette colours) and <name>_overlay.png, plus
+    /// <name>_labels.png / <name>_logits.npy when asked. `-` (with --raw): raw class maps
+    /// to stdout.
+    #[arg(long, default_value = "segtool-out")]
+    pub out: PathBuf,
+    /// ort or tract.
+    #[arg(long, default_value = "ort")]
+    pub engine: String,
+    /// ONNX Runtime execution providers in order of preference: cpu, cuda[:N],
+    /// tensorrt[:N], tensorrt-fp16[:N]. Unavailable ones fall back to CPU (reported).
+    #[arg(long, value_delimiter = ',', default_value = "cpu")]
+    pub providers: Vec<String>,
+    /// Images per engine run (same-size images share a run).
+    #[arg(long, default_value_t = 4)]
+    pub batch_size: usize,
+    /// ONNX Runtime intra-op threads (default: ONNX Runtime's choice, all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Also write <name>_logits.npy: float32 little-endian, shape [classes, H, W].
+    #[arg(long)]
+    pub logits: bool,
+    /// Also write <name>_labels.png: 8-bit grey PNG of class indices.
+    #[arg(long)]
+    pub labels: bool,
+    /// Skip <name>_overlay.png.
+    #[arg(long)]
+    pub no_overlay: bool,
+    /// No progress bar or progress lines.
+    #[arg(long)]
+    pub quiet: bool,
+    /// A requested execution provider that does not load (e.g. CUDA without a GPU) is an
+    /// error instead of a reported fallback to CPU.
+    #[arg(long)]
+    pub strict: bool,
+    /// One ONNX Runtime CUDA session per listed GPU (e.g. 0,1,2,3), fed by a dynamic
+    /// batching server. Without a usable GPU each session falls back to CPU (reported),
+    /// or fails with --strict.
+    #[arg(long, value_delimiter = ',', conflicts_with_all = ["cpu_sessions", "providers"])]
+    pub devices: Vec<i32>,
+    /// N CPU sessions (each with --threads intra-op threads) fed by a dynamic batching
+    /// server.
+    #[arg(long, value_name = "N", conflicts_with = "providers")]
+    pub cpu_sessions: Option<usize>,
+    /// With --devices / --cpu-sessions: most images per engine run [default: --batch-size].
+    #[arg(long)]
+    pub max_batch: Option<usize>,
+    /// With --devices / --cpu-sessions: how long the oldest image of a forming batch may
+    /// wait for same-size company, in milliseconds.
+    #[arg(long, default_value_t = 2.0)]
+    pub max_wait_ms: f64,
+    /// Accuracy mode (the evaluation protocol): `whole` image or `sliding` windows.
+    /// Single session only; needs a plain export (f32 input, logits output).
+    #[arg(long, value_parser = ["whole", "sliding"])]
+    pub mode: Option<String>,
+    /// Sliding window size (implies --mode sliding) [default: 768].
+    #[arg(long)]
+    pub crop: Option<usize>,
+    /// Sliding window stride [default: 512, at most --crop].
+    #[arg(long)]
+    pub stride: Option<usize>,
+    /// Accuracy mode: also run the mirrored image and average the logits.
+    #[arg(long)]
+    pub flip: bool,
+    /// Accuracy mode: scales whose logits are summed, e.g. 0.5,1.0,1.5.
+    #[arg(long, value_delimiter = ',', conflicts_with = "ms")]
+    pub scales: Option<Vec<f64>>,
+    /// Accuracy mode: DANet's multi-scale list (0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0, 2.2).
+    #[arg(long)]
+    pub ms: bool,
+}
+
+/// `WxH` (e.g. `1920x1080`) with both sides positive.
+pub fn parse_wxh(s: &str) -> Result<(u32, u32), String> {
+    let bad = || format!("`{s}`: expected WIDTHxHEIGHT with positive integers, e.g. 1920x1080");
+    let (w, h) = s.split_once(['x', 'X']).ok_or_else(bad)?;
+    let p = |v: &str| v.trim().parse::<u32>().ok().filter(|v| *v > 0);
+    let (w, h) = (p(w).ok_or_else(bad)?, p(h).ok_or_else(bad)?);
+    if u64::from(w) * u64::from(h) * 3 > isize::MAX as u64 / 4 {
+        return Err(format!("`{s}`: frame too large"));
+    }
+    Ok((w, h))
+}
+
+pub fn open_segmenter(model: &Path, engine: &str, providers: &[String]) -> Result<Segmenter> {
+    open_segmenter_with(model, engine, providers, None)
+}
+
+/// Like [`open_segmenter`], with ONNX Runtime's intra-op thread count (ignored by tract,
+/// which says so on stderr).
+pub fn open_segmenter_with(
+    model: &Path,
+    engine: &str,
+    providers: &[String],
+    threads: Option<usize>,
+) -> Result<Segmenter> {
+    open_segmenter_strict(model, engine, providers, threads, false)
+}
+
+/// Like [`open_segmenter_with`]; `strict`: no CPU fallback for the listed providers
+/// (`OrtOptions::strict`; tract ignores it).
+pub fn open_segmenter_strict(
+    model: &Path,
+    engine: &str,
+    providers: &[String],
+    threads: Option<usize>,
+    strict: bool,
+) -> Result<Segmenter> {
+    let backend = match engine {
+        #[cfg(feature = "ort")]
+        "ort" => {
+            let providers = providers
+                .iter()
+                .map(|p| {
+                    p.parse::<segtool_runtime::Provider>()
+                        .map_err(anyhow::Error::msg)
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let mut options = segtool_runtime::OrtOptions::new()
+                .with_execution_providers(providers)
+                .strict(strict);
+            if let Some(n) = threads {
+                options = options.with_intra_threads(n);
+            }
+            Backend::Ort(options)
+        }
+        "tract" => {
+            if threads.is_some() {
+                eprintln!("note: --threads applies to ONNX Runtime only; tract ignores it");
+            }
+            Backend::Tract
+        }
+        other => bail!("unknown engine {other:?} (ort, tract)"),
+    };
+    Ok(Segmenter::open(model, backend)?)
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let to_stdout = args.out.as_os_str() == "-";
+    if to_stdout && args.raw.is_none() {
+        bail!("--out - (raw class maps on stdout) needs --raw WxH");
+    }
+    let batch_size = args.batch_size.max(1);
+    let accuracy_opts = args.accuracy()?;
+    let batched = !args.devices.is_empty() || args.cpu_sessions.is_some();
+    if accuracy_opts.is_some() && batched {
+        bail!(
+            "accuracy mode (--mode/--crop/--stride/--flip/--scales/--ms) runs on a single \
+             session: drop --devices/--cpu-sessions, or drop the accuracy options to batch \
+             over several sessions"
+        );
+    }
+    if args.max_batch.is_some() && !batched {
+        bail!("--max-batch applies to --devices / --cpu-sessions (use --batch-size otherwise)");
+    }
+    let files = match args.raw {
+        Some(_) => Vec::new(),
+        None => {
+            let files = expand_inputs(&args.input)?;
+            check_unique_stems(&files)?;
+            files
+        }
+    };
+    let (mut stage, spec, prepare, engine_desc) = if batched {
+        let (server, providers) = open_server(&args, args.logits)?;
+        let spec = server.spec().clone();
+        let desc = format!("{} session(s) on {providers}", server.workers());
+        (Stage::Server(server), spec, None, desc)
+    } else {
+        let seg = open_segmenter_strict(
+            &args.model,
+            &args.engine,
+            &args.providers,
+            args.threads,
+            args.strict,
+        )?;
+        eprintln!(
+            "engine {} on {}{}",
+            seg.engine().name(),
+            seg.engine().provider(),
+            seg.engine()
+                .fallback_reason()
+                .map(|r| format!(" ({r})"))
+                .unwrap_or_default()
+        );
+        check_contract(&seg, &args)?;
+        let contract = seg.contract();
+        if accuracy_opts.is_some() && !contract.is_plain() {
+            bail!(
+                "accuracy mode needs a model with float32 normalised input and logits output; \
+                 {} takes {contract} (exported with --preprocess and/or --argmax): export it \
+                 without them for accuracy mode",
+                args.model.display()
+            );
+        }
+        let spec = seg.spec().clone();
+        let desc = format!("{} on {}", seg.engine().name(), seg.engine().provider());
+        let prepare = Some((spec.clone(), contract.input));
+        let stage = Stage::Single {
+            seg: Box::new(seg),
+            accuracy: accuracy_opts,
+        };
+        (stage, spec, prepare, desc)
+    };
+    if spec.num_classes() > 256 {
+        bail!("{} classes do not fit uint8 masks", spec.num_classes());
+    }
+    let sink = if to_stdout {
+        Sink::Stdout
+    } else {
+        Sink::Folder {
+            out: args.out.clone(),
+            overlay: !args.no_overlay,
+            labels: args.labels,
+            logits: args.logits,
+        }
+    };
+
+    let bar = progress(
+        args.raw.is_none().then_some(files.len() as u64),
+        !args.quiet,
+    );
+    let start = Instant::now();
+    // Stage channels hold one batch each (a few with a batch server, so that every
+    // session has work while the writer waits for the oldest); `recycle` returns raw
+    // frame buffers.
+    let in_flight = match &stage {
+        Stage::Server(server) => {
+            let per_batch = server.config().max_batch.max(1);
+            (server.workers() * per_batch * 2)
+                .div_ceil(batch_size)
+                .max(1)
+        }
+        Stage::Single { .. } => 1,
+    };
+    let (batch_tx, batch_rx) = sync_channel::<Result<(Batch, Busy)>>(1);
+    let (scored_tx, scored_rx) = sync_channel::<Scored>(in_flight);
+    let (recycle_tx, recycle_rx) = std::sync::mpsc::channel::<Vec<u8>>();
+    let source = {
+        let prepare = prepare.clone();
+        match args.raw {
+            Some((w, h)) => std::thread::Builder::new()
+                .name("segtool-read".into())
+                .spawn(move || read_raw(w, h, batch_size, &prepare, batch_tx, recycle_rx))?,
+            None => std::thread::Builder::new()
+                .name("segtool-decode".into())
+                .spawn(move || decode_files(files, batch_size, &prepare, batch_tx))?,
+        }
+    };
+    let writer = {
+        let (spec, sink, bar) = (spec.clone(), sink.clone(), bar.clone());
+        let recycle = args.raw.is_some().then_some(recycle_tx);
+        let lines = !args.quiet;
+        std::thread::Builder::new()
+            .name("segtool-write".into())
+            .spawn(move || write_results(scored_rx, &spec, &sink, recycle, &bar, lines))?
+    };
+
+    let mut busy = Busy::default();
+    let mut images = 0usize;
+    // An input or engine error stops reading, but what was already scored is still
+    // written (frames before a truncated one, images before a corrupt one).
+    let mut failure: Option<anyhow::Error> = None;
+    for item in batch_rx.iter() {
+        let (mut batch, b) = match item {
+            Ok(x) => x,
+            Err(e) => {
+                failure = Some(e);
+                break;
+            }
+        };
+        busy.decode += b.decode;
+        busy.normalise += b.normalise;
+        let t0 = Instant::now();
+        let results = match stage.run(&mut batch, &spec) {
+            Ok(r) => r,
+            Err(e) => {
+                failure = Some(e);
+                break;
+            }
+        };
+        busy.engine += t0.elapsed();
+        images += batch.images.len();
+        let scored = Scored {
+            names: batch.names,
+            images: batch.images,
+            results,
+        };
+        if scored_tx.send(scored).is_err() {
+            break; // the writer failed: its error is reported below
+        }
+    }
+    drop(scored_tx);
+    let written = writer
+        .join()
+        .map_err(|_| anyhow::anyhow!("writer thread panicked"))?;
+    bar.finish_and_clear();
+    if let Some(e) = failure {
+        // The source thread may still be blocked reading stdin: not joined.
+        if let Err(w) = written {
+            eprintln!("error: {w:#}");
+        }
+        return Err(e);
+    }
+    busy.post = written?;
+    drop(batch_rx);
+    source
+        .join()
+        .map_err(|_| anyhow::anyhow!("input thread panicked"))?;
+    bar.finish_and_clear();
+    let batching = match &stage {
+        Stage::Server(server) => {
+            let stats = server.stats();
+            format!(
+                "; {} batches, mean batch {:.2}",
+                stats.batches(),
+                stats.mean_batch_size()
+            )
+        }
+        Stage::Single { .. } => String::new(),
+    };
+    drop(stage);
+
+    let wall = start.elapsed().as_secs_f64();
+    let summary = format!(
+        "{images} image(s) -> {} in {wall:.2} s ({:.1} img/s, {engine_desc}{batching}; busy s: \
+         decode {:.2}, normalise {:.2}, engine {:.2}, post+write {:.2})",
+        if to_stdout {
+            "stdout".to_string()
+        } else {
+            args.out.display().to_string()
+        },
+        images as f64 / wall.max(1e-9),
+        busy.decode.as_secs_f64(),
+        busy.normalise.as_secs_f64(),
+        busy.engine.as_secs_f64(),
+        busy.post.as_secs_f64(),
+    );
+    if to_stdout {
+        eprintln!("{summary}");
+    } else {
+        println!("{summary}");
+    }
+    Ok(())
+}
+
+fn progress(len: Option<u64>, visible: bool) -> ProgressBar {
+    if !visible {
+        return ProgressBar::hidden();
+    }
+    match len {
+        Some(len) => {
+            let bar = ProgressBar::new(len);
+            bar.set_style(
+                ProgressStyle::with_template("[{bar:30}] {pos}/{len} {per_sec} ETA {eta} {msg}")
+                    .expect("valid template")
+                    .progress_chars("=> "),
+            );
+            bar
+        }
+        None => {
+            let bar = ProgressBar::new_spinner();
+            bar.set_style(
+                ProgressStyle::with_template("{spinner} {pos} frames {per_sec} {elapsed}")
+                    .expect("valid template"),
+            );
+            bar
+        }
+    }
+}

@@ -1,0 +1,208 @@
+//! The writer stage of `segtool infer`: where results go ([`Sink`]: an output folder or
+//! raw class maps on stdout), per-image access to a scored batch's results, and the
+//! files written per image (`_mask.png`, `_overlay.png`, `_labels.png`, `_logits.npy`,
+//! with [`npy_f32`] as the `.npy` encoder). Kept apart because output formats change
+//! independently of how batches are produced and scored.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::mpsc::{Receiver, Sender};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use image::{GrayImage, RgbImage};
+use indicatif::ProgressBar;
+use ndarray::{Array2, Array3, ArrayView3};
+use rayon::prelude::*;
+use segtool_core::ModelSpec;
+use segtool_runtime::{colorize, overlay, EngineOutput, DEFAULT_ALPHA};
+
+use super::pipeline::{Results, Scored};
+
+/// A `.npy` (format 1.0) holding `data` as little-endian float32 of shape `[K, H, W]`.
+pub fn npy_f32(data: ArrayView3<f32>) -> Vec<u8> {
+    let (k, h, w) = data.dim();
+    let mut header =
+        format!("{{'descr': '<f4', 'fortran_order': False, 'shape': ({k}, {h}, {w}), }}");
+    // magic (6) + version (2) + header length (2) + header, padded to 64 with '\n' last.
+    let unpadded = 10 + header.len() + 1;
+    header.push_str(&" ".repeat(unpadded.next_multiple_of(64) - unpadded));
+    header.push('\n');
+    let mut out = Vec::with_capacity(10 + header.len() + data.len() * 4);
+    out.extend_from_slice(b"\x93NUMPY\x01\x00");
+    out.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    out.extend_from_slice(header.as_bytes());
+    match data.as_slice() {
+        Some(flat) => flat
+            .iter()
+            .for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
+        None => data
+            .iter()
+            .for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
+    }
+    out
+}
+
+/// Where results go.
+#[derive(Clone)]
+pub(super) enum Sink {
+    Folder {
+        out: PathBuf,
+        overlay: bool,
+        labels: bool,
+        logits: bool,
+    },
+    /// Raw uint8 class maps, frame after frame.
+    Stdout,
+}
+
+/// Per image of a scored batch: where its result is.
+enum Slot<'a> {
+    /// Image `j` of a group's engine output.
+    Group(&'a EngineOutput, usize),
+    /// A batch server's answer.
+    Done(&'a Array2<u8>, Option<&'a Array3<f32>>),
+}
+
+impl Slot<'_> {
+    /// The class map at the image's size.
+    fn mask(&self, img: &RgbImage) -> Array2<u8> {
+        match self {
+            Slot::Group(out, j) => out.mask(*j, img.height() as usize, img.width() as usize),
+            Slot::Done(mask, _) => (*mask).clone(),
+        }
+    }
+
+    /// Logits `(classes, h, w)`, when the model gives them.
+    fn logits(&self) -> Option<std::borrow::Cow<'_, Array3<f32>>> {
+        match self {
+            Slot::Group(out, j) => out.logits(*j).map(std::borrow::Cow::Owned),
+            Slot::Done(_, logits) => logits.map(std::borrow::Cow::Borrowed),
+        }
+    }
+}
+
+pub(super) fn write_results(
+    rx: Receiver<Scored>,
+    spec: &ModelSpec,
+    sink: &Sink,
+    recycle: Option<Sender<Vec<u8>>>,
+    bar: &ProgressBar,
+    lines: bool,
+) -> Result<Duration> {
+    let mut busy = Duration::ZERO;
+    let mut stdout = std::io::BufWriter::with_capacity(1 << 20, std::io::stdout().lock());
+    let total = bar.length();
+    let mut done = 0u64;
+    for scored in rx {
+        let t0 = Instant::now();
+        let n = scored.images.len();
+        // A batch server's answers, waited for in input order.
+        let (groups, answers) = match scored.results {
+            Results::Groups(groups) => (groups, Vec::new()),
+            Results::Pending(handles) => {
+                let answers: Vec<(Array2<u8>, Option<Array3<f32>>)> = handles
+                    .into_iter()
+                    .zip(&scored.names)
+                    .map(|(h, name)| {
+                        h.wait()
+                            .map(|o| (o.mask, o.logits))
+                            .with_context(|| format!("segmenting {name}"))
+                    })
+                    .collect::<Result<_>>()?;
+                (Vec::new(), answers)
+            }
+        };
+        let mut slots: Vec<Option<Slot<'_>>> = (0..n).map(|_| None).collect();
+        for (members, out) in &groups {
+            for (j, &i) in members.iter().enumerate() {
+                slots[i] = Some(Slot::Group(out, j));
+            }
+        }
+        for (i, (mask, logits)) in answers.iter().enumerate() {
+            slots[i] = Some(Slot::Done(mask, logits.as_ref()));
+        }
+        let slots: Vec<Slot<'_>> = slots
+            .into_iter()
+            .map(|s| s.expect("every image has a result"))
+            .collect();
+        match sink {
+            Sink::Stdout => {
+                let masks: Vec<Array2<u8>> = (0..n)
+                    .into_par_iter()
+                    .map(|i| slots[i].mask(&scored.images[i]))
+                    .collect();
+                for mask in &masks {
+                    let bytes = mask.as_slice().expect("standard layout");
+                    stdout
+                        .write_all(bytes)
+                        .context("writing class maps to stdout")?;
+                }
+                stdout.flush().context("writing class maps to stdout")?;
+            }
+            Sink::Folder {
+                out,
+                overlay: want_overlay,
+                labels,
+                logits,
+            } => {
+                (0..n)
+                    .into_par_iter()
+                    .map(|i| -> Result<()> {
+                        let img = &scored.images[i];
+                        let mask = slots[i].mask(img);
+                        let name = &scored.names[i];
+                        let write = |suffix: &str, bytes: &[u8]| -> Result<()> {
+                            let path = out.join(format!("{name}_{suffix}"));
+                            segtool_core::io::write_atomic_unsynced(&path, bytes)
+                                .with_context(|| format!("writing {}", path.display()))
+                        };
+                        let png =
+                            |img: image::DynamicImage| segtool_core::dataset::encode_png(&img);
+                        write(
+                            "mask.png",
+                            &png(colorize(mask.view(), &spec.palette).into()),
+                        )?;
+                        if *want_overlay {
+                            let o = overlay(img, mask.view(), &spec.palette, DEFAULT_ALPHA);
+                            write("overlay.png", &png(o.into()))?;
+                        }
+                        if *labels {
+                            let (h, w) = mask.dim();
+                            let gray = GrayImage::from_raw(
+                                w as u32,
+                                h as u32,
+                                mask.as_slice().expect("standard layout").to_vec(),
+                            )
+                            .expect("mask size");
+                            write("labels.png", &png(gray.into()))?;
+                        }
+                        if *logits {
+                            let scores = slots[i].logits().with_context(|| {
+                                format!("{name}: the model outputs no logits (--argmax export)")
+                            })?;
+                            write("logits.npy", &npy_f32(scores.view()))?;
+                        }
+                        Ok(())
+                    })
+                    .collect::<Result<()>>()?;
+            }
+        }
+        busy += t0.elapsed();
+        done += n as u64;
+        bar.inc(n as u64);
+        if let Some(total) = total.filter(|_| lines && bar.is_hidden()) {
+            let step = (total / 10).max(1);
+            if done / step != (done - n as u64) / step || done == total {
+                // No terminal (logs, pipes): a line every 10% instead of the bar.
+                eprintln!("  {done}/{total} images");
+            }
+        }
+        if let Some(recycle) = &recycle {
+            for img in scored.images {
+                let _ = recycle.send(img.into_raw());
+            }
+        }
+    }
+    Ok(busy)
+}

@@ -1,0 +1,123 @@
+//! The pieces shared by the three pipeline stages of `segtool infer` (source thread,
+//! engine on the calling thread, writer thread): the batch types passed between them,
+//! busy-time accounting, grouping a batch by image size into engine inputs, and the
+//! engine stage itself ([`Stage`]: one session, optionally in accuracy mode, or a batch
+//! server). The stages' threads and channels are wired up in `run` (mod.rs).
+
+use std::time::Duration;
+
+use anyhow::Result;
+use image::RgbImage;
+use rayon::prelude::*;
+use segtool_core::ModelSpec;
+use segtool_runtime::accuracy::{self, AccuracyOptions};
+use segtool_runtime::batching::Handle;
+use segtool_runtime::{BatchServer, EngineOutput, EngineTensor, InputLayout, Segmenter};
+
+/// Images of one batch plus their engine inputs, one per distinct size (none when the
+/// batch goes through a `BatchServer`, which prepares its own).
+pub(super) struct Batch {
+    pub(super) names: Vec<String>,
+    pub(super) images: Vec<RgbImage>,
+    /// (indices into `images`, the same-size images in the model's input layout).
+    pub(super) groups: Vec<(Vec<usize>, EngineTensor)>,
+}
+
+/// What the engine stage made of a batch.
+pub(super) enum Results {
+    /// Per same-size group: the engine's output (logits or class maps).
+    Groups(Vec<(Vec<usize>, EngineOutput)>),
+    /// One handle per image, answered by the batch server.
+    Pending(Vec<Handle>),
+}
+
+/// A batch after the engine.
+pub(super) struct Scored {
+    pub(super) names: Vec<String>,
+    pub(super) images: Vec<RgbImage>,
+    pub(super) results: Results,
+}
+
+#[derive(Default, Clone, Copy)]
+pub(super) struct Busy {
+    pub(super) decode: Duration,
+    pub(super) normalise: Duration,
+    pub(super) engine: Duration,
+    pub(super) post: Duration,
+}
+
+/// How the source thread prepares engine inputs: `None` when a batch server does it.
+pub(super) type Prepare = Option<(ModelSpec, InputLayout)>;
+
+/// Same-size groups in order of first appearance, each in the model's input layout
+/// (`segtool_runtime::normalise_batch` for f32 models; this runs on the source thread,
+/// overlapping the engine).
+pub(super) fn group_and_prepare(
+    images: &[RgbImage],
+    prepare: &Prepare,
+) -> Result<Vec<(Vec<usize>, EngineTensor)>> {
+    let Some((spec, layout)) = prepare else {
+        return Ok(Vec::new());
+    };
+    let mut groups: Vec<((u32, u32), Vec<usize>)> = Vec::new();
+    for (i, img) in images.iter().enumerate() {
+        match groups.iter_mut().find(|(d, _)| *d == img.dimensions()) {
+            Some((_, members)) => members.push(i),
+            None => groups.push((img.dimensions(), vec![i])),
+        }
+    }
+    groups
+        .into_par_iter()
+        .map(|(_, members)| {
+            let input = if members.len() == images.len() {
+                EngineTensor::from_images(images, spec, *layout)
+            } else {
+                // Mixed sizes in one batch (rare): copy this size's images together.
+                let same: Vec<RgbImage> = members.iter().map(|&i| images[i].clone()).collect();
+                EngineTensor::from_images(&same, spec, *layout)
+            };
+            Ok((members, input?))
+        })
+        .collect()
+}
+
+/// The engine stage: one session (optionally in accuracy mode), or a batch server.
+pub(super) enum Stage {
+    Single {
+        seg: Box<Segmenter>,
+        accuracy: Option<AccuracyOptions>,
+    },
+    Server(BatchServer),
+}
+
+impl Stage {
+    pub(super) fn run(&mut self, batch: &mut Batch, spec: &ModelSpec) -> Result<Results> {
+        match self {
+            Stage::Single { seg, accuracy } => {
+                let groups = std::mem::take(&mut batch.groups);
+                let mut out = Vec::with_capacity(groups.len());
+                for (members, input) in groups {
+                    let result = match (accuracy.as_ref(), &input) {
+                        (None, _) => seg.run_prepared(input.view())?,
+                        (Some(opts), EngineTensor::NchwF32(x)) => EngineOutput::Logits(
+                            accuracy::predict(seg.engine_mut(), x.view(), spec, opts)?,
+                        ),
+                        (Some(_), EngineTensor::NhwcU8(_)) => {
+                            unreachable!("accuracy mode is refused for uint8 models")
+                        }
+                    };
+                    drop(input);
+                    out.push((members, result));
+                }
+                Ok(Results::Groups(out))
+            }
+            Stage::Server(server) => Ok(Results::Pending(
+                batch
+                    .images
+                    .iter()
+                    .map(|img| server.submit(img.clone()))
+                    .collect(),
+            )),
+        }
+    }
+}
