@@ -24,6 +24,7 @@ use segtool_core::shapes::ShapesConfig;
 /// `shapes` (the built-in stream, `split` picks train or val), `KIND:PATH` for a layout
 /// users already have (e.g. `cityscapes:/data/cityscapes`, `voc-aug:/data/VOC2012`), or a
 /// bare path to a dataset folder.
+#[cfg_attr(not(feature = "train"), allow(dead_code))] // datasets feed train/eval/demo
 pub fn open_dataset(spec: &str, split: &str, shapes: &ShapesArgs) -> Result<Box<dyn SegDataset>> {
     let (kind, root) = match spec.parse::<DatasetSource>()? {
         DatasetSource::Disk { kind, root } => (kind, root),
@@ -72,6 +73,7 @@ impl ShapesArgs {
 
 /// Class names and palette of a dataset argument: `shapes`' own, a known layout's fixed
 /// list, or a folder's `classes.json`/`classes.txt`.
+#[cfg_attr(not(feature = "train"), allow(dead_code))]
 pub fn dataset_classes(spec: &str) -> Result<(Vec<String>, Option<Vec<[u8; 3]>>)> {
     match spec.parse::<DatasetSource>()? {
         DatasetSource::Shapes => Ok((

@@ -150,12 +150,15 @@ pub fn parse_wxh(s: &str) -> Result<(u32, u32), String> {
     Ok((w, h))
 }
 
+// The `demo` command (feature `train`) opens segmenters through these two.
+#[cfg_attr(not(feature = "train"), allow(dead_code))]
 pub fn open_segmenter(model: &Path, engine: &str, providers: &[String]) -> Result<Segmenter> {
     open_segmenter_with(model, engine, providers, None)
 }
 
 /// Like [`open_segmenter`], with ONNX Runtime's intra-op thread count (ignored by tract,
 /// which says so on stderr).
+#[cfg_attr(not(feature = "train"), allow(dead_code))]
 pub fn open_segmenter_with(
     model: &Path,
     engine: &str,
@@ -174,6 +177,9 @@ pub fn open_segmenter_strict(
     threads: Option<usize>,
     strict: bool,
 ) -> Result<Segmenter> {
+    // Only the ORT arm reads these; a tract-only build has nothing to configure.
+    #[cfg(not(feature = "ort"))]
+    let _ = (providers, strict);
     let backend = match engine {
         #[cfg(feature = "ort")]
         "ort" => {
