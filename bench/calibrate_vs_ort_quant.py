@@ -2,7 +2,11 @@
 """`segtool calibrate` vs onnxruntime.quantization.quantize_static on the same model and
 images: argmax agreement with fp32 and ONNX Runtime CPU latency of fp32, segtool's int8
 and ORT's int8 (QDQ, symmetric int8 activations and weights, weights per channel), for
-the MinMax and Entropy calibrators.
+the MinMax and Entropy calibrators, and how many Convs ONNX Runtime's optimiser turned
+into QLinearConv (int8 kernels) vs left float (from its optimised-model dump).
+
+A model big enough for int8 to matter: ResNet-18 DANet at 256x512, random weights (see
+build_model in bench/infer_vs_python_ort.py: danet_ref.py -> segtool import -> export).
 
     source "$(bash scripts/setup.sh)"
     $SEGTOOL_PYTHON bench/calibrate_vs_ort_quant.py --model m.onnx \
@@ -118,6 +122,18 @@ def session(path, threads):
     return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
 
 
+def fused_ops(path):
+    """Op counts of ONNX Runtime's optimised graph (CPU, all optimisations): how many
+    Convs became QLinearConv (int8 kernels) and how many stayed float."""
+    out = Path(tempfile.mkdtemp(prefix="calib-opt-")) / "opt.onnx"
+    so = ort.SessionOptions()
+    so.optimized_model_filepath = str(out)
+    so.log_severity_level = 3
+    ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    ops = [n.op_type for n in onnx.load(str(out), load_external_data=False).graph.node]
+    return {k: ops.count(k) for k in ("QLinearConv", "ConvInteger", "Conv", "FusedConv")}
+
+
 def predict(sess, xs):
     name = sess.get_inputs()[0].name
     return [sess.run(None, {name: x})[0].argmax(axis=1) for x in xs]
@@ -198,13 +214,19 @@ def main():
             "latency_ms": latency_ms(sess, evals[0], args.runs),
             "bytes": os.path.getsize(path),
             "calibration_s": sizes.get(name),
+            "ops": fused_ops(path),
         })
     shape = "x".join(map(str, evals[0].shape))
     print(f"{len(calib)} calibration images, {len(evals)} eval images, input {shape}, ORT {ort.__version__} CPU")
-    print(f"{'model':<18} {'agreement':>10} {'latency ms':>11} {'bytes':>10} {'calib s':>8}")
+    base = rows[0]["latency_ms"]
+    print(f"{'model':<18} {'agreement':>10} {'latency ms':>11} {'speedup':>8} {'bytes':>10} {'calib s':>8}"
+          f"  QLinearConv/float Conv")
     for r in rows:
         cs = "" if r["calibration_s"] is None else f"{r['calibration_s']:.2f}"
-        print(f"{r['model']:<18} {r['agreement'] * 100:9.2f}% {r['latency_ms']:11.3f} {r['bytes']:10d} {cs:>8}")
+        o = r["ops"]
+        print(f"{r['model']:<18} {r['agreement'] * 100:9.2f}% {r['latency_ms']:11.3f} "
+              f"{base / r['latency_ms']:7.2f}x {r['bytes']:10d} {cs:>8}  "
+              f"{o['QLinearConv'] + o['ConvInteger']}/{o['Conv'] + o['FusedConv']}")
     if args.out:
         Path(args.out).write_text(json.dumps(rows, indent=2))
 

@@ -1,7 +1,7 @@
 //! INT8 post-training quantisation of segtool models.
 //!
 //! [`calibrate`] exposes the tensors to quantise (activation inputs of every Conv and
-//! MatMul, see [`qdq::plan`]) as extra outputs of a copy of the model, runs calibration
+//! MatMul, and Conv outputs or the Relus after them, see [`qdq::plan`]) as extra outputs of a copy of the model, runs calibration
 //! images through it in ONNX Runtime (CPU) in batches, preprocessed exactly as the runtime
 //! does ([`segtool_runtime::normalise`]), and streams per-tensor statistics: the range
 //! first, then a 2048-bin histogram of `|x|` over `[0, absmax]` ([`stats`]). A calibrator

@@ -1,10 +1,22 @@
-//! The QDQ rewrite: QuantizeLinear/DequantizeLinear pairs on the float activation inputs
-//! of Conv and MatMul, int8 weights behind DequantizeLinear (per output channel, axis 0,
-//! or per tensor). Everything else (attention energies and softmax, Resize, ArgMax,
-//! biases) stays float. Also builds the statistics model (the same graph with the
-//! calibrated tensors as extra outputs).
+//! The QDQ rewrite, laid out so that ONNX Runtime's CPU QDQ selectors fuse it:
 //!
-//! Names are derived from the tensor names (`<t>_quantized`, `<t>_dequantized`,
+//! - Conv (and MatMul) activation inputs read `DequantizeLinear(QuantizeLinear(x))`;
+//! - a Conv's output is quantised too (with the scale of the Relu that follows it, if
+//!   one does: `Conv -> Q -> DQ -> Relu`, exact since the zero point is 0), unless it
+//!   reaches a graph output or an op kept float ([`FLOAT_ONLY`]: Resize, ArgMax, softmax,
+//!   attention), so that `DQ(x), DQ(w), DQ(bias) -> Conv -> Q` becomes QLinearConv;
+//! - weights are int8 behind DequantizeLinear (per output channel, axis 0, or per
+//!   tensor), Conv biases int32 with scale `input_scale * weight_scale`, zero point 0 (as
+//!   ONNX Runtime's quantiser and TensorRT do);
+//! - every consumer of a quantised activation gets its own Q/DQ pair (same scale): ORT's
+//!   x86 kernels take uint8 activations, and its int8 -> uint8 rewrite
+//!   (QDQS8ToU8Transformer) only converts a QuantizeLinear with a single DequantizeLinear
+//!   consumer; a shared pair leaves the consumers as DQ + float Conv.
+//!
+//! Attention energies and softmax, Resize, ArgMax and the logits stay float. Also builds
+//! the statistics model (the same graph with the calibrated tensors as extra outputs).
+//!
+//! Names are derived from the tensor names (`<t>_quantized[_k]`, `<t>_dequantized[_k]`,
 //! `<t>_scale`, `<t>_zero_point`) and nodes are emitted in a fixed order, so the same
 //! thresholds give byte-identical models.
 
@@ -31,15 +43,30 @@ const SHAPE_OPS: &[&str] = &[
     "Cast",
 ];
 
+/// Consumers whose inputs stay float: a Conv output that reaches one of them (directly
+/// or through [`SHAPE_OPS`]) is not quantised.
+pub const FLOAT_ONLY: &[&str] = &[
+    "Resize",
+    "ArgMax",
+    "Softmax",
+    "LogSoftmax",
+    "MultiHeadAttention",
+    "Attention",
+];
+
 /// What gets quantised.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Plan {
-    /// Activation tensors to calibrate and quantise, in graph order.
+    /// Activation tensors to calibrate, in graph order (quantised inputs, and the
+    /// tensors whose thresholds give the scales of quantised outputs).
     pub activations: Vec<String>,
     /// Indices of the nodes whose inputs are rewritten.
     pub nodes: Vec<usize>,
     /// Outputs of the quantised nodes (the per-layer comparison points of the report).
     pub layer_outputs: Vec<String>,
+    /// Conv outputs quantised after their producer: (tensor, tensor whose threshold
+    /// gives its scale: itself, or the output of the Relu that is its only consumer).
+    pub outputs: Vec<(String, String)>,
 }
 
 fn is_default_domain(n: &NodeProto) -> bool {
@@ -51,6 +78,44 @@ pub fn graph(model: &ModelProto) -> Result<&GraphProto, CalibrationError> {
         .graph
         .as_ref()
         .ok_or_else(|| CalibrationError::Model("the model has no graph".into()))
+}
+
+/// Consumers of every tensor: (node index, input slot), in graph order.
+fn consumers(g: &GraphProto) -> HashMap<&str, Vec<(usize, usize)>> {
+    let mut c: HashMap<&str, Vec<(usize, usize)>> = HashMap::new();
+    for (i, n) in g.node.iter().enumerate() {
+        for (slot, t) in n.input.iter().enumerate() {
+            if !t.is_empty() {
+                c.entry(t.as_str()).or_default().push((i, slot));
+            }
+        }
+    }
+    c
+}
+
+/// Whether `t` is a graph output or reaches a [`FLOAT_ONLY`] op (through [`SHAPE_OPS`]).
+fn reaches_float_only(g: &GraphProto, cons: &HashMap<&str, Vec<(usize, usize)>>, t: &str) -> bool {
+    let outputs: HashSet<&str> = g.output.iter().map(|o| o.name.as_str()).collect();
+    let mut stack = vec![t.to_string()];
+    let mut seen = HashSet::new();
+    while let Some(t) = stack.pop() {
+        if !seen.insert(t.clone()) {
+            continue;
+        }
+        if outputs.contains(t.as_str()) {
+            return true;
+        }
+        for &(i, _) in cons.get(t.as_str()).map(Vec::as_slice).unwrap_or(&[]) {
+            let n = &g.node[i];
+            if FLOAT_ONLY.contains(&n.op_type.as_str()) {
+                return true;
+            }
+            if SHAPE_OPS.contains(&n.op_type.as_str()) {
+                stack.extend(n.output.iter().cloned());
+            }
+        }
+    }
+    false
 }
 
 /// Chooses the tensors to quantise. `keep_float` names nodes left alone.
@@ -86,6 +151,7 @@ pub fn plan(model: &ModelProto, keep_float: &[String]) -> Result<Plan, Calibrati
         .iter()
         .flat_map(|n| n.output.iter().map(move |o| (o.as_str(), n)))
         .collect();
+    let cons = consumers(g);
     let from_softmax = |t: &str| {
         let mut t = t.to_string();
         loop {
@@ -126,6 +192,32 @@ pub fn plan(model: &ModelProto, keep_float: &[String]) -> Result<Plan, Calibrati
             if seen.insert(a.to_string()) {
                 plan.activations.push(a.to_string());
             }
+        }
+        if n.op_type != "Conv" {
+            continue;
+        }
+        // The output: through a Relu that is its only consumer, unless it ends float.
+        let out = n.output[0].as_str();
+        let users = cons.get(out).map(Vec::as_slice).unwrap_or(&[]);
+        let source = match users {
+            [(r, 0)]
+                if g.node[*r].op_type == "Relu"
+                    && is_default_domain(&g.node[*r])
+                    && !g.output.iter().any(|o| o.name == out) =>
+            {
+                g.node[*r].output[0].as_str()
+            }
+            _ => out,
+        };
+        if users.is_empty()
+            || reaches_float_only(g, &cons, out)
+            || reaches_float_only(g, &cons, source)
+        {
+            continue;
+        }
+        plan.outputs.push((out.to_string(), source.to_string()));
+        if seen.insert(source.to_string()) {
+            plan.activations.push(source.to_string());
         }
     }
     Ok(plan)
@@ -252,6 +344,41 @@ pub fn quantise_weights(w: &[f32], dims: &[i64], per_channel: bool) -> (Vec<i8>,
     (q, scales)
 }
 
+fn tensor_i32(name: String, dims: Vec<i64>, v: &[i32]) -> TensorProto {
+    TensorProto {
+        dims,
+        data_type: DataType::Int32 as i32,
+        name,
+        raw_data: v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        ..Default::default()
+    }
+}
+
+/// Int32 bias quantisation: `round(b / (input_scale * weight_scale[c]))`, zero point 0.
+/// Returns the values and the scales (one per channel when `weight_scales` has one per
+/// channel, else one).
+pub fn quantise_bias(b: &[f32], input_scale: f32, weight_scales: &[f32]) -> (Vec<i32>, Vec<f32>) {
+    let scales: Vec<f32> = weight_scales.iter().map(|w| input_scale * w).collect();
+    let q = b
+        .iter()
+        .enumerate()
+        .map(|(c, &x)| {
+            let s = if scales.len() == 1 {
+                scales[0]
+            } else {
+                scales[c]
+            };
+            let v = if s > 0.0 && s.is_finite() {
+                (x as f64 / s as f64).round()
+            } else {
+                0.0
+            };
+            v.clamp(i32::MIN as f64, i32::MAX as f64) as i32
+        })
+        .collect();
+    (q, scales)
+}
+
 /// Rewrites `model` into QDQ form. `thresholds` holds every activation of `plan`.
 pub fn rewrite(
     model: &ModelProto,
@@ -265,86 +392,181 @@ pub fn rewrite(
         g.initializer.iter().map(|t| (t.name.as_str(), t)).collect();
     let quantised_nodes: BTreeSet<usize> = plan.nodes.iter().copied().collect();
     let acts: HashSet<&str> = plan.activations.iter().map(String::as_str).collect();
+    let cons = consumers(g);
+    let threshold = |t: &str| {
+        thresholds
+            .get(t)
+            .copied()
+            .ok_or_else(|| CalibrationError::Model(format!("no threshold for {t:?}")))
+    };
+    // Tensor -> tensor whose threshold gives its scale.
+    let mut scale_source: HashMap<&str, &str> = HashMap::new();
+    // Node index -> input slots read through a dedicated Q/DQ pair.
+    let mut slots: BTreeMap<usize, BTreeSet<usize>> = BTreeMap::new();
+    for (t, src) in &plan.outputs {
+        scale_source.insert(t.as_str(), src.as_str());
+        for &(i, slot) in cons.get(t.as_str()).map(Vec::as_slice).unwrap_or(&[]) {
+            slots.entry(i).or_default().insert(slot);
+        }
+    }
+    for &idx in &quantised_nodes {
+        let n = &g.node[idx];
+        for (slot, name) in n.input.iter().enumerate() {
+            if acts.contains(name.as_str()) && (slot == 0 || n.op_type == "MatMul") {
+                scale_source.entry(name.as_str()).or_insert(name.as_str());
+                slots.entry(idx).or_default().insert(slot);
+            }
+        }
+    }
+    let bias_uses = |name: &str| cons.get(name).map_or(0, Vec::len);
 
     let mut new_inits: Vec<TensorProto> = Vec::new();
     let mut weight_nodes: Vec<NodeProto> = Vec::new();
     let mut replaced_weights: BTreeMap<String, String> = BTreeMap::new();
+    let mut weight_scales: HashMap<String, Vec<f32>> = HashMap::new();
     let mut nodes: Vec<NodeProto> = Vec::new();
-    let mut emitted: HashSet<String> = HashSet::new();
+    // Activation scale/zero point initialisers written, and pairs per tensor so far.
+    let mut pairs: BTreeMap<String, usize> = BTreeMap::new();
 
     for (idx, n) in g.node.iter().enumerate() {
+        let mut n = n.clone();
+        // Dedicated Q/DQ pairs for the activation inputs (one per tensor per node). Pair
+        // k > 0 of a tensor gets its own scale initialiser, k ulps above the calibrated
+        // scale: identical QuantizeLinear nodes would be merged back into one by ORT's
+        // constant sharing and common-subexpression elimination.
+        let mut rewired: BTreeMap<String, (String, f32)> = BTreeMap::new();
+        for &slot in slots.get(&idx).into_iter().flatten() {
+            let name = n.input[slot].clone();
+            if let Some((deq, _)) = rewired.get(&name) {
+                n.input[slot] = deq.clone();
+                continue;
+            }
+            let src = scale_source
+                .get(name.as_str())
+                .copied()
+                .unwrap_or(name.as_str());
+            let k = pairs.entry(name.clone()).or_insert(0);
+            let suffix = if *k == 0 {
+                String::new()
+            } else {
+                format!("_{k}")
+            };
+            let scale = f32::from_bits(scale_of(threshold(src)?).to_bits() + *k as u32);
+            let (s, z) = (
+                format!("{name}_scale{suffix}"),
+                format!("{name}_zero_point"),
+            );
+            new_inits.push(tensor_f32(s.clone(), vec![], &[scale]));
+            if *k == 0 {
+                new_inits.push(tensor_i8(z.clone(), vec![], &[0]));
+            }
+            *k += 1;
+            let qn = format!("{name}_quantized{suffix}");
+            let deq = format!("{name}_dequantized{suffix}");
+            nodes.push(node(
+                "QuantizeLinear",
+                format!("{name}_QuantizeLinear{suffix}"),
+                [&name, &s, &z],
+                qn.clone(),
+                None,
+            ));
+            nodes.push(node(
+                "DequantizeLinear",
+                format!("{name}_DequantizeLinear{suffix}"),
+                [&qn, &s, &z],
+                deq.clone(),
+                None,
+            ));
+            rewired.insert(name, (deq.clone(), scale));
+            n.input[slot] = deq;
+        }
         if !quantised_nodes.contains(&idx) {
-            nodes.push(n.clone());
+            nodes.push(n);
             continue;
         }
-        let mut n = n.clone();
+        let original = &g.node[idx];
         let weight_slots: Vec<usize> = match n.op_type.as_str() {
             "Conv" => vec![1],
             _ => (0..n.input.len())
-                .filter(|&i| inits.contains_key(n.input[i].as_str()))
+                .filter(|&i| inits.contains_key(original.input[i].as_str()))
                 .collect(),
         };
-        for slot in 0..n.input.len() {
-            let name = n.input[slot].clone();
-            if weight_slots.contains(&slot) {
-                let deq = format!("{name}_dequantized");
-                if !replaced_weights.contains_key(&name) {
-                    let t = inits[name.as_str()];
-                    let w = float_values(t)?;
-                    // MatMul weights: per tensor (axis 0 is not their output channel).
-                    let pc = per_channel && n.op_type == "Conv";
-                    let (q, scales) = quantise_weights(&w, &t.dims, pc);
-                    let sdims = if pc { vec![t.dims[0]] } else { vec![] };
-                    new_inits.push(tensor_i8(format!("{name}_quantized"), t.dims.clone(), &q));
-                    new_inits.push(tensor_f32(format!("{name}_scale"), sdims.clone(), &scales));
-                    new_inits.push(tensor_i8(
-                        format!("{name}_zero_point"),
+        for &slot in &weight_slots {
+            let name = original.input[slot].clone();
+            let deq = format!("{name}_dequantized");
+            if !replaced_weights.contains_key(&name) {
+                let t = inits[name.as_str()];
+                let w = float_values(t)?;
+                // MatMul weights: per tensor (axis 0 is not their output channel).
+                let pc = per_channel && n.op_type == "Conv";
+                let (q, scales) = quantise_weights(&w, &t.dims, pc);
+                let sdims = if pc { vec![t.dims[0]] } else { vec![] };
+                new_inits.push(tensor_i8(format!("{name}_quantized"), t.dims.clone(), &q));
+                new_inits.push(tensor_f32(format!("{name}_scale"), sdims.clone(), &scales));
+                new_inits.push(tensor_i8(
+                    format!("{name}_zero_point"),
+                    sdims,
+                    &vec![0i8; scales.len()],
+                ));
+                weight_nodes.push(node(
+                    "DequantizeLinear",
+                    format!("{name}_DequantizeLinear"),
+                    [
+                        &format!("{name}_quantized"),
+                        &format!("{name}_scale"),
+                        &format!("{name}_zero_point"),
+                    ],
+                    deq.clone(),
+                    pc.then_some(0),
+                ));
+                replaced_weights.insert(name.clone(), deq.clone());
+                weight_scales.insert(name.clone(), scales);
+            }
+            n.input[slot] = deq;
+        }
+        // Conv bias: int32, scale input_scale * weight_scale (only when this Conv is its
+        // sole user, its input is quantised and its weight scales are known).
+        if n.op_type == "Conv" && n.input.len() >= 3 {
+            let bias = original.input[2].clone();
+            let w_scales = weight_scales.get(&original.input[1]).cloned();
+            let s_in = rewired.get(&original.input[0]).map(|(_, s)| *s);
+            if let (Some(t), Some(ws), Some(s_in), true) = (
+                inits.get(bias.as_str()),
+                w_scales,
+                s_in,
+                bias_uses(&bias) == 1,
+            ) {
+                let b = float_values(t)?;
+                if ws.len() == 1 || ws.len() == b.len() {
+                    let (q, scales) = quantise_bias(&b, s_in, &ws);
+                    let pc = scales.len() > 1;
+                    let sdims = if pc {
+                        vec![scales.len() as i64]
+                    } else {
+                        vec![]
+                    };
+                    let deq = format!("{bias}_dequantized");
+                    new_inits.push(tensor_i32(format!("{bias}_quantized"), t.dims.clone(), &q));
+                    new_inits.push(tensor_f32(format!("{bias}_scale"), sdims.clone(), &scales));
+                    new_inits.push(tensor_i32(
+                        format!("{bias}_zero_point"),
                         sdims,
-                        &vec![0i8; scales.len()],
+                        &vec![0; scales.len()],
                     ));
                     weight_nodes.push(node(
                         "DequantizeLinear",
-                        format!("{name}_DequantizeLinear"),
+                        format!("{bias}_DequantizeLinear"),
                         [
-                            &format!("{name}_quantized"),
-                            &format!("{name}_scale"),
-                            &format!("{name}_zero_point"),
+                            &format!("{bias}_quantized"),
+                            &format!("{bias}_scale"),
+                            &format!("{bias}_zero_point"),
                         ],
                         deq.clone(),
                         pc.then_some(0),
                     ));
-                    replaced_weights.insert(name.clone(), deq.clone());
+                    replaced_weights.insert(bias.clone(), deq.clone());
+                    n.input[2] = deq;
                 }
-                n.input[slot] = deq;
-            } else if acts.contains(name.as_str()) && (slot == 0 || n.op_type == "MatMul") {
-                let deq = format!("{name}_dequantized");
-                if emitted.insert(name.clone()) {
-                    let th = *thresholds.get(&name).ok_or_else(|| {
-                        CalibrationError::Model(format!("no threshold for {name:?}"))
-                    })?;
-                    let (s, z, qn) = (
-                        format!("{name}_scale"),
-                        format!("{name}_zero_point"),
-                        format!("{name}_quantized"),
-                    );
-                    new_inits.push(tensor_f32(s.clone(), vec![], &[scale_of(th)]));
-                    new_inits.push(tensor_i8(z.clone(), vec![], &[0]));
-                    nodes.push(node(
-                        "QuantizeLinear",
-                        format!("{name}_QuantizeLinear"),
-                        [&name, &s, &z],
-                        qn.clone(),
-                        None,
-                    ));
-                    nodes.push(node(
-                        "DequantizeLinear",
-                        format!("{name}_DequantizeLinear"),
-                        [&qn, &s, &z],
-                        deq.clone(),
-                        None,
-                    ));
-                }
-                n.input[slot] = deq;
             }
         }
         nodes.push(n);
@@ -404,5 +626,14 @@ mod tests {
         assert_eq!(s, vec![4.0 / 127.0]);
         assert_eq!(q[7], -127);
         assert_eq!(q[0], 32);
+    }
+
+    #[test]
+    fn bias_quantises_with_input_times_weight_scale() {
+        let (q, s) = quantise_bias(&[0.5, -0.25, 0.0], 0.5, &[0.01, 0.1, 1.0]);
+        assert_eq!(s, vec![0.005, 0.05, 0.5]);
+        assert_eq!(q, vec![100, -5, 0]);
+        let (q, s) = quantise_bias(&[1.0, -1.0], 0.25, &[0.5]);
+        assert_eq!((q, s), (vec![8, -8], vec![0.125]));
     }
 }

@@ -148,8 +148,20 @@ fn qdq_model_runs_in_ort_matches_fp32_and_is_deterministic() {
                 .iter()
                 .map(|n| n.op_type.as_str())
                 .collect();
+            // The input's Q/DQ, the weight's and the int32 bias's DQ; the Conv's output
+            // (the logits, before Resize) stays float.
             assert_eq!(ops.iter().filter(|o| **o == "QuantizeLinear").count(), 1);
-            assert_eq!(ops.iter().filter(|o| **o == "DequantizeLinear").count(), 2);
+            assert_eq!(ops.iter().filter(|o| **o == "DequantizeLinear").count(), 3);
+            let g = q.graph.as_ref().unwrap();
+            let bias = g
+                .initializer
+                .iter()
+                .find(|t| t.name == "B_quantized")
+                .expect("an int32 bias");
+            assert_eq!(
+                bias.data_type,
+                segtool_export::proto::DataType::Int32 as i32
+            );
             let meta = q
                 .metadata_props
                 .iter()
