@@ -118,6 +118,41 @@ fn reaches_float_only(g: &GraphProto, cons: &HashMap<&str, Vec<(usize, usize)>>,
     false
 }
 
+/// Element-wise steps between an attention energy and its softmax (CAM's
+/// `max(E) - E`, scaling): a MatMul whose output reaches a Softmax through these and
+/// [`SHAPE_OPS`] computes energies, which stay float.
+const ENERGY_OPS: &[&str] = &[
+    "Sub",
+    "Neg",
+    "Mul",
+    "Div",
+    "Add",
+    "ReduceMax",
+    "Max",
+    "Expand",
+];
+
+/// Whether `t` feeds a Softmax through [`SHAPE_OPS`] and [`ENERGY_OPS`] only.
+fn reaches_softmax(g: &GraphProto, cons: &HashMap<&str, Vec<(usize, usize)>>, t: &str) -> bool {
+    let mut stack = vec![t.to_string()];
+    let mut seen = HashSet::new();
+    while let Some(t) = stack.pop() {
+        if !seen.insert(t.clone()) {
+            continue;
+        }
+        for &(i, _) in cons.get(t.as_str()).map(Vec::as_slice).unwrap_or(&[]) {
+            let op = g.node[i].op_type.as_str();
+            if op == "Softmax" || op == "LogSoftmax" {
+                return true;
+            }
+            if SHAPE_OPS.contains(&op) || ENERGY_OPS.contains(&op) {
+                stack.extend(g.node[i].output.iter().cloned());
+            }
+        }
+    }
+    false
+}
+
 /// Chooses the tensors to quantise. `keep_float` names nodes left alone.
 pub fn plan(model: &ModelProto, keep_float: &[String]) -> Result<Plan, CalibrationError> {
     let g = graph(model)?;
@@ -175,7 +210,11 @@ pub fn plan(model: &ModelProto, keep_float: &[String]) -> Result<Plan, Calibrati
                 vec![n.input[0].as_str()]
             }
             "MatMul" if n.input.len() == 2 => {
-                if n.input.iter().any(|i| from_softmax(i)) {
+                // Attention stays float: the energies (into a softmax) and the
+                // attention-weighted sum (out of one).
+                if n.input.iter().any(|i| from_softmax(i))
+                    || reaches_softmax(g, &cons, &n.output[0])
+                {
                     continue;
                 }
                 n.input
@@ -635,5 +674,43 @@ mod tests {
         assert_eq!(q, vec![100, -5, 0]);
         let (q, s) = quantise_bias(&[1.0, -1.0], 0.25, &[0.5]);
         assert_eq!((q, s), (vec![8, -8], vec![0.125]));
+    }
+
+    fn node(op: &str, name: &str, inputs: &[&str], outputs: &[&str]) -> NodeProto {
+        NodeProto {
+            op_type: op.into(),
+            name: name.into(),
+            input: inputs.iter().map(|s| s.to_string()).collect(),
+            output: outputs.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn attention_matmuls_stay_float() {
+        // CAM-like: E = X X^T, max(E) - E, softmax, A X; then a projection MatMul.
+        let graph = GraphProto {
+            node: vec![
+                node("MatMul", "energy", &["x", "xt"], &["e"]),
+                node("ReduceMax", "max", &["e"], &["m"]),
+                node("Sub", "flip", &["m", "e"], &["d"]),
+                node("Softmax", "softmax", &["d"], &["a"]),
+                node("MatMul", "weighted", &["a", "x"], &["y"]),
+                node("MatMul", "project", &["y", "p"], &["out"]),
+            ],
+            output: vec![float_output("out")],
+            ..Default::default()
+        };
+        let model = ModelProto {
+            graph: Some(graph),
+            ..Default::default()
+        };
+        let plan = plan(&model, &[]).unwrap();
+        let names: Vec<&str> = plan
+            .nodes
+            .iter()
+            .map(|&i| model.graph.as_ref().unwrap().node[i].name.as_str())
+            .collect();
+        assert_eq!(names, ["project"]);
     }
 }
