@@ -54,6 +54,7 @@ use image::RgbImage;
 use ndarray::Array3;
 use segtool_core::ModelSpec;
 
+pub use accuracy::{AccuracyMode, AccuracyOptions};
 pub use batching::{BatchConfig, BatchError, BatchServer, OrderedStream};
 pub use engine::{load_spec, read_metadata, Engine};
 pub use error::{Result, RuntimeError};
@@ -61,17 +62,16 @@ pub use io_contract::{
     ContractAdapter, EngineInput, EngineOutput, EngineTensor, InputLayout, IoContract, OutputKind,
 };
 #[cfg(feature = "ort")]
-pub use ort_engine::{OrtEngine, OrtOptions, Provider};
-#[cfg(feature = "ort")]
 pub use ort_engine::{CudaOptions, TensorRtOptions, TrtProfile};
-pub use accuracy::{AccuracyOptions, AccuracyMode};
-pub use postprocess::{resize_bilinear, softmax, Upsample};
-pub use preprocess::{prepare, Prepared, PrepareOptions};
-pub use triton::{TritonOptions, write_repository as write_triton_repository};
+#[cfg(feature = "ort")]
+pub use ort_engine::{OrtEngine, OrtOptions, Provider};
 pub use postprocess::{argmax, colorize, overlay, resize_nearest, DEFAULT_ALPHA};
+pub use postprocess::{resize_bilinear, softmax, Upsample};
 pub use preprocess::{normalise, normalise_batch};
+pub use preprocess::{prepare, PrepareOptions, Prepared};
 #[cfg(feature = "tract")]
 pub use tract_engine::TractEngine;
+pub use triton::{write_repository as write_triton_repository, TritonOptions};
 
 /// Which engine [`Segmenter::open`] builds.
 #[derive(Clone, Debug)]
