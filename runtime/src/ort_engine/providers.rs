@@ -78,8 +78,12 @@ pub struct TensorRtOptions {
     pub device_id: i32,
     pub fp16: bool,
     pub int8: bool,
-    /// INT8 calibration table (ONNX Runtime's format, e.g. from its quantisation tools).
+    /// INT8 calibration table: ONNX Runtime's format (e.g. from its quantisation tools),
+    /// or TensorRT's native text cache when `int8_native_calibration_table` is set.
     pub int8_calibration_table: Option<PathBuf>,
+    /// The table is TensorRT's own cache (`TRT-...-EntropyCalibration2` header, as
+    /// `segtool calibrate --trt-cache` writes), not ONNX Runtime's flatbuffer table.
+    pub int8_native_calibration_table: bool,
     /// Keeps built engines between runs (created if missing).
     pub engine_cache_dir: Option<PathBuf>,
     /// Keeps TensorRT's tactic timing cache between runs (created if missing).
@@ -109,6 +113,14 @@ impl TensorRtOptions {
 
     pub fn with_int8_calibration_table(mut self, path: impl Into<PathBuf>) -> Self {
         self.int8_calibration_table = Some(path.into());
+        self
+    }
+
+    /// INT8 with TensorRT's native calibration cache, e.g. `segtool calibrate --trt-cache`.
+    pub fn with_tensorrt_calibration_cache(mut self, path: impl Into<PathBuf>) -> Self {
+        self.int8 = true;
+        self.int8_calibration_table = Some(path.into());
+        self.int8_native_calibration_table = true;
         self
     }
 
@@ -159,6 +171,9 @@ impl TensorRtOptions {
             // survives that join.
             let table = std::path::absolute(table).unwrap_or_else(|_| table.clone());
             trt = trt.with_int8_calibration_table_name(table.display());
+            if self.int8_native_calibration_table {
+                trt = trt.with_int8_use_native_calibration_table(true);
+            }
         }
         if let Some(dir) = &self.engine_cache_dir {
             trt = trt
@@ -380,6 +395,21 @@ mod tests {
         ] {
             assert!(dbg.contains(kv), "{kv} missing from {dbg}");
         }
+        let native = format!(
+            "{:?}",
+            TensorRtOptions::new(0)
+                .with_tensorrt_calibration_cache("/cal/m.calib")
+                .to_ep()
+        );
+        for kv in [
+            r#""trt_int8_enable": "true""#,
+            r#""trt_int8_calibration_table_name": "/cal/m.calib""#,
+            r#""trt_int8_use_native_calibration_table": "true""#,
+        ] {
+            assert!(native.contains(kv), "{kv} missing from {native}");
+        }
+        assert!(!dbg.contains("native"), "{dbg}");
+
         let plain = format!("{:?}", TensorRtOptions::new(0).to_ep());
         assert!(
             !plain.contains("trt_profile") && !plain.contains("int8"),
