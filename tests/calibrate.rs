@@ -5,17 +5,11 @@
 
 mod common;
 
-use std::path::Path;
-use std::process::{Command, Output};
+use common::{p, segtool};
+
+use std::process::Output;
 
 use segtool_runtime::{Backend, OrtOptions, Segmenter};
-
-fn segtool(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_segtool"))
-        .args(args)
-        .output()
-        .expect("segtool runs")
-}
 
 fn ok(out: Output) -> Output {
     assert!(
@@ -25,10 +19,6 @@ fn ok(out: Output) -> Output {
         String::from_utf8_lossy(&out.stdout)
     );
     out
-}
-
-fn p(path: &Path) -> &str {
-    path.to_str().unwrap()
 }
 
 fn agreement(a: &[segtool_runtime::Segmentation], b: &[segtool_runtime::Segmentation]) -> f64 {

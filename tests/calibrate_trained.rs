@@ -4,21 +4,17 @@
 //! must agree with fp32's on at least 98% of the synthetic validation pixels in ONNX
 //! Runtime, for the entropy and the minmax calibrators.
 
-use std::path::Path;
-use std::process::{Command, Output};
+mod common;
+
+use common::{p, segtool};
+
+use std::process::Output;
 use std::time::Instant;
 
 use segtool_runtime::{Backend, OrtOptions, Segmentation, Segmenter};
 
 /// The acceptance threshold (argmax agreement with fp32 on the val images).
 const MIN_AGREEMENT: f64 = 0.98;
-
-fn segtool(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_segtool"))
-        .args(args)
-        .output()
-        .expect("segtool runs")
-}
 
 fn ok(out: Output) -> Output {
     assert!(
@@ -28,10 +24,6 @@ fn ok(out: Output) -> Output {
         String::from_utf8_lossy(&out.stdout)
     );
     out
-}
-
-fn p(path: &Path) -> &str {
-    path.to_str().unwrap()
 }
 
 fn agreement(a: &[Segmentation], b: &[Segmentation]) -> f64 {

@@ -2,15 +2,11 @@
 //! The `segtool` binary end to end on tiny inputs: bad input gives a clear error naming
 //! the file and a non-zero exit, and leaves no half-written output.
 
-use std::path::Path;
-use std::process::{Command, Output};
+mod common;
 
-fn segtool(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_segtool"))
-        .args(args)
-        .output()
-        .expect("segtool runs")
-}
+use common::{p, segtool};
+
+use std::process::Output;
 
 fn assert_fails_naming(out: &Output, needles: &[&str]) {
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -18,10 +14,6 @@ fn assert_fails_naming(out: &Output, needles: &[&str]) {
     for n in needles {
         assert!(stderr.contains(n), "stderr should mention {n:?}: {stderr}");
     }
-}
-
-fn p(path: &Path) -> &str {
-    path.to_str().unwrap()
 }
 
 #[test]

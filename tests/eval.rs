@@ -5,26 +5,17 @@
 
 mod common;
 
+use common::{p, segtool};
+
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::Value;
-
-fn segtool(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_segtool"))
-        .args(args)
-        .output()
-        .expect("segtool runs")
-}
 
 fn ok(out: Output) -> String {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "segtool failed: {stderr}");
     String::from_utf8(out.stdout).unwrap()
-}
-
-fn p(path: &Path) -> &str {
-    path.to_str().unwrap()
 }
 
 /// `tests/reference/eval_confusion.py` on the prediction and mask folders.

@@ -4,19 +4,14 @@
 
 mod common;
 
+use common::{p, segtool};
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 const W: u32 = 48;
 const H: u32 = 32;
-
-fn segtool(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_segtool"))
-        .args(args)
-        .output()
-        .expect("segtool runs")
-}
 
 /// Runs segtool with `stdin` piped in; returns its output.
 fn segtool_stdin(args: &[&str], stdin: &[u8]) -> Output {
@@ -44,10 +39,6 @@ fn ok(out: &Output) {
         "segtool failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-}
-
-fn p(path: &Path) -> &str {
-    path.to_str().unwrap()
 }
 
 /// Deterministic coloured noise with a few solid blocks, so the model sees structure.

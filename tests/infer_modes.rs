@@ -5,8 +5,10 @@
 
 mod common;
 
+use common::{p, segtool};
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 use segtool_runtime::accuracy::{self, AccuracyOptions};
 use segtool_runtime::{load_spec, Backend, InputLayout, OutputKind, Segmenter, TractEngine};
@@ -14,21 +16,10 @@ use segtool_runtime::{load_spec, Backend, InputLayout, OutputKind, Segmenter, Tr
 const W: u32 = 48;
 const H: u32 = 32;
 
-fn segtool(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_segtool"))
-        .args(args)
-        .output()
-        .expect("segtool runs")
-}
-
 fn ok(out: &Output) -> String {
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "segtool failed: {stderr}");
     stderr
-}
-
-fn p(path: &Path) -> &str {
-    path.to_str().unwrap()
 }
 
 /// Deterministic coloured noise with a few solid blocks, so the model sees structure.

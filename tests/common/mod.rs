@@ -2,11 +2,24 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
 
 use segtool_core::{BackboneSpec, ModelSpec};
 use segtool_train::{checkpoint, DaNet};
 use tch::{nn, Kind, Tensor};
+
+/// Runs the `segtool` binary built for this test run.
+pub fn segtool(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_segtool"))
+        .args(args)
+        .output()
+        .expect("segtool runs")
+}
+
+/// A path as the `&str` the command line takes.
+pub fn p(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
 
 /// A DANet whose every variable is random: conv weights (kaiming), biases, BN affine
 /// parameters and running statistics, and non-zero attention gammas (zero would hide
