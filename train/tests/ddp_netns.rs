@@ -123,13 +123,15 @@ fn unsupported() -> Option<String> {
         return Some("no `ip` command (iproute2)".into());
     }
     let probe = format!("segtool-probe-{}", std::process::id());
-    match ip(&["netns", "add", &probe]) {
-        Ok(()) => {
-            let _ = ip(&["netns", "del", &probe]);
-            None
-        }
-        Err(e) => Some(format!("cannot create a network namespace: {e:#}")),
+    if let Err(e) = ip(&["netns", "add", &probe]) {
+        return Some(format!("cannot create a network namespace: {e:#}"));
     }
+    // Some containers allow creating a namespace but not entering it (no /sys remount).
+    let entered = ip(&["netns", "exec", &probe, "true"]);
+    let _ = ip(&["netns", "del", &probe]);
+    entered
+        .err()
+        .map(|e| format!("cannot run a process in a network namespace: {e:#}"))
 }
 
 /// Starts rank `rank` inside its namespace.
@@ -162,7 +164,15 @@ fn two_namespaces_train_over_veth() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let ns = Netns::create().expect("creating the namespaces and veth pair");
+    let ns = match Netns::create() {
+        Ok(ns) => ns,
+        // E.g. a kernel without veth support: the namespaces cannot be joined here.
+        Err(e) => {
+            println!("SKIPPED two_namespaces_train_over_veth: cannot set up the veth pair: {e:#}");
+            eprintln!("SKIPPED two_namespaces_train_over_veth: cannot set up the veth pair: {e:#}");
+            return;
+        }
+    };
     eprintln!(
         "namespaces {:?}, veth {:?}, addresses {:?}",
         ns.names, ns.veth, ns.addrs
