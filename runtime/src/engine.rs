@@ -57,26 +57,7 @@ pub trait Engine: Send {
 
 /// Checks a uint8 NHWC input shape against the model's declared `[N, H, W, 3]`.
 pub(crate) fn check_nhwc_shape(got: &[usize], declared: &[Option<usize>]) -> Result<()> {
-    let fits = got.len() == 4
-        && got[3] == 3
-        && got.iter().all(|&d| d > 0)
-        && declared
-            .iter()
-            .zip(got)
-            .all(|(d, g)| d.is_none_or(|d| d == *g));
-    if fits {
-        return Ok(());
-    }
-    let expected = declared
-        .iter()
-        .zip(["N", "H", "W", "3"])
-        .map(|(d, name)| d.map_or(name.to_string(), |d| d.to_string()))
-        .collect::<Vec<_>>()
-        .join(", ");
-    Err(RuntimeError::InputShape {
-        expected: format!("uint8 [{expected}] (RGB, NHWC)"),
-        got: fmt_shape(got),
-    })
+    check_image_shape(got, declared, 3, ["N", "H", "W", "3"], "uint8", "RGB, NHWC")
 }
 
 /// Checks that a class-map output is `[N, h, w]` for a batch of `n`.
@@ -113,8 +94,28 @@ pub(crate) fn mask_to_u8<T: Copy + TryInto<u8>>(
 
 /// Checks an input shape against the model's declared one (`None` = dynamic dimension).
 pub(crate) fn check_input_shape(got: &[usize], declared: &[Option<usize>]) -> Result<()> {
+    check_image_shape(
+        got,
+        declared,
+        1,
+        ["N", "3", "H", "W"],
+        "f32",
+        "normalised RGB, NCHW",
+    )
+}
+
+/// A rank-4 image batch with 3 channels on `channel_axis`, matching every declared
+/// (fixed) dimension; the error spells the expected shape with `names` for free ones.
+fn check_image_shape(
+    got: &[usize],
+    declared: &[Option<usize>],
+    channel_axis: usize,
+    names: [&str; 4],
+    dtype: &str,
+    layout: &str,
+) -> Result<()> {
     let fits = got.len() == 4
-        && got[1] == 3
+        && got[channel_axis] == 3
         && got.iter().all(|&d| d > 0)
         && declared
             .iter()
@@ -125,14 +126,28 @@ pub(crate) fn check_input_shape(got: &[usize], declared: &[Option<usize>]) -> Re
     }
     let expected = declared
         .iter()
-        .zip(["N", "3", "H", "W"])
+        .zip(names)
         .map(|(d, name)| d.map_or(name.to_string(), |d| d.to_string()))
         .collect::<Vec<_>>()
         .join(", ");
     Err(RuntimeError::InputShape {
-        expected: format!("f32 [{expected}] (normalised RGB, NCHW)"),
+        expected: format!("{dtype} [{expected}] ({layout})"),
         got: fmt_shape(got),
     })
+}
+
+/// The logits of an [`Engine::run_io`] result, for [`Engine::run`]; a class map (a model
+/// exported with `--argmax`) is an error pointing to `run_io`.
+pub(crate) fn expect_logits(out: EngineOutput) -> Result<Array4<f32>> {
+    match out {
+        EngineOutput::Logits(l) => Ok(l),
+        EngineOutput::Mask(_) => Err(RuntimeError::OutputShape {
+            expected: "f32 logits (Engine::run); use Engine::run_io for models exported \
+                       with --argmax"
+                .into(),
+            got: "a class map".into(),
+        }),
+    }
 }
 
 /// Checks that an engine's output is `[N, C, h, w]` logits for an `[N, 3, H, W]` input.

@@ -15,7 +15,7 @@ use tract_onnx::tract_hir::infer::Factoid;
 
 use crate::engine::{
     check_input_shape, check_mask_shape, check_nhwc_shape, check_output_shape, ensure_exists,
-    mask_to_u8, Engine,
+    expect_logits, mask_to_u8, Engine,
 };
 use crate::error::{Result, RuntimeError};
 use crate::io_contract::{EngineInput, EngineOutput, InputLayout, IoContract, OutputKind};
@@ -144,15 +144,7 @@ impl Engine for TractEngine {
     }
 
     fn run(&mut self, input: ArrayView4<f32>) -> Result<Array4<f32>> {
-        match self.run_io(EngineInput::NchwF32(input))? {
-            EngineOutput::Logits(l) => Ok(l),
-            EngineOutput::Mask(_) => Err(RuntimeError::OutputShape {
-                expected: "f32 logits (Engine::run); use Engine::run_io for models exported \
-                           with --argmax"
-                    .into(),
-                got: "a class map".into(),
-            }),
-        }
+        expect_logits(self.run_io(EngineInput::NchwF32(input))?)
     }
 
     fn run_io(&mut self, input: EngineInput<'_>) -> Result<EngineOutput> {
