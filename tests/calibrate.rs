@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{p, segtool};
+use common::{agreement, p, read_images, segtool};
 
 use std::process::Output;
 
@@ -19,20 +19,6 @@ fn ok(out: Output) -> Output {
         String::from_utf8_lossy(&out.stdout)
     );
     out
-}
-
-fn agreement(a: &[segtool_runtime::Segmentation], b: &[segtool_runtime::Segmentation]) -> f64 {
-    let (mut same, mut all) = (0usize, 0usize);
-    for (x, y) in a.iter().zip(b) {
-        same += x
-            .mask
-            .iter()
-            .zip(y.mask.iter())
-            .filter(|(u, v)| u == v)
-            .count();
-        all += x.mask.len();
-    }
-    same as f64 / all as f64
 }
 
 /// Argmax agreement with fp32 that a *random* tiny DANet must reach. Its logits are
@@ -71,17 +57,7 @@ fn calibrate_every_method_runs_in_ort_and_tract_and_is_deterministic() {
     ]));
     let calib_images = data.join("images/train");
     let val_images = data.join("images/val");
-    let imgs: Vec<image::RgbImage> = {
-        let mut files: Vec<_> = std::fs::read_dir(&val_images)
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .collect();
-        files.sort();
-        files
-            .iter()
-            .map(|f| image::open(f).unwrap().to_rgb8())
-            .collect()
-    };
+    let imgs = read_images(&val_images);
     let reference = Segmenter::open(&fp32, Backend::Ort(OrtOptions::new()))
         .unwrap()
         .segment_batch(&imgs)

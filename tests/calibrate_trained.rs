@@ -6,12 +6,12 @@
 
 mod common;
 
-use common::{p, segtool};
+use common::{agreement, p, read_images, segtool};
 
 use std::process::Output;
 use std::time::Instant;
 
-use segtool_runtime::{Backend, OrtOptions, Segmentation, Segmenter};
+use segtool_runtime::{Backend, OrtOptions, Segmenter};
 
 /// The acceptance threshold (argmax agreement with fp32 on the val images).
 const MIN_AGREEMENT: f64 = 0.98;
@@ -24,20 +24,6 @@ fn ok(out: Output) -> Output {
         String::from_utf8_lossy(&out.stdout)
     );
     out
-}
-
-fn agreement(a: &[Segmentation], b: &[Segmentation]) -> f64 {
-    let (mut same, mut all) = (0usize, 0usize);
-    for (x, y) in a.iter().zip(b) {
-        same += x
-            .mask
-            .iter()
-            .zip(y.mask.iter())
-            .filter(|(u, v)| u == v)
-            .count();
-        all += x.mask.len();
-    }
-    same as f64 / all as f64
 }
 
 #[test]
@@ -89,17 +75,7 @@ fn int8_of_a_trained_model_agrees_with_fp32_on_98_percent_of_val_pixels() {
         "--val-count",
         "32",
     ]));
-    let val: Vec<image::RgbImage> = {
-        let mut files: Vec<_> = std::fs::read_dir(data.join("images/val"))
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .collect();
-        files.sort();
-        files
-            .iter()
-            .map(|f| image::open(f).unwrap().to_rgb8())
-            .collect()
-    };
+    let val = read_images(&data.join("images/val"));
     let reference = Segmenter::open(&fp32, Backend::Ort(OrtOptions::new()))
         .unwrap()
         .segment_batch(&val)

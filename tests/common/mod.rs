@@ -16,6 +16,34 @@ pub fn segtool(args: &[&str]) -> Output {
         .expect("segtool runs")
 }
 
+/// Every image in `dir`, in file-name order.
+pub fn read_images(dir: &Path) -> Vec<image::RgbImage> {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    files
+        .iter()
+        .map(|f| image::open(f).unwrap().to_rgb8())
+        .collect()
+}
+
+/// Fraction of pixels on which two runs over the same images predict the same class.
+pub fn agreement(a: &[segtool_runtime::Segmentation], b: &[segtool_runtime::Segmentation]) -> f64 {
+    let (mut same, mut all) = (0usize, 0usize);
+    for (x, y) in a.iter().zip(b) {
+        same += x
+            .mask
+            .iter()
+            .zip(y.mask.iter())
+            .filter(|(u, v)| u == v)
+            .count();
+        all += x.mask.len();
+    }
+    same as f64 / all as f64
+}
+
 /// A path as the `&str` the command line takes.
 pub fn p(path: &Path) -> &str {
     path.to_str().unwrap()
@@ -25,6 +53,11 @@ pub fn p(path: &Path) -> &str {
 /// parameters and running statistics, and non-zero attention gammas (zero would hide
 /// PAM and CAM entirely).
 pub fn random_model(spec: &ModelSpec, seed: i64) -> (nn::VarStore, DaNet) {
+    // libtorch's generator is process-global: tests running in parallel threads would
+    // interleave their draws between `manual_seed` and the last fill, and a seed would
+    // no longer fix the weights. One model is drawn at a time.
+    static DRAWING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _drawing = DRAWING.lock().unwrap_or_else(|e| e.into_inner());
     tch::manual_seed(seed);
     let vs = nn::VarStore::new(tch::Device::Cpu);
     let model = DaNet::new(&vs.root(), spec);
