@@ -33,6 +33,11 @@ pub fn small_bottleneck(output_stride: i64, multi_grid: Option<Vec<i64>>) -> Bac
 /// A model whose every variable is random: weights, biases, BN affine and running
 /// statistics, and non-zero attention gammas (zero gammas would hide PAM/CAM entirely).
 pub fn random_model(spec: &ModelSpec, seed: i64) -> (nn::VarStore, DaNet) {
+    // libtorch's generator is process-global: tests running in parallel threads would
+    // interleave their draws between `manual_seed` and the last fill, and a seed would
+    // no longer fix the weights. One model is drawn at a time.
+    static DRAWING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _drawing = DRAWING.lock().unwrap_or_else(|e| e.into_inner());
     tch::manual_seed(seed);
     let vs = nn::VarStore::new(tch::Device::Cpu);
     let model = DaNet::new(&vs.root(), spec);
