@@ -13,7 +13,14 @@ with torch.save; `segtool import` turns it into a checkpoint; `segtool export` w
 the `ort` and `tract` profiles; torch.onnx.export writes the same model (fused output
 only, dynamic batch/height/width, opset 17, constant folding, the TorchScript exporter
 that mmdeploy uses). Every (model, size) runs in its own subprocess; latency is the
-median of --runs after one warm-up, peak RSS is the subprocess's ru_maxrss (os.wait4).
+median of --runs after one warm-up, peak RSS is the subprocess's own VmHWM.
+
+--shapes static (in the default `dynamic static`) adds a fixed-shape pair per size: ours
+with `--input-size SxS`, torch.onnx.export without dynamic_axes at SxS. It matters for
+memory: ORT's NCHWc convolutions lose symbolic dimensions in shape inference, so in a
+dynamic graph its planner cannot prove the residual Sum input and the output have the
+same size and allocates a fresh buffer for every bottleneck's output (no in-place), for
+either exporter. With fixed shapes the in-place reuse happens.
 """
 import argparse, json, os, subprocess, sys, time
 
@@ -75,19 +82,26 @@ def measure(cmd):
     return r, r["vm_hwm_kib"] / 1024 if "vm_hwm_kib" in r else ru.ru_maxrss / 1024
 
 
-def build(work, segtool):
-    paths = {k: os.path.join(work, f"{k}.onnx") for k in ("ours_ort", "ours_tract", "torch")}
+def model_paths(work, static_sizes):
+    keys = ["ours_ort", "ours_tract", "torch"]
+    keys += [f"{k}_{s}" for s in static_sizes for k in ("ours_ort", "torch")]
+    return {k: os.path.join(work, f"{k}.onnx") for k in keys}
+
+
+def build(work, segtool, static_sizes):
+    paths = model_paths(work, static_sizes)
     if all(os.path.exists(p) for p in paths.values()):
         return paths
     # In a child, so that the measuring parent stays small.
-    subprocess.run([sys.executable, __file__, "--build", work], check=True)
+    subprocess.run([sys.executable, __file__, "--build", work, "--static-sizes",
+                    *map(str, static_sizes)], check=True)
     return paths
 
 
-def build_models(work, segtool):
+def build_models(work, segtool, static_sizes):
     import torch
     from danet_ref import DANet
-    paths = {k: os.path.join(work, f"{k}.onnx") for k in ("ours_ort", "ours_tract", "torch")}
+    paths = model_paths(work, static_sizes)
     torch.manual_seed(0)
     model = DANet(SPEC).eval()
     with torch.no_grad():
@@ -103,11 +117,16 @@ def build_models(work, segtool):
     pth = os.path.join(work, "danet_r50.pth")
     torch.save(model.state_dict(), pth)
     ckpt = os.path.join(work, "danet_r50.safetensors")
-    subprocess.run([segtool, "import", "--from", pth, "--backbone", "resnet50", "--classes", "19",
-                    "--mode", "full", "--out", ckpt], check=True)
-    for target, key in (("ort", "ours_ort"), ("tract", "ours_tract")):
-        subprocess.run([segtool, "export", "--checkpoint", ckpt, "--onnx", paths[key],
-                        "--target", target, "--max-size", "1024x1024"], check=True)
+    if not os.path.exists(ckpt):
+        subprocess.run([segtool, "import", "--from", pth, "--backbone", "resnet50", "--classes",
+                        "19", "--mode", "full", "--out", ckpt], check=True)
+    exports = [("ort", "ours_ort", ["--max-size", "1024x1024"]),
+               ("tract", "ours_tract", ["--max-size", "1024x1024"])]
+    exports += [("ort", f"ours_ort_{s}", ["--input-size", f"{s}x{s}"]) for s in static_sizes]
+    for target, key, shape_args in exports:
+        if not os.path.exists(paths[key]):
+            subprocess.run([segtool, "export", "--checkpoint", ckpt, "--onnx", paths[key],
+                            "--target", target, *shape_args], check=True)
 
     class Fused(torch.nn.Module):
         def __init__(self, m):
@@ -117,24 +136,33 @@ def build_models(work, segtool):
         def forward(self, x):
             return self.m(x)[0]
 
-    t = time.perf_counter()
-    torch.onnx.export(Fused(model), torch.randn(1, 3, 512, 512), paths["torch"], opset_version=17,
-                      input_names=["image"], output_names=["logits"], do_constant_folding=True,
-                      dynamic_axes={"image": {0: "batch", 2: "height", 3: "width"},
-                                    "logits": {0: "batch", 2: "height", 3: "width"}},
-                      dynamo=False)
-    print(f"torch.onnx.export: {time.perf_counter() - t:.1f} s", file=sys.stderr)
+    dynamic = {"image": {0: "batch", 2: "height", 3: "width"},
+               "logits": {0: "batch", 2: "height", 3: "width"}}
+    torch_exports = [("torch", 512, dynamic)] + [(f"torch_{s}", s, None) for s in static_sizes]
+    for key, size, axes in torch_exports:
+        if os.path.exists(paths[key]):
+            continue
+        t = time.perf_counter()
+        torch.onnx.export(Fused(model), torch.randn(1, 3, size, size), paths[key],
+                          opset_version=17, input_names=["image"], output_names=["logits"],
+                          do_constant_folding=True, dynamic_axes=axes, dynamo=False)
+        print(f"torch.onnx.export {key}: {time.perf_counter() - t:.1f} s", file=sys.stderr)
     return paths
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", type=int, nargs="+", default=[512, 1024])
+    ap.add_argument("--shapes", nargs="+", choices=["dynamic", "static"],
+                    default=["dynamic", "static"],
+                    help="dynamic: one model per exporter with symbolic batch/height/width; "
+                         "static: one model per exporter and size")
     ap.add_argument("--runs", type=int, default=2)
     ap.add_argument("--work", default="/tmp/segtool-bench")
     ap.add_argument("--child", nargs=3)
     ap.add_argument("--no-tract", action="store_true")
     ap.add_argument("--build")
+    ap.add_argument("--static-sizes", type=int, nargs="*", default=[])
     ap.add_argument("--no-mem-pattern", action="store_true",
                     help="ORT enable_mem_pattern=False for both models (a memory-conscious setting)")
     a = ap.parse_args()
@@ -144,35 +172,46 @@ def main():
     if a.child:
         return child_ort(a.child[0], int(a.child[1]), int(a.child[2]))
     if a.build:
-        return build_models(a.build, segtool)
+        return build_models(a.build, segtool, a.static_sizes)
     os.makedirs(a.work, exist_ok=True)
     bench = os.path.join(ROOT, "target", "debug", "examples", "engine_bench")
-    paths = build(a.work, segtool)
+    static_sizes = a.sizes if "static" in a.shapes else []
+    paths = build(a.work, segtool, static_sizes)
     for k, p in paths.items():
-        print(f"{k:10} {os.path.getsize(p) / 1e6:7.1f} MB  {p}")
+        print(f"{k:15} {os.path.getsize(p) / 1e6:7.1f} MB  {p}")
     rows = []
+
+    def record(size, shapes, key, engine, r, rss):
+        rows.append((size, shapes, key, engine, r, rss))
+        print(json.dumps({"size": size, "shapes": shapes, "model": key, **r,
+                          "peak_rss_mib": round(rss)}), flush=True)
+
     for size in a.sizes:
-        for key in ("ours_ort", "torch"):
-            r, rss = measure([sys.executable, __file__, "--child", paths[key], str(size), str(a.runs)])
-            rows.append((size, key, "onnxruntime cpu x2", r, rss))
-            print(json.dumps({"size": size, "model": key, **r, "peak_rss_mib": round(rss)}), flush=True)
+        for shapes in a.shapes:
+            suffix = "" if shapes == "dynamic" else f"_{size}"
+            for key in ("ours_ort", "torch"):
+                r, rss = measure([sys.executable, __file__, "--child", paths[key + suffix],
+                                  str(size), str(a.runs)])
+                record(size, shapes, key, "onnxruntime cpu x2", r, rss)
         if not a.no_tract:
             r, rss = measure([bench, paths["ours_tract"], "tract", str(size), str(size), str(a.runs)])
-            rows.append((size, "ours_tract", "tract (default executor)", r, rss))
-            print(json.dumps({"size": size, "model": "ours_tract", **r, "peak_rss_mib": round(rss)}), flush=True)
+            record(size, "dynamic", "ours_tract", "tract (default executor)", r, rss)
     print()
-    print(f"{'size':>9} {'model':12} {'engine':26} {'median ms':>10} {'first ms':>9} {'peak RSS MiB':>13}")
-    for size, key, eng, r, rss in rows:
+    print(f"{'size':>9} {'shapes':8} {'model':11} {'engine':25} {'median ms':>10} {'first ms':>9} "
+          f"{'peak RSS MiB':>13}")
+    for size, shapes, key, eng, r, rss in rows:
+        head = f"{size:>4}x{size:<4} {shapes:8} {key:11} {eng:25}"
         if "error" in r:
-            print(f"{size:>4}x{size:<4} {key:12} {eng:26} ERROR {r['error'][:200]}")
+            print(f"{head} ERROR {r['error'][:200]}")
             continue
-        print(f"{size:>4}x{size:<4} {key:12} {eng:26} {r['median_ms']:10.0f} {r['first_ms']:9.0f} {rss:13.0f}")
-    by = {(size, key): (r, rss) for size, key, _, r, rss in rows if "error" not in r}
+        print(f"{head} {r['median_ms']:10.0f} {r['first_ms']:9.0f} {rss:13.0f}")
+    by = {(size, shapes, key): (r, rss) for size, shapes, key, _, r, rss in rows if "error" not in r}
     for size in a.sizes:
-        if (size, "ours_ort") in by and (size, "torch") in by:
-            (o, orss), (t, trss) = by[(size, "ours_ort")], by[(size, "torch")]
-            print(f"{size}x{size}: ours/torch latency {o['median_ms'] / t['median_ms']:.2f}, "
-                  f"peak RSS {orss / trss:.1%}")
+        for shapes in a.shapes:
+            if (size, shapes, "ours_ort") in by and (size, shapes, "torch") in by:
+                (o, orss), (t, trss) = by[(size, shapes, "ours_ort")], by[(size, shapes, "torch")]
+                print(f"{size}x{size} {shapes}: ours/torch latency "
+                      f"{o['median_ms'] / t['median_ms']:.2f}, peak RSS {orss / trss:.1%}")
 
 
 if __name__ == "__main__":

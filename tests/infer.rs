@@ -97,7 +97,7 @@ fn glob_raw_frames_logits_and_bench() {
     let pred = d.join("pred");
     // Glob (quoted: segtool expands it): img0..img2, not other.png or notes.txt.
     let pattern = format!("{}/img*.png", p(&d.join("imgs")));
-    ok(&segtool(&[
+    let first = segtool(&[
         "infer",
         "--model",
         p(&onnx),
@@ -111,7 +111,11 @@ fn glob_raw_frames_logits_and_bench() {
         "2",
         "--threads",
         "1",
-    ]));
+    ]);
+    ok(&first);
+    // All three share one size, so the session was fixed to it (and said so).
+    let summary = String::from_utf8_lossy(&first.stdout);
+    assert!(summary.contains(&format!("fixed {H}x{W}")), "{summary}");
     for i in 0..3 {
         for suffix in ["mask.png", "overlay.png", "labels.png", "logits.npy"] {
             assert!(pred.join(format!("img{i}_{suffix}")).is_file(), "{suffix}");
@@ -142,6 +146,27 @@ fn glob_raw_frames_logits_and_bench() {
         let shape = String::from_utf8_lossy(&out.stdout);
         assert_eq!(shape.trim(), format!("(5, {H}, {W})"));
         assert_eq!(std::fs::read(&argmax).unwrap(), png_labels[i], "image {i}");
+    }
+
+    // The dynamic-shape session gives the same masks (batch 2 then 1, like above).
+    let dynamic = d.join("pred_dynamic");
+    let out = segtool(&[
+        "infer",
+        "--model",
+        p(&onnx),
+        "--input",
+        &pattern,
+        "--out",
+        p(&dynamic),
+        "--labels",
+        "--batch-size",
+        "2",
+        "--dynamic-shapes",
+    ]);
+    ok(&out);
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("fixed"));
+    for (i, want) in png_labels.iter().enumerate() {
+        assert_eq!(&labels(&dynamic.join(format!("img{i}_labels.png"))), want);
     }
 
     // Explicit files, a folder and a glob mixed; duplicates are dropped, same outputs.

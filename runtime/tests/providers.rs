@@ -161,3 +161,33 @@ fn auto_backend_falls_back_to_tract_when_ort_cannot_load() {
         assert_eq!(seg.engine().name(), "onnxruntime");
     }
 }
+
+#[test]
+fn fixed_input_size_gives_the_same_logits_and_refuses_other_sizes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = model(dir.path());
+    let cpu = OrtOptions::new().with_intra_threads(1);
+    let Some(dynamic) = open(&path, &cpu) else {
+        return;
+    };
+    let mut dynamic = dynamic.unwrap();
+    let mut fixed = open(&path, &cpu.clone().with_fixed_input_size(6, 5))
+        .unwrap()
+        .unwrap();
+    let x = ndarray::Array4::from_shape_fn((2, 3, 6, 5), |(n, c, y, x)| {
+        (n * 7 + c * 5 + y * 3 + x) as f32 * 0.1 - 1.0
+    });
+    let want = dynamic.run(x.view()).unwrap();
+    // A batch of 2 and then of 1: the batch stays dynamic.
+    assert_eq!(fixed.run(x.view()).unwrap(), want);
+    let one = x.slice(ndarray::s![..1, .., .., ..]);
+    assert_eq!(fixed.run(one).unwrap(), dynamic.run(one).unwrap());
+
+    let other = ndarray::Array4::<f32>::zeros((1, 3, 4, 4));
+    let err = fixed.run(other.view()).unwrap_err().to_string();
+    assert!(
+        err.contains('6') && err.contains('5') && err.contains('4'),
+        "{err}"
+    );
+    assert!(dynamic.run(other.view()).is_ok());
+}

@@ -50,6 +50,10 @@ pub struct Args {
     /// A requested execution provider that does not load is an error, not a CPU fallback.
     #[arg(long)]
     pub strict: bool,
+    /// Keep the model's symbolic height/width instead of building the ONNX Runtime
+    /// session for --size (what `segtool infer` does when all inputs share a size).
+    #[arg(long)]
+    pub dynamic_shapes: bool,
 }
 
 fn parse_hxw(s: &str) -> Result<(u32, u32), String> {
@@ -110,12 +114,15 @@ pub fn run(args: Args) -> Result<()> {
     }
     let iterations = args.iterations.unwrap_or(20);
     let (h, w) = args.size;
+    let fixed_size =
+        (!args.dynamic_shapes && args.engine == "ort").then_some((h as usize, w as usize));
     let mut seg = super::infer::open_segmenter_strict(
         &args.model,
         &args.engine,
         &args.providers,
         args.threads,
         args.strict,
+        fixed_size,
     )?;
     let contract = seg.contract();
     let spec = seg.spec().clone();
@@ -198,6 +205,7 @@ pub fn run(args: Args) -> Result<()> {
         "fallback_reason": fallback,
         "threads": args.threads,
         "size": { "height": h, "width": w },
+        "shapes": if fixed_size.is_some() { "fixed" } else { "dynamic" },
         "classes": spec.num_classes(),
         "contract": contract.to_string(),
         "warmup": args.warmup,
@@ -207,10 +215,15 @@ pub fn run(args: Args) -> Result<()> {
     });
 
     println!(
-        "model {}  engine {engine_name}  provider {provider}  threads {}  size {h}x{w}",
+        "model {}  engine {engine_name}  provider {provider}  threads {}  size {h}x{w}{}",
         args.model.display(),
         args.threads
-            .map_or_else(|| "default".to_string(), |t| t.to_string())
+            .map_or_else(|| "default".to_string(), |t| t.to_string()),
+        if fixed_size.is_some() {
+            " (session fixed to it)"
+        } else {
+            ""
+        }
     );
     println!(
         "{:>5} {:>6} {:>9} {:>9} {:>9} {:>9} {:>8} {:>10} {:>8} {:>8}",

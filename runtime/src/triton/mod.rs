@@ -192,6 +192,7 @@ mod tests {
             name: name.into(),
             elem_type,
             dims: dims.to_vec(),
+            dim_names: vec![None; dims.len()],
         }
     }
 
@@ -202,11 +203,17 @@ mod tests {
         let w = [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]];
         std::fs::write(&path, tiny_model_bytes(&tiny_spec(3), &w, &[0.0; 3])).unwrap();
         let io = model_io(&path).unwrap();
+        let symbolic = |mut t: TensorInfo| {
+            t.dim_names = ["batch", "", "height", "width"]
+                .map(|s| (!s.is_empty()).then(|| s.to_string()))
+                .to_vec();
+            t
+        };
         assert_eq!(
             io,
             ModelIo {
-                inputs: vec![tensor("image", 1, &[None, Some(3), None, None])],
-                outputs: vec![tensor("logits", 1, &[None, Some(3), None, None])],
+                inputs: vec![symbolic(tensor("image", 1, &[None, Some(3), None, None]))],
+                outputs: vec![symbolic(tensor("logits", 1, &[None, Some(3), None, None]))],
             }
         );
         let opts = TritonOptions::new()

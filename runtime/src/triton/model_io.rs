@@ -1,8 +1,9 @@
 //! Reading a model's graph inputs and outputs ([`model_io`]) from an ONNX file without
-//! loading its weights: a streaming protobuf reader walks `ModelProto.graph`, skips the
-//! initializer data and decodes the `ValueInfoProto`s into [`TensorInfo`] (name, ONNX
-//! element type, dims). Separate because it is the only part of the Triton support that
-//! parses the ONNX wire format; the byte-level decoding is shared with
+//! loading its weights: a streaming protobuf reader walks `ModelProto.graph`, reads only
+//! the name of each initializer (seeking past its data) and decodes the `ValueInfoProto`s
+//! into [`TensorInfo`] (name, ONNX element type, dims and their symbolic names). Used by
+//! the Triton support and by `OrtOptions::with_fixed_input_size` (which needs the input's
+//! symbolic dimension names); the byte-level decoding is shared with
 //! `engine::read_metadata` through `crate::onnx_scan`.
 
 use std::path::Path;
@@ -16,6 +17,8 @@ pub struct TensorInfo {
     pub name: String,
     pub elem_type: i32,
     pub dims: Vec<Option<i64>>,
+    /// Each dim's symbolic name (`dim_param`, e.g. `height`), where it has one.
+    pub dim_names: Vec<Option<String>>,
 }
 
 impl TensorInfo {
@@ -65,28 +68,25 @@ pub fn model_io(path: impl AsRef<Path>) -> Result<ModelIo> {
             while r.0.pos < end {
                 let (field, wire) = r.key()?;
                 match (field, wire) {
-                    (11 | 12 | 5, 2) => {
+                    (5, 2) => {
+                        let n = r.varint()?;
+                        if let Some(name) = r.tensor_name(r.0.pos + n)? {
+                            initializers.insert(name);
+                        }
+                    }
+                    (11 | 12, 2) => {
                         let n = r.varint()?;
                         let buf = r.bytes(n)?;
-                        match field {
-                            5 => {
-                                if let Some(name) = tensor_name(&buf) {
-                                    initializers.insert(name);
-                                }
-                            }
-                            _ => {
-                                let info = value_info(&buf).ok_or_else(|| {
-                                    r.invalid(format!(
-                                        "malformed graph {} entry",
-                                        if field == 11 { "input" } else { "output" }
-                                    ))
-                                })?;
-                                if field == 11 {
-                                    inputs.push(info)
-                                } else {
-                                    outputs.push(info)
-                                }
-                            }
+                        let info = value_info(&buf).ok_or_else(|| {
+                            r.invalid(format!(
+                                "malformed graph {} entry",
+                                if field == 11 { "input" } else { "output" }
+                            ))
+                        })?;
+                        if field == 11 {
+                            inputs.push(info)
+                        } else {
+                            outputs.push(info)
                         }
                     }
                     (_, w) => r.skip_value(w, end)?,
@@ -152,14 +152,29 @@ impl Reader {
     fn bytes(&mut self, n: u64) -> Result<Vec<u8>> {
         self.0.read(n)
     }
-}
 
-/// `TensorProto.name` (field 8).
-fn tensor_name(buf: &[u8]) -> Option<String> {
-    fields(buf)?.into_iter().find_map(|(f, v)| match (f, v) {
-        (8, Value::Bytes(b)) => String::from_utf8(b.to_vec()).ok(),
-        _ => None,
-    })
+    /// `TensorProto.name` (field 8) of the initializer ending at `end`, leaving the
+    /// reader at `end`. Other fields, the weight bytes among them, are skipped by seeking,
+    /// so a 2 GB model is scanned without reading its weights.
+    fn tensor_name(&mut self, end: u64) -> Result<Option<String>> {
+        let mut name = None;
+        while self.0.pos < end {
+            let (field, wire) = self.key()?;
+            if (field, wire) == (8, 2) {
+                let n = self.varint()?;
+                if self.0.pos + n > end {
+                    return Err(self.invalid(format!(
+                        "an initializer name at byte {} runs past its tensor",
+                        self.0.pos
+                    )));
+                }
+                name = String::from_utf8(self.bytes(n)?).ok();
+            } else {
+                self.skip_value(wire, end)?;
+            }
+        }
+        Ok(name)
+    }
 }
 
 /// `ValueInfoProto { name = 1; type = 2 { tensor_type = 1 { elem_type = 1; shape = 2 {
@@ -182,19 +197,23 @@ fn value_info(buf: &[u8]) -> Option<TensorInfo> {
     }
     let mut elem_type = 0;
     let mut dims = Vec::new();
+    let mut dim_names = Vec::new();
     for (f, v) in fields(tensor?)? {
         match (f, v) {
             (1, Value::Varint(t)) => elem_type = t as i32,
             (2, Value::Bytes(shape)) => {
                 for (f, v) in fields(shape)? {
                     if let (1, Value::Bytes(dim)) = (f, v) {
-                        let mut d = None;
+                        let (mut d, mut symbol) = (None, None);
                         for (f, v) in fields(dim)? {
-                            if let (1, Value::Varint(n)) = (f, v) {
-                                d = Some(n as i64);
+                            match (f, v) {
+                                (1, Value::Varint(n)) => d = Some(n as i64),
+                                (2, Value::Bytes(p)) => symbol = String::from_utf8(p.to_vec()).ok(),
+                                _ => {}
                             }
                         }
                         dims.push(d);
+                        dim_names.push(symbol.filter(|s| !s.is_empty()));
                     }
                 }
             }
@@ -205,5 +224,6 @@ fn value_info(buf: &[u8]) -> Option<TensorInfo> {
         name: name?,
         elem_type,
         dims,
+        dim_names,
     })
 }

@@ -52,7 +52,18 @@ impl Args {
 
 /// `--devices` / `--cpu-sessions`: one session per device (or CPU session), each
 /// reported with its provider and any fallback, behind a batch server.
-pub(super) fn open_server(args: &Args, keep_logits: bool) -> Result<(BatchServer, String)> {
+pub(super) fn open_server(
+    args: &Args,
+    keep_logits: bool,
+    fixed_size: Option<(usize, usize)>,
+) -> Result<(BatchServer, String)> {
+    #[cfg(feature = "ort")]
+    let fix = |options: segtool_runtime::OrtOptions| match fixed_size {
+        Some((h, w)) => options.with_fixed_input_size(h, w),
+        None => options,
+    };
+    #[cfg(not(feature = "ort"))]
+    let _ = fixed_size;
     let sessions: Vec<(String, Backend)> = if !args.devices.is_empty() {
         #[cfg(feature = "ort")]
         {
@@ -68,7 +79,7 @@ pub(super) fn open_server(args: &Args, keep_logits: bool) -> Result<(BatchServer
                     if let Some(n) = args.threads {
                         options = options.with_intra_threads(n);
                     }
-                    (format!("cuda:{d}"), Backend::Ort(options))
+                    (format!("cuda:{d}"), Backend::Ort(fix(options)))
                 })
                 .collect()
         }
@@ -89,7 +100,7 @@ pub(super) fn open_server(args: &Args, keep_logits: bool) -> Result<(BatchServer
                         if let Some(n) = args.threads {
                             options = options.with_intra_threads(n);
                         }
-                        Ok(Backend::Ort(options))
+                        Ok(Backend::Ort(fix(options)))
                     }
                     "tract" => Ok(Backend::Tract),
                     other => Err(anyhow::anyhow!("unknown engine {other:?} (ort, tract)")),
