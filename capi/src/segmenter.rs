@@ -56,6 +56,16 @@ fn open(path: &Path, opts: &segtool_options) -> Result<segtool_segmenter, Error>
     if opts.intra_threads > 0 {
         ort = ort.with_intra_threads(opts.intra_threads as usize);
     }
+    match (opts.fixed_height, opts.fixed_width) {
+        (0, 0) => {}
+        (0, _) | (_, 0) => {
+            return Err(Error::invalid(format!(
+                "fixed_height {} and fixed_width {}: give both, or 0 and 0 for any size",
+                opts.fixed_height, opts.fixed_width
+            )))
+        }
+        (h, w) => ort = ort.with_fixed_input_size(h as usize, w as usize),
+    }
     if let Some(lib) = ort_library {
         ort = ort.with_dylib_path(lib);
     }

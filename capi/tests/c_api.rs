@@ -54,16 +54,23 @@ fn rust_class_map(model: &Path) -> Vec<u8> {
     mask.iter().copied().collect()
 }
 
-/// The directory holding the `libsegtool.so` built alongside this test binary
-/// (`target/<profile>/`, or its `deps/` when cargo did not uplift it).
+/// The directory holding the `libsegtool.so` built alongside this test binary: its
+/// `deps/` or `target/<profile>/` (where `cargo build` uplifts it), whichever copy is
+/// newer, since `cargo test` rebuilds only the one in `deps/`.
 fn lib_dir() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let deps = exe.parent().unwrap();
     let candidates = [deps.parent().unwrap().to_path_buf(), deps.to_path_buf()];
+    let modified = |d: &PathBuf| {
+        std::fs::metadata(d.join("libsegtool.so"))
+            .and_then(|m| m.modified())
+            .ok()
+    };
     candidates
         .iter()
-        .find(|d| d.join("libsegtool.so").is_file())
-        .cloned()
+        .filter_map(|d| Some((modified(d)?, d)))
+        .max()
+        .map(|(_, d)| d.clone())
         .unwrap_or_else(|| {
             panic!(
                 "libsegtool.so not found in {candidates:?}; cargo builds it (crate-type \
@@ -127,7 +134,15 @@ fn run_c(wrapper: &[&str], engine: &str) -> (Output, Option<Vec<u8>>) {
         }
         None => Command::new(c_program()),
     };
+    // cargo's LD_LIBRARY_PATH (which outranks the program's RUNPATH) may list a stale
+    // uplifted copy first: put the library the program was linked against ahead of it.
+    let mut library_path = std::ffi::OsString::from(lib_dir());
+    if let Some(old) = std::env::var_os("LD_LIBRARY_PATH") {
+        library_path.push(":");
+        library_path.push(old);
+    }
     let output = cmd
+        .env("LD_LIBRARY_PATH", library_path)
         .arg(&model)
         .arg(&garbage)
         .arg(engine)

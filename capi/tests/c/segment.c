@@ -136,6 +136,46 @@ static void error_paths(const char *model, const char *garbage, const segtool_op
     CHECK(strcmp(segtool_last_error(), "") == 0, "a successful call clears the message");
 }
 
+/* A segmenter fixed to W x H: same map; ONNX Runtime refuses another size (tract ignores
+   the fixed size); only one of the two sides given is an error. */
+static void fixed_size(const char *model, const segtool_options *base, const uint8_t *img) {
+    segtool_options opts = *base;
+    opts.fixed_height = H;
+    opts.fixed_width = 0;
+    segtool_segmenter *seg = NULL;
+    CHECK(segtool_open(model, &opts, &seg) == SEGTOOL_ERR_INVALID_ARGUMENT && seg == NULL,
+          "fixed_height without fixed_width");
+    CHECK(strstr(segtool_last_error(), "fixed_width") != NULL, "names the missing side");
+
+    opts.fixed_width = W;
+    CHECK(segtool_open(model, &opts, &seg) == SEGTOOL_OK && seg != NULL, "open fixed: %s",
+          segtool_last_error());
+    if (!seg)
+        return;
+    segtool_result *res = NULL;
+    CHECK(segtool_segment(seg, img, W, H, STRIDE, &res) == SEGTOOL_OK && res, "fixed run");
+    if (res) {
+        const uint8_t *map = segtool_result_class_map(res);
+        for (int y = 0; y < 3; y++)
+            for (int x = 0; x < W; x++)
+                CHECK(map[y * W + x] == y, "fixed: pixel (%d,%d) is class %d", x, y,
+                      map[y * W + x]);
+        segtool_result_free(res);
+    }
+    res = NULL;
+    segtool_status st = segtool_segment(seg, img, W / 2, H, STRIDE, &res);
+    char why[512]; /* copied: the next call clears the message */
+    snprintf(why, sizeof why, "%s", segtool_last_error());
+    if (strcmp(segtool_engine_name(seg), "onnxruntime") == 0) {
+        CHECK(st == SEGTOOL_ERR_INVALID_ARGUMENT && res == NULL, "other size refused: %d", st);
+        CHECK(strstr(why, "shape") != NULL, "says why: %s", why);
+    } else {
+        CHECK(st == SEGTOOL_OK, "tract ignores the fixed size: %d", st);
+    }
+    segtool_result_free(res);
+    segtool_close(seg);
+}
+
 int main(int argc, char **argv) {
     if (argc != 5) {
         fprintf(stderr, "usage: %s <model> <garbage> <tract|ort|auto> <out>\n", argv[0]);
@@ -208,6 +248,7 @@ int main(int argc, char **argv) {
         segtool_result_free(res);
     }
 
+    fixed_size(model, &opts, img);
     error_paths(model, garbage, &opts, seg);
     segtool_close(seg);
 
