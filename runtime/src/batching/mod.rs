@@ -56,9 +56,11 @@
 //!     .with_max_batch(4)
 //!     .with_max_wait(Duration::from_millis(5))
 //!     .with_queue_capacity(32);
-//! // One session per GPU.
+//! // One session per GPU, planned for the camera's 1024x512 frames.
 //! let server = BatchServer::from_factory(config, load_spec("model.onnx")?, 2, |gpu| {
-//!     let options = OrtOptions::new().with_provider(Provider::Cuda { device_id: gpu as i32 });
+//!     let options = OrtOptions::new()
+//!         .with_provider(Provider::Cuda { device_id: gpu as i32 })
+//!         .with_fixed_input_size(512, 1024);
 //!     Ok(Box::new(OrtEngine::open("model.onnx", &options)?) as Box<dyn Engine>)
 //! })?;
 //! let stream = server.ordered_stream(16);
