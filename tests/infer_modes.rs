@@ -134,6 +134,32 @@ fn preprocess_and_argmax_exports_give_the_same_labels() {
         }
     }
 
+    // Same-size inputs only: the ORT session is fixed to their size (the height/width
+    // axes are 1 and 2 for the uint8 NHWC contract, 2 and 3 otherwise); same labels.
+    let same_size: Vec<String> = NAMES[..3]
+        .iter()
+        .map(|n| format!("{}/{n}.png", p(&d.join("imgs"))))
+        .collect();
+    for (model, (name, _)) in models.iter().zip(&variants) {
+        let pred = d.join(format!("{name}-fixed"));
+        let mut args = vec!["infer", "--model", p(model), "--out", p(&pred), "--labels"];
+        args.extend(["--no-overlay", "--threads", "1", "--input"]);
+        args.extend(same_size.iter().map(String::as_str));
+        let out = segtool(&args);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.contains("fixed"),
+            "{name}: {stdout}"
+        );
+        for (i, n) in NAMES[..3].iter().enumerate() {
+            let labels = image::open(pred.join(format!("{n}_labels.png"))).unwrap();
+            assert!(
+                labels.into_luma8().into_raw() == reference[i],
+                "{name}, fixed-size session: labels of {n} differ"
+            );
+        }
+    }
+
     // An --argmax export has no logits to write.
     let out = segtool(&[
         "infer",
