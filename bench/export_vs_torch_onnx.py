@@ -13,7 +13,8 @@ with torch.save; `segtool import` turns it into a checkpoint; `segtool export` w
 the `ort` and `tract` profiles; torch.onnx.export writes the same model (fused output
 only, dynamic batch/height/width, opset 17, constant folding, the TorchScript exporter
 that mmdeploy uses). Every (model, size) runs in its own subprocess; latency is the
-median of --runs after one warm-up, peak RSS is the subprocess's own VmHWM.
+median of --runs after one warm-up, peak RSS is the subprocess's own VmHWM; with
+--repeats K each is measured in K processes and the medians are printed.
 
 --shapes static (in the default `dynamic static`) adds a fixed-shape pair per size: ours
 with `--input-size SxS`, torch.onnx.export without dynamic_axes at SxS. It matters for
@@ -80,6 +81,22 @@ def measure(cmd):
         return {"error": (err or out)[-400:]}, ru.ru_maxrss / 1024
     r = json.loads(out.strip().splitlines()[-1])
     return r, r["vm_hwm_kib"] / 1024 if "vm_hwm_kib" in r else ru.ru_maxrss / 1024
+
+
+def measure_repeated(cmd, repeats):
+    """`measure` in `repeats` fresh processes: ORT's arena placement varies from process
+    to process (by up to ~90 MiB here), so one process is one sample. Returns the medians
+    of peak RSS and of latency, with every peak in `peaks_mib`."""
+    samples = [measure(cmd) for _ in range(repeats)]
+    good = [(r, rss) for r, rss in samples if "error" not in r]
+    if not good:
+        return samples[0]
+    median = lambda xs: sorted(xs)[len(xs) // 2]
+    r = dict(good[0][0])
+    r["median_ms"] = median([x["median_ms"] for x, _ in good])
+    r["first_ms"] = median([x["first_ms"] for x, _ in good])
+    r["peaks_mib"] = [round(rss) for _, rss in good]
+    return r, median([rss for _, rss in good])
 
 
 def model_paths(work, static_sizes):
@@ -158,6 +175,8 @@ def main():
                     help="dynamic: one model per exporter with symbolic batch/height/width; "
                          "static: one model per exporter and size")
     ap.add_argument("--runs", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="processes per (model, size); medians are reported")
     ap.add_argument("--work", default="/tmp/segtool-bench")
     ap.add_argument("--child", nargs=3)
     ap.add_argument("--no-tract", action="store_true")
@@ -190,8 +209,9 @@ def main():
         for shapes in a.shapes:
             suffix = "" if shapes == "dynamic" else f"_{size}"
             for key in ("ours_ort", "torch"):
-                r, rss = measure([sys.executable, __file__, "--child", paths[key + suffix],
-                                  str(size), str(a.runs)])
+                r, rss = measure_repeated([sys.executable, __file__, "--child",
+                                           paths[key + suffix], str(size), str(a.runs)],
+                                          a.repeats)
                 record(size, shapes, key, "onnxruntime cpu x2", r, rss)
         if not a.no_tract:
             r, rss = measure([bench, paths["ours_tract"], "tract", str(size), str(size), str(a.runs)])
@@ -204,7 +224,10 @@ def main():
         if "error" in r:
             print(f"{head} ERROR {r['error'][:200]}")
             continue
-        print(f"{head} {r['median_ms']:10.0f} {r['first_ms']:9.0f} {rss:13.0f}")
+        spread = ""
+        if len(r.get("peaks_mib", [])) > 1:
+            spread = f"  ({min(r['peaks_mib'])}-{max(r['peaks_mib'])})"
+        print(f"{head} {r['median_ms']:10.0f} {r['first_ms']:9.0f} {rss:13.0f}{spread}")
     by = {(size, shapes, key): (r, rss) for size, shapes, key, _, r, rss in rows if "error" not in r}
     for size in a.sizes:
         for shapes in a.shapes:
