@@ -267,10 +267,13 @@ pub fn run(args: Args) -> Result<()> {
         }
     };
     let fixed_size = args.fixed_input_size(&files, accuracy_opts.is_some());
+    let fixed_desc = fixed_size
+        .map(|(h, w)| format!(", fixed {h}x{w}"))
+        .unwrap_or_default();
     let (mut stage, spec, prepare, engine_desc) = if batched {
         let (server, providers) = open_server(&args, args.logits, fixed_size)?;
         let spec = server.spec().clone();
-        let desc = format!("{} session(s) on {providers}", server.workers());
+        let desc = format!("{} session(s) on {providers}{fixed_desc}", server.workers());
         (Stage::Server(server), spec, None, desc)
     } else {
         let seg = open_segmenter_strict(
@@ -301,10 +304,11 @@ pub fn run(args: Args) -> Result<()> {
             );
         }
         let spec = seg.spec().clone();
-        let mut desc = format!("{} on {}", seg.engine().name(), seg.engine().provider());
-        if let Some((h, w)) = fixed_size {
-            desc.push_str(&format!(", fixed {h}x{w}"));
-        }
+        let desc = format!(
+            "{} on {}{fixed_desc}",
+            seg.engine().name(),
+            seg.engine().provider()
+        );
         let prepare = Some((spec.clone(), contract.input));
         let stage = Stage::Single {
             seg: Box::new(seg),
