@@ -7,6 +7,7 @@ pub mod dataset;
 pub mod io;
 pub mod metrics;
 pub mod palette;
+pub mod process;
 pub mod protocol;
 pub mod shapes;
 pub mod spec;

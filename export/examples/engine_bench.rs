@@ -51,14 +51,8 @@ fn main() {
         times[times.len() / 2]
     };
     // Peak RSS of this process (VmHWM, KiB).
-    let hwm = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1).map(str::to_string))
-        })
-        .unwrap_or_else(|| "null".into());
+    let hwm = segtool_core::process::memory_kib("VmHWM")
+        .map_or_else(|| "null".to_string(), |kib| kib.to_string());
     println!(
         "{{\"engine\": \"{}\", \"load_ms\": {load:.1}, \"first_ms\": {first:.1}, \"median_ms\": {median:.1}, \"runs\": {runs}, \"vm_hwm_kib\": {hwm}}}",
         engine.name()

@@ -19,17 +19,9 @@ const MIB: f64 = 1024.0 * 1024.0;
 
 /// A field of /proc/self/status in bytes (`VmHWM`, `VmRSS`).
 fn status_bytes(field: &str) -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status (Linux)");
-    let line = status
-        .lines()
-        .find(|l| l.starts_with(field))
-        .unwrap_or_else(|| panic!("no {field}"));
-    let kib: u64 = line
-        .split_whitespace()
-        .nth(1)
-        .and_then(|v| v.parse().ok())
-        .expect("kB value");
-    kib * 1024
+    segtool_core::process::memory_kib(field)
+        .unwrap_or_else(|| panic!("no {field} in /proc/self/status (Linux only)"))
+        * 1024
 }
 
 fn spec(depth: usize) -> ModelSpec {
@@ -54,11 +46,11 @@ fn child(attention: AttentionImpl, size: i64, depth: usize) {
     let mut trainer = Trainer::new(&spec, config).expect("trainer");
     let images = Tensor::randn([1, 3, size, size], (Kind::Float, Device::Cpu));
     let masks = Tensor::randint(19, [1, size, size], (Kind::Int64, Device::Cpu));
-    let (hwm, rss) = (status_bytes("VmHWM:"), status_bytes("VmRSS:"));
+    let (hwm, rss) = (status_bytes("VmHWM"), status_bytes("VmRSS"));
     let start = std::time::Instant::now();
     trainer.step(&images, &masks, 0).expect("step");
     let seconds = start.elapsed().as_secs_f64();
-    println!("{hwm} {rss} {} {seconds}", status_bytes("VmHWM:"));
+    println!("{hwm} {rss} {} {seconds}", status_bytes("VmHWM"));
 }
 
 fn main() {

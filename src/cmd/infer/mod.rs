@@ -436,8 +436,9 @@ pub fn run(args: Args) -> Result<()> {
     drop(stage);
 
     let wall = start.elapsed().as_secs_f64();
-    let peak = peak_rss_mib()
-        .map(|m| format!("; peak RSS {m} MiB"))
+    // What a robot or edge box has to budget for.
+    let peak = segtool_core::process::memory_kib("VmHWM")
+        .map(|kib| format!("; peak RSS {} MiB", kib / 1024))
         .unwrap_or_default();
     let summary = format!(
         "{images} image(s) -> {} in {wall:.2} s ({:.1} img/s, {engine_desc}{batching}; busy s: \
@@ -459,15 +460,6 @@ pub fn run(args: Args) -> Result<()> {
         println!("{summary}");
     }
     Ok(())
-}
-
-/// This process's peak resident memory (Linux `VmHWM`), for the summary line: what a
-/// robot or edge box has to budget for.
-fn peak_rss_mib() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib / 1024)
 }
 
 fn progress(len: Option<u64>, visible: bool) -> ProgressBar {
