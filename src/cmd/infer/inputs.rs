@@ -11,7 +11,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use rayon::prelude::*;
 
-use super::pipeline::{group_and_prepare, Batch, Busy, Prepare};
+use super::pipeline::{send_batch, Batch, Busy, Prepare};
 
 fn is_image(path: &Path) -> bool {
     let ext = path
@@ -204,19 +204,7 @@ pub(super) fn decode_files(
                 return;
             }
         };
-        let t1 = Instant::now();
-        let groups = match group_and_prepare(&images, prepare) {
-            Ok(g) => g,
-            Err(e) => {
-                let _ = tx.send(Err(e));
-                return;
-            }
-        };
-        let busy = Busy {
-            decode: t1 - t0,
-            normalise: t1.elapsed(),
-            ..Default::default()
-        };
+        let decode = t0.elapsed();
         let names = chunk
             .iter()
             .map(|p| {
@@ -226,12 +214,7 @@ pub(super) fn decode_files(
                     .into_owned()
             })
             .collect();
-        let batch = Batch {
-            names,
-            images,
-            groups,
-        };
-        if tx.send(Ok((batch, busy))).is_err() {
+        if !send_batch(&tx, names, images, prepare, decode) {
             return;
         }
     }

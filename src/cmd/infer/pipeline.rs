@@ -4,7 +4,8 @@
 //! engine stage itself ([`Stage`]: one session, optionally in accuracy mode, or a batch
 //! server). The stages' threads and channels are wired up in `run` (mod.rs).
 
-use std::time::Duration;
+use std::sync::mpsc::SyncSender;
+use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use image::RgbImage;
@@ -79,6 +80,37 @@ pub(super) fn group_and_prepare(
             Ok((members, input?))
         })
         .collect()
+}
+
+/// The sources' last step: groups and prepares `images` (timed as normalise; `decode` is
+/// the source's own time) and sends the batch. `false` when the source should stop: the
+/// preparation failed (its error was sent) or the engine stage has gone.
+pub(super) fn send_batch(
+    tx: &SyncSender<Result<(Batch, Busy)>>,
+    names: Vec<String>,
+    images: Vec<RgbImage>,
+    prepare: &Prepare,
+    decode: Duration,
+) -> bool {
+    let t0 = Instant::now();
+    let groups = match group_and_prepare(&images, prepare) {
+        Ok(g) => g,
+        Err(e) => {
+            let _ = tx.send(Err(e));
+            return false;
+        }
+    };
+    let busy = Busy {
+        decode,
+        normalise: t0.elapsed(),
+        ..Default::default()
+    };
+    let batch = Batch {
+        names,
+        images,
+        groups,
+    };
+    tx.send(Ok((batch, busy))).is_ok()
 }
 
 /// The engine stage: one session (optionally in accuracy mode), or a batch server.

@@ -10,7 +10,7 @@ use std::time::Instant;
 use anyhow::Result;
 use image::RgbImage;
 
-use super::pipeline::{group_and_prepare, Batch, Busy, Prepare};
+use super::pipeline::{send_batch, Batch, Busy, Prepare};
 
 /// Fills `buf` from `input`; returns the bytes read (less than `buf.len()` only at EOF).
 fn read_full(input: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
@@ -74,28 +74,8 @@ pub(super) fn read_raw(
             }
         }
         let read = t0.elapsed();
-        if !images.is_empty() {
-            let t1 = Instant::now();
-            let groups = match group_and_prepare(&images, prepare) {
-                Ok(g) => g,
-                Err(e) => {
-                    let _ = tx.send(Err(e));
-                    return;
-                }
-            };
-            let busy = Busy {
-                decode: read,
-                normalise: t1.elapsed(),
-                ..Default::default()
-            };
-            let batch = Batch {
-                names,
-                images,
-                groups,
-            };
-            if tx.send(Ok((batch, busy))).is_err() {
-                return;
-            }
+        if !images.is_empty() && !send_batch(&tx, names, images, prepare, read) {
+            return;
         }
         if let Some(e) = failure {
             let _ = tx.send(Err(e));
