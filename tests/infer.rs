@@ -41,23 +41,6 @@ fn ok(out: &Output) {
     );
 }
 
-/// Deterministic coloured noise with a few solid blocks, so the model sees structure.
-fn test_image(seed: u32) -> image::RgbImage {
-    let mut state = 0x2545_F491u32.wrapping_mul(seed + 1);
-    image::RgbImage::from_fn(W, H, |x, y| {
-        state ^= state << 13;
-        state ^= state >> 17;
-        state ^= state << 5;
-        let block = ((x / 12 + y / 8 + seed) % 3) as u8;
-        let n = (state >> 24) as u8;
-        image::Rgb([
-            n / 2 + block * 60,
-            (n / 3).saturating_add(200 - block * 70),
-            n.wrapping_mul(3) / 2,
-        ])
-    })
-}
-
 /// Exports the tiny model and writes three images (plus non-image clutter) to `d/imgs`.
 fn setup(d: &Path) -> (PathBuf, Vec<image::RgbImage>) {
     let (_, _, ckpt) = common::tiny_checkpoint(d, 7);
@@ -71,7 +54,7 @@ fn setup(d: &Path) -> (PathBuf, Vec<image::RgbImage>) {
     ]));
     let imgs_dir = d.join("imgs");
     std::fs::create_dir_all(&imgs_dir).unwrap();
-    let images: Vec<_> = (0..3).map(test_image).collect();
+    let images: Vec<_> = (0..3).map(|seed| common::test_image(seed, W, H)).collect();
     for (i, img) in images.iter().enumerate() {
         img.save(imgs_dir.join(format!("img{i}.png"))).unwrap();
     }

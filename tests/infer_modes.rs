@@ -22,23 +22,6 @@ fn ok(out: &Output) -> String {
     stderr
 }
 
-/// Deterministic coloured noise with a few solid blocks, so the model sees structure.
-fn test_image(seed: u32) -> image::RgbImage {
-    let mut state = 0x2545_F491u32.wrapping_mul(seed + 1);
-    image::RgbImage::from_fn(W, H, |x, y| {
-        state ^= state << 13;
-        state ^= state >> 17;
-        state ^= state << 5;
-        let block = ((x / 12 + y / 8 + seed) % 3) as u8;
-        let n = (state >> 24) as u8;
-        image::Rgb([
-            n / 2 + block * 60,
-            (n / 3).saturating_add(200 - block * 70),
-            n.wrapping_mul(3) / 2,
-        ])
-    })
-}
-
 const NAMES: [&str; 4] = ["img0", "img1", "img2", "odd"];
 
 /// The tiny checkpoint exported as `<name>.onnx` with each flag set, and four images in
@@ -57,7 +40,7 @@ fn setup(d: &Path, variants: &[(&str, &[&str])]) -> (Vec<PathBuf>, Vec<image::Rg
         .collect();
     let imgs_dir = d.join("imgs");
     std::fs::create_dir_all(&imgs_dir).unwrap();
-    let mut images: Vec<_> = (0..3).map(test_image).collect();
+    let mut images: Vec<_> = (0..3).map(|seed| common::test_image(seed, W, H)).collect();
     images.push(image::RgbImage::from_fn(20, 28, |x, y| {
         image::Rgb([(x * 12) as u8, (y * 9) as u8, ((x + y) * 5) as u8])
     }));

@@ -103,3 +103,21 @@ pub fn tiny_checkpoint(dir: &Path, seed: i64) -> (ModelSpec, DaNet, PathBuf) {
     checkpoint::save(&ckpt, &vs, &spec, &Default::default()).unwrap();
     (spec, model, ckpt)
 }
+
+/// A `w` x `h` test image: deterministic coloured noise with a few solid blocks, so the
+/// model sees structure.
+pub fn test_image(seed: u32, w: u32, h: u32) -> image::RgbImage {
+    let mut state = 0x2545_F491u32.wrapping_mul(seed + 1);
+    image::RgbImage::from_fn(w, h, |x, y| {
+        state ^= state << 13;
+        state ^= state >> 17;
+        state ^= state << 5;
+        let block = ((x / 12 + y / 8 + seed) % 3) as u8;
+        let n = (state >> 24) as u8;
+        image::Rgb([
+            n / 2 + block * 60,
+            (n / 3).saturating_add(200 - block * 70),
+            n.wrapping_mul(3) / 2,
+        ])
+    })
+}
