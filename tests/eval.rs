@@ -133,3 +133,72 @@ fn bad_protocol_flags_are_rejected() {
         );
     }
 }
+
+/// `--protocol danet` end to end: DANet's window placement and stride default
+/// (int(48 * 2/3) = 32), recorded in the metrics, predictions re-scored by numpy. (The
+/// protocol's numbers are checked against a transcription of MultiEvalModule in
+/// tests/protocol_danet.rs.)
+#[test]
+fn danet_protocol_runs_and_is_recorded() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let data = d.join("data");
+    let generate = "generate --size 64 --train-count 1 --val-count 3 --out";
+    ok(segtool(
+        &[generate.split(' ').collect(), vec![p(&data)]].concat(),
+    ));
+    let (spec, _model, ckpt) = common::tiny_checkpoint(d, 4);
+    let (pred, metrics) = (d.join("pred"), d.join("m.json"));
+    let out = segtool(&[
+        "eval",
+        "--checkpoint",
+        p(&ckpt),
+        "--data",
+        p(&data),
+        "--split",
+        "val",
+        "--protocol",
+        "danet",
+        "--base-size",
+        "80",
+        "--crop",
+        "48",
+        "--flip",
+        "--threads",
+        "1",
+        "--predictions",
+        p(&pred),
+        "--metrics",
+        p(&metrics),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    ok(out);
+    assert!(stderr.contains("protocol: danet, long side 80"), "{stderr}");
+    let ours = read_json(&metrics);
+    let protocol = &ours["protocol"];
+    assert_eq!(protocol["name"], "danet");
+    assert_eq!(protocol["base_size"], 80);
+    assert_eq!(protocol["mode"], "sliding");
+    assert_eq!(protocol["stride"], 32);
+    let theirs = numpy_metrics(&pred, &data.join("masks/val"), spec.num_classes());
+    assert_eq!(ours["confusion"], theirs["confusion"]);
+
+    for (args, needle) in [
+        (
+            &["--protocol", "mmseg", "--base-size", "80"][..],
+            "danet protocol",
+        ),
+        (&["--base-size", "80"][..], "danet protocol"),
+        (
+            &["--protocol", "danet", "--mode", "whole", "--crop", "32"][..],
+            "--mode sliding",
+        ),
+    ] {
+        let out = segtool(&[&["eval", "--checkpoint", p(&ckpt)], args].concat());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && stderr.contains(needle),
+            "{args:?}: {stderr}"
+        );
+    }
+}

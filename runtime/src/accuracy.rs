@@ -1,16 +1,15 @@
-//! Accuracy mode: the training crate's evaluation protocol (`segtool_train::eval::sliding`)
-//! on any [`Engine`], on ndarray, without tch.
-//!
-//! Same protocol, step for step: for every scale the normalised batch is resized
-//! (bilinear, `align_corners=true`), run whole or in `crop` x `crop` windows `stride`
-//! apart (mmsegmentation's placement: the last window moved back to end at the edge;
-//! windows of an image smaller than the crop padded bottom/right with zero pixels, i.e.
-//! `-mean/std`), optionally averaged with the mirrored image, overlapping windows
-//! averaged, and the logits resized back (`align_corners=true`) and summed over scales.
-//! No softmax anywhere: raw logits are combined, as the reference does.
+//! Accuracy mode: the evaluation protocol (DANet's `MultiEvalModule` or
+//! mmsegmentation's, implemented once in `segtool_core::protocol`) on any [`Engine`], on
+//! ndarray, without tch. The training crate's evaluation runs the same implementation on
+//! tch tensors, so the two agree step for step: for every scale the normalised batch is
+//! resized (bilinear, `align_corners=true`), run whole or in `crop` x `crop` windows
+//! placed as the protocol says (padded with zero pixels, i.e. `-mean/std`), flips and
+//! windows combined (mmseg: logits averaged; DANet: `exp` scores averaged), and the
+//! scores resized back and summed over scales.
 
 use image::RgbImage;
-use ndarray::{concatenate, s, Array2, Array4, ArrayView4, Axis};
+use ndarray::{concatenate, s, Array2, Array4, ArrayView2, ArrayView4, Axis};
+use segtool_core::protocol::{self, ProtocolOptions, Stitch, Tiling};
 use segtool_core::ModelSpec;
 
 use crate::engine::Engine;
@@ -18,26 +17,30 @@ use crate::error::{Result, RuntimeError};
 use crate::postprocess::{argmax, resize_bilinear};
 use crate::preprocess::{normalise_batch, zero_pixel};
 
-pub use segtool_core::protocol::{window_starts, windows, Window, MULTI_SCALES};
+pub use segtool_core::protocol::{window_starts, windows, Protocol, Window, MULTI_SCALES};
 
 /// How each (scaled) image goes through the engine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AccuracyMode {
     /// The whole image in one run.
     Whole,
-    /// `crop` x `crop` windows, `stride` pixels apart (see [`windows`]).
+    /// `crop` x `crop` windows, `stride` pixels apart (placed as the protocol says).
     Sliding { crop: usize, stride: usize },
 }
 
-/// The protocol; chained setters from [`AccuracyOptions::new`] (whole image, one scale,
-/// no flip) or the paper's presets. Mirrors `segtool_train::eval::EvalOptions`.
+/// The protocol; chained setters from [`AccuracyOptions::new`] (mmseg, whole image, one
+/// scale, no flip) or the paper's presets. Mirrors `segtool_train::eval::EvalOptions`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct AccuracyOptions {
+    /// DANet's `MultiEvalModule` or mmsegmentation's inference.
+    pub protocol: Protocol,
     pub mode: AccuracyMode,
-    /// Also run the mirrored image and average the logits.
+    /// Also run the mirrored image (combined as the protocol says).
     pub flip: bool,
-    /// Scales whose (resized back) logits are summed.
+    /// Scales whose (resized back) scores are summed.
     pub scales: Vec<f64>,
+    /// DANet protocol: the long side at scale 1.0 (`None`: each image's own).
+    pub base_size: Option<usize>,
     /// Sliding mode: windows per engine run (flip doubles it). Whole mode: unused (the
     /// whole batch goes in one run).
     pub batch_size: usize,
@@ -46,9 +49,11 @@ pub struct AccuracyOptions {
 impl Default for AccuracyOptions {
     fn default() -> Self {
         Self {
+            protocol: Protocol::Mmseg,
             mode: AccuracyMode::Whole,
             flip: false,
             scales: vec![1.0],
+            base_size: None,
             batch_size: 1,
         }
     }
@@ -59,17 +64,30 @@ impl AccuracyOptions {
         Self::default()
     }
 
-    /// The published single-scale protocol: crop 768, stride 512, flip.
+    /// The published single-scale protocol (Cityscapes): DANet's `MultiEvalModule`, base
+    /// size 2048, crop 768, stride 512, flip.
     pub fn paper_single_scale() -> Self {
-        Self::new().sliding(768, 512).flip(true)
+        Self::new()
+            .protocol(Protocol::Danet)
+            .base_size(Some(2048))
+            .sliding(768, 512)
+            .flip(true)
     }
 
-    /// The published multi-scale protocol: crop 1024, stride 512, flip, [`MULTI_SCALES`].
+    /// The published multi-scale protocol: [`Self::paper_single_scale`] at
+    /// [`MULTI_SCALES`].
     pub fn paper_multi_scale() -> Self {
-        Self::new()
-            .sliding(1024, 512)
-            .flip(true)
-            .scales(MULTI_SCALES.to_vec())
+        Self::paper_single_scale().scales(MULTI_SCALES.to_vec())
+    }
+
+    pub fn protocol(mut self, protocol: Protocol) -> Self {
+        self.protocol = protocol;
+        self
+    }
+
+    pub fn base_size(mut self, base_size: Option<usize>) -> Self {
+        self.base_size = base_size;
+        self
     }
 
     pub fn whole(mut self) -> Self {
@@ -97,33 +115,34 @@ impl AccuracyOptions {
         self
     }
 
+    /// The protocol in `segtool_core::protocol`'s terms (shared with training).
+    pub fn protocol_options(&self) -> ProtocolOptions {
+        ProtocolOptions {
+            protocol: self.protocol,
+            tiling: match self.mode {
+                AccuracyMode::Whole => Tiling::Whole,
+                AccuracyMode::Sliding { crop, stride } => Tiling::Sliding { crop, stride },
+            },
+            flip: self.flip,
+            scales: self.scales.clone(),
+            base_size: self.base_size,
+            batch_size: self.batch_size,
+        }
+    }
+
     /// Rejects options that would leave pixels unpredicted or divide by zero.
     pub fn validate(&self) -> Result<()> {
-        let bad = |expected: &str, got: String| {
-            Err(RuntimeError::InputShape {
-                expected: expected.into(),
-                got,
+        self.protocol_options()
+            .validate()
+            .map_err(|why| RuntimeError::InputShape {
+                expected: "a valid evaluation protocol".into(),
+                got: why,
             })
-        };
-        if let AccuracyMode::Sliding { crop, stride } = self.mode {
-            if crop < 1 || stride < 1 || stride > crop {
-                return bad(
-                    "sliding windows with 1 <= stride <= crop",
-                    format!("crop {crop} stride {stride}"),
-                );
-            }
-        }
-        if self.scales.is_empty() || self.scales.iter().any(|s| !(s.is_finite() && *s > 0.0)) {
-            return bad("positive scales", format!("{:?}", self.scales));
-        }
-        if self.batch_size == 0 {
-            return bad("a batch size of at least 1", "0".into());
-        }
-        Ok(())
     }
 }
 
-/// Fused logits `(N, K, H, W)` of normalised `images` `(N, 3, H, W)` under `opts`.
+/// Fused scores `(N, K, H, W)` of normalised `images` `(N, 3, H, W)` under `opts`: summed
+/// logits (mmseg) or summed `exp` scores (DANet).
 pub fn predict(
     engine: &mut dyn Engine,
     images: ArrayView4<f32>,
@@ -131,22 +150,14 @@ pub fn predict(
     opts: &AccuracyOptions,
 ) -> Result<Array4<f32>> {
     opts.validate()?;
-    let (_, _, h, w) = images.dim();
-    let mut total: Option<Array4<f32>> = None;
-    for &scale in &opts.scales {
-        let (sh, sw) = (scaled(h, scale), scaled(w, scale));
-        let resized = resize_bilinear(images, sh, sw, true);
-        let logits = at_scale(engine, resized.view(), spec, opts)?;
-        let logits = resize_bilinear(logits.view(), h, w, true);
-        total = Some(match total {
-            Some(t) => t + logits,
-            None => logits,
-        });
-    }
-    Ok(total.expect("at least one scale (validated)"))
+    let mut backend = EngineStitch {
+        engine,
+        zero: zero_pixel(spec),
+    };
+    protocol::predict(&mut backend, &images.to_owned(), &opts.protocol_options())
 }
 
-/// Masks `(H, W)` and fused logits `(N, K, H, W)` of same-size images.
+/// Masks `(H, W)` and fused scores `(N, K, H, W)` of same-size images.
 pub fn segment(
     engine: &mut dyn Engine,
     spec: &ModelSpec,
@@ -164,109 +175,107 @@ pub fn segment(
     Ok((argmax(logits.view()), logits))
 }
 
-/// `len * scale`, rounded, at least one pixel.
-fn scaled(len: usize, scale: f64) -> usize {
-    ((len as f64 * scale).round() as usize).max(1)
-}
-
-/// Logits of one scaled batch at its own size.
-pub fn at_scale(
-    engine: &mut dyn Engine,
-    images: ArrayView4<f32>,
-    spec: &ModelSpec,
-    opts: &AccuracyOptions,
-) -> Result<Array4<f32>> {
-    match opts.mode {
-        AccuracyMode::Whole => forward_flip(engine, images, opts.flip),
-        AccuracyMode::Sliding { crop, stride } => slide(
-            engine,
-            images,
-            spec,
-            crop,
-            stride,
-            opts.flip,
-            opts.batch_size,
-        ),
-    }
-}
-
-/// The engine's logits; with `flip`, the mean of the logits of `x` and of its mirror
-/// (mirrored back). Both halves share one run.
-pub fn forward_flip(
-    engine: &mut dyn Engine,
-    x: ArrayView4<f32>,
-    flip: bool,
-) -> Result<Array4<f32>> {
-    if !flip {
-        return engine.run(x);
-    }
-    let n = x.dim().0;
-    let both = concatenate(Axis(0), &[x, x.slice(s![.., .., .., ..;-1])]).expect("same shapes");
-    let out = engine.run(both.view())?;
-    let a = out.slice(s![..n, .., .., ..]);
-    let b = out.slice(s![n.., .., .., ..;-1]);
-    Ok((&a + &b) / 2.0)
-}
-
-/// Sliding-window logits of `images` `(N, 3, H, W)`: windows padded with zero pixels to
-/// the full crop where the image is smaller, `batch` windows per run, overlapping
-/// logits averaged.
-pub fn slide(
-    engine: &mut dyn Engine,
-    images: ArrayView4<f32>,
-    spec: &ModelSpec,
-    crop: usize,
-    stride: usize,
-    flip: bool,
-    batch: usize,
-) -> Result<Array4<f32>> {
-    let (n, _, h, w) = images.dim();
-    let all = windows(h, w, crop, stride);
-    let mut sum: Option<Array4<f32>> = None;
-    let mut counts = Array2::<f32>::zeros((h, w));
-    for win in &all {
-        counts
-            .slice_mut(s![win.y..win.y + win.h, win.x..win.x + win.w])
-            .mapv_inplace(|c| c + 1.0);
-    }
-    for chunk in all.chunks(batch.max(1)) {
-        let crops: Vec<Array4<f32>> = chunk
-            .iter()
-            .map(|win| {
-                let part = images.slice(s![.., .., win.y..win.y + win.h, win.x..win.x + win.w]);
-                pad_to(part, crop, crop, spec)
-            })
-            .collect();
-        let views: Vec<_> = crops.iter().map(|c| c.view()).collect();
-        let input = concatenate(Axis(0), &views).expect("same crop size");
-        let logits = forward_flip(engine, input.view(), flip)?;
-        let sum = sum.get_or_insert_with(|| Array4::zeros((n, logits.dim().1, h, w)));
-        for (j, win) in chunk.iter().enumerate() {
-            let out = logits.slice(s![j * n..(j + 1) * n, .., ..win.h, ..win.w]);
-            let mut region = sum.slice_mut(s![.., .., win.y..win.y + win.h, win.x..win.x + win.w]);
-            region += &out;
-        }
-    }
-    let mut sum = sum.expect("at least one window");
-    for mut img in sum.outer_iter_mut() {
-        for mut plane in img.outer_iter_mut() {
-            plane /= &counts;
-        }
-    }
-    Ok(sum)
-}
-
 /// `x` `(N, 3, h, w)` in the top-left corner of an `h` x `w` canvas of zero pixels
 /// (`-mean/std` after normalisation); `x` itself when it already has that size.
 pub fn pad_to(x: ArrayView4<f32>, h: usize, w: usize, spec: &ModelSpec) -> Array4<f32> {
+    pad_with(x, h, w, zero_pixel(spec))
+}
+
+fn pad_with(x: ArrayView4<f32>, h: usize, w: usize, zero: [f32; 3]) -> Array4<f32> {
     let (n, c, xh, xw) = x.dim();
     if (xh, xw) == (h, w) {
         return x.to_owned();
     }
-    let zero = zero_pixel(spec);
     let mut canvas = Array4::from_shape_fn((n, c, h, w), |(_, ch, _, _)| zero[ch]);
     canvas.slice_mut(s![.., .., ..xh, ..xw]).assign(&x);
     canvas
+}
+
+/// The protocol's primitives on ndarray, running `engine`.
+struct EngineStitch<'a> {
+    engine: &'a mut dyn Engine,
+    zero: [f32; 3],
+}
+
+fn region(
+    win: Window,
+) -> ndarray::SliceInfo<[ndarray::SliceInfoElem; 4], ndarray::Ix4, ndarray::Ix4> {
+    s![.., .., win.y..win.y + win.h, win.x..win.x + win.w]
+}
+
+impl Stitch for EngineStitch<'_> {
+    type Map = Array4<f32>;
+    type Error = RuntimeError;
+
+    fn dims(&self, x: &Array4<f32>) -> [usize; 4] {
+        let (n, c, h, w) = x.dim();
+        [n, c, h, w]
+    }
+
+    fn run(&mut self, images: &Array4<f32>) -> Result<Array4<f32>> {
+        self.engine.run(images.view())
+    }
+
+    fn resize(&mut self, x: &Array4<f32>, h: usize, w: usize) -> Array4<f32> {
+        resize_bilinear(x.view(), h, w, true)
+    }
+
+    fn crop_padded(&mut self, x: &Array4<f32>, win: Window, h: usize, w: usize) -> Array4<f32> {
+        pad_with(x.slice(region(win)), h, w, self.zero)
+    }
+
+    fn crop(&mut self, x: &Array4<f32>, win: Window) -> Array4<f32> {
+        x.slice(region(win)).to_owned()
+    }
+
+    fn cat(&mut self, parts: &[&Array4<f32>]) -> Array4<f32> {
+        let views: Vec<_> = parts.iter().map(|p| p.view()).collect();
+        concatenate(Axis(0), &views).expect("same sizes")
+    }
+
+    fn narrow_batch(&mut self, x: &Array4<f32>, start: usize, len: usize) -> Array4<f32> {
+        x.slice(s![start..start + len, .., .., ..]).to_owned()
+    }
+
+    fn flip_w(&mut self, x: &Array4<f32>) -> Array4<f32> {
+        // A copy in standard layout: `to_owned` of a reversed view may keep its strides.
+        x.slice(s![.., .., .., ..;-1])
+            .as_standard_layout()
+            .into_owned()
+    }
+
+    fn add(&mut self, a: Array4<f32>, b: &Array4<f32>) -> Array4<f32> {
+        a + b
+    }
+
+    fn mul(&mut self, a: Array4<f32>, by: f32) -> Array4<f32> {
+        a * by
+    }
+
+    fn exp(&mut self, a: Array4<f32>) -> Array4<f32> {
+        a.mapv_into(f32::exp)
+    }
+
+    fn zeros(&mut self, _like: &Array4<f32>, [n, k, h, w]: [usize; 4]) -> Array4<f32> {
+        Array4::zeros((n, k, h, w))
+    }
+
+    fn add_region(&mut self, sum: &mut Array4<f32>, part: &Array4<f32>, y: usize, x: usize) {
+        let (_, _, h, w) = part.dim();
+        let mut target = sum.slice_mut(region(Window { y, x, h, w }));
+        target += part;
+    }
+
+    fn divide(&mut self, mut sum: Array4<f32>, counts: &[f32]) -> Array4<f32> {
+        let (_, _, h, w) = sum.dim();
+        let counts = ArrayView2::from_shape((h, w), counts).expect("one count per pixel");
+        for mut img in sum.outer_iter_mut() {
+            for mut plane in img.outer_iter_mut() {
+                plane /= &counts;
+            }
+        }
+        sum
+    }
 }
 
 #[cfg(test)]

@@ -1,21 +1,24 @@
 //! `segtool eval`: a checkpoint's mIoU on a dataset split, under the paper's protocol
-//! when asked (`--mode sliding --flip`, plus `--ms` for multi-scale), with optional
-//! prediction PNGs and a metrics JSON.
+//! when asked (`--protocol danet --flip`, plus `--ms` for multi-scale; the default for
+//! checkpoints trained from a DANet preset), with optional prediction PNGs and a metrics
+//! JSON.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use image::GrayImage;
+use segtool_core::config::RunConfig;
 use segtool_core::dataset::encode_png;
 use segtool_core::io::{write_atomic, write_atomic_unsynced};
 use segtool_core::ModelSpec;
-use segtool_train::eval::{EvalOptions, EvalResult, Mode, MULTI_SCALES};
+use segtool_train::eval::{EvalOptions, EvalResult, Mode, Protocol, MULTI_SCALES};
+use segtool_train::run::CONFIG_KEY;
 use segtool_train::{load_model, Checkpoint};
 
 use super::{open_dataset, ShapesArgs};
 
-#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum ModeArg {
     /// Each (scaled) image in one forward pass.
     Whole,
@@ -36,16 +39,27 @@ pub struct Args {
     /// Whole mode: images per forward pass; sliding mode: windows per forward pass.
     #[arg(long, default_value_t = 8)]
     pub batch_size: usize,
-    /// The paper's protocol is `--mode sliding --flip` (and `--ms` for multi-scale).
-    #[arg(long, value_enum, default_value = "whole")]
-    pub mode: ModeArg,
-    /// Sliding window side (default 768, or 1024 with --ms).
+    /// danet: DANet's MultiEvalModule (the published numbers: long side resized to
+    /// --base-size x scale, windows from 0 cut and padded at the edge, exp scores);
+    /// mmseg: mmsegmentation's (edge-aligned windows, logits averaged). [default: the
+    /// checkpoint's training preset's (danet for the DANet presets), else mmseg]
+    #[arg(long, value_enum)]
+    pub protocol: Option<ProtocolArg>,
+    /// danet protocol: the long side at scale 1.0 [default: the checkpoint's preset's
+    /// (2048 for Cityscapes), else each image's own long side].
+    #[arg(long, value_name = "N")]
+    pub base_size: Option<usize>,
+    /// whole or sliding windows [default: sliding for --protocol danet, else whole].
+    #[arg(long, value_enum)]
+    pub mode: Option<ModeArg>,
+    /// Sliding window side (default 768; 1024 with --ms under mmseg).
     #[arg(long)]
     pub crop: Option<i64>,
-    /// Sliding window stride (default 512).
+    /// Sliding window stride (default: danet int(crop * 2/3), mmseg 512).
     #[arg(long)]
     pub stride: Option<i64>,
-    /// Average the logits of each image and its mirror.
+    /// Also run each image's mirror (danet: exp of the summed logits; mmseg: logits
+    /// averaged).
     #[arg(long)]
     pub flip: bool,
     /// Comma-separated image scales whose logits are summed (default 1.0).
@@ -69,19 +83,77 @@ pub struct Args {
     pub shapes: ShapesArgs,
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ProtocolArg {
+    Danet,
+    Mmseg,
+}
+
+impl From<ProtocolArg> for Protocol {
+    fn from(p: ProtocolArg) -> Self {
+        match p {
+            ProtocolArg::Danet => Protocol::Danet,
+            ProtocolArg::Mmseg => Protocol::Mmseg,
+        }
+    }
+}
+
 impl Args {
-    /// The protocol the flags describe; `--crop`/`--stride` without sliding mode is an
-    /// error rather than silently ignored.
-    fn options(&self) -> Result<EvalOptions> {
-        let mode = match self.mode {
-            ModeArg::Whole if self.crop.is_some() || self.stride.is_some() => {
-                bail!("--crop and --stride need --mode sliding")
+    /// Checks what the flags alone decide, before any file is read, so a bad flag is
+    /// reported as such: everything but `--base-size` without `--protocol` (which a
+    /// checkpoint trained with the danet protocol accepts).
+    fn check_flags(&self) -> Result<()> {
+        self.resolve(None, self.protocol.is_none()).map(drop)
+    }
+
+    /// The protocol the flags describe, with defaults from `trained` (the checkpoint's
+    /// run configuration, if it has one). `--crop`/`--stride` need `--mode sliding` or
+    /// `--protocol danet` (whatever the checkpoint says), rather than being silently
+    /// ignored.
+    fn options(&self, trained: Option<&RunConfig>) -> Result<EvalOptions> {
+        self.resolve(trained, false)
+    }
+
+    fn resolve(&self, trained: Option<&RunConfig>, any_base: bool) -> Result<EvalOptions> {
+        let preset = trained.map(|c| &c.eval);
+        let protocol = match self.protocol {
+            Some(p) => p.into(),
+            None => preset.map_or(Protocol::Mmseg, |e| e.protocol),
+        };
+        let base_size = match (self.base_size, protocol) {
+            (Some(_), Protocol::Mmseg) if any_base => None,
+            (Some(_), Protocol::Mmseg) => {
+                bail!("--base-size applies to the danet protocol (give --protocol danet)")
             }
-            ModeArg::Whole => Mode::Whole,
-            ModeArg::Sliding => Mode::Sliding {
-                crop: self.crop.unwrap_or(if self.ms { 1024 } else { 768 }),
-                stride: self.stride.unwrap_or(512),
-            },
+            (Some(b), Protocol::Danet) => Some(b),
+            (None, Protocol::Danet) => preset
+                .filter(|e| e.protocol == Protocol::Danet)
+                .and_then(|e| e.base_size)
+                .map(|b| b as usize),
+            (None, Protocol::Mmseg) => None,
+        };
+        let explicit_sliding =
+            self.mode == Some(ModeArg::Sliding) || self.protocol == Some(ProtocolArg::Danet);
+        let sliding = match self.mode {
+            Some(m) => m == ModeArg::Sliding,
+            None => protocol == Protocol::Danet,
+        };
+        if (self.crop.is_some() || self.stride.is_some()) && !(explicit_sliding && sliding) {
+            bail!("--crop and --stride need --mode sliding (or --protocol danet)");
+        }
+        let mode = if sliding {
+            let default_crop = if self.ms && protocol == Protocol::Mmseg {
+                1024
+            } else {
+                768
+            };
+            let crop = self.crop.unwrap_or(default_crop);
+            let stride = self
+                .stride
+                .unwrap_or_else(|| protocol.default_stride(crop.max(1) as usize) as i64);
+            Mode::Sliding { crop, stride }
+        } else {
+            Mode::Whole
         };
         let scales = if self.ms {
             MULTI_SCALES.to_vec()
@@ -91,6 +163,8 @@ impl Args {
             self.scales.clone()
         };
         let opts = EvalOptions::new()
+            .protocol(protocol)
+            .base_size(base_size)
             .mode(mode)
             .flip(self.flip)
             .scales(scales)
@@ -101,12 +175,20 @@ impl Args {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    let opts = args.options()?;
+    args.check_flags()?;
     let device = super::train::parse_device(&args.device)?;
     if args.threads > 0 {
         tch::set_num_threads(args.threads);
     }
     let checkpoint = Checkpoint::read(&args.checkpoint)?;
+    let trained = match checkpoint.info.get(CONFIG_KEY) {
+        Some(text) => Some(RunConfig::from_toml_str(text).with_context(|| {
+            format!("run configuration stored in {}", args.checkpoint.display())
+        })?),
+        None => None,
+    };
+    let opts = args.options(trained.as_ref())?;
+    eprintln!("protocol: {}", describe(&opts));
     let (_vs, model) = load_model(&checkpoint, device)
         .with_context(|| format!("loading {}", args.checkpoint.display()))?;
     let dataset = open_dataset(&args.data, &args.split, &args.shapes)?;
@@ -174,8 +256,28 @@ fn write_metrics(
     };
     json["images"] = result.images.into();
     json["protocol"] = serde_json::json!({
-        "mode": mode, "crop": crop, "stride": stride, "flip": opts.flip, "scales": opts.scales,
+        "name": opts.protocol.name(), "base_size": opts.base_size, "mode": mode,
+        "crop": crop, "stride": stride, "flip": opts.flip, "scales": opts.scales,
     });
     let bytes = serde_json::to_vec_pretty(&json)?;
     write_atomic(path, &bytes).with_context(|| format!("writing metrics {}", path.display()))
+}
+
+/// One line saying which protocol runs, so a number can be traced to how it was measured.
+fn describe(opts: &EvalOptions) -> String {
+    let tiling = match opts.mode {
+        Mode::Whole => "whole images".to_string(),
+        Mode::Sliding { crop, stride } => format!("{crop} windows every {stride}"),
+    };
+    let base = match (opts.protocol, opts.base_size) {
+        (Protocol::Danet, Some(b)) => format!(", long side {b} x scale"),
+        (Protocol::Danet, None) => ", long side as the image's x scale".to_string(),
+        (Protocol::Mmseg, _) => String::new(),
+    };
+    format!(
+        "{}{base}, {tiling}, flip {}, scales {:?}",
+        opts.protocol,
+        if opts.flip { "on" } else { "off" },
+        opts.scales
+    )
 }

@@ -12,6 +12,8 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::protocol::Protocol;
+
 pub use crate::spec::AttentionImpl;
 
 /// `[model]`: which DANet to build.
@@ -277,6 +279,12 @@ pub enum EvalMode {
 pub struct EvalConfig {
     /// Iterations between validations; 0 validates only at the end.
     pub every: u64,
+    /// `danet` (DANet's MultiEvalModule, behind the published numbers) or `mmseg`
+    /// (mmsegmentation's edge-aligned windows, logits averaged).
+    pub protocol: Protocol,
+    /// danet protocol: the long side at scale 1.0 (unset: each image's own long side).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub base_size: Option<u32>,
     pub mode: EvalMode,
     /// Sliding window side (sliding mode).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -295,6 +303,8 @@ impl Default for EvalConfig {
     fn default() -> Self {
         Self {
             every: 0,
+            protocol: Protocol::Mmseg,
+            base_size: None,
             mode: EvalMode::Whole,
             crop_size: None,
             stride: None,

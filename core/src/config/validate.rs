@@ -237,6 +237,16 @@ impl RunConfig {
             e.batch_size >= 1,
             "eval.batch_size must be at least 1".into(),
         );
+        match (e.protocol, e.base_size) {
+            (crate::protocol::Protocol::Mmseg, Some(b)) => check(
+                false,
+                format!("eval.base_size {b} applies to eval.protocol = \"danet\" only"),
+            ),
+            (crate::protocol::Protocol::Danet, Some(0)) => {
+                check(false, "eval.base_size must be at least 1".into())
+            }
+            _ => {}
+        }
 
         check(self.log.every >= 1, "log.every must be at least 1".into());
         if let Some(dir) = &self.out_dir {

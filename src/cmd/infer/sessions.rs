@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use segtool_runtime::accuracy::{self, AccuracyOptions};
+use segtool_runtime::accuracy::{self, AccuracyOptions, Protocol};
 use segtool_runtime::{Backend, BatchConfig, BatchServer, Engine, OutputKind, Segmenter};
 
 use super::Args;
@@ -15,7 +15,9 @@ use super::Args;
 impl Args {
     /// The accuracy protocol asked for, if any.
     pub(super) fn accuracy(&self) -> Result<Option<AccuracyOptions>> {
-        let wanted = self.mode.is_some()
+        let wanted = self.protocol.is_some()
+            || self.base_size.is_some()
+            || self.mode.is_some()
             || self.crop.is_some()
             || self.stride.is_some()
             || self.flip
@@ -24,17 +26,28 @@ impl Args {
         if !wanted {
             return Ok(None);
         }
+        let protocol: Protocol = match self.protocol.as_deref() {
+            Some(p) => p.parse().map_err(anyhow::Error::msg)?,
+            None => Protocol::Mmseg,
+        };
+        if self.base_size.is_some() && protocol != Protocol::Danet {
+            bail!("--base-size applies to --protocol danet");
+        }
         let sliding = match self.mode.as_deref() {
             Some("sliding") => true,
             Some(_) => false,
-            None => self.crop.is_some() || self.stride.is_some(),
+            None => protocol == Protocol::Danet || self.crop.is_some() || self.stride.is_some(),
         };
         let mut opts = AccuracyOptions::new()
+            .protocol(protocol)
+            .base_size(self.base_size)
             .flip(self.flip)
             .batch_size(self.batch_size.max(1));
         if sliding {
             let crop = self.crop.unwrap_or(768);
-            let stride = self.stride.unwrap_or(512.min(crop));
+            let stride = self
+                .stride
+                .unwrap_or_else(|| protocol.default_stride(crop.max(1)));
             opts = opts.sliding(crop, stride);
         } else if self.crop.is_some() || self.stride.is_some() {
             bail!("--crop/--stride apply to --mode sliding, not --mode whole");

@@ -17,7 +17,8 @@ use tch::{Device, Kind, Tensor};
 use crate::data::images_to_tensor;
 use crate::model::DaNet;
 
-pub use segtool_core::protocol::MULTI_SCALES;
+pub use segtool_core::protocol::{Protocol, MULTI_SCALES};
+use segtool_core::protocol::{ProtocolOptions, Tiling};
 
 /// How each (scaled) image goes through the network.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -32,11 +33,16 @@ pub enum Mode {
 /// image, one scale, no flip) or from the paper's presets.
 #[derive(Clone, Debug, PartialEq)]
 pub struct EvalOptions {
+    /// DANet's `MultiEvalModule` or mmsegmentation's inference (see
+    /// `segtool_core::protocol`).
+    pub protocol: Protocol,
     pub mode: Mode,
-    /// Also run the mirrored image and average the logits.
+    /// Also run the mirrored image (combined as the protocol says).
     pub flip: bool,
-    /// Image scales whose (resized back) logits are summed.
+    /// Image scales whose (resized back) scores are summed.
     pub scales: Vec<f64>,
+    /// DANet protocol: the long side at scale 1.0 (`None`: each image's own).
+    pub base_size: Option<usize>,
     /// Whole mode: images (of one size) per forward pass. Sliding mode: windows of one
     /// image per forward pass. Flip doubles either.
     pub batch_size: usize,
@@ -47,9 +53,11 @@ pub struct EvalOptions {
 impl Default for EvalOptions {
     fn default() -> Self {
         Self {
+            protocol: Protocol::Mmseg,
             mode: Mode::Whole,
             flip: false,
             scales: vec![1.0],
+            base_size: None,
             batch_size: 1,
             progress: true,
         }
@@ -61,17 +69,31 @@ impl EvalOptions {
         Self::default()
     }
 
-    /// The published single-scale protocol: crop 768, stride 512, flip.
+    /// The published single-scale protocol (Cityscapes: DANet's test.py with
+    /// `--base-size 2048 --crop-size 768`): DANet's `MultiEvalModule`, crop 768, stride
+    /// 512, flip.
     pub fn paper_single_scale() -> Self {
-        Self::new().sliding(768, 512).flip(true)
+        Self::new()
+            .protocol(Protocol::Danet)
+            .base_size(Some(2048))
+            .sliding(768, 512)
+            .flip(true)
     }
 
-    /// The published multi-scale protocol: crop 1024, stride 512, flip, [`MULTI_SCALES`].
+    /// The published multi-scale protocol: [`Self::paper_single_scale`] at the paper's
+    /// [`MULTI_SCALES`].
     pub fn paper_multi_scale() -> Self {
-        Self::new()
-            .sliding(1024, 512)
-            .flip(true)
-            .scales(MULTI_SCALES.to_vec())
+        Self::paper_single_scale().scales(MULTI_SCALES.to_vec())
+    }
+
+    pub fn protocol(mut self, protocol: Protocol) -> Self {
+        self.protocol = protocol;
+        self
+    }
+
+    pub fn base_size(mut self, base_size: Option<usize>) -> Self {
+        self.base_size = base_size;
+        self
     }
 
     pub fn mode(mut self, mode: Mode) -> Self {
@@ -107,21 +129,35 @@ impl EvalOptions {
         self
     }
 
+    /// The protocol in `segtool_core::protocol`'s terms (shared with the runtime).
+    pub fn protocol_options(&self) -> ProtocolOptions {
+        ProtocolOptions {
+            protocol: self.protocol,
+            tiling: match self.mode {
+                Mode::Whole => Tiling::Whole,
+                Mode::Sliding { crop, stride } => Tiling::Sliding {
+                    crop: crop.max(0) as usize,
+                    stride: stride.max(0) as usize,
+                },
+            },
+            flip: self.flip,
+            scales: self.scales.clone(),
+            base_size: self.base_size,
+            batch_size: self.batch_size,
+        }
+    }
+
     /// Rejects options that would leave pixels unpredicted or divide by zero: a stride
     /// above the crop leaves gaps between windows.
     pub fn validate(&self) -> Result<()> {
         if let Mode::Sliding { crop, stride } = self.mode {
-            if crop < 1 || stride < 1 || stride > crop {
+            if crop < 1 || stride < 1 {
                 bail!("sliding window needs 1 <= stride <= crop, got crop {crop} stride {stride}");
             }
         }
-        if self.scales.is_empty() || self.scales.iter().any(|s| !(s.is_finite() && *s > 0.0)) {
-            bail!("scales must be positive numbers, got {:?}", self.scales);
-        }
-        if self.batch_size == 0 {
-            bail!("batch size must be at least 1");
-        }
-        Ok(())
+        self.protocol_options()
+            .validate()
+            .map_err(anyhow::Error::msg)
     }
 }
 

@@ -1,66 +1,31 @@
 //! The evaluation protocol on one batch of same-size, normalised images: multi-scale,
-//! flip, and sliding windows, as PyTorch-Encoding's `MultiEvalModule` (which produced
-//! DANet's published numbers) does it, with mmsegmentation's window placement.
-//!
-//! Everything here works on logits and never applies a softmax: windows, flips and
-//! scales are combined by averaging (or summing) raw logits, as the reference does.
+//! flip and sliding windows, DANet's `MultiEvalModule` or mmsegmentation's, as
+//! `segtool_core::protocol` implements them once; this module is its tch backend.
 
+use segtool_core::protocol::{self, Stitch};
 use segtool_core::ModelSpec;
 use tch::{Kind, Tensor};
 
-use super::{EvalOptions, Mode};
+use super::EvalOptions;
 use crate::model::DaNet;
 
-/// Fused logits (N, K, H, W) of `images` (N, 3, H, W) under `opts`: for each scale the
-/// resized batch goes through [`at_scale`], its logits are resized back to (H, W) and
-/// summed over scales. Bilinear resizing uses align_corners=true, as PyTorch-Encoding.
+pub use segtool_core::protocol::{window_starts, windows, Window};
+
+/// Fused scores (N, K, H, W) of `images` (N, 3, H, W) under `opts`: summed logits
+/// (mmseg) or summed `exp` scores (DANet); see `segtool_core::protocol`.
 pub fn predict(model: &DaNet, images: &Tensor, opts: &EvalOptions) -> Tensor {
-    tch::no_grad(|| {
-        let (_, _, h, w) = images.size4().expect("images are NCHW");
-        let mut total: Option<Tensor> = None;
-        for &s in &opts.scales {
-            let (sh, sw) = (scaled(h, s), scaled(w, s));
-            let logits = at_scale(model, &resize(images, sh, sw), opts);
-            let logits = resize(&logits, h, w);
-            total = Some(match total {
-                Some(t) => t + logits,
-                None => logits,
-            });
-        }
-        total.expect("at least one scale")
-    })
-}
-
-/// `len * scale`, rounded, at least one pixel.
-fn scaled(len: i64, scale: f64) -> i64 {
-    ((len as f64 * scale).round() as i64).max(1)
-}
-
-/// Bilinear resize with align_corners=true; a no-op (no copy, no rounding) when the size
-/// already matches, so scale 1.0 is exact.
-fn resize(x: &Tensor, h: i64, w: i64) -> Tensor {
-    let (_, _, xh, xw) = x.size4().expect("NCHW");
-    if (xh, xw) == (h, w) {
-        x.shallow_clone()
-    } else {
-        x.upsample_bilinear2d([h, w], true, None, None)
-    }
-}
-
-/// Logits of one scaled batch, at its own size. Whole mode runs the network on it as is:
-/// DANet upsamples its outputs to the input size, so no padding to a multiple of the
-/// output stride is needed.
-pub fn at_scale(model: &DaNet, images: &Tensor, opts: &EvalOptions) -> Tensor {
-    match opts.mode {
-        Mode::Whole => forward_flip(model, images, opts.flip),
-        Mode::Sliding { crop, stride } => {
-            slide(model, images, crop, stride, opts.flip, opts.batch_size)
-        }
-    }
+    let mut backend = TchStitch { model };
+    tch::no_grad(
+        || match protocol::predict(&mut backend, images, &opts.protocol_options()) {
+            Ok(scores) => scores,
+            Err(never) => match never {},
+        },
+    )
 }
 
 /// The network's fused logits; with `flip`, the mean of the logits of `x` and of its
-/// horizontal mirror (mirrored back). Both halves share one forward pass.
+/// horizontal mirror (mirrored back), mmsegmentation's combination. Both halves share one
+/// forward pass.
 pub fn forward_flip(model: &DaNet, x: &Tensor, flip: bool) -> Tensor {
     if !flip {
         return model.forward_all(x, false).fused;
@@ -72,58 +37,12 @@ pub fn forward_flip(model: &DaNet, x: &Tensor, flip: bool) -> Tensor {
     (both.narrow(0, 0, n) + both.narrow(0, n, n).flip([3])) / 2.0
 }
 
-pub use segtool_core::protocol::{window_starts, windows, Window};
-
-/// How many windows cover each pixel, (1, 1, h, w) f32: the divisor that turns summed
-/// window logits into a mean.
+/// How many windows cover each pixel, (1, 1, h, w) f32.
 pub fn window_counts(windows: &[Window], h: i64, w: i64, device: tch::Device) -> Tensor {
-    let counts = Tensor::zeros([1, 1, h, w], (Kind::Float, device));
-    for win in windows {
-        let mut region = narrow_window(&counts, win);
-        region += 1.0;
-    }
-    counts
-}
-
-/// Sliding-window logits of `images` (N, 3, H, W): `crop` x `crop` windows `stride`
-/// apart (see [`windows`]); windows sticking out of a small image are padded with zero
-/// pixels to the full crop; `batch` windows share a forward pass; overlapping logits
-/// are averaged. An image no larger than the crop is thus one padded window.
-pub fn slide(
-    model: &DaNet,
-    images: &Tensor,
-    crop: i64,
-    stride: i64,
-    flip: bool,
-    batch: usize,
-) -> Tensor {
-    let (n, _, h, w) = images.size4().expect("images are NCHW");
-    let k = model.spec.num_classes() as i64;
-    let all = windows(h as usize, w as usize, crop as usize, stride as usize);
-    let sum = Tensor::zeros([n, k, h, w], (Kind::Float, images.device()));
-    for chunk in all.chunks(batch.max(1)) {
-        let crops: Vec<Tensor> = chunk
-            .iter()
-            .map(|win| pad_to(&narrow_window(images, win), crop, crop, &model.spec))
-            .collect();
-        let logits = forward_flip(model, &Tensor::cat(&crops, 0), flip);
-        for (j, win) in chunk.iter().enumerate() {
-            let out = logits
-                .narrow(0, j as i64 * n, n)
-                .narrow(2, 0, win.h as i64)
-                .narrow(3, 0, win.w as i64)
-                .to_kind(Kind::Float);
-            let mut region = narrow_window(&sum, win);
-            region += out;
-        }
-    }
-    sum / window_counts(&all, h, w, images.device())
-}
-
-/// The `win` region of an NCHW tensor (a view).
-fn narrow_window(t: &Tensor, win: &Window) -> Tensor {
-    t.narrow(2, win.y as i64, win.h as i64)
-        .narrow(3, win.x as i64, win.w as i64)
+    let counts = protocol::window_counts(windows, h as usize, w as usize);
+    Tensor::from_slice(&counts)
+        .view([1, 1, h, w])
+        .to_device(device)
 }
 
 /// `x` (N, 3, h, w) in the top-left corner of an `h` x `w` canvas of zero pixels, which
@@ -142,4 +61,99 @@ pub fn pad_to(x: &Tensor, h: i64, w: i64, spec: &ModelSpec) -> Tensor {
         .contiguous();
     canvas.narrow(2, 0, xh).narrow(3, 0, xw).copy_(x);
     canvas
+}
+
+/// The `win` region of an NCHW tensor (a view).
+fn narrow_window(t: &Tensor, win: &Window) -> Tensor {
+    t.narrow(2, win.y as i64, win.h as i64)
+        .narrow(3, win.x as i64, win.w as i64)
+}
+
+/// The protocol's primitives on tch tensors, on the model's device; scores are float32
+/// (an autocast model's half logits are widened when accumulated).
+struct TchStitch<'a> {
+    model: &'a DaNet,
+}
+
+impl Stitch for TchStitch<'_> {
+    type Map = Tensor;
+    type Error = std::convert::Infallible;
+
+    fn dims(&self, x: &Tensor) -> [usize; 4] {
+        let (n, c, h, w) = x.size4().expect("NCHW");
+        [n as usize, c as usize, h as usize, w as usize]
+    }
+
+    fn run(&mut self, images: &Tensor) -> Result<Tensor, std::convert::Infallible> {
+        Ok(self
+            .model
+            .forward_all(images, false)
+            .fused
+            .to_kind(Kind::Float))
+    }
+
+    fn resize(&mut self, x: &Tensor, h: usize, w: usize) -> Tensor {
+        let [_, _, xh, xw] = self.dims(x);
+        if (xh, xw) == (h, w) {
+            x.shallow_clone()
+        } else {
+            x.upsample_bilinear2d([h as i64, w as i64], true, None, None)
+        }
+    }
+
+    fn crop_padded(&mut self, x: &Tensor, win: Window, h: usize, w: usize) -> Tensor {
+        pad_to(
+            &narrow_window(x, &win),
+            h as i64,
+            w as i64,
+            &self.model.spec,
+        )
+    }
+
+    fn crop(&mut self, x: &Tensor, win: Window) -> Tensor {
+        narrow_window(x, &win)
+    }
+
+    fn cat(&mut self, parts: &[&Tensor]) -> Tensor {
+        Tensor::cat(parts, 0)
+    }
+
+    fn narrow_batch(&mut self, x: &Tensor, start: usize, len: usize) -> Tensor {
+        x.narrow(0, start as i64, len as i64)
+    }
+
+    fn flip_w(&mut self, x: &Tensor) -> Tensor {
+        x.flip([3])
+    }
+
+    fn add(&mut self, a: Tensor, b: &Tensor) -> Tensor {
+        a + b
+    }
+
+    fn mul(&mut self, a: Tensor, by: f32) -> Tensor {
+        a * f64::from(by)
+    }
+
+    fn exp(&mut self, a: Tensor) -> Tensor {
+        a.exp()
+    }
+
+    fn zeros(&mut self, like: &Tensor, dims: [usize; 4]) -> Tensor {
+        let dims = dims.map(|d| d as i64);
+        Tensor::zeros(dims, (Kind::Float, like.device()))
+    }
+
+    fn add_region(&mut self, sum: &mut Tensor, part: &Tensor, y: usize, x: usize) {
+        let [_, _, h, w] = self.dims(part);
+        let mut region = narrow_window(sum, &Window { y, x, h, w });
+        region += part;
+    }
+
+    fn divide(&mut self, sum: Tensor, counts: &[f32]) -> Tensor {
+        let [_, _, h, w] = self.dims(&sum);
+        let counts = Tensor::from_slice(counts)
+            .view([1, 1, h as i64, w as i64])
+            .to_device(sum.device());
+        sum / counts
+    }
 }
