@@ -177,25 +177,15 @@ pub fn model_spec(model: &ModelProto) -> Result<ModelSpec, CalibrationError> {
     ModelSpec::from_json(&json.value).map_err(|e| CalibrationError::Model(e.to_string()))
 }
 
-/// Image files of a folder (png/jpg/jpeg/bmp), sorted by name.
+/// The image files of a folder, sorted: [`segtool_core::images::list_images`], the lister
+/// every segtool command uses (exactly the formats the build decodes). None is an error.
 pub fn list_images(dir: &Path) -> Result<Vec<PathBuf>, CalibrationError> {
-    let mut out: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map_err(io_err(dir))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            p.extension().and_then(|e| e.to_str()).is_some_and(|e| {
-                matches!(
-                    e.to_ascii_lowercase().as_str(),
-                    "png" | "jpg" | "jpeg" | "bmp"
-                )
-            })
-        })
-        .collect();
-    out.sort();
+    let out = segtool_core::images::list_images(dir).map_err(io_err(dir))?;
     if out.is_empty() {
         return Err(CalibrationError::Input(format!(
-            "{}: no images (png, jpg, bmp)",
-            dir.display()
+            "{}: no images ({})",
+            dir.display(),
+            segtool_core::images::IMAGE_EXTENSIONS.join(", ")
         )));
     }
     Ok(out)
@@ -411,4 +401,31 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), CalibrationError> {
         let _ = std::fs::remove_file(&tmp);
     }
     result.map_err(io_err(path))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lists_only_decodable_images() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path();
+        for name in ["b.png", "a.bmp", "c.JPG", "notes.txt"] {
+            std::fs::write(d.join(name), b"x").unwrap();
+        }
+        let names: Vec<_> = list_images(d)
+            .unwrap()
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, ["b.png", "c.JPG"]);
+
+        // Only a .bmp: no images, and the message names what is accepted.
+        let only_bmp = d.join("bmp");
+        std::fs::create_dir(&only_bmp).unwrap();
+        std::fs::write(only_bmp.join("a.bmp"), b"x").unwrap();
+        let err = list_images(&only_bmp).unwrap_err().to_string();
+        assert!(err.contains("no images (png, jpg, jpeg)"), "{err}");
+    }
 }

@@ -4,6 +4,7 @@
 
 pub mod config;
 pub mod dataset;
+pub mod images;
 pub mod io;
 pub mod metrics;
 pub mod palette;

@@ -11,7 +11,7 @@ pub struct Args {
     /// Float ONNX model (a `segtool export`).
     #[arg(long)]
     pub model: PathBuf,
-    /// Calibration images (png/jpg/bmp), used in name order.
+    /// Folder of calibration images (png, jpg, jpeg), used in name order.
     #[arg(long)]
     pub images: PathBuf,
     /// Masks (`<image stem>.png`, class per pixel, 255 ignored): the report adds mIoU.

@@ -27,6 +27,7 @@ mod paired;
 mod source;
 pub mod voc;
 
+pub use crate::images::{is_image, list_images};
 pub use classes::ClassesFile;
 pub use folder::FolderDataset;
 pub use paired::read_mask;
@@ -129,23 +130,6 @@ impl SegDataset for ShapesDataset {
     fn name(&self, index: usize) -> String {
         format!("{:06}", self.offset + index as u64)
     }
-}
-
-/// The png/jpg files directly in `dir`, sorted by name.
-pub fn list_images(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
-    let mut images: Vec<PathBuf> = std::fs::read_dir(dir)?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            let ext = p
-                .extension()
-                .and_then(|e| e.to_str())
-                .unwrap_or("")
-                .to_ascii_lowercase();
-            matches!(ext.as_str(), "png" | "jpg" | "jpeg")
-        })
-        .collect();
-    images.sort();
-    Ok(images)
 }
 
 pub fn read_rgb(path: &Path) -> Result<RgbImage, DatasetError> {

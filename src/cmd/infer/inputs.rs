@@ -8,19 +8,13 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc::SyncSender;
 use std::time::Instant;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
+use image::RgbImage;
 use rayon::prelude::*;
 
-use super::pipeline::{send_batch, Batch, Busy, Prepare};
+use segtool_core::images::{is_image, list_images};
 
-fn is_image(path: &Path) -> bool {
-    let ext = path
-        .extension()
-        .and_then(|e| e.to_str())
-        .unwrap_or("")
-        .to_ascii_lowercase();
-    matches!(ext.as_str(), "png" | "jpg" | "jpeg")
-}
+use super::pipeline::{send_batch, Batch, Busy, Failure, Prepare};
 
 /// Every `--input` value expanded, in order (each pattern's or folder's matches sorted),
 /// duplicates dropped. A value that names nothing is an error naming it.
@@ -31,8 +25,8 @@ pub fn expand_inputs(inputs: &[String]) -> Result<Vec<PathBuf>> {
         if path.is_file() {
             files.push(path.to_path_buf());
         } else if path.is_dir() {
-            let found = segtool_core::dataset::list_images(path)
-                .with_context(|| format!("reading input {}", path.display()))?;
+            let found =
+                list_images(path).with_context(|| format!("reading input {}", path.display()))?;
             if found.is_empty() {
                 bail!("no png/jpg images in {}", path.display());
             }
@@ -185,37 +179,106 @@ pub(super) fn check_unique_stems(files: &[PathBuf]) -> Result<()> {
     Ok(())
 }
 
+/// How the source thread treats input files.
+#[derive(Clone, Copy)]
+pub(super) struct DecodeOptions {
+    pub(super) batch_size: usize,
+    /// An unreadable image is a [`Failure`] carried with its batch, not the end of the run.
+    pub(super) keep_going: bool,
+    /// `(height, width)` the sessions were built for: an image of another size fails.
+    pub(super) fixed_size: Option<(usize, usize)>,
+}
+
+/// The source thread over image files: decodes (rayon, one task per image) and prepares
+/// batch after batch. Without `keep_going` the first unreadable image in input order ends
+/// the input with an error naming it; with it, the batch carries the failure instead.
 pub(super) fn decode_files(
     files: Vec<PathBuf>,
-    batch_size: usize,
+    opts: DecodeOptions,
     prepare: &Prepare,
     tx: SyncSender<Result<(Batch, Busy)>>,
 ) {
-    for chunk in files.chunks(batch_size) {
+    for chunk in files.chunks(opts.batch_size.max(1)) {
         let t0 = Instant::now();
-        let decoded = chunk
+        let decoded: Vec<Result<RgbImage, String>> = chunk
             .par_iter()
-            .map(|p| segtool_core::dataset::read_rgb(p).map_err(anyhow::Error::from))
-            .collect::<Result<Vec<_>>>();
-        let images = match decoded {
-            Ok(images) => images,
-            Err(e) => {
-                let _ = tx.send(Err(e));
-                return;
-            }
-        };
-        let decode = t0.elapsed();
-        let names = chunk
-            .iter()
-            .map(|p| {
-                p.file_stem()
-                    .unwrap_or_default()
-                    .to_string_lossy()
-                    .into_owned()
-            })
+            .map(|p| decode_one(p, opts.fixed_size))
             .collect();
-        if !send_batch(&tx, names, images, prepare, decode) {
+        let mut names = Vec::with_capacity(chunk.len());
+        let mut images = Vec::with_capacity(chunk.len());
+        let mut failures = Vec::new();
+        for (path, result) in chunk.iter().zip(decoded) {
+            match result {
+                Ok(img) => {
+                    names.push(
+                        path.file_stem()
+                            .unwrap_or_default()
+                            .to_string_lossy()
+                            .into_owned(),
+                    );
+                    images.push(img);
+                }
+                Err(reason) if opts.keep_going => failures.push(Failure {
+                    path: path.clone(),
+                    reason,
+                }),
+                Err(reason) => {
+                    let _ = tx.send(Err(anyhow!(
+                        "cannot read image {}: {reason} (--keep-going skips unreadable \
+                         images and goes on)",
+                        path.display()
+                    )));
+                    return;
+                }
+            }
+        }
+        let decode = t0.elapsed();
+        if !send_batch(&tx, names, images, failures, prepare, decode) {
             return;
         }
+    }
+}
+
+/// One image file decoded to RGB, or why not, in words for the user.
+fn decode_one(path: &Path, fixed_size: Option<(usize, usize)>) -> Result<RgbImage, String> {
+    let img = match segtool_core::dataset::read_rgb(path) {
+        Ok(img) => img,
+        Err(segtool_core::dataset::DatasetError::Image { source, .. }) => {
+            return Err(describe_image_error(path, &source))
+        }
+        Err(other) => return Err(other.to_string()),
+    };
+    if let Some((h, w)) = fixed_size {
+        if img.dimensions() != (w as u32, h as u32) {
+            // Possible only for a file whose header could not be read when the size
+            // was chosen (--keep-going leaves those out of the choice).
+            return Err(format!(
+                "wrong size: {}x{} (WxH), the session is fixed to {w}x{h} (use \
+                 --dynamic-shapes for mixed sizes)",
+                img.width(),
+                img.height()
+            ));
+        }
+    }
+    Ok(img)
+}
+
+/// What went wrong reading an image: truncated, unreadable, corrupt, ... and the decoder's
+/// own message.
+fn describe_image_error(path: &Path, e: &image::ImageError) -> String {
+    use image::ImageError as E;
+    match e {
+        E::IoError(io) if io.kind() == std::io::ErrorKind::UnexpectedEof => {
+            if std::fs::metadata(path).is_ok_and(|m| m.len() == 0) {
+                "empty file".to_string()
+            } else {
+                format!("truncated image ({io})")
+            }
+        }
+        E::IoError(io) => format!("unreadable file ({io})"),
+        E::Decoding(d) => format!("corrupt image ({d})"),
+        E::Unsupported(u) => format!("unsupported image ({u})"),
+        E::Limits(l) => format!("image too large ({l})"),
+        other => format!("cannot decode ({other})"),
     }
 }

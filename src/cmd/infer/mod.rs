@@ -45,9 +45,9 @@ pub use inputs::expand_inputs;
 #[allow(unused_imports)]
 pub use outputs::npy_f32;
 
-use inputs::{check_unique_stems, decode_files};
+use inputs::{check_unique_stems, decode_files, DecodeOptions};
 use outputs::{write_results, Sink};
-use pipeline::{Batch, Busy, Scored, Stage};
+use pipeline::{Batch, Busy, Failure, Scored, Stage};
 use raw::read_raw;
 use sessions::{check_contract, open_server};
 
@@ -142,6 +142,12 @@ pub struct Args {
     /// memory, same masks).
     #[arg(long)]
     pub dynamic_shapes: bool,
+    /// Image inputs: an image that cannot be read (corrupt, truncated, unreadable) is
+    /// reported on stderr with its reason and skipped; every other image is still written,
+    /// and the exit status is non-zero at the end, with the counts. Without it the first
+    /// such image stops the run.
+    #[arg(long, conflicts_with = "raw")]
+    pub keep_going: bool,
 }
 
 /// `WxH` (e.g. `1920x1080`) with both sides positive.
@@ -160,7 +166,8 @@ impl Args {
     /// The one input size every image (or raw frame) has, `(height, width)`, when sessions
     /// may be fixed to it: ONNX Runtime, no accuracy mode (its windows and scales vary the
     /// size), no --dynamic-shapes. Files are sized from their headers; one that cannot be
-    /// read leaves the shape dynamic (decoding reports it properly later).
+    /// read leaves the shape dynamic (decoding reports it properly later), except with
+    /// --keep-going, where it is left out of the vote (decoding reports and skips it).
     fn fixed_input_size(&self, files: &[PathBuf], accuracy: bool) -> Option<(usize, usize)> {
         if self.dynamic_shapes || accuracy || self.engine != "ort" {
             return None;
@@ -168,7 +175,13 @@ impl Args {
         if let Some((w, h)) = self.raw {
             return Some((h as usize, w as usize));
         }
-        let mut sizes = files.iter().map(|f| image::image_dimensions(f).ok());
+        let mut sizes = files
+            .iter()
+            .filter_map(|f| match image::image_dimensions(f) {
+                Ok(size) => Some(Some(size)),
+                Err(_) if self.keep_going => None,
+                Err(_) => Some(None),
+            });
         let first = sizes.next()??;
         sizes
             .all(|s| s == Some(first))
@@ -356,9 +369,16 @@ pub fn run(args: Args) -> Result<()> {
             Some((w, h)) => std::thread::Builder::new()
                 .name("segtool-read".into())
                 .spawn(move || read_raw(w, h, batch_size, &prepare, batch_tx, recycle_rx))?,
-            None => std::thread::Builder::new()
-                .name("segtool-decode".into())
-                .spawn(move || decode_files(files, batch_size, &prepare, batch_tx))?,
+            None => {
+                let opts = DecodeOptions {
+                    batch_size,
+                    keep_going: args.keep_going,
+                    fixed_size,
+                };
+                std::thread::Builder::new()
+                    .name("segtool-decode".into())
+                    .spawn(move || decode_files(files, opts, &prepare, batch_tx))?
+            }
         }
     };
     let writer = {
@@ -375,6 +395,8 @@ pub fn run(args: Args) -> Result<()> {
     // An input or engine error stops reading, but what was already scored is still
     // written (frames before a truncated one, images before a corrupt one).
     let mut failure: Option<anyhow::Error> = None;
+    // --keep-going: the inputs skipped, each reported as its batch arrives.
+    let mut skipped: Vec<Failure> = Vec::new();
     for item in batch_rx.iter() {
         let (mut batch, b) = match item {
             Ok(x) => x,
@@ -385,6 +407,14 @@ pub fn run(args: Args) -> Result<()> {
         };
         busy.decode += b.decode;
         busy.normalise += b.normalise;
+        for f in std::mem::take(&mut batch.failures) {
+            bar.suspend(|| eprintln!("skipped {}: {}", f.path.display(), f.reason));
+            bar.inc(1);
+            skipped.push(f);
+        }
+        if batch.images.is_empty() {
+            continue;
+        }
         let t0 = Instant::now();
         let results = match stage.run(&mut batch, &spec) {
             Ok(r) => r,
@@ -459,7 +489,31 @@ pub fn run(args: Args) -> Result<()> {
     } else {
         println!("{summary}");
     }
+    if !skipped.is_empty() {
+        bail!("{}", skipped_summary(images, &skipped));
+    }
     Ok(())
+}
+
+/// `processed 7 images, 2 failed: a.png, b.png` (the first few failed files named; each
+/// was reported with its reason when it was skipped).
+fn skipped_summary(processed: usize, skipped: &[Failure]) -> String {
+    const NAMED: usize = 10;
+    let plural = |n: usize| if n == 1 { "image" } else { "images" };
+    let mut names: Vec<String> = skipped
+        .iter()
+        .take(NAMED)
+        .map(|f| f.path.display().to_string())
+        .collect();
+    if skipped.len() > NAMED {
+        names.push(format!("and {} more", skipped.len() - NAMED));
+    }
+    format!(
+        "processed {processed} {}, {} failed: {}",
+        plural(processed),
+        skipped.len(),
+        names.join(", ")
+    )
 }
 
 fn progress(len: Option<u64>, visible: bool) -> ProgressBar {

@@ -4,6 +4,7 @@
 //! engine stage itself ([`Stage`]: one session, optionally in accuracy mode, or a batch
 //! server). The stages' threads and channels are wired up in `run` (mod.rs).
 
+use std::path::PathBuf;
 use std::sync::mpsc::SyncSender;
 use std::time::{Duration, Instant};
 
@@ -22,6 +23,14 @@ pub(super) struct Batch {
     pub(super) images: Vec<RgbImage>,
     /// (indices into `images`, the same-size images in the model's input layout).
     pub(super) groups: Vec<(Vec<usize>, EngineTensor)>,
+    /// Inputs of this batch that could not be read (`--keep-going`), in input order.
+    pub(super) failures: Vec<Failure>,
+}
+
+/// An input file left out under `--keep-going`, and why.
+pub(super) struct Failure {
+    pub(super) path: PathBuf,
+    pub(super) reason: String,
 }
 
 /// What the engine stage made of a batch.
@@ -83,12 +92,14 @@ pub(super) fn group_and_prepare(
 }
 
 /// The sources' last step: groups and prepares `images` (timed as normalise; `decode` is
-/// the source's own time) and sends the batch. `false` when the source should stop: the
-/// preparation failed (its error was sent) or the engine stage has gone.
+/// the source's own time) and sends the batch, with the inputs of it that `failures`
+/// lists. `false` when the source should stop: the preparation failed (its error was
+/// sent) or the engine stage has gone.
 pub(super) fn send_batch(
     tx: &SyncSender<Result<(Batch, Busy)>>,
     names: Vec<String>,
     images: Vec<RgbImage>,
+    failures: Vec<Failure>,
     prepare: &Prepare,
     decode: Duration,
 ) -> bool {
@@ -109,6 +120,7 @@ pub(super) fn send_batch(
         names,
         images,
         groups,
+        failures,
     };
     tx.send(Ok((batch, busy))).is_ok()
 }

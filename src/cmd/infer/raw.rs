@@ -74,7 +74,7 @@ pub(super) fn read_raw(
             }
         }
         let read = t0.elapsed();
-        if !images.is_empty() && !send_batch(&tx, names, images, prepare, read) {
+        if !images.is_empty() && !send_batch(&tx, names, images, Vec::new(), prepare, read) {
             return;
         }
         if let Some(e) = failure {
