@@ -192,3 +192,181 @@ fn train_export_infer_and_bad_inputs() {
     );
     assert!(!d.join("y.onnx").exists());
 }
+
+/// The `segtool` binary with no torchrun or Slurm variables (the test may run inside a job).
+fn segtool_command() -> std::process::Command {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_segtool"));
+    for var in ["WORLD_SIZE", "RANK", "SLURM_PROCID", "SLURM_NTASKS"] {
+        cmd.env_remove(var);
+    }
+    cmd
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn print_config_needs_no_dataset() {
+    // An empty directory: the preset's data/cityscapes does not exist there.
+    let dir = tempfile::tempdir().unwrap();
+    let out = segtool_command()
+        .args([
+            "train",
+            "--config",
+            "cityscapes-danet-r101",
+            "--print-config",
+        ])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    assert!(stdout.contains("backbone = \"resnet101\""), "{stdout}");
+    assert!(stdout.contains("world_size = 4"), "{stdout}");
+    for part in [
+        "2 per process x 4 processes x 1 accumulation = 8 global",
+        "lr: 0.003 effective",
+        "dataset not opened",
+    ] {
+        assert!(stderr.contains(part), "{part:?} missing in:\n{stderr}");
+    }
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        0,
+        "wrote nothing"
+    );
+    // What it prints is a configuration that reads back to the same one.
+    let file = dir.path().join("printed.toml");
+    std::fs::write(&file, &stdout).unwrap();
+    let again = segtool(&["train", "--config", p(&file), "--print-config"]);
+    assert!(again.status.success(), "{}", text(&again.stderr));
+    assert_eq!(text(&again.stdout), stdout);
+}
+
+/// Every tensor of two checkpoints (weights, BN statistics, momentum) bit for bit.
+fn assert_same_tensors(a: &std::path::Path, b: &std::path::Path) {
+    let read = |path: &std::path::Path| {
+        let mut tensors = tch::Tensor::read_safetensors(path).unwrap();
+        tensors.sort_by(|x, y| x.0.cmp(&y.0));
+        tensors
+    };
+    let (a, b) = (read(a), read(b));
+    let names = |t: &[(String, tch::Tensor)]| t.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>();
+    assert_eq!(names(&a), names(&b));
+    for ((name, x), (_, y)) in a.iter().zip(&b) {
+        let bits = |t: &tch::Tensor| {
+            let flat = t.to_kind(tch::Kind::Float).flatten(0, -1);
+            Vec::<f32>::try_from(&flat)
+                .unwrap()
+                .iter()
+                .map(|v| v.to_bits())
+                .collect::<Vec<_>>()
+        };
+        assert!(bits(x) == bits(y), "{name} differs");
+    }
+}
+
+/// A copy of the checkpoint `from` without the metadata entry `key` (a checkpoint written
+/// before the key existed). The header keeps its length: JSON allows trailing spaces.
+fn without_metadata_key(from: &std::path::Path, to: &std::path::Path, key: &str) {
+    let bytes = std::fs::read(from).unwrap();
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let mut header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+    assert!(header["__metadata__"]
+        .as_object_mut()
+        .unwrap()
+        .remove(key)
+        .is_some());
+    let mut json = serde_json::to_vec(&header).unwrap();
+    json.resize(n, b' ');
+    let mut out = bytes[..8].to_vec();
+    out.extend(json);
+    out.extend(&bytes[8 + n..]);
+    std::fs::write(to, out).unwrap();
+}
+
+#[test]
+fn resume_keeps_the_thread_count_of_the_checkpoint() {
+    use segtool_train::run::THREADS_KEY;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let data = d.join("data");
+    let ok = segtool(&[
+        "generate",
+        "--out",
+        p(&data),
+        "--size",
+        "40",
+        "--train-count",
+        "6",
+        "--val-count",
+        "1",
+    ]);
+    assert!(ok.status.success(), "{}", text(&ok.stderr));
+    let dataset = format!("data.dataset={}", p(&data));
+    // Without --threads, libtorch would use OMP_NUM_THREADS = 2 threads.
+    let train = |args: &[&str]| {
+        let out = segtool_command()
+            .arg("train")
+            .args(args)
+            .env("OMP_NUM_THREADS", "2")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+        text(&out.stderr)
+    };
+    let fresh = |run: &str, extra: &[&str]| {
+        let out_dir = format!("out_dir={}", p(&d.join(run)));
+        let mut args = vec!["--threads", "1", "--set", &dataset, "--set", &out_dir];
+        for set in [
+            "optim.iterations=6",
+            "optim.batch_size=2",
+            "data.workers=1",
+            "data.val_split=\"\"",
+        ] {
+            args.extend(["--set", set]);
+        }
+        args.extend(extra);
+        train(&args);
+    };
+    fresh("whole", &[]);
+    fresh("split", &["--stop-at", "3"]);
+    let stopped = d.join("split/last.safetensors");
+    let info = segtool_train::Checkpoint::read(&stopped).unwrap().info;
+    assert_eq!(info.get(THREADS_KEY).map(String::as_str), Some("1"));
+    for copy in ["other", "old"] {
+        std::fs::create_dir(d.join(copy)).unwrap();
+    }
+    std::fs::copy(&stopped, d.join("other/last.safetensors")).unwrap();
+    without_metadata_key(&stopped, &d.join("old/last.safetensors"), THREADS_KEY);
+
+    // Resumed without --threads: the checkpoint's one thread, and the uninterrupted run's
+    // weights bit for bit.
+    let stderr = train(&["--resume", p(&d.join("split"))]);
+    assert!(stderr.contains("1 libtorch thread(s), as"), "{stderr}");
+    assert!(!stderr.contains("note:"), "{stderr}");
+    assert_same_tensors(
+        &d.join("whole/last.safetensors"),
+        &d.join("split/last.safetensors"),
+    );
+
+    // Another count, given: said to break the bitwise repeat.
+    let stderr = train(&["--resume", p(&d.join("other")), "--threads", "2"]);
+    assert!(
+        stderr.contains("trained with 1 libtorch thread(s) and this run uses 2")
+            && stderr.contains("no longer repeat the uninterrupted run bit for bit"),
+        "{stderr}"
+    );
+    let info = segtool_train::Checkpoint::read(&d.join("other/last.safetensors"))
+        .unwrap()
+        .info;
+    assert_eq!(info.get(THREADS_KEY).map(String::as_str), Some("2"));
+
+    // A checkpoint from before the key: as before (libtorch's default), said to be unknown.
+    let stderr = train(&["--resume", p(&d.join("old"))]);
+    assert!(
+        stderr.contains("does not record the libtorch thread count"),
+        "{stderr}"
+    );
+}

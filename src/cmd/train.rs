@@ -32,22 +32,26 @@ pub struct Args {
     /// Stop with a checkpoint after this many iterations (the schedule still spans all).
     #[arg(long, value_name = "N")]
     pub stop_at: Option<usize>,
-    /// Print the resolved configuration and exit.
+    /// Print the resolved configuration (TOML, to stdout) and the batch geometry, and
+    /// exit; opens no dataset.
     #[arg(long)]
     pub print_config: bool,
     /// cpu, cuda, cuda:N.
     #[arg(long, default_value = "cpu")]
     pub device: String,
-    /// libtorch intra-op threads (0: libtorch's default, one per core).
-    #[arg(long, default_value_t = 0)]
-    pub threads: i32,
+    /// libtorch intra-op threads (0: libtorch's default, one per core). Default: on
+    /// --resume the count the checkpoint was trained with (resume is bit for bit only at
+    /// the same count), else libtorch's.
+    #[arg(long, value_parser = clap::value_parser!(i32).range(0..))]
+    pub threads: Option<i32>,
     #[command(flatten)]
     pub dist: DistArgs,
 }
 
 /// dist: data-parallel training, torchrun-compatible. A process started by torchrun (or
 /// by `--nproc-per-node`) finds its rank in MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK,
-/// LOCAL_RANK, LOCAL_WORLD_SIZE.
+/// LOCAL_RANK, LOCAL_WORLD_SIZE; one started by Slurm's srun in SLURM_PROCID,
+/// SLURM_NTASKS, SLURM_LOCALID, ... (see `segtool_train::dist::DistEnv`).
 #[derive(clap::Args)]
 pub struct DistArgs {
     /// Spawn and supervise this many training processes on this node (torchrun's
@@ -89,10 +93,14 @@ const LAUNCH_FLAGS: [&str; 5] = [
 /// dist: `--nproc-per-node N` spawns N `segtool train` processes with the same arguments
 /// (less the launcher's) and torchrun's environment, and supervises them.
 fn launch(args: &Args) -> Result<()> {
-    use segtool_train::dist::{DistEnv, LaunchConfig, Launcher};
+    use segtool_train::dist::{DistEnv, EnvSource, LaunchConfig, Launcher};
     let d = &args.dist;
-    if DistEnv::from_env()?.is_some() {
-        bail!("--nproc-per-node/--nnodes inside a distributed job (RANK/WORLD_SIZE are set): drop them");
+    if let Some(env) = DistEnv::from_env()? {
+        let vars = match env.source {
+            EnvSource::Torchrun => "RANK/WORLD_SIZE are set",
+            EnvSource::Slurm => "SLURM_PROCID/SLURM_NTASKS say this is one of several srun tasks",
+        };
+        bail!("--nproc-per-node/--nnodes inside a distributed job ({vars}): drop them");
     }
     let launcher = Launcher::new(LaunchConfig {
         nproc_per_node: d.nproc_per_node,
@@ -136,15 +144,30 @@ pub fn run(args: Args) -> Result<()> {
     if args.dist.nproc_per_node > 1 || args.dist.nnodes > 1 {
         return launch(&args);
     }
-    if args.threads > 0 {
-        tch::set_num_threads(args.threads);
+    let (mut cfg, resume) = resolve_config(&args)?;
+    if args.print_config {
+        return print_config(&cfg);
     }
-    let (mut cfg, resume_from) = resolve_config(&args)?;
-    // dist: the world is what torchrun's variables say (one process without them); say
-    // so rather than silently training with a different global batch than configured.
+    // dist: the world is what torchrun's (or Slurm's) variables say (one process without
+    // them); say so rather than silently training with a different global batch than
+    // configured.
     let dist_env = segtool_train::dist::DistEnv::from_env()?;
     let world = dist_env.as_ref().map_or(1, |e| e.world_size);
     let rank = dist_env.as_ref().map_or(0, |e| e.rank);
+    if let Some(env) = &dist_env {
+        eprintln!(
+            "rank {} of {} (from {}), local rank {} of {}, rendezvous {}:{}",
+            env.rank,
+            env.world_size,
+            env.source,
+            env.local_rank,
+            env.local_world_size,
+            env.master_addr,
+            env.master_port
+        );
+    }
+    set_threads(&args, resume.as_ref(), rank == 0);
+    let resume_from = resume.map(|r| r.path);
     if cfg.optim.world_size != world {
         if rank == 0 {
             eprintln!(
@@ -170,23 +193,23 @@ pub fn run(args: Args) -> Result<()> {
         );
     }
     if rank == 0 {
-        eprint!("{}", cfg.summary(train_set.len()));
-    }
-    if args.print_config {
-        print!("{}", cfg.to_toml_string());
-        return Ok(());
+        eprintln!("{}", cfg.summary(Some(train_set.len())));
     }
     let val_set = match cfg.data.val_split.as_str() {
         "" => None,
         split => Some(
             open_dataset(&cfg.data.dataset, split, &shapes).with_context(|| {
-                format!("validation split {split:?} (set data.val_split= to train without one)")
+                format!("validation split {split:?} (set data.val_split=\"\" to train without one)")
             })?,
         ),
     };
 
     let spec = model_spec(&cfg, classes, palette)?;
-    let device = parse_device(&args.device)?;
+    let device = match &dist_env {
+        // One GPU per local rank, as torch.cuda.set_device(local_rank).
+        Some(env) if args.device == "cuda" => local_cuda_device(env.local_rank)?,
+        _ => parse_device(&args.device)?,
+    };
     let mut train_cfg = train_config(&cfg, total, device);
     train_cfg.progress = rank == 0;
     // amp: optim.precision (or optim.amp = true, fp16); fp16 is refused off CUDA here,
@@ -309,8 +332,71 @@ pub fn run(args: Args) -> Result<()> {
     Ok(())
 }
 
+/// `--print-config`: the resolved configuration (stdout) and its batch geometry
+/// (stderr), as configured; no dataset is opened.
+fn print_config(cfg: &RunConfig) -> Result<()> {
+    cfg.validate()?;
+    eprintln!("{}", cfg.summary(None));
+    let o = &cfg.optim;
+    let world = segtool_train::dist::DistEnv::from_env()
+        .ok()
+        .flatten()
+        .map_or(1, |e| e.world_size);
+    if world != o.world_size {
+        eprintln!(
+            "note: optim.world_size = {} but a run started like this one has {world} \
+             process(es) and would train with a global batch of {}",
+            o.world_size,
+            o.batch_size * world * o.accumulation
+        );
+    }
+    print!("{}", cfg.to_toml_string());
+    Ok(())
+}
+
+/// The checkpoint a run resumes from.
+struct Resume {
+    path: PathBuf,
+    /// The libtorch thread count it was trained with, when it records one.
+    threads: Option<i32>,
+}
+
+/// libtorch's intra-op thread count: `--threads`, else on resume the checkpoint's, else
+/// libtorch's default. Says so (on rank 0) when a resume cannot be bit for bit.
+fn set_threads(args: &Args, resume: Option<&Resume>, report: bool) {
+    use segtool_train::run::{choose_threads, ThreadSource};
+    let recorded = resume.and_then(|r| r.threads);
+    let choice = choose_threads(args.threads, recorded, tch::get_num_threads());
+    if choice.source != ThreadSource::Default && choice.threads != tch::get_num_threads() {
+        tch::set_num_threads(choice.threads);
+    }
+    let (Some(resume), true) = (resume, report) else {
+        return;
+    };
+    let path = resume.path.display();
+    match (choice.source, choice.recorded) {
+        (ThreadSource::Checkpoint, _) => eprintln!(
+            "{} libtorch thread(s), as {path} was trained with (--threads to change)",
+            choice.threads
+        ),
+        (_, Some(recorded)) if choice.differs_from_checkpoint => eprintln!(
+            "note: {path} was trained with {recorded} libtorch thread(s) and this run uses \
+             {}: fp32 reductions split differently, so the resumed run will no longer \
+             repeat the uninterrupted run bit for bit",
+            choice.threads
+        ),
+        (_, Some(_)) => {}
+        (_, None) => eprintln!(
+            "note: {path} does not record the libtorch thread count it was trained with; \
+             using {}: the resumed run repeats the uninterrupted one bit for bit only if \
+             that is the same count (--threads N to choose)",
+            choice.threads
+        ),
+    }
+}
+
 /// The configuration and, when resuming, the checkpoint to resume from.
-fn resolve_config(args: &Args) -> Result<(RunConfig, Option<PathBuf>)> {
+fn resolve_config(args: &Args) -> Result<(RunConfig, Option<Resume>)> {
     let (mut cfg, resume) = match &args.resume {
         Some(path) => {
             if args.config.is_some() {
@@ -330,9 +416,11 @@ fn resolve_config(args: &Args) -> Result<(RunConfig, Option<PathBuf>)> {
             })?;
             let mut cfg = RunConfig::from_toml_str(text)
                 .with_context(|| format!("configuration stored in {}", path.display()))?;
+            let threads = run::recorded_threads(&checkpoint.info)
+                .with_context(|| path.display().to_string())?;
             // The run continues where its checkpoint is, wherever the run was started.
             cfg.out_dir = path.parent().map(Path::to_path_buf);
-            (cfg, Some(path))
+            (cfg, Some(Resume { path, threads }))
         }
         None => {
             let name = args.config.as_deref().unwrap_or("shapes-tiny");
@@ -433,6 +521,22 @@ pub fn parse_device(s: &str) -> Result<tch::Device> {
             Some(Ok(n)) => cuda_device(n),
             _ => bail!("unknown device {other:?} (cpu, cuda, cuda:N)"),
         },
+    }
+}
+
+/// `--device cuda` in a distributed run: the local rank's GPU, or the only one visible
+/// (srun --gpus-per-task=1, CUDA_VISIBLE_DEVICES per rank).
+fn local_cuda_device(local_rank: usize) -> Result<tch::Device> {
+    if !tch::Cuda::is_available() {
+        bail!("device cuda requested but libtorch sees no CUDA GPU (use --device cpu)");
+    }
+    match tch::Cuda::device_count() as usize {
+        1 => Ok(tch::Device::Cuda(0)),
+        n if local_rank < n => Ok(tch::Device::Cuda(local_rank)),
+        n => bail!(
+            "local rank {local_rank} needs its own GPU but only {n} are visible \
+             (one per task: srun --gpus-per-task=1, or fewer tasks per node)"
+        ),
     }
 }
 

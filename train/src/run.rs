@@ -24,6 +24,68 @@ use crate::trainer::{progress_bar, NonFiniteLoss, Trainer};
 pub const STATE_KEY: &str = "segtool.train_state";
 /// Checkpoint metadata key of the resolved run configuration (TOML).
 pub const CONFIG_KEY: &str = "segtool.config";
+/// Checkpoint metadata key of the libtorch intra-op thread count the run trained with
+/// (decimal). CPU kernels split fp32 reductions by thread, so a resume repeats the
+/// uninterrupted run bit for bit only at the same count: see [`choose_threads`].
+pub const THREADS_KEY: &str = "segtool.threads";
+
+/// Where the thread count of a run comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ThreadSource {
+    /// Given by the user (`--threads`).
+    Given,
+    /// The count recorded in the checkpoint being resumed ([`THREADS_KEY`]).
+    Checkpoint,
+    /// libtorch's default: nothing given, and nothing recorded (a fresh run, or a
+    /// checkpoint written before [`THREADS_KEY`] existed).
+    Default,
+}
+
+/// The libtorch intra-op thread count to train with, and why.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ThreadChoice {
+    pub threads: i32,
+    pub source: ThreadSource,
+    /// The count the resumed checkpoint's run trained with, when it records one.
+    pub recorded: Option<i32>,
+    /// A count was given that is not the recorded one: the resumed run will not repeat
+    /// the uninterrupted run bit for bit.
+    pub differs_from_checkpoint: bool,
+}
+
+/// The thread count a run uses: `given` (`Some(0)`: libtorch's default), else the count
+/// `recorded` in the checkpoint it resumes, else `default` (libtorch's, e.g.
+/// `tch::get_num_threads()` before any change).
+pub fn choose_threads(given: Option<i32>, recorded: Option<i32>, default: i32) -> ThreadChoice {
+    let (threads, source) = match (given, recorded) {
+        (Some(n), _) if n > 0 => (n, ThreadSource::Given),
+        (Some(_), _) => (default, ThreadSource::Given),
+        (None, Some(n)) => (n, ThreadSource::Checkpoint),
+        (None, None) => (default, ThreadSource::Default),
+    };
+    ThreadChoice {
+        threads,
+        source,
+        recorded,
+        differs_from_checkpoint: recorded.is_some_and(|r| r != threads),
+    }
+}
+
+/// The thread count recorded in a checkpoint's metadata; `None` for checkpoints written
+/// before it was recorded (or by something other than [`run`]).
+pub fn recorded_threads(info: &CheckpointInfo) -> Result<Option<i32>> {
+    info.get(THREADS_KEY)
+        .map(|v| {
+            v.trim()
+                .parse::<i32>()
+                .ok()
+                .filter(|&n| n > 0)
+                .with_context(|| {
+                    format!("checkpoint metadata {THREADS_KEY}={v:?} is not a thread count")
+                })
+        })
+        .transpose()
+}
 
 /// Where a run stands: everything a resume needs besides weights and momentum.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -258,6 +320,7 @@ fn save(trainer: &Trainer, path: &Path, state: &RunState, opts: &RunOptions) -> 
     let info = CheckpointInfo::from([
         (STATE_KEY.to_string(), serde_json::to_string(state)?),
         (CONFIG_KEY.to_string(), opts.config_text.clone()),
+        (THREADS_KEY.to_string(), tch::get_num_threads().to_string()),
         ("iterations".to_string(), state.iteration.to_string()),
     ]);
     checkpoint::save_with(
@@ -351,5 +414,43 @@ impl Window {
         };
         *self = Self::new(wait);
         record
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thread_choice() {
+        use ThreadSource::*;
+        let choice = |given, recorded| choose_threads(given, recorded, 8);
+        let expect = |threads, source, recorded, differs| ThreadChoice {
+            threads,
+            source,
+            recorded,
+            differs_from_checkpoint: differs,
+        };
+        // Fresh runs: the flag, else libtorch's default.
+        assert_eq!(choice(None, None), expect(8, Default, None, false));
+        assert_eq!(choice(Some(2), None), expect(2, Given, None, false));
+        assert_eq!(choice(Some(0), None), expect(8, Given, None, false));
+        // Resumes: the recorded count unless one is given; a different one is flagged.
+        assert_eq!(choice(None, Some(1)), expect(1, Checkpoint, Some(1), false));
+        assert_eq!(choice(Some(1), Some(1)), expect(1, Given, Some(1), false));
+        assert_eq!(choice(Some(4), Some(1)), expect(4, Given, Some(1), true));
+        assert_eq!(choice(Some(0), Some(1)), expect(8, Given, Some(1), true));
+        assert_eq!(choice(Some(0), Some(8)), expect(8, Given, Some(8), false));
+    }
+
+    #[test]
+    fn recorded_thread_count() {
+        let info = |v: &str| CheckpointInfo::from([(THREADS_KEY.to_string(), v.to_string())]);
+        assert_eq!(recorded_threads(&CheckpointInfo::new()).unwrap(), None);
+        assert_eq!(recorded_threads(&info("3")).unwrap(), Some(3));
+        for bad in ["0", "-1", "two", ""] {
+            let message = format!("{:#}", recorded_threads(&info(bad)).unwrap_err());
+            assert!(message.contains(THREADS_KEY), "{message}");
+        }
     }
 }

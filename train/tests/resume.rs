@@ -110,6 +110,12 @@ fn interrupted_and_resumed_run_equals_uninterrupted_run() {
     let state = run::run(&mut first, dataset(), None, &stopped, RunState::default()).unwrap();
     assert_eq!(state.iteration, K);
     drop(first);
+    // The thread count it trained with (see `serial`), for the resume to reuse.
+    let info = Checkpoint::read(&split_dir.join("last.safetensors"))
+        .unwrap()
+        .info;
+    assert_eq!(info.get(run::THREADS_KEY).map(String::as_str), Some("1"));
+    assert_eq!(run::recorded_threads(&info).unwrap(), Some(1));
 
     // A fresh process: different initial weights, restored from the checkpoint.
     tch::manual_seed(999);

@@ -250,8 +250,10 @@ impl RunConfig {
     }
 
     /// Lines to print when a run starts: the batch geometry and schedule a reader
-    /// needs to compare this run with a published one.
-    pub fn summary(&self, train_len: usize) -> String {
+    /// needs to compare this run with a published one. `train_len`: the training split's
+    /// size, `None` when the dataset was not opened (`--print-config`): an epoch-based
+    /// schedule then states its length per epoch as unknown.
+    pub fn summary(&self, train_len: Option<usize>) -> String {
         let (o, m, a) = (&self.optim, &self.model, &self.augment);
         let mut s = String::new();
         let _ = writeln!(s, "run {} -> {}", self.name, self.run_dir().display());
@@ -280,7 +282,14 @@ impl RunConfig {
         if let Some(crop) = a.crop_size {
             let _ = write!(s, ", crop {crop}");
         }
-        let _ = writeln!(s, ", {train_len} training images");
+        match train_len {
+            Some(n) => {
+                let _ = writeln!(s, ", {n} training images");
+            }
+            None => {
+                let _ = writeln!(s, ", training images unknown (dataset not opened)");
+            }
+        }
         let _ = writeln!(
             s,
             "  batch: {} per process x {} processes x {} accumulation = {} global{}",
@@ -309,17 +318,25 @@ impl RunConfig {
             o.poly_power,
             o.warmup_iters
         );
-        let total = self.total_iterations(train_len);
-        match (o.iterations, o.epochs) {
-            (0, Some(epochs)) => {
+        match (o.iterations, o.epochs, train_len) {
+            (0, Some(epochs), Some(n)) => {
                 let _ = write!(
                     s,
-                    "  schedule: {epochs} epochs x {} it/epoch = {total} iterations",
-                    self.iterations_per_epoch(train_len)
+                    "  schedule: {epochs} epochs x {} it/epoch = {} iterations",
+                    self.iterations_per_epoch(n),
+                    self.total_iterations(n)
                 );
             }
-            _ => {
-                let _ = write!(s, "  schedule: {total} iterations");
+            (0, Some(epochs), None) => {
+                let _ = write!(
+                    s,
+                    "  schedule: {epochs} epochs x (training images / {}) it/epoch; \
+                     iterations unknown (dataset not opened)",
+                    self.global_batch()
+                );
+            }
+            (iterations, _, _) => {
+                let _ = write!(s, "  schedule: {iterations} iterations");
             }
         }
         s

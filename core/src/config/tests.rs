@@ -342,17 +342,35 @@ fn validate_reports_every_problem_by_key() {
 
 #[test]
 fn summary_states_the_batch_geometry() {
-    let s = cityscapes().summary(2975);
+    let s = cityscapes().summary(Some(2975));
     for part in [
         "2 per process",
         "4 processes",
         "1 accumulation",
         "8 global",
         "0.003 effective",
+        "2975 training images",
         "240 epochs x 371 it/epoch = 89040 iterations",
     ] {
         assert!(s.contains(part), "{part:?} missing in:\n{s}");
     }
+    // Without the dataset (`--print-config`): the same geometry, the length unknown.
+    let s = cityscapes().summary(None);
+    for part in [
+        "2 per process",
+        "4 processes",
+        "8 global",
+        "0.003 effective",
+        "training images unknown (dataset not opened)",
+        "240 epochs x (training images / 8) it/epoch; iterations unknown",
+    ] {
+        assert!(s.contains(part), "{part:?} missing in:\n{s}");
+    }
+    // An iteration-based schedule needs no dataset.
+    let mut c = cityscapes();
+    c.apply_overrides(["optim.iterations=500", "optim.epochs="])
+        .unwrap();
+    assert!(c.summary(None).contains("schedule: 500 iterations"));
 }
 
 #[test]

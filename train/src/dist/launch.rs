@@ -107,6 +107,7 @@ impl Launcher {
                 rank: c.node_rank * c.nproc_per_node + local_rank,
                 local_rank,
                 local_world_size: c.nproc_per_node,
+                source: super::EnvSource::Torchrun,
             })
             .collect())
     }
