@@ -76,9 +76,10 @@ pub struct BackboneSpec {
     /// Dilations of layer4's blocks in turn (e.g. [4, 8, 16]), first block included.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub multi_grid: Option<Vec<i64>>,
-    /// PyTorch-Encoding's `deep_base` stem (the one DANet's released ResNets use):
+    /// PyTorch-Encoding's `deep_base` stem, used by other models of that library (DRANet):
     /// `conv1` = Sequential(3x3 s2 3->w, BN, ReLU, 3x3 w->w, BN, ReLU, 3x3 w->2w), then
-    /// `bn1` on 2w channels, so layer1 sees 2w channels. Off: torchvision's 7x7 stem.
+    /// `bn1` on 2w channels, so layer1 sees 2w channels. Off: torchvision's 7x7 stem, which
+    /// the released DANet101 has (evaluated with `--no-deepstem`).
     #[serde(default)]
     pub deep_stem: bool,
 }

@@ -1,13 +1,18 @@
 //! `segtool import`: PyTorch weights -> a segtool checkpoint. Takes official DANet
 //! checkpoints (`.pth`, `.pth.tar` training checkpoints, `.safetensors`) whole, or an
-//! ImageNet ResNet in torchvision naming as the backbone of a fresh model.
+//! ImageNet ResNet in torchvision naming as the backbone of a fresh model. Depth, block
+//! type, width, stem and classes come from the file; output stride and multi-grid, which
+//! weights do not record, from the flags.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use segtool_core::ModelSpec;
 use segtool_train::checkpoint::{self, CheckpointInfo};
-use segtool_train::import::{import_into, read_state_dict, ImportMode, ImportReport, StateDict};
+use segtool_train::import::{
+    import_into, infer_architecture, read_state_dict, ImportMode, ImportReport,
+    InferredArchitecture, StateDict,
+};
 use segtool_train::DaNet;
 
 #[derive(clap::Args)]
@@ -15,16 +20,22 @@ pub struct Args {
     /// PyTorch file: .pth / .pth.tar (torch.save, zip or pre-1.6 format) or .safetensors.
     #[arg(long = "from", value_name = "FILE")]
     pub from: PathBuf,
-    /// tiny, resnet18, resnet34, resnet50, resnet101, resnet152.
-    #[arg(long, default_value = "resnet101")]
-    pub backbone: String,
-    #[arg(long, default_value_t = 8)]
-    pub output_stride: i64,
-    /// PyTorch-Encoding's deep_base stem (three 3x3 convs). Switched on by itself when the
-    /// file's stem is one (`pretrained.conv1.0.weight`), as in the official DANet weights.
+    /// Check that the file is this backbone (tiny, resnet18, resnet34, resnet50,
+    /// resnet101, resnet152): an error naming both when its blocks differ. Depth, block
+    /// type, width and stem are always read from the file.
+    #[arg(long)]
+    pub backbone: Option<String>,
+    /// Output stride, 8 or 16: set by dilations, which the weights do not record.
+    /// [default: 8]
+    #[arg(long)]
+    pub output_stride: Option<i64>,
+    /// Check that the file's stem is PyTorch-Encoding's deep_base (three 3x3 convs,
+    /// `pretrained.conv1.0.weight`): an error when it is the 7x7 conv. The stem is always
+    /// read from the file.
     #[arg(long)]
     pub deep_stem: bool,
-    /// Dilations of layer4's blocks, e.g. 4,8,16 (DANet's multi-grid models).
+    /// Dilations of layer4's blocks, e.g. 4,8,16 (DANet's multi-grid models), one per
+    /// block; not recorded in the weights. [default: none]
     #[arg(long, value_delimiter = ',')]
     pub multi_grid: Option<Vec<i64>>,
     /// Number of classes, named class0, class1, ... [full mode default: the file's
@@ -68,14 +79,33 @@ pub fn run(args: Args) -> Result<()> {
     let mode = args
         .mode
         .map_or_else(|| ImportMode::detect(&state), ImportMode::from);
-    let (classes, palette) = classes(&args, &state, mode)?;
-    let mut backbone = super::train::backbone_spec(&args.backbone, args.output_stride)?;
-    backbone.deep_stem = args.deep_stem || has_deep_stem(&state);
-    backbone.multi_grid = args.multi_grid.clone();
-    let mut spec = ModelSpec::new(&args.backbone, backbone, classes);
+    let arch = infer_architecture(&state).with_context(|| {
+        format!(
+            "{}: cannot tell the architecture from the weights",
+            args.from.display()
+        )
+    })?;
+    check_flags(&args, &arch)?;
+    let (classes, palette) = classes(&args, &arch, mode)?;
+    let output_stride = args.output_stride.unwrap_or(8);
+    let backbone = arch.backbone(output_stride, args.multi_grid.clone());
+    let mut spec = ModelSpec::new(&arch.name(), backbone, classes);
     if let Some(p) = palette {
         spec.palette = p;
     }
+    println!("architecture from the weights: {}", arch.describe());
+    let given = |yes: bool| if yes { "given" } else { "default" };
+    let grid = match &args.multi_grid {
+        Some(g) => g.iter().map(i64::to_string).collect::<Vec<_>>().join(","),
+        None => "none".into(),
+    };
+    println!(
+        "output stride {output_stride} ({}), multi-grid {grid} ({}): not stored in weights, \
+         set with --output-stride 8|16 and --multi-grid D1,D2,.. (one per layer4 block; \
+         the released DANet101: --output-stride 8 --multi-grid 4,8,16)",
+        given(args.output_stride.is_some()),
+        given(args.multi_grid.is_some()),
+    );
     spec.validate()?;
     let mut vs = tch::nn::VarStore::new(tch::Device::Cpu);
     let _model = DaNet::new(&vs.root(), &spec);
@@ -95,6 +125,24 @@ pub fn run(args: Args) -> Result<()> {
         spec.backbone.output_stride,
         spec.num_classes()
     );
+    Ok(())
+}
+
+/// `--backbone` and `--deep-stem` only check what the file says.
+fn check_flags(args: &Args, arch: &InferredArchitecture) -> Result<()> {
+    let file = args.from.display();
+    if let Some(name) = &args.backbone {
+        let preset = super::train::backbone_spec(name, 8)?;
+        arch.check_preset(name, &preset)
+            .with_context(|| format!("--backbone {name} disagrees with {file}"))?;
+    }
+    if args.deep_stem && !arch.deep_stem {
+        let p = arch.prefix;
+        bail!(
+            "--deep-stem given, but {file} has the 7x7 stem (`{p}conv1.weight`, \
+             no `{p}conv1.0.weight`); the stem is read from the file: drop --deep-stem"
+        );
+    }
     Ok(())
 }
 
@@ -182,7 +230,7 @@ fn print_names(what: &str, names: &[String]) {
 
 type Classes = (Vec<String>, Option<Vec<[u8; 3]>>);
 
-fn classes(args: &Args, state: &StateDict, mode: ImportMode) -> Result<Classes> {
+fn classes(args: &Args, arch: &InferredArchitecture, mode: ImportMode) -> Result<Classes> {
     if let Some(path) = &args.classes_file {
         if path.extension().is_some_and(|e| e == "json") {
             let file = segtool_core::dataset::ClassesFile::read(path)?;
@@ -203,28 +251,12 @@ fn classes(args: &Args, state: &StateDict, mode: ImportMode) -> Result<Classes> 
     }
     let count = match (args.classes, mode) {
         (Some(n), _) => n,
-        (None, ImportMode::Full) => classifier_size(state)
+        (None, ImportMode::Full) => arch
+            .classes
             .context("the file has no `head.conv8.1.bias`: give --classes or --classes-file")?,
         (None, ImportMode::Backbone) => {
             bail!("backbone import: give --classes or --classes-file for the new head")
         }
     };
     Ok(((0..count).map(|c| format!("class{c}")).collect(), None))
-}
-
-/// Whether the file's ResNet stem is deep_base's `conv1.{0,3,6}` Sequential.
-fn has_deep_stem(state: &StateDict) -> bool {
-    state.tensors.iter().any(|(name, _)| {
-        let name = name.strip_prefix("module.").unwrap_or(name);
-        name == "pretrained.conv1.0.weight" || name == "conv1.0.weight"
-    })
-}
-
-/// Classes of a DANet state dict: the length of its final classifier's bias.
-fn classifier_size(state: &StateDict) -> Option<usize> {
-    let (_, t) = state
-        .tensors
-        .iter()
-        .find(|(n, _)| n.trim_start_matches("module.") == "head.conv8.1.bias")?;
-    t.size().first().map(|&n| n as usize)
 }

@@ -8,9 +8,15 @@
 //! `module.` (DataParallel / DDP) is stripped, torchvision's `conv1`/`bn1`/`layerK`/`fc`
 //! become `pretrained.*` in backbone mode, and BN's `num_batches_tracked` is ignored (the
 //! tch model has no such variable). Shapes must match exactly.
+//!
+//! [`infer_architecture`] reads from a file what its weights determine (depth, block
+//! type, width, stem, classes), so that an official checkpoint imports without flags.
 
+mod infer;
 mod pickle;
 mod pytorch;
+
+pub use infer::{infer_architecture, InferredArchitecture};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;

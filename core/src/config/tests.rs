@@ -13,10 +13,10 @@ fn cityscapes_preset_is_the_published_recipe() {
     assert_eq!(c.name, "cityscapes-danet-r101");
     assert_eq!(c.run_dir(), Path::new("runs/cityscapes-danet-r101"));
 
-    // Backbone: ResNet-101, OS8, DANet's multi-grid and deep stem.
+    // Backbone: ResNet-101, OS8, DANet's multi-grid, the released DANet101's 7x7 stem.
     assert_eq!(c.model.backbone, "resnet101");
     assert_eq!(c.model.output_stride, 8);
-    assert!(c.model.deep_stem);
+    assert!(!c.model.deep_stem);
     assert_eq!(c.model.multi_grid, Some(vec![4, 8, 16]));
     assert_eq!(c.model.attention, AttentionImpl::Explicit);
     let b = c.backbone_spec().unwrap();
