@@ -13,3 +13,11 @@ demo:
 
 test:
 	@$(ENV); cargo test --workspace --no-fail-fast
+
+# The GPU tier (README, GPU section): every check runs on the GPUs present or is reported
+# SKIPPED with its reason. Run by nothing in CI. SEGTOOL_GPU=1 sets up the GPU venv
+# (onnxruntime-gpu + TensorRT) and builds into target/gpu; SEGTOOL_GPU_REQUIRE=1 makes a
+# skip fail the run.
+.PHONY: test-gpu
+test-gpu:
+	@$(ENV); SEGTOOL_GPU_TESTS=1 cargo test --test gpu

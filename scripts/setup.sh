@@ -4,6 +4,11 @@
 #     ABI's leak test), iproute2 (the two-host DDP test's network namespaces)
 #   - a Python venv with the pins in requirements.txt, cached outside the clone in
 #     $SEGTOOL_HOME/venv-<hash of the pins> so fresh clones reuse it
+#   - into that venv, the CUDA headers of requirements-gpu-headers.txt (the c10d shim's
+#     NCCL build needs them; the torch wheel lacks them), with a stamp of their own
+#   - SEGTOOL_GPU=1: instead, $SEGTOOL_HOME/venv-gpu-<hash>, where requirements-gpu.txt's
+#     onnxruntime-gpu and TensorRT replace the CPU onnxruntime (the default venv and its
+#     env file are left alone)
 # and writes $SEGTOOL_HOME/env-<hash>.sh, which `source`s into the variables the build uses
 # (LIBTORCH_USE_PYTORCH, PYTHON_SYS_EXECUTABLE, ORT_DYLIB_PATH). Prints that file's path.
 # A second run, with everything present, takes a second or two.
@@ -11,9 +16,16 @@ set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 home="${SEGTOOL_HOME:-$HOME/.cache/segtool}"
-pins_hash="$(sha256sum "$root/requirements.txt" | cut -c1-12)"
-venv="$home/venv-$pins_hash"
-env_file="$home/env-$pins_hash.sh"
+gpu="${SEGTOOL_GPU:-0}"
+if [ "$gpu" = 1 ]; then
+    pins_hash="$(cat "$root/requirements.txt" "$root/requirements-gpu.txt" | sha256sum | cut -c1-12)"
+    venv="$home/venv-gpu-$pins_hash"
+    env_file="$home/env-gpu-$pins_hash.sh"
+else
+    pins_hash="$(sha256sum "$root/requirements.txt" | cut -c1-12)"
+    venv="$home/venv-$pins_hash"
+    env_file="$home/env-$pins_hash.sh"
+fi
 log() { echo "[setup] $*" >&2; }
 
 mkdir -p "$home"
@@ -40,7 +52,14 @@ if [ ! -f "$stamp" ]; then
     rm -rf "$venv.tmp"
     python3 -m venv "$venv.tmp"
     "$venv.tmp/bin/python" -m pip install -q --upgrade pip >&2
-    "$venv.tmp/bin/python" -m pip install -q -r "$root/requirements.txt" >&2
+    if [ "$gpu" = 1 ]; then
+        # requirements.txt without its CPU onnxruntime, plus the GPU pins
+        grep -v -E '^onnxruntime([=<>~ ]|$)' "$root/requirements.txt" > "$venv.tmp/requirements-cpu-part.txt"
+        "$venv.tmp/bin/python" -m pip install -q -r "$venv.tmp/requirements-cpu-part.txt" \
+            -r "$root/requirements-gpu.txt" >&2
+    else
+        "$venv.tmp/bin/python" -m pip install -q -r "$root/requirements.txt" >&2
+    fi
     # venvs are not relocatable: rebuild the scripts' shebangs by re-creating in place
     rm -rf "$venv"
     mv "$venv.tmp" "$venv"
@@ -54,6 +73,50 @@ if [ ! -f "$stamp" ]; then
 fi
 
 py="$venv/bin/python"
+
+# --- CUDA headers for the NCCL build (own stamp: editing the list keeps the venv) --------
+headers_stamp="$venv/.segtool-gpu-headers-$(sha256sum "$root/requirements-gpu-headers.txt" | cut -c1-12)"
+if [ ! -f "$headers_stamp" ]; then
+    log "installing the CUDA headers of requirements-gpu-headers.txt into $venv"
+    "$py" -m pip install -q -r "$root/requirements-gpu-headers.txt" >&2
+    # the pins follow the wheel's CUDA runtime release (major.minor): say so if it moved
+    "$py" - >&2 <<'EOP' || true
+from importlib.metadata import version, PackageNotFoundError
+def mm(name):
+    try:
+        return ".".join(version(name).split(".")[:2])
+    except PackageNotFoundError:
+        return None
+rt = mm("nvidia-cuda-runtime")
+for pkg in ("nvidia-cuda-crt", "nvidia-cuda-cccl"):
+    if rt and mm(pkg) != rt:
+        print(f"[setup] warning: {pkg} {version(pkg)} does not match nvidia-cuda-runtime {rt}: "
+              "update requirements-gpu-headers.txt")
+EOP
+    rm -f "$venv"/.segtool-gpu-headers-*
+    touch "$headers_stamp"
+fi
+
+# --- Telemetry test tools (issue 16; own stamp: editing the list keeps the venv) -------
+# requirements-telemetry.txt: the `tensorboard` package, whose event reader checks the
+# event files a run writes (train/tests/tensorboard.rs).
+telemetry_stamp="$venv/.segtool-telemetry-$(sha256sum "$root/requirements-telemetry.txt" | cut -c1-12)"
+if [ ! -f "$telemetry_stamp" ]; then
+    log "installing requirements-telemetry.txt (tensorboard) into $venv"
+    "$py" -m pip install -q -r "$root/requirements-telemetry.txt" >&2
+    rm -f "$venv"/.segtool-telemetry-*
+    touch "$telemetry_stamp"
+fi
+# SEGTOOL_BROWSER=1: Debian's chromium for the report page's headless-browser test
+# (tests/report.rs runs the set-up so itself when no chromium is on PATH).
+if [ "${SEGTOOL_BROWSER:-0}" = 1 ] && ! command -v chromium >/dev/null 2>&1; then
+    log "installing chromium (apt) for the report page's browser test"
+    sudo_cmd=""
+    if [ "$(id -u)" != 0 ]; then sudo_cmd="sudo"; fi
+    $sudo_cmd apt-get update -qq >&2
+    DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends chromium >&2
+fi
+
 if [ ! -f "$env_file" ] || [ "$env_file" -ot "$stamp" ] || [ "$env_file" -ot "$0" ]; then
     torch_lib="$("$py" -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')"
     ort_dylib="$("$py" -c 'import glob, os, onnxruntime as o; print(sorted(glob.glob(os.path.join(os.path.dirname(o.__file__), "capi", "libonnxruntime.so*")))[-1])')"
@@ -71,6 +134,20 @@ export SEGTOOL_TORCH_LIB="$torch_lib"
 export SEGTOOL_ORT_DYLIB="$ort_dylib"
 export ORT_DYLIB_PATH="\${ORT_DYLIB_PATH:-$ort_dylib}"
 EOT
+    if [ "$gpu" = 1 ]; then
+        # ONNX Runtime's CUDA/TensorRT providers dlopen the CUDA, cuDNN and TensorRT
+        # libraries by name: the wheels' folders go on the loader path. A build of its own
+        # (target/gpu) keeps the default build's artefacts intact.
+        gpu_libs="$("$py" -c 'import glob, os, site
+sp = site.getsitepackages()[0]
+dirs = sorted(glob.glob(os.path.join(sp, "nvidia", "*", "lib"))) + sorted(glob.glob(os.path.join(sp, "tensorrt_libs")))
+print(":".join(d for d in dirs if os.path.isdir(d)))')"
+        cat >> "$tmp" <<EOT
+export SEGTOOL_GPU=1
+export CARGO_TARGET_DIR="\${CARGO_TARGET_DIR:-$root/target/gpu}"
+export LD_LIBRARY_PATH="$gpu_libs\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
+EOT
+    fi
     mv "$tmp" "$env_file"
 fi
 echo "$env_file"

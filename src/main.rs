@@ -41,6 +41,8 @@ enum Command {
     /// Generate shapes, train a tiny DANet, export, and compare tch / ORT / tract.
     #[cfg(feature = "train")]
     Demo(cmd::demo::Args),
+    /// What this build and machine can do: libtorch/CUDA/NCCL/gloo, ONNX Runtime providers, TensorRT, tract.
+    Doctor(cmd::doctor::Args),
     /// Inspect a model configuration (`model info`: parameters, MACs, memory per module).
     #[cfg(feature = "train")]
     Model(cmd::model_info::Args),
@@ -58,6 +60,7 @@ fn main() {
         Command::Import(args) => cmd::import::run(args),
         Command::Export(args) => cmd::export::run(args),
         Command::Infer(args) => cmd::infer::run(args),
+        Command::Doctor(args) => cmd::doctor::run(args),
         Command::Bench(args) => cmd::bench::run(args),
         #[cfg(feature = "ort")]
         Command::Calibrate(args) => cmd::calibrate::run(args),

@@ -6,10 +6,11 @@
 //!    `torch/lib` and `torch/include`, a libtorch download `lib` and `include`.
 //! 3. Compiles the C++ shim csrc/c10d_shim.cpp (c10d process groups and collectives for
 //!    `segtool_train::dist`) with `-DUSE_C10D_GLOO` against the same headers plus gloo's
-//!    (Debian libgloo-dev, /usr/include). ProcessGroupNCCL is compiled in only when the
-//!    NCCL and CUDA runtime headers are found (the wheel's nvidia packages): then
-//!    `-DUSE_C10D_NCCL` and `cfg(segtool_nccl)`; if that build fails, gloo only, with a
-//!    cargo warning.
+//!    (Debian libgloo-dev, /usr/include), and with `-DUSE_C10D_NCCL` (ProcessGroupNCCL,
+//!    `cfg(segtool_nccl)`) against the wheel's nvidia NCCL and CUDA headers, linked to
+//!    libnccl with an rpath to its folder. That is the default and a missing header is an
+//!    error naming it; only a CPU-only libtorch (no libtorch_cuda.so) or
+//!    `SEGTOOL_NO_NCCL=1` builds gloo alone.
 use std::path::PathBuf;
 
 fn main() {
@@ -52,54 +53,124 @@ fn build_c10d_shim(lib: &str, include: &std::path::Path, abi: &str) {
     println!("cargo:rustc-check-cfg=cfg(segtool_nccl)");
     let gloo = ["/usr/include/gloo", "/usr/local/include/gloo"]
         .iter()
-        .any(|d| PathBuf::from(d).join("config.h").exists());
-    assert!(
-        gloo,
-        "gloo headers not found (/usr/include/gloo): install libgloo-dev (scripts/setup.sh does)"
-    );
-    let base = || {
-        let mut b = cc::Build::new();
-        b.cpp(true)
-            .file("csrc/c10d_shim.cpp")
-            .include(include)
-            .include(include.join("torch/csrc/api/include"))
-            .flag("-std=c++17")
-            .define("USE_C10D_GLOO", None)
-            .define("_GLIBCXX_USE_CXX11_ABI", abi)
-            .flag_if_supported("-Wno-c++20-extensions")
-            .warnings(false);
-        b
-    };
-    // The wheel: <site-packages>/torch/lib; NCCL and the CUDA runtime headers live in
-    // <site-packages>/nvidia/{nccl,cu13 or cuda_runtime}/include (the latter complete:
-    // cuda_runtime.h includes crt/host_config.h, which only a CUDA toolkit install adds).
-    let site = PathBuf::from(lib).join("../..");
-    let nccl_inc = site.join("nvidia/nccl/include");
-    let cuda_inc = [
-        "nvidia/cu13/include",
-        "nvidia/cu12/include",
-        "nvidia/cuda_runtime/include",
-    ]
-    .iter()
-    .map(|d| site.join(d))
-    .find(|d| d.join("cuda_runtime_api.h").exists() && d.join("crt/host_config.h").exists());
+        .find(|d| PathBuf::from(d).join("config.h").exists())
+        .expect(
+            "gloo headers not found (/usr/include/gloo): install libgloo-dev (scripts/setup.sh does)",
+        );
+    // For env_report (`segtool doctor`): what this build used.
+    println!("cargo:rustc-env=SEGTOOL_GLOO_INCLUDE={gloo}");
+    println!("cargo:rustc-env=SEGTOOL_TORCH_LIB_DIR={lib}");
+    let mut build = cc::Build::new();
+    build
+        .cpp(true)
+        .file("csrc/c10d_shim.cpp")
+        .include(include)
+        .include(include.join("torch/csrc/api/include"))
+        .flag("-std=c++17")
+        .define("USE_C10D_GLOO", None)
+        .define("_GLIBCXX_USE_CXX11_ABI", abi)
+        .flag_if_supported("-Wno-c++20-extensions")
+        .warnings(false);
+
     println!("cargo:rerun-if-env-changed=SEGTOOL_NO_NCCL");
-    let want_nccl = std::env::var_os("SEGTOOL_NO_NCCL").is_none();
-    if let (true, true, Some(cuda_inc)) = (want_nccl, nccl_inc.join("nccl.h").exists(), cuda_inc) {
-        let mut b = base();
-        b.define("USE_C10D_NCCL", None)
-            .define("USE_CUDA", None)
-            .include(&nccl_inc)
-            .include(&cuda_inc);
-        match b.try_compile("segtool_c10d") {
-            Ok(()) => {
-                println!("cargo:rustc-cfg=segtool_nccl");
-                return;
-            }
-            Err(e) => {
-                println!("cargo:warning=c10d shim: building with NCCL failed ({e}); gloo only")
+    let torch_cuda = PathBuf::from(lib).join("libtorch_cuda.so").exists();
+    if std::env::var_os("SEGTOOL_NO_NCCL").is_some() || !torch_cuda {
+        if !torch_cuda {
+            println!(
+                "cargo:warning=c10d shim: {lib} has no libtorch_cuda.so (a CPU-only libtorch): \
+                 gloo only, no NCCL"
+            );
+        }
+        build.compile("segtool_c10d");
+        return;
+    }
+    let nccl = NcclPaths::find(lib).unwrap_or_else(|missing| {
+        panic!(
+            "c10d shim: NCCL is built by default, but {missing}. scripts/setup.sh installs \
+             the headers (requirements-gpu-headers.txt: nvidia-cuda-crt, nvidia-cuda-cccl \
+             beside the wheel's nvidia-cuda-runtime and nvidia-nccl-cu13); \
+             SEGTOOL_NO_NCCL=1 builds gloo only"
+        )
+    });
+    build
+        .define("USE_C10D_NCCL", None)
+        .define("USE_CUDA", None)
+        .include(&nccl.nccl_include)
+        .include(&nccl.cuda_include);
+    if let Err(e) = build.try_compile("segtool_c10d") {
+        panic!("c10d shim: compiling with NCCL failed: {e} (SEGTOOL_NO_NCCL=1 builds gloo only)");
+    }
+    println!("cargo:rustc-cfg=segtool_nccl");
+    // The shim calls NCCL (ncclGetVersion) and c10_cuda (device count, allocator
+    // statistics) itself; torch-sys links torch_cuda, which holds ProcessGroupNCCL.
+    println!("cargo:rustc-link-lib=dylib=c10_cuda");
+    println!("cargo:rustc-link-search=native={}", nccl.nccl_lib.display());
+    // The wheel ships libnccl.so.2 only (no libnccl.so development link).
+    println!("cargo:rustc-link-lib=dylib:+verbatim=libnccl.so.2");
+    // This package's tests and examples find libnccl through an rpath; the `segtool`
+    // binary's build script reads DEP_SEGTOOL_C10D_RPATH (the `links` key) for its own.
+    let rpath = nccl.nccl_lib.display().to_string();
+    println!("cargo:rustc-env=SEGTOOL_NCCL_LIB_DIR={rpath}");
+    println!("cargo:rustc-link-arg=-Wl,-rpath,{rpath}");
+    println!("cargo:rpath={rpath}");
+}
+
+/// Where the pip wheel's nvidia packages keep NCCL and the CUDA runtime headers:
+/// `<site-packages>/nvidia/{nccl,cu13}` beside `<site-packages>/torch/lib`.
+struct NcclPaths {
+    nccl_include: PathBuf,
+    nccl_lib: PathBuf,
+    cuda_include: PathBuf,
+}
+
+impl NcclPaths {
+    /// The paths, or what is missing. `cuda_runtime.h` needs `crt/host_config.h`
+    /// (nvidia-cuda-crt) and `nccl.h`'s `cuda_fp16.h` needs `nv/target` (nvidia-cuda-cccl):
+    /// neither comes with the torch wheel.
+    fn find(torch_lib: &str) -> Result<Self, String> {
+        let site = PathBuf::from(torch_lib).join("../..");
+        let nccl_include = site.join("nvidia/nccl/include");
+        let nccl_lib = site.join("nvidia/nccl/lib");
+        if !nccl_include.join("nccl.h").exists() {
+            return Err(format!(
+                "{} is missing",
+                nccl_include.join("nccl.h").display()
+            ));
+        }
+        if !nccl_lib.join("libnccl.so.2").exists() {
+            return Err(format!(
+                "{} is missing",
+                nccl_lib.join("libnccl.so.2").display()
+            ));
+        }
+        let candidates = [
+            "nvidia/cu13/include",
+            "nvidia/cu12/include",
+            "nvidia/cuda_runtime/include",
+        ];
+        let cuda_include = candidates
+            .iter()
+            .map(|d| site.join(d))
+            .find(|d| d.join("cuda_runtime_api.h").exists())
+            .ok_or_else(|| {
+                format!(
+                    "no CUDA runtime headers in {}/{{{}}}",
+                    site.display(),
+                    candidates.join(",")
+                )
+            })?;
+        for needed in ["crt/host_config.h", "nv/target"] {
+            if !cuda_include.join(needed).exists() {
+                return Err(format!(
+                    "{} is missing",
+                    cuda_include.join(needed).display()
+                ));
             }
         }
+        Ok(Self {
+            nccl_include: std::fs::canonicalize(&nccl_include).unwrap_or(nccl_include),
+            nccl_lib: std::fs::canonicalize(&nccl_lib).unwrap_or(nccl_lib),
+            cuda_include: std::fs::canonicalize(&cuda_include).unwrap_or(cuda_include),
+        })
     }
-    base().compile("segtool_c10d");
 }

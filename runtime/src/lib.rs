@@ -35,6 +35,7 @@
 pub mod accuracy;
 pub mod batching;
 pub mod engine;
+pub mod env_report;
 pub mod error;
 pub mod io_contract;
 mod onnx_scan;
@@ -57,6 +58,7 @@ use segtool_core::ModelSpec;
 pub use accuracy::{AccuracyMode, AccuracyOptions};
 pub use batching::{BatchConfig, BatchError, BatchServer, OrderedStream};
 pub use engine::{load_spec, read_metadata, Engine};
+pub use env_report::{env_report, RuntimeEnvReport};
 pub use error::{Result, RuntimeError};
 pub use io_contract::{
     ContractAdapter, EngineInput, EngineOutput, EngineTensor, InputLayout, IoContract, OutputKind,

@@ -5,6 +5,7 @@ pub mod bench;
 pub mod calibrate;
 #[cfg(feature = "train")]
 pub mod demo;
+pub mod doctor;
 #[cfg(feature = "train")]
 pub mod eval;
 pub mod export;

@@ -5,6 +5,9 @@
 // forward all-reduces the per-channel (sum, sum of squares, count) and whose backward
 // all-reduces (sum dy, sum dy*(x-mean)), as torch.nn.SyncBatchNorm does.
 // amp (train/src/amp.rs): CPU/CUDA autocast state with a dtype, and GradScaler's unscale.
+// env (train/src/env_report.rs, `segtool doctor`): libtorch's version and build
+// configuration, NCCL's version (headers and library), CUDA device properties and the
+// caching allocator's peak memory (CUDA builds only).
 //
 // Tensors cross as `at::Tensor*` (tch's C_tensor). Every function returns NULL on
 // success or a malloc'ed error message (free it with segtool_c10d_free_string); no C++
@@ -16,7 +19,12 @@
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/headeronly/version.h>
 #ifdef USE_C10D_NCCL
+#include <ATen/cuda/CUDAContextLight.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <nccl.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
@@ -262,6 +270,11 @@ char* segtool_c10d_group_new(const char* master_addr, uint16_t port, int world, 
       group->backend = c10::make_intrusive<c10d::ProcessGroupGloo>(group->store, rank, world, gopts);
     } else if (name == "nccl") {
 #ifdef USE_C10D_NCCL
+      // ProcessGroupNCCL would only fail later, in its first collective, and less clearly.
+      TORCH_CHECK(c10::cuda::device_count() > 0,
+                  "backend \"nccl\" needs a CUDA device, and no CUDA device is visible to "
+                  "this process (no GPU or driver, or CUDA_VISIBLE_DEVICES hides them); use "
+                  "\"gloo\" with --device cpu");
       auto nopts = c10d::ProcessGroupNCCL::Options::create();
       nopts->timeout = ms(timeout_ms);
       group->backend = c10::make_intrusive<c10d::ProcessGroupNCCL>(group->store, rank, world, nopts);
@@ -352,6 +365,118 @@ char* segtool_c10d_sync_batch_norm(segtool_c10d_group* g, at::Tensor* input, at:
     at::Tensor y = SyncBatchNormFn::apply(*input, opt(weight), opt(bias), opt(running_mean),
                                           opt(running_var), momentum, eps, group, timeout_ms);
     *out = new at::Tensor(y);
+  });
+}
+
+// --- env: what this build and this machine have (`segtool doctor`) ----------------------
+
+// "2.13.0": the libtorch headers this shim was compiled against.
+const char* segtool_env_torch_version() { return TORCH_VERSION; }
+
+// at::show_config(): libtorch's build settings (compiler, CUDA/cuDNN versions, BLAS, ...).
+// NULL on failure; free with segtool_c10d_free_string.
+char* segtool_env_torch_config() {
+  try {
+    return copy_string(at::show_config());
+  } catch (...) {
+    return nullptr;
+  }
+}
+
+// NCCL's version code (e.g. 22907 for 2.29.7) from the headers this shim was compiled
+// against, and from the library loaded now (ncclGetVersion, no GPU needed). 0 when this
+// build has no NCCL; *runtime is -1 when the library call fails.
+int segtool_env_nccl_version(int* compiled, int* runtime) {
+#ifdef USE_C10D_NCCL
+  *compiled = NCCL_VERSION_CODE;
+  int v = 0;
+  *runtime = ncclGetVersion(&v) == ncclSuccess ? v : -1;
+  return 1;
+#else
+  *compiled = 0;
+  *runtime = 0;
+  return 0;
+#endif
+}
+
+// The CUDA runtime and cuDNN versions libtorch was built with (CUDART_VERSION, e.g.
+// 13000; CUDNN_VERSION, e.g. 92000), 0 when it has none; *hooks is 0 when libtorch_cuda
+// is not loaded at all (then both are 0).
+void segtool_env_torch_cuda_versions(int64_t* cudart, int64_t* cudnn, int* hooks) {
+  *cudart = 0;
+  *cudnn = 0;
+  *hooks = 0;
+  try {
+    *cudart = at::globalContext().versionCUDART();
+    *hooks = 1;
+  } catch (...) {
+  }
+  try {
+    *cudnn = at::globalContext().versionCuDNN();
+  } catch (...) {
+  }
+}
+
+// The CUDA devices visible now, or why there are none: NULL and *count >= 1, or the CUDA
+// runtime's error ("no CUDA-capable device is detected", "found no NVIDIA driver", ...)
+// and *count = 0. Never prints.
+char* segtool_env_cuda_probe(int* count) {
+  *count = 0;
+  return guarded("CUDA", [&] {
+#ifdef USE_C10D_NCCL
+    *count = static_cast<int>(c10::cuda::device_count_ensure_non_zero());
+#else
+    TORCH_CHECK(false, "this build of segtool cannot query CUDA devices (built without NCCL)");
+#endif
+  });
+}
+
+// Properties of CUDA device `index`: its name (NUL-terminated, cut to name_len), total
+// memory in bytes and compute capability.
+char* segtool_env_cuda_device(int index, char* name, size_t name_len, uint64_t* total_bytes,
+                              int* major, int* minor) {
+  return guarded("reading CUDA device properties", [&] {
+#ifdef USE_C10D_NCCL
+    TORCH_CHECK(index >= 0 && index < static_cast<int>(c10::cuda::device_count()),
+                "no CUDA device ", index);
+    const cudaDeviceProp* p = at::cuda::getDeviceProperties(static_cast<c10::DeviceIndex>(index));
+    if (name_len > 0) {
+      std::strncpy(name, p->name, name_len - 1);
+      name[name_len - 1] = '\0';
+    }
+    *total_bytes = static_cast<uint64_t>(p->totalGlobalMem);
+    *major = p->major;
+    *minor = p->minor;
+#else
+    (void)index; (void)name; (void)name_len; (void)total_bytes; (void)major; (void)minor;
+    TORCH_CHECK(false, "this build of segtool has no CUDA device queries (built without NCCL)");
+#endif
+  });
+}
+
+// The CUDA caching allocator's peak allocated bytes on `device` since the last reset
+// (torch.cuda.max_memory_allocated); reset != 0 then starts a new peak.
+char* segtool_env_cuda_peak_allocated(int device, int reset, int64_t* peak_bytes) {
+  return guarded("reading CUDA memory statistics", [&] {
+#ifdef USE_C10D_NCCL
+    const auto d = static_cast<c10::DeviceIndex>(device);
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(d);
+    *peak_bytes = stats.allocated_bytes[0].peak;  // StatType::AGGREGATE
+    if (reset) c10::cuda::CUDACachingAllocator::resetPeakStats(d);
+#else
+    (void)device; (void)reset; (void)peak_bytes;
+    TORCH_CHECK(false, "this build of segtool has no CUDA memory statistics (built without NCCL)");
+#endif
+  });
+}
+
+// torch.backends.cudnn.allow_tf32 / torch.backends.cuda.matmul.allow_tf32 together
+// (libtorch's defaults: cuDNN on, cuBLAS off). The GPU tests compare with the CPU in
+// full fp32.
+char* segtool_env_set_allow_tf32(int allow) {
+  return guarded("setting TF32", [&] {
+    at::globalContext().setAllowTF32CuDNN(allow != 0);
+    at::globalContext().setAllowTF32CuBLAS(allow != 0);
   });
 }
 

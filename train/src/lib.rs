@@ -8,6 +8,7 @@ pub mod amp;
 pub mod checkpoint;
 pub mod data;
 pub mod dist;
+pub mod env_report;
 pub mod eval;
 pub mod import;
 pub mod loader;
@@ -19,6 +20,7 @@ pub mod run;
 pub mod trainer;
 
 pub use checkpoint::Checkpoint;
+pub use env_report::{env_report, TrainEnvReport};
 pub use model::DaNet;
 pub use trainer::{TrainConfig, Trainer};
 

@@ -47,6 +47,12 @@ fn same_file(a: &Path, b: &Path) -> bool {
         )
 }
 
+/// The library the process-wide environment was created from, once one has loaded.
+pub(super) fn loaded_library() -> Option<PathBuf> {
+    let slot = ENVIRONMENT.lock().unwrap_or_else(|e| e.into_inner());
+    slot.as_ref().map(|(_, path)| path.clone())
+}
+
 pub(super) fn environment(explicit: Option<&Path>) -> Result<Environment> {
     let mut slot = ENVIRONMENT.lock().unwrap_or_else(|e| e.into_inner());
     if let Some((env, loaded)) = slot.as_ref() {

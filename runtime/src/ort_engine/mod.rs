@@ -32,6 +32,7 @@
 //! running); `providers.rs` the execution providers and their options, `dylib.rs` the
 //! library search and the process-wide environment. Both are re-exported here.
 
+pub mod doctor;
 mod dylib;
 mod providers;
 

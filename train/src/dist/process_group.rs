@@ -82,7 +82,8 @@ fn ptr(t: &Tensor) -> *mut C_tensor {
 pub enum Backend {
     /// gloo over TCP: CPU tensors.
     Gloo,
-    /// NCCL: CUDA tensors; only in builds that found the NCCL headers.
+    /// NCCL: CUDA tensors. Built in by default (not with `SEGTOOL_NO_NCCL=1` or a CPU-only
+    /// libtorch); needs a CUDA device at run time.
     Nccl,
 }
 
@@ -94,7 +95,7 @@ impl Backend {
         }
     }
 
-    /// Whether this build can create a process group with this backend.
+    /// Whether this build has this backend (NCCL also needs a CUDA device to run).
     pub fn available(self) -> bool {
         match self {
             Backend::Gloo => true,
@@ -163,11 +164,22 @@ impl ProcessGroup {
     /// Joins the group: rank 0 hosts the TCPStore at `master_addr:master_port`, the
     /// others connect to it; returns once all `world_size` ranks are there.
     pub fn new(opts: &GroupOptions) -> Result<Self> {
-        if opts.backend == Backend::Nccl && !Backend::Nccl.available() {
-            bail!(
-                "backend nccl requested, but this build of segtool has no NCCL (its headers \
-                 were not found when segtool-train was built); use gloo with CPU tensors"
-            );
+        if opts.backend == Backend::Nccl {
+            if !Backend::Nccl.available() {
+                bail!(
+                    "backend nccl requested, but this build of segtool has no NCCL (built with \
+                     SEGTOOL_NO_NCCL=1 or against a CPU-only libtorch); use gloo with CPU tensors"
+                );
+            }
+            // Before the rendezvous: a rank without a GPU fails at once, not after its
+            // peers have waited for it.
+            if let Err(why) = crate::env_report::cuda_devices() {
+                bail!(
+                    "backend nccl requested, but there is no CUDA device: NCCL runs collectives \
+                     on GPUs and this process sees none ({why}); use --dist-backend gloo with \
+                     --device cpu, or check the driver and CUDA_VISIBLE_DEVICES"
+                );
+            }
         }
         let addr = CString::new(opts.master_addr.as_str()).context("master address")?;
         let backend = CString::new(opts.backend.name()).expect("no NUL");
