@@ -494,6 +494,8 @@ fn train_config(cfg: &RunConfig, iterations: usize, device: tch::Device) -> Trai
 fn eval_options(cfg: &RunConfig) -> EvalOptions {
     let e = &cfg.eval;
     let base = EvalOptions::new()
+        .protocol(e.protocol)
+        .base_size(e.base_size.map(|b| b as usize))
         .flip(e.flip)
         .scales(e.scales.clone())
         .batch_size(e.batch_size)

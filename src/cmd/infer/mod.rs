@@ -117,6 +117,16 @@ pub struct Args {
     /// wait for same-size company, in milliseconds.
     #[arg(long, default_value_t = 2.0)]
     pub max_wait_ms: f64,
+    /// Accuracy mode: the evaluation protocol, `danet` (DANet's MultiEvalModule: long
+    /// side resized to --base-size x scale, windows from 0 cut and padded at the edge, exp
+    /// scores; sliding by default) or `mmseg` (edge-aligned windows, logits averaged).
+    /// [default: mmseg]
+    #[arg(long, value_parser = ["danet", "mmseg"])]
+    pub protocol: Option<String>,
+    /// Accuracy mode, danet protocol: the long side at scale 1.0 [default: each image's
+    /// own long side].
+    #[arg(long, value_name = "N")]
+    pub base_size: Option<usize>,
     /// Accuracy mode (the evaluation protocol): `whole` image or `sliding` windows.
     /// Single session only; needs a plain export (f32 input, logits output).
     #[arg(long, value_parser = ["whole", "sliding"])]
@@ -124,10 +134,11 @@ pub struct Args {
     /// Sliding window size (implies --mode sliding) [default: 768].
     #[arg(long)]
     pub crop: Option<usize>,
-    /// Sliding window stride [default: 512, at most --crop].
+    /// Sliding window stride [default: danet int(crop * 2/3), mmseg 512 (at most --crop)].
     #[arg(long)]
     pub stride: Option<usize>,
-    /// Accuracy mode: also run the mirrored image and average the logits.
+    /// Accuracy mode: also run the mirrored image (danet: exp of the summed logits; mmseg:
+    /// logits averaged).
     #[arg(long)]
     pub flip: bool,
     /// Accuracy mode: scales whose logits are summed, e.g. 0.5,1.0,1.5.
@@ -263,7 +274,7 @@ pub fn run(args: Args) -> Result<()> {
     let batched = !args.devices.is_empty() || args.cpu_sessions.is_some();
     if accuracy_opts.is_some() && batched {
         bail!(
-            "accuracy mode (--mode/--crop/--stride/--flip/--scales/--ms) runs on a single \
+            "accuracy mode (--protocol/--mode/--crop/--stride/--flip/--scales/--ms) runs on a single \
              session: drop --devices/--cpu-sessions, or drop the accuracy options to batch \
              over several sessions"
         );
