@@ -192,9 +192,8 @@ pub fn list_images(dir: &Path) -> Result<Vec<PathBuf>, CalibrationError> {
 }
 
 pub fn read_image(path: &Path) -> Result<RgbImage, CalibrationError> {
-    Ok(image::open(path)
-        .map_err(|e| CalibrationError::Input(format!("{}: {e}", path.display())))?
-        .to_rgb8())
+    // The dataset reader: refuses image bombs by their header, naming size and limit.
+    segtool_core::dataset::read_rgb(path).map_err(|e| CalibrationError::Input(e.to_string()))
 }
 
 /// Consecutive same-size images, at most `batch` per group, normalised as the runtime

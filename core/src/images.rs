@@ -10,6 +10,49 @@ use std::path::{Path, PathBuf};
 /// File extensions of the formats the build decodes, lower case.
 pub const IMAGE_EXTENSIONS: &[&str] = &["png", "jpg", "jpeg"];
 
+/// Images whose decoded pixels would take more than this are refused from their header,
+/// before any pixel buffer is allocated: the `image` crate's own default allocation limit
+/// (512 MiB, e.g. 11585 x 11585 RGB), which it reports only as "Memory limit exceeded".
+pub const MAX_DECODED_BYTES: u64 = 512 << 20;
+
+/// Why [`decode`] gave no image.
+#[derive(Debug)]
+pub enum DecodeError {
+    /// The decoder's own error (unreadable, corrupt, unsupported, truncated).
+    Image(image::ImageError),
+    /// The header declares more than [`MAX_DECODED_BYTES`] of pixels.
+    TooLarge { width: u32, height: u32, bytes: u64 },
+}
+
+/// `width` x `height` needing `bytes` when decoded, against [`MAX_DECODED_BYTES`], in words.
+pub fn too_large_message(width: u32, height: u32, bytes: u64) -> String {
+    format!(
+        "{width}x{height} pixels need {} MiB decoded, over the {} MiB limit",
+        bytes.div_ceil(1 << 20),
+        MAX_DECODED_BYTES >> 20
+    )
+}
+
+/// Decodes `path` as `image::open` does (format from the extension), but reads the header
+/// first and refuses an image over [`MAX_DECODED_BYTES`] with its size and the limit.
+pub fn decode(path: &Path) -> Result<image::DynamicImage, DecodeError> {
+    use image::ImageDecoder;
+    let decoder = image::ImageReader::open(path)
+        .map_err(|e| DecodeError::Image(e.into()))?
+        .into_decoder()
+        .map_err(DecodeError::Image)?;
+    let (width, height) = decoder.dimensions();
+    let bytes = decoder.total_bytes();
+    if bytes > MAX_DECODED_BYTES {
+        return Err(DecodeError::TooLarge {
+            width,
+            height,
+            bytes,
+        });
+    }
+    image::DynamicImage::from_decoder(decoder).map_err(DecodeError::Image)
+}
+
 /// Whether `path` has the extension of a decodable image (case-insensitive). Looks at the
 /// name only, not at the file.
 pub fn is_image(path: &Path) -> bool {

@@ -93,15 +93,26 @@ impl ProtoReader {
 
     /// Skips `n` bytes. No bounds check: callers check against the end they know.
     pub(crate) fn advance(&mut self, n: u64) -> Result<()> {
-        if let Err(e) = self.r.seek(SeekFrom::Current(n as i64)) {
+        let Ok(n) = i64::try_from(n) else {
+            return Err(self.invalid(format!("a field at byte {} claims {n} bytes", self.pos)));
+        };
+        if let Err(e) = self.r.seek(SeekFrom::Current(n)) {
             return Err(self.io_error(e));
         }
-        self.pos += n;
+        self.pos += n as u64;
         Ok(())
     }
 
-    /// Reads the next `n` bytes. No bounds check: callers check against the end they know.
+    /// Reads the next `n` bytes. Callers check against the end they know; `n` past the end
+    /// of the file is refused here, before allocating (a length prefix of 2^62).
     pub(crate) fn read(&mut self, n: u64) -> Result<Vec<u8>> {
+        if n > self.len.saturating_sub(self.pos) {
+            return Err(self.invalid(format!(
+                "a field at byte {} claims {n} bytes but only {} remain (file truncated?)",
+                self.pos,
+                self.len.saturating_sub(self.pos)
+            )));
+        }
         let mut buf = vec![0u8; n as usize];
         if let Err(e) = self.r.read_exact(&mut buf) {
             return Err(self.io_error(e));

@@ -38,6 +38,8 @@ namespace {
 // Key under which the Rust rewrite stores the state a pickle BUILD would have set on a
 // dict (an OrderedDict's `_metadata`): bookkeeping, not data, so it is not walked.
 constexpr const char* kBuildStateKey = "__segtool_build_state__";
+// Deepest path walked; matches MAX_NESTING in train/src/import/pickle.rs.
+constexpr size_t kMaxDepth = 200;
 
 struct Walker {
   segtool_tensor_fn on_tensor;
@@ -46,6 +48,12 @@ struct Walker {
   std::vector<std::string> path;
 
   void child(std::string key, const c10::IValue& v) {
+    // The Rust rewrite refuses pickles nesting deeper than MAX_NESTING; a list holding
+    // itself (through the memo) is still infinitely deep: stop before the stack does.
+    if (path.size() >= kMaxDepth) {
+      throw std::runtime_error("objects nested deeper than " + std::to_string(kMaxDepth) +
+                               " levels (a list or dict that contains itself?)");
+    }
     path.push_back(std::move(key));
     walk(v);
     path.pop_back();

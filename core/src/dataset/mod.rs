@@ -48,6 +48,16 @@ pub enum DatasetError {
         path: PathBuf,
         source: image::ImageError,
     },
+    #[error(
+        "image {path} is too large: {}",
+        crate::images::too_large_message(*width, *height, *bytes)
+    )]
+    TooLarge {
+        path: PathBuf,
+        width: u32,
+        height: u32,
+        bytes: u64,
+    },
     #[error("cannot decode mask {path}: {source}")]
     Png {
         path: PathBuf,
@@ -133,12 +143,27 @@ impl SegDataset for ShapesDataset {
 }
 
 pub fn read_rgb(path: &Path) -> Result<RgbImage, DatasetError> {
-    image::open(path)
-        .map(|i| i.to_rgb8())
-        .map_err(|source| DatasetError::Image {
+    decode(path).map(|i| i.to_rgb8())
+}
+
+/// [`crate::images::decode`] with its errors as [`DatasetError`]s naming `path`.
+pub(crate) fn decode(path: &Path) -> Result<image::DynamicImage, DatasetError> {
+    crate::images::decode(path).map_err(|e| match e {
+        crate::images::DecodeError::Image(source) => DatasetError::Image {
             path: path.into(),
             source,
-        })
+        },
+        crate::images::DecodeError::TooLarge {
+            width,
+            height,
+            bytes,
+        } => DatasetError::TooLarge {
+            path: path.into(),
+            width,
+            height,
+            bytes,
+        },
+    })
 }
 
 /// Writes `dataset` as `root/images/<split>/*.png` + `root/masks/<split>/*.png`, each file

@@ -92,12 +92,7 @@ pub fn read_mask(path: &Path) -> Result<GrayImage, DatasetError> {
             return Ok(mask);
         }
     }
-    image::open(path)
-        .map(|m| m.to_luma8())
-        .map_err(|source| DatasetError::Image {
-            path: path.into(),
-            source,
-        })
+    super::decode(path).map(|m| m.to_luma8())
 }
 
 /// The raw samples of a single-channel PNG (grayscale or indexed), or `None` for other
@@ -126,6 +121,15 @@ fn read_png_indices(path: &Path) -> Result<Option<GrayImage>, DatasetError> {
             path: path.into(),
             format: "too large to decode".into(),
         })?;
+    if size as u64 > crate::images::MAX_DECODED_BYTES {
+        let info = reader.info();
+        return Err(DatasetError::TooLarge {
+            path: path.into(),
+            width: info.width,
+            height: info.height,
+            bytes: size as u64,
+        });
+    }
     let mut buf = vec![0; size];
     let info = reader.next_frame(&mut buf).map_err(png_err)?;
     let (w, h) = (info.width as usize, info.height as usize);

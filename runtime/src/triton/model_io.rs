@@ -64,13 +64,13 @@ pub fn model_io(path: impl AsRef<Path>) -> Result<ModelIo> {
         let (field, wire) = r.key()?;
         if field == 7 && wire == 2 {
             found_graph = true;
-            let end = r.varint()? + r.0.pos;
+            let end = r.varint()?.saturating_add(r.0.pos);
             while r.0.pos < end {
                 let (field, wire) = r.key()?;
                 match (field, wire) {
                     (5, 2) => {
                         let n = r.varint()?;
-                        if let Some(name) = r.tensor_name(r.0.pos + n)? {
+                        if let Some(name) = r.tensor_name(r.0.pos.saturating_add(n))? {
                             initializers.insert(name);
                         }
                     }
@@ -124,7 +124,7 @@ impl Reader {
     }
 
     fn skip(&mut self, n: u64, end: u64) -> Result<()> {
-        if self.0.pos + n > end {
+        if self.0.pos.saturating_add(n) > end {
             return Err(self.invalid(format!(
                 "a field at byte {} claims {n} bytes past its end (file truncated?)",
                 self.0.pos
@@ -162,7 +162,7 @@ impl Reader {
             let (field, wire) = self.key()?;
             if (field, wire) == (8, 2) {
                 let n = self.varint()?;
-                if self.0.pos + n > end {
+                if self.0.pos.saturating_add(n) > end {
                     return Err(self.invalid(format!(
                         "an initializer name at byte {} runs past its tensor",
                         self.0.pos

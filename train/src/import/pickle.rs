@@ -22,6 +22,16 @@ use std::collections::HashMap;
 /// Must match kBuildStateKey in train/csrc/pickle_load.cpp.
 pub const BUILD_STATE_KEY: &str = "__segtool_build_state__";
 
+/// Deepest nesting of containers (lists, dicts, tuples, reduced objects) accepted. A
+/// state dict nests 3-5 levels; libtorch's unpickler and the shim's walk recurse per level
+/// (a pickle of 200000 nested lists overflows the stack), so deeper files are refused
+/// here, before libtorch sees them.
+pub const MAX_NESTING: u32 = 200;
+
+/// Tuples wider than this are not tracked element by element (persistent ids have 5
+/// fields): keeps the memo's copies small whatever the file holds.
+const MAX_TRACKED_TUPLE: usize = 16;
+
 #[derive(Debug, thiserror::Error)]
 pub enum PickleError {
     #[error("pickle ends inside an instruction (truncated file?)")]
@@ -32,6 +42,8 @@ pub enum PickleError {
     Unsupported(u8, usize),
     #[error("malformed pickle at byte {0}: {1}")]
     Malformed(usize, &'static str),
+    #[error("pickle nests objects deeper than {MAX_NESTING} levels at byte {0}")]
+    TooDeep(usize),
 }
 
 /// A storage a tensor in the pickle lives in: persistent id ('storage', torch.<T>Storage,
@@ -81,17 +93,27 @@ enum Kind {
 struct Item {
     start: usize,
     kind: Kind,
+    /// Container nesting of the value (0 for scalars), see [`MAX_NESTING`].
+    depth: u32,
 }
 
 /// One instruction: opcode, argument bytes, offset of the next instruction.
 pub fn next_op(data: &[u8], pos: usize) -> Result<(u8, &[u8], usize), PickleError> {
     let code = *data.get(pos).ok_or(PickleError::Truncated)?;
     let at = pos + 1;
-    let take = |n: usize| data.get(at..at + n).ok_or(PickleError::Truncated);
+    // Lengths come from the file: checked, a length of 2^63 is a truncated file.
+    let take = |n: usize| {
+        at.checked_add(n)
+            .and_then(|end| data.get(at..end))
+            .ok_or(PickleError::Truncated)
+    };
     let sized = |width: usize| -> Result<(usize, usize), PickleError> {
         let mut len = [0u8; 8];
         len[..width].copy_from_slice(take(width)?);
-        Ok((width, u64::from_le_bytes(len) as usize))
+        Ok((
+            width,
+            usize::try_from(u64::from_le_bytes(len)).unwrap_or(usize::MAX),
+        ))
     };
     let line = |from: usize| {
         let rest = data.get(from..).ok_or(PickleError::Truncated)?;
@@ -111,9 +133,9 @@ pub fn next_op(data: &[u8], pos: usize) -> Result<(u8, &[u8], usize), PickleErro
             first + line(at + first)?
         }
         b'F' | b'I' | b'L' | b'P' | b'S' | b'V' | b'g' | b'p' => line(at)?,
-        b'U' | b'C' | 0x8a | 0x8c => sized(1).map(|(w, n)| w + n)?,
-        b'T' | b'X' | b'B' | 0x8b => sized(4).map(|(w, n)| w + n)?,
-        0x8d | 0x8e | 0x96 => sized(8).map(|(w, n)| w + n)?,
+        b'U' | b'C' | 0x8a | 0x8c => sized(1).map(|(w, n)| w.saturating_add(n))?,
+        b'T' | b'X' | b'B' | 0x8b => sized(4).map(|(w, n)| w.saturating_add(n))?,
+        0x8d | 0x8e | 0x96 => sized(8).map(|(w, n)| w.saturating_add(n))?,
         _ => 0,
     };
     Ok((code, take(len)?, at + len))
@@ -149,8 +171,29 @@ struct Machine {
     out: Vec<u8>,
     stack: Vec<Item>,
     marks: Vec<(usize, usize)>, // (stack depth, output offset of the MARK)
-    memo: HashMap<u32, Kind>,
+    memo: HashMap<u32, (Kind, u32)>,
     storages: Vec<StorageRef>,
+}
+
+/// 1 + the deepest of `items` (a container holding them).
+fn nesting(items: &[Item]) -> u32 {
+    1 + items.iter().map(|i| i.depth).max().unwrap_or(0)
+}
+
+/// A tuple's kind: its elements when few and flat (persistent ids), else opaque.
+fn tuple_kind(items: Vec<Item>) -> Kind {
+    if items.len() > MAX_TRACKED_TUPLE {
+        return Kind::Other;
+    }
+    Kind::Tuple(
+        items
+            .into_iter()
+            .map(|i| match i.kind {
+                Kind::Tuple(_) => Kind::Other,
+                k => k,
+            })
+            .collect(),
+    )
 }
 
 fn utf8(b: &[u8]) -> String {
@@ -188,7 +231,24 @@ impl Machine {
     }
 
     fn push(&mut self, start: usize, kind: Kind) {
-        self.stack.push(Item { start, kind });
+        self.stack.push(Item {
+            start,
+            kind,
+            depth: 0,
+        });
+    }
+
+    /// Sets the stack top's nesting to at least `depth`, refusing past [`MAX_NESTING`].
+    fn nest_top(&mut self, depth: u32, pos: usize) -> Result<(), PickleError> {
+        let top = self
+            .stack
+            .last_mut()
+            .ok_or(PickleError::Malformed(pos, "stack underflow"))?;
+        top.depth = top.depth.max(depth);
+        if top.depth > MAX_NESTING {
+            return Err(PickleError::TooDeep(pos));
+        }
+        Ok(())
     }
 
     /// Emits `code arg` verbatim and pushes one value of `kind`.
@@ -280,7 +340,7 @@ impl Machine {
                     .stack
                     .last()
                     .ok_or(PickleError::Malformed(pos, "PUT on empty stack"))?;
-                self.memo.insert(id, top.kind.clone());
+                self.memo.insert(id, (top.kind.clone(), top.depth));
                 self.out.push(b'r');
                 self.out.extend_from_slice(&id.to_le_bytes());
             }
@@ -290,12 +350,13 @@ impl Machine {
                 } else {
                     le_int(arg) as u32
                 };
-                let kind = self
+                let (kind, depth) = self
                     .memo
                     .get(&id)
                     .cloned()
                     .ok_or(PickleError::Malformed(pos, "GET of unset memo"))?;
                 self.emit_push(code, arg, kind);
+                self.nest_top(depth, pos)?;
             }
             b'c' => {
                 let text = utf8(arg);
@@ -314,20 +375,20 @@ impl Machine {
             }
             b't' | b'l' | b'd' | 0x91 => {
                 let (items, start) = self.pop_mark(pos)?;
+                let depth = nesting(&items);
                 let (out_code, kind) = match code {
-                    b't' => (
-                        b't',
-                        Kind::Tuple(items.into_iter().map(|i| i.kind).collect()),
-                    ),
+                    b't' => (b't', tuple_kind(items)),
                     b'd' => (b'd', Kind::Dict),
                     _ => (b'l', Kind::Other),
                 };
                 self.out.push(out_code);
                 self.push(start, kind);
+                self.nest_top(depth, pos)?;
             }
             b'e' | b'u' | 0x90 => {
-                self.pop_mark(pos)?;
+                let (items, _) = self.pop_mark(pos)?;
                 self.out.push(if code == b'u' { b'u' } else { b'e' });
+                self.nest_top(nesting(&items), pos)?;
             }
             0x85..=0x87 => {
                 let n = (code - 0x84) as usize;
@@ -336,25 +397,26 @@ impl Machine {
                 }
                 let items = self.stack.split_off(self.stack.len() - n);
                 self.out.push(code);
-                self.push(
-                    items[0].start,
-                    Kind::Tuple(items.into_iter().map(|i| i.kind).collect()),
-                );
+                let (start, depth) = (items[0].start, nesting(&items));
+                self.push(start, tuple_kind(items));
+                self.nest_top(depth, pos)?;
             }
             b'a' => {
-                self.pop(pos)?;
+                let value = self.pop(pos)?;
                 self.out.push(code);
+                self.nest_top(value.depth + 1, pos)?;
             }
             b's' => {
-                self.pop(pos)?;
-                self.pop(pos)?;
+                let (value, key) = (self.pop(pos)?, self.pop(pos)?);
                 self.out.push(code);
+                self.nest_top(value.depth.max(key.depth) + 1, pos)?;
             }
             b'Q' => {
                 let pid = self.pop(pos)?;
                 self.record_storage(&pid.kind);
                 self.out.push(code);
                 self.push(pid.start, Kind::Other);
+                self.nest_top(pid.depth, pos)?;
             }
             b'R' => {
                 let (args, func) = (self.pop(pos)?, self.pop(pos)?);
@@ -365,15 +427,20 @@ impl Machine {
                 } else {
                     self.out.push(code);
                     self.push(func.start, Kind::Other);
+                    self.nest_top(func.depth.max(args.depth) + 1, pos)?;
                 }
             }
             0x81 => {
-                let (_args, cls) = (self.pop(pos)?, self.pop(pos)?);
+                let (args, cls) = (self.pop(pos)?, self.pop(pos)?);
                 self.out.push(code);
                 self.push(cls.start, Kind::Other);
+                self.nest_top(cls.depth.max(args.depth) + 1, pos)?;
             }
             b'b' => {
                 let (state, target) = (self.pop(pos)?, self.pop(pos)?);
+                if target.start > state.start || state.start > self.out.len() {
+                    return Err(PickleError::Malformed(pos, "BUILD operands out of order"));
+                }
                 if matches!(target.kind, Kind::Dict) {
                     let tail = self.out.split_off(state.start);
                     self.emit_str(BUILD_STATE_KEY.as_bytes());
@@ -385,6 +452,7 @@ impl Machine {
                     self.out.push(b't');
                     self.push(target.start, Kind::Other);
                 }
+                self.nest_top(target.depth.max(state.depth + 1), pos)?;
             }
             _ => return Err(PickleError::Unsupported(code, pos)),
         }

@@ -75,12 +75,17 @@ fn read_entry<'a>(
         .with_context(|| format!("zip archive lacks `{name}`"))?;
     if f.compression() == zip::CompressionMethod::Stored {
         let start = f.data_start() as usize;
-        let slice = bytes
-            .get(start..start + f.size() as usize)
+        let slice = usize::try_from(f.size())
+            .ok()
+            .and_then(|n| start.checked_add(n))
+            .and_then(|end| bytes.get(start..end))
             .with_context(|| format!("`{name}` runs past the end of the file"))?;
         return Ok(Cow::Borrowed(slice));
     }
-    let mut data = Vec::with_capacity(f.size() as usize);
+    // The declared size is the file's word (a patched header claims 4 GiB): reserve no
+    // more than a few times the compressed file; the data grows the buffer as it comes.
+    let reserve = f.size().min(4 * bytes.len() as u64) as usize;
+    let mut data = Vec::with_capacity(reserve);
     f.read_to_end(&mut data)
         .with_context(|| format!("decompressing `{name}`"))?;
     Ok(Cow::Owned(data))
@@ -214,12 +219,15 @@ fn unpickle(pickle: &Rewritten, records: &HashMap<String, Cow<[u8]>>) -> Result<
     // the record's bytes: check here that every record is long enough.
     for s in &pickle.storages {
         let have = records.get(&s.key).map_or(0, |r| r.len() as u64);
-        if let Some(need) = s.element_size().map(|e| e * s.numel) {
-            if have < need {
-                bail!(
-                    "storage `{}` has {have} bytes, its tensors need {need} (truncated file?)",
-                    s.key
-                );
+        if let Some(e) = s.element_size() {
+            // numel comes from the file: 2^62 elements overflow u64 bytes.
+            match e.checked_mul(s.numel) {
+                Some(need) if have >= need => {}
+                need => bail!(
+                    "storage `{}` has {have} bytes, its tensors need {} (truncated file?)",
+                    s.key,
+                    need.map_or(format!("{} x {e}", s.numel), |n| n.to_string())
+                ),
             }
         }
     }
