@@ -59,7 +59,11 @@ struct Fixtures {
 fn fixtures() -> &'static Fixtures {
     static F: OnceLock<Fixtures> = OnceLock::new();
     F.get_or_init(|| {
-        let dir = tempfile::tempdir().unwrap().keep();
+        // Under target/tmp, replaced each run (a static is never dropped: a tempdir
+        // would be left behind in /tmp by every run).
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("hostile_inputs");
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
         let (_, _, ckpt) = common::tiny_checkpoint(&dir, 3);
         let onnx = dir.join("m.onnx");
         let out = segtool(&["export", "--checkpoint", p(&ckpt), "--onnx", p(&onnx)]);
