@@ -43,6 +43,7 @@ mod onnx_scan;
 pub mod ort_engine;
 pub mod postprocess;
 pub mod preprocess;
+pub mod temporal;
 pub mod testing;
 #[cfg(feature = "tract")]
 pub mod tract_engine;
@@ -56,7 +57,7 @@ use ndarray::Array3;
 use segtool_core::ModelSpec;
 
 pub use accuracy::{AccuracyMode, AccuracyOptions};
-pub use batching::{BatchConfig, BatchError, BatchServer, OrderedStream};
+pub use batching::{BatchConfig, BatchError, BatchServer, LatestStream, OrderedStream};
 pub use engine::{load_spec, read_metadata, Engine};
 pub use env_report::{env_report, RuntimeEnvReport};
 pub use error::{Result, RuntimeError};
@@ -71,6 +72,7 @@ pub use postprocess::{argmax, colorize, overlay, resize_nearest, DEFAULT_ALPHA};
 pub use postprocess::{resize_bilinear, softmax, Upsample};
 pub use preprocess::{normalise, normalise_batch};
 pub use preprocess::{prepare, PrepareOptions, Prepared};
+pub use temporal::{FlickerMeter, TemporalSmoother};
 #[cfg(feature = "tract")]
 pub use tract_engine::TractEngine;
 pub use triton::{write_repository as write_triton_repository, TritonOptions};

@@ -12,6 +12,10 @@ use super::{BatchError, Output};
 
 pub(crate) type Outcome = Result<Output, BatchError>;
 
+/// Called after a [`Reply`] wrote its answer (a stream's wake-up). Never called while
+/// the batch queue's lock is held.
+pub(crate) type Notify = Arc<dyn Fn() + Send + Sync>;
+
 struct Slot {
     value: Mutex<Option<Outcome>>,
     ready: Condvar,
@@ -27,6 +31,7 @@ impl Slot {
 /// The worker's end of one request.
 pub(crate) struct Reply {
     slot: Option<Arc<Slot>>,
+    notify: Option<Notify>,
 }
 
 impl Reply {
@@ -35,6 +40,15 @@ impl Reply {
             *slot.lock() = Some(outcome);
             slot.ready.notify_all();
         }
+        if let Some(notify) = self.notify.take() {
+            notify();
+        }
+    }
+
+    /// No wake-up for this reply any more (a request taken back by its stream, which
+    /// drops it under its own lock).
+    pub(crate) fn disarm(&mut self) {
+        self.notify = None;
     }
 
     /// The caller dropped its handle: nobody will read the result.
@@ -48,8 +62,14 @@ impl Reply {
 impl Drop for Reply {
     fn drop(&mut self) {
         if let Some(slot) = self.slot.take() {
+            // Only someone still holding the handle needs waking (a cancelled or
+            // abandoned request is dropped with nobody waiting, possibly under a lock).
+            let waited_for = Arc::strong_count(&slot) > 1;
             *slot.lock() = Some(Err(BatchError::Disconnected));
             slot.ready.notify_all();
+            if let Some(notify) = self.notify.take().filter(|_| waited_for) {
+                notify();
+            }
         }
     }
 }
@@ -72,6 +92,11 @@ impl std::fmt::Debug for Handle {
 }
 
 pub(crate) fn pair(id: u64) -> (Reply, Handle) {
+    pair_notifying(id, None)
+}
+
+/// Like [`pair`], and `notify` runs once the reply has written its answer.
+pub(crate) fn pair_notifying(id: u64, notify: Option<Notify>) -> (Reply, Handle) {
     let slot = Arc::new(Slot {
         value: Mutex::new(None),
         ready: Condvar::new(),
@@ -79,6 +104,7 @@ pub(crate) fn pair(id: u64) -> (Reply, Handle) {
     (
         Reply {
             slot: Some(slot.clone()),
+            notify,
         },
         Handle { id, slot },
     )

@@ -10,7 +10,10 @@
 //! [`Segmenter::segment`](crate::Segmenter::segment) gives for that image.
 //!
 //! For video, an [`OrderedStream`] puts results back in frame order although batches on
-//! different devices finish out of order.
+//! different devices finish out of order. For a live camera (a robot), a
+//! [`LatestStream`] answers the newest frame instead: a submit that never blocks, a
+//! bounded slot where a newer frame replaces an older one not yet started, optional
+//! per-frame deadlines, and exact counts of what was dropped.
 //!
 //! # Configuration
 //!
@@ -82,6 +85,7 @@
 //! ```
 
 mod handle;
+mod latest;
 mod queue;
 mod run;
 mod server;
@@ -96,6 +100,7 @@ use crate::error::RuntimeError;
 use crate::Segmentation;
 
 pub use handle::Handle;
+pub use latest::{DropReason, LatestStats, LatestStream, LiveFrame, LiveOutcome};
 pub use run::run_normalised;
 pub use server::BatchServer;
 pub use stream::OrderedStream;
@@ -263,6 +268,9 @@ pub enum BatchError {
     /// The result was lost (a worker died without answering); should not happen.
     #[error("the worker running the request went away without a result")]
     Disconnected,
+    /// The request's deadline passed before a worker started it (it never ran).
+    #[error("the request's deadline passed before it started")]
+    DeadlineExpired,
     /// The server cannot be built as configured.
     #[error("invalid batch server configuration: {0}")]
     InvalidConfig(String),
@@ -354,6 +362,10 @@ pub struct Stats {
     pub rejected: u64,
     /// Requests skipped because their handle was dropped before they ran.
     pub abandoned: u64,
+    /// Requests taken back unstarted (a [`LatestStream`] frame replaced by a newer one).
+    pub cancelled: u64,
+    /// Requests answered [`BatchError::DeadlineExpired`] by a worker.
+    pub expired: u64,
 }
 
 impl Stats {

@@ -6,13 +6,17 @@
 //! bucket only. While it waits for more, the bucket is marked as *gathering*, so idle
 //! workers do not steal its requests one by one (which would defeat batching) but still
 //! serve other sizes.
+//!
+//! A request may carry a deadline: a worker never starts it later than that (it is
+//! answered [`BatchError::DeadlineExpired`] instead), and a queued request can be taken
+//! back unstarted ([`Queue::cancel`]); the newest-frame stream is built on both.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use super::handle::{self, Handle, Reply};
+use super::handle::{self, Handle, Notify, Reply};
 use super::{BatchConfig, BatchError, Input, QueueFull, Stats, WorkerStats};
 
 type Size = (usize, usize);
@@ -22,6 +26,8 @@ pub(crate) struct Job {
     pub id: u64,
     pub input: Input,
     pub enqueued: Instant,
+    /// Not started after this: answered [`BatchError::DeadlineExpired`].
+    pub deadline: Option<Instant>,
     pub reply: Reply,
 }
 
@@ -29,6 +35,8 @@ struct State {
     buckets: HashMap<Size, VecDeque<Job>>,
     /// Sizes a worker is currently filling a batch from.
     gathering: Vec<Size>,
+    /// Jobs found past their deadline, to be answered outside the lock.
+    expired: Vec<Job>,
     closed: bool,
     stats: Stats,
 }
@@ -51,6 +59,7 @@ impl Queue {
             state: Mutex::new(State {
                 buckets: HashMap::new(),
                 gathering: Vec::new(),
+                expired: Vec::new(),
                 closed: false,
                 stats: Stats {
                     workers,
@@ -74,6 +83,18 @@ impl Queue {
     /// Queues `input`. Full queue: waits for room when `block`, else gives it back.
     /// Invalid inputs and a closed queue answer the handle at once.
     pub(crate) fn push(&self, input: Input, block: bool) -> Result<Handle, QueueFull> {
+        self.push_with(input, block, None, None)
+    }
+
+    /// [`push`](Self::push) with a start deadline and a wake-up run once the request is
+    /// answered by a worker (or by shutdown).
+    pub(crate) fn push_with(
+        &self,
+        input: Input,
+        block: bool,
+        deadline: Option<Instant>,
+        notify: Option<Notify>,
+    ) -> Result<Handle, QueueFull> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         if let Err(e) = input.check() {
             return Ok(handle::answered(id, Err(e.into())));
@@ -92,12 +113,13 @@ impl Queue {
             }
             st = self.space.wait(st).unwrap_or_else(|e| e.into_inner());
         }
-        let (reply, handle) = handle::pair(id);
+        let (reply, handle) = handle::pair_notifying(id, notify);
         let size = input.size();
         st.buckets.entry(size).or_default().push_back(Job {
             id,
             input,
             enqueued: Instant::now(),
+            deadline,
             reply,
         });
         st.stats.queued += 1;
@@ -108,9 +130,46 @@ impl Queue {
         Ok(handle)
     }
 
+    /// Takes back request `id` of input size `size` if no worker has taken it yet.
+    pub(crate) fn cancel(&self, id: u64, size: Size) -> Option<Job> {
+        let mut st = self.lock();
+        let bucket = st.buckets.get_mut(&size)?;
+        let at = bucket.iter().position(|j| j.id == id)?;
+        let mut job = bucket.remove(at).expect("position is in range");
+        job.reply.disarm();
+        if bucket.is_empty() {
+            st.buckets.remove(&size);
+        }
+        st.stats.queued -= 1;
+        st.stats.cancelled += 1;
+        drop(st);
+        self.space.notify_all();
+        Some(job)
+    }
+
     /// Blocks until a batch is ready for `worker`; `None` once the queue is closed.
-    /// The jobs count as `in_batches` until [`Queue::done`].
+    /// The jobs count as `in_batches` until [`Queue::done`]. Jobs met past their
+    /// deadline on the way are answered [`BatchError::DeadlineExpired`].
     pub(crate) fn next_batch(&self) -> Option<Vec<Job>> {
+        loop {
+            let batch = self.gather();
+            let expired = std::mem::take(&mut self.lock().expired);
+            if !expired.is_empty() {
+                self.space.notify_all();
+            }
+            for job in expired {
+                job.reply.send(Err(BatchError::DeadlineExpired));
+            }
+            match batch {
+                Some(jobs) if jobs.is_empty() => continue,
+                batch => return batch,
+            }
+        }
+    }
+
+    /// The next batch; an empty one when only expired jobs were found (to be answered
+    /// before waiting).
+    fn gather(&self) -> Option<Vec<Job>> {
         let mut st = self.lock();
         let (size, first) = loop {
             if st.closed {
@@ -118,6 +177,9 @@ impl Queue {
             }
             if let Some(found) = st.pop_oldest() {
                 break found;
+            }
+            if !st.expired.is_empty() {
+                return Some(Vec::new());
             }
             st = self.work.wait(st).unwrap_or_else(|e| e.into_inner());
         };
@@ -179,8 +241,9 @@ impl Queue {
     pub(crate) fn close(&self) -> Vec<Job> {
         let mut st = self.lock();
         st.closed = true;
-        let jobs: Vec<Job> = st.buckets.drain().flat_map(|(_, b)| b).collect();
+        let mut jobs: Vec<Job> = st.buckets.drain().flat_map(|(_, b)| b).collect();
         st.stats.queued -= jobs.len();
+        jobs.append(&mut st.expired);
         drop(st);
         self.work.notify_all();
         self.space.notify_all();
@@ -219,15 +282,22 @@ impl State {
         }
     }
 
-    /// Front job of a bucket, skipping (and dropping) jobs whose handles are gone;
-    /// removes emptied buckets so the map only holds sizes with work.
+    /// Front job of a bucket, skipping (and dropping) jobs whose handles are gone and
+    /// setting aside those past their deadline; removes emptied buckets so the map only
+    /// holds sizes with work.
     fn take(&mut self, size: Size) -> Option<Job> {
         let bucket = self.buckets.get_mut(&size)?;
         let mut abandoned = 0;
+        let mut expired = Vec::new();
         let mut found = None;
+        let now = Instant::now();
         while let Some(job) = bucket.pop_front() {
             if job.reply.abandoned() {
                 abandoned += 1;
+                continue;
+            }
+            if job.deadline.is_some_and(|d| now >= d) {
+                expired.push(job);
                 continue;
             }
             found = Some(job);
@@ -237,6 +307,9 @@ impl State {
             self.buckets.remove(&size);
         }
         Queue::count_abandoned(self, abandoned);
+        self.stats.queued -= expired.len();
+        self.stats.expired += expired.len() as u64;
+        self.expired.append(&mut expired);
         found
     }
 }

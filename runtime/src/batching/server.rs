@@ -10,7 +10,10 @@ use segtool_core::ModelSpec;
 use super::handle::{Handle, Outcome, Reply};
 use super::queue::{Job, Queue};
 use super::run::Inputs;
-use super::{BatchConfig, BatchError, Input, OrderedStream, Output, QueueFull, Stats, WorkerStats};
+use super::{
+    BatchConfig, BatchError, Input, LatestStream, OrderedStream, Output, QueueFull, Stats,
+    WorkerStats,
+};
 use crate::engine::Engine;
 use crate::error::Result;
 use crate::Segmentation;
@@ -142,6 +145,12 @@ impl BatchServer {
     /// (at least 1); see [`OrderedStream`].
     pub fn ordered_stream(&self, window: usize) -> OrderedStream {
         OrderedStream::new(self.queue.clone(), window)
+    }
+
+    /// A newest-frame stream holding at most `slot` frames not yet started (at least
+    /// 1): a newer frame replaces the oldest of them; see [`LatestStream`].
+    pub fn latest_stream(&self, slot: usize) -> LatestStream {
+        LatestStream::new(self.queue.clone(), slot)
     }
 
     pub fn config(&self) -> &BatchConfig {
