@@ -1,6 +1,8 @@
 //! The export context (graph builder + checkpoint + counters) and the layer helpers the
 //! backbone and head share: conv with folded BN, conv with bias, ReLU, Add, Mul.
 
+use std::collections::{BTreeSet, HashMap};
+
 use crate::builder::{attr_int, attr_ints, FeatureShape, GraphBuilder};
 use crate::error::ExportError;
 use crate::fold::{fold_bn, BatchNorm, BN_EPS};
@@ -16,6 +18,22 @@ pub struct Ctx<'a, 'data> {
     /// Weights stored as FLOAT16 and the network computed in fp16 (`--fp16`); attention
     /// energies and softmax still run in fp32 (see [`Ctx::attn_in`]).
     pub fp16: bool,
+    /// Under `fp16`: module names whose convs stay float32 (see
+    /// [`crate::ExportOptions::keep_fp32`]).
+    pub keep_fp32: Vec<String>,
+    /// Every conv emitted (checkpoint key of its module), in graph order.
+    pub convs: Vec<String>,
+    /// `keep_fp32` entries that selected at least one conv.
+    pub kept_matched: BTreeSet<String>,
+    /// FLOAT16 values that are a Cast of a float32 value (the fp32 islands' outputs):
+    /// code that needs float32 again reads the source instead of casting back.
+    fp32_source: HashMap<String, String>,
+}
+
+/// Whether module `name` (a `keep_fp32` entry) selects the conv `conv`: equal, or an
+/// ancestor module (`head.conv5c` selects `head.conv5c.0`).
+pub fn selects(name: &str, conv: &str) -> bool {
+    conv == name || (conv.starts_with(name) && conv[name.len()..].starts_with('.'))
 }
 
 /// A square 2-D convolution's geometry (PyTorch `Conv2d` arguments, groups = 1).
@@ -92,6 +110,40 @@ impl<'a, 'data> Ctx<'a, 'data> {
             w,
             folded_bn: 0,
             fp16: false,
+            keep_fp32: Vec::new(),
+            convs: Vec::new(),
+            kept_matched: BTreeSet::new(),
+            fp32_source: HashMap::new(),
+        }
+    }
+
+    /// Whether the conv `conv` stays float32 in an fp16 export (records the match).
+    fn keeps_fp32(&mut self, conv: &str) -> bool {
+        if !self.fp16 {
+            return false;
+        }
+        let hits: Vec<String> = self
+            .keep_fp32
+            .iter()
+            .filter(|k| selects(k, conv))
+            .cloned()
+            .collect();
+        let keep = !hits.is_empty();
+        self.kept_matched.extend(hits);
+        keep
+    }
+
+    /// The FLOAT16 Casts out of fp32 islands.
+    pub fn island_casts(&self) -> std::collections::HashSet<String> {
+        self.fp32_source.keys().cloned().collect()
+    }
+
+    /// `x` as float32: the float32 source of an island's output, else `Cast(x)` named
+    /// `out`.
+    pub fn to_fp32(&mut self, x: &str, out: &str) -> String {
+        match self.fp32_source.get(x) {
+            Some(src) => src.clone(),
+            None => self.cast(x, DataType::Float, out),
         }
     }
 
@@ -126,11 +178,37 @@ impl<'a, 'data> Ctx<'a, 'data> {
         w: &[f32],
         b: &[f32],
     ) -> Result<String, ExportError> {
+        self.convs.push(conv.to_string());
+        // "Same" padding: a side of n becomes ceil(n / stride).
+        let same = 2 * c.pad == c.dilation * (c.kernel - 1);
+        if self.keeps_fp32(conv) {
+            // An fp32 island: Cast in, float32 weights and Conv (its output keeps the
+            // conv's name, as in an fp32 export), Cast back to FLOAT16.
+            let x32 = self.to_fp32(x, &format!("{x}_fp32"));
+            let wn = self
+                .g
+                .add_initializer_f32(&format!("{conv}.weight"), &c.weight_dims(), w);
+            let bn = self
+                .g
+                .add_initializer_f32(&format!("{conv}.bias"), &[c.out_ch], b);
+            let y32 = self.g.add_node("Conv", &[&x32, &wn, &bn], c.attrs(), conv);
+            let y = self.cast(&y32, DataType::Float16, &format!("{conv}_fp16"));
+            if let (true, Some(f)) = (same, self.g.feature(x)) {
+                let shape = |dtype| FeatureShape {
+                    channels: c.out_ch,
+                    stride: f.stride * c.stride,
+                    dtype,
+                };
+                self.g.annotate_feature(&y32, shape(DataType::Float));
+                self.g.annotate_feature(&y, shape(DataType::Float16));
+            }
+            self.fp32_source.insert(y.clone(), y32);
+            return Ok(y);
+        }
         let wn = self.float_init(&format!("{conv}.weight"), &c.weight_dims(), w);
         let bn = self.float_init(&format!("{conv}.bias"), &[c.out_ch], b);
         let y = self.g.add_node("Conv", &[x, &wn, &bn], c.attrs(), conv);
-        // "Same" padding: a side of n becomes ceil(n / stride).
-        if 2 * c.pad == c.dilation * (c.kernel - 1) {
+        if same {
             self.derive_feature(x, &y, c.out_ch, c.stride);
         }
         Ok(y)
@@ -193,7 +271,7 @@ impl<'a, 'data> Ctx<'a, 'data> {
     /// fp16, so energies and softmax stay fp32); otherwise `x` itself.
     pub fn attn_in(&mut self, x: &str) -> String {
         if self.fp16 {
-            self.cast(x, DataType::Float, &format!("{x}_fp32"))
+            self.to_fp32(x, &format!("{x}_fp32"))
         } else {
             x.to_string()
         }

@@ -75,6 +75,16 @@ pub enum ExportError {
     BadOption(String),
 
     #[error(
+        "--keep-fp32 `{name}` matches no layer of the model{}",
+        if close.is_empty() { String::new() } else { format!(" (close: {})", close.join(", ")) }
+    )]
+    UnknownLayer {
+        name: String,
+        /// Layer names of the model nearest to `name` (edit distance), best first.
+        close: Vec<String>,
+    },
+
+    #[error(
         "model is {bytes} bytes, over protobuf's 2 GiB message limit{}",
         if *external { " even with its large initialisers in external data" }
         else { " (export it with external data: `--external-data auto` / \

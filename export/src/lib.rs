@@ -252,6 +252,7 @@ fn build(
 
     let mut ctx = Ctx::new(GraphBuilder::new(opts.opset), Weights::new(tensors));
     ctx.fp16 = opts.fp16;
+    ctx.keep_fp32 = opts.keep_fp32.clone();
     let classes = spec.num_classes() as i64;
     // Claim the interface names first so no internal value can take them.
     let image = ctx.g.unique(INPUT_NAME);
@@ -271,10 +272,20 @@ fn build(
     let low = head::head(&mut ctx, spec, &feat, opts)?;
     // fp16: back to float32 at feature resolution, so the resize (and argmax) see fp32.
     let low = if opts.fp16 {
-        ctx.cast(&low, DataType::Float, "head.conv8.1_fp32")
+        ctx.to_fp32(&low, "head.conv8.1_fp32")
     } else {
         low
     };
+    if let Some(name) = opts
+        .keep_fp32
+        .iter()
+        .find(|k| !ctx.kept_matched.contains(*k))
+    {
+        return Err(ExportError::UnknownLayer {
+            name: name.clone(),
+            close: close_layer_names(name, &ctx.convs, 5),
+        });
+    }
     if opts.argmax {
         let logits = ctx.g.unique(OUTPUT_NAME);
         head::upsample_into(&mut ctx, &low, &nchw, &logits);
@@ -316,12 +327,22 @@ fn build(
     // operands equal and fuse Add+ReLU into the NCHWc convs of the dilated stages: at
     // 1024x1024 this cuts ORT's peak memory by ~120 MiB. ORT profile only: tract takes
     // value_info as hard facts and cannot unify the named symbols with concrete sizes.
-    let value_info = if opts.target == ExportTarget::Ort {
+    let mut value_info = if opts.target == ExportTarget::Ort {
         ctx.g.feature_value_info(batch, height, width, &[&image])
     } else {
         Vec::new()
     };
-    let (node, initializer) = ctx.g.finish();
+    let island_casts = ctx.island_casts();
+    let (mut node, initializer) = ctx.g.finish();
+    // An fp32 island's Cast back to FLOAT16 that nothing reads (its readers took the
+    // float32 source) is dropped.
+    if !island_casts.is_empty() {
+        let read: std::collections::HashSet<String> =
+            node.iter().flat_map(|n| n.input.iter().cloned()).collect();
+        let dead = |o: &String| island_casts.contains(o) && !read.contains(o);
+        node.retain(|n| !n.output.iter().any(dead));
+        value_info.retain(|v| !dead(&v.name));
+    }
     let (nodes, initializers) = (node.len(), initializer.len());
     let input = if opts.preprocess {
         proto::tensor_value_info(
@@ -510,6 +531,44 @@ fn preprocess(ctx: &mut Ctx<'_, '_>, spec: &ModelSpec, image: &str) -> String {
     g.add_node("Add", &[&x, &shift], vec![], "preprocess.normalised")
 }
 
+/// The module names (every conv and each of its ancestors: `head.conv5c.0`,
+/// `head.conv5c`, `head`) a `--keep-fp32` entry can take, nearest to `name` first by edit
+/// distance (ties by name), at most `n`.
+pub fn close_layer_names(name: &str, convs: &[String], n: usize) -> Vec<String> {
+    let mut modules = std::collections::BTreeSet::new();
+    for c in convs {
+        let mut end = c.len();
+        loop {
+            modules.insert(c[..end].to_string());
+            match c[..end].rfind('.') {
+                Some(i) => end = i,
+                None => break,
+            }
+        }
+    }
+    let mut scored: Vec<(usize, String)> = modules
+        .into_iter()
+        .map(|m| (edit_distance(name, &m), m))
+        .collect();
+    scored.sort();
+    scored.into_iter().take(n).map(|(_, m)| m).collect()
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.iter().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            cur[j + 1] = (prev[j] + usize::from(ca != cb))
+                .min(prev[j + 1] + 1)
+                .min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
 fn doc_string(spec: &ModelSpec, opts: &ExportOptions) -> String {
     let mut s = legacy_doc_string(spec);
     if opts.preprocess {
@@ -526,6 +585,9 @@ fn doc_string(spec: &ModelSpec, opts: &ExportOptions) -> String {
     }
     if opts.fp16 {
         s.push_str(" Weights and compute in fp16, attention energies and softmax in fp32.");
+        if !opts.keep_fp32.is_empty() {
+            s.push_str(&format!(" Kept in fp32: {}.", opts.keep_fp32.join(", ")));
+        }
     }
     s
 }
@@ -549,6 +611,8 @@ fn legacy_doc_string(spec: &ModelSpec) -> String {
 mod deploy_tests;
 #[cfg(test)]
 mod external_tests;
+#[cfg(test)]
+mod keep_fp32_tests;
 #[cfg(test)]
 mod profile_tests;
 #[cfg(test)]

@@ -246,6 +246,11 @@ pub struct ExportOptions {
     /// Initialisers of at least this many bytes go to the side file when external data
     /// is used ([`DEFAULT_EXTERNAL_THRESHOLD`]).
     pub external_threshold: usize,
+    /// Under `fp16`: layers kept in float32 (weights FLOAT, Casts around the conv), by
+    /// checkpoint module name. A name selects every conv at or below it (`head.conv5c`:
+    /// the conv `head.conv5c.0`; `pretrained.layer4`: all of layer4's). A name that
+    /// selects no conv is an error ([`ExportError::UnknownLayer`]) listing close names.
+    pub keep_fp32: Vec<String>,
 }
 
 impl Default for ExportOptions {
@@ -271,12 +276,19 @@ impl ExportOptions {
             max_size: DEFAULT_MAX_SIZE,
             external_data: ExternalData::Auto,
             external_threshold: DEFAULT_EXTERNAL_THRESHOLD,
+            keep_fp32: Vec::new(),
         }
         .raise_opset_for_forms()
     }
 
     pub fn with_fp16(mut self, on: bool) -> Self {
         self.fp16 = on;
+        self
+    }
+
+    /// Layers kept in float32 under `fp16` (see [`ExportOptions::keep_fp32`]).
+    pub fn with_keep_fp32<S: Into<String>>(mut self, names: impl IntoIterator<Item = S>) -> Self {
+        self.keep_fp32 = names.into_iter().map(Into::into).collect();
         self
     }
 
@@ -430,7 +442,7 @@ impl ExportOptions {
     /// graph computes, so an inline and an external export of one checkpoint carry the
     /// same metadata.
     pub fn to_json(&self) -> String {
-        serde_json::json!({
+        let mut v = serde_json::json!({
             "target": self.target.name(),
             "opset": self.opset,
             "pam_attention": self.pam.name(),
@@ -441,8 +453,12 @@ impl ExportOptions {
             "input_size": self.input_size.map(|(h, w)| [h, w]),
             "batch": self.batch,
             "max_size": [self.max_size.0, self.max_size.1],
-        })
-        .to_string()
+        });
+        // Only when used, so that exports without it keep their bytes.
+        if !self.keep_fp32.is_empty() {
+            v["keep_fp32"] = serde_json::json!(self.keep_fp32);
+        }
+        v.to_string()
     }
 
     pub(crate) fn validate(&self) -> Result<(), ExportError> {
@@ -459,6 +475,16 @@ impl ExportOptions {
                     "input size {h}x{w}: both sides must be positive"
                 )));
             }
+        }
+        if !self.keep_fp32.is_empty() && !self.fp16 {
+            return Err(ExportError::BadOption(
+                "keep-fp32 layers only mean something in an fp16 export (--fp16)".into(),
+            ));
+        }
+        if let Some(n) = self.keep_fp32.iter().find(|n| n.trim().is_empty()) {
+            return Err(ExportError::BadOption(format!(
+                "keep-fp32 layer name {n:?} is empty"
+            )));
         }
         if matches!(self.batch, Some(b) if b < 1) {
             return Err(ExportError::BadOption("batch must be at least 1".into()));

@@ -30,6 +30,11 @@ pub struct Args {
     /// the interface (input, logits) stays float32.
     #[arg(long)]
     pub fp16: bool,
+    /// With --fp16: layers kept in fp32 (Casts around them), comma-separated checkpoint
+    /// module names, e.g. `head.conv5c,pretrained.layer4.2`; a module selects every conv
+    /// at or below it. A name matching no layer is an error listing close names.
+    #[arg(long, value_delimiter = ',', requires = "fp16")]
+    pub keep_fp32: Vec<String>,
     /// Output `mask`: ArgMax over classes at input resolution, uint8 [batch, H, W].
     #[arg(long)]
     pub argmax: bool,
@@ -130,6 +135,7 @@ impl Args {
             opts = opts.with_opset(opset);
         }
         opts.with_fp16(self.fp16)
+            .with_keep_fp32(self.keep_fp32.iter().cloned())
             .with_argmax(self.argmax)
             .with_preprocess(self.preprocess)
             .with_input_size(self.input_size)
@@ -166,6 +172,9 @@ pub fn run(args: Args) -> Result<()> {
     let mut flags = Vec::new();
     if opts.fp16 {
         flags.push("fp16 (attention fp32)".to_string());
+    }
+    if !opts.keep_fp32.is_empty() {
+        flags.push(format!("fp32 layers: {}", opts.keep_fp32.join(", ")));
     }
     if opts.preprocess {
         flags.push("input uint8 NHWC RGB".into());
