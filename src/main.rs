@@ -36,6 +36,9 @@ enum Command {
     /// INT8 post-training quantisation: QDQ model, TensorRT calibration cache, int8 vs fp32 report.
     #[cfg(feature = "ort")]
     Calibrate(cmd::calibrate::Args),
+    /// Per-layer cosine / SNR / max |diff| of two exports of one checkpoint (fp32 vs INT8, fp16, another target).
+    #[cfg(feature = "ort")]
+    Compare(cmd::compare::Args),
     /// Latency/throughput of an exported model per batch size (pre, engine, post timed apart).
     Bench(cmd::bench::Args),
     /// Generate shapes, train a tiny DANet, export, and compare tch / ORT / tract.
@@ -64,6 +67,8 @@ fn main() {
         Command::Bench(args) => cmd::bench::run(args),
         #[cfg(feature = "ort")]
         Command::Calibrate(args) => cmd::calibrate::run(args),
+        #[cfg(feature = "ort")]
+        Command::Compare(args) => cmd::compare::run(args),
         #[cfg(feature = "train")]
         Command::Demo(args) => cmd::demo::run(args),
         #[cfg(feature = "train")]

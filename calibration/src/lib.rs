@@ -10,7 +10,10 @@
 //! [`trt_cache`] into a TensorRT calibration cache. [`report`] compares the result with
 //! the float model.
 
+pub mod auto;
 pub mod calibrators;
+pub mod compare;
+pub mod plot;
 pub mod qdq;
 pub mod report;
 pub mod session;
@@ -348,23 +351,13 @@ pub fn calibrate(
         .iter()
         .map(|(t, s)| (t.clone(), opts.method.threshold(s, opts.percentile)))
         .collect();
-    let mut meta = serde_json::json!({
-        "method": opts.method.name(),
-        "samples": images.len(),
-        "per_channel": opts.per_channel,
-        "bins": opts.bins,
-        "tensors": plan.activations.len(),
-        "keep_float": opts.keep_float,
-    });
-    if opts.method == Method::Percentile {
-        meta["percentile"] = serde_json::json!(opts.percentile);
-    }
-    let q = qdq::rewrite(
+    let q = rewrite_with(
         model,
         &plan,
         &thresholds,
-        opts.per_channel,
-        (CALIBRATION_METADATA_KEY, meta.to_string()),
+        opts,
+        images.len(),
+        &opts.keep_float,
     )?;
     Ok(Calibrated {
         model: q.encode_to_vec(),
@@ -374,6 +367,36 @@ pub fn calibrate(
         plan,
         samples: images.len(),
     })
+}
+
+/// The QDQ model of `plan` with calibrated `thresholds` (a superset is fine), recording
+/// the settings, `samples` and the nodes kept float in [`CALIBRATION_METADATA_KEY`].
+pub fn rewrite_with(
+    model: &ModelProto,
+    plan: &qdq::Plan,
+    thresholds: &BTreeMap<String, f32>,
+    opts: &CalibrationOptions,
+    samples: usize,
+    keep_float: &[String],
+) -> Result<ModelProto, CalibrationError> {
+    let mut meta = serde_json::json!({
+        "method": opts.method.name(),
+        "samples": samples,
+        "per_channel": opts.per_channel,
+        "bins": opts.bins,
+        "tensors": plan.activations.len(),
+        "keep_float": keep_float,
+    });
+    if opts.method == Method::Percentile {
+        meta["percentile"] = serde_json::json!(opts.percentile);
+    }
+    qdq::rewrite(
+        model,
+        plan,
+        thresholds,
+        opts.per_channel,
+        (CALIBRATION_METADATA_KEY, meta.to_string()),
+    )
 }
 
 /// Writes `bytes` to `path` atomically: a temp file in the same folder, fsync, rename.

@@ -59,7 +59,7 @@ impl Acc {
     }
 }
 
-fn argmax_classes(logits: &ArrayD<f32>) -> Vec<u8> {
+pub(crate) fn argmax_classes(logits: &ArrayD<f32>) -> Vec<u8> {
     // [N, C, H, W] -> N*H*W class indices, image-major.
     let s = logits.shape();
     let (n, c, hw) = (s[0], s[1], s[2..].iter().product::<usize>());
@@ -80,7 +80,7 @@ fn argmax_classes(logits: &ArrayD<f32>) -> Vec<u8> {
     out
 }
 
-fn median_ms(
+pub(crate) fn median_ms(
     model: &mut OrtModel,
     x: ndarray::ArrayView4<f32>,
     runs: usize,

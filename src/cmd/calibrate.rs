@@ -1,6 +1,7 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
+use segtool_calibration::auto::{auto_calibrate, holdout_split, AutoOptions, Target};
 use segtool_calibration::report::{compare, CompareOptions};
 use segtool_calibration::{
     calibrate, list_images, load_model, model_spec, write_atomic, CalibrationOptions, Method,
@@ -56,6 +57,36 @@ pub struct Args {
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
+    /// Accuracy-driven mix: keep the fewest layers in float that meet --min-agreement or
+    /// --max-miou-drop on held-out images (greedy, by measured gain, over the worst layers
+    /// by SNR). Writes the model, and beside it `<out stem>.auto.csv`, `.auto.json` and
+    /// `.auto.png` (the trade-off: fp32, all-INT8, each step; the chosen point marked).
+    #[arg(long)]
+    pub auto: bool,
+    /// --auto target: argmax agreement with fp32 on the validation images, e.g. 0.995.
+    #[arg(long, requires = "auto", conflicts_with = "max_miou_drop")]
+    pub min_agreement: Option<f64>,
+    /// --auto target: largest mIoU loss against fp32 in mIoU points (0.5 = 0.5 points),
+    /// against --labels (masks of the validation images).
+    #[arg(long, requires = "auto", requires = "labels")]
+    pub max_miou_drop: Option<f64>,
+    /// --auto: held-out validation images. Without it, the --images folder is split in name
+    /// order: odd positions validate, even positions calibrate.
+    #[arg(long, requires = "auto")]
+    pub val_images: Option<PathBuf>,
+    /// --auto: validation images used (the first in name order).
+    #[arg(long, default_value_t = 200)]
+    pub val_samples: usize,
+    /// --auto: worst layers by SNR searched (at most N(N+1)/2 evaluations).
+    #[arg(long, default_value_t = 8)]
+    pub candidates: usize,
+    /// --auto: also require this speed-up over fp32 in ONNX Runtime CPU (e.g. 1.3);
+    /// reported honestly when the accuracy target's mix misses it.
+    #[arg(long, requires = "auto")]
+    pub min_speedup: Option<f64>,
+    /// --auto: latency rounds over all the table's models (each --latency-runs runs).
+    #[arg(long, default_value_t = 3)]
+    pub latency_rounds: usize,
 }
 
 fn parse_method(s: &str) -> Result<Method, String> {
@@ -63,20 +94,13 @@ fn parse_method(s: &str) -> Result<Method, String> {
 }
 
 pub fn run(args: Args) -> Result<()> {
+    if args.auto {
+        return run_auto(args);
+    }
     let model = load_model(&args.model)?;
     let spec = model_spec(&model).with_context(|| args.model.display().to_string())?;
     let images = list_images(&args.images)?;
-    let opts = CalibrationOptions {
-        method: args.method,
-        percentile: args.percentile,
-        samples: args.samples,
-        per_channel: args.per_channel,
-        keep_float: args.keep_float.clone(),
-        batch_size: args.batch_size,
-        threads: args.threads,
-        progress: !args.quiet,
-        ..Default::default()
-    };
+    let opts = calibration_options(&args);
     let cal = calibrate(&model, &images, &opts)
         .with_context(|| format!("calibrating {}", args.model.display()))?;
     write_atomic(&args.out, &cal.model)?;
@@ -130,5 +154,87 @@ pub fn run(args: Args) -> Result<()> {
         let json = serde_json::to_string_pretty(&json)?;
         write_atomic(path, json.as_bytes())?;
     }
+    Ok(())
+}
+
+fn calibration_options(args: &Args) -> CalibrationOptions {
+    CalibrationOptions {
+        method: args.method,
+        percentile: args.percentile,
+        samples: args.samples,
+        per_channel: args.per_channel,
+        keep_float: args.keep_float.clone(),
+        batch_size: args.batch_size,
+        threads: args.threads,
+        progress: !args.quiet,
+        ..Default::default()
+    }
+}
+
+/// `<out without .onnx>.auto.<ext>`.
+fn beside(out: &std::path::Path, ext: &str) -> PathBuf {
+    let name = out
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let stem = name.strip_suffix(".onnx").unwrap_or(&name);
+    out.with_file_name(format!("{stem}.auto.{ext}"))
+}
+
+fn run_auto(args: Args) -> Result<()> {
+    let target = match (args.min_agreement, args.max_miou_drop) {
+        (Some(a), None) => Target::MinAgreement(a),
+        (None, Some(p)) => Target::MaxMiouDrop(p),
+        _ => anyhow::bail!(
+            "--auto needs a target: --min-agreement A or --max-miou-drop P (with --labels)"
+        ),
+    };
+    let model = load_model(&args.model)?;
+    let images = list_images(&args.images)?;
+    let (calib, val) = match &args.val_images {
+        Some(dir) => (images, list_images(dir)?),
+        None => holdout_split(&images),
+    };
+    let opts = calibration_options(&args);
+    let auto = AutoOptions {
+        target,
+        labels: args.labels.clone(),
+        candidates: args.candidates,
+        val_samples: args.val_samples,
+        snr_samples: args.report_samples,
+        latency_runs: args.latency_runs,
+        latency_rounds: args.latency_rounds,
+        min_speedup: args.min_speedup,
+    };
+    let r = auto_calibrate(&model, &calib, &val, &opts, &auto)
+        .with_context(|| format!("--auto calibration of {}", args.model.display()))?;
+    write_atomic(&args.out, &r.model)?;
+    if let Some(path) = &args.trt_cache {
+        write_atomic(path, r.trt_cache.as_bytes())?;
+        eprintln!("wrote TensorRT calibration cache {}", path.display());
+    }
+    print!("{}", r.to_text());
+    let (csv, json, png) = (
+        beside(&args.out, "csv"),
+        beside(&args.out, "json"),
+        beside(&args.out, "png"),
+    );
+    write_atomic(&csv, r.csv().as_bytes())?;
+    write_atomic(
+        &json,
+        serde_json::to_string_pretty(&r.to_json())?.as_bytes(),
+    )?;
+    write_atomic(&png, &segtool_calibration::plot::tradeoff_png_bytes(&r)?)?;
+    if let Some(path) = &args.report {
+        write_atomic(path, serde_json::to_string_pretty(&r.to_json())?.as_bytes())?;
+    }
+    eprintln!(
+        "wrote {} and the trade-off table {}, {}, chart {} (x: ORT CPU ms, y: {}; black fp32, red int8, blue steps, green ring chosen, grey target)",
+        args.out.display(),
+        csv.display(),
+        json.display(),
+        png.display(),
+        r.target.metric_name()
+    );
     Ok(())
 }

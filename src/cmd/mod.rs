@@ -3,6 +3,8 @@
 pub mod bench;
 #[cfg(feature = "ort")]
 pub mod calibrate;
+#[cfg(feature = "ort")]
+pub mod compare;
 #[cfg(feature = "train")]
 pub mod demo;
 pub mod doctor;

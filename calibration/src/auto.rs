@@ -1,0 +1,696 @@
+//! Accuracy-driven INT8 mix (`segtool calibrate --auto`): which layers to leave in float
+//! so that the quantised model still meets a target measured on held-out images.
+//!
+//! 1. Calibrate once on the calibration images ([`crate::calibrate`]): the thresholds of
+//!    every tensor of the full plan. Leaving nodes float only removes nodes from the
+//!    plan, so any mix is a [`crate::qdq::rewrite`] with the same thresholds.
+//! 2. Rank the quantised layers by their SNR against fp32 (the calibration report's
+//!    ranking, on the calibration images); the `candidates` worst are the search space.
+//! 3. Greedy forward selection on the validation images (never the calibration ones):
+//!    at each step, measure the target metric (argmax agreement with fp32, or mIoU
+//!    against labels) of the current set plus each remaining candidate, keep the one that
+//!    helps most (ties: worse SNR first), stop at the first step that meets the target.
+//!    Step 1 is each candidate's own measured effect.
+//! 4. Time fp32, all-INT8 and every step's model in ONNX Runtime (CPU), interleaved in
+//!    rounds, medians.
+//!
+//! Everything but the latencies is deterministic: same images, options and thread count
+//! give the same choice and the same model bytes.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use ndarray::Array4;
+use prost::Message;
+use segtool_core::metrics::ConfusionMatrix;
+use segtool_export::proto::ModelProto;
+
+use crate::report::{argmax_classes, CompareOptions};
+use crate::session::OrtModel;
+use crate::{
+    calibrate, model_spec, qdq, read_image, rewrite_with, trt_cache, CalibrationError,
+    CalibrationOptions,
+};
+
+/// What the mix must reach on the validation images.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Target {
+    /// Fraction of pixels whose argmax equals fp32's, e.g. 0.995.
+    MinAgreement(f64),
+    /// Largest mIoU loss against fp32, in mIoU points (0.5: 0.5 points, i.e. 0.005),
+    /// measured against labels.
+    MaxMiouDrop(f64),
+}
+
+impl Target {
+    pub fn metric_name(&self) -> &'static str {
+        match self {
+            Target::MinAgreement(_) => "agreement",
+            Target::MaxMiouDrop(_) => "miou",
+        }
+    }
+
+    pub fn describe(&self) -> String {
+        match self {
+            Target::MinAgreement(a) => format!("argmax agreement with fp32 >= {:.2}%", a * 100.0),
+            Target::MaxMiouDrop(p) => format!("mIoU drop vs fp32 <= {p} points"),
+        }
+    }
+}
+
+/// Settings of [`auto_calibrate`].
+#[derive(Clone, Debug)]
+pub struct AutoOptions {
+    pub target: Target,
+    /// Masks of the validation images (`<image stem>.png`, class per pixel, 255
+    /// ignored): mIoU in the table; required by [`Target::MaxMiouDrop`].
+    pub labels: Option<PathBuf>,
+    /// Worst layers by SNR searched (the bound on the search: at most
+    /// `candidates * (candidates + 1) / 2` evaluations).
+    pub candidates: usize,
+    /// Validation images used (the first of the list).
+    pub val_samples: usize,
+    /// Calibration images the SNR ranking runs on.
+    pub snr_samples: usize,
+    /// Timed runs per model per round (0: no timing).
+    pub latency_runs: usize,
+    /// Rounds over all the table's models (medians over rounds x runs).
+    pub latency_rounds: usize,
+    /// Also require this speed-up over fp32 (ORT CPU) of the chosen mix.
+    pub min_speedup: Option<f64>,
+}
+
+impl Default for AutoOptions {
+    fn default() -> Self {
+        Self {
+            target: Target::MinAgreement(0.995),
+            labels: None,
+            candidates: 8,
+            val_samples: 200,
+            snr_samples: 8,
+            latency_runs: 10,
+            latency_rounds: 3,
+            min_speedup: None,
+        }
+    }
+}
+
+/// Which model a table row is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RowKind {
+    Fp32,
+    Int8,
+    /// Step `k` (1-based) of the search: `k` layers float.
+    Step(usize),
+}
+
+/// One row of the trade-off table.
+#[derive(Clone, Debug)]
+pub struct Row {
+    pub kind: RowKind,
+    /// Layers (node names) left in float (beyond `--keep-float`), in the order added.
+    pub float_layers: Vec<String>,
+    pub agreement: f64,
+    pub miou: Option<f64>,
+    /// Median ORT CPU latency of one validation image (0 when not timed).
+    pub latency_ms: f64,
+    pub size_bytes: u64,
+    pub meets_target: bool,
+}
+
+impl Row {
+    pub fn label(&self) -> String {
+        match self.kind {
+            RowKind::Fp32 => "fp32".into(),
+            RowKind::Int8 => "int8".into(),
+            RowKind::Step(k) => format!("step {k}: +{}", self.float_layers[k - 1]),
+        }
+    }
+}
+
+/// One candidate tried at one step.
+#[derive(Clone, Debug)]
+pub struct Trial {
+    pub step: usize,
+    pub layer: String,
+    pub agreement: f64,
+    pub miou: Option<f64>,
+}
+
+/// A candidate layer: its node, its output and SNR in the all-INT8 model.
+#[derive(Clone, Debug)]
+pub struct Candidate {
+    pub node: String,
+    pub output: String,
+    pub snr_db: f64,
+    pub cosine: f64,
+}
+
+/// Result of [`auto_calibrate`].
+#[derive(Clone, Debug)]
+pub struct AutoResult {
+    /// The chosen mix (or, when none meets the target, the last step's), serialised.
+    pub model: Vec<u8>,
+    /// TensorRT calibration cache of the chosen mix's quantised tensors.
+    pub trt_cache: String,
+    /// fp32, int8, then each step.
+    pub rows: Vec<Row>,
+    /// Index in `rows` of the chosen point (None: no mix meets the target).
+    pub chosen: Option<usize>,
+    pub candidates: Vec<Candidate>,
+    pub trials: Vec<Trial>,
+    pub target: Target,
+    pub min_speedup: Option<f64>,
+    pub calibration_images: usize,
+    pub validation_images: usize,
+    pub quantised_layers: usize,
+}
+
+/// The deterministic hold-out split used when no validation folder is given: of the
+/// images in name order, those at odd positions are held out for validation, the rest
+/// calibrate.
+pub fn holdout_split(images: &[PathBuf]) -> (Vec<PathBuf>, Vec<PathBuf>) {
+    let mut calib = Vec::new();
+    let mut val = Vec::new();
+    for (i, p) in images.iter().enumerate() {
+        if i % 2 == 1 {
+            val.push(p.clone());
+        } else {
+            calib.push(p.clone());
+        }
+    }
+    (calib, val)
+}
+
+fn canonical(p: &Path) -> PathBuf {
+    std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf())
+}
+
+/// The validation images and their fp32 reference, preloaded.
+struct Evaluator {
+    inputs: Vec<Array4<f32>>,
+    reference: Vec<Vec<u8>>,
+    labels: Option<Vec<Vec<u8>>>,
+    classes: usize,
+    threads: Option<usize>,
+    miou_fp32: Option<f64>,
+}
+
+impl Evaluator {
+    fn new(
+        fp32: &[u8],
+        images: &[PathBuf],
+        labels: Option<&Path>,
+        spec: &segtool_core::ModelSpec,
+        threads: Option<usize>,
+    ) -> Result<Self, CalibrationError> {
+        let inputs: Vec<Array4<f32>> = images
+            .iter()
+            .map(|p| Ok(segtool_runtime::normalise(&read_image(p)?, spec)))
+            .collect::<Result<_, CalibrationError>>()?;
+        let labels = match labels {
+            None => None,
+            Some(dir) => Some(
+                images
+                    .iter()
+                    .zip(&inputs)
+                    .map(|(p, x)| {
+                        let stem = p.file_stem().unwrap_or_default().to_string_lossy();
+                        let path = dir.join(format!("{stem}.png"));
+                        let l = image::open(&path)
+                            .map_err(|e| {
+                                CalibrationError::Input(format!("{}: {e}", path.display()))
+                            })?
+                            .to_luma8();
+                        if l.len() != x.shape()[2] * x.shape()[3] {
+                            return Err(CalibrationError::Input(format!(
+                                "{}: label size differs from the image's",
+                                path.display()
+                            )));
+                        }
+                        Ok(l.into_raw())
+                    })
+                    .collect::<Result<Vec<_>, CalibrationError>>()?,
+            ),
+        };
+        let mut ev = Self {
+            inputs,
+            reference: Vec::new(),
+            labels,
+            classes: spec.classes.len(),
+            threads,
+            miou_fp32: None,
+        };
+        let (pred, miou) = ev.predict(fp32)?;
+        ev.reference = pred;
+        ev.miou_fp32 = miou;
+        Ok(ev)
+    }
+
+    fn predict(&self, model: &[u8]) -> Result<(Vec<Vec<u8>>, Option<f64>), CalibrationError> {
+        let mut ort = OrtModel::new(model, self.threads)?;
+        let mut out = Vec::with_capacity(self.inputs.len());
+        let mut cm = ConfusionMatrix::new(self.classes);
+        for (i, x) in self.inputs.iter().enumerate() {
+            let o = ort.run(x.view(), &[])?;
+            let logits = o.values().next().ok_or_else(|| {
+                CalibrationError::Model("the model has no float output (logits)".into())
+            })?;
+            let pred = argmax_classes(logits);
+            if let Some(l) = &self.labels {
+                cm.update(&l[i], &pred, 255);
+            }
+            out.push(pred);
+        }
+        Ok((out, self.labels.as_ref().map(|_| cm.mean_iou())))
+    }
+
+    /// (agreement with fp32, mIoU against labels).
+    fn evaluate(&self, model: &[u8]) -> Result<(f64, Option<f64>), CalibrationError> {
+        let (pred, miou) = self.predict(model)?;
+        let (mut same, mut total) = (0u64, 0u64);
+        for (p, r) in pred.iter().zip(&self.reference) {
+            same += p.iter().zip(r).filter(|(a, b)| a == b).count() as u64;
+            total += p.len() as u64;
+        }
+        Ok((same as f64 / total.max(1) as f64, miou))
+    }
+}
+
+/// The search (module docs). `calib_images` calibrate (the first `calib.samples`);
+/// `val_images` measure (the first `auto.val_samples`); the two must not share a file.
+pub fn auto_calibrate(
+    model: &ModelProto,
+    calib_images: &[PathBuf],
+    val_images: &[PathBuf],
+    calib: &CalibrationOptions,
+    auto: &AutoOptions,
+) -> Result<AutoResult, CalibrationError> {
+    if calib_images.is_empty() || val_images.is_empty() {
+        return Err(CalibrationError::Input(
+            "--auto needs calibration images and held-out validation images (at least one each)"
+                .into(),
+        ));
+    }
+    let calib_set: std::collections::HashSet<PathBuf> =
+        calib_images.iter().map(|p| canonical(p)).collect();
+    if let Some(p) = val_images
+        .iter()
+        .find(|p| calib_set.contains(&canonical(p)))
+    {
+        return Err(CalibrationError::Input(format!(
+            "{}: a validation image is also a calibration image (the target must be measured on held-out images)",
+            p.display()
+        )));
+    }
+    match auto.target {
+        Target::MinAgreement(a) if !(0.0..=1.0).contains(&a) => {
+            return Err(CalibrationError::Input(format!(
+                "--min-agreement {a} is not a fraction in [0, 1]"
+            )))
+        }
+        Target::MaxMiouDrop(p) if !(p >= 0.0) => {
+            return Err(CalibrationError::Input(format!(
+                "--max-miou-drop {p} must be >= 0 (mIoU points)"
+            )))
+        }
+        Target::MaxMiouDrop(_) if auto.labels.is_none() => {
+            return Err(CalibrationError::Input(
+                "--max-miou-drop needs --labels (masks of the validation images)".into(),
+            ))
+        }
+        _ => {}
+    }
+    let spec = model_spec(model)?;
+    let fp32_bytes = model.encode_to_vec();
+    let val_images = &val_images[..val_images.len().min(auto.val_samples.max(1))];
+
+    // 1. One calibration: thresholds for every tensor of the full plan.
+    let cal = calibrate(model, calib_images, calib)?;
+    let g = qdq::graph(model)?;
+
+    // 2. Candidates: the worst layers by SNR on the calibration images.
+    let snr = crate::report::compare(
+        model,
+        &cal.model,
+        &cal.plan.layer_outputs,
+        calib_images,
+        &spec,
+        calib.method.name(),
+        &CompareOptions {
+            samples: auto.snr_samples.max(1),
+            labels: None,
+            latency_runs: 0,
+            threads: calib.threads,
+        },
+    )?;
+    let by_output: BTreeMap<&str, (f64, f64)> = snr
+        .layers
+        .iter()
+        .map(|l| (l.name.as_str(), (l.snr_db, l.cosine)))
+        .collect();
+    let mut candidates: Vec<(usize, Candidate)> = cal
+        .plan
+        .nodes
+        .iter()
+        .zip(&cal.plan.layer_outputs)
+        .enumerate()
+        .map(|(order, (&idx, out))| {
+            let (snr_db, cosine) = by_output.get(out.as_str()).copied().unwrap_or((200.0, 1.0));
+            (
+                order,
+                Candidate {
+                    node: g.node[idx].name.clone(),
+                    output: out.clone(),
+                    snr_db,
+                    cosine,
+                },
+            )
+        })
+        .collect();
+    candidates.sort_by(|(oa, a), (ob, b)| a.snr_db.total_cmp(&b.snr_db).then(oa.cmp(ob)));
+    let candidates: Vec<Candidate> = candidates
+        .into_iter()
+        .map(|(_, c)| c)
+        .take(auto.candidates)
+        .collect();
+
+    // 3. Greedy search on the validation images.
+    let ev = Evaluator::new(
+        &fp32_bytes,
+        val_images,
+        auto.labels.as_deref(),
+        &spec,
+        calib.threads,
+    )?;
+    let meets = |agreement: f64, miou: Option<f64>| match auto.target {
+        Target::MinAgreement(a) => agreement >= a,
+        Target::MaxMiouDrop(p) => match (ev.miou_fp32, miou) {
+            (Some(f), Some(m)) => (f - m) * 100.0 <= p + 1e-12,
+            _ => false,
+        },
+    };
+    let metric = |agreement: f64, miou: Option<f64>| match auto.target {
+        Target::MinAgreement(_) => agreement,
+        Target::MaxMiouDrop(_) => miou.unwrap_or(f64::NEG_INFINITY),
+    };
+    let mix = |float: &[String]| -> Result<Vec<u8>, CalibrationError> {
+        let mut keep = calib.keep_float.clone();
+        keep.extend(float.iter().cloned());
+        let plan = qdq::plan(model, &keep)?;
+        Ok(rewrite_with(model, &plan, &cal.thresholds, calib, cal.samples, &keep)?.encode_to_vec())
+    };
+
+    let (int8_agreement, int8_miou) = ev.evaluate(&cal.model)?;
+    let mut rows = vec![
+        Row {
+            kind: RowKind::Fp32,
+            float_layers: Vec::new(),
+            agreement: 1.0,
+            miou: ev.miou_fp32,
+            latency_ms: 0.0,
+            size_bytes: fp32_bytes.len() as u64,
+            meets_target: true,
+        },
+        Row {
+            kind: RowKind::Int8,
+            float_layers: Vec::new(),
+            agreement: int8_agreement,
+            miou: int8_miou,
+            latency_ms: 0.0,
+            size_bytes: cal.model.len() as u64,
+            meets_target: meets(int8_agreement, int8_miou),
+        },
+    ];
+    let mut models: Vec<Vec<u8>> = vec![fp32_bytes.clone(), cal.model.clone()];
+    let mut trials = Vec::new();
+    let mut chosen = rows[1].meets_target.then_some(1);
+    let mut float: Vec<String> = Vec::new();
+    let mut remaining: Vec<&Candidate> = candidates.iter().collect();
+    while chosen.is_none() && !remaining.is_empty() {
+        let step = float.len() + 1;
+        let mut best: Option<(usize, f64, f64, Option<f64>, Vec<u8>)> = None;
+        for (i, c) in remaining.iter().enumerate() {
+            let mut set = float.clone();
+            set.push(c.node.clone());
+            let bytes = mix(&set)?;
+            let (agreement, miou) = ev.evaluate(&bytes)?;
+            trials.push(Trial {
+                step,
+                layer: c.node.clone(),
+                agreement,
+                miou,
+            });
+            let m = metric(agreement, miou);
+            if best.as_ref().is_none_or(|b| m > b.1) {
+                best = Some((i, m, agreement, miou, bytes));
+            }
+        }
+        let (i, _, agreement, miou, bytes) = best.expect("remaining is not empty");
+        float.push(remaining.remove(i).node.clone());
+        let ok = meets(agreement, miou);
+        rows.push(Row {
+            kind: RowKind::Step(step),
+            float_layers: float.clone(),
+            agreement,
+            miou,
+            latency_ms: 0.0,
+            size_bytes: bytes.len() as u64,
+            meets_target: ok,
+        });
+        models.push(bytes);
+        if ok {
+            chosen = Some(rows.len() - 1);
+        }
+    }
+
+    // 4. Latency, interleaved over the models in rounds.
+    if auto.latency_runs > 0 {
+        let x = &ev.inputs[0];
+        let mut sessions = models
+            .iter()
+            .map(|m| OrtModel::new(m, calib.threads))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut times: Vec<Vec<f64>> = vec![Vec::new(); sessions.len()];
+        for s in sessions.iter_mut() {
+            for _ in 0..2 {
+                s.run_discard(x.view())?;
+            }
+        }
+        for _ in 0..auto.latency_rounds.max(1) {
+            for (s, t) in sessions.iter_mut().zip(times.iter_mut()) {
+                for _ in 0..auto.latency_runs {
+                    let start = Instant::now();
+                    s.run_discard(x.view())?;
+                    t.push(start.elapsed().as_secs_f64() * 1e3);
+                }
+            }
+        }
+        for (row, mut t) in rows.iter_mut().zip(times) {
+            t.sort_by(f64::total_cmp);
+            row.latency_ms = t[t.len() / 2];
+        }
+    }
+
+    let pick = chosen.unwrap_or(rows.len() - 1);
+    let plan = qdq::plan(model, &{
+        let mut k = calib.keep_float.clone();
+        k.extend(rows[pick].float_layers.iter().cloned());
+        k
+    })?;
+    let kept_thresholds: BTreeMap<String, f32> = cal
+        .thresholds
+        .iter()
+        .filter(|(t, _)| plan.activations.contains(t))
+        .map(|(t, v)| (t.clone(), *v))
+        .collect();
+    let model_bytes = if pick == 0 {
+        // Only possible with no candidates and a failing int8: keep the int8 model.
+        models[1].clone()
+    } else {
+        models[pick].clone()
+    };
+    Ok(AutoResult {
+        model: model_bytes,
+        trt_cache: trt_cache::cache_text(&kept_thresholds),
+        rows,
+        chosen,
+        candidates,
+        trials,
+        target: auto.target,
+        min_speedup: auto.min_speedup,
+        calibration_images: cal.samples,
+        validation_images: val_images.len(),
+        quantised_layers: cal.plan.nodes.len(),
+    })
+}
+
+impl AutoResult {
+    /// Speed-up of row `i` over fp32 (None when not timed).
+    pub fn speedup(&self, i: usize) -> Option<f64> {
+        let (f, r) = (self.rows[0].latency_ms, self.rows[i].latency_ms);
+        (f > 0.0 && r > 0.0).then(|| f / r)
+    }
+
+    /// Whether the chosen point also meets `min_speedup` (true when none was asked or
+    /// nothing was timed).
+    pub fn meets_speed(&self) -> bool {
+        match (self.chosen, self.min_speedup) {
+            (Some(i), Some(s)) => self.speedup(i).is_none_or(|x| x >= s),
+            _ => true,
+        }
+    }
+
+    /// One sentence: what was chosen, or honestly that no mix meets the target(s).
+    pub fn verdict(&self) -> String {
+        let t = self.target.describe();
+        match self.chosen {
+            None => format!(
+                "no mix of up to {} float layers meets {t} on {} validation images; the model written is the last step's",
+                self.candidates.len(),
+                self.validation_images
+            ),
+            Some(i) => {
+                let r = &self.rows[i];
+                let speed = self
+                    .speedup(i)
+                    .map(|s| format!(", {s:.2}x fp32's ORT CPU speed"))
+                    .unwrap_or_default();
+                let mut s = format!(
+                    "chosen: {} ({} float layer(s)) meets {t} with {:.3}% agreement{}{speed}",
+                    r.label(),
+                    r.float_layers.len(),
+                    r.agreement * 100.0,
+                    r.miou.map(|m| format!(", mIoU {:.4}", m)).unwrap_or_default(),
+                );
+                if !self.meets_speed() {
+                    s = format!(
+                        "no mix meets both {t} and a {:.2}x speed-up: the fewest float layers meeting the accuracy target ({}) run at {}",
+                        self.min_speedup.unwrap_or(0.0),
+                        r.label(),
+                        self.speedup(i).map(|x| format!("{x:.2}x")).unwrap_or_default()
+                    );
+                }
+                s
+            }
+        }
+    }
+
+    pub fn csv(&self) -> String {
+        let mut s = String::from(
+            "row,float_layers,agreement,miou,latency_ms,speedup,size_bytes,meets_target,chosen\n",
+        );
+        for (i, r) in self.rows.iter().enumerate() {
+            s += &format!(
+                "{},{},{:.6},{},{:.3},{},{},{},{}\n",
+                csv_field(&r.label()),
+                csv_field(&r.float_layers.join(" ")),
+                r.agreement,
+                r.miou.map(|m| format!("{m:.6}")).unwrap_or_default(),
+                r.latency_ms,
+                self.speedup(i)
+                    .map(|x| format!("{x:.3}"))
+                    .unwrap_or_default(),
+                r.size_bytes,
+                r.meets_target,
+                Some(i) == self.chosen
+            );
+        }
+        s
+    }
+
+    pub fn to_json(&self) -> serde_json::Value {
+        let rows: Vec<_> = self
+            .rows
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                serde_json::json!({
+                    "row": r.label(),
+                    "float_layers": r.float_layers,
+                    "agreement": r.agreement,
+                    "miou": r.miou,
+                    "latency_ms": r.latency_ms,
+                    "speedup": self.speedup(i),
+                    "size_bytes": r.size_bytes,
+                    "meets_target": r.meets_target,
+                    "chosen": Some(i) == self.chosen,
+                })
+            })
+            .collect();
+        serde_json::json!({
+            "target": {
+                "metric": self.target.metric_name(),
+                "description": self.target.describe(),
+                "min_agreement": match self.target { Target::MinAgreement(a) => Some(a), _ => None },
+                "max_miou_drop_points": match self.target { Target::MaxMiouDrop(p) => Some(p), _ => None },
+                "min_speedup": self.min_speedup,
+            },
+            "calibration_images": self.calibration_images,
+            "validation_images": self.validation_images,
+            "quantised_layers": self.quantised_layers,
+            "latency": "ONNX Runtime CPU, one validation image, median over rounds x runs interleaved across the models",
+            "rows": rows,
+            "chosen": self.chosen.map(|i| self.rows[i].label()),
+            "meets_speed": self.meets_speed(),
+            "verdict": self.verdict(),
+            "candidates": self.candidates.iter().map(|c| serde_json::json!({
+                "node": c.node, "output": c.output, "snr_db": c.snr_db, "cosine": c.cosine,
+            })).collect::<Vec<_>>(),
+            "trials": self.trials.iter().map(|t| serde_json::json!({
+                "step": t.step, "layer": t.layer, "agreement": t.agreement, "miou": t.miou,
+            })).collect::<Vec<_>>(),
+        })
+    }
+
+    pub fn to_text(&self) -> String {
+        let w = self
+            .rows
+            .iter()
+            .map(|r| r.label().len())
+            .max()
+            .unwrap_or(4)
+            .clamp(4, 56);
+        let mut s = format!(
+            "--auto: {} on {} validation images (calibrated on {}); {} of {} quantised layers searched, worst SNR first\n",
+            self.target.describe(),
+            self.validation_images,
+            self.calibration_images,
+            self.candidates.len(),
+            self.quantised_layers
+        );
+        s += &format!(
+            "  {:<w$} {:>10} {:>8} {:>11} {:>8} {:>10}  target\n",
+            "model", "agreement", "mIoU", "latency ms", "speedup", "size KB"
+        );
+        for (i, r) in self.rows.iter().enumerate() {
+            let mark = if Some(i) == self.chosen { '*' } else { ' ' };
+            s += &format!(
+                "{mark} {:<w$} {:>9.3}% {:>8} {:>11.3} {:>8} {:>10.1}  {}\n",
+                r.label(),
+                r.agreement * 100.0,
+                r.miou
+                    .map(|m| format!("{m:.4}"))
+                    .unwrap_or_else(|| "-".into()),
+                r.latency_ms,
+                self.speedup(i)
+                    .map(|x| format!("{x:.2}x"))
+                    .unwrap_or_else(|| "-".into()),
+                r.size_bytes as f64 / 1024.0,
+                if r.meets_target { "met" } else { "-" }
+            );
+        }
+        s += &self.verdict();
+        s.push('\n');
+        s
+    }
+}
+
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}

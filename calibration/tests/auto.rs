@@ -1,0 +1,401 @@
+//! `--auto` and `compare` mechanics on a hand-made three-conv model whose INT8 damage has
+//! two known sources: an outlier channel (x1000) in conv_b's input and a milder one (x30)
+//! in conv_c's, each channel ignored by the conv that reads it (so fp32 is unaffected,
+//! but a per-tensor int8 scale crushes the other channels). Keeping conv_b, then conv_c
+//! float repairs it; the search must find the fewest float layers meeting the target,
+//! which an exhaustive check over every subset confirms.
+
+use std::path::{Path, PathBuf};
+
+use prost::Message;
+use segtool_calibration::auto::{auto_calibrate, holdout_split, AutoOptions, RowKind, Target};
+use segtool_calibration::compare::{compare_models, CompareOptions};
+use segtool_calibration::session::OrtModel;
+use segtool_calibration::{calibrate, model_spec, CalibrationOptions, Method};
+use segtool_export::proto::{
+    tensor_value_info, DataType, Dim, GraphProto, ModelProto, NodeProto, OperatorSetIdProto,
+    StringStringEntryProto, TensorProto,
+};
+
+fn lcg(seed: u64) -> impl FnMut() -> f32 {
+    let mut s = seed;
+    move || {
+        s = s
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((s >> 11) as f64 / (1u64 << 53) as f64) as f32
+    }
+}
+
+fn init(name: &str, dims: &[i64], v: &[f32]) -> TensorProto {
+    TensorProto {
+        dims: dims.to_vec(),
+        data_type: DataType::Float as i32,
+        name: name.into(),
+        raw_data: v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        ..Default::default()
+    }
+}
+
+fn node(op: &str, inputs: &[&str], out: &str) -> NodeProto {
+    NodeProto {
+        input: inputs.iter().map(|s| s.to_string()).collect(),
+        output: vec![out.into()],
+        name: out.into(),
+        op_type: op.into(),
+        ..Default::default()
+    }
+}
+
+/// image -> conv_a (3->4) -> relu -> x[1,1,1,1000] -> conv_b (4->4, ignores ch 3) -> relu
+/// -> x[1,1,1,30] -> conv_c (4->3 classes, ignores ch 3) = logits.
+fn chain_model() -> ModelProto {
+    // conv_a: channels 0..2 pass the image through (+3, so the Relu keeps them), channel
+    // 3 is a constant 4 (x1000 after the Mul). conv_b: the same on channels 0..2 with a
+    // little mixing, ignores channel 3 and sets it to 4 again (x30). conv_c: class k is
+    // channel k.
+    let eye = |o: usize, i: usize, mix: f32| -> Vec<f32> {
+        (0..o * i)
+            .map(|k| {
+                let (r, c) = (k / i, k % i);
+                if c == 3 || r == 3 {
+                    0.0
+                } else if r == c {
+                    1.0
+                } else {
+                    mix
+                }
+            })
+            .collect()
+    };
+    let (wa, wb, wc) = (eye(4, 3, 0.0), eye(4, 4, 0.1), eye(3, 4, 0.0));
+    let graph = GraphProto {
+        node: vec![
+            node("Conv", &["image", "conv_a.weight", "conv_a.bias"], "conv_a"),
+            node("Relu", &["conv_a"], "relu_a"),
+            node("Mul", &["relu_a", "outlier_1000"], "scaled_a"),
+            node(
+                "Conv",
+                &["scaled_a", "conv_b.weight", "conv_b.bias"],
+                "conv_b",
+            ),
+            node("Relu", &["conv_b"], "relu_b"),
+            node("Mul", &["relu_b", "outlier_30"], "scaled_b"),
+            node(
+                "Conv",
+                &["scaled_b", "conv_c.weight", "conv_c.bias"],
+                "logits",
+            ),
+        ],
+        name: "chain".into(),
+        initializer: vec![
+            init("conv_a.weight", &[4, 3, 1, 1], &wa),
+            init("conv_a.bias", &[4], &[3.0, 3.0, 3.0, 4.0]),
+            init("outlier_1000", &[1, 4, 1, 1], &[1.0, 1.0, 1.0, 1000.0]),
+            init("conv_b.weight", &[4, 4, 1, 1], &wb),
+            init("conv_b.bias", &[4], &[0.0, 0.0, 0.0, 4.0]),
+            init("outlier_30", &[1, 4, 1, 1], &[1.0, 1.0, 1.0, 30.0]),
+            init("conv_c.weight", &[3, 4, 1, 1], &wc),
+            init("conv_c.bias", &[3], &[0.0, 0.0, 0.0]),
+        ],
+        input: vec![tensor_value_info(
+            "image",
+            DataType::Float,
+            &[
+                Dim::Named("batch"),
+                Dim::Fixed(3),
+                Dim::Named("h"),
+                Dim::Named("w"),
+            ],
+        )],
+        output: vec![tensor_value_info(
+            "logits",
+            DataType::Float,
+            &[
+                Dim::Named("batch"),
+                Dim::Fixed(3),
+                Dim::Named("h"),
+                Dim::Named("w"),
+            ],
+        )],
+        ..Default::default()
+    };
+    ModelProto {
+        ir_version: 8,
+        opset_import: vec![OperatorSetIdProto {
+            domain: String::new(),
+            version: 17,
+        }],
+        graph: Some(graph),
+        metadata_props: vec![StringStringEntryProto {
+            key: segtool_core::SPEC_METADATA_KEY.into(),
+            value: segtool_runtime::testing::tiny_spec(3).to_json(),
+        }],
+        ..Default::default()
+    }
+}
+
+fn write_images(dir: &Path, n: usize) -> Vec<PathBuf> {
+    let mut next = lcg(42);
+    (0..n)
+        .map(|i| {
+            // Smooth fields plus noise, so that the classes change across the image.
+            let (a, b, c) = (next() * 6.0, next() * 6.0, next() * 6.0);
+            let img = image::RgbImage::from_fn(16, 12, |x, y| {
+                let (x, y) = (x as f32 / 16.0, y as f32 / 12.0);
+                let mut f =
+                    |p: f32, s: f32| (((p * s).sin() * 0.5 + 0.5) * 230.0 + next() * 25.0) as u8;
+                image::Rgb([f(x + y, a), f(x - y, b), f(x * y + x, c)])
+            });
+            let p = dir.join(format!("img{i:02}.png"));
+            img.save(&p).unwrap();
+            p
+        })
+        .collect()
+}
+
+fn opts() -> CalibrationOptions {
+    CalibrationOptions {
+        method: Method::MinMax,
+        samples: 100,
+        per_channel: true,
+        batch_size: 1,
+        threads: Some(1),
+        ..Default::default()
+    }
+}
+
+fn argmax(model: &[u8], images: &[PathBuf]) -> Vec<Vec<u8>> {
+    let spec = segtool_runtime::testing::tiny_spec(3);
+    let mut ort = OrtModel::new(model, Some(1)).unwrap();
+    images
+        .iter()
+        .map(|p| {
+            let x = segtool_runtime::normalise(&image::open(p).unwrap().to_rgb8(), &spec);
+            let out = ort.run(x.view(), &[]).unwrap();
+            let l = out.values().next().unwrap();
+            let s = l.shape().to_vec();
+            let v = l.as_slice().unwrap();
+            let hw = s[2] * s[3];
+            (0..hw)
+                .map(|p| {
+                    (0..s[1])
+                        .max_by(|&a, &b| v[a * hw + p].total_cmp(&v[b * hw + p]).then(b.cmp(&a)))
+                        .unwrap() as u8
+                })
+                .collect()
+        })
+        .collect()
+}
+
+fn agreement(a: &[Vec<u8>], b: &[Vec<u8>]) -> f64 {
+    let (mut same, mut n) = (0usize, 0usize);
+    for (x, y) in a.iter().zip(b) {
+        same += x.iter().zip(y).filter(|(p, q)| p == q).count();
+        n += x.len();
+    }
+    same as f64 / n as f64
+}
+
+#[test]
+fn auto_keeps_the_fewest_float_layers_that_meet_the_target() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = chain_model();
+    let fp32 = model.encode_to_vec();
+    let images = write_images(dir.path(), 12);
+    let (calib, val) = holdout_split(&images);
+    assert_eq!((calib.len(), val.len()), (6, 6));
+    assert_eq!(val[0], images[1]);
+
+    // Every subset of the three quantised convs, measured independently of the search.
+    let reference = argmax(&fp32, &val);
+    let mut counts = [0usize; 3];
+    reference
+        .iter()
+        .flatten()
+        .for_each(|&c| counts[c as usize] += 1);
+    eprintln!("fp32 classes: {counts:?}");
+    assert!(counts.iter().all(|&c| c > 20), "{counts:?}");
+    let layers = ["conv_a", "conv_b", "logits"];
+    let mut by_subset = Vec::new();
+    for mask in 0u32..8 {
+        let keep: Vec<String> = (0..3)
+            .filter(|i| mask & (1 << i) != 0)
+            .map(|i| layers[i].to_string())
+            .collect();
+        let o = CalibrationOptions {
+            keep_float: keep.clone(),
+            ..opts()
+        };
+        let q = calibrate(&model, &calib, &o).unwrap();
+        let a = agreement(&argmax(&q.model, &val), &reference);
+        eprintln!("float {keep:?}: agreement {a:.4}");
+        by_subset.push((keep, a));
+    }
+    let best_of = |k: usize| {
+        by_subset
+            .iter()
+            .filter(|(s, _)| s.len() == k)
+            .map(|(_, a)| *a)
+            .fold(0.0, f64::max)
+    };
+    let (int8, one, two) = (best_of(0), best_of(1), best_of(2));
+    assert!(
+        int8 < one && one < two,
+        "the model should need two float layers: {int8} {one} {two}"
+    );
+
+    // A target between the best single layer and the best pair: two layers needed.
+    let target = (one + two) / 2.0;
+    let auto = AutoOptions {
+        target: Target::MinAgreement(target),
+        candidates: 3,
+        latency_runs: 1,
+        latency_rounds: 1,
+        ..Default::default()
+    };
+    let r = auto_calibrate(&model, &calib, &val, &opts(), &auto).unwrap();
+    eprintln!("{}", r.to_text());
+    let chosen = r.chosen.expect("a mix meets the target");
+    let row = &r.rows[chosen];
+    assert_eq!(row.kind, RowKind::Step(2));
+    assert_eq!(row.float_layers.len(), 2);
+    assert!(row.agreement >= target);
+    // The search's figure is the independent one for the same set.
+    let mut set = row.float_layers.clone();
+    set.sort_by_key(|l| layers.iter().position(|x| x == l));
+    let independent = by_subset.iter().find(|(s, _)| *s == set).unwrap().1;
+    assert_eq!(row.agreement, independent);
+    // Step 1 took the single layer that helps most (conv_b: the x1000 outlier).
+    assert_eq!(r.rows[2].float_layers, ["conv_b"]);
+    assert_eq!(r.rows[2].agreement, one);
+    // Rows: fp32, int8, step 1, step 2; all-INT8's figure is the table's.
+    assert_eq!(r.rows.len(), 4);
+    assert_eq!(r.rows[1].kind, RowKind::Int8);
+    assert_eq!(r.rows[1].agreement, int8);
+    assert!(r
+        .rows
+        .iter()
+        .all(|x| x.latency_ms > 0.0 && x.size_bytes > 0));
+    // Step 1 measured every candidate alone (3), step 2 the two left.
+    assert_eq!(r.trials.len(), 5);
+    let csv = r.csv();
+    assert_eq!(csv.lines().count(), 5, "{csv}");
+    assert!(csv.lines().nth(4).unwrap().ends_with(",true,true"), "{csv}");
+    let json = r.to_json();
+    assert_eq!(json["chosen"], row.label());
+    let png = segtool_calibration::plot::tradeoff_png_bytes(&r).unwrap();
+    assert_eq!(&png[1..4], b"PNG");
+    // The model written is that mix: same bytes as calibrating with those nodes float.
+    let o = CalibrationOptions {
+        keep_float: row.float_layers.clone(),
+        ..opts()
+    };
+    assert_eq!(r.model, calibrate(&model, &calib, &o).unwrap().model);
+
+    // Deterministic.
+    let again = auto_calibrate(&model, &calib, &val, &opts(), &auto).unwrap();
+    assert_eq!(again.model, r.model);
+    assert_eq!(again.chosen, r.chosen);
+
+    // A target all-INT8 meets: no float layer.
+    let easy = AutoOptions {
+        target: Target::MinAgreement(int8 * 0.99),
+        latency_runs: 0,
+        ..auto.clone()
+    };
+    let r = auto_calibrate(&model, &calib, &val, &opts(), &easy).unwrap();
+    assert_eq!(r.chosen, Some(1));
+    assert_eq!(r.rows.len(), 2);
+
+    // Unreachable with one candidate: reported, not hidden.
+    let hard = AutoOptions {
+        target: Target::MinAgreement(1.01f64.min(1.0)),
+        candidates: 1,
+        latency_runs: 0,
+        ..auto.clone()
+    };
+    let r = auto_calibrate(&model, &calib, &val, &opts(), &hard).unwrap();
+    if r.chosen.is_none() {
+        assert!(r.verdict().starts_with("no mix"), "{}", r.verdict());
+    }
+
+    // Validation images must be held out.
+    let err = auto_calibrate(&model, &calib, &calib[..2], &opts(), &auto).unwrap_err();
+    assert!(
+        err.to_string().contains("also a calibration image"),
+        "{err}"
+    );
+}
+
+#[test]
+fn compare_reports_every_shared_layer_in_graph_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = chain_model();
+    let images = write_images(dir.path(), 4);
+    let spec = model_spec(&model).unwrap();
+    // A model against itself: every layer exact.
+    let same = compare_models(&model, &model, &images, &spec, &CompareOptions::default()).unwrap();
+    let names: Vec<&str> = same.layers.iter().map(|l| l.name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["conv_a", "relu_a", "scaled_a", "conv_b", "relu_b", "scaled_b", "logits"]
+    );
+    assert!(same.all_within());
+    assert!(same
+        .layers
+        .iter()
+        .all(|l| l.max_abs_diff == 0.0 && l.snr_db == 200.0));
+
+    // fp32 vs all-INT8 (QDQ): the QDQ graph keeps the float names.
+    let q = calibrate(&model, &images, &opts()).unwrap();
+    let qm = ModelProto::decode(q.model.as_slice()).unwrap();
+    let c = compare_models(&model, &qm, &images, &spec, &CompareOptions::default()).unwrap();
+    eprintln!("{}", c.to_text());
+    assert_eq!(c.layers.len(), 7);
+    assert!(c.only_b > 0, "the QDQ graph adds (de)quantised tensors");
+    assert_eq!(c.first_past().unwrap().name, "conv_a");
+    // The worst layer by SNR is conv_b (its input's int8 scale is set by the x1000
+    // channel), as the calibration report ranks it.
+    let report = segtool_calibration::report::compare(
+        &model,
+        &q.model,
+        &q.plan.layer_outputs,
+        &images,
+        &spec,
+        "minmax",
+        &segtool_calibration::report::CompareOptions {
+            samples: 8,
+            labels: None,
+            latency_runs: 0,
+            threads: Some(1),
+        },
+    )
+    .unwrap();
+    let worst_report: Vec<&str> = report.worst(3).iter().map(|l| l.name.as_str()).collect();
+    let worst_compare: Vec<&str> = c
+        .worst(7)
+        .into_iter()
+        .filter(|l| q.plan.layer_outputs.contains(&l.name))
+        .map(|l| l.name.as_str())
+        .collect();
+    assert_eq!(worst_report, worst_compare);
+    assert_eq!(worst_compare[0], "conv_b");
+    // The SNR threshold picks the first layer that is really off.
+    let snr = compare_models(
+        &model,
+        &qm,
+        &images,
+        &spec,
+        &CompareOptions {
+            tol: f64::INFINITY,
+            min_snr_db: Some(c.layers[0].snr_db - 1.0),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_ne!(snr.first_past().unwrap().name, "conv_a");
+    let json = c.to_json();
+    assert_eq!(json["layers"].as_array().unwrap().len(), 7);
+    assert_eq!(json["first_past_tolerance"], "conv_a");
+}

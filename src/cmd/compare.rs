@@ -1,0 +1,68 @@
+//! `segtool compare A.onnx B.onnx --images DIR`: per-layer differences of two exports of
+//! one checkpoint (the work is `segtool_calibration::compare`).
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use segtool_calibration::compare::{compare_models, CompareOptions};
+use segtool_calibration::{list_images, load_model, model_spec, write_atomic};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Reference model (e.g. the fp32 export).
+    pub a: PathBuf,
+    /// Model compared against it (INT8 QDQ, fp16, another target's export).
+    pub b: PathBuf,
+    /// Folder of images (png, jpg, jpeg), used in name order, normalised as A's spec says.
+    #[arg(long)]
+    pub images: PathBuf,
+    /// Images compared.
+    #[arg(long, default_value_t = 8)]
+    pub samples: usize,
+    /// A layer is past the tolerance when max |A - B| exceeds this (default 1e-4, or no
+    /// limit when --min-snr / --min-cosine is given).
+    #[arg(long)]
+    pub tol: Option<f64>,
+    /// ...or when its SNR (dB) is below this.
+    #[arg(long)]
+    pub min_snr: Option<f64>,
+    /// ...or when its cosine similarity is below this.
+    #[arg(long)]
+    pub min_cosine: Option<f64>,
+    /// Write the per-layer table as JSON here (text goes to stdout either way).
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// ONNX Runtime intra-op threads (default: ONNX Runtime's choice).
+    #[arg(long)]
+    pub threads: Option<usize>,
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let a = load_model(&args.a)?;
+    let b = load_model(&args.b)?;
+    let spec = model_spec(&a).with_context(|| args.a.display().to_string())?;
+    let images = list_images(&args.images)?;
+    let opts = CompareOptions {
+        samples: args.samples,
+        tol: args
+            .tol
+            .unwrap_or(if args.min_snr.is_some() || args.min_cosine.is_some() {
+                f64::INFINITY
+            } else {
+                1e-4
+            }),
+        min_snr_db: args.min_snr,
+        min_cosine: args.min_cosine,
+        threads: args.threads,
+    };
+    let c = compare_models(&a, &b, &images, &spec, &opts)
+        .with_context(|| format!("comparing {} with {}", args.a.display(), args.b.display()))?;
+    print!("{}", c.to_text());
+    if let Some(path) = &args.json {
+        let mut json = c.to_json();
+        json["a"] = args.a.display().to_string().into();
+        json["b"] = args.b.display().to_string().into();
+        write_atomic(path, serde_json::to_string_pretty(&json)?.as_bytes())?;
+    }
+    Ok(())
+}
