@@ -69,6 +69,15 @@ enum segtool_status
    * An internal error (a caught Rust panic). The handle involved should be closed.
    */
   SEGTOOL_ERR_PANIC = 9,
+  /**
+   * `segtool_live_next`: no frame was answered within the timeout (not a failure).
+   */
+  SEGTOOL_TIMEOUT = 10,
+  /**
+   * `segtool_live_next`: the stream was finished and every frame is out (not a
+   * failure).
+   */
+  SEGTOOL_END = 11,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -77,6 +86,11 @@ typedef enum segtool_status segtool_status;
 typedef int32_t segtool_status;
 #endif // __STDC_VERSION__ >= 202311L
 #endif // __cplusplus
+
+/**
+ * A newest-frame stream over one model (opaque).
+ */
+typedef struct segtool_live segtool_live;
 
 /**
  * The class map of one image (opaque).
@@ -135,6 +149,71 @@ typedef struct segtool_options {
   uint32_t fixed_height;
   uint32_t fixed_width;
 } segtool_options;
+
+/**
+ * Options of `segtool_live_open`. Start from `segtool_live_options_default()`.
+ */
+typedef struct segtool_live_options {
+  /**
+   * Frames that may wait unstarted (default 1). A frame submitted to a full slot
+   * replaces the oldest waiting one, which is dropped and counted; a frame already
+   * running always finishes.
+   */
+  uint32_t slot;
+  /**
+   * A frame not started within this many milliseconds of its submission is dropped
+   * (counted in `expired`), never run late; 0 (default): no deadline.
+   */
+  uint32_t deadline_ms;
+  /**
+   * Engine sessions, each running one frame at a time on its own thread (default 1).
+   * Every session loads the model once more.
+   */
+  uint32_t sessions;
+  /**
+   * Temporal smoothing: weight of the history in an exponential moving average of
+   * the logits across answered frames, in [0, 1); 0 (default) is off. 0.5 to 0.7
+   * steadies masks that flicker between frames, at a lag of about one frame on moving
+   * edges. Needs a model that outputs logits (not exported with `--argmax`).
+   */
+  float smooth;
+} segtool_live_options;
+
+/**
+ * The counters of a live stream. `submitted == answered + failed + replaced + expired
+ * + rejected + pending` at every moment; `pending` is 0 once the stream is drained.
+ */
+typedef struct segtool_live_counts {
+  /**
+   * Frames given to `segtool_live_submit` (accepted ones; invalid arguments are not
+   * frames).
+   */
+  uint64_t submitted;
+  /**
+   * Frames that ran and have a class map.
+   */
+  uint64_t answered;
+  /**
+   * Frames that ran and failed.
+   */
+  uint64_t failed;
+  /**
+   * Frames replaced in the slot by a newer one before they started.
+   */
+  uint64_t replaced;
+  /**
+   * Frames whose deadline passed before they started.
+   */
+  uint64_t expired;
+  /**
+   * Frames refused because the internal queue was full.
+   */
+  uint64_t rejected;
+  /**
+   * Frames waiting in the slot or running.
+   */
+  uint64_t pending;
+} segtool_live_counts;
 
 /**
  * ONNX Runtime when its library can be loaded, tract otherwise (the default).
@@ -284,6 +363,89 @@ const char *segtool_engine_name(const struct segtool_segmenter *seg);
  * `seg` is NULL or a live handle.
  */
 const char *segtool_fallback_reason(const struct segtool_segmenter *seg);
+
+/**
+ * The default live options: slot 1, no deadline, one session, no smoothing.
+ */
+struct segtool_live_options segtool_live_options_default(void);
+
+/**
+ * Opens a newest-frame stream: loads the model at `model_path` with `opts` (NULL:
+ * defaults; as for `segtool_open`) once per session of `live_opts` (NULL: defaults).
+ * On success `*out` receives a handle to free with `segtool_live_close`; on failure
+ * NULL.
+ *
+ * # Safety
+ * As for `segtool_open`; `live_opts` is NULL or points to a valid
+ * `segtool_live_options`.
+ */
+segtool_status segtool_live_open(const char *model_path,
+                                 const struct segtool_options *opts,
+                                 const struct segtool_live_options *live_opts,
+                                 struct segtool_live **out);
+
+/**
+ * Submits one packed 8-bit RGB frame (as for `segtool_segment`; the pixels are copied
+ * before it returns). Never waits for the model: it only copies the frame and takes two
+ * short locks, so it can run in a camera callback. `*frame_index` (if not NULL)
+ * receives the frame's index (0, 1, 2, ... in submission order), which
+ * `segtool_live_next` reports with its class map.
+ *
+ * # Safety
+ * `live` is NULL or a live handle; `rgb` as for `segtool_segment`; `frame_index` is
+ * NULL or writable.
+ */
+segtool_status segtool_live_submit(const struct segtool_live *live,
+                                   const uint8_t *rgb,
+                                   uint32_t width,
+                                   uint32_t height,
+                                   uint32_t stride_bytes,
+                                   uint64_t *frame_index);
+
+/**
+ * Waits up to `timeout_ms` milliseconds for the next answered frame (frames come in
+ * submission order; dropped ones are skipped and only counted). On `SEGTOOL_OK`,
+ * `*out` receives its class map (free it with `segtool_result_free`) and
+ * `*frame_index` (if not NULL) its index. `SEGTOOL_TIMEOUT`: no frame was answered in
+ * time. `SEGTOOL_END`: `segtool_live_finish` was called and every frame is out. A frame
+ * that failed returns its error status with `*frame_index` set and `*out` NULL; the
+ * next call goes on with the next frame. Call it from one thread (temporal smoothing
+ * follows the order of the calls).
+ *
+ * # Safety
+ * `live` is NULL or a live handle; `frame_index` is NULL or writable; `out` is NULL or
+ * writable.
+ */
+segtool_status segtool_live_next(const struct segtool_live *live,
+                                 uint32_t timeout_ms,
+                                 uint64_t *frame_index,
+                                 struct segtool_result **out);
+
+/**
+ * No more frames will be submitted: once every frame is out, `segtool_live_next`
+ * returns `SEGTOOL_END` instead of waiting.
+ *
+ * # Safety
+ * `live` is NULL or a live handle.
+ */
+segtool_status segtool_live_finish(const struct segtool_live *live);
+
+/**
+ * Copies the counters into `*out`.
+ *
+ * # Safety
+ * `live` is NULL or a live handle; `out` is NULL or writable.
+ */
+segtool_status segtool_live_stats(const struct segtool_live *live, struct segtool_live_counts *out);
+
+/**
+ * Frees a live stream: frames still waiting are dropped, a frame running finishes, the
+ * session threads are joined. NULL is a no-op. No other thread may be using it.
+ *
+ * # Safety
+ * `live` is NULL or a handle from `segtool_live_open` not yet closed.
+ */
+void segtool_live_close(struct segtool_live *live);
 
 /**
  * The message of the last failed call on this thread, or `""` if the last call

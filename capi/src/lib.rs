@@ -101,12 +101,19 @@ mod segmenter;
 mod result;
 // Accessors of an open segmenter.
 mod info;
+// `segtool_live_*`: the newest-frame stream.
+mod live;
 // Status codes, last error, version.
 mod status;
 
 pub use info::{
     segtool_class_name, segtool_engine_name, segtool_fallback_reason, segtool_num_classes,
     segtool_palette, segtool_provider,
+};
+pub use live::{
+    segtool_live, segtool_live_close, segtool_live_counts, segtool_live_finish, segtool_live_next,
+    segtool_live_open, segtool_live_options, segtool_live_options_default, segtool_live_stats,
+    segtool_live_submit,
 };
 pub use options::{
     segtool_engine, segtool_options, segtool_options_default, SEGTOOL_ENGINE_AUTO,
@@ -125,4 +132,5 @@ const _: () = {
     const fn shareable<T: Send + Sync>() {}
     shareable::<segtool_segmenter>();
     shareable::<segtool_result>();
+    shareable::<segtool_live>();
 };

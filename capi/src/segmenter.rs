@@ -45,7 +45,7 @@ fn c_string(s: &str) -> CString {
     CString::new(s.replace('\0', "")).expect("NUL bytes were removed")
 }
 
-fn open(path: &Path, opts: &segtool_options) -> Result<segtool_segmenter, Error> {
+pub(crate) fn open(path: &Path, opts: &segtool_options) -> Result<segtool_segmenter, Error> {
     // SAFETY: the caller's contract for `segtool_options` strings.
     let providers = parse_providers(unsafe { opt_str(opts.providers, "providers") }?)?;
     let ort_library = match unsafe { opt_str(opts.ort_library, "ort_library") }? {
@@ -222,7 +222,12 @@ pub unsafe extern "C" fn segtool_segment(
 }
 
 /// Validates the sizes and copies the (possibly padded) rows into a packed image.
-fn copy_image(rgb: *const u8, width: u32, height: u32, stride: u32) -> Result<RgbImage, Error> {
+pub(crate) fn copy_image(
+    rgb: *const u8,
+    width: u32,
+    height: u32,
+    stride: u32,
+) -> Result<RgbImage, Error> {
     if width == 0 || height == 0 {
         return Err(Error::invalid(format!(
             "image size {width}x{height}: width and height must be positive"

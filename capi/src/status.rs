@@ -39,6 +39,11 @@ pub enum segtool_status {
     SEGTOOL_ERR_INFERENCE = 8,
     /// An internal error (a caught Rust panic). The handle involved should be closed.
     SEGTOOL_ERR_PANIC = 9,
+    /// `segtool_live_next`: no frame was answered within the timeout (not a failure).
+    SEGTOOL_TIMEOUT = 10,
+    /// `segtool_live_next`: the stream was finished and every frame is out (not a
+    /// failure).
+    SEGTOOL_END = 11,
 }
 
 use segtool_status::*;

@@ -11,6 +11,9 @@ use image::{Rgb, RgbImage};
 use segtool_runtime::testing::{tiny_model_bytes, tiny_spec};
 use segtool_runtime::{Backend, Segmenter};
 
+mod common;
+use common::{lib_dir, show};
+
 const W: u32 = 7;
 const H: u32 = 5;
 
@@ -54,71 +57,10 @@ fn rust_class_map(model: &Path) -> Vec<u8> {
     mask.iter().copied().collect()
 }
 
-/// The directory holding the `libsegtool.so` built alongside this test binary: its
-/// `deps/` or `target/<profile>/` (where `cargo build` uplifts it), whichever copy is
-/// newer, since `cargo test` rebuilds only the one in `deps/`.
-fn lib_dir() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let deps = exe.parent().unwrap();
-    let candidates = [deps.parent().unwrap().to_path_buf(), deps.to_path_buf()];
-    let modified = |d: &PathBuf| {
-        std::fs::metadata(d.join("libsegtool.so"))
-            .and_then(|m| m.modified())
-            .ok()
-    };
-    candidates
-        .iter()
-        .filter_map(|d| Some((modified(d)?, d)))
-        .max()
-        .map(|(_, d)| d.clone())
-        .unwrap_or_else(|| {
-            panic!(
-                "libsegtool.so not found in {candidates:?}; cargo builds it (crate-type \
-                 cdylib) before this test"
-            )
-        })
-}
-
 /// Compiles segment.c once per test process; returns the executable.
 fn c_program() -> &'static Path {
     static EXE: OnceLock<PathBuf> = OnceLock::new();
-    EXE.get_or_init(|| {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-        let lib = lib_dir();
-        let out_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("segtool-capi");
-        std::fs::create_dir_all(&out_dir).unwrap();
-        let exe = out_dir.join(format!("segment-{}", std::process::id()));
-        let mut rpath = std::ffi::OsString::from("-Wl,-rpath,");
-        rpath.push(&lib);
-        let output = Command::new(std::env::var_os("CC").unwrap_or_else(|| "cc".into()))
-            .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-g", "-O1"])
-            .arg(root.join("tests/c/segment.c"))
-            .arg("-I")
-            .arg(root.join("include"))
-            .arg("-L")
-            .arg(&lib)
-            .arg("-lsegtool")
-            .arg(&rpath)
-            .arg("-o")
-            .arg(&exe)
-            .output()
-            .expect("running the C compiler `cc` (set CC to use another)");
-        assert!(
-            output.status.success(),
-            "compiling segment.c failed:\n{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        exe
-    })
-}
-
-fn show(output: &Output) -> String {
-    format!(
-        "status {:?}\n--- stdout ---\n{}\n--- stderr ---\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
+    EXE.get_or_init(|| common::compile("segment", &[]))
 }
 
 /// Runs segment.c for `engine`, optionally under a wrapper (valgrind); returns the output

@@ -1,0 +1,351 @@
+//! The newest-frame stream for live cameras (robots): the opaque [`segtool_live`] over a
+//! `segtool_runtime::LatestStream`, its options, `segtool_live_submit` (never waits for
+//! the model; the camera callback's call), `segtool_live_next` (the inference thread's
+//! call: the next answered frame, in frame order), the drop counters and optional
+//! temporal smoothing of logits.
+
+use std::ptr;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use segtool_runtime::batching::{BatchConfig, BatchError, BatchServer, LatestStream, LiveOutcome};
+use segtool_runtime::{Engine, OutputKind, TemporalSmoother};
+
+use crate::options::{segtool_options, segtool_options_default};
+use crate::result::segtool_result;
+use crate::segmenter::{copy_image, open};
+use crate::status::segtool_status::{self, *};
+use crate::status::{path_arg, status_guard, Error};
+
+/// Options of `segtool_live_open`. Start from `segtool_live_options_default()`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct segtool_live_options {
+    /// Frames that may wait unstarted (default 1). A frame submitted to a full slot
+    /// replaces the oldest waiting one, which is dropped and counted; a frame already
+    /// running always finishes.
+    pub slot: u32,
+    /// A frame not started within this many milliseconds of its submission is dropped
+    /// (counted in `expired`), never run late; 0 (default): no deadline.
+    pub deadline_ms: u32,
+    /// Engine sessions, each running one frame at a time on its own thread (default 1).
+    /// Every session loads the model once more.
+    pub sessions: u32,
+    /// Temporal smoothing: weight of the history in an exponential moving average of
+    /// the logits across answered frames, in [0, 1); 0 (default) is off. 0.5 to 0.7
+    /// steadies masks that flicker between frames, at a lag of about one frame on moving
+    /// edges. Needs a model that outputs logits (not exported with `--argmax`).
+    pub smooth: f32,
+}
+
+/// The counters of a live stream. `submitted == answered + failed + replaced + expired
+/// + rejected + pending` at every moment; `pending` is 0 once the stream is drained.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct segtool_live_counts {
+    /// Frames given to `segtool_live_submit` (accepted ones; invalid arguments are not
+    /// frames).
+    pub submitted: u64,
+    /// Frames that ran and have a class map.
+    pub answered: u64,
+    /// Frames that ran and failed.
+    pub failed: u64,
+    /// Frames replaced in the slot by a newer one before they started.
+    pub replaced: u64,
+    /// Frames whose deadline passed before they started.
+    pub expired: u64,
+    /// Frames refused because the internal queue was full.
+    pub rejected: u64,
+    /// Frames waiting in the slot or running.
+    pub pending: u64,
+}
+
+/// A newest-frame stream over one model (opaque).
+pub struct segtool_live {
+    // Declared before the server: dropped first, taking back its waiting frames.
+    stream: LatestStream,
+    server: BatchServer,
+    smoother: Option<Mutex<TemporalSmoother>>,
+}
+
+/// The default live options: slot 1, no deadline, one session, no smoothing.
+#[no_mangle]
+pub extern "C" fn segtool_live_options_default() -> segtool_live_options {
+    segtool_live_options {
+        slot: 1,
+        deadline_ms: 0,
+        sessions: 1,
+        smooth: 0.0,
+    }
+}
+
+fn live_ref<'a>(live: *const segtool_live) -> Result<&'a segtool_live, Error> {
+    // SAFETY: a non-null handle comes from `segtool_live_open` and is not closed yet.
+    unsafe { live.as_ref() }.ok_or_else(|| Error::null("live"))
+}
+
+impl From<BatchError> for Error {
+    fn from(e: BatchError) -> Self {
+        match e {
+            BatchError::Runtime(e) => e.into(),
+            BatchError::EnginePanicked(m) => {
+                Error::new(SEGTOOL_ERR_INFERENCE, format!("engine panicked: {m}"))
+            }
+            other => Error::new(SEGTOOL_ERR_INFERENCE, other.to_string()),
+        }
+    }
+}
+
+fn open_live(
+    path: &std::path::Path,
+    opts: &segtool_options,
+    live: &segtool_live_options,
+) -> Result<segtool_live, Error> {
+    if !(0.0..1.0).contains(&live.smooth) {
+        return Err(Error::invalid(format!(
+            "smooth {} is not in [0, 1) (the weight of the history; 0 is off)",
+            live.smooth
+        )));
+    }
+    let sessions = live.sessions.max(1) as usize;
+    let mut spec = None;
+    let mut engines: Vec<Box<dyn Engine>> = Vec::with_capacity(sessions);
+    for _ in 0..sessions {
+        let seg = open(path, opts)?
+            .inner
+            .into_inner()
+            .unwrap_or_else(|e| e.into_inner());
+        if live.smooth > 0.0 && seg.contract().output == OutputKind::Mask {
+            return Err(Error::invalid(format!(
+                "smooth: {} outputs a class map (exported with --argmax), and smoothing \
+                 needs logits; export without --argmax, or set smooth to 0",
+                path.display()
+            )));
+        }
+        spec.get_or_insert_with(|| seg.spec().clone());
+        engines.push(seg.into_plain_engine());
+    }
+    let config = BatchConfig::new()
+        .with_max_batch(1)
+        .with_max_wait(Duration::ZERO)
+        .with_queue_capacity(live.slot.max(1) as usize + sessions)
+        .with_logits(live.smooth > 0.0);
+    let server = BatchServer::new(config, spec.expect("one session"), engines)?;
+    let stream = server.latest_stream(live.slot.max(1) as usize);
+    if live.deadline_ms > 0 {
+        stream.set_deadline(Some(Duration::from_millis(u64::from(live.deadline_ms))));
+    }
+    let smoother = (live.smooth > 0.0)
+        .then(|| TemporalSmoother::new(live.smooth).map(Mutex::new))
+        .transpose()
+        .map_err(|e| Error::invalid(e.to_string()))?;
+    Ok(segtool_live {
+        stream,
+        server,
+        smoother,
+    })
+}
+
+/// Opens a newest-frame stream: loads the model at `model_path` with `opts` (NULL:
+/// defaults; as for `segtool_open`) once per session of `live_opts` (NULL: defaults).
+/// On success `*out` receives a handle to free with `segtool_live_close`; on failure
+/// NULL.
+///
+/// # Safety
+/// As for `segtool_open`; `live_opts` is NULL or points to a valid
+/// `segtool_live_options`.
+#[no_mangle]
+pub unsafe extern "C" fn segtool_live_open(
+    model_path: *const std::ffi::c_char,
+    opts: *const segtool_options,
+    live_opts: *const segtool_live_options,
+    out: *mut *mut segtool_live,
+) -> segtool_status {
+    status_guard(|| {
+        if out.is_null() {
+            return Err(Error::null("out"));
+        }
+        // SAFETY: `out` is non-null and writable (contract).
+        unsafe { *out = ptr::null_mut() };
+        // SAFETY: contract above.
+        let path = unsafe { path_arg(model_path, "model_path") }?;
+        // SAFETY: NULL or valid (contract).
+        let opts = unsafe { opts.as_ref() }
+            .copied()
+            .unwrap_or_else(|| segtool_options_default());
+        // SAFETY: NULL or valid (contract).
+        let live = unsafe { live_opts.as_ref() }
+            .copied()
+            .unwrap_or_else(|| segtool_live_options_default());
+        let handle = open_live(&path, &opts, &live)?;
+        // SAFETY: as above.
+        unsafe { *out = Box::into_raw(Box::new(handle)) };
+        Ok(())
+    })
+}
+
+/// Submits one packed 8-bit RGB frame (as for `segtool_segment`; the pixels are copied
+/// before it returns). Never waits for the model: it only copies the frame and takes two
+/// short locks, so it can run in a camera callback. `*frame_index` (if not NULL)
+/// receives the frame's index (0, 1, 2, ... in submission order), which
+/// `segtool_live_next` reports with its class map.
+///
+/// # Safety
+/// `live` is NULL or a live handle; `rgb` as for `segtool_segment`; `frame_index` is
+/// NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn segtool_live_submit(
+    live: *const segtool_live,
+    rgb: *const u8,
+    width: u32,
+    height: u32,
+    stride_bytes: u32,
+    frame_index: *mut u64,
+) -> segtool_status {
+    status_guard(|| {
+        let live = live_ref(live)?;
+        if rgb.is_null() {
+            return Err(Error::null("rgb"));
+        }
+        let image = copy_image(rgb, width, height, stride_bytes)?;
+        let index = live.stream.submit(image);
+        if !frame_index.is_null() {
+            // SAFETY: non-null and writable (contract).
+            unsafe { *frame_index = index };
+        }
+        Ok(())
+    })
+}
+
+/// Waits up to `timeout_ms` milliseconds for the next answered frame (frames come in
+/// submission order; dropped ones are skipped and only counted). On `SEGTOOL_OK`,
+/// `*out` receives its class map (free it with `segtool_result_free`) and
+/// `*frame_index` (if not NULL) its index. `SEGTOOL_TIMEOUT`: no frame was answered in
+/// time. `SEGTOOL_END`: `segtool_live_finish` was called and every frame is out. A frame
+/// that failed returns its error status with `*frame_index` set and `*out` NULL; the
+/// next call goes on with the next frame. Call it from one thread (temporal smoothing
+/// follows the order of the calls).
+///
+/// # Safety
+/// `live` is NULL or a live handle; `frame_index` is NULL or writable; `out` is NULL or
+/// writable.
+#[no_mangle]
+pub unsafe extern "C" fn segtool_live_next(
+    live: *const segtool_live,
+    timeout_ms: u32,
+    frame_index: *mut u64,
+    out: *mut *mut segtool_result,
+) -> segtool_status {
+    status_guard(|| {
+        if out.is_null() {
+            return Err(Error::null("out"));
+        }
+        // SAFETY: non-null and writable (contract).
+        unsafe { *out = ptr::null_mut() };
+        let live = live_ref(live)?;
+        let until = Instant::now() + Duration::from_millis(u64::from(timeout_ms));
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            let Some(frame) = live.stream.next_timeout(left) else {
+                return Err(if live.stream.is_drained() {
+                    Error::new(SEGTOOL_END, "the stream is finished and drained")
+                } else {
+                    Error::new(
+                        SEGTOOL_TIMEOUT,
+                        format!("no frame answered within {timeout_ms} ms"),
+                    )
+                });
+            };
+            if !frame_index.is_null() {
+                // SAFETY: non-null and writable (contract).
+                unsafe { *frame_index = frame.frame };
+            }
+            let out_map = match frame.outcome {
+                LiveOutcome::Dropped(_) => continue,
+                LiveOutcome::Failed(e) => {
+                    let mut err = Error::from(e);
+                    err.message = format!("frame {}: {}", frame.frame, err.message);
+                    return Err(err);
+                }
+                LiveOutcome::Answered(o) => o,
+            };
+            let (height, width) = out_map.mask.dim();
+            let mask = match (&live.smoother, &out_map.logits) {
+                (Some(smoother), Some(logits)) => smoother
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .mask(logits.view(), height, width),
+                _ => out_map.mask,
+            };
+            let result = segtool_result {
+                width: width as u32,
+                height: height as u32,
+                class_map: mask.iter().copied().collect(),
+            };
+            // SAFETY: as above.
+            unsafe { *out = Box::into_raw(Box::new(result)) };
+            return Ok(());
+        }
+    })
+}
+
+/// No more frames will be submitted: once every frame is out, `segtool_live_next`
+/// returns `SEGTOOL_END` instead of waiting.
+///
+/// # Safety
+/// `live` is NULL or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn segtool_live_finish(live: *const segtool_live) -> segtool_status {
+    status_guard(|| {
+        live_ref(live)?.stream.finish();
+        Ok(())
+    })
+}
+
+/// Copies the counters into `*out`.
+///
+/// # Safety
+/// `live` is NULL or a live handle; `out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn segtool_live_stats(
+    live: *const segtool_live,
+    out: *mut segtool_live_counts,
+) -> segtool_status {
+    status_guard(|| {
+        if out.is_null() {
+            return Err(Error::null("out"));
+        }
+        let s = live_ref(live)?.stream.stats();
+        let stats = segtool_live_counts {
+            submitted: s.submitted,
+            answered: s.answered,
+            failed: s.failed,
+            replaced: s.replaced,
+            expired: s.expired,
+            rejected: s.rejected,
+            pending: s.pending,
+        };
+        // SAFETY: non-null and writable (contract).
+        unsafe { *out = stats };
+        Ok(())
+    })
+}
+
+/// Frees a live stream: frames still waiting are dropped, a frame running finishes, the
+/// session threads are joined. NULL is a no-op. No other thread may be using it.
+///
+/// # Safety
+/// `live` is NULL or a handle from `segtool_live_open` not yet closed.
+#[no_mangle]
+pub unsafe extern "C" fn segtool_live_close(live: *mut segtool_live) {
+    status_guard(|| {
+        if !live.is_null() {
+            // SAFETY: from `Box::into_raw` in `segtool_live_open`, closed once (contract).
+            let live = unsafe { Box::from_raw(live) };
+            let segtool_live { stream, server, .. } = *live;
+            drop(stream);
+            server.shutdown();
+        }
+        Ok(())
+    });
+}
