@@ -7,6 +7,12 @@
 //! `--preprocess` exports), `Segmenter::run_prepared`, then `argmax` (+ `resize_nearest`
 //! when the output is not at input resolution; a class map from an `--argmax` export is
 //! taken as is). Latency is the sum of the three.
+//!
+//! `--stream --fps F` measures a video stream instead: a producer thread feeds frames at
+//! a fixed rate (from `--raw WxH` stdin, a `--input` folder, or generated panning
+//! shapes) into one session behind an `OrderedStream` (every frame, in order) or, with
+//! `--live`, a `LatestStream` (newest frame wins, the rest dropped and counted), and each
+//! answered frame's arrival-to-mask latency is recorded.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -54,6 +60,33 @@ pub struct Args {
     /// session for --size (what `segtool infer` does when all inputs share a size).
     #[arg(long)]
     pub dynamic_shapes: bool,
+    /// Stream benchmark: frames fed at --fps; arrival-to-mask latency per frame, answered
+    /// fps, dropped frames.
+    #[arg(long, requires = "fps")]
+    pub stream: bool,
+    /// --stream: the producer's frame rate.
+    #[arg(long, requires = "stream")]
+    pub fps: Option<f64>,
+    /// --stream: newest-frame mode (LatestStream) instead of ordered (OrderedStream).
+    #[arg(long, requires = "stream")]
+    pub live: bool,
+    /// --stream: frames to feed.
+    #[arg(long, default_value_t = 120)]
+    pub frames: usize,
+    /// --stream: read the frames (rgb24, WIDTHxHEIGHT) from stdin first (at most
+    /// --frames; fewer are cycled).
+    #[arg(long, value_name = "WxH", value_parser = super::infer::parse_wxh, requires = "stream", conflicts_with = "input")]
+    pub raw: Option<(u32, u32)>,
+    /// --stream: the frames from the images of this folder (sorted by name, cycled;
+    /// all of one size).
+    #[arg(long, requires = "stream")]
+    pub input: Option<PathBuf>,
+    /// --stream --live: frames that may wait unstarted.
+    #[arg(long, default_value_t = 1)]
+    pub slot: usize,
+    /// --stream --live: drop a frame not started within this many milliseconds.
+    #[arg(long, value_name = "MS", requires = "live")]
+    pub deadline_ms: Option<f64>,
 }
 
 fn parse_hxw(s: &str) -> Result<(u32, u32), String> {
@@ -70,7 +103,7 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
-fn stats(samples: &[Duration]) -> serde_json::Value {
+fn stats_of(samples: &[Duration]) -> serde_json::Value {
     let mut ms: Vec<f64> = samples.iter().map(|d| d.as_secs_f64() * 1e3).collect();
     ms.sort_by(f64::total_cmp);
     json!({
@@ -101,6 +134,9 @@ fn synthetic_images(n: usize, h: u32, w: u32) -> Vec<RgbImage> {
 }
 
 pub fn run(args: Args) -> Result<()> {
+    if args.stream {
+        return run_stream(&args);
+    }
     if args.batch_sizes.is_empty() || args.batch_sizes.contains(&0) {
         bail!("--batch-sizes: give positive sizes, e.g. 1,2,4");
     }
@@ -182,10 +218,10 @@ pub fn run(args: Args) -> Result<()> {
         let row = json!({
             "batch_size": n,
             "iterations": total.len(),
-            "latency_ms": stats(&total),
-            "preprocess_ms": stats(&pre),
-            "engine_ms": stats(&eng),
-            "postprocess_ms": stats(&post),
+            "latency_ms": stats_of(&total),
+            "preprocess_ms": stats_of(&pre),
+            "engine_ms": stats_of(&eng),
+            "postprocess_ms": stats_of(&post),
             "throughput_ips": (n * total.len()) as f64 / timed.max(1e-12),
         });
         eprintln!(
@@ -257,6 +293,261 @@ pub fn run(args: Args) -> Result<()> {
     }
     println!("(pre/engine/post: medians per batch; img/s over the timed runs)");
 
+    if let Some(path) = &args.json {
+        let bytes = serde_json::to_vec_pretty(&report).expect("report serialises");
+        segtool_core::io::write_atomic(path, &bytes)
+            .with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+/// Frames of a panning scene (a bright rectangle and a disc crossing a gradient), so a
+/// stream has motion like a camera's.
+fn panning_frames(n: usize, h: u32, w: u32) -> Vec<RgbImage> {
+    (0..n)
+        .map(|t| {
+            let t = t as f64;
+            let (rx, cx) = (
+                (t * 3.0) % f64::from(w),
+                f64::from(w) - (t * 2.0) % f64::from(w),
+            );
+            let cy = f64::from(h) * 0.6;
+            let r = f64::from(h.min(w)) * 0.15;
+            RgbImage::from_fn(w, h, |x, y| {
+                let (xf, yf) = (f64::from(x), f64::from(y));
+                if (xf - cx).powi(2) + (yf - cy).powi(2) <= r * r {
+                    image::Rgb([30, 200, 60])
+                } else if xf >= rx && xf < rx + f64::from(w) * 0.2 && yf < f64::from(h) * 0.4 {
+                    image::Rgb([220, 40, 40])
+                } else {
+                    image::Rgb([(x * 255 / w.max(1)) as u8, (y * 255 / h.max(1)) as u8, 120])
+                }
+            })
+        })
+        .collect()
+}
+
+/// The frames to feed: `--raw` stdin, an `--input` folder, or generated at `--size`.
+fn stream_frames(args: &Args) -> Result<Vec<RgbImage>> {
+    if let Some((w, h)) = args.raw {
+        let bytes = w as usize * h as usize * 3;
+        let mut stdin = std::io::stdin().lock();
+        let mut frames = Vec::new();
+        while frames.len() < args.frames {
+            let mut buf = vec![0u8; bytes];
+            match std::io::Read::read_exact(&mut stdin, &mut buf) {
+                Ok(()) => frames.push(RgbImage::from_raw(w, h, buf).expect("frame size")),
+                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => break,
+                Err(e) => return Err(anyhow::Error::new(e).context("reading frames from stdin")),
+            }
+        }
+        if frames.is_empty() {
+            bail!("--raw {w}x{h}: stdin held no complete frame");
+        }
+        return Ok(frames);
+    }
+    if let Some(dir) = &args.input {
+        let files = super::infer::expand_inputs(&[dir.display().to_string()])?;
+        let frames = files
+            .iter()
+            .take(args.frames)
+            .map(|f| {
+                image::open(f)
+                    .map(|i| i.to_rgb8())
+                    .with_context(|| format!("reading {}", f.display()))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let Some(first) = frames.first() else {
+            bail!("{}: no images", dir.display());
+        };
+        if frames.iter().any(|f| f.dimensions() != first.dimensions()) {
+            bail!(
+                "{}: the frames of a stream must share one size",
+                dir.display()
+            );
+        }
+        return Ok(frames);
+    }
+    let (h, w) = args.size;
+    Ok(panning_frames(args.frames.min(240), h, w))
+}
+
+/// `--stream`: feeds `--frames` frames at `--fps` into one session, ordered or newest
+/// frame, and measures each answered frame's arrival-to-mask latency.
+fn run_stream(args: &Args) -> Result<()> {
+    use segtool_runtime::batching::LiveOutcome;
+    use segtool_runtime::{BatchConfig, BatchServer};
+    use std::sync::Mutex;
+
+    let fps = args.fps.context("--stream needs --fps")?;
+    if !(fps > 0.0 && fps.is_finite()) {
+        bail!("--fps must be a positive number");
+    }
+    if args.frames == 0 {
+        bail!("--frames must be at least 1");
+    }
+    let frames = stream_frames(args)?;
+    let (w, h) = frames[0].dimensions();
+    let fixed = (!args.dynamic_shapes && args.engine == "ort").then_some((h as usize, w as usize));
+    let seg = super::infer::open_segmenter_strict(
+        &args.model,
+        &args.engine,
+        &args.providers,
+        args.threads,
+        args.strict,
+        fixed,
+    )?;
+    let engine_name = seg.engine().name().to_string();
+    let provider = seg.engine().provider().to_string();
+    let fallback = seg.engine().fallback_reason().map(str::to_string);
+    let contract = seg.contract().to_string();
+    let spec = seg.spec().clone();
+    eprintln!("engine {engine_name} on {provider}");
+    let config = BatchConfig::new()
+        .with_max_batch(1)
+        .with_max_wait(Duration::ZERO)
+        .with_queue_capacity(args.frames.max(64));
+    let server = BatchServer::new(config, spec.clone(), vec![seg.into_plain_engine()])?;
+    for i in 0..args.warmup {
+        server.submit(frames[i % frames.len()].clone()).wait()?;
+    }
+    let warm = server.stats();
+    let n = args.frames;
+    let period = Duration::from_secs_f64(1.0 / fps);
+    let mode = if args.live { "newest-frame" } else { "ordered" };
+    let arrivals: Mutex<Vec<Option<Instant>>> = Mutex::new(vec![None; n]);
+    let mut latencies: Vec<Duration> = Vec::new();
+    let mut counts = (0u64, 0u64, 0u64); // replaced, expired, failed
+    let started = Instant::now();
+    let mut last_answer = started;
+    let frame_of = |i: usize| frames[i % frames.len()].clone();
+    let arrive = |i: usize| {
+        let due = started + period.mul_f64(i as f64);
+        if let Some(wait) = due.checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        }
+        let now = Instant::now();
+        arrivals.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(now);
+    };
+    if args.live {
+        let mut stream = server.latest_stream(args.slot.max(1));
+        if let Some(ms) = args.deadline_ms {
+            if !(ms > 0.0 && ms.is_finite()) {
+                bail!("--deadline-ms must be a positive number of milliseconds");
+            }
+            stream = stream.with_deadline(Duration::from_secs_f64(ms / 1e3));
+        }
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                for i in 0..n {
+                    arrive(i);
+                    stream.submit(frame_of(i));
+                }
+                stream.finish();
+            });
+            while let Some(f) = stream.next() {
+                match f.outcome {
+                    LiveOutcome::Answered(out) => {
+                        std::hint::black_box(out);
+                        last_answer = Instant::now();
+                        latencies.push(last_answer - f.submitted);
+                    }
+                    LiveOutcome::Dropped(segtool_runtime::batching::DropReason::Deadline) => {
+                        counts.1 += 1
+                    }
+                    LiveOutcome::Dropped(_) => counts.0 += 1,
+                    LiveOutcome::Failed(_) => counts.2 += 1,
+                }
+            }
+        });
+    } else {
+        let stream = server.ordered_stream(n);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                for i in 0..n {
+                    arrive(i);
+                    stream.push(frame_of(i));
+                }
+                stream.finish();
+            });
+            while let Some(out) = stream.next() {
+                match out {
+                    Ok(out) => {
+                        last_answer = Instant::now();
+                        let i = out.frame.expect("stream frames are numbered") as usize;
+                        let at = arrivals.lock().unwrap_or_else(|e| e.into_inner())[i]
+                            .expect("pushed after its arrival");
+                        latencies.push(last_answer - at);
+                    }
+                    Err(_) => counts.2 += 1,
+                }
+            }
+        });
+    }
+    if counts.2 > 0 {
+        bail!("{} frame(s) failed in the engine", counts.2);
+    }
+    let stats = server.stats();
+    let runs = stats.requests() - warm.requests();
+    let engine_busy: Duration = stats.workers.iter().map(|w| w.busy).sum::<Duration>()
+        - warm.workers.iter().map(|w| w.busy).sum::<Duration>();
+    let engine_ms = engine_busy.as_secs_f64() * 1e3 / runs.max(1) as f64;
+    let span = (last_answer - started).as_secs_f64();
+    let answered = latencies.len();
+    let row = json!({
+        "mode": mode,
+        "fps": fps,
+        "frames": n,
+        "answered": answered,
+        "dropped": counts.0 + counts.1,
+        "replaced": counts.0,
+        "expired": counts.1,
+        "answered_fps": answered as f64 / span.max(1e-12),
+        "latency_ms": if latencies.is_empty() { serde_json::Value::Null } else { stats_of(&latencies) },
+        "engine_ms_per_frame": engine_ms,
+        "overload": fps * engine_ms / 1e3,
+        "slot": args.live.then_some(args.slot.max(1)),
+        "deadline_ms": args.deadline_ms,
+    });
+    let report = json!({
+        "model": args.model.display().to_string(),
+        "engine": engine_name,
+        "requested_engine": args.engine,
+        "requested_providers": args.providers,
+        "provider": provider,
+        "fallback_reason": fallback,
+        "threads": args.threads,
+        "size": { "height": h, "width": w },
+        "shapes": if fixed.is_some() { "fixed" } else { "dynamic" },
+        "classes": spec.num_classes(),
+        "contract": contract,
+        "warmup": args.warmup,
+        "source": if args.raw.is_some() { "raw" } else if args.input.is_some() { "folder" } else { "generated" },
+        "segtool_version": env!("CARGO_PKG_VERSION"),
+        "stream": row,
+    });
+    let l = &report["stream"]["latency_ms"];
+    let f = |v: &serde_json::Value| v.as_f64().unwrap_or(f64::NAN);
+    println!(
+        "model {}  engine {engine_name}  provider {provider}  size {h}x{w}  stream {mode} at {fps} fps \
+         ({:.1}x the engine's {:.1} ms per frame)",
+        args.model.display(),
+        fps * engine_ms / 1e3,
+        engine_ms
+    );
+    println!(
+        "{n} frames: {answered} answered ({:.1} fps), {} dropped ({} replaced, {} past deadline); \
+         arrival-to-mask ms p50 {:.1} p90 {:.1} p99 {:.1} max {:.1}",
+        answered as f64 / span.max(1e-12),
+        counts.0 + counts.1,
+        counts.0,
+        counts.1,
+        f(&l["median"]),
+        f(&l["p90"]),
+        f(&l["p99"]),
+        f(&l["max"]),
+    );
     if let Some(path) = &args.json {
         let bytes = serde_json::to_vec_pretty(&report).expect("report serialises");
         segtool_core::io::write_atomic(path, &bytes)

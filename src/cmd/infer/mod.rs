@@ -159,6 +159,24 @@ pub struct Args {
     /// such image stops the run.
     #[arg(long, conflicts_with = "raw")]
     pub keep_going: bool,
+    /// With --raw: live camera mode (newest frame wins). Frames are read as fast as
+    /// stdin gives them and never wait for the model; a frame not started when a newer
+    /// one arrives is dropped (counted). Masks are written only for the frames answered,
+    /// named by their index (frame_000042_mask.png); with --out -, each class map is
+    /// preceded by its frame index as 8 bytes little-endian. One session (--providers).
+    #[arg(long, requires = "raw", conflicts_with_all = ["devices", "cpu_sessions"])]
+    pub live: bool,
+    /// With --live: frames that may wait unstarted; a newer frame replaces the oldest.
+    #[arg(long, default_value_t = 1, requires = "live")]
+    pub slot: usize,
+    /// With --live: drop a frame not started within this many milliseconds of arrival.
+    #[arg(long, value_name = "MS", requires = "live")]
+    pub deadline_ms: Option<f64>,
+    /// With --live: temporal smoothing of the logits across answered frames, an
+    /// exponential moving average with this weight of the history in [0, 1) (e.g. 0.6),
+    /// before the argmax. Needs a model with logits output (not exported with --argmax).
+    #[arg(long, value_name = "WEIGHT", requires = "live")]
+    pub smooth: Option<f32>,
 }
 
 /// `WxH` (e.g. `1920x1080`) with both sides positive.
@@ -265,6 +283,9 @@ pub fn open_segmenter_strict(
 }
 
 pub fn run(args: Args) -> Result<()> {
+    if args.live {
+        return raw::run_live(&args);
+    }
     let to_stdout = args.out.as_os_str() == "-";
     if to_stdout && args.raw.is_none() {
         bail!("--out - (raw class maps on stdout) needs --raw WxH");
@@ -396,9 +417,11 @@ pub fn run(args: Args) -> Result<()> {
         let (spec, sink, bar) = (spec.clone(), sink.clone(), bar.clone());
         let recycle = args.raw.is_some().then_some(recycle_tx);
         let lines = !args.quiet;
+        // Raw frames are a stream: how much the masks flicker is reported.
+        let flicker = args.raw.is_some();
         std::thread::Builder::new()
             .name("segtool-write".into())
-            .spawn(move || write_results(scored_rx, &spec, &sink, recycle, &bar, lines))?
+            .spawn(move || write_results(scored_rx, &spec, &sink, recycle, &bar, lines, flicker))?
     };
 
     let mut busy = Busy::default();
@@ -457,7 +480,13 @@ pub fn run(args: Args) -> Result<()> {
         }
         return Err(e);
     }
-    busy.post = written?;
+    let written = written?;
+    busy.post = written.busy;
+    let flicker = written
+        .flicker
+        .and_then(|m| m.flicker())
+        .map(|f| format!("; flicker {:.2}% of pixels per frame", 100.0 * f))
+        .unwrap_or_default();
     drop(batch_rx);
     source
         .join()
@@ -483,7 +512,7 @@ pub fn run(args: Args) -> Result<()> {
         .unwrap_or_default();
     let summary = format!(
         "{images} image(s) -> {} in {wall:.2} s ({:.1} img/s, {engine_desc}{batching}; busy s: \
-         decode {:.2}, normalise {:.2}, engine {:.2}, post+write {:.2}{peak})",
+         decode {:.2}, normalise {:.2}, engine {:.2}, post+write {:.2}{peak}){flicker}",
         if to_stdout {
             "stdout".to_string()
         } else {

@@ -5,7 +5,7 @@
 //! independently of how batches are produced and scored.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::mpsc::{Receiver, Sender};
 use std::time::{Duration, Instant};
 
@@ -15,7 +15,7 @@ use indicatif::ProgressBar;
 use ndarray::{Array2, Array3, ArrayView3};
 use rayon::prelude::*;
 use segtool_core::ModelSpec;
-use segtool_runtime::{colorize, overlay, EngineOutput, DEFAULT_ALPHA};
+use segtool_runtime::{colorize, overlay, EngineOutput, FlickerMeter, DEFAULT_ALPHA};
 
 use super::pipeline::{Results, Scored};
 
@@ -82,6 +82,55 @@ impl Slot<'_> {
     }
 }
 
+/// Writes one image's files into `out`: `<name>_mask.png`, and `_overlay.png` (when
+/// `overlay_on` is given), `_labels.png`, `_logits.npy` (when `logits` is given).
+pub(super) fn write_files(
+    out: &Path,
+    name: &str,
+    spec: &ModelSpec,
+    mask: &Array2<u8>,
+    overlay_on: Option<&RgbImage>,
+    labels: bool,
+    logits: Option<ArrayView3<f32>>,
+) -> Result<()> {
+    let write = |suffix: &str, bytes: &[u8]| -> Result<()> {
+        let path = out.join(format!("{name}_{suffix}"));
+        segtool_core::io::write_atomic_unsynced(&path, bytes)
+            .with_context(|| format!("writing {}", path.display()))
+    };
+    let png = |img: image::DynamicImage| segtool_core::dataset::encode_png(&img);
+    write(
+        "mask.png",
+        &png(colorize(mask.view(), &spec.palette).into()),
+    )?;
+    if let Some(img) = overlay_on {
+        let o = overlay(img, mask.view(), &spec.palette, DEFAULT_ALPHA);
+        write("overlay.png", &png(o.into()))?;
+    }
+    if labels {
+        let (h, w) = mask.dim();
+        let gray = GrayImage::from_raw(
+            w as u32,
+            h as u32,
+            mask.as_slice().expect("standard layout").to_vec(),
+        )
+        .expect("mask size");
+        write("labels.png", &png(gray.into()))?;
+    }
+    if let Some(scores) = logits {
+        write("logits.npy", &npy_f32(scores))?;
+    }
+    Ok(())
+}
+
+/// What the writer did: its busy time, and the masks' flicker (share of pixels whose
+/// class changed between consecutive frames) when asked for.
+pub(super) struct Written {
+    pub(super) busy: Duration,
+    pub(super) flicker: Option<FlickerMeter>,
+}
+
+/// `flicker`: measure the flicker of the masks in input order (a stream of frames).
 pub(super) fn write_results(
     rx: Receiver<Scored>,
     spec: &ModelSpec,
@@ -89,8 +138,10 @@ pub(super) fn write_results(
     recycle: Option<Sender<Vec<u8>>>,
     bar: &ProgressBar,
     lines: bool,
-) -> Result<Duration> {
+    flicker: bool,
+) -> Result<Written> {
     let mut busy = Duration::ZERO;
+    let mut meter = flicker.then(FlickerMeter::new);
     let mut stdout = std::io::BufWriter::with_capacity(1 << 20, std::io::stdout().lock());
     let total = bar.length();
     let mut done = 0u64;
@@ -126,12 +177,17 @@ pub(super) fn write_results(
             .into_iter()
             .map(|s| s.expect("every image has a result"))
             .collect();
+        let masks: Vec<Array2<u8>> = (0..n)
+            .into_par_iter()
+            .map(|i| slots[i].mask(&scored.images[i]))
+            .collect();
+        if let Some(meter) = &mut meter {
+            for mask in &masks {
+                meter.observe(mask.view());
+            }
+        }
         match sink {
             Sink::Stdout => {
-                let masks: Vec<Array2<u8>> = (0..n)
-                    .into_par_iter()
-                    .map(|i| slots[i].mask(&scored.images[i]))
-                    .collect();
                 for mask in &masks {
                     let bytes = mask.as_slice().expect("standard layout");
                     stdout
@@ -150,40 +206,23 @@ pub(super) fn write_results(
                     .into_par_iter()
                     .map(|i| -> Result<()> {
                         let img = &scored.images[i];
-                        let mask = slots[i].mask(img);
                         let name = &scored.names[i];
-                        let write = |suffix: &str, bytes: &[u8]| -> Result<()> {
-                            let path = out.join(format!("{name}_{suffix}"));
-                            segtool_core::io::write_atomic_unsynced(&path, bytes)
-                                .with_context(|| format!("writing {}", path.display()))
-                        };
-                        let png =
-                            |img: image::DynamicImage| segtool_core::dataset::encode_png(&img);
-                        write(
-                            "mask.png",
-                            &png(colorize(mask.view(), &spec.palette).into()),
-                        )?;
-                        if *want_overlay {
-                            let o = overlay(img, mask.view(), &spec.palette, DEFAULT_ALPHA);
-                            write("overlay.png", &png(o.into()))?;
-                        }
-                        if *labels {
-                            let (h, w) = mask.dim();
-                            let gray = GrayImage::from_raw(
-                                w as u32,
-                                h as u32,
-                                mask.as_slice().expect("standard layout").to_vec(),
-                            )
-                            .expect("mask size");
-                            write("labels.png", &png(gray.into()))?;
-                        }
-                        if *logits {
-                            let scores = slots[i].logits().with_context(|| {
+                        let scores = if *logits {
+                            Some(slots[i].logits().with_context(|| {
                                 format!("{name}: the model outputs no logits (--argmax export)")
-                            })?;
-                            write("logits.npy", &npy_f32(scores.view()))?;
-                        }
-                        Ok(())
+                            })?)
+                        } else {
+                            None
+                        };
+                        write_files(
+                            out,
+                            name,
+                            spec,
+                            &masks[i],
+                            want_overlay.then_some(img),
+                            *labels,
+                            scores.as_ref().map(|s| s.view()),
+                        )
                     })
                     .collect::<Result<()>>()?;
             }
@@ -204,5 +243,8 @@ pub(super) fn write_results(
             }
         }
     }
-    Ok(busy)
+    Ok(Written {
+        busy,
+        flicker: meter,
+    })
 }

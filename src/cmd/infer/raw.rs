@@ -2,15 +2,26 @@
 //! stdin, batched and prepared on the source thread, with frame buffers recycled from the
 //! writer. Separate from the file source because stdin framing has its own failure modes
 //! (a truncated last frame, a wrong `--raw` size) and buffer reuse.
+//!
+//! `--live` (newest frame wins) is here too: a reader thread submits frames to a
+//! `segtool_runtime::LatestStream` as they come, and the calling thread writes the masks
+//! of the frames answered, with the drop counts, latency and flicker in the summary.
 
-use std::io::Read;
+use std::collections::HashMap;
+use std::io::{Read, Write};
 use std::sync::mpsc::{Receiver, SyncSender};
-use std::time::Instant;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use anyhow::{bail, Context, Result};
 use image::RgbImage;
+use segtool_runtime::batching::{LatestStream, LiveOutcome};
+use segtool_runtime::{BatchConfig, BatchServer, FlickerMeter, OutputKind, TemporalSmoother};
 
+use super::outputs::write_files;
 use super::pipeline::{send_batch, Batch, Busy, Prepare};
+use super::sessions::check_contract;
+use super::{open_segmenter_strict, Args};
 
 /// Fills `buf` from `input`; returns the bytes read (less than `buf.len()` only at EOF).
 fn read_full(input: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
@@ -85,4 +96,226 @@ pub(super) fn read_raw(
             return;
         }
     }
+}
+
+/// Reads frames from stdin into `stream` as fast as they come (a camera), keeping a copy
+/// of each for overlays when `keep` is set; finishes the stream at EOF or on an error,
+/// which it returns.
+fn feed_live(
+    w: u32,
+    h: u32,
+    stream: &LatestStream,
+    keep: Option<&Mutex<HashMap<u64, RgbImage>>>,
+) -> Result<()> {
+    let frame_bytes = w as usize * h as usize * 3;
+    let mut stdin = std::io::stdin().lock();
+    let mut index = 0u64;
+    let outcome = loop {
+        let mut buf = vec![0u8; frame_bytes];
+        match read_full(&mut stdin, &mut buf) {
+            Ok(n) if n == frame_bytes => {
+                let img = RgbImage::from_raw(w, h, buf).expect("buffer sized for frame");
+                let copy = keep.map(|_| img.clone());
+                let frame = stream.submit(img);
+                if let (Some(keep), Some(copy)) = (keep, copy) {
+                    keep.lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert(frame, copy);
+                }
+                index += 1;
+            }
+            Ok(0) => break Ok(()),
+            Ok(n) => {
+                break Err(anyhow::anyhow!(
+                    "stdin ended inside frame {index}: {n} of {frame_bytes} bytes (not a \
+                     multiple of the --raw {w}x{h} rgb24 frame size; wrong --raw size or \
+                     pixel format?)"
+                ))
+            }
+            Err(e) => {
+                break Err(
+                    anyhow::Error::new(e).context(format!("reading frame {index} from stdin"))
+                )
+            }
+        }
+    };
+    stream.finish();
+    outcome
+}
+
+/// Nearest-rank percentile of sorted milliseconds.
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// `segtool infer --raw WxH --live`: one session behind a newest-frame stream; masks
+/// for the answered frames only, named (or, on stdout, prefixed) with their index.
+pub(super) fn run_live(args: &Args) -> Result<()> {
+    let (w, h) = args.raw.context("--live needs --raw WxH")?;
+    let to_stdout = args.out.as_os_str() == "-";
+    if args.accuracy()?.is_some() {
+        bail!("--live runs the plain model: drop the accuracy mode options");
+    }
+    let smoother = args
+        .smooth
+        .map(TemporalSmoother::new)
+        .transpose()
+        .map_err(|e| anyhow::anyhow!("--smooth: {e}"))?;
+    let fixed = (!args.dynamic_shapes && args.engine == "ort").then_some((h as usize, w as usize));
+    let seg = open_segmenter_strict(
+        &args.model,
+        &args.engine,
+        &args.providers,
+        args.threads,
+        args.strict,
+        fixed,
+    )?;
+    check_contract(&seg, args)?;
+    if smoother.is_some() && seg.contract().output == OutputKind::Mask {
+        bail!(
+            "--smooth: {} outputs a class map (exported with --argmax), and smoothing needs \
+             logits; export without --argmax, or drop --smooth",
+            args.model.display()
+        );
+    }
+    let desc = format!(
+        "{} on {}{}",
+        seg.engine().name(),
+        seg.engine().provider(),
+        seg.engine()
+            .fallback_reason()
+            .map(|r| format!(" ({r})"))
+            .unwrap_or_default()
+    );
+    eprintln!(
+        "engine {desc}; live: newest frame wins (slot {})",
+        args.slot.max(1)
+    );
+    let spec = seg.spec().clone();
+    if spec.num_classes() > 256 {
+        bail!("{} classes do not fit uint8 masks", spec.num_classes());
+    }
+    let config = BatchConfig::new()
+        .with_max_batch(1)
+        .with_max_wait(Duration::ZERO)
+        .with_queue_capacity(args.slot.max(1) + 1)
+        .with_logits(args.logits || smoother.is_some());
+    let server = BatchServer::new(config, spec.clone(), vec![seg.into_plain_engine()])?;
+    let mut stream = server.latest_stream(args.slot.max(1));
+    if let Some(ms) = args.deadline_ms {
+        if !(ms > 0.0 && ms.is_finite()) {
+            bail!("--deadline-ms must be a positive number of milliseconds");
+        }
+        stream = stream.with_deadline(Duration::from_secs_f64(ms / 1e3));
+    }
+    if !to_stdout {
+        std::fs::create_dir_all(&args.out)
+            .with_context(|| format!("creating {}", args.out.display()))?;
+    }
+    let overlays = (!to_stdout && !args.no_overlay).then(|| Mutex::new(HashMap::new()));
+    let mut smoother = smoother;
+    let mut meter = FlickerMeter::new();
+    let mut latencies = Vec::new();
+    let mut stdout = std::io::BufWriter::new(std::io::stdout().lock());
+    let start = Instant::now();
+    let stream = Arc::new(stream);
+    let overlays = Arc::new(overlays);
+    let reader = {
+        let (stream, overlays) = (stream.clone(), overlays.clone());
+        std::thread::Builder::new()
+            .name("segtool-read".into())
+            .spawn(move || feed_live(w, h, &stream, overlays.as_ref().as_ref()))?
+    };
+    let mut write = || -> Result<()> {
+        while let Some(frame) = stream.next() {
+            let image = overlays.as_ref().as_ref().and_then(|m| {
+                m.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&frame.frame)
+            });
+            let out = match frame.outcome {
+                LiveOutcome::Answered(out) => out,
+                LiveOutcome::Dropped(_) => continue,
+                LiveOutcome::Failed(e) => {
+                    return Err(anyhow::Error::new(e).context(format!("frame {}", frame.frame)))
+                }
+            };
+            let mask = match (&mut smoother, &out.logits) {
+                (Some(sm), Some(logits)) => sm.mask(logits.view(), h as usize, w as usize),
+                _ => out.mask,
+            };
+            latencies.push(frame.submitted.elapsed().as_secs_f64() * 1e3);
+            meter.observe(mask.view());
+            if to_stdout {
+                stdout.write_all(&frame.frame.to_le_bytes())?;
+                stdout.write_all(mask.as_slice().expect("standard layout"))?;
+                stdout.flush()?;
+            } else {
+                let logits = out
+                    .logits
+                    .as_ref()
+                    .filter(|_| args.logits)
+                    .map(|l| l.view());
+                let name = format!("frame_{:06}", frame.frame);
+                write_files(
+                    &args.out,
+                    &name,
+                    &spec,
+                    &mask,
+                    image.as_ref(),
+                    args.labels,
+                    logits,
+                )?;
+            }
+        }
+        Ok(())
+    };
+    // A failed write stops here; the reader may still be blocked on stdin: not joined.
+    write().context("writing class maps")?;
+    reader
+        .join()
+        .map_err(|_| anyhow::anyhow!("input thread panicked"))??;
+    let wall = start.elapsed().as_secs_f64();
+    let stats = stream.stats();
+    latencies.sort_by(f64::total_cmp);
+    let latency = if latencies.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; arrival-to-mask ms p50 {:.1} p90 {:.1} p99 {:.1}",
+            percentile(&latencies, 50.0),
+            percentile(&latencies, 90.0),
+            percentile(&latencies, 99.0)
+        )
+    };
+    let flicker = meter
+        .flicker()
+        .map(|f| format!("; flicker {:.2}% of pixels per frame", 100.0 * f))
+        .unwrap_or_default();
+    let smoothing = args
+        .smooth
+        .map(|s| format!(", smoothed {s}"))
+        .unwrap_or_default();
+    let summary = format!(
+        "live: {} frame(s) submitted, {} answered, {} dropped ({} replaced, {} past deadline) \
+         -> {} in {wall:.2} s ({:.1} answered fps, {desc}{smoothing}){latency}{flicker}",
+        stats.submitted,
+        stats.answered,
+        stats.dropped(),
+        stats.replaced,
+        stats.expired,
+        if to_stdout {
+            "stdout".to_string()
+        } else {
+            args.out.display().to_string()
+        },
+        stats.answered as f64 / wall.max(1e-9),
+    );
+    if to_stdout {
+        eprintln!("{summary}");
+    } else {
+        println!("{summary}");
+    }
+    Ok(())
 }
