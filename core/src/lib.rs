@@ -8,6 +8,8 @@ pub mod images;
 pub mod io;
 pub mod metrics;
 pub mod palette;
+#[cfg(feature = "plot")]
+pub mod plot;
 pub mod process;
 pub mod protocol;
 pub mod shapes;

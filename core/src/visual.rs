@@ -1,5 +1,7 @@
-//! Small plots written as PNG with no font or plotting dependency: curves people would
-//! rather look at than read (loss, mIoU). The numbers themselves go to CSV/JSON beside.
+//! Small pictures with no font or plotting dependency: a bare curve (`line_plot`, kept
+//! for callers without the `plot` feature), moving averages, and validation panels
+//! (image | ground truth | prediction). Charts with axes, labels and legends are in
+//! [`crate::plot`] (feature `plot`).
 
 use image::{Rgb, RgbImage};
 
@@ -94,6 +96,35 @@ pub fn smooth(points: &[(f64, f64)], window: usize) -> Vec<(f64, f64)> {
         .collect()
 }
 
+/// Image | ground truth | prediction, side by side: the masks blended over the image at
+/// 50 %, labels without a palette entry (ignore, 255) left as the image. `prediction` is
+/// (H, W) labels, row-major, the image's size.
+pub fn overlay_panel(
+    image: &RgbImage,
+    truth: &image::GrayImage,
+    prediction: &[u8],
+    palette: &[[u8; 3]],
+) -> RgbImage {
+    let (w, h) = image.dimensions();
+    let blend = |label: u8, px: Rgb<u8>| match palette.get(label as usize) {
+        Some(c) => Rgb([0, 1, 2].map(|k| ((px.0[k] as u16 + c[k] as u16 + 1) / 2) as u8)),
+        None => px,
+    };
+    let mut panel = RgbImage::new(w * 3, h);
+    for (x, y, &px) in image.enumerate_pixels() {
+        panel.put_pixel(x, y, px);
+        let t = if truth.dimensions() == (w, h) {
+            truth.get_pixel(x, y).0[0]
+        } else {
+            255
+        };
+        panel.put_pixel(w + x, y, blend(t, px));
+        let p = prediction.get((y * w + x) as usize).copied().unwrap_or(255);
+        panel.put_pixel(2 * w + x, y, blend(p, px));
+    }
+    panel
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -105,5 +136,16 @@ mod tests {
         assert!(img.pixels().any(|p| p.0 == [31, 119, 180]));
         let s = super::smooth(&[(0.0, 0.0), (1.0, 2.0), (2.0, 4.0)], 2);
         assert_eq!(s[2], (2.0, 3.0));
+    }
+
+    #[test]
+    fn overlay_panel_blends_labels() {
+        let img = super::RgbImage::from_pixel(2, 1, super::Rgb([100, 100, 100]));
+        let truth = image::GrayImage::from_raw(2, 1, vec![0, 255]).unwrap();
+        let panel = super::overlay_panel(&img, &truth, &[1, 1], &[[0, 0, 0], [200, 200, 200]]);
+        assert_eq!(panel.dimensions(), (6, 1));
+        assert_eq!(panel.get_pixel(2, 0).0, [50, 50, 50]);
+        assert_eq!(panel.get_pixel(3, 0).0, [100, 100, 100]);
+        assert_eq!(panel.get_pixel(5, 0).0, [150, 150, 150]);
     }
 }
