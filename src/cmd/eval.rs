@@ -217,6 +217,15 @@ pub fn run(args: Args) -> Result<()> {
     );
     if let Some(path) = &args.metrics {
         write_metrics(path, &result, spec, &opts)?;
+        let title = segtool_train::telemetry::title_of(&args.checkpoint);
+        for chart in segtool_train::telemetry::write_eval_charts(
+            path,
+            &result.confusion,
+            &spec.classes,
+            &title,
+        )? {
+            println!("wrote {}", chart.display());
+        }
     }
     Ok(())
 }

@@ -269,6 +269,7 @@ pub fn run(args: Args) -> Result<()> {
         eval_every: cfg.eval.every as usize,
         log_every: cfg.log.every as usize,
         plot_every: cfg.log.plot_every as usize,
+        tensorboard: cfg.log.tensorboard,
         workers: cfg.data.workers,
         prefetch: cfg.data.prefetch,
         config_text: cfg.to_toml_string(),
@@ -289,7 +290,10 @@ pub fn run(args: Args) -> Result<()> {
         let val = val_set
             .as_deref()
             .expect("validation only runs with a val split");
-        let result = evaluate_with(model, val, &eval_opts, device, None, |_, _| Ok(()))?;
+        let mut kept = Vec::new();
+        let result = evaluate_with(model, val, &eval_opts, device, None, |i, labels| {
+            segtool_train::telemetry::keep_prediction(&mut kept, i, labels)
+        })?;
         // dist: every rank evaluates the whole split (same result); rank 0 reports.
         if rank == 0 {
             eprintln!(
@@ -298,10 +302,7 @@ pub fn run(args: Args) -> Result<()> {
                 result.pixel_accuracy() * 100.0
             );
         }
-        Ok(ValScore {
-            miou: result.mean_iou(),
-            pixel_accuracy: result.pixel_accuracy(),
-        })
+        ValScore::from_eval(&result, model, val, &kept)
     };
     let validate: Option<&mut dyn FnMut(&DaNet) -> Result<ValScore>> =
         val_set.is_some().then_some(&mut validate as _);
@@ -571,13 +572,26 @@ pub fn backbone_spec(name: &str, output_stride: i64) -> Result<BackboneSpec> {
 
 /// `<stem>.loss.png` (raw and smoothed) and `<stem>.loss.csv`.
 pub fn write_loss_curve(stem: &Path, losses: &[(usize, f64)]) -> Result<()> {
+    use segtool_core::plot::{LineChart, Series, COLOURS};
     let points: Vec<(f64, f64)> = losses.iter().map(|&(i, l)| (i as f64, l)).collect();
     let smooth = segtool_core::visual::smooth(&points, 25);
-    let png = segtool_core::visual::line_plot(&[&points, &smooth], 640, 360);
-    let png_path = stem.with_extension("loss.png");
-    let bytes = segtool_core::dataset::encode_png(&image::DynamicImage::ImageRgb8(png));
-    segtool_core::io::write_atomic(&png_path, &bytes)
-        .with_context(|| format!("writing {}", png_path.display()))?;
+    let run = stem
+        .parent()
+        .and_then(|d| d.file_name())
+        .and_then(|n| n.to_str())
+        .unwrap_or("run");
+    let chart = LineChart {
+        title: format!("{run}: training loss"),
+        x_label: "iteration".into(),
+        y_label: "loss (cross-entropy, 3 outputs)".into(),
+        series: vec![
+            Series::new("per iteration", points, COLOURS[0]).faint(),
+            Series::new("mean of 25", smooth, COLOURS[0]),
+        ],
+        y_from_zero: true,
+        y_range: None,
+    };
+    segtool_train::metrics_log::write_chart(&stem.with_extension("loss.png"), &chart)?;
     let csv: String = std::iter::once("iteration,loss\n".to_string())
         .chain(losses.iter().map(|(i, l)| format!("{i},{l}\n")))
         .collect();

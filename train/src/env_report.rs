@@ -197,7 +197,8 @@ pub fn set_cuda_allow_tf32(allow: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn libtorch() -> Libtorch {
+/// The libtorch this build links (cheap: no device or process-group checks).
+pub fn libtorch() -> Libtorch {
     let version = unsafe { CStr::from_ptr(segtool_env_torch_version()) }
         .to_string_lossy()
         .into_owned();

@@ -16,7 +16,10 @@ pub mod metrics_log;
 pub mod model;
 pub mod ohem;
 pub mod optim;
+pub mod report;
 pub mod run;
+pub mod telemetry;
+pub mod tensorboard;
 pub mod trainer;
 
 pub use checkpoint::Checkpoint;

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::checkpoint::{self, Checkpoint, CheckpointInfo};
 use crate::loader::{Loader, LoaderConfig, SamplerPosition};
-use crate::metrics_log::{MetricsLog, Record};
+use crate::metrics_log::{ClassIou, MetricsLog, Record};
 use crate::model::DaNet;
 use crate::trainer::{progress_bar, NonFiniteLoss, Trainer};
 
@@ -105,11 +105,19 @@ pub struct RunState {
 }
 
 /// Validation scores; the run keeps the checkpoint with the best `miou` as `best`.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct ValScore {
     pub miou: f64,
     pub pixel_accuracy: f64,
+    /// IoU per class (logged to metrics.jsonl and TensorBoard); empty: not reported.
+    pub class_iou: Vec<ClassIou>,
+    /// A few validation pictures (image | ground truth | prediction) for the run
+    /// directory's `val_overlays/` and TensorBoard.
+    pub overlays: Vec<image::RgbImage>,
 }
+
+// `ValScore::new`, `ValScore::from_eval` and `validate`: crate::telemetry.
+pub use crate::telemetry::{validate, VAL_OVERLAYS};
 
 pub struct RunOptions {
     pub out_dir: PathBuf,
@@ -121,6 +129,8 @@ pub struct RunOptions {
     pub eval_every: usize,
     pub log_every: usize,
     pub plot_every: usize,
+    /// TensorBoard event files in `out_dir` (main process only).
+    pub tensorboard: bool,
     pub workers: usize,
     pub prefetch: usize,
     pub rank: usize,
@@ -141,6 +151,7 @@ impl RunOptions {
             eval_every: 0,
             log_every: 10,
             plot_every: 100,
+            tensorboard: true,
             workers: 2,
             prefetch: 4,
             rank: 0,
@@ -224,6 +235,17 @@ pub fn run(
             .with_context(|| format!("writing {}", config_path.display()))?;
     }
     let mut log = MetricsLog::open(&opts.out_dir.join("metrics.jsonl"), state.iteration, main)?;
+    if main {
+        crate::telemetry::write_environment(
+            &opts.out_dir,
+            trainer,
+            opts.world_size,
+            state.iteration,
+        )?;
+        if opts.tensorboard {
+            log = log.with_tensorboard(&opts.out_dir, state.iteration, &opts.config_text)?;
+        }
+    }
     let loader_config = LoaderConfig {
         batch_size: cfg.batch_size,
         workers: opts.workers,
@@ -268,7 +290,7 @@ pub fn run(
         };
         state.iteration += 1;
         let done = state.iteration;
-        window.add(stats.loss, stats.grad_norm, stats.skipped, stats.loss_scale);
+        window.add(&stats);
         record_amp(trainer, &mut state);
         bar.inc(1);
 
@@ -290,7 +312,11 @@ pub fn run(
             let due = opts.eval_every > 0 && done % opts.eval_every == 0;
             if due || done == cfg.iterations {
                 let score = validate(&trainer.model)?;
-                log.push(Record::val(done, score.miou, score.pixel_accuracy))?;
+                let record = Record {
+                    class_iou: (!score.class_iou.is_empty()).then(|| score.class_iou.clone()),
+                    ..Record::val(done, score.miou, score.pixel_accuracy)
+                };
+                log.push_validation(record, &score.overlays)?;
                 if main && state.best_miou.is_none_or(|b| score.miou > b) {
                     state.best_miou = Some(score.miou);
                     state.best_iteration = Some(done);
@@ -371,6 +397,7 @@ struct Window {
     start: Instant,
     wait_at_start: std::time::Duration,
     losses: Vec<f64>,
+    terms: Vec<[f64; 3]>,
     grad_norms: Vec<f64>,
     skipped: usize,
     loss_scale: Option<f64>,
@@ -382,35 +409,38 @@ impl Window {
             start: Instant::now(),
             wait_at_start: wait,
             losses: Vec::new(),
+            terms: Vec::new(),
             grad_norms: Vec::new(),
             skipped: 0,
             loss_scale: None,
         }
     }
 
-    fn add(&mut self, loss: f64, grad_norm: Option<f64>, skipped: bool, scale: Option<f64>) {
-        self.losses.push(loss);
-        self.grad_norms.extend(grad_norm);
-        self.skipped += skipped as usize;
-        self.loss_scale = scale.or(self.loss_scale);
+    fn add(&mut self, stats: &crate::trainer::StepStats) {
+        self.losses.push(stats.loss);
+        self.terms.push(stats.loss_terms);
+        self.grad_norms.extend(stats.grad_norm);
+        self.skipped += stats.skipped as usize;
+        self.loss_scale = stats.loss_scale.or(self.loss_scale);
     }
 
     /// The record of this window; starts the next one.
     fn record(&mut self, iteration: usize, lr: f64, wait: std::time::Duration) -> Record {
         let seconds = self.start.elapsed().as_secs_f64().max(1e-9);
         let mean = |v: &[f64]| (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64);
+        let term = |k: usize| mean(&self.terms.iter().map(|t| t[k]).collect::<Vec<_>>());
         let record = Record {
-            kind: "train".into(),
-            iteration,
             loss: mean(&self.losses),
+            loss_fused: term(0),
+            loss_pam: term(1),
+            loss_cam: term(2),
             lr: Some(lr),
             it_per_s: Some(self.losses.len() as f64 / seconds),
             data_wait: Some(((wait - self.wait_at_start).as_secs_f64() / seconds).min(1.0)),
             grad_norm: mean(&self.grad_norms),
-            miou: None,
-            pixel_accuracy: None,
             skipped_steps: (self.skipped > 0).then_some(self.skipped),
             loss_scale: self.loss_scale,
+            ..Record::empty("train", iteration)
         };
         *self = Self::new(wait);
         record

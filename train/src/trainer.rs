@@ -119,6 +119,18 @@ pub fn danet_loss_with(
     weights: [f64; 3],
     ohem: Option<&Ohem>,
 ) -> Tensor {
+    let [fused, position, channel] = danet_loss_terms(out, target, weights, ohem);
+    fused + position + channel
+}
+
+/// The three weighted terms of [`danet_loss_with`] (fused, position, channel), whose sum
+/// is the loss.
+pub fn danet_loss_terms(
+    out: &DaNetOutputs,
+    target: &Tensor,
+    weights: [f64; 3],
+    ohem: Option<&Ohem>,
+) -> [Tensor; 3] {
     let ce = |logits: &Tensor| match ohem {
         Some(ohem) => ohem.loss(logits, target),
         None => logits.cross_entropy_loss::<Tensor>(
@@ -129,7 +141,11 @@ pub fn danet_loss_with(
             0.0,
         ),
     };
-    ce(&out.fused) * weights[0] + ce(&out.position) * weights[1] + ce(&out.channel) * weights[2]
+    [
+        ce(&out.fused) * weights[0],
+        ce(&out.position) * weights[1],
+        ce(&out.channel) * weights[2],
+    ]
 }
 
 /// The loss was NaN or infinite: the step was not applied, the weights are intact.
@@ -154,6 +170,8 @@ pub struct StepStats {
     pub skipped: bool,
     /// amp: the loss scale after this step (loss scaling only).
     pub loss_scale: Option<f64>,
+    /// The loss's weighted terms (fused, position, channel output), averaged like it.
+    pub loss_terms: [f64; 3],
 }
 
 pub struct Trainer {
@@ -234,6 +252,7 @@ impl Trainer {
         self.optimizer.zero_grad();
         let scale = 1.0 / micro_batches.len() as f64;
         let mut total = 0.0;
+        let mut terms = [0.0f64; 3];
         for (images, masks) in micro_batches {
             // amp: the forward under autocast; the loss from fp32 logits.
             let out = match &self.amp {
@@ -247,13 +266,18 @@ impl Trainer {
                 }
                 None => self.model.forward_all(images, true),
             };
-            let loss = danet_loss_with(
+            let [fused, position, channel] = danet_loss_terms(
                 &out,
                 masks,
                 self.config.loss_weights,
                 self.config.ohem.as_ref(),
             );
+            let parts = Tensor::stack(&[fused.detach(), position.detach(), channel.detach()], 0);
+            let loss = fused + position + channel;
             let value = loss.double_value(&[]);
+            let parts =
+                Vec::<f64>::try_from(parts.to_kind(tch::Kind::Double).to_device(Device::Cpu))
+                    .unwrap_or_default();
             if !value.is_finite() {
                 self.optimizer.zero_grad();
                 return Err(NonFiniteLoss {
@@ -270,12 +294,18 @@ impl Trainer {
                 None => loss.f_backward()?,
             }
             total += value * scale;
+            for (t, p) in terms.iter_mut().zip(&parts) {
+                *t += p * scale;
+            }
         }
         // dist: one gradient all-reduce per step, after the last micro-batch, before
         // clipping (as PyTorch DDP).
         if let Some(ddp) = &self.ddp {
             ddp.average_gradients(&self.vs)?;
             total = ddp.mean(total)?;
+            for t in terms.iter_mut() {
+                *t = ddp.mean(*t)?;
+            }
         }
         // amp: unscale (after the all-reduce, before clipping); inf/NaN skips the step.
         let found_inf = match &self.amp {
@@ -306,6 +336,7 @@ impl Trainer {
             grad_norm,
             skipped,
             loss_scale,
+            loss_terms: terms,
         })
     }
 

@@ -161,12 +161,7 @@ fn keeps_k_snapshots_best_and_names_the_checkpoint_on_nan() {
         ..options(dir.path())
     };
     let mut scores = [0.3, 0.5, 0.4].into_iter();
-    let mut validate = |_: &segtool_train::DaNet| {
-        Ok(ValScore {
-            miou: scores.next().unwrap(),
-            pixel_accuracy: 0.9,
-        })
-    };
+    let mut validate = |_: &segtool_train::DaNet| Ok(ValScore::new(scores.next().unwrap(), 0.9));
     let state = run::run(
         &mut t,
         dataset(),

@@ -323,6 +323,9 @@ pub struct LogConfig {
     pub every: u64,
     /// Iterations between redraws of the loss plot; 0 draws it only at the end.
     pub plot_every: u64,
+    /// TensorBoard event files in the run directory (`events.out.tfevents.*`), flushed at
+    /// every log interval.
+    pub tensorboard: bool,
 }
 
 impl Default for LogConfig {
@@ -330,6 +333,7 @@ impl Default for LogConfig {
         Self {
             every: 20,
             plot_every: 500,
+            tensorboard: true,
         }
     }
 }
