@@ -49,6 +49,9 @@ enum Command {
     /// Inspect a model configuration (`model info`: parameters, MACs, memory per module).
     #[cfg(feature = "train")]
     Model(cmd::model_info::Args),
+    /// One self-contained HTML page about a run directory: curves, metrics, overlays, config, environment.
+    #[cfg(feature = "train")]
+    Report(cmd::report::Args),
 }
 
 fn main() {
@@ -73,6 +76,8 @@ fn main() {
         Command::Demo(args) => cmd::demo::run(args),
         #[cfg(feature = "train")]
         Command::Model(args) => cmd::model_info::run(args),
+        #[cfg(feature = "train")]
+        Command::Report(args) => cmd::report::run(args),
     };
     if let Err(err) = result {
         eprintln!("error: {err:#}");

@@ -18,6 +18,8 @@ pub mod infer;
 #[cfg(feature = "train")]
 pub mod model_info;
 #[cfg(feature = "train")]
+pub mod report;
+#[cfg(feature = "train")]
 pub mod train;
 
 use anyhow::{bail, Context, Result};
