@@ -120,6 +120,8 @@ pub struct CalibrationOptions {
     pub samples: usize,
     /// Weights per output channel (axis 0) instead of per tensor.
     pub per_channel: bool,
+    /// Integer range of the weights (see [`qdq::WeightRange`]).
+    pub weight_range: qdq::WeightRange,
     /// Nodes left in float.
     pub keep_float: Vec<String>,
     /// Same-size images per ORT run.
@@ -137,6 +139,7 @@ impl Default for CalibrationOptions {
             percentile: 99.99,
             samples: 100,
             per_channel: true,
+            weight_range: qdq::WeightRange::for_this_cpu(),
             keep_float: Vec::new(),
             batch_size: 4,
             bins: DEFAULT_BINS,
@@ -383,6 +386,7 @@ pub fn rewrite_with(
         "method": opts.method.name(),
         "samples": samples,
         "per_channel": opts.per_channel,
+        "weight_range": opts.weight_range.name(),
         "bins": opts.bins,
         "tensors": plan.activations.len(),
         "keep_float": keep_float,
@@ -395,6 +399,7 @@ pub fn rewrite_with(
         plan,
         thresholds,
         opts.per_channel,
+        opts.weight_range,
         (CALIBRATION_METADATA_KEY, meta.to_string()),
     )
 }

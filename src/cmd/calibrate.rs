@@ -2,6 +2,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use segtool_calibration::auto::{auto_calibrate, holdout_split, AutoOptions, Target};
+use segtool_calibration::qdq::WeightRange;
 use segtool_calibration::report::{compare, CompareOptions};
 use segtool_calibration::{
     calibrate, list_images, load_model, model_spec, write_atomic, CalibrationOptions, Method,
@@ -30,6 +31,11 @@ pub struct Args {
     /// Weights quantised per output channel (axis 0) instead of per tensor.
     #[arg(long)]
     pub per_channel: bool,
+    /// Integer range of the weights: full [-127, 127], or reduced [-63, 63], which ONNX
+    /// Runtime's x86 kernels without VNNI need to avoid int16 saturation. auto: reduced
+    /// when this CPU lacks VNNI (x86_64), else full. Recorded in the model's metadata.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub weight_range: WeightRangeArg,
     /// Nodes left in float, comma-separated node names.
     #[arg(long, value_delimiter = ',')]
     pub keep_float: Vec<String>,
@@ -105,7 +111,7 @@ pub fn run(args: Args) -> Result<()> {
         .with_context(|| format!("calibrating {}", args.model.display()))?;
     write_atomic(&args.out, &cal.model)?;
     eprintln!(
-        "wrote {} ({} tensors calibrated with {} on {} images, {} weights per {})",
+        "wrote {} ({} tensors calibrated with {} on {} images, {} weights per {}, {} range)",
         args.out.display(),
         cal.thresholds.len(),
         args.method.name(),
@@ -115,7 +121,8 @@ pub fn run(args: Args) -> Result<()> {
             "channel"
         } else {
             "tensor"
-        }
+        },
+        opts.weight_range.name()
     );
     if let Some(path) = &args.trt_cache {
         write_atomic(path, cal.trt_cache.as_bytes())?;
@@ -163,6 +170,11 @@ fn calibration_options(args: &Args) -> CalibrationOptions {
         percentile: args.percentile,
         samples: args.samples,
         per_channel: args.per_channel,
+        weight_range: match args.weight_range {
+            WeightRangeArg::Auto => WeightRange::for_this_cpu(),
+            WeightRangeArg::Full => WeightRange::Full,
+            WeightRangeArg::Reduced => WeightRange::Reduced,
+        },
         keep_float: args.keep_float.clone(),
         batch_size: args.batch_size,
         threads: args.threads,
@@ -237,4 +249,11 @@ fn run_auto(args: Args) -> Result<()> {
         r.target.metric_name()
     );
     Ok(())
+}
+
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum WeightRangeArg {
+    Auto,
+    Full,
+    Reduced,
 }
