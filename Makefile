@@ -11,8 +11,10 @@ setup:
 demo:
 	@$(ENV); cargo build --release --bin segtool && target/release/segtool demo --out out/demo
 
+# SEGTOOL_BROWSER=1: the set-up also installs Debian's chromium for the report page's
+# headless-browser test (tests/report.rs).
 test:
-	@$(ENV); cargo test --workspace --no-fail-fast
+	@set -euo pipefail; source "$$(SEGTOOL_BROWSER=1 bash scripts/setup.sh)"; cargo test --workspace --no-fail-fast
 
 # The GPU tier (README, GPU section): every check runs on the GPUs present or is reported
 # SKIPPED with its reason. Run by nothing in CI. SEGTOOL_GPU=1 sets up the GPU venv
