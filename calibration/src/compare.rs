@@ -16,11 +16,11 @@ use std::path::PathBuf;
 use prost::Message;
 use segtool_core::ModelSpec;
 use segtool_export::proto::{
-    type_proto, AttributeProto, DataType, GraphProto, ModelProto, NodeProto, TypeProto,
-    ValueInfoProto,
+    type_proto, AttributeProto, DataType, GraphProto, ModelProto, NodeProto, ValueInfoProto,
 };
 
 use crate::session::OrtModel;
+use crate::similarity::Similarity;
 use crate::{for_each_batch, qdq, CalibrationError};
 
 /// Element type of every value of `g` that can be told from the graph alone: inputs,
@@ -75,20 +75,6 @@ fn is_float(e: i32) -> bool {
     e == DataType::Float as i32 || e == DataType::Float16 as i32
 }
 
-fn float_output(name: &str) -> ValueInfoProto {
-    ValueInfoProto {
-        name: name.to_string(),
-        r#type: Some(TypeProto {
-            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
-                elem_type: DataType::Float as i32,
-                shape: None,
-            })),
-            denotation: String::new(),
-        }),
-        doc_string: String::new(),
-    }
-}
-
 /// Suffix of the float32 copies of exposed FLOAT16 tensors.
 pub const AS_F32_SUFFIX: &str = "__segtool_f32";
 
@@ -120,11 +106,11 @@ pub fn expose(
                 }],
                 ..Default::default()
             });
-            g.output.push(float_output(&out));
+            g.output.push(qdq::float_output(&out));
             names.insert(t.clone(), out);
         } else if e == DataType::Float as i32 {
             if present.insert(t.clone()) {
-                g.output.push(float_output(t));
+                g.output.push(qdq::float_output(t));
             }
             names.insert(t.clone(), t.clone());
         }
@@ -217,50 +203,6 @@ pub struct Comparison {
     pub only_b: usize,
 }
 
-#[derive(Default)]
-struct Acc {
-    dot: f64,
-    aa: f64,
-    bb: f64,
-    dd: f64,
-    max_diff: f64,
-    max_abs: f64,
-}
-
-impl Acc {
-    fn add(&mut self, a: &[f32], b: &[f32]) {
-        for (&x, &y) in a.iter().zip(b) {
-            let (x, y) = (x as f64, y as f64);
-            self.dot += x * y;
-            self.aa += x * x;
-            self.bb += y * y;
-            let d = x - y;
-            self.dd += d * d;
-            // NaN in either makes the difference NaN: report it as infinite.
-            let d = if d.is_nan() { f64::INFINITY } else { d.abs() };
-            self.max_diff = self.max_diff.max(d);
-            self.max_abs = self.max_abs.max(x.abs());
-        }
-    }
-}
-
-/// SNR and cosine as [`crate::report`] computes them.
-fn snr_cos(aa: f64, bb: f64, dot: f64, dd: f64) -> (f64, f64) {
-    let cos = if aa > 0.0 && bb > 0.0 {
-        dot / (aa.sqrt() * bb.sqrt())
-    } else if aa == bb {
-        1.0
-    } else {
-        0.0
-    };
-    let snr = if dd > 0.0 {
-        (10.0 * (aa / dd).log10()).min(200.0)
-    } else {
-        200.0
-    };
-    (snr, cos)
-}
-
 /// Runs `a` and `b` on the first `opts.samples` of `images` (normalised for `spec`, one
 /// image per run) with every shared float tensor exposed.
 pub fn compare_models(
@@ -290,7 +232,7 @@ pub fn compare_models(
     let mut sa = OrtModel::new(&ma.encode_to_vec(), opts.threads)?;
     let mut sb = OrtModel::new(&mb.encode_to_vec(), opts.threads)?;
     let images = &images[..images.len().min(opts.samples.max(1))];
-    let mut acc: Vec<Acc> = names.iter().map(|_| Acc::default()).collect();
+    let mut acc: Vec<Similarity> = names.iter().map(|_| Similarity::default()).collect();
     let mut shapes: Vec<Option<Vec<usize>>> = vec![None; names.len()];
     let mut mismatch: BTreeMap<String, (Vec<usize>, Vec<usize>)> = BTreeMap::new();
     for_each_batch(images, spec, 1, |x, _| {
@@ -323,15 +265,15 @@ pub fn compare_models(
         let Some(shape) = shapes[i].take() else {
             continue;
         };
-        let (snr_db, cosine) = snr_cos(s.aa, s.bb, s.dot, s.dd);
+        let (snr_db, cosine) = (s.snr_db(), s.cosine());
         layers.push(LayerDiff {
             name,
             op,
             shape,
             cosine,
             snr_db,
-            max_abs_diff: s.max_diff,
-            max_abs: s.max_abs,
+            max_abs_diff: s.max_abs_diff(),
+            max_abs: s.max_abs(),
         });
     }
     let mut c = Comparison {

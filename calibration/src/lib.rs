@@ -17,6 +17,7 @@ pub mod plot;
 pub mod qdq;
 pub mod report;
 pub mod session;
+pub mod similarity;
 pub mod stats;
 pub mod trt_cache;
 

@@ -262,7 +262,8 @@ pub fn plan(model: &ModelProto, keep_float: &[String]) -> Result<Plan, Calibrati
     Ok(plan)
 }
 
-fn float_output(name: &str) -> ValueInfoProto {
+/// A graph output declaring a float32 tensor of any shape.
+pub(crate) fn float_output(name: &str) -> ValueInfoProto {
     use segtool_export::proto::type_proto;
     ValueInfoProto {
         name: name.to_string(),

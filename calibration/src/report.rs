@@ -13,6 +13,7 @@ use segtool_core::ModelSpec;
 use segtool_export::proto::ModelProto;
 
 use crate::session::OrtModel;
+use crate::similarity::Similarity;
 use crate::{for_each_batch, qdq, CalibrationError};
 
 /// One layer's agreement.
@@ -37,26 +38,6 @@ pub struct Report {
     pub size_int8: u64,
     pub latency_fp32_ms: f64,
     pub latency_int8_ms: f64,
-}
-
-#[derive(Default)]
-struct Acc {
-    dot: f64,
-    aa: f64,
-    bb: f64,
-    dd: f64,
-}
-
-impl Acc {
-    fn add(&mut self, a: &[f32], b: &[f32]) {
-        for (&x, &y) in a.iter().zip(b) {
-            let (x, y) = (x as f64, y as f64);
-            self.dot += x * y;
-            self.aa += x * x;
-            self.bb += y * y;
-            self.dd += (x - y) * (x - y);
-        }
-    }
 }
 
 pub(crate) fn argmax_classes(logits: &ArrayD<f32>) -> Vec<u8> {
@@ -138,8 +119,10 @@ pub fn compare(
         opts.threads,
     )?;
     let images = &images[..images.len().min(opts.samples.max(1))];
-    let mut acc: BTreeMap<String, Acc> =
-        layers.iter().map(|l| (l.clone(), Acc::default())).collect();
+    let mut acc: BTreeMap<String, Similarity> = layers
+        .iter()
+        .map(|l| (l.clone(), Similarity::default()))
+        .collect();
     let (mut same, mut pixels) = (0u64, 0u64);
     let classes = spec.classes.len();
     let mut cm = (ConfusionMatrix::new(classes), ConfusionMatrix::new(classes));
@@ -185,18 +168,8 @@ pub fn compare(
         .into_iter()
         .map(|(name, s)| LayerStat {
             name,
-            cosine: if s.aa > 0.0 && s.bb > 0.0 {
-                s.dot / (s.aa.sqrt() * s.bb.sqrt())
-            } else if s.aa == s.bb {
-                1.0
-            } else {
-                0.0
-            },
-            snr_db: if s.dd > 0.0 {
-                (10.0 * (s.aa / s.dd).log10()).min(200.0)
-            } else {
-                200.0
-            },
+            cosine: s.cosine(),
+            snr_db: s.snr_db(),
         })
         .collect();
     let (mut lat_a, mut lat_b) = (0.0, 0.0);
