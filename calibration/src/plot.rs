@@ -1,13 +1,14 @@
-//! The `--auto` trade-off as a PNG (plotters' bitmap backend, no text: the numbers are in
-//! the CSV/JSON beside it). x: ORT CPU latency (ms), y: the target metric (agreement or
-//! mIoU). Black square: fp32; red circle: all-INT8; blue: the search's steps, joined in
-//! order; green ring: the chosen point; grey horizontal line: the target (agreement);
-//! light grid: 5 x 5 cells over the data range.
+//! The `--auto` trade-off as a PNG, drawn by `segtool_core::plot` (title, tick numbers,
+//! axis labels, legend; the embedded font, so it works headless). x: ORT CPU latency of
+//! one validation image (ms; the table order when untimed), y: the target metric
+//! (agreement with fp32 or mIoU, %). The search path runs from all-INT8 through each
+//! step; fp32, all-INT8 and the chosen mix are single marked points; the target is a
+//! horizontal line.
 
 use image::RgbImage;
-use plotters::prelude::*;
+use segtool_core::plot::{line_chart, LineChart, Series};
 
-use crate::auto::{AutoResult, RowKind, Target};
+use crate::auto::{AutoResult, Row, RowKind, Target};
 use crate::CalibrationError;
 
 fn plot_err(e: impl std::fmt::Display) -> CalibrationError {
@@ -16,103 +17,69 @@ fn plot_err(e: impl std::fmt::Display) -> CalibrationError {
 
 /// The trade-off chart of `r` (width x height pixels).
 pub fn tradeoff_png(r: &AutoResult, width: u32, height: u32) -> Result<RgbImage, CalibrationError> {
-    let y_of = |row: &crate::auto::Row| match r.target {
-        Target::MinAgreement(_) => row.agreement * 100.0,
-        Target::MaxMiouDrop(_) => row.miou.unwrap_or(0.0) * 100.0,
+    let (metric, y_of): (&str, fn(&Row) -> f64) = match r.target {
+        Target::MinAgreement(_) => ("argmax agreement with fp32 (%)", |row| {
+            row.agreement * 100.0
+        }),
+        Target::MaxMiouDrop(_) => ("mIoU (%)", |row| row.miou.unwrap_or(0.0) * 100.0),
     };
     let timed = r.rows.iter().all(|row| row.latency_ms > 0.0);
-    // Untimed: the rows are spread along x in table order.
-    let x_of = |i: usize, row: &crate::auto::Row| {
-        if timed {
-            row.latency_ms
-        } else {
-            i as f64
-        }
-    };
     let pts: Vec<(f64, f64)> = r
         .rows
         .iter()
         .enumerate()
-        .map(|(i, row)| (x_of(i, row), y_of(row)))
+        .map(|(i, row)| (if timed { row.latency_ms } else { i as f64 }, y_of(row)))
         .collect();
-    let target_y = match r.target {
+    let point_of = |kind: RowKind| {
+        r.rows
+            .iter()
+            .zip(&pts)
+            .filter(|(row, _)| row.kind == kind)
+            .map(|(_, &p)| p)
+            .collect::<Vec<_>>()
+    };
+    let mut series = vec![
+        Series::new(
+            "search: all-INT8, then +1 float layer per step",
+            pts[1..].to_vec(),
+            [31, 119, 180],
+        ),
+        Series::new("fp32", point_of(RowKind::Fp32), [0, 0, 0]),
+        Series::new("all-INT8", point_of(RowKind::Int8), [214, 39, 40]),
+    ];
+    if let Some(i) = r.chosen {
+        series.push(Series::new(
+            format!("chosen: {}", r.rows[i].label()),
+            vec![pts[i]],
+            [44, 160, 44],
+        ));
+    }
+    let target = match r.target {
         Target::MinAgreement(a) => Some(a * 100.0),
         Target::MaxMiouDrop(p) => r.rows[0].miou.map(|m| m * 100.0 - p),
     };
-    let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
-    for &(x, y) in pts.iter().chain(target_y.map(|t| (pts[0].0, t)).iter()) {
-        x0 = x0.min(x);
-        x1 = x1.max(x);
-        y0 = y0.min(y);
-        y1 = y1.max(y);
+    if let Some(t) = target {
+        let (lo, hi) = pts.iter().fold((f64::MAX, f64::MIN), |(lo, hi), p| {
+            (lo.min(p.0), hi.max(p.0))
+        });
+        series.push(Series::new(
+            format!("target {t:.2}%"),
+            vec![(lo, t), (hi, t)],
+            [150, 150, 150],
+        ));
     }
-    let pad = |a: f64, b: f64| ((b - a) * 0.08).max(1e-3);
-    let (px, py) = (pad(x0, x1), pad(y0, y1));
-    let (x0, x1, y0, y1) = (x0 - px, x1 + px, y0 - py, y1 + py);
-
-    let mut buf = vec![255u8; (width * height * 3) as usize];
-    {
-        let root = BitMapBackend::with_buffer(&mut buf, (width, height)).into_drawing_area();
-        root.fill(&WHITE).map_err(plot_err)?;
-        let mut chart = ChartBuilder::on(&root)
-            .margin(24)
-            .build_cartesian_2d(x0..x1, y0..y1)
-            .map_err(plot_err)?;
-        let grid = RGBColor(225, 225, 225);
-        for k in 0..=5 {
-            let x = x0 + (x1 - x0) * k as f64 / 5.0;
-            let y = y0 + (y1 - y0) * k as f64 / 5.0;
-            let c = if k == 0 || k == 5 { BLACK } else { grid };
-            chart
-                .draw_series(LineSeries::new([(x, y0), (x, y1)], c))
-                .map_err(plot_err)?;
-            chart
-                .draw_series(LineSeries::new([(x0, y), (x1, y)], c))
-                .map_err(plot_err)?;
-        }
-        if let Some(t) = target_y {
-            chart
-                .draw_series(LineSeries::new(
-                    [(x0, t), (x1, t)],
-                    RGBColor(150, 150, 150).stroke_width(2),
-                ))
-                .map_err(plot_err)?;
-        }
-        // The search path: int8, then each step.
-        let path: Vec<(f64, f64)> = pts[1..].to_vec();
-        chart
-            .draw_series(LineSeries::new(
-                path,
-                RGBColor(31, 119, 180).stroke_width(2),
-            ))
-            .map_err(plot_err)?;
-        for (i, (row, &(x, y))) in r.rows.iter().zip(&pts).enumerate() {
-            match row.kind {
-                RowKind::Fp32 => chart
-                    .draw_series([EmptyElement::at((x, y))
-                        + Rectangle::new([(-6, -6), (6, 6)], BLACK.filled())])
-                    .map(|_| ()),
-                RowKind::Int8 => chart
-                    .draw_series([Circle::new((x, y), 6, RGBColor(214, 39, 40).filled())])
-                    .map(|_| ()),
-                RowKind::Step(_) => chart
-                    .draw_series([Circle::new((x, y), 4, RGBColor(31, 119, 180).filled())])
-                    .map(|_| ()),
-            }
-            .map_err(plot_err)?;
-            if Some(i) == r.chosen {
-                chart
-                    .draw_series([Circle::new(
-                        (x, y),
-                        11,
-                        RGBColor(44, 160, 44).stroke_width(3),
-                    )])
-                    .map_err(plot_err)?;
-            }
-        }
-        root.present().map_err(plot_err)?;
-    }
-    RgbImage::from_raw(width, height, buf).ok_or_else(|| plot_err("buffer size"))
+    let chart = LineChart {
+        title: "segtool calibrate --auto: accuracy against speed".into(),
+        x_label: if timed {
+            "ONNX Runtime CPU latency per image (ms)".into()
+        } else {
+            "table row (not timed)".into()
+        },
+        y_label: metric.into(),
+        series,
+        ..Default::default()
+    };
+    line_chart(&chart, width, height).map_err(plot_err)
 }
 
 /// [`tradeoff_png`] encoded as PNG bytes.
