@@ -1,6 +1,6 @@
-//! Writes that fail (issue 19): a checkpoint, an export, a calibration written onto a full
-//! disk or into a read-only directory fail with a clear error, leave the previous file
-//! intact and no temp file behind; training stops at the failed checkpoint and `--resume`
+//! Writes that fail (issue 19): a checkpoint, an export, a calibration, a report written
+//! onto a full disk or into a read-only directory fail with a clear error, leave the
+//! previous file intact and no temp file behind; training stops at the failed checkpoint and `--resume`
 //! from the last good one still repeats the uninterrupted run bit for bit.
 //!
 //! How the failures are made (the tests run as root, where `chmod 555` stops nothing):
@@ -10,8 +10,7 @@
 //! - read-only directory: a read-only bind mount of the output folder in a private mount
 //!   namespace (`unshare -m`; writes fail with EROFS), skipped with a note where unshare is
 //!   not allowed.
-//!
-//! `segtool report` does not exist in this tree yet: not covered.
+//! The same for the `segtool report` page.
 
 mod common;
 
@@ -214,4 +213,20 @@ fn training_stops_at_a_failed_checkpoint_and_resumes_exactly() {
     // Resumed from the last good checkpoint: the uninterrupted run's tensors bit for bit.
     run(&["train".into(), "--resume".into(), p(&split).into()]);
     assert_same_tensors(&whole.join("last.safetensors"), &last);
+
+    // The run report (inline PNGs: far over 8 KiB) onto a full disk and into a read-only
+    // folder: a clean failure, the previous page intact, no temp file.
+    let page_dir = d.join("pages");
+    std::fs::create_dir(&page_dir).unwrap();
+    let page = page_dir.join("report.html");
+    std::fs::write(&page, b"previous page").unwrap();
+    let report = ["report", p(&whole), "-o", p(&page)];
+    let out = segtool_full_disk(8, &report);
+    assert_clean_failure(&out, &page, "File too large");
+    assert_eq!(std::fs::read(&page).unwrap(), b"previous page");
+    assert_eq!(temp_files(&page_dir), Vec::<String>::new());
+    if let Some(out) = segtool_read_only(&page_dir, &report) {
+        assert_clean_failure(&out, &page, "Read-only file system");
+        assert_eq!(std::fs::read(&page).unwrap(), b"previous page");
+    }
 }

@@ -635,3 +635,17 @@ fn live_raw_frames_flicker_and_stream_bench() {
         assert!(report["provider"].is_string());
     }
 }
+
+/// A raw frame size past the decoded-image bound is refused when parsed, before any
+/// buffer exists, naming the size and the limit.
+#[test]
+fn huge_raw_frame_size_is_refused_up_front() {
+    let out = common::segtool(&["infer", "--model", "unread.onnx", "--raw", "30000x30000"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("frame too large") && stderr.contains("30000x30000 pixels need 2575 MiB"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("over the 512 MiB limit"), "{stderr}");
+}

@@ -218,11 +218,7 @@ impl Evaluator {
                     .map(|(p, x)| {
                         let stem = p.file_stem().unwrap_or_default().to_string_lossy();
                         let path = dir.join(format!("{stem}.png"));
-                        let l = image::open(&path)
-                            .map_err(|e| {
-                                CalibrationError::Input(format!("{}: {e}", path.display()))
-                            })?
-                            .to_luma8();
+                        let l = crate::read_label(&path)?;
                         if l.len() != x.shape()[2] * x.shape()[3] {
                             return Err(CalibrationError::Input(format!(
                                 "{}: label size differs from the image's",

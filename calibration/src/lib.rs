@@ -203,6 +203,12 @@ pub fn read_image(path: &Path) -> Result<RgbImage, CalibrationError> {
     segtool_core::dataset::read_rgb(path).map_err(|e| CalibrationError::Input(e.to_string()))
 }
 
+/// A label mask (class indices) as the datasets read it: palette PNGs as raw indices, not
+/// expanded to colours; image bombs refused by their header, naming size and limit.
+pub fn read_label(path: &Path) -> Result<image::GrayImage, CalibrationError> {
+    segtool_core::dataset::read_mask(path).map_err(|e| CalibrationError::Input(e.to_string()))
+}
+
 /// Consecutive same-size images, at most `batch` per group, normalised as the runtime
 /// does. Loads one batch at a time.
 pub fn for_each_batch(

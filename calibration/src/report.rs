@@ -148,9 +148,7 @@ pub fn compare(
                     .unwrap_or_default()
                     .to_string_lossy();
                 let path = dir.join(format!("{stem}.png"));
-                let label = image::open(&path)
-                    .map_err(|e| CalibrationError::Input(format!("{}: {e}", path.display())))?
-                    .to_luma8();
+                let label = crate::read_label(&path)?;
                 if label.len() != ma.len() {
                     return Err(CalibrationError::Input(format!(
                         "{}: label size differs from the image's",

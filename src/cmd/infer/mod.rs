@@ -185,8 +185,14 @@ pub fn parse_wxh(s: &str) -> Result<(u32, u32), String> {
     let (w, h) = s.split_once(['x', 'X']).ok_or_else(bad)?;
     let p = |v: &str| v.trim().parse::<u32>().ok().filter(|v| *v > 0);
     let (w, h) = (p(w).ok_or_else(bad)?, p(h).ok_or_else(bad)?);
-    if u64::from(w) * u64::from(h) * 3 > isize::MAX as u64 / 4 {
-        return Err(format!("`{s}`: frame too large"));
+    // The same bound as decoded images: a frame buffer (and its float copy) of a typo'd
+    // size would otherwise be allocated before the first byte arrives.
+    let bytes = u64::from(w) * u64::from(h) * 3;
+    if bytes > segtool_core::images::MAX_DECODED_BYTES {
+        return Err(format!(
+            "`{s}`: frame too large: {}",
+            segtool_core::images::too_large_message(w, h, bytes)
+        ));
     }
     Ok((w, h))
 }
