@@ -1,0 +1,173 @@
+//! The `--auto` result as people read it: the verdict, the trade-off table (text, CSV,
+//! JSON) with fp32, all-INT8 and each step of the search.
+
+use super::*;
+
+impl AutoResult {
+    /// Speed-up of row `i` over fp32 (None when not timed).
+    pub fn speedup(&self, i: usize) -> Option<f64> {
+        let (f, r) = (self.rows[0].latency_ms, self.rows[i].latency_ms);
+        (f > 0.0 && r > 0.0).then(|| f / r)
+    }
+
+    /// Whether the chosen point also meets `min_speedup` (true when none was asked or
+    /// nothing was timed).
+    pub fn meets_speed(&self) -> bool {
+        match (self.chosen, self.min_speedup) {
+            (Some(i), Some(s)) => self.speedup(i).is_none_or(|x| x >= s),
+            _ => true,
+        }
+    }
+
+    /// One sentence: what was chosen, or honestly that no mix meets the target(s).
+    pub fn verdict(&self) -> String {
+        let t = self.target.describe();
+        match self.chosen {
+            None => format!(
+                "no mix of up to {} float layers meets {t} on {} validation images; the model written is the last step's",
+                self.candidates.len(),
+                self.validation_images
+            ),
+            Some(i) => {
+                let r = &self.rows[i];
+                let speed = self
+                    .speedup(i)
+                    .map(|s| format!(", {s:.2}x fp32's ORT CPU speed"))
+                    .unwrap_or_default();
+                let mut s = format!(
+                    "chosen: {} ({} float layer(s)) meets {t} with {:.3}% agreement{}{speed}",
+                    r.label(),
+                    r.float_layers.len(),
+                    r.agreement * 100.0,
+                    r.miou.map(|m| format!(", mIoU {:.4}", m)).unwrap_or_default(),
+                );
+                if !self.meets_speed() {
+                    s = format!(
+                        "no mix meets both {t} and a {:.2}x speed-up: the fewest float layers meeting the accuracy target ({}) run at {}",
+                        self.min_speedup.unwrap_or(0.0),
+                        r.label(),
+                        self.speedup(i).map(|x| format!("{x:.2}x")).unwrap_or_default()
+                    );
+                }
+                s
+            }
+        }
+    }
+
+    pub fn csv(&self) -> String {
+        let mut s = String::from(
+            "row,float_layers,agreement,miou,latency_ms,speedup,size_bytes,meets_target,chosen\n",
+        );
+        for (i, r) in self.rows.iter().enumerate() {
+            s += &format!(
+                "{},{},{:.6},{},{:.3},{},{},{},{}\n",
+                csv_field(&r.label()),
+                csv_field(&r.float_layers.join(" ")),
+                r.agreement,
+                r.miou.map(|m| format!("{m:.6}")).unwrap_or_default(),
+                r.latency_ms,
+                self.speedup(i)
+                    .map(|x| format!("{x:.3}"))
+                    .unwrap_or_default(),
+                r.size_bytes,
+                r.meets_target,
+                Some(i) == self.chosen
+            );
+        }
+        s
+    }
+
+    pub fn to_json(&self) -> serde_json::Value {
+        let rows: Vec<_> = self
+            .rows
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                serde_json::json!({
+                    "row": r.label(),
+                    "float_layers": r.float_layers,
+                    "agreement": r.agreement,
+                    "miou": r.miou,
+                    "latency_ms": r.latency_ms,
+                    "speedup": self.speedup(i),
+                    "size_bytes": r.size_bytes,
+                    "meets_target": r.meets_target,
+                    "chosen": Some(i) == self.chosen,
+                })
+            })
+            .collect();
+        serde_json::json!({
+            "target": {
+                "metric": self.target.metric_name(),
+                "description": self.target.describe(),
+                "min_agreement": match self.target { Target::MinAgreement(a) => Some(a), _ => None },
+                "max_miou_drop_points": match self.target { Target::MaxMiouDrop(p) => Some(p), _ => None },
+                "min_speedup": self.min_speedup,
+            },
+            "calibration_images": self.calibration_images,
+            "validation_images": self.validation_images,
+            "quantised_layers": self.quantised_layers,
+            "latency": "ONNX Runtime CPU, one validation image, median over rounds x runs interleaved across the models",
+            "rows": rows,
+            "chosen": self.chosen.map(|i| self.rows[i].label()),
+            "meets_speed": self.meets_speed(),
+            "verdict": self.verdict(),
+            "candidates": self.candidates.iter().map(|c| serde_json::json!({
+                "node": c.node, "output": c.output, "snr_db": c.snr_db, "cosine": c.cosine,
+            })).collect::<Vec<_>>(),
+            "trials": self.trials.iter().map(|t| serde_json::json!({
+                "step": t.step, "layer": t.layer, "agreement": t.agreement, "miou": t.miou,
+            })).collect::<Vec<_>>(),
+        })
+    }
+
+    pub fn to_text(&self) -> String {
+        let w = self
+            .rows
+            .iter()
+            .map(|r| r.label().len())
+            .max()
+            .unwrap_or(4)
+            .clamp(4, 56);
+        let mut s = format!(
+            "--auto: {} on {} validation images (calibrated on {}); {} of {} quantised layers searched, worst SNR first\n",
+            self.target.describe(),
+            self.validation_images,
+            self.calibration_images,
+            self.candidates.len(),
+            self.quantised_layers
+        );
+        s += &format!(
+            "  {:<w$} {:>10} {:>8} {:>11} {:>8} {:>10}  target\n",
+            "model", "agreement", "mIoU", "latency ms", "speedup", "size KB"
+        );
+        for (i, r) in self.rows.iter().enumerate() {
+            let mark = if Some(i) == self.chosen { '*' } else { ' ' };
+            s += &format!(
+                "{mark} {:<w$} {:>9.3}% {:>8} {:>11.3} {:>8} {:>10.1}  {}\n",
+                r.label(),
+                r.agreement * 100.0,
+                r.miou
+                    .map(|m| format!("{m:.4}"))
+                    .unwrap_or_else(|| "-".into()),
+                r.latency_ms,
+                self.speedup(i)
+                    .map(|x| format!("{x:.2}x"))
+                    .unwrap_or_else(|| "-".into()),
+                r.size_bytes as f64 / 1024.0,
+                if r.meets_target { "met" } else { "-" }
+            );
+        }
+        s += &self.verdict();
+        s.push('\n');
+        s
+    }
+}
+
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
