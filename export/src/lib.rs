@@ -21,6 +21,7 @@ mod error;
 pub mod external;
 mod fold;
 mod head;
+mod layer_names;
 mod options;
 pub mod proto;
 #[cfg(test)]
@@ -283,7 +284,7 @@ fn build(
     {
         return Err(ExportError::UnknownLayer {
             name: name.clone(),
-            close: close_layer_names(name, &ctx.convs, 5),
+            close: layer_names::close_layer_names(name, &ctx.convs, 5),
         });
     }
     if opts.argmax {
@@ -529,44 +530,6 @@ fn preprocess(ctx: &mut Ctx<'_, '_>, spec: &ModelSpec, image: &str) -> String {
     );
     let x = g.add_node("Mul", &[&x, &scale], vec![], "preprocess.scaled");
     g.add_node("Add", &[&x, &shift], vec![], "preprocess.normalised")
-}
-
-/// The module names (every conv and each of its ancestors: `head.conv5c.0`,
-/// `head.conv5c`, `head`) a `--keep-fp32` entry can take, nearest to `name` first by edit
-/// distance (ties by name), at most `n`.
-pub fn close_layer_names(name: &str, convs: &[String], n: usize) -> Vec<String> {
-    let mut modules = std::collections::BTreeSet::new();
-    for c in convs {
-        let mut end = c.len();
-        loop {
-            modules.insert(c[..end].to_string());
-            match c[..end].rfind('.') {
-                Some(i) => end = i,
-                None => break,
-            }
-        }
-    }
-    let mut scored: Vec<(usize, String)> = modules
-        .into_iter()
-        .map(|m| (edit_distance(name, &m), m))
-        .collect();
-    scored.sort();
-    scored.into_iter().take(n).map(|(_, m)| m).collect()
-}
-
-fn edit_distance(a: &str, b: &str) -> usize {
-    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.iter().enumerate() {
-        let mut cur = vec![i + 1; b.len() + 1];
-        for (j, cb) in b.iter().enumerate() {
-            cur[j + 1] = (prev[j] + usize::from(ca != cb))
-                .min(prev[j + 1] + 1)
-                .min(cur[j] + 1);
-        }
-        prev = cur;
-    }
-    prev[b.len()]
 }
 
 fn doc_string(spec: &ModelSpec, opts: &ExportOptions) -> String {
