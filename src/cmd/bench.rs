@@ -232,23 +232,18 @@ pub fn run(args: Args) -> Result<()> {
         results.push(row);
     }
 
-    let report = json!({
-        "model": args.model.display().to_string(),
-        "engine": engine_name,
-        "requested_engine": args.engine,
-        "requested_providers": args.providers,
-        "provider": provider,
-        "fallback_reason": fallback,
-        "threads": args.threads,
-        "size": { "height": h, "width": w },
-        "shapes": if fixed_size.is_some() { "fixed" } else { "dynamic" },
-        "classes": spec.num_classes(),
-        "contract": contract.to_string(),
-        "warmup": args.warmup,
-        "duration_s": args.duration,
-        "segtool_version": env!("CARGO_PKG_VERSION"),
-        "results": results,
-    });
+    let mut report = report_header(
+        &args,
+        &engine_name,
+        &provider,
+        &fallback,
+        (h, w),
+        fixed_size.is_some(),
+        spec.num_classes(),
+        &contract.to_string(),
+    );
+    report["duration_s"] = json!(args.duration);
+    report["results"] = json!(results);
 
     println!(
         "model {}  engine {engine_name}  provider {provider}  threads {}  size {h}x{w}{}",
@@ -510,23 +505,24 @@ fn run_stream(args: &Args) -> Result<()> {
         "slot": args.live.then_some(args.slot.max(1)),
         "deadline_ms": args.deadline_ms,
     });
-    let report = json!({
-        "model": args.model.display().to_string(),
-        "engine": engine_name,
-        "requested_engine": args.engine,
-        "requested_providers": args.providers,
-        "provider": provider,
-        "fallback_reason": fallback,
-        "threads": args.threads,
-        "size": { "height": h, "width": w },
-        "shapes": if fixed.is_some() { "fixed" } else { "dynamic" },
-        "classes": spec.num_classes(),
-        "contract": contract,
-        "warmup": args.warmup,
-        "source": if args.raw.is_some() { "raw" } else if args.input.is_some() { "folder" } else { "generated" },
-        "segtool_version": env!("CARGO_PKG_VERSION"),
-        "stream": row,
+    let mut report = report_header(
+        &args,
+        &engine_name,
+        &provider,
+        &fallback,
+        (h, w),
+        fixed.is_some(),
+        spec.num_classes(),
+        &contract,
+    );
+    report["source"] = json!(if args.raw.is_some() {
+        "raw"
+    } else if args.input.is_some() {
+        "folder"
+    } else {
+        "generated"
     });
+    report["stream"] = row;
     let l = &report["stream"]["latency_ms"];
     let f = |v: &serde_json::Value| v.as_f64().unwrap_or(f64::NAN);
     println!(
@@ -555,4 +551,34 @@ fn run_stream(args: &Args) -> Result<()> {
         eprintln!("wrote {}", path.display());
     }
     Ok(())
+}
+
+/// The fields every `segtool bench` JSON report starts with (batch and stream modes alike):
+/// what ran, where, at which size and contract.
+#[allow(clippy::too_many_arguments)]
+fn report_header(
+    args: &Args,
+    engine: &str,
+    provider: &str,
+    fallback: &Option<String>,
+    (h, w): (u32, u32),
+    fixed: bool,
+    classes: usize,
+    contract: &str,
+) -> serde_json::Value {
+    json!({
+        "model": args.model.display().to_string(),
+        "engine": engine,
+        "requested_engine": args.engine,
+        "requested_providers": args.providers,
+        "provider": provider,
+        "fallback_reason": fallback,
+        "threads": args.threads,
+        "size": { "height": h, "width": w },
+        "shapes": if fixed { "fixed" } else { "dynamic" },
+        "classes": classes,
+        "contract": contract,
+        "warmup": args.warmup,
+        "segtool_version": env!("CARGO_PKG_VERSION"),
+    })
 }
