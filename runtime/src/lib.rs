@@ -47,6 +47,7 @@ pub mod temporal;
 pub mod testing;
 #[cfg(feature = "tract")]
 pub mod tract_engine;
+mod tract_options;
 pub mod triton;
 
 use std::collections::HashMap;
@@ -75,6 +76,7 @@ pub use preprocess::{prepare, PrepareOptions, Prepared};
 pub use temporal::{FlickerMeter, TemporalSmoother};
 #[cfg(feature = "tract")]
 pub use tract_engine::TractEngine;
+pub use tract_options::TractOptions;
 pub use triton::{write_repository as write_triton_repository, TritonOptions};
 
 /// Which engine [`Segmenter::open`] builds.
@@ -83,6 +85,8 @@ pub enum Backend {
     #[cfg(feature = "ort")]
     Ort(OrtOptions),
     Tract,
+    /// tract with these options (threads); [`Backend::Tract`] is the defaults.
+    TractWith(TractOptions),
     /// ONNX Runtime with these options; if its library cannot be loaded at all, tract
     /// (with a warning on stderr). Every other ONNX Runtime error stays an error.
     #[cfg(feature = "ort")]
@@ -119,8 +123,12 @@ impl Segmenter {
             Backend::Ort(options) => Box::new(OrtEngine::open(path, &options)?),
             #[cfg(feature = "tract")]
             Backend::Tract => Box::new(TractEngine::open(path)?),
+            #[cfg(feature = "tract")]
+            Backend::TractWith(options) => Box::new(TractEngine::open_with(path, &options)?),
             #[cfg(not(feature = "tract"))]
-            Backend::Tract => return Err(RuntimeError::BackendUnavailable("tract")),
+            Backend::Tract | Backend::TractWith(_) => {
+                return Err(RuntimeError::BackendUnavailable("tract"))
+            }
             #[cfg(feature = "ort")]
             Backend::Auto(options) => match OrtEngine::open(path, &options) {
                 Ok(engine) => Box::new(engine),
@@ -130,7 +138,10 @@ impl Segmenter {
                         "warning: ONNX Runtime cannot be loaded (tried: {}); using tract",
                         tried.join("; ")
                     );
-                    Box::new(TractEngine::open(path)?)
+                    let threads = TractOptions {
+                        threads: options.intra_threads,
+                    };
+                    Box::new(TractEngine::open_with(path, &threads)?)
                 }
                 Err(e) => return Err(e),
             },

@@ -4,12 +4,18 @@
 //! some ops only type-check) with concrete shapes, so the inference model is kept as
 //! loaded and an optimised plan is built per input shape `(N, H, W)`, then cached: video
 //! and batch users see one shape over and over, the first frame pays the optimisation.
+//!
+//! Threads: each engine owns one tract executor (a private rayon pool of
+//! [`TractOptions::threads`] threads, default all cores) that every plan it builds runs
+//! under (`RunOptions::executor`: a per-run scope, not tract's process-wide default), so
+//! several engines never share or overwrite each other's pool.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use ndarray::{Array4, ArrayView4, Ix4};
+use tract_onnx::prelude::multithread::Executor;
 use tract_onnx::prelude::*;
 use tract_onnx::tract_hir::infer::Factoid;
 
@@ -19,6 +25,7 @@ use crate::engine::{
 };
 use crate::error::{Result, RuntimeError};
 use crate::io_contract::{EngineInput, EngineOutput, InputLayout, IoContract, OutputKind};
+pub use crate::tract_options::TractOptions;
 
 type Plan = Arc<TypedRunnableModel>;
 
@@ -30,6 +37,9 @@ const MAX_PLANS: usize = 8;
 pub struct TractEngine {
     path: PathBuf,
     model: InferenceModel,
+    /// This engine's executor, installed for each run of its plans.
+    executor: Executor,
+    threads: usize,
     /// Declared input dims, `None` where dynamic.
     declared: Vec<Option<usize>>,
     /// From the graph's declared input element type (`None`: not declared).
@@ -41,8 +51,14 @@ pub struct TractEngine {
 }
 
 impl TractEngine {
-    /// Loads `path`. A missing file, garbage or truncation fails here, naming the file.
+    /// Loads `path` with the default options (all cores). A missing file, garbage or
+    /// truncation fails here, naming the file.
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        Self::open_with(path, &TractOptions::default())
+    }
+
+    /// Loads `path` to run as `options` say.
+    pub fn open_with(path: impl AsRef<Path>, options: &TractOptions) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
         ensure_exists(&path)?;
         let model =
@@ -80,9 +96,13 @@ impl TractEngine {
                 DatumType::U8 | DatumType::I64 => OutputKind::Mask,
                 _ => OutputKind::Logits,
             });
+        let threads = options.resolved_threads();
+        let executor = executor_for(threads)?;
         Ok(Self {
             path,
             model,
+            executor,
+            threads,
             declared,
             input,
             output,
@@ -93,6 +113,11 @@ impl TractEngine {
     /// The model file this engine was loaded from.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Threads this engine's runs use.
+    pub fn threads(&self) -> usize {
+        self.threads
     }
 
     fn plan(&mut self, layout: InputLayout, n: usize, h: usize, w: usize) -> Result<Plan> {
@@ -108,7 +133,12 @@ impl TractEngine {
             .clone()
             .with_input_fact(0, fact.into())
             .and_then(|m| m.into_optimized())
-            .and_then(|m| m.into_runnable())
+            .and_then(|m| {
+                m.into_runnable_with_options(&RunOptions {
+                    executor: Some(self.executor.clone()),
+                    ..RunOptions::default()
+                })
+            })
             .map_err(|e| {
                 RuntimeError::Tract(format!(
                     "preparing {} for a batch of {n} {w}x{h} ({}): {e:#}",
@@ -125,6 +155,16 @@ impl TractEngine {
         self.plans.insert((layout, n, h, w), plan.clone());
         Ok(plan)
     }
+}
+
+/// One thread: tract's single-thread executor (no pool); more: a private rayon pool.
+fn executor_for(threads: usize) -> Result<Executor> {
+    if threads <= 1 {
+        return Ok(Executor::SingleThread);
+    }
+    // tract panics when the pool cannot be built (no threads left): report it instead.
+    std::panic::catch_unwind(|| Executor::multithread_with_name(threads, "segtool-tract"))
+        .map_err(|_| RuntimeError::Tract(format!("cannot start a {threads}-thread pool")))
 }
 
 impl Engine for TractEngine {
@@ -265,5 +305,36 @@ mod tests {
         assert_eq!(engine.plans.len(), 2);
         let err = engine.run(Array4::zeros((1, 4, 2, 2)).view()).unwrap_err();
         assert!(matches!(err, RuntimeError::InputShape { .. }), "{err}");
+    }
+
+    #[test]
+    fn two_threads_match_one_thread() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tiny.onnx");
+        let (w, b) = ([[0.3, -1.2, 0.7], [0.9, 0.1, -0.4]], [0.25, -0.5]);
+        std::fs::write(&path, tiny_model_bytes(&tiny_spec(2), &w, &b)).unwrap();
+        let opts = |n| TractOptions::new().with_threads(n);
+        let mut one = TractEngine::open_with(&path, &opts(1)).unwrap();
+        let mut two = TractEngine::open_with(&path, &opts(2)).unwrap();
+        assert_eq!((one.threads(), two.threads()), (1, 2));
+        assert!(TractEngine::open(&path).unwrap().threads() >= 1);
+        // Large enough (3 x 240 x 320 = 230k elements) to pass tract's threading gates.
+        let x = Array4::from_shape_fn((1, 3, 240, 320), |(_, c, y, x)| {
+            ((c * 31 + y * 7 + x * 3) % 101) as f32 / 50.0 - 1.0
+        });
+        let (a, b) = (one.run(x.view()).unwrap(), two.run(x.view()).unwrap());
+        assert_eq!(a.shape(), b.shape());
+        let max = a
+            .iter()
+            .zip(&b)
+            .map(|(p, q)| (p - q).abs())
+            .fold(0.0f32, f32::max);
+        assert!(max <= 1e-5, "1 vs 2 threads differ by {max}");
+    }
+
+    #[test]
+    fn thread_option_zero_means_default() {
+        assert_eq!(TractOptions::new().with_threads(0).threads, None);
+        assert_eq!(TractOptions::new().with_threads(3).resolved_threads(), 3);
     }
 }

@@ -1,0 +1,31 @@
+//! [`TractOptions`]: how a tract engine runs. Outside `tract_engine` so that
+//! [`crate::Backend::TractWith`] exists in builds without the `tract` feature too.
+
+/// How a tract engine (`TractEngine`) runs. Start from [`TractOptions::new`] (the defaults).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TractOptions {
+    /// Threads of the engine's pool; `None` (default): all cores
+    /// (`std::thread::available_parallelism`). 1 runs on the calling thread alone.
+    pub threads: Option<usize>,
+}
+
+impl TractOptions {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// `n` threads for this engine's pool (0 means the default, all cores).
+    pub fn with_threads(mut self, n: usize) -> Self {
+        self.threads = (n > 0).then_some(n);
+        self
+    }
+
+    /// The thread count the engine will use.
+    pub fn resolved_threads(&self) -> usize {
+        self.threads.unwrap_or_else(|| {
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1)
+        })
+    }
+}
