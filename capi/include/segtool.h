@@ -124,7 +124,7 @@ typedef struct segtool_options {
   const char *providers;
   /**
    * Threads inside one ONNX Runtime operator; 0 (default) lets ONNX Runtime decide.
-   * Ignored by tract.
+   * For tract, the size of the segmenter's own thread pool; 0: all cores.
    */
   uint32_t intra_threads;
   /**

@@ -31,7 +31,7 @@ pub struct segtool_options {
     /// resort. NULL or `""` means CPU only. tract always runs on the CPU.
     pub providers: *const c_char,
     /// Threads inside one ONNX Runtime operator; 0 (default) lets ONNX Runtime decide.
-    /// Ignored by tract.
+    /// For tract, the size of the segmenter's own thread pool; 0: all cores.
     pub intra_threads: u32,
     /// Fail with `SEGTOOL_ERR_PROVIDER_UNAVAILABLE` instead of falling back when the first
     /// requested provider cannot be used (another ONNX Runtime provider, or tract with

@@ -10,7 +10,7 @@ use std::sync::Mutex;
 
 use image::RgbImage;
 use segtool_core::ModelSpec;
-use segtool_runtime::{Backend, OrtOptions, Provider, RuntimeError, Segmenter};
+use segtool_runtime::{Backend, OrtOptions, Provider, RuntimeError, Segmenter, TractOptions};
 
 use crate::options::{
     parse_providers, segtool_options, segtool_options_default, SEGTOOL_ENGINE_AUTO,
@@ -69,13 +69,15 @@ pub(crate) fn open(path: &Path, opts: &segtool_options) -> Result<segtool_segmen
     if let Some(lib) = ort_library {
         ort = ort.with_dylib_path(lib);
     }
+    // intra_threads also sizes tract's pool (0: all cores).
+    let tract = Backend::TractWith(TractOptions::new().with_threads(opts.intra_threads as usize));
     let (segmenter, engine_fallback) = match opts.engine {
-        SEGTOOL_ENGINE_TRACT => (Segmenter::open(path, Backend::Tract)?, None),
+        SEGTOOL_ENGINE_TRACT => (Segmenter::open(path, tract)?, None),
         SEGTOOL_ENGINE_ORT => (Segmenter::open(path, Backend::Ort(ort))?, None),
         SEGTOOL_ENGINE_AUTO => match Segmenter::open(path, Backend::Ort(ort)) {
             Ok(s) => (s, None),
             Err(e @ RuntimeError::OrtLibraryNotFound { .. }) => (
-                Segmenter::open(path, Backend::Tract)?,
+                Segmenter::open(path, tract)?,
                 Some(format!("using tract: {e}")),
             ),
             Err(e) => return Err(e.into()),

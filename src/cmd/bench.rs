@@ -47,7 +47,8 @@ pub struct Args {
     /// Input size HxW.
     #[arg(long, value_parser = parse_hxw, default_value = "512x1024")]
     pub size: (u32, u32),
-    /// ONNX Runtime intra-op threads (default: ONNX Runtime's choice).
+    /// Engine threads: ONNX Runtime's intra-op threads, or tract's pool (default: the
+    /// engine's choice, all cores).
     #[arg(long)]
     pub threads: Option<usize>,
     /// Also write the results as JSON (atomically).

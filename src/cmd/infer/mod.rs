@@ -82,7 +82,7 @@ pub struct Args {
     /// Images per engine run (same-size images share a run).
     #[arg(long, default_value_t = 4)]
     pub batch_size: usize,
-    /// ONNX Runtime intra-op threads (default: ONNX Runtime's choice, all cores).
+    /// Engine threads: ONNX Runtime's intra-op threads, or tract's pool (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
     /// Also write <name>_logits.npy: float32 little-endian, shape [classes, H, W].
@@ -230,8 +230,8 @@ pub fn open_segmenter(model: &Path, engine: &str, providers: &[String]) -> Resul
     open_segmenter_with(model, engine, providers, None)
 }
 
-/// Like [`open_segmenter`], with ONNX Runtime's intra-op thread count (ignored by tract,
-/// which says so on stderr).
+/// Like [`open_segmenter`], with the engine's thread count (ONNX Runtime's intra-op
+/// threads, tract's pool; `None`: the engine's default).
 #[cfg_attr(not(feature = "train"), allow(dead_code))]
 pub fn open_segmenter_with(
     model: &Path,
@@ -277,12 +277,7 @@ pub fn open_segmenter_strict(
             }
             Backend::Ort(options)
         }
-        "tract" => {
-            if threads.is_some() {
-                eprintln!("note: --threads applies to ONNX Runtime only; tract ignores it");
-            }
-            Backend::Tract
-        }
+        "tract" => Backend::TractWith(segtool_runtime::TractOptions { threads }),
         other => bail!("unknown engine {other:?} (ort, tract)"),
     };
     Ok(Segmenter::open(model, backend)?)

@@ -115,7 +115,9 @@ pub(super) fn open_server(
                         }
                         Ok(Backend::Ort(fix(options)))
                     }
-                    "tract" => Ok(Backend::Tract),
+                    "tract" => Ok(Backend::TractWith(segtool_runtime::TractOptions {
+                        threads: args.threads,
+                    })),
                     other => Err(anyhow::anyhow!("unknown engine {other:?} (ort, tract)")),
                 }?;
                 Ok(("cpu".to_string(), backend))
