@@ -17,6 +17,12 @@ use crate::conv::{Conv2d, Ctx};
 use crate::error::ExportError;
 use crate::{AttentionForm, MS_DOMAIN};
 
+mod blocked;
+
+/// Query blocks of [`AttentionForm::QueryBlocked`] PAM: 1/16 of the N x N energy alive at
+/// a time (64 MiB at 1024x1024, stride 8). Chosen by measurement in tract (issue 15).
+pub const PAM_QUERY_BLOCKS: i64 = 16;
+
 /// Fused single-head attention softmax(Q K^T) V (scale 1) on 3D (B, S, hidden) inputs;
 /// V's hidden size may differ from Q/K's (both ops allow it). `form` is fused.
 fn fused_attention(
@@ -45,7 +51,9 @@ fn fused_attention(
             vec![attr_int("num_heads", 1), attr_float("scale", 1.0)],
             out,
         ),
-        AttentionForm::Decomposed => unreachable!("decomposed attention is not fused"),
+        AttentionForm::Decomposed | AttentionForm::QueryBlocked => {
+            unreachable!("decomposed attention is not fused")
+        }
     }
 }
 
@@ -56,12 +64,12 @@ fn flatten_spatial(ctx: &mut Ctx<'_, '_>, x: &str, out: &str) -> String {
 }
 
 /// (B, M, K) -> (B, K, M).
-fn transpose_last(ctx: &mut Ctx<'_, '_>, x: &str, out: &str) -> String {
+pub(crate) fn transpose_last(ctx: &mut Ctx<'_, '_>, x: &str, out: &str) -> String {
     ctx.g
         .add_node("Transpose", &[x], vec![attr_ints("perm", &[0, 2, 1])], out)
 }
 
-fn softmax_last(ctx: &mut Ctx<'_, '_>, x: &str, out: &str) -> String {
+pub(crate) fn softmax_last(ctx: &mut Ctx<'_, '_>, x: &str, out: &str) -> String {
     ctx.g
         .add_node("Softmax", &[x], vec![attr_int("axis", -1)], out)
 }
@@ -116,6 +124,14 @@ pub fn pam(
     let q = transpose_last(ctx, &q, &format!("{p}.query_t")); // (B, N, C8)
     let k = flatten_spatial(ctx, &k, &format!("{p}.key_flat")); // (B, C8, N)
                                                                 // Under fp16, Q, K and V enter attention as fp32 and the result leaves as fp16.
+    if form == AttentionForm::QueryBlocked {
+        let (q, k) = (ctx.attn_in(&q), ctx.attn_in(&k));
+        let v = flatten_spatial(ctx, &v, &format!("{p}.value_flat")); // (B, C, N)
+        let v = ctx.attn_in(&v);
+        let out = blocked::pam_blocks(ctx, p, &q, &k, &v, PAM_QUERY_BLOCKS); // (B, C, N)
+        let out = ctx.attn_out(&out);
+        return gamma_residual(ctx, p, &out, x);
+    }
     if form != AttentionForm::Decomposed {
         let k = transpose_last(ctx, &k, &format!("{p}.key_t")); // (B, N, C8)
         let v = flatten_spatial(ctx, &v, &format!("{p}.value_flat")); // (B, C, N)
@@ -149,7 +165,10 @@ pub fn cam(ctx: &mut Ctx<'_, '_>, x: &str, form: AttentionForm) -> Result<String
     let p = "head.sc";
     let xf = flatten_spatial(ctx, x, &format!("{p}.flat")); // (B, C, N)
     let xf = ctx.attn_in(&xf); // fp32 under fp16: C x C energies sum N products
-    if form != AttentionForm::Decomposed {
+    if !matches!(
+        form,
+        AttentionForm::Decomposed | AttentionForm::QueryBlocked
+    ) {
         let q = ctx.g.add_node("Neg", &[&xf], vec![], &format!("{p}.query")); // (B, C, N)
         let out = fused_attention(ctx, form, &q, &xf, &xf, &format!("{p}.attention")); // (B, C, N)
         let out = ctx.attn_out(&out);

@@ -9,7 +9,9 @@
 //! - `onnx` (`Attention`-23): ONNX Runtime 1.31 CPU materialises the full matrix (measured
 //!   2.25 GB peak at N = 16384); TensorRT's and tract's fused kernels may not;
 //! - `ms-mha` (`com.microsoft.MultiHeadAttention`): ONNX Runtime's CPU kernel streams
-//!   over key blocks (flash-style): no N x N buffer (measured 0.22 GB at N = 16384).
+//!   over key blocks (flash-style): no N x N buffer (measured 0.22 GB at N = 16384);
+//! - `blocked` (PAM only; CAM stays decomposed): one query block's energy at a time,
+//!   1/[`crate::PAM_QUERY_BLOCKS`] of the matrix.
 
 use segtool_core::ModelSpec;
 
@@ -38,6 +40,10 @@ impl AttentionBudget {
         match form {
             AttentionForm::Decomposed | AttentionForm::OnnxAttention => self.matrix_bytes,
             AttentionForm::MsMultiHeadAttention => 0,
+            AttentionForm::QueryBlocked if self.module == "PAM" => {
+                self.matrix_bytes.div_ceil(crate::PAM_QUERY_BLOCKS as u64)
+            }
+            AttentionForm::QueryBlocked => self.matrix_bytes,
         }
     }
 

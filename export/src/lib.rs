@@ -34,6 +34,7 @@ use prost::Message;
 use safetensors::SafeTensors;
 use segtool_core::{ModelSpec, SPEC_METADATA_KEY};
 
+pub use attention::PAM_QUERY_BLOCKS;
 pub use error::ExportError;
 pub use external::ExternalDataFile;
 pub use options::{
@@ -570,6 +571,8 @@ fn legacy_doc_string(spec: &ModelSpec) -> String {
     )
 }
 
+#[cfg(test)]
+mod blocked_tests;
 #[cfg(test)]
 mod deploy_tests;
 #[cfg(test)]

@@ -21,21 +21,28 @@ pub enum AttentionForm {
     /// ONNX Runtime's contrib `com.microsoft.MultiHeadAttention` (num_heads 1, scale 1,
     /// 3D inputs, V hidden size may differ from Q/K's). ONNX Runtime only.
     MsMultiHeadAttention,
+    /// PAM decomposed but split along the query axis into [`crate::PAM_QUERY_BLOCKS`]
+    /// blocks (Slice / MatMul / Softmax over all keys / MatMul, then Concat): exact,
+    /// 1/blocks of the N x N energy alive at a time; any opset >= 13, every runtime. For
+    /// CAM (a C x C energy, small) it is the plain decomposed form.
+    QueryBlocked,
 }
 
 impl AttentionForm {
-    pub const ALL: [AttentionForm; 3] = [
+    pub const ALL: [AttentionForm; 4] = [
         AttentionForm::Decomposed,
         AttentionForm::OnnxAttention,
         AttentionForm::MsMultiHeadAttention,
+        AttentionForm::QueryBlocked,
     ];
 
-    /// CLI / metadata spelling: `decomposed`, `onnx`, `ms-mha`.
+    /// CLI / metadata spelling: `decomposed`, `onnx`, `ms-mha`, `blocked`.
     pub fn name(self) -> &'static str {
         match self {
             AttentionForm::Decomposed => "decomposed",
             AttentionForm::OnnxAttention => "onnx",
             AttentionForm::MsMultiHeadAttention => "ms-mha",
+            AttentionForm::QueryBlocked => "blocked",
         }
     }
 
@@ -61,8 +68,9 @@ impl std::str::FromStr for AttentionForm {
             "decomposed" => Ok(AttentionForm::Decomposed),
             "onnx" | "attention" => Ok(AttentionForm::OnnxAttention),
             "ms-mha" | "mha" => Ok(AttentionForm::MsMultiHeadAttention),
+            "blocked" => Ok(AttentionForm::QueryBlocked),
             _ => Err(format!(
-                "unknown attention form `{s}` (expected decomposed, onnx or ms-mha)"
+                "unknown attention form `{s}` (expected decomposed, onnx, ms-mha or blocked)"
             )),
         }
     }
@@ -91,7 +99,9 @@ pub enum ExportTarget {
     /// TensorRT >= 10.14 (directly or as ORT's TensorRT EP): ONNX `Attention`-23 for
     /// both (TensorRT has no importer for contrib ops), opset 23.
     TensorRt,
-    /// tract: ONNX `Attention`-23 for both (tract lowers it to its SDPA), opset 23.
+    /// tract: PAM query-blocked (tract 0.23.9 lowers `Attention`-23 to its flash kernel
+    /// only when V's head size equals Q's; PAM's does not (C vs C/8), so `Attention` would
+    /// materialise N x N), CAM as ONNX `Attention`-23 (flash), opset 23.
     Tract,
     /// Any runtime: MatMul/Softmax/MatMul, opset 17 (what `ExportOptions::default()` gives).
     Legacy,
@@ -120,7 +130,8 @@ impl ExportTarget {
         use AttentionForm::*;
         match self {
             ExportTarget::Ort => (MsMultiHeadAttention, Decomposed),
-            ExportTarget::TensorRt | ExportTarget::Tract => (OnnxAttention, OnnxAttention),
+            ExportTarget::TensorRt => (OnnxAttention, OnnxAttention),
+            ExportTarget::Tract => (QueryBlocked, OnnxAttention),
             ExportTarget::Legacy => (Decomposed, Decomposed),
         }
     }

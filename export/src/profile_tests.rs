@@ -151,9 +151,11 @@ fn tensorrt_and_tract_profiles_use_onnx_attention_23() {
             assert_eq!(attr("kv_num_heads").i, Some(1));
             assert_eq!(attr("scale").f, Some(1.0));
         }
+        // tract: PAM in query blocks (blocked_tests.rs), only CAM fused.
+        let fused = if target == ExportTarget::Tract { 1 } else { 2 };
         assert_eq!(
             g.node.iter().filter(|n| n.op_type == "Attention").count(),
-            2
+            fused
         );
     }
 }

@@ -15,12 +15,14 @@ pub struct Args {
     /// `legacy` (the default): MatMul/Softmax/MatMul, opset 17, loads everywhere (ORT,
     /// TensorRT, tract). `ort`: PAM as com.microsoft MultiHeadAttention (fastest and
     /// ~6x less memory in ONNX Runtime), CAM decomposed; ONNX Runtime only.
-    /// `tensorrt` / `tract`: ONNX Attention (opset 23) for both modules.
+    /// `tensorrt`: ONNX Attention (opset 23) for both modules. `tract`: PAM in query
+    /// blocks (blocked), CAM as ONNX Attention (opset 23).
     /// The default stays `legacy` so that one file serves the ORT and the tract engine.
     #[arg(long, default_value = "legacy", value_parser = parse_target)]
     pub target: ExportTarget,
     /// Override the target's attention form for both modules:
-    /// decomposed | onnx (Attention-23) | ms-mha (com.microsoft MultiHeadAttention).
+    /// decomposed | onnx (Attention-23) | ms-mha (com.microsoft MultiHeadAttention) |
+    /// blocked (PAM decomposed in query blocks; CAM decomposed).
     #[arg(long, value_parser = parse_form)]
     pub attention: Option<AttentionForm>,
     /// Default-domain opset (13..=23); defaults to the target's (17, or 23 with Attention).

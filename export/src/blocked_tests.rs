@@ -1,0 +1,94 @@
+//! PAM in query blocks (`AttentionForm::QueryBlocked`, the `tract` target's PAM) computes
+//! what the unblocked forms compute: through tract (1 and 2 threads) and ONNX Runtime
+//! (skipped when its library is not found), at sizes whose position count N is a
+//! multiple of the block count, is not, and is below it (trailing empty blocks).
+
+use segtool_core::{BackboneSpec, ModelSpec};
+use segtool_runtime::{Engine, TractEngine, TractOptions};
+
+use crate::testutil::{export_decoded_with, random_entries, serialize, spec_with};
+use crate::{export_onnx, AttentionForm, ExportOptions, ExportTarget, PAM_QUERY_BLOCKS};
+
+fn spec() -> ModelSpec {
+    spec_with(BackboneSpec::tiny(), 3)
+}
+
+fn max_diff(a: &ndarray::Array4<f32>, b: &ndarray::Array4<f32>) -> f32 {
+    assert_eq!(a.shape(), b.shape());
+    a.iter()
+        .zip(b)
+        .map(|(p, q)| (p - q).abs())
+        .fold(0.0, f32::max)
+}
+
+#[test]
+fn blocked_pam_graph_has_one_energy_per_block() {
+    let opts = ExportOptions::for_target(ExportTarget::Tract);
+    assert_eq!(
+        (opts.pam, opts.cam),
+        (AttentionForm::QueryBlocked, AttentionForm::OnnxAttention)
+    );
+    let (m, _) = export_decoded_with(&spec(), &opts);
+    let g = m.graph.unwrap();
+    let count = |op: &str| {
+        g.node
+            .iter()
+            .filter(|n| n.name.starts_with("head.sa") && n.op_type == op)
+            .count() as i64
+    };
+    assert_eq!(count("Softmax"), PAM_QUERY_BLOCKS);
+    assert_eq!(count("MatMul"), 2 * PAM_QUERY_BLOCKS);
+    assert_eq!(count("Slice"), PAM_QUERY_BLOCKS);
+    assert_eq!(count("Attention"), 0);
+}
+
+#[test]
+fn blocked_pam_matches_unblocked_in_tract_and_ort() {
+    let spec = spec();
+    let dir = std::env::temp_dir().join(format!("segtool-export-blocked-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let ckpt = dir.join("ckpt.safetensors");
+    std::fs::write(&ckpt, serialize(&random_entries(&spec, 5), Some(&spec))).unwrap();
+    let path = |name: &str| dir.join(format!("{name}.onnx"));
+    let tract_target = ExportOptions::for_target(ExportTarget::Tract);
+    let legacy = ExportOptions::default();
+    let blocked_legacy = ExportOptions::default().with_attention(AttentionForm::QueryBlocked);
+    export_onnx(&ckpt, &path("tract"), &tract_target).unwrap();
+    export_onnx(&ckpt, &path("legacy"), &legacy).unwrap();
+    export_onnx(&ckpt, &path("blocked"), &blocked_legacy).unwrap();
+    let mut reference =
+        TractEngine::open_with(&path("legacy"), &TractOptions::new().with_threads(1)).unwrap();
+    let mut one =
+        TractEngine::open_with(&path("tract"), &TractOptions::new().with_threads(1)).unwrap();
+    let mut two =
+        TractEngine::open_with(&path("tract"), &TractOptions::new().with_threads(2)).unwrap();
+    let mut blocked = TractEngine::open(&path("blocked")).unwrap();
+    // Stride 8: 64x64 gives N = 64 (4 per block), 40x72 N = 45 (blocks of 3, the last
+    // short), 16x40 N = 10 (< 16: blocks of 1, six empty).
+    for (h, w) in [(64, 64), (40, 72), (16, 40)] {
+        let x = ndarray::Array4::from_shape_fn((1, 3, h, w), |(_, c, y, x)| {
+            ((c * 7 + y * 3 + x * 5) % 23) as f32 / 11.0 - 1.0
+        });
+        let r = reference.run(x.view()).unwrap();
+        for (name, e) in [
+            ("tract 1", &mut one),
+            ("tract 2", &mut two),
+            ("blocked", &mut blocked),
+        ] {
+            let d = max_diff(&r, &e.run(x.view()).unwrap());
+            assert!(d < 1e-4, "{name} {h}x{w}: {d}");
+        }
+        let opts = segtool_runtime::OrtOptions::new().with_intra_threads(1);
+        match segtool_runtime::OrtEngine::open(path("tract"), &opts) {
+            Err(segtool_runtime::RuntimeError::OrtLibraryNotFound { tried }) => {
+                eprintln!("skipping ONNX Runtime: no library ({tried:?})");
+            }
+            other => {
+                let d = max_diff(&r, &other.unwrap().run(x.view()).unwrap());
+                assert!(d < 1e-4, "onnxruntime {h}x{w}: {d}");
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
