@@ -9,6 +9,7 @@
 #   - SEGTOOL_GPU=1: instead, $SEGTOOL_HOME/venv-gpu-<hash>, where requirements-gpu.txt's
 #     onnxruntime-gpu and TensorRT replace the CPU onnxruntime (the default venv and its
 #     env file are left alone)
+#   - SEGTOOL_BENCH=1: also requirements-bench.txt (onnxslim, for bench/cpu_table.py)
 # and writes $SEGTOOL_HOME/env-<hash>.sh, which `source`s into the variables the build uses
 # (LIBTORCH_USE_PYTORCH, PYTHON_SYS_EXECUTABLE, ORT_DYLIB_PATH). Prints that file's path.
 # A second run, with everything present, takes a second or two.
@@ -106,6 +107,18 @@ if [ ! -f "$telemetry_stamp" ]; then
     "$py" -m pip install -q -r "$root/requirements-telemetry.txt" >&2
     rm -f "$venv"/.segtool-telemetry-*
     touch "$telemetry_stamp"
+fi
+# --- Benchmark tools (issue 15; SEGTOOL_BENCH=1 only; own stamp) -----------------------
+# requirements-bench.txt: `onnxslim`, the peer graph of bench/cpu_table.py
+# (torch.onnx.export then onnxslim). Not needed by the build or the tests.
+if [ "${SEGTOOL_BENCH:-0}" = 1 ]; then
+    bench_stamp="$venv/.segtool-bench-$(sha256sum "$root/requirements-bench.txt" | cut -c1-12)"
+    if [ ! -f "$bench_stamp" ]; then
+        log "installing requirements-bench.txt (onnxslim) into $venv"
+        "$py" -m pip install -q -r "$root/requirements-bench.txt" >&2
+        rm -f "$venv"/.segtool-bench-*
+        touch "$bench_stamp"
+    fi
 fi
 # SEGTOOL_BROWSER=1: Debian's chromium for the report page's headless-browser test
 # (tests/report.rs runs the set-up so itself when no chromium is on PATH).
