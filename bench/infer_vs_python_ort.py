@@ -25,7 +25,7 @@ Measured, each in its own process, after a warm-up of the engine:
     palette-mode PNG save with PIL (cheaper to encode than segtool's RGB mask PNG);
   * the same with --dynamic-shapes (the session keeps symbolic height/width; by default
     segtool fixes them to the one image size, see OrtOptions::with_fixed_input_size);
-  * segtool infer --engine tract (tract's own threading; --threads does not apply).
+  * segtool infer --engine tract --threads N (tract's own pool of N threads).
 Printed: images/s of the loop (load excluded), wall time of the process, the ratio to the
 Python loop, each process's peak RSS (its own VmHWM), and the share of the Python loop
 spent inside session.run, which bounds what any runner on the same engine can gain.
