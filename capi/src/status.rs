@@ -85,6 +85,7 @@ impl From<RuntimeError> for Error {
             | RuntimeError::MissingSpec { .. }
             | RuntimeError::InvalidSpec { .. } => SEGTOOL_ERR_INVALID_MODEL,
             RuntimeError::InputShape { .. } => SEGTOOL_ERR_INVALID_ARGUMENT,
+            RuntimeError::FallbackRefused { .. } => SEGTOOL_ERR_PROVIDER_UNAVAILABLE,
             RuntimeError::OrtLibraryNotFound { .. } | RuntimeError::BackendUnavailable(_) => {
                 SEGTOOL_ERR_BACKEND_UNAVAILABLE
             }

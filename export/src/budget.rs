@@ -11,7 +11,7 @@
 //! - `ms-mha` (`com.microsoft.MultiHeadAttention`): ONNX Runtime's CPU kernel streams
 //!   over key blocks (flash-style): no N x N buffer (measured 0.22 GB at N = 16384).
 
-use segtool_core::ModelSpec;
+use segtool_spec::ModelSpec;
 
 use crate::{AttentionForm, ExportOptions};
 
@@ -155,7 +155,7 @@ mod tests {
     use super::*;
     use crate::testutil::spec_with;
     use crate::ExportTarget;
-    use segtool_core::BackboneSpec;
+    use segtool_spec::BackboneSpec;
 
     #[test]
     fn pam_at_cityscapes_full_frame_is_4_gib_and_warns_only_when_decomposed() {

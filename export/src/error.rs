@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use segtool_core::spec::SpecError;
+use segtool_spec::spec::SpecError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ExportError {
@@ -24,7 +24,7 @@ pub enum ExportError {
         "checkpoint {} has no `{key}` metadata: it was not written by segtool \
          (convert it with the train tool first)",
         path.display(),
-        key = segtool_core::SPEC_METADATA_KEY
+        key = segtool_spec::SPEC_METADATA_KEY
     )]
     MissingSpec { path: PathBuf },
 

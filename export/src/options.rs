@@ -360,7 +360,7 @@ impl ExportOptions {
     /// equivalent `trtexec` flags. min is 1 x 128x128, opt is 1 x half of `max_size`
     /// (rounded up to the output stride), max is [`TRT_MAX_BATCH`] (or the static batch)
     /// x `max_size`.
-    pub fn trt_profile(&self, output_stride: i64) -> Option<String> {
+    pub fn trt_profile(&self, output_stride: i64) -> Option<segtool_onnx::TrtProfileHint> {
         if self.input_size.is_some() && self.batch.is_some() {
             return None;
         }
@@ -390,17 +390,14 @@ impl ExportOptions {
             dims(&opt),
             dims(&max)
         );
-        Some(
-            serde_json::json!({
-                "input": INPUT_NAME,
-                "layout": if self.preprocess { "NHWC" } else { "NCHW" },
-                "min": min,
-                "opt": opt,
-                "max": max,
-                "trtexec": trtexec,
-            })
-            .to_string(),
-        )
+        Some(segtool_onnx::TrtProfileHint {
+            input: INPUT_NAME.into(),
+            layout: if self.preprocess { "NHWC" } else { "NCHW" }.into(),
+            min,
+            opt,
+            max,
+            trtexec,
+        })
     }
 
     pub fn with_opset(mut self, opset: i64) -> Self {

@@ -1,5 +1,5 @@
 //! Accuracy mode: the evaluation protocol (DANet's `MultiEvalModule` or
-//! mmsegmentation's, implemented once in `segtool_core::protocol`) on any [`Engine`], on
+//! mmsegmentation's, implemented once in `segtool_spec::protocol`) on any [`Engine`], on
 //! ndarray, without tch. The training crate's evaluation runs the same implementation on
 //! tch tensors, so the two agree step for step: for every scale the normalised batch is
 //! resized (bilinear, `align_corners=true`), run whole or in `crop` x `crop` windows
@@ -9,15 +9,15 @@
 
 use image::RgbImage;
 use ndarray::{concatenate, s, Array2, Array4, ArrayView2, ArrayView4, Axis};
-use segtool_core::protocol::{self, ProtocolOptions, Stitch, Tiling};
-use segtool_core::ModelSpec;
+use segtool_spec::protocol::{self, ProtocolOptions, Stitch, Tiling};
+use segtool_spec::ModelSpec;
 
 use crate::engine::Engine;
 use crate::error::{Result, RuntimeError};
 use crate::postprocess::{argmax, resize_bilinear};
 use crate::preprocess::{normalise_batch, zero_pixel};
 
-pub use segtool_core::protocol::{window_starts, windows, Protocol, Window, MULTI_SCALES};
+pub use segtool_spec::protocol::{window_starts, windows, Protocol, Window, MULTI_SCALES};
 
 /// How each (scaled) image goes through the engine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -115,7 +115,7 @@ impl AccuracyOptions {
         self
     }
 
-    /// The protocol in `segtool_core::protocol`'s terms (shared with training).
+    /// The protocol in `segtool_spec::protocol`'s terms (shared with training).
     pub fn protocol_options(&self) -> ProtocolOptions {
         ProtocolOptions {
             protocol: self.protocol,
@@ -213,7 +213,7 @@ impl Stitch for EngineStitch<'_> {
     }
 
     fn run(&mut self, images: &Array4<f32>) -> Result<Array4<f32>> {
-        self.engine.run(images.view())
+        crate::engine::run_logits(&mut *self.engine, images.view())
     }
 
     fn resize(&mut self, x: &Array4<f32>, h: usize, w: usize) -> Array4<f32> {
@@ -281,6 +281,7 @@ impl Stitch for EngineStitch<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::io_contract::{EngineInput, EngineOutput};
     use crate::testing::tiny_spec;
 
     /// Logits = input channels plus a position-dependent term that differs between
@@ -296,12 +297,15 @@ mod tests {
         fn provider(&self) -> &str {
             "cpu"
         }
-        fn run(&mut self, input: ArrayView4<f32>) -> Result<Array4<f32>> {
+        fn run(&mut self, input: EngineInput<'_>) -> Result<EngineOutput> {
+            let EngineInput::NchwF32(input) = input else {
+                unreachable!("a plain probe")
+            };
             self.runs.push(input.shape().to_vec());
             let (n, _, h, w) = input.dim();
-            Ok(Array4::from_shape_fn((n, 2, h, w), |(i, k, y, x)| {
+            Ok(EngineOutput::Logits(Array4::from_shape_fn((n, 2, h, w), |(i, k, y, x)| {
                 input[[i, k, y, x]] + if k == 1 { (y * w + x) as f32 } else { 0.0 }
-            }))
+            })))
         }
     }
 

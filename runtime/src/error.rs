@@ -7,7 +7,8 @@
 
 use std::path::PathBuf;
 
-use segtool_core::spec::SpecError;
+use segtool_onnx::ModelFileError;
+use segtool_spec::SpecError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
@@ -72,12 +73,41 @@ pub enum RuntimeError {
     #[error("tract error: {0}")]
     Tract(String),
 
+    /// [`SegmenterBuilder::strict`](crate::SegmenterBuilder::strict): opening would have
+    /// taken a fallback.
+    #[error("strict: {} would not run as requested: {fallback}", path.display())]
+    FallbackRefused {
+        /// The model file.
+        path: PathBuf,
+        /// The fallback refused ([`Fallback`](crate::Fallback)'s text).
+        fallback: String,
+    },
+
     /// The requested backend was not compiled into this build.
     #[error("the {0} backend is not compiled in; rebuild segtool-runtime with `--features {0}`")]
     BackendUnavailable(&'static str),
 }
 
+/// Result of this crate.
 pub type Result<T, E = RuntimeError> = std::result::Result<T, E>;
+
+/// Reading the file is `segtool-onnx`'s job; its errors keep their meaning here (a
+/// malformed metadata value is an invalid model, its message naming the key).
+impl From<ModelFileError> for RuntimeError {
+    fn from(e: ModelFileError) -> Self {
+        match e {
+            ModelFileError::NotFound { path } => RuntimeError::ModelNotFound { path },
+            ModelFileError::Io { path, source } => RuntimeError::Io { path, source },
+            ModelFileError::Invalid { path, message } => RuntimeError::InvalidModel { path, message },
+            ModelFileError::MissingSpec { path, key } => RuntimeError::MissingSpec { path, key },
+            ModelFileError::InvalidSpec { path, source } => RuntimeError::InvalidSpec { path, source },
+            ModelFileError::Metadata { path, key, message } => RuntimeError::InvalidModel {
+                path,
+                message: format!("metadata {key:?}: {message}"),
+            },
+        }
+    }
+}
 
 fn tried_list(tried: &[String]) -> String {
     if tried.is_empty() {

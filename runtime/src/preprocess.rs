@@ -9,7 +9,7 @@
 
 use image::RgbImage;
 use ndarray::{s, Array2, Array4, ArrayView4, ArrayViewMut3, Axis};
-use segtool_core::ModelSpec;
+use segtool_spec::ModelSpec;
 
 use crate::error::{Result, RuntimeError};
 use crate::postprocess::{masks_at_size, resize_bilinear, Upsample};

@@ -9,13 +9,13 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use ndarray::{Array4, ArrayView4, Ix4};
+use ndarray::Ix4;
 use tract_onnx::prelude::*;
 use tract_onnx::tract_hir::infer::Factoid;
 
 use crate::engine::{
     check_input_shape, check_mask_shape, check_nhwc_shape, check_output_shape, ensure_exists,
-    expect_logits, mask_to_u8, Engine,
+    mask_to_u8, Engine,
 };
 use crate::error::{Result, RuntimeError};
 use crate::io_contract::{EngineInput, EngineOutput, InputLayout, IoContract, OutputKind};
@@ -25,6 +25,26 @@ type Plan = Arc<TypedRunnableModel>;
 /// Most plans kept at once; beyond it the cache is cleared (shapes rarely vary that much,
 /// and an unbounded cache would grow with every odd image size).
 const MAX_PLANS: usize = 8;
+
+/// tract settings, builder style: `TractOptions::new().with_threads(2)`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TractOptions {
+    /// Threads for one inference; `None`: all cores.
+    pub threads: Option<usize>,
+}
+
+impl TractOptions {
+    /// The defaults.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Threads for one inference.
+    pub fn with_threads(mut self, threads: usize) -> Self {
+        self.threads = Some(threads.max(1));
+        self
+    }
+}
 
 /// tract engine for one model file.
 pub struct TractEngine {
@@ -41,8 +61,13 @@ pub struct TractEngine {
 }
 
 impl TractEngine {
-    /// Loads `path`. A missing file, garbage or truncation fails here, naming the file.
+    /// Loads `path` with the default options.
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        Self::open_with(path, &TractOptions::new())
+    }
+
+    /// Loads `path`. A missing file, garbage or truncation fails here, naming the file.
+    pub fn open_with(path: impl AsRef<Path>, _options: &TractOptions) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
         ensure_exists(&path)?;
         let model =
@@ -143,11 +168,7 @@ impl Engine for TractEngine {
         })
     }
 
-    fn run(&mut self, input: ArrayView4<f32>) -> Result<Array4<f32>> {
-        expect_logits(self.run_io(EngineInput::NchwF32(input))?)
-    }
-
-    fn run_io(&mut self, input: EngineInput<'_>) -> Result<EngineOutput> {
+    fn run(&mut self, input: EngineInput<'_>) -> Result<EngineOutput> {
         let (n, h, w) = input.dims();
         let given = match input {
             EngineInput::NchwF32(_) => InputLayout::NchwF32,
@@ -254,7 +275,7 @@ mod tests {
             let x = Array4::from_shape_fn((n, 3, h, wd), |(i, c, y, x)| {
                 (i + c * 2 + y + x) as f32 * 0.1
             });
-            let out = engine.run(x.view()).unwrap();
+            let out = crate::engine::run_logits(&mut engine, x.view()).unwrap();
             assert_eq!(out.shape(), &[n, 2, h, wd]);
             let (i, y, xx) = (n - 1, h - 1, wd - 1);
             let expect0 = x[[i, 0, y, xx]] + 0.5;
@@ -263,7 +284,7 @@ mod tests {
             assert!((out[[i, 1, y, xx]] - expect1).abs() < 1e-5);
         }
         assert_eq!(engine.plans.len(), 2);
-        let err = engine.run(Array4::zeros((1, 4, 2, 2)).view()).unwrap_err();
+        let err = crate::engine::run_logits(&mut engine, Array4::zeros((1, 4, 2, 2)).view()).unwrap_err();
         assert!(matches!(err, RuntimeError::InputShape { .. }), "{err}");
     }
 }

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use image::{Rgb, RgbImage};
 use ndarray::{Array2, Array4, ArrayView4, Axis};
-use segtool_core::ModelSpec;
+use segtool_spec::ModelSpec;
 use segtool_runtime::batching::{
     BatchConfig, BatchError, BatchServer, Handle, Input, OrderedStream,
 };

@@ -87,7 +87,7 @@
 mod handle;
 mod latest;
 mod queue;
-mod run;
+pub(crate) mod run;
 mod server;
 mod stream;
 
@@ -101,7 +101,7 @@ use crate::Segmentation;
 
 pub use handle::Handle;
 pub use latest::{DropReason, LatestStats, LatestStream, LiveFrame, LiveOutcome};
-pub use run::run_normalised;
+
 pub use server::BatchServer;
 pub use stream::OrderedStream;
 

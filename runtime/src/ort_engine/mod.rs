@@ -38,17 +38,18 @@ mod providers;
 
 use std::path::{Path, PathBuf};
 
-use ndarray::{Array4, ArrayView4, Ix4};
+use ndarray::Ix4;
 use ort::environment::Environment;
 use ort::session::Session;
 use ort::value::{TensorElementType, TensorRef};
 
 use crate::engine::{
     check_input_shape, check_mask_shape, check_nhwc_shape, check_output_shape, ensure_exists,
-    expect_logits, mask_to_u8, Engine,
+    mask_to_u8, Engine,
 };
 use crate::error::{Result, RuntimeError};
 use crate::io_contract::{EngineInput, EngineOutput, InputLayout, IoContract, OutputKind};
+use segtool_onnx::{ModelFile, ModelIo};
 
 pub use dylib::{dylib_candidates, BUILD_TIME_DYLIB};
 pub use providers::{CudaOptions, Provider, TensorRtOptions, TrtProfile, TRT_PROFILE_KEY};
@@ -149,8 +150,38 @@ impl OrtEngine {
     /// [`OrtOptions::strict`], CPU is tried last and a fallback is reported by
     /// [`Engine::fallback_reason`]; with it, failing every listed provider is an error.
     /// TensorRT profile shapes not given are taken from the model's metadata.
+    ///
+    /// Reads the file's metadata and I/O only when the options need them (a TensorRT
+    /// provider, a fixed input size), so any ONNX file opens, segtool's or not; a
+    /// segtool model already read is opened with [`OrtEngine::open_model`].
     pub fn open(path: impl AsRef<Path>, options: &OrtOptions) -> Result<Self> {
-        let path = path.as_ref().to_path_buf();
+        let path = path.as_ref();
+        ensure_exists(path)?;
+        let hint = match wants_tensorrt(options) {
+            true => trt_hint(&segtool_onnx::read_props(path)?, path)?,
+            false => None,
+        };
+        let io = match options.fixed_input_size {
+            Some(_) => Some(segtool_onnx::read_io(path)?),
+            None => None,
+        };
+        Self::open_with(path, options, hint, io.as_ref())
+    }
+
+    /// [`OrtEngine::open`] for a model already read: its TensorRT hint and graph I/O come
+    /// from `model`, the file is not scanned again.
+    pub fn open_model(model: &ModelFile, options: &OrtOptions) -> Result<Self> {
+        let hint = model.metadata.trt_profile.as_ref().map(TrtProfile::from);
+        Self::open_with(&model.path, options, hint, Some(&model.io))
+    }
+
+    fn open_with(
+        path: &Path,
+        options: &OrtOptions,
+        hint: Option<TrtProfile>,
+        io: Option<&ModelIo>,
+    ) -> Result<Self> {
+        let path = path.to_path_buf();
         ensure_exists(&path)?;
         let env = environment(options.dylib_path.as_deref())?;
 
@@ -158,14 +189,9 @@ impl OrtEngine {
         if requested.is_empty() || (!options.strict && requested.last() != Some(&Provider::Cpu)) {
             requested.push(Provider::Cpu);
         }
-        let hint = requested
-            .iter()
-            .any(|p| p.kind() == "tensorrt")
-            .then(|| TrtProfile::from_metadata(&path))
-            .flatten();
-        let overrides = match options.fixed_input_size {
-            Some((h, w)) => fixed_size_overrides(&path, h, w)?,
-            None => Vec::new(),
+        let overrides = match (options.fixed_input_size, io) {
+            (Some((h, w)), Some(io)) => fixed_size_overrides(&path, io, h, w)?,
+            _ => Vec::new(),
         };
         let mut failures = Vec::new();
         for (i, provider) in requested.iter().enumerate() {
@@ -290,8 +316,12 @@ fn build_session(
 /// The free-dimension overrides that fix the first input's height and width: `(symbol,
 /// size)` for each of the two that is symbolic. A dimension the model fixes to another
 /// size is an error; an unnamed dynamic one cannot be overridden and stays dynamic.
-fn fixed_size_overrides(path: &Path, height: usize, width: usize) -> Result<Vec<(String, i64)>> {
-    let io = crate::triton::model_io(path)?;
+fn fixed_size_overrides(
+    path: &Path,
+    io: &ModelIo,
+    height: usize,
+    width: usize,
+) -> Result<Vec<(String, i64)>> {
     let input = &io.inputs[0];
     let (h_axis, w_axis) = match input.elem_type {
         2 => (1, 2), // uint8 NHWC (--preprocess exports)
@@ -327,6 +357,28 @@ fn fixed_size_overrides(path: &Path, height: usize, width: usize) -> Result<Vec<
     Ok(overrides)
 }
 
+fn wants_tensorrt(options: &OrtOptions) -> bool {
+    options
+        .execution_providers
+        .iter()
+        .any(|p| p.kind() == "tensorrt")
+}
+
+/// The model's TensorRT profile hint, read from raw metadata (an error when malformed).
+fn trt_hint(props: &[(String, String)], path: &Path) -> Result<Option<TrtProfile>> {
+    let Some((_, json)) = props.iter().find(|(k, _)| k == TRT_PROFILE_KEY) else {
+        return Ok(None);
+    };
+    let hint = segtool_onnx::TrtProfileHint::from_json(json).map_err(|message| {
+        RuntimeError::from(segtool_onnx::ModelFileError::Metadata {
+            path: path.into(),
+            key: TRT_PROFILE_KEY,
+            message,
+        })
+    })?;
+    Ok(Some(TrtProfile::from(&hint)))
+}
+
 /// Returns the heap ONNX Runtime freed while building a session (the parsed model's
 /// weight buffers, replaced by repacked copies) to the OS; glibc would otherwise keep it.
 fn release_freed_heap() {
@@ -354,11 +406,7 @@ impl Engine for OrtEngine {
         Some(self.contract)
     }
 
-    fn run(&mut self, input: ArrayView4<f32>) -> Result<Array4<f32>> {
-        expect_logits(self.run_io(EngineInput::NchwF32(input))?)
-    }
-
-    fn run_io(&mut self, input: EngineInput<'_>) -> Result<EngineOutput> {
+    fn run(&mut self, input: EngineInput<'_>) -> Result<EngineOutput> {
         let contract_error = |got: &str| RuntimeError::InputShape {
             expected: format!("{} input ({})", self.contract, self.path.display()),
             got: got.to_string(),

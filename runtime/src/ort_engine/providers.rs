@@ -5,7 +5,7 @@
 //! asked for into `ort` execution-provider builders and never touches a session.
 
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::str::FromStr;
 
 use ort::ep::{self, ExecutionProviderDispatch};
@@ -147,7 +147,7 @@ impl TensorRtOptions {
         self
     }
 
-    /// Fills the profile shapes not set from a hint (see [`TrtProfile::from_metadata`]).
+    /// Fills the profile shapes not set from a hint (the model's `segtool.trt_profile`, see [`TrtProfile`]).
     pub fn with_profile_defaults(mut self, hint: Option<&TrtProfile>) -> Self {
         if let Some(h) = hint {
             self.profile_min_shapes.get_or_insert_with(|| h.min.clone());
@@ -198,45 +198,24 @@ impl TensorRtOptions {
     }
 }
 
-/// metadata_props key of the TensorRT profile hint written by `segtool export`.
-pub const TRT_PROFILE_KEY: &str = "segtool.trt_profile";
+pub use segtool_onnx::metadata::TRT_PROFILE_KEY;
 
-/// TensorRT optimisation-profile shapes in ONNX Runtime's syntax (`image:1x3x128x128`).
+/// TensorRT optimisation-profile shapes in ONNX Runtime's syntax (`image:1x3x128x128`),
+/// from a model's [`TrtProfileHint`](segtool_onnx::TrtProfileHint).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TrtProfile {
+    /// Smallest shape.
     pub min: String,
+    /// Shape TensorRT tunes for.
     pub opt: String,
+    /// Largest shape.
     pub max: String,
 }
 
-impl TrtProfile {
-    /// Parses the JSON hint `{"input": "image", "min": [..], "opt": [..], "max": [..]}`.
-    pub fn from_json(json: &str) -> Option<Self> {
-        let v: serde_json::Value = serde_json::from_str(json).ok()?;
-        let input = v.get("input")?.as_str()?;
-        let dims = |key: &str| -> Option<String> {
-            let dims = v
-                .get(key)?
-                .as_array()?
-                .iter()
-                .map(|d| d.as_i64().map(|d| d.to_string()))
-                .collect::<Option<Vec<_>>>()?;
-            Some(format!("{input}:{}", dims.join("x")))
-        };
-        Some(Self {
-            min: dims("min")?,
-            opt: dims("opt")?,
-            max: dims("max")?,
-        })
-    }
-
-    /// The hint in a model's metadata, if it has one (static models do not).
-    pub fn from_metadata(path: &Path) -> Option<Self> {
-        crate::engine::read_metadata(path)
-            .ok()?
-            .into_iter()
-            .find(|(k, _)| k == TRT_PROFILE_KEY)
-            .and_then(|(_, v)| Self::from_json(&v))
+impl From<&segtool_onnx::TrtProfileHint> for TrtProfile {
+    fn from(hint: &segtool_onnx::TrtProfileHint) -> Self {
+        let (min, opt, max) = hint.ort_shapes();
+        Self { min, opt, max }
     }
 }
 
@@ -437,7 +416,7 @@ mod tests {
     #[test]
     fn profile_hint_fills_only_missing_shapes() {
         let json = r#"{"input":"image","layout":"NCHW","min":[1,3,128,128],"opt":[1,3,512,1024],"max":[8,3,1024,2048],"trtexec":""}"#;
-        let hint = TrtProfile::from_json(json).unwrap();
+        let hint = TrtProfile::from(&segtool_onnx::TrtProfileHint::from_json(json).unwrap());
         assert_eq!(hint.min, "image:1x3x128x128");
         assert_eq!(hint.max, "image:8x3x1024x2048");
         let short: Provider = "tensorrt-fp16:0".parse().unwrap();
@@ -454,6 +433,6 @@ mod tests {
             mine.profile_min_shapes.as_deref(),
             Some("image:1x3x128x128")
         );
-        assert!(TrtProfile::from_json("{}").is_none());
+        assert!(segtool_onnx::TrtProfileHint::from_json("{}").is_err());
     }
 }
