@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use image::{Rgb, RgbImage};
 use ndarray::{Array2, Array4, ArrayView4};
-use segtool_core::ConfusionMatrix;
+use segtool_spec::ConfusionMatrix;
 use segtool_spec::ModelSpec;
 use segtool_runtime::batching::{BatchConfig, BatchError, BatchServer, DropReason, LiveOutcome};
 use segtool_runtime::testing::tiny_spec;
