@@ -23,7 +23,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use image::{Rgb, RgbImage};
-use ndarray::{Array2, Array4, ArrayView4};
+use ndarray::{Array2, Array4};
 use segtool_spec::ModelSpec;
 use segtool_runtime::batching::{BatchConfig, BatchServer};
 use segtool_runtime::testing::tiny_spec;

@@ -10,8 +10,8 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use image::{Rgb, RgbImage};
-use ndarray::{Array2, Array4, ArrayView4};
-use segtool_spec::ConfusionMatrix;
+use ndarray::{Array2, Array4};
+use segtool_core::ConfusionMatrix;
 use segtool_spec::ModelSpec;
 use segtool_runtime::batching::{BatchConfig, BatchError, BatchServer, DropReason, LiveOutcome};
 use segtool_runtime::testing::tiny_spec;
