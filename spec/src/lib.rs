@@ -12,6 +12,7 @@ pub mod io;
 pub mod palette;
 pub mod process;
 pub mod protocol;
+pub mod size;
 pub mod spec;
 
 pub use spec::{BackboneSpec, BlockKind, ModelSpec, SpecError, SPEC_METADATA_KEY};

@@ -114,9 +114,11 @@ pub fn run(args: Args) -> Result<()> {
         .map(|i| val_set.get(i).map(|s| (s.image, s.mask)))
         .collect::<Result<Vec<_>, _>>()?;
     let mut overlays = None;
-    for engine in ["ort", "tract"] {
-        let mut seg = super::infer::open_segmenter(&onnx_path, engine, &["cpu".to_string()])?
-            .with_logits(true);
+    for engine in [segtool_runtime::EngineKind::Ort, segtool_runtime::EngineKind::Tract] {
+        let mut seg = segtool_runtime::Segmenter::builder(&onnx_path)
+            .engine(engine)
+            .logits(true)
+            .open()?;
         let name = format!("{} ({})", seg.engine().name(), seg.engine().provider());
         let (row, masks) = run_engine(&mut seg, name, &val_images, &tch_logits, &spec)?;
         rows.push(row);

@@ -53,7 +53,7 @@ pub(super) fn loaded_library() -> Option<PathBuf> {
     slot.as_ref().map(|(_, path)| path.clone())
 }
 
-pub(super) fn environment(explicit: Option<&Path>) -> Result<Environment> {
+pub fn environment(explicit: Option<&Path>) -> Result<Environment> {
     let mut slot = ENVIRONMENT.lock().unwrap_or_else(|e| e.into_inner());
     if let Some((env, loaded)) = slot.as_ref() {
         // One library per process: a different explicit one cannot be honoured.

@@ -54,7 +54,7 @@ use segtool_onnx::{ModelFile, ModelIo};
 pub use dylib::{dylib_candidates, BUILD_TIME_DYLIB};
 pub use providers::{CudaOptions, Provider, TensorRtOptions, TrtProfile, TRT_PROFILE_KEY};
 
-use dylib::environment;
+pub use dylib::environment;
 
 /// Session settings, builder style: `OrtOptions::new().with_provider(Provider::Cuda { device_id: 0 })`.
 #[derive(Clone, Debug, Default)]
