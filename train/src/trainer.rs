@@ -226,6 +226,12 @@ impl Trainer {
         Ok(())
     }
 
+    /// dist: SyncBN over `group` from now on (the model's BatchNorms hold it; see
+    /// [`DaNet::set_sync_bn`]). A group of one process keeps plain BatchNorm.
+    pub fn enable_sync_bn(&mut self, group: Arc<crate::dist::ProcessGroup>) {
+        self.model.set_sync_bn(Some(group));
+    }
+
     /// amp: forward passes under `amp`'s autocast from now on, loss in fp32, with loss
     /// scaling when `amp` has a scaler (fp16).
     pub fn enable_amp(&mut self, amp: crate::amp::Amp) {
