@@ -1,0 +1,31 @@
+//! Argument types and helpers shared by several subcommands (this is not a subcommand):
+//! the built-in dataset's flags and dataset opening ([`data`]), the device flag, and the
+//! progress bar the training commands draw ([`progress`]).
+
+pub mod data;
+#[cfg(feature = "train")]
+pub mod progress;
+
+pub use data::ShapesArgs;
+#[cfg(feature = "train")]
+pub use data::open_dataset;
+
+/// `--device` of the libtorch commands.
+#[cfg(feature = "train")]
+#[derive(clap::Args, Clone, Debug)]
+pub struct DeviceArgs {
+    /// cpu, cuda, cuda:N.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+}
+
+#[cfg(feature = "train")]
+impl DeviceArgs {
+    /// The device; in a distributed run (`dist`), `cuda` is the local rank's GPU.
+    pub fn resolve(
+        &self,
+        dist: Option<&segtool_train::dist::DistEnv>,
+    ) -> anyhow::Result<tch::Device> {
+        segtool_train::device::device_for(&self.device, dist)
+    }
+}
