@@ -6,9 +6,9 @@ pub mod data;
 #[cfg(feature = "train")]
 pub mod progress;
 
-pub use data::ShapesArgs;
 #[cfg(feature = "train")]
 pub use data::open_dataset;
+pub use data::ShapesArgs;
 
 /// `--device` of the libtorch commands.
 #[cfg(feature = "train")]

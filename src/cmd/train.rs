@@ -110,8 +110,10 @@ pub fn run(args: Args) -> Result<()> {
     )?;
     if args.print_config {
         // The configuration (stdout) and its batch geometry (stderr); no dataset opened.
-        let world = DistEnv::from_env().ok().flatten().map_or(1, |e| e.world_size);
-        config_notes(&cfg, world)?.iter().for_each(|n| eprintln!("{n}"));
+        let world = DistEnv::from_env().ok().flatten();
+        for note in config_notes(&cfg, world.map_or(1, |e| e.world_size))? {
+            eprintln!("{note}");
+        }
         print!("{}", cfg.to_toml_string());
         return Ok(());
     }
@@ -134,7 +136,9 @@ pub fn run(args: Args) -> Result<()> {
     }
     let summary = run.execute()?;
     if summary.is_main() {
-        summary.closing_lines().iter().for_each(|l| println!("{l}"));
+        for line in summary.closing_lines() {
+            println!("{line}");
+        }
     }
     Ok(())
 }

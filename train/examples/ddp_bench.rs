@@ -16,9 +16,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use segtool_core::{BackboneSpec, ModelSpec};
-use segtool_train::dist::{
-    Backend, Ddp, DistEnv, LaunchConfig, Launcher, ProcessGroup, ReduceOp,
-};
+use segtool_train::dist::{Backend, Ddp, DistEnv, LaunchConfig, Launcher, ProcessGroup, ReduceOp};
 use segtool_train::{TrainConfig, Trainer};
 use tch::{Kind, Tensor};
 

@@ -21,8 +21,8 @@ use common::spec;
 use rand::{Rng, SeedableRng};
 use segtool_core::BackboneSpec;
 use segtool_train::dist::{
-    launch::RankFailed, Backend, Ddp, DistEnv, GroupOptions, LaunchConfig, Launcher,
-    ProcessGroup, ReduceOp,
+    launch::RankFailed, Backend, Ddp, DistEnv, GroupOptions, LaunchConfig, Launcher, ProcessGroup,
+    ReduceOp,
 };
 use segtool_train::{TrainConfig, Trainer};
 use tch::{Kind, Tensor};

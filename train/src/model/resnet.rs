@@ -214,7 +214,12 @@ impl ResNet {
             }
         }
         self.bn1.group = group.clone();
-        for bn in self.layers.iter_mut().flatten().flat_map(Block::batch_norms_mut) {
+        for bn in self
+            .layers
+            .iter_mut()
+            .flatten()
+            .flat_map(Block::batch_norms_mut)
+        {
             bn.group = group.clone();
         }
     }

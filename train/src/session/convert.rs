@@ -63,8 +63,8 @@ impl EvalOptions {
             .base_size(e.base_size.map(|b| b as usize))
             .flip(e.flip)
             .scales(e.scales.clone())
-            .batch_size(e.batch_size);
-        let base = base.progress(false);
+            .batch_size(e.batch_size)
+            .progress(false);
         match (e.mode, e.crop_size, e.stride) {
             (EvalMode::Sliding, Some(crop), Some(stride)) => {
                 base.sliding(crop as i64, stride as i64)
@@ -131,13 +131,16 @@ pub fn resolve_config(
             })?;
             let mut cfg = RunConfig::from_toml_str(text)
                 .with_context(|| format!("configuration stored in {}", path.display()))?;
-            let threads = recorded_threads(&checkpoint.info)
-                .with_context(|| path.display().to_string())?;
+            let threads =
+                recorded_threads(&checkpoint.info).with_context(|| path.display().to_string())?;
             // The run continues where its checkpoint is, wherever the run was started.
             cfg.out_dir = path.parent().map(Path::to_path_buf);
             (cfg, Some(ResumePoint { path, threads }))
         }
-        None => (RunConfig::preset_or_file(config.unwrap_or("shapes-tiny"))?, None),
+        None => (
+            RunConfig::preset_or_file(config.unwrap_or("shapes-tiny"))?,
+            None,
+        ),
     };
     cfg.apply_overrides(overrides)?;
     Ok((cfg, resume))

@@ -171,9 +171,13 @@ impl<'a> Run<'a> {
         }
         let val_set = match cfg.data.val_split.as_str() {
             "" => None,
-            split => Some(open_dataset(&cfg.data.dataset, split, &shapes).with_context(|| {
-                format!("validation split {split:?} (set data.val_split=\"\" to train without one)")
-            })?),
+            split => Some(
+                open_dataset(&cfg.data.dataset, split, &shapes).with_context(|| {
+                    format!(
+                        "validation split {split:?} (set data.val_split=\"\" to train without one)"
+                    )
+                })?,
+            ),
         };
 
         let spec = crate::presets::model_spec(&cfg, classes, palette)?;
