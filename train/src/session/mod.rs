@@ -9,11 +9,13 @@
 //! use segtool_core::config::RunConfig;
 //! let cfg = RunConfig::preset("shapes-tiny")?;
 //! let dist = segtool_train::dist::DistEnv::from_env()?;
+//! let mut log = Vec::new();
 //! let summary = segtool_train::Run::new(cfg, tch::Device::Cpu, dist)
 //!     .stop_at(Some(10))
-//!     .on_event(|e| eprintln!("{e}"))
+//!     .on_event(|e| log.push(e.to_string()))
 //!     .execute()?;
-//! println!("{} iterations, last checkpoint {}", summary.state.iteration, summary.last_checkpoint.display());
+//! assert_eq!(summary.state.iteration, 10);
+//! assert!(summary.last_checkpoint.ends_with("last.safetensors"));
 //! # Ok(()) }
 //! ```
 
