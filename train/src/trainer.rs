@@ -45,6 +45,9 @@ pub struct TrainConfig {
     pub augment: Augment,
     pub seed: u64,
     pub device: Device,
+    /// Report the loop's progress to the [`Progress`] the caller gives
+    /// ([`crate::run::RunOptions::progress`], [`Trainer::train_with`]); the library draws
+    /// and prints nothing itself.
     pub progress: bool,
     /// PAM/CAM implementation; `Sdpa` trains the same function without PAM's N x N matrix.
     pub attention: AttentionImpl,
