@@ -8,7 +8,7 @@ use anyhow::{bail, Context, Result};
 use segtool_core::ModelSpec;
 use segtool_train::model::{feature_size, module_costs, pam_cam_attention_bytes, AttentionImpl};
 
-use super::train::backbone_spec;
+use segtool_train::presets::backbone_spec;
 
 #[derive(clap::Args)]
 pub struct Args {
