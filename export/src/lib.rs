@@ -569,6 +569,8 @@ fn legacy_doc_string(spec: &ModelSpec) -> String {
 #[cfg(test)]
 mod deploy_tests;
 #[cfg(test)]
+mod serving_tests;
+#[cfg(test)]
 mod external_tests;
 #[cfg(test)]
 mod keep_fp32_tests;
