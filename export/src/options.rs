@@ -241,7 +241,7 @@ pub struct ExportOptions {
     /// Fixed batch size instead of the `batch` symbol.
     pub batch: Option<i64>,
     /// Largest expected (height, width) of a dynamic export: TensorRT profile hints and
-    /// the attention memory budget ([`budget`]).
+    /// the attention memory budget ([`budget`](crate::budget)).
     pub max_size: (i64, i64),
     /// Large initialisers in a side file `<model file name>.data` (storage only: the
     /// graph, and so the metadata JSON, is the same either way).
