@@ -17,7 +17,6 @@ pub enum ExportError {
     },
 
     /// The checkpoint exists but could not be read (permissions, I/O error).
-
     #[error("cannot read checkpoint {}: {source}", path.display())]
     Read {
         /// The checkpoint path as given.
@@ -36,9 +35,8 @@ pub enum ExportError {
         reason: String,
     },
 
-    /// The safetensors header has no segtool model spec: the checkpoint comes from
-    /// elsewhere (e.g. a raw PyTorch conversion) and must go through the train tool.
-
+    /// The safetensors header has no segtool model spec: the checkpoint was not written
+    /// by segtool and must be converted with the train tool first.
     #[error(
         "checkpoint {} has no `{key}` metadata: it was not written by segtool \
          (convert it with the train tool first)",
@@ -51,7 +49,6 @@ pub enum ExportError {
     },
 
     /// The checkpoint's spec metadata is present but does not parse or validate.
-
     #[error("checkpoint {} has an invalid model spec: {source}", path.display())]
     BadSpec {
         /// The checkpoint path as given.
@@ -74,7 +71,6 @@ pub enum ExportError {
     },
 
     /// A weight has a shape other than the spec implies (e.g. another class count).
-
     #[error("tensor `{key}` has shape {actual:?}, expected {expected:?}")]
     WrongShape {
         /// The checkpoint key.
@@ -87,7 +83,6 @@ pub enum ExportError {
 
     /// A weight is not stored as float32 (checkpoints are read as F32 only; fp16 is an
     /// export option, not a checkpoint format).
-
     #[error("tensor `{key}` has dtype {actual}, expected F32")]
     WrongDtype {
         /// The checkpoint key.
@@ -98,7 +93,6 @@ pub enum ExportError {
 
     /// [`ExportOptions::opset`](crate::ExportOptions::opset) is outside
     /// [`MIN_OPSET`](crate::MIN_OPSET)..=[`MAX_OPSET`](crate::MAX_OPSET).
-
     #[error("unsupported opset {opset}: segtool exports opsets {min}..={max}")]
     UnsupportedOpset {
         /// The opset asked for.
@@ -111,7 +105,6 @@ pub enum ExportError {
 
     /// An attention form needs a newer opset than the one asked for (ONNX `Attention`
     /// exists from opset 23).
-
     #[error(
         "{module} attention as `{form}` needs opset >= {needed}, but opset {opset} was asked for"
     )]
@@ -128,7 +121,6 @@ pub enum ExportError {
 
     /// An attention form the target's runtime cannot import (ONNX Runtime's contrib
     /// `MultiHeadAttention` for TensorRT or tract).
-
     #[error("{module} attention as `{form}` cannot be loaded by the `{target}` target's runtime")]
     AttentionTarget {
         /// `PAM` or `CAM`.
