@@ -79,6 +79,7 @@ impl ExternalDataFile {
         self.len
     }
 
+    /// Whether the file has no bytes (no tensor was moved to it).
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }

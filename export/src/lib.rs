@@ -12,6 +12,8 @@
 //! Weights that would take the model past protobuf's 2 GiB limit go to a side file
 //! `<model>.onnx.data` as ONNX external data ([`external`], [`ExternalData`]).
 
+#![warn(missing_docs)]
+
 mod attention;
 mod backbone;
 pub mod budget;
@@ -58,6 +60,7 @@ pub const DEFAULT_OPSET: i64 = 17;
 /// Range of default-domain opsets the emitted ops are valid in (Softmax/Reshape/Resize
 /// semantics used here date from opset 13).
 pub const MIN_OPSET: i64 = 13;
+/// Newest default-domain opset segtool writes (ONNX `Attention` needs it).
 pub const MAX_OPSET: i64 = 23;
 
 /// Name of the graph input (normalised RGB, NCHW float32).
@@ -81,12 +84,15 @@ pub const ATTENTION_OPSET: i64 = 23;
 /// What an export produced.
 #[derive(Clone, Debug)]
 pub struct ExportReport {
+    /// Nodes in the graph.
     pub nodes: usize,
+    /// Initialisers (weights and constants) in the graph, inline or external.
     pub initializers: usize,
     /// Size of the serialised model (the .onnx file, without its side file).
     pub bytes: u64,
     /// BatchNorm layers folded into convolutions.
     pub folded_bn: usize,
+    /// The model spec, as written to `metadata_props`.
     pub spec: ModelSpec,
     /// The side file holding large initialisers, when the export uses external data.
     pub external: Option<ExternalReport>,
@@ -107,8 +113,11 @@ pub struct ExternalReport {
 /// contents (to be written as `report.external.location` next to the model).
 #[derive(Clone, Debug)]
 pub struct ExportParts {
+    /// The serialised ModelProto (the .onnx file's bytes).
     pub onnx: Vec<u8>,
+    /// The side file, when initialisers were moved to external data.
     pub data: Option<ExternalDataFile>,
+    /// What the export produced.
     pub report: ExportReport,
 }
 

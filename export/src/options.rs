@@ -24,6 +24,7 @@ pub enum AttentionForm {
 }
 
 impl AttentionForm {
+    /// Every form, in CLI listing order.
     pub const ALL: [AttentionForm; 3] = [
         AttentionForm::Decomposed,
         AttentionForm::OnnxAttention,
@@ -98,6 +99,7 @@ pub enum ExportTarget {
 }
 
 impl ExportTarget {
+    /// Every target, in CLI listing order.
     pub const ALL: [ExportTarget; 4] = [
         ExportTarget::Ort,
         ExportTarget::TensorRt,
@@ -169,6 +171,7 @@ pub enum ExternalData {
 }
 
 impl ExternalData {
+    /// Every mode, in CLI listing order.
     pub const ALL: [ExternalData; 3] = [
         ExternalData::Auto,
         ExternalData::Always,
@@ -238,7 +241,7 @@ pub struct ExportOptions {
     /// Fixed batch size instead of the `batch` symbol.
     pub batch: Option<i64>,
     /// Largest expected (height, width) of a dynamic export: TensorRT profile hints and
-    /// the attention memory budget ([`budget`]).
+    /// the attention memory budget ([`budget`](crate::budget)).
     pub max_size: (i64, i64),
     /// Large initialisers in a side file `<model file name>.data` (storage only: the
     /// graph, and so the metadata JSON, is the same either way).
@@ -281,6 +284,7 @@ impl ExportOptions {
         .raise_opset_for_forms()
     }
 
+    /// fp16 weights and compute (see [`ExportOptions::fp16`]).
     pub fn with_fp16(mut self, on: bool) -> Self {
         self.fp16 = on;
         self
@@ -292,11 +296,13 @@ impl ExportOptions {
         self
     }
 
+    /// Class map output `mask` instead of `logits` (see [`ExportOptions::argmax`]).
     pub fn with_argmax(mut self, on: bool) -> Self {
         self.argmax = on;
         self
     }
 
+    /// uint8 NHWC RGB input, normalised in the graph (see [`ExportOptions::preprocess`]).
     pub fn with_preprocess(mut self, on: bool) -> Self {
         self.preprocess = on;
         self
@@ -314,6 +320,8 @@ impl ExportOptions {
         self
     }
 
+    /// Largest expected (height, width) of a dynamic export (see
+    /// [`ExportOptions::max_size`]).
     pub fn with_max_size(mut self, size: (i64, i64)) -> Self {
         self.max_size = size;
         self
@@ -400,6 +408,8 @@ impl ExportOptions {
         })
     }
 
+    /// Default-domain opset, taken as is: one below a chosen form's
+    /// [`AttentionForm::min_opset`] fails the export with [`ExportError::AttentionOpset`].
     pub fn with_opset(mut self, opset: i64) -> Self {
         self.opset = opset;
         self
@@ -411,11 +421,15 @@ impl ExportOptions {
         self.with_pam_attention(form).with_cam_attention(form)
     }
 
+    /// Form of the position attention module only (raising the opset to 23 for ONNX
+    /// `Attention`).
     pub fn with_pam_attention(mut self, form: AttentionForm) -> Self {
         self.pam = form;
         self.raise_opset_for_forms()
     }
 
+    /// Form of the channel attention module only (raising the opset to 23 for ONNX
+    /// `Attention`).
     pub fn with_cam_attention(mut self, form: AttentionForm) -> Self {
         self.cam = form;
         self.raise_opset_for_forms()

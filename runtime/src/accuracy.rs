@@ -25,7 +25,12 @@ pub enum AccuracyMode {
     /// The whole image in one run.
     Whole,
     /// `crop` x `crop` windows, `stride` pixels apart (placed as the protocol says).
-    Sliding { crop: usize, stride: usize },
+    Sliding {
+        /// Side of the square window, in pixels of the scaled image.
+        crop: usize,
+        /// Distance between window origins, in pixels (less than `crop` overlaps).
+        stride: usize,
+    },
 }
 
 /// The protocol; chained setters from [`AccuracyOptions::new`] (mmseg, whole image, one
@@ -34,6 +39,7 @@ pub enum AccuracyMode {
 pub struct AccuracyOptions {
     /// DANet's `MultiEvalModule` or mmsegmentation's inference.
     pub protocol: Protocol,
+    /// Whole image or sliding windows.
     pub mode: AccuracyMode,
     /// Also run the mirrored image (combined as the protocol says).
     pub flip: bool,
@@ -60,6 +66,8 @@ impl Default for AccuracyOptions {
 }
 
 impl AccuracyOptions {
+    /// mmsegmentation's protocol, whole image, scale 1.0, no flip, batch 1 (the
+    /// [`Default`]).
     pub fn new() -> Self {
         Self::default()
     }
@@ -80,36 +88,43 @@ impl AccuracyOptions {
         Self::paper_single_scale().scales(MULTI_SCALES.to_vec())
     }
 
+    /// Which evaluation protocol ([`AccuracyOptions::protocol`]).
     pub fn protocol(mut self, protocol: Protocol) -> Self {
         self.protocol = protocol;
         self
     }
 
+    /// DANet protocol: the long side at scale 1.0 (`None`: each image's own).
     pub fn base_size(mut self, base_size: Option<usize>) -> Self {
         self.base_size = base_size;
         self
     }
 
+    /// Each scaled image in one run.
     pub fn whole(mut self) -> Self {
         self.mode = AccuracyMode::Whole;
         self
     }
 
+    /// `crop` x `crop` windows, `stride` pixels apart.
     pub fn sliding(mut self, crop: usize, stride: usize) -> Self {
         self.mode = AccuracyMode::Sliding { crop, stride };
         self
     }
 
+    /// Also run the mirrored image.
     pub fn flip(mut self, flip: bool) -> Self {
         self.flip = flip;
         self
     }
 
+    /// Scales whose scores are summed (e.g. [`MULTI_SCALES`]).
     pub fn scales(mut self, scales: Vec<f64>) -> Self {
         self.scales = scales;
         self
     }
 
+    /// Sliding mode: windows per engine run.
     pub fn batch_size(mut self, batch_size: usize) -> Self {
         self.batch_size = batch_size;
         self

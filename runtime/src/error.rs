@@ -10,23 +10,35 @@ use std::path::PathBuf;
 use segtool_onnx::ModelFileError;
 use segtool_spec::SpecError;
 
+/// Everything opening or running a model can fail with; the `Display` message is meant
+/// to be shown to the user as is.
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
     /// The model path does not exist.
     #[error("model file not found: {}", path.display())]
-    ModelNotFound { path: PathBuf },
+    ModelNotFound {
+        /// The model path as given.
+        path: PathBuf,
+    },
 
     /// The model file exists but could not be read.
     #[error("cannot read model file {}: {source}", path.display())]
     Io {
+        /// The model path as given.
         path: PathBuf,
+        /// The I/O error from reading it.
         #[source]
         source: std::io::Error,
     },
 
     /// The file is not a loadable ONNX model (truncated download, wrong file, unsupported op...).
     #[error("invalid or truncated ONNX model {}: {message}", path.display())]
-    InvalidModel { path: PathBuf, message: String },
+    InvalidModel {
+        /// The model path as given.
+        path: PathBuf,
+        /// What the parser or engine rejected (a bad metadata value names its key).
+        message: String,
+    },
 
     /// The model has no `segtool.spec` entry in its `metadata_props`.
     #[error(
@@ -34,23 +46,43 @@ pub enum RuntimeError {
          export the model with `segtool export` or pass the spec explicitly",
         path.display()
     )]
-    MissingSpec { path: PathBuf, key: &'static str },
+    MissingSpec {
+        /// The model path as given.
+        path: PathBuf,
+        /// The metadata key looked for (`segtool.spec`).
+        key: &'static str,
+    },
 
     /// The spec entry exists but does not parse or validate.
     #[error("invalid segtool spec in {}: {source}", path.display())]
     InvalidSpec {
+        /// The model path as given.
         path: PathBuf,
+        /// What is wrong with the spec.
         #[source]
         source: SpecError,
     },
 
     /// The tensor or images handed to an engine do not fit the model.
     #[error("wrong input shape: expected {expected}, got {got}")]
-    InputShape { expected: String, got: String },
+    InputShape {
+        /// What the model or call needs, in words and shapes (e.g. `f32 [N, 3, H, W]
+        /// (normalised RGB, NCHW)`, `every image of a batch 1024x512 like image 0`).
+        expected: String,
+        /// What was handed in, in the same terms.
+        got: String,
+    },
 
-    /// The model answered with something other than `[N, classes, H, W]` logits.
+    /// The model answered with something other than the output its contract promises
+    /// (`[N, classes, H, W]` f32 logits, or an `[N, H, W]` class map for `--argmax`
+    /// exports).
     #[error("unexpected model output: expected {expected}, got {got}")]
-    OutputShape { expected: String, got: String },
+    OutputShape {
+        /// The output the contract promises, in words and shapes.
+        expected: String,
+        /// What the engine returned.
+        got: String,
+    },
 
     /// No usable `libonnxruntime` was found.
     #[error(

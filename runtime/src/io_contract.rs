@@ -48,7 +48,9 @@ impl EngineInput<'_> {
 /// An owned [`EngineInput`] (what a decoding thread hands to the engine thread).
 #[derive(Clone, Debug)]
 pub enum EngineTensor {
+    /// Normalised f32 `[N, 3, H, W]`.
     NchwF32(Array4<f32>),
+    /// Raw uint8 RGB `[N, H, W, 3]` (`--preprocess` graphs).
     NhwcU8(Array4<u8>),
 }
 
@@ -61,6 +63,7 @@ impl EngineTensor {
         })
     }
 
+    /// Borrows it as the [`EngineInput`] that [`Engine::run`] takes.
     pub fn view(&self) -> EngineInput<'_> {
         match self {
             EngineTensor::NchwF32(x) => EngineInput::NchwF32(x.view()),
@@ -87,6 +90,7 @@ impl EngineOutput {
         }
     }
 
+    /// Whether the output holds no image.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -180,6 +184,8 @@ pub struct ContractAdapter {
 }
 
 impl ContractAdapter {
+    /// Wraps `inner`, whose graph follows `contract`; `spec` gives the mean/std that
+    /// turn tensors back into pixels and the class count of the one-hot logits.
     pub fn new(inner: Box<dyn Engine>, contract: IoContract, spec: &ModelSpec) -> Self {
         Self {
             inner,

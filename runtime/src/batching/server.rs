@@ -199,10 +199,12 @@ impl BatchServer {
         LatestStream::new(self.queue.clone(), slot)
     }
 
+    /// The configuration the server was started with.
     pub fn config(&self) -> &BatchConfig {
         &self.config
     }
 
+    /// The model spec every worker serves (classes, palette, normalisation).
     pub fn spec(&self) -> &ModelSpec {
         &self.spec
     }

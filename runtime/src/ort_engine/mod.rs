@@ -77,15 +77,19 @@ pub struct OrtOptions {
 }
 
 impl OrtOptions {
+    /// The defaults: ONNX Runtime's thread count, CPU only, the library searched as
+    /// [`dylib_candidates`] lists, the model's dynamic input size.
     pub fn new() -> Self {
         Self::default()
     }
 
+    /// Threads inside one operator ([`OrtOptions::intra_threads`]).
     pub fn with_intra_threads(mut self, threads: usize) -> Self {
         self.intra_threads = Some(threads);
         self
     }
 
+    /// Replaces the provider preference list (tried in order).
     pub fn with_execution_providers(
         mut self,
         providers: impl IntoIterator<Item = Provider>,
@@ -110,6 +114,7 @@ impl OrtOptions {
         self.with_provider(Provider::TensorRtWith(options))
     }
 
+    /// Loads ONNX Runtime from this file only ([`OrtOptions::dylib_path`]).
     pub fn with_dylib_path(mut self, path: impl Into<PathBuf>) -> Self {
         self.dylib_path = Some(path.into());
         self

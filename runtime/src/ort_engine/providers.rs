@@ -18,16 +18,22 @@ use ort::ep::{self, ExecutionProviderDispatch};
 /// [`OrtOptions::with_tensorrt`](super::OrtOptions::with_tensorrt)).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Provider {
+    /// ONNX Runtime's CPU provider (always available; the implicit last resort).
     Cpu,
+    /// CUDA on one device, default options.
     Cuda {
+        /// CUDA device ordinal (`0`: the first visible GPU).
         device_id: i32,
     },
     /// TensorRT, with CUDA registered behind it for the nodes TensorRT does not take.
     /// `cache_dir` keeps built engines (and timing caches) between runs: building one
     /// takes minutes for DANet-R101.
     TensorRt {
+        /// CUDA device ordinal.
         device_id: i32,
+        /// Let TensorRT build fp16 kernels (the interface stays float32).
         fp16: bool,
+        /// Engine and timing cache folder (created if missing); `None`: nothing kept.
         cache_dir: Option<PathBuf>,
     },
     /// CUDA with all its options.
@@ -39,12 +45,14 @@ pub enum Provider {
 /// CUDA execution provider options, builder style.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CudaOptions {
+    /// CUDA device ordinal.
     pub device_id: i32,
     /// Cap of the device memory arena, in bytes (`gpu_mem_limit`).
     pub memory_limit: Option<usize>,
 }
 
 impl CudaOptions {
+    /// Device `device_id`, no memory cap.
     pub fn new(device_id: i32) -> Self {
         Self {
             device_id,
@@ -52,6 +60,7 @@ impl CudaOptions {
         }
     }
 
+    /// Caps the device memory arena at `bytes`.
     pub fn with_memory_limit(mut self, bytes: usize) -> Self {
         self.memory_limit = Some(bytes);
         self
@@ -75,8 +84,11 @@ impl CudaOptions {
 /// for dynamic models) when the engine opens.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TensorRtOptions {
+    /// CUDA device ordinal (TensorRT and the CUDA provider behind it).
     pub device_id: i32,
+    /// Let TensorRT build fp16 kernels (the interface stays float32).
     pub fp16: bool,
+    /// Let TensorRT build int8 kernels; needs a calibration table for a plain model.
     pub int8: bool,
     /// INT8 calibration table: ONNX Runtime's format (e.g. from its quantisation tools),
     /// or TensorRT's native text cache when `int8_native_calibration_table` is set.
@@ -88,12 +100,16 @@ pub struct TensorRtOptions {
     pub engine_cache_dir: Option<PathBuf>,
     /// Keeps TensorRT's tactic timing cache between runs (created if missing).
     pub timing_cache_dir: Option<PathBuf>,
+    /// Smallest input shape of the optimisation profile (`image:1x3x128x128`).
     pub profile_min_shapes: Option<String>,
+    /// Input shape TensorRT tunes its kernels for.
     pub profile_opt_shapes: Option<String>,
+    /// Largest input shape the engine accepts.
     pub profile_max_shapes: Option<String>,
 }
 
 impl TensorRtOptions {
+    /// Device `device_id`, fp32, no caches, profile from the model's metadata.
     pub fn new(device_id: i32) -> Self {
         Self {
             device_id,
@@ -101,16 +117,19 @@ impl TensorRtOptions {
         }
     }
 
+    /// fp16 kernels (see [`TensorRtOptions::fp16`]).
     pub fn with_fp16(mut self, fp16: bool) -> Self {
         self.fp16 = fp16;
         self
     }
 
+    /// int8 kernels (see [`TensorRtOptions::int8`]).
     pub fn with_int8(mut self, int8: bool) -> Self {
         self.int8 = int8;
         self
     }
 
+    /// INT8 calibration table in ONNX Runtime's format (does not set `int8` itself).
     pub fn with_int8_calibration_table(mut self, path: impl Into<PathBuf>) -> Self {
         self.int8_calibration_table = Some(path.into());
         self
@@ -124,11 +143,13 @@ impl TensorRtOptions {
         self
     }
 
+    /// Keeps built engines in `dir` between runs.
     pub fn with_engine_cache_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.engine_cache_dir = Some(dir.into());
         self
     }
 
+    /// Keeps the tactic timing cache in `dir` between runs.
     pub fn with_timing_cache_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.timing_cache_dir = Some(dir.into());
         self

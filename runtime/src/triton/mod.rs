@@ -60,35 +60,43 @@ impl Default for TritonOptions {
 }
 
 impl TritonOptions {
+    /// The defaults: name from the file, batches up to 8, 100 µs queue delay, one CPU
+    /// instance.
     pub fn new() -> Self {
         Self::default()
     }
 
+    /// Folder name and `name:` of the model.
     pub fn with_model_name(mut self, name: impl Into<String>) -> Self {
         self.model_name = Some(name.into());
         self
     }
 
+    /// Largest batch Triton forms (0: no batching).
     pub fn with_max_batch_size(mut self, n: u32) -> Self {
         self.max_batch_size = n;
         self
     }
 
+    /// How long the dynamic batcher waits for more requests, in microseconds.
     pub fn with_max_queue_delay_us(mut self, us: u64) -> Self {
         self.max_queue_delay_us = us;
         self
     }
 
+    /// Batch sizes the dynamic batcher prefers (those above `max_batch_size` are dropped).
     pub fn with_preferred_batch_sizes(mut self, sizes: Vec<u32>) -> Self {
         self.preferred_batch_sizes = sizes;
         self
     }
 
+    /// GPUs to place instances on (empty: CPU instances).
     pub fn with_gpus(mut self, gpus: Vec<u32>) -> Self {
         self.gpus = gpus;
         self
     }
 
+    /// Instances when running on the CPU.
     pub fn with_cpu_instances(mut self, n: u32) -> Self {
         self.cpu_instances = n;
         self
@@ -119,9 +127,13 @@ impl TritonOptions {
 /// What [`write_repository`] wrote.
 #[derive(Clone, Debug)]
 pub struct TritonReport {
+    /// The model's name in the repository (its folder name).
     pub model_name: String,
+    /// `DIR/<model_name>`.
     pub model_dir: PathBuf,
+    /// `DIR/<model_name>/config.pbtxt`.
     pub config_path: PathBuf,
+    /// `DIR/<model_name>/1/model.onnx`, the copy of the model.
     pub model_path: PathBuf,
     /// The `max_batch_size` written (0 when the model's batch dimension is fixed).
     pub max_batch_size: u32,
