@@ -43,20 +43,19 @@ pub struct segtool_live_options {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct segtool_live_counts {
-    /// Frames given to `segtool_live_submit` (accepted ones; invalid arguments are not
-    /// frames).
+    /// Accepted `segtool_live_submit` calls (invalid arguments are not frames).
     pub submitted: u64,
-    /// Frames that ran and have a class map.
+    /// Frames whose class map `segtool_live_next` returns (or returned).
     pub answered: u64,
-    /// Frames that ran and failed.
+    /// Frames that ran and failed: `segtool_live_next` reports their status.
     pub failed: u64,
-    /// Frames replaced in the slot by a newer one before they started.
+    /// Frames a newer `segtool_live_submit` pushed out of the slot before they started.
     pub replaced: u64,
-    /// Frames whose deadline passed before they started.
+    /// Frames not started within `deadline_ms`.
     pub expired: u64,
-    /// Frames refused because the internal queue was full.
+    /// `segtool_live_submit` calls refused because the internal queue was full.
     pub rejected: u64,
-    /// Frames waiting in the slot or running.
+    /// Frames in the slot or running now: `segtool_live_next` has more to return.
     pub pending: u64,
 }
 

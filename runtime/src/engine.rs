@@ -11,6 +11,7 @@ use ndarray::{Array4, ArrayView4};
 use segtool_onnx::ModelFile;
 use segtool_spec::ModelSpec;
 
+use segtool_onnx::ModelFileError;
 use crate::error::{fmt_shape, Result, RuntimeError};
 use crate::io_contract::{EngineInput, EngineOutput, IoContract};
 
@@ -158,9 +159,9 @@ pub(crate) fn ensure_exists(path: &Path) -> Result<()> {
     if path.is_file() {
         Ok(())
     } else {
-        Err(RuntimeError::ModelNotFound {
+        Err(RuntimeError::File(ModelFileError::NotFound {
             path: path.to_path_buf(),
-        })
+        }))
     }
 }
 
@@ -203,7 +204,7 @@ mod tests {
         let path = dir.path().join("bad.onnx");
         std::fs::write(&path, b"this is not a model\xff\xff").unwrap();
         let err = load_spec(&path).unwrap_err();
-        assert!(matches!(err, RuntimeError::InvalidModel { .. }), "{err}");
+        assert!(matches!(err, RuntimeError::File(ModelFileError::Invalid { .. })), "{err}");
         assert!(err.to_string().contains("bad.onnx"), "{err}");
 
         let spec = tiny_spec(2);
@@ -218,7 +219,7 @@ mod tests {
         let missing = dir.path().join("nope.onnx");
         assert!(matches!(
             load_spec(&missing),
-            Err(RuntimeError::ModelNotFound { .. })
+            Err(RuntimeError::File(ModelFileError::NotFound { .. }))
         ));
     }
 

@@ -8,60 +8,17 @@
 use std::path::PathBuf;
 
 use segtool_onnx::ModelFileError;
-use segtool_spec::SpecError;
 
 /// Everything opening or running a model can fail with; the `Display` message is meant
 /// to be shown to the user as is.
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
-    /// The model path does not exist.
-    #[error("model file not found: {}", path.display())]
-    ModelNotFound {
-        /// The model path as given.
-        path: PathBuf,
-    },
-
-    /// The model file exists but could not be read.
-    #[error("cannot read model file {}: {source}", path.display())]
-    Io {
-        /// The model path as given.
-        path: PathBuf,
-        /// The I/O error from reading it.
-        #[source]
-        source: std::io::Error,
-    },
-
-    /// The file is not a loadable ONNX model (truncated download, wrong file, unsupported op...).
-    #[error("invalid or truncated ONNX model {}: {message}", path.display())]
-    InvalidModel {
-        /// The model path as given.
-        path: PathBuf,
-        /// What the parser or engine rejected (a bad metadata value names its key).
-        message: String,
-    },
-
-    /// The model has no `segtool.spec` entry in its `metadata_props`.
-    #[error(
-        "{} carries no segtool spec (ONNX metadata_props key {key:?}); \
-         export the model with `segtool export` or pass the spec explicitly",
-        path.display()
-    )]
-    MissingSpec {
-        /// The model path as given.
-        path: PathBuf,
-        /// The metadata key looked for (`segtool.spec`).
-        key: &'static str,
-    },
-
-    /// The spec entry exists but does not parse or validate.
-    #[error("invalid segtool spec in {}: {source}", path.display())]
-    InvalidSpec {
-        /// The model path as given.
-        path: PathBuf,
-        /// What is wrong with the spec.
-        #[source]
-        source: SpecError,
-    },
+    /// The model file is missing, unreadable, not ONNX, truncated, or its segtool
+    /// metadata is missing or malformed: `segtool-onnx`'s error, which names the file
+    /// (and the metadata key). Engines report a model they cannot load (an unsupported
+    /// op, a graph that does not type-check) the same way, as [`ModelFileError::Invalid`].
+    #[error(transparent)]
+    File(#[from] ModelFileError),
 
     /// The tensor or images handed to an engine do not fit the model.
     #[error("wrong input shape: expected {expected}, got {got}")]
@@ -122,24 +79,6 @@ pub enum RuntimeError {
 
 /// Result of this crate.
 pub type Result<T, E = RuntimeError> = std::result::Result<T, E>;
-
-/// Reading the file is `segtool-onnx`'s job; its errors keep their meaning here (a
-/// malformed metadata value is an invalid model, its message naming the key).
-impl From<ModelFileError> for RuntimeError {
-    fn from(e: ModelFileError) -> Self {
-        match e {
-            ModelFileError::NotFound { path } => RuntimeError::ModelNotFound { path },
-            ModelFileError::Io { path, source } => RuntimeError::Io { path, source },
-            ModelFileError::Invalid { path, message } => RuntimeError::InvalidModel { path, message },
-            ModelFileError::MissingSpec { path, key } => RuntimeError::MissingSpec { path, key },
-            ModelFileError::InvalidSpec { path, source } => RuntimeError::InvalidSpec { path, source },
-            ModelFileError::Metadata { path, key, message } => RuntimeError::InvalidModel {
-                path,
-                message: format!("metadata {key:?}: {message}"),
-            },
-        }
-    }
-}
 
 fn tried_list(tried: &[String]) -> String {
     if tried.is_empty() {

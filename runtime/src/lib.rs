@@ -80,7 +80,7 @@ pub use preprocess::{normalise, normalise_batch};
 pub use preprocess::{prepare, PrepareOptions, Prepared};
 pub use segmenter::{EngineKind, Fallback, Segmentation, Segmenter, SegmenterBuilder};
 /// The exported file's reader and typed metadata.
-pub use segtool_onnx::{Metadata, ModelFile, TrtProfileHint};
+pub use segtool_onnx::{Metadata, ModelFile, ModelFileError, TrtProfileHint};
 pub use temporal::{FlickerMeter, TemporalSmoother};
 #[cfg(feature = "tract")]
 pub use tract_engine::{TractEngine, TractOptions};
@@ -200,7 +200,7 @@ mod tests {
         std::fs::write(&bad, b"\x08\x08garbage").unwrap();
         let err = OrtEngine::open(&bad, &OrtOptions::new()).err().unwrap();
         assert!(
-            matches!(err, RuntimeError::InvalidModel { .. })
+            matches!(err, RuntimeError::File(ModelFileError::Invalid { .. }))
                 && err.to_string().contains("bad.onnx"),
             "{err}"
         );

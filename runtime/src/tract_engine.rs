@@ -17,6 +17,7 @@ use crate::engine::{
     check_input_shape, check_mask_shape, check_nhwc_shape, check_output_shape, ensure_exists,
     mask_to_u8, Engine,
 };
+use segtool_onnx::ModelFileError;
 use crate::error::{Result, RuntimeError};
 use crate::io_contract::{EngineInput, EngineOutput, InputLayout, IoContract, OutputKind};
 
@@ -73,16 +74,16 @@ impl TractEngine {
         let model =
             tract_onnx::onnx()
                 .model_for_path(&path)
-                .map_err(|e| RuntimeError::InvalidModel {
+                .map_err(|e| RuntimeError::File(ModelFileError::Invalid {
                     path: path.clone(),
                     message: format!("{e:#}"),
-                })?;
+                }))?;
         let fact = model
             .input_fact(0)
-            .map_err(|e| RuntimeError::InvalidModel {
+            .map_err(|e| RuntimeError::File(ModelFileError::Invalid {
                 path: path.clone(),
                 message: format!("model has no input: {e:#}"),
-            })?;
+            }))?;
         let mut declared: Vec<Option<usize>> = fact
             .shape
             .dims()
@@ -248,7 +249,7 @@ mod tests {
         let err = TractEngine::open(&path)
             .err()
             .expect("garbage must not load");
-        assert!(matches!(err, RuntimeError::InvalidModel { .. }), "{err}");
+        assert!(matches!(err, RuntimeError::File(ModelFileError::Invalid { .. })), "{err}");
         assert!(err.to_string().contains("broken.onnx"), "{err}");
 
         let full = tiny_model_bytes(&tiny_spec(2), &[[1.0; 3], [0.0; 3]], &[0.0; 2]);
@@ -256,12 +257,12 @@ mod tests {
         let err = TractEngine::open(&path)
             .err()
             .expect("truncated file must not load");
-        assert!(matches!(err, RuntimeError::InvalidModel { .. }), "{err}");
+        assert!(matches!(err, RuntimeError::File(ModelFileError::Invalid { .. })), "{err}");
 
         let err = TractEngine::open(dir.path().join("missing.onnx"))
             .err()
             .unwrap();
-        assert!(matches!(err, RuntimeError::ModelNotFound { .. }), "{err}");
+        assert!(matches!(err, RuntimeError::File(ModelFileError::NotFound { .. })), "{err}");
     }
 
     #[test]

@@ -47,6 +47,7 @@ use crate::engine::{
     check_input_shape, check_mask_shape, check_nhwc_shape, check_output_shape, ensure_exists,
     mask_to_u8, Engine,
 };
+use segtool_onnx::ModelFileError;
 use crate::error::{Result, RuntimeError};
 use crate::io_contract::{EngineInput, EngineOutput, InputLayout, IoContract, OutputKind};
 use segtool_onnx::{ModelFile, ModelIo};
@@ -213,7 +214,7 @@ impl OrtEngine {
                     if !failures.is_empty() {
                         message = format!("{message} (earlier providers: {})", failures.join("; "));
                     }
-                    return Err(RuntimeError::InvalidModel { path, message });
+                    return Err(RuntimeError::File(ModelFileError::Invalid { path, message }));
                 }
                 Err(e) => failures.push(format!("{provider} unavailable: {e}")),
             }
@@ -232,10 +233,10 @@ impl OrtEngine {
         provider: String,
         fallback: Option<String>,
     ) -> Result<Self> {
-        let invalid = |message: String| RuntimeError::InvalidModel {
+        let invalid = |message: String| RuntimeError::File(ModelFileError::Invalid {
             path: path.clone(),
             message,
-        };
+        });
         let input = session
             .inputs()
             .first()
@@ -333,14 +334,14 @@ fn fixed_size_overrides(
         _ => (2, 3),
     };
     if input.dims.len() != 4 {
-        return Err(RuntimeError::InvalidModel {
+        return Err(RuntimeError::File(ModelFileError::Invalid {
             path: path.into(),
             message: format!(
                 "input {:?} has rank {}: a fixed input size needs a 4-D image input",
                 input.name,
                 input.dims.len()
             ),
-        });
+        }));
     }
     let mut overrides = Vec::new();
     for (axis, want, side) in [(h_axis, height, "height"), (w_axis, width, "width")] {

@@ -20,6 +20,7 @@ mod model_io;
 
 use std::path::{Path, PathBuf};
 
+use segtool_onnx::ModelFileError;
 use crate::error::{Result, RuntimeError};
 
 pub use config::config_pbtxt;
@@ -157,13 +158,13 @@ pub fn write_repository(onnx: &Path, dir: &Path, opts: &TritonOptions) -> Result
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
     {
-        return Err(RuntimeError::Io {
+        return Err(RuntimeError::File(ModelFileError::Io {
             path: dir.join(&name),
             source: std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,
                 format!("Triton model name {name:?}: use letters, digits, '_', '-', '.'"),
             ),
-        });
+        }));
     }
     let (config, notes) = config_pbtxt(&name, &io, opts)?;
     let max_batch_size = if notes.is_empty() {
@@ -175,7 +176,7 @@ pub fn write_repository(onnx: &Path, dir: &Path, opts: &TritonOptions) -> Result
     let version_dir = model_dir.join("1");
     let io_err = |path: &Path| {
         let path = path.to_path_buf();
-        move |source| RuntimeError::Io { path, source }
+        move |source| RuntimeError::File(ModelFileError::Io { path, source })
     };
     std::fs::create_dir_all(&version_dir).map_err(io_err(&version_dir))?;
     let model_path = version_dir.join("model.onnx");
