@@ -1,6 +1,7 @@
 //! `segtool`: DANet training, ONNX export and inference from one binary. This file only
 //! parses arguments; the work lives in the crates (train/, export/, runtime/).
 
+mod args;
 mod cmd;
 
 use clap::{Parser, Subcommand};

@@ -24,7 +24,7 @@ use std::time::Instant;
 use ndarray::Array4;
 use prost::Message;
 use segtool_core::metrics::ConfusionMatrix;
-use segtool_export::proto::ModelProto;
+use segtool_onnx::proto::ModelProto;
 
 use crate::report::{argmax_classes, CompareOptions};
 use crate::session::OrtModel;

@@ -15,7 +15,7 @@ use std::path::PathBuf;
 
 use prost::Message;
 use segtool_core::ModelSpec;
-use segtool_export::proto::{
+use segtool_onnx::proto::{
     type_proto, AttributeProto, DataType, GraphProto, ModelProto, NodeProto, ValueInfoProto,
 };
 
@@ -98,12 +98,7 @@ pub fn expose(
                 output: vec![out.clone()],
                 name: out.clone(),
                 op_type: "Cast".into(),
-                attribute: vec![AttributeProto {
-                    name: "to".into(),
-                    r#type: segtool_export::proto::AttributeType::Int as i32,
-                    i: Some(DataType::Float as i64),
-                    ..Default::default()
-                }],
+                attribute: vec![segtool_onnx::builders::attr_int("to", DataType::Float as i64)],
                 ..Default::default()
             });
             g.output.push(qdq::float_output(&out));

@@ -22,7 +22,6 @@ pub mod stats;
 pub mod trt_cache;
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
@@ -31,13 +30,13 @@ use indicatif::{ProgressBar, ProgressStyle};
 use ndarray::{Array4, Axis};
 use prost::Message;
 use segtool_core::{ModelSpec, SPEC_METADATA_KEY};
-use segtool_export::proto::ModelProto;
+use segtool_onnx::proto::ModelProto;
 
 use session::OrtModel;
 use stats::{Histogram, Range, TensorStats, DEFAULT_BINS};
 
 /// metadata_props key recording how a model was calibrated.
-pub const CALIBRATION_METADATA_KEY: &str = "segtool.calibration";
+pub use segtool_onnx::metadata::CALIBRATION_METADATA_KEY;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CalibrationError {
@@ -411,30 +410,10 @@ pub fn rewrite_with(
     )
 }
 
-/// Writes `bytes` to `path` atomically: a temp file in the same folder, fsync, rename.
+/// Writes `bytes` to `path` atomically ([`segtool_core::io::write_atomic`]: a temp file
+/// in the same folder, fsync, rename, fsync of the folder).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), CalibrationError> {
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .ok_or_else(|| CalibrationError::Input(format!("{}: not a file path", path.display())))?;
-    let tmp = dir.join(format!(
-        ".{}.tmp.{}",
-        name.to_string_lossy(),
-        std::process::id()
-    ));
-    let result = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result.map_err(io_err(path))
+    segtool_core::io::write_atomic(path, bytes).map_err(io_err(path))
 }
 
 #[cfg(test)]

@@ -22,8 +22,9 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
-use segtool_export::proto::{
-    AttributeProto, AttributeType, DataType, GraphProto, ModelProto, NodeProto, TensorProto,
+use segtool_onnx::builders::{self, attr_int, tensor_f32, tensor_i32, tensor_i8};
+use segtool_onnx::proto::{
+    DataType, GraphProto, ModelProto, NodeProto, TensorProto,
     TypeProto, ValueInfoProto,
 };
 
@@ -268,7 +269,7 @@ pub fn plan(model: &ModelProto, keep_float: &[String]) -> Result<Plan, Calibrati
 
 /// A graph output declaring a float32 tensor of any shape.
 pub(crate) fn float_output(name: &str) -> ValueInfoProto {
-    use segtool_export::proto::type_proto;
+    use segtool_onnx::proto::type_proto;
     ValueInfoProto {
         name: name.to_string(),
         r#type: Some(TypeProto {
@@ -297,15 +298,6 @@ pub fn with_outputs(model: &ModelProto, tensors: &[String]) -> ModelProto {
     m
 }
 
-fn attr_int(name: &str, v: i64) -> AttributeProto {
-    AttributeProto {
-        name: name.into(),
-        r#type: AttributeType::Int as i32,
-        i: Some(v),
-        ..Default::default()
-    }
-}
-
 fn node(op: &str, name: String, inputs: [&str; 3], output: String, axis: Option<i64>) -> NodeProto {
     NodeProto {
         input: inputs.iter().map(|s| s.to_string()).collect(),
@@ -317,52 +309,11 @@ fn node(op: &str, name: String, inputs: [&str; 3], output: String, axis: Option<
     }
 }
 
-fn tensor_f32(name: String, dims: Vec<i64>, v: &[f32]) -> TensorProto {
-    TensorProto {
-        dims,
-        data_type: DataType::Float as i32,
-        name,
-        raw_data: v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-        ..Default::default()
-    }
-}
-
-fn tensor_i8(name: String, dims: Vec<i64>, v: &[i8]) -> TensorProto {
-    TensorProto {
-        dims,
-        data_type: DataType::Int8 as i32,
-        name,
-        raw_data: v.iter().map(|&x| x as u8).collect(),
-        ..Default::default()
-    }
-}
-
 /// The float values of an initialiser (raw_data or float_data).
 pub fn float_values(t: &TensorProto) -> Result<Vec<f32>, CalibrationError> {
-    if t.data_type != DataType::Float as i32 {
-        return Err(CalibrationError::Model(format!(
-            "{:?} is not float32",
-            t.name
-        )));
-    }
-    if !t.raw_data.is_empty() {
-        return Ok(t
-            .raw_data
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect());
-    }
-    Ok(t.float_data.clone())
-}
-
-fn tensor_i32(name: String, dims: Vec<i64>, v: &[i32]) -> TensorProto {
-    TensorProto {
-        dims,
-        data_type: DataType::Int32 as i32,
-        name,
-        raw_data: v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-        ..Default::default()
-    }
+    builders::float_values(t).ok_or_else(|| {
+        CalibrationError::Model(format!("{:?} is not float32 (or its raw data is cut)", t.name))
+    })
 }
 
 /// Rewrites `model` into QDQ form. `thresholds` holds every activation of `plan`.
@@ -443,9 +394,9 @@ pub fn rewrite(
                 format!("{name}_scale{suffix}"),
                 format!("{name}_zero_point"),
             );
-            new_inits.push(tensor_f32(s.clone(), vec![], &[scale]));
+            new_inits.push(tensor_f32(s.clone(), &[], &[scale]));
             if *k == 0 {
-                new_inits.push(tensor_i8(z.clone(), vec![], &[0]));
+                new_inits.push(tensor_i8(z.clone(), &[], &[0]));
             }
             *k += 1;
             let qn = format!("{name}_quantized{suffix}");
@@ -488,11 +439,11 @@ pub fn rewrite(
                 let pc = per_channel && n.op_type == "Conv";
                 let (q, scales) = quantise_weights(&w, &t.dims, pc, weight_range);
                 let sdims = if pc { vec![t.dims[0]] } else { vec![] };
-                new_inits.push(tensor_i8(format!("{name}_quantized"), t.dims.clone(), &q));
-                new_inits.push(tensor_f32(format!("{name}_scale"), sdims.clone(), &scales));
+                new_inits.push(tensor_i8(format!("{name}_quantized"), &t.dims, &q));
+                new_inits.push(tensor_f32(format!("{name}_scale"), &sdims, &scales));
                 new_inits.push(tensor_i8(
                     format!("{name}_zero_point"),
-                    sdims,
+                    &sdims,
                     &vec![0i8; scales.len()],
                 ));
                 weight_nodes.push(node(
@@ -533,11 +484,11 @@ pub fn rewrite(
                         vec![]
                     };
                     let deq = format!("{bias}_dequantized");
-                    new_inits.push(tensor_i32(format!("{bias}_quantized"), t.dims.clone(), &q));
-                    new_inits.push(tensor_f32(format!("{bias}_scale"), sdims.clone(), &scales));
+                    new_inits.push(tensor_i32(format!("{bias}_quantized"), &t.dims, &q));
+                    new_inits.push(tensor_f32(format!("{bias}_scale"), &sdims, &scales));
                     new_inits.push(tensor_i32(
                         format!("{bias}_zero_point"),
-                        sdims,
+                        &sdims,
                         &vec![0; scales.len()],
                     ));
                     weight_nodes.push(node(
@@ -584,7 +535,7 @@ pub fn rewrite(
         Some(o) => o.version = o.version.max(MIN_QDQ_OPSET),
         None => m
             .opset_import
-            .push(segtool_export::proto::OperatorSetIdProto {
+            .push(segtool_onnx::proto::OperatorSetIdProto {
                 domain: String::new(),
                 version: MIN_QDQ_OPSET,
             }),
@@ -592,7 +543,7 @@ pub fn rewrite(
     let (key, value) = metadata;
     m.metadata_props.retain(|e| e.key != key);
     m.metadata_props
-        .push(segtool_export::proto::StringStringEntryProto {
+        .push(segtool_onnx::proto::StringStringEntryProto {
             key: key.to_string(),
             value,
         });

@@ -10,7 +10,7 @@ use ndarray::ArrayD;
 use prost::Message;
 use segtool_core::metrics::ConfusionMatrix;
 use segtool_core::ModelSpec;
-use segtool_export::proto::ModelProto;
+use segtool_onnx::proto::ModelProto;
 
 use crate::session::OrtModel;
 use crate::similarity::Similarity;

@@ -1,11 +1,10 @@
 //! ONNX Runtime sessions for calibration: in-memory models, every output by name.
 //!
-//! ort allows one environment per process; this crate creates its own (from the same
-//! library search as the runtime, [`segtool_runtime::ort_engine::dylib_candidates`]), so
-//! do not open runtime `OrtEngine`s in the same process as a calibration.
+//! ort allows one environment per process: calibration sessions use the runtime's
+//! ([`segtool_runtime::ort_engine::environment`]), so calibrating and running runtime
+//! engines in one process (`segtool calibrate --auto` does both) share one library.
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
 
 use ndarray::{ArrayD, ArrayView4};
 use ort::environment::Environment;
@@ -14,39 +13,13 @@ use ort::value::TensorRef;
 
 use crate::CalibrationError;
 
-static ENV: Mutex<Option<Environment>> = Mutex::new(None);
-
 fn ort_err(e: impl std::fmt::Display) -> CalibrationError {
     CalibrationError::Ort(e.to_string())
 }
 
+/// The process's one ONNX Runtime environment, shared with the runtime's engines.
 fn environment() -> Result<Environment, CalibrationError> {
-    let mut slot = ENV.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(env) = slot.as_ref() {
-        return Ok(env.clone());
-    }
-    let mut tried = Vec::new();
-    for (path, source) in segtool_runtime::ort_engine::dylib_candidates(None) {
-        if path.is_absolute() && !path.exists() {
-            tried.push(format!("{} ({source}): no such file", path.display()));
-            continue;
-        }
-        match ort::init_from(&path) {
-            Ok(b) => {
-                let env = b
-                    .with_name("segtool-calibration")
-                    .build()
-                    .map_err(ort_err)?;
-                *slot = Some(env.clone());
-                return Ok(env);
-            }
-            Err(e) => tried.push(format!("{} ({source}): {e}", path.display())),
-        }
-    }
-    Err(CalibrationError::Ort(format!(
-        "cannot load ONNX Runtime (tried: {})",
-        tried.join("; ")
-    )))
+    segtool_runtime::ort_engine::environment(None).map_err(ort_err)
 }
 
 /// One CPU session over a model held in memory.

@@ -12,7 +12,7 @@ use segtool_calibration::auto::{auto_calibrate, holdout_split, AutoOptions, RowK
 use segtool_calibration::compare::{compare_models, CompareOptions};
 use segtool_calibration::session::OrtModel;
 use segtool_calibration::{calibrate, model_spec, CalibrationOptions, Method};
-use segtool_export::proto::{
+use segtool_onnx::proto::{
     tensor_value_info, DataType, Dim, GraphProto, ModelProto, NodeProto, OperatorSetIdProto,
     StringStringEntryProto, TensorProto,
 };

@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use prost::Message;
 use segtool_calibration::stats::Histogram;
 use segtool_calibration::{calibrate, calibrators, trt_cache, CalibrationOptions, Method};
-use segtool_export::proto::ModelProto;
+use segtool_onnx::proto::ModelProto;
 
 fn lcg(seed: u64) -> impl FnMut() -> f64 {
     let mut s = seed;
@@ -160,7 +160,7 @@ fn qdq_model_runs_in_ort_matches_fp32_and_is_deterministic() {
                 .expect("an int32 bias");
             assert_eq!(
                 bias.data_type,
-                segtool_export::proto::DataType::Int32 as i32
+                segtool_onnx::proto::DataType::Int32 as i32
             );
             let meta = q
                 .metadata_props

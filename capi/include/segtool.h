@@ -185,32 +185,31 @@ typedef struct segtool_live_options {
  */
 typedef struct segtool_live_counts {
   /**
-   * Frames given to `segtool_live_submit` (accepted ones; invalid arguments are not
-   * frames).
+   * Accepted `segtool_live_submit` calls (invalid arguments are not frames).
    */
   uint64_t submitted;
   /**
-   * Frames that ran and have a class map.
+   * Frames whose class map `segtool_live_next` returns (or returned).
    */
   uint64_t answered;
   /**
-   * Frames that ran and failed.
+   * Frames that ran and failed: `segtool_live_next` reports their status.
    */
   uint64_t failed;
   /**
-   * Frames replaced in the slot by a newer one before they started.
+   * Frames a newer `segtool_live_submit` pushed out of the slot before they started.
    */
   uint64_t replaced;
   /**
-   * Frames whose deadline passed before they started.
+   * Frames not started within `deadline_ms`.
    */
   uint64_t expired;
   /**
-   * Frames refused because the internal queue was full.
+   * `segtool_live_submit` calls refused because the internal queue was full.
    */
   uint64_t rejected;
   /**
-   * Frames waiting in the slot or running.
+   * Frames in the slot or running now: `segtool_live_next` has more to return.
    */
   uint64_t pending;
 } segtool_live_counts;

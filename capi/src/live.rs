@@ -9,11 +9,11 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use segtool_runtime::batching::{BatchConfig, BatchError, BatchServer, LatestStream, LiveOutcome};
-use segtool_runtime::{Engine, OutputKind, TemporalSmoother};
+use segtool_runtime::{OutputKind, TemporalSmoother};
 
 use crate::options::{segtool_options, segtool_options_default};
 use crate::result::segtool_result;
-use crate::segmenter::{copy_image, open};
+use crate::segmenter::{builder, copy_image};
 use crate::status::segtool_status::{self, *};
 use crate::status::{path_arg, status_guard, Error};
 
@@ -43,20 +43,19 @@ pub struct segtool_live_options {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct segtool_live_counts {
-    /// Frames given to `segtool_live_submit` (accepted ones; invalid arguments are not
-    /// frames).
+    /// Accepted `segtool_live_submit` calls (invalid arguments are not frames).
     pub submitted: u64,
-    /// Frames that ran and have a class map.
+    /// Frames whose class map `segtool_live_next` returns (or returned).
     pub answered: u64,
-    /// Frames that ran and failed.
+    /// Frames that ran and failed: `segtool_live_next` reports their status.
     pub failed: u64,
-    /// Frames replaced in the slot by a newer one before they started.
+    /// Frames a newer `segtool_live_submit` pushed out of the slot before they started.
     pub replaced: u64,
-    /// Frames whose deadline passed before they started.
+    /// Frames not started within `deadline_ms`.
     pub expired: u64,
-    /// Frames refused because the internal queue was full.
+    /// `segtool_live_submit` calls refused because the internal queue was full.
     pub rejected: u64,
-    /// Frames waiting in the slot or running.
+    /// Frames in the slot or running now: `segtool_live_next` has more to return.
     pub pending: u64,
 }
 
@@ -108,13 +107,9 @@ fn open_live(
         )));
     }
     let sessions = live.sessions.max(1) as usize;
-    let mut spec = None;
-    let mut engines: Vec<Box<dyn Engine>> = Vec::with_capacity(sessions);
+    let mut segmenters = Vec::with_capacity(sessions);
     for _ in 0..sessions {
-        let seg = open(path, opts)?
-            .inner
-            .into_inner()
-            .unwrap_or_else(|e| e.into_inner());
+        let seg = builder(path, opts)?.open()?;
         if live.smooth > 0.0 && seg.contract().output == OutputKind::Mask {
             return Err(Error::invalid(format!(
                 "smooth: {} outputs a class map (exported with --argmax), and smoothing \
@@ -122,15 +117,14 @@ fn open_live(
                 path.display()
             )));
         }
-        spec.get_or_insert_with(|| seg.spec().clone());
-        engines.push(seg.into_plain_engine());
+        segmenters.push(seg);
     }
     let config = BatchConfig::new()
         .with_max_batch(1)
         .with_max_wait(Duration::ZERO)
         .with_queue_capacity(live.slot.max(1) as usize + sessions)
         .with_logits(live.smooth > 0.0);
-    let server = BatchServer::new(config, spec.expect("one session"), engines)?;
+    let server = BatchServer::from_segmenters(config, segmenters)?;
     let stream = server.latest_stream(live.slot.max(1) as usize);
     if live.deadline_ms > 0 {
         stream.set_deadline(Some(Duration::from_millis(u64::from(live.deadline_ms))));

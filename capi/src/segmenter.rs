@@ -1,16 +1,17 @@
-//! The segmenter handle: the opaque [`segtool_segmenter`], building it from a model path and
-//! `segtool_options` (engine choice, ONNX Runtime fallback, `strict`), `segtool_open`,
+//! The segmenter handle: the opaque [`segtool_segmenter`], built from a model path and
+//! `segtool_options` through the runtime's `SegmenterBuilder` (engine choice, fallbacks and
+//! `strict` are the builder's), `segtool_open`,
 //! `segtool_close` and `segtool_segment` with the validation and copy of the caller's RGB
 //! buffer. The per-model accessors live in `info.rs`, the class map in `result.rs`.
 
 use std::ffi::{c_char, CString};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::ptr;
 use std::sync::Mutex;
 
 use image::RgbImage;
-use segtool_core::ModelSpec;
-use segtool_runtime::{Backend, OrtOptions, Provider, RuntimeError, Segmenter, TractOptions};
+use segtool_spec::ModelSpec;
+use segtool_runtime::{EngineKind, Segmenter, SegmenterBuilder};
 
 use crate::options::{
     parse_providers, segtool_options, segtool_options_default, SEGTOOL_ENGINE_AUTO,
@@ -45,16 +46,27 @@ fn c_string(s: &str) -> CString {
     CString::new(s.replace('\0', "")).expect("NUL bytes were removed")
 }
 
-pub(crate) fn open(path: &Path, opts: &segtool_options) -> Result<segtool_segmenter, Error> {
+/// The builder `opts` describe: the C ABI adds no logic of its own.
+pub(crate) fn builder(path: &Path, opts: &segtool_options) -> Result<SegmenterBuilder, Error> {
     // SAFETY: the caller's contract for `segtool_options` strings.
     let providers = parse_providers(unsafe { opt_str(opts.providers, "providers") }?)?;
-    let ort_library = match unsafe { opt_str(opts.ort_library, "ort_library") }? {
-        Some(p) if !p.is_empty() => Some(PathBuf::from(p)),
-        _ => None,
+    let engine = match opts.engine {
+        SEGTOOL_ENGINE_AUTO => EngineKind::Auto,
+        SEGTOOL_ENGINE_ORT => EngineKind::Ort,
+        SEGTOOL_ENGINE_TRACT => EngineKind::Tract,
+        other => {
+            return Err(Error::invalid(format!(
+                "unknown engine {other} (SEGTOOL_ENGINE_AUTO = 0, SEGTOOL_ENGINE_ORT = 1, \
+                 SEGTOOL_ENGINE_TRACT = 2)"
+            )))
+        }
     };
-    let mut ort = OrtOptions::new().with_execution_providers(providers.clone());
+    let mut builder = Segmenter::builder(path)
+        .engine(engine)
+        .providers(providers)
+        .strict(opts.strict);
     if opts.intra_threads > 0 {
-        ort = ort.with_intra_threads(opts.intra_threads as usize);
+        builder = builder.threads(opts.intra_threads as usize);
     }
     match (opts.fixed_height, opts.fixed_width) {
         (0, 0) => {}
@@ -64,48 +76,22 @@ pub(crate) fn open(path: &Path, opts: &segtool_options) -> Result<segtool_segmen
                 opts.fixed_height, opts.fixed_width
             )))
         }
-        (h, w) => ort = ort.with_fixed_input_size(h as usize, w as usize),
+        (h, w) => builder = builder.fixed_size(h as usize, w as usize),
     }
-    if let Some(lib) = ort_library {
-        ort = ort.with_dylib_path(lib);
+    // SAFETY: as above.
+    if let Some(lib) = unsafe { opt_str(opts.ort_library, "ort_library") }?.filter(|p| !p.is_empty()) {
+        builder = builder.ort_library(lib);
     }
-    // intra_threads also sizes tract's pool (0: all cores).
-    let tract = Backend::TractWith(TractOptions::new().with_threads(opts.intra_threads as usize));
-    let (segmenter, engine_fallback) = match opts.engine {
-        SEGTOOL_ENGINE_TRACT => (Segmenter::open(path, tract)?, None),
-        SEGTOOL_ENGINE_ORT => (Segmenter::open(path, Backend::Ort(ort))?, None),
-        SEGTOOL_ENGINE_AUTO => match Segmenter::open(path, Backend::Ort(ort)) {
-            Ok(s) => (s, None),
-            Err(e @ RuntimeError::OrtLibraryNotFound { .. }) => (
-                Segmenter::open(path, tract)?,
-                Some(format!("using tract: {e}")),
-            ),
-            Err(e) => return Err(e.into()),
-        },
-        other => {
-            return Err(Error::invalid(format!(
-                "unknown engine {other} (SEGTOOL_ENGINE_AUTO = 0, SEGTOOL_ENGINE_ORT = 1, \
-                 SEGTOOL_ENGINE_TRACT = 2)"
-            )))
-        }
-    };
+    Ok(builder)
+}
 
+pub(crate) fn open(path: &Path, opts: &segtool_options) -> Result<segtool_segmenter, Error> {
+    let segmenter = builder(path, opts)?.open()?;
     let engine = segmenter.engine();
-    let fallback = engine_fallback.or_else(|| engine.fallback_reason().map(str::to_owned));
-    let wanted = providers.first().unwrap_or(&Provider::Cpu).to_string();
-    if opts.strict && engine.provider() != wanted {
-        return Err(Error::new(
-            SEGTOOL_ERR_PROVIDER_UNAVAILABLE,
-            format!(
-                "strict: {} was requested for {} but {} would run on {}{}",
-                wanted,
-                path.display(),
-                engine.name(),
-                engine.provider(),
-                fallback.map(|r| format!(" ({r})")).unwrap_or_default()
-            ),
-        ));
-    }
+    let fallback = (!segmenter.fallbacks().is_empty()).then(|| {
+        let all: Vec<String> = segmenter.fallbacks().iter().map(ToString::to_string).collect();
+        all.join("; ")
+    });
     let spec: &ModelSpec = segmenter.spec();
     Ok(segtool_segmenter {
         class_names: spec.classes.iter().map(|c| c_string(c)).collect(),

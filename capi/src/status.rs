@@ -11,7 +11,7 @@ use std::ffi::{c_char, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 
-use segtool_runtime::RuntimeError;
+use segtool_runtime::{ModelFileError, RuntimeError};
 
 /// Status code of every fallible call. `SEGTOOL_OK` (0) is success; for anything else
 /// `segtool_last_error()` says what went wrong.
@@ -79,12 +79,14 @@ impl From<RuntimeError> for Error {
         // generic inference error instead of breaking this crate's build.
         #[allow(unreachable_patterns)]
         let status = match &e {
-            RuntimeError::ModelNotFound { .. } => SEGTOOL_ERR_MODEL_NOT_FOUND,
-            RuntimeError::Io { .. } => SEGTOOL_ERR_IO,
-            RuntimeError::InvalidModel { .. }
-            | RuntimeError::MissingSpec { .. }
-            | RuntimeError::InvalidSpec { .. } => SEGTOOL_ERR_INVALID_MODEL,
+            RuntimeError::File(ModelFileError::NotFound { .. }) => SEGTOOL_ERR_MODEL_NOT_FOUND,
+            RuntimeError::File(ModelFileError::Io { .. }) => SEGTOOL_ERR_IO,
+            RuntimeError::File(ModelFileError::Invalid { .. })
+            | RuntimeError::File(ModelFileError::MissingSpec { .. })
+            | RuntimeError::File(ModelFileError::InvalidSpec { .. })
+            | RuntimeError::File(ModelFileError::Metadata { .. }) => SEGTOOL_ERR_INVALID_MODEL,
             RuntimeError::InputShape { .. } => SEGTOOL_ERR_INVALID_ARGUMENT,
+            RuntimeError::FallbackRefused { .. } => SEGTOOL_ERR_PROVIDER_UNAVAILABLE,
             RuntimeError::OrtLibraryNotFound { .. } | RuntimeError::BackendUnavailable(_) => {
                 SEGTOOL_ERR_BACKEND_UNAVAILABLE
             }

@@ -4,17 +4,16 @@
 
 pub mod config;
 pub mod dataset;
-pub mod images;
-pub mod io;
 pub mod metrics;
-pub mod palette;
 #[cfg(feature = "plot")]
 pub mod plot;
-pub mod process;
-pub mod protocol;
+
 pub mod shapes;
-pub mod spec;
 pub mod visual;
+
+// The runtime-side half lives in segtool-spec (no training dependencies); re-exported
+// so every `segtool_core::spec::..` path keeps working.
+pub use segtool_spec::{images, io, palette, process, protocol, size, spec};
 
 pub use metrics::ConfusionMatrix;
 pub use spec::{BackboneSpec, BlockKind, ModelSpec, SPEC_METADATA_KEY};

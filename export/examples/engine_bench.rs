@@ -35,12 +35,12 @@ fn main() {
         (((x * 7 + y * 3 + c * 11) % 97) as f32 / 48.0) - 1.0
     });
     let t = Instant::now();
-    let _ = engine.run(x.view()).unwrap();
+    let _ = segtool_runtime::run_logits(engine.as_mut(), x.view()).unwrap();
     let first = t.elapsed().as_secs_f64() * 1e3;
     let mut times: Vec<f64> = (0..runs)
         .map(|_| {
             let t = Instant::now();
-            let _ = engine.run(x.view()).unwrap();
+            let _ = segtool_runtime::run_logits(engine.as_mut(), x.view()).unwrap();
             t.elapsed().as_secs_f64() * 1e3
         })
         .collect();
@@ -51,7 +51,7 @@ fn main() {
         times[times.len() / 2]
     };
     // Peak RSS of this process (VmHWM, KiB).
-    let hwm = segtool_core::process::memory_kib("VmHWM")
+    let hwm = segtool_spec::process::memory_kib("VmHWM")
         .map_or_else(|| "null".to_string(), |kib| kib.to_string());
     println!(
         "{{\"engine\": \"{}\", \"load_ms\": {load:.1}, \"first_ms\": {first:.1}, \"median_ms\": {median:.1}, \"runs\": {runs}, \"vm_hwm_kib\": {hwm}}}",

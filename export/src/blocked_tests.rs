@@ -3,8 +3,8 @@
 //! (skipped when its library is not found), at sizes whose position count N is a
 //! multiple of the block count, is not, and is below it (trailing empty blocks).
 
-use segtool_core::{BackboneSpec, ModelSpec};
-use segtool_runtime::{Engine, TractEngine, TractOptions};
+use segtool_spec::{BackboneSpec, ModelSpec};
+use segtool_runtime::{run_logits, TractEngine, TractOptions};
 
 use crate::testutil::{export_decoded_with, random_entries, serialize, spec_with};
 use crate::{export_onnx, AttentionForm, ExportOptions, ExportTarget, PAM_QUERY_BLOCKS};
@@ -70,13 +70,13 @@ fn blocked_pam_matches_unblocked_in_tract_and_ort() {
         let x = ndarray::Array4::from_shape_fn((1, 3, h, w), |(_, c, y, x)| {
             ((c * 7 + y * 3 + x * 5) % 23) as f32 / 11.0 - 1.0
         });
-        let r = reference.run(x.view()).unwrap();
+        let r = run_logits(&mut reference, x.view()).unwrap();
         for (name, e) in [
             ("tract 1", &mut one),
             ("tract 2", &mut two),
             ("blocked", &mut blocked),
         ] {
-            let d = max_diff(&r, &e.run(x.view()).unwrap());
+            let d = max_diff(&r, &run_logits(e, x.view()).unwrap());
             assert!(d < 1e-4, "{name} {h}x{w}: {d}");
         }
         let opts = segtool_runtime::OrtOptions::new().with_intra_threads(1);
@@ -85,7 +85,7 @@ fn blocked_pam_matches_unblocked_in_tract_and_ort() {
                 eprintln!("skipping ONNX Runtime: no library ({tried:?})");
             }
             other => {
-                let d = max_diff(&r, &other.unwrap().run(x.view()).unwrap());
+                let d = max_diff(&r, &run_logits(&mut other.unwrap(), x.view()).unwrap());
                 assert!(d < 1e-4, "onnxruntime {h}x{w}: {d}");
             }
         }

@@ -10,7 +10,7 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 
 use crate::proto::{
-    tensor_value_info, AttributeProto, AttributeType, DataType, Dim, NodeProto, TensorProto,
+    tensor_value_info, AttributeProto, DataType, Dim, NodeProto, TensorProto,
     ValueInfoProto,
 };
 
@@ -161,13 +161,8 @@ impl GraphBuilder {
 
     fn add_raw(&mut self, name: &str, dims: &[i64], dt: DataType, raw_data: Vec<u8>) -> String {
         let name = self.unique(name);
-        self.initializers.push(TensorProto {
-            dims: dims.to_vec(),
-            data_type: dt as i32,
-            name: name.clone(),
-            raw_data,
-            ..Default::default()
-        });
+        self.initializers
+            .push(segtool_onnx::builders::tensor_raw(name.clone(), dims, dt, raw_data));
         name
     }
 
@@ -253,41 +248,7 @@ impl GraphBuilder {
     }
 }
 
-pub fn attr_int(name: &str, v: i64) -> AttributeProto {
-    AttributeProto {
-        name: name.into(),
-        r#type: AttributeType::Int as i32,
-        i: Some(v),
-        ..Default::default()
-    }
-}
-
-pub fn attr_float(name: &str, v: f32) -> AttributeProto {
-    AttributeProto {
-        name: name.into(),
-        r#type: AttributeType::Float as i32,
-        f: Some(v),
-        ..Default::default()
-    }
-}
-
-pub fn attr_ints(name: &str, v: &[i64]) -> AttributeProto {
-    AttributeProto {
-        name: name.into(),
-        r#type: AttributeType::Ints as i32,
-        ints: v.to_vec(),
-        ..Default::default()
-    }
-}
-
-pub fn attr_string(name: &str, v: &str) -> AttributeProto {
-    AttributeProto {
-        name: name.into(),
-        r#type: AttributeType::String as i32,
-        s: Some(v.as_bytes().to_vec()),
-        ..Default::default()
-    }
-}
+pub use segtool_onnx::builders::{attr_float, attr_int, attr_ints, attr_string};
 
 #[cfg(test)]
 mod tests {
@@ -378,7 +339,7 @@ mod tests {
         assert_eq!(attr_int("axis", 0).i, Some(0));
         assert_eq!(
             attr_ints("perm", &[0, 2, 1]).r#type,
-            AttributeType::Ints as i32
+            crate::proto::AttributeType::Ints as i32
         );
         assert_eq!(
             attr_string("mode", "linear").s.as_deref(),

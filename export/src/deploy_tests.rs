@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use segtool_core::{BackboneSpec, ModelSpec};
+use segtool_spec::{BackboneSpec, ModelSpec};
 
 use crate::proto::{tensor_shape_proto::dimension::Value as D, type_proto, DataType, ModelProto};
 use crate::testutil::{export_decoded_with, random_entries, serialize, spec_with};
@@ -15,7 +15,7 @@ use crate::{
     INPUT_LAYOUT_KEY, OUTPUT_KIND_KEY, OUTPUT_STRIDE_KEY, TRT_PROFILE_KEY,
 };
 
-fn tiny(classes: usize) -> ModelSpec {
+pub(crate) fn tiny(classes: usize) -> ModelSpec {
     spec_with(BackboneSpec::tiny(), classes)
 }
 
@@ -35,7 +35,7 @@ fn script(name: &str) -> PathBuf {
         .join(name)
 }
 
-fn tempdir(tag: &str) -> PathBuf {
+pub(crate) fn tempdir(tag: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("segtool-export-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&d).unwrap();
     d
@@ -85,7 +85,7 @@ fn trained_like_entries(spec: &ModelSpec, seed: u64) -> crate::testutil::Entries
     out
 }
 
-fn write_checkpoint(dir: &Path, spec: &ModelSpec, seed: u64) -> PathBuf {
+pub(crate) fn write_checkpoint(dir: &Path, spec: &ModelSpec, seed: u64) -> PathBuf {
     let p = dir.join("m.safetensors");
     std::fs::write(&p, serialize(&trained_like_entries(spec, seed), Some(spec))).unwrap();
     p
@@ -280,7 +280,7 @@ fn metadata_records_layout_output_stride_hash_and_trt_profile() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-fn images(w: u32, h: u32, seed: u32) -> Vec<image::RgbImage> {
+pub(crate) fn images(w: u32, h: u32, seed: u32) -> Vec<image::RgbImage> {
     (0..2u32)
         .map(|k| {
             image::RgbImage::from_fn(w, h, |x, y| {

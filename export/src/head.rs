@@ -3,7 +3,7 @@
 //! the input size. conv6/conv7 only feed the auxiliary training losses and are not
 //! exported.
 
-use segtool_core::ModelSpec;
+use segtool_spec::ModelSpec;
 
 use crate::attention;
 use crate::builder::{attr_int, attr_string};
@@ -95,7 +95,7 @@ pub fn upsample_into(ctx: &mut Ctx<'_, '_>, x: &str, image: &str, out: &str) {
 
 #[cfg(test)]
 mod tests {
-    use segtool_core::BackboneSpec;
+    use segtool_spec::BackboneSpec;
 
     use crate::testutil::{export_decoded, random_entries, serialize, spec_with};
 
@@ -106,7 +106,7 @@ mod tests {
         use crate::builder::GraphBuilder;
         use crate::conv::Ctx;
         use crate::weights::Weights;
-        use segtool_core::BlockKind;
+        use segtool_spec::BlockKind;
         let b = BackboneSpec {
             block: BlockKind::Bottleneck,
             layers: [1, 2, 2, 2],

@@ -1,16 +1,18 @@
 //! segtool checkpoint (.safetensors) -> ONNX.
 //!
-//! The ONNX protobuf is written with prost from message definitions this crate owns
-//! ([`proto`]), so exporting needs neither Python, libtorch nor protoc. The graph is
+//! The ONNX protobuf is written with prost from the message definitions of
+//! `segtool-onnx` (the crate that owns the file format, re-exported as [`proto`]), so exporting needs neither Python, libtorch nor protoc. The graph is
 //! DANet at inference: dilated ResNet ([`backbone`]), the dual-attention head ([`head`],
 //! [`attention`]) and a bilinear resize to the input size, with every BatchNorm folded
 //! into its conv ([`fold`]). Input `image` is float32 `[batch, 3, height, width]`
 //! (normalised RGB), output `logits` float32 `[batch, classes, height, width]`; batch and
 //! image size are dynamic. The model spec travels in `metadata_props` under
-//! [`segtool_core::SPEC_METADATA_KEY`], so an .onnx file is self-describing.
+//! [`segtool_spec::SPEC_METADATA_KEY`], so an .onnx file is self-describing.
 //!
 //! Weights that would take the model past protobuf's 2 GiB limit go to a side file
 //! `<model>.onnx.data` as ONNX external data ([`external`], [`ExternalData`]).
+
+#![warn(missing_docs)]
 
 mod attention;
 mod backbone;
@@ -23,7 +25,6 @@ mod fold;
 mod head;
 mod layer_names;
 mod options;
-pub mod proto;
 #[cfg(test)]
 mod testutil;
 mod weights;
@@ -32,7 +33,16 @@ use std::path::Path;
 
 use prost::Message;
 use safetensors::SafeTensors;
-use segtool_core::{ModelSpec, SPEC_METADATA_KEY};
+use segtool_onnx::{InputLayout, IoContract, Metadata, OutputKind};
+use segtool_spec::ModelSpec;
+
+/// The ONNX messages, from the crate that owns the file format.
+pub use segtool_onnx::proto;
+/// The metadata keys and values every reader agrees on.
+pub use segtool_onnx::metadata::{
+    CHECKPOINT_SHA256_KEY, EXPORT_METADATA_KEY, INPUT_LAYOUT_KEY, LAYOUT_NCHW_F32, LAYOUT_NHWC_U8,
+    OUTPUT_KIND_KEY, OUTPUT_STRIDE_KEY, SPEC_METADATA_KEY, TRT_PROFILE_KEY,
+};
 
 pub use attention::PAM_QUERY_BLOCKS;
 pub use error::ExportError;
@@ -51,6 +61,7 @@ pub const DEFAULT_OPSET: i64 = 17;
 /// Range of default-domain opsets the emitted ops are valid in (Softmax/Reshape/Resize
 /// semantics used here date from opset 13).
 pub const MIN_OPSET: i64 = 13;
+/// Newest default-domain opset segtool writes (ONNX `Attention` needs it).
 pub const MAX_OPSET: i64 = 23;
 
 /// Name of the graph input (normalised RGB, NCHW float32).
@@ -60,15 +71,6 @@ pub const OUTPUT_NAME: &str = "logits";
 /// Name of the graph output under `--argmax` (class map at input resolution).
 pub const MASK_OUTPUT_NAME: &str = "mask";
 
-/// metadata_props keys written next to the spec and the export options.
-pub const INPUT_LAYOUT_KEY: &str = "segtool.input_layout";
-pub const OUTPUT_KIND_KEY: &str = "segtool.output";
-pub const OUTPUT_STRIDE_KEY: &str = "segtool.output_stride";
-pub const CHECKPOINT_SHA256_KEY: &str = "segtool.checkpoint_sha256";
-pub const TRT_PROFILE_KEY: &str = "segtool.trt_profile";
-/// `segtool.input_layout` values.
-pub const LAYOUT_NCHW_F32: &str = "NCHW float32 normalised";
-pub const LAYOUT_NHWC_U8: &str = "NHWC uint8 RGB";
 /// Largest image expected by default (Cityscapes full frames): TensorRT profile hints
 /// and the attention memory budget use it unless `--max-size` says otherwise.
 pub const DEFAULT_MAX_SIZE: (i64, i64) = (1024, 2048);
@@ -79,18 +81,19 @@ pub const TRT_MAX_BATCH: i64 = 8;
 pub const MS_DOMAIN: &str = "com.microsoft";
 /// Opset that introduced ONNX `Attention` (needs `ir_version` 11).
 pub const ATTENTION_OPSET: i64 = 23;
-/// metadata_props key holding the export options (JSON), next to the spec.
-pub const EXPORT_METADATA_KEY: &str = "segtool.export";
 
 /// What an export produced.
 #[derive(Clone, Debug)]
 pub struct ExportReport {
+    /// Nodes in the graph.
     pub nodes: usize,
+    /// Initialisers (weights and constants) in the graph, inline or external.
     pub initializers: usize,
     /// Size of the serialised model (the .onnx file, without its side file).
     pub bytes: u64,
     /// BatchNorm layers folded into convolutions.
     pub folded_bn: usize,
+    /// The model spec, as written to `metadata_props`.
     pub spec: ModelSpec,
     /// The side file holding large initialisers, when the export uses external data.
     pub external: Option<ExternalReport>,
@@ -111,8 +114,11 @@ pub struct ExternalReport {
 /// contents (to be written as `report.external.location` next to the model).
 #[derive(Clone, Debug)]
 pub struct ExportParts {
+    /// The serialised ModelProto (the .onnx file's bytes).
     pub onnx: Vec<u8>,
+    /// The side file, when initialisers were moved to external data.
     pub data: Option<ExternalDataFile>,
+    /// What the export produced.
     pub report: ExportReport,
 }
 
@@ -382,23 +388,22 @@ fn build(
         value_info,
         ..Default::default()
     };
-    let entry = |k: &str, v: String| StringStringEntryProto {
-        key: k.into(),
-        value: v,
+    let metadata = Metadata {
+        export_options: Some(serde_json::from_str(&opts.to_json()).expect("options serialise to JSON")),
+        contract: Some(IoContract {
+            input: if opts.preprocess { InputLayout::NhwcU8 } else { InputLayout::NchwF32 },
+            output: if opts.argmax { OutputKind::Mask } else { OutputKind::Logits },
+        }),
+        output_stride: Some(spec.backbone.output_stride),
+        checkpoint_sha256: checkpoint_sha256.map(str::to_owned),
+        trt_profile: opts.trt_profile(spec.backbone.output_stride),
+        ..Metadata::new(spec.clone())
     };
-    let mut metadata_props = vec![
-        entry(SPEC_METADATA_KEY, spec.to_json()),
-        entry(EXPORT_METADATA_KEY, opts.to_json()),
-        entry(INPUT_LAYOUT_KEY, opts.input_layout().into()),
-        entry(OUTPUT_KIND_KEY, opts.output_kind().into()),
-        entry(OUTPUT_STRIDE_KEY, spec.backbone.output_stride.to_string()),
-    ];
-    if let Some(sha) = checkpoint_sha256 {
-        metadata_props.push(entry(CHECKPOINT_SHA256_KEY, sha.into()));
-    }
-    if let Some(p) = opts.trt_profile(spec.backbone.output_stride) {
-        metadata_props.push(entry(TRT_PROFILE_KEY, p));
-    }
+    let metadata_props = metadata
+        .to_props()
+        .into_iter()
+        .map(|(key, value)| StringStringEntryProto { key, value })
+        .collect();
     let mut model = ModelProto {
         ir_version: ir_version_for(opts.opset),
         opset_import,
@@ -575,6 +580,8 @@ fn legacy_doc_string(spec: &ModelSpec) -> String {
 mod blocked_tests;
 #[cfg(test)]
 mod deploy_tests;
+#[cfg(test)]
+mod serving_tests;
 #[cfg(test)]
 mod external_tests;
 #[cfg(test)]

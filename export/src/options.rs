@@ -29,6 +29,7 @@ pub enum AttentionForm {
 }
 
 impl AttentionForm {
+    /// Every form, in CLI listing order.
     pub const ALL: [AttentionForm; 4] = [
         AttentionForm::Decomposed,
         AttentionForm::OnnxAttention,
@@ -108,6 +109,7 @@ pub enum ExportTarget {
 }
 
 impl ExportTarget {
+    /// Every target, in CLI listing order.
     pub const ALL: [ExportTarget; 4] = [
         ExportTarget::Ort,
         ExportTarget::TensorRt,
@@ -180,6 +182,7 @@ pub enum ExternalData {
 }
 
 impl ExternalData {
+    /// Every mode, in CLI listing order.
     pub const ALL: [ExternalData; 3] = [
         ExternalData::Auto,
         ExternalData::Always,
@@ -249,7 +252,7 @@ pub struct ExportOptions {
     /// Fixed batch size instead of the `batch` symbol.
     pub batch: Option<i64>,
     /// Largest expected (height, width) of a dynamic export: TensorRT profile hints and
-    /// the attention memory budget ([`budget`]).
+    /// the attention memory budget ([`budget`](crate::budget)).
     pub max_size: (i64, i64),
     /// Large initialisers in a side file `<model file name>.data` (storage only: the
     /// graph, and so the metadata JSON, is the same either way).
@@ -292,6 +295,7 @@ impl ExportOptions {
         .raise_opset_for_forms()
     }
 
+    /// fp16 weights and compute (see [`ExportOptions::fp16`]).
     pub fn with_fp16(mut self, on: bool) -> Self {
         self.fp16 = on;
         self
@@ -303,11 +307,13 @@ impl ExportOptions {
         self
     }
 
+    /// Class map output `mask` instead of `logits` (see [`ExportOptions::argmax`]).
     pub fn with_argmax(mut self, on: bool) -> Self {
         self.argmax = on;
         self
     }
 
+    /// uint8 NHWC RGB input, normalised in the graph (see [`ExportOptions::preprocess`]).
     pub fn with_preprocess(mut self, on: bool) -> Self {
         self.preprocess = on;
         self
@@ -325,6 +331,8 @@ impl ExportOptions {
         self
     }
 
+    /// Largest expected (height, width) of a dynamic export (see
+    /// [`ExportOptions::max_size`]).
     pub fn with_max_size(mut self, size: (i64, i64)) -> Self {
         self.max_size = size;
         self
@@ -371,7 +379,7 @@ impl ExportOptions {
     /// equivalent `trtexec` flags. min is 1 x 128x128, opt is 1 x half of `max_size`
     /// (rounded up to the output stride), max is [`TRT_MAX_BATCH`] (or the static batch)
     /// x `max_size`.
-    pub fn trt_profile(&self, output_stride: i64) -> Option<String> {
+    pub fn trt_profile(&self, output_stride: i64) -> Option<segtool_onnx::TrtProfileHint> {
         if self.input_size.is_some() && self.batch.is_some() {
             return None;
         }
@@ -401,19 +409,18 @@ impl ExportOptions {
             dims(&opt),
             dims(&max)
         );
-        Some(
-            serde_json::json!({
-                "input": INPUT_NAME,
-                "layout": if self.preprocess { "NHWC" } else { "NCHW" },
-                "min": min,
-                "opt": opt,
-                "max": max,
-                "trtexec": trtexec,
-            })
-            .to_string(),
-        )
+        Some(segtool_onnx::TrtProfileHint {
+            input: INPUT_NAME.into(),
+            layout: if self.preprocess { "NHWC" } else { "NCHW" }.into(),
+            min,
+            opt,
+            max,
+            trtexec,
+        })
     }
 
+    /// Default-domain opset, taken as is: one below a chosen form's
+    /// [`AttentionForm::min_opset`] fails the export with [`ExportError::AttentionOpset`].
     pub fn with_opset(mut self, opset: i64) -> Self {
         self.opset = opset;
         self
@@ -425,11 +432,15 @@ impl ExportOptions {
         self.with_pam_attention(form).with_cam_attention(form)
     }
 
+    /// Form of the position attention module only (raising the opset to 23 for ONNX
+    /// `Attention`).
     pub fn with_pam_attention(mut self, form: AttentionForm) -> Self {
         self.pam = form;
         self.raise_opset_for_forms()
     }
 
+    /// Form of the channel attention module only (raising the opset to 23 for ONNX
+    /// `Attention`).
     pub fn with_cam_attention(mut self, form: AttentionForm) -> Self {
         self.cam = form;
         self.raise_opset_for_forms()

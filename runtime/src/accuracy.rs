@@ -1,5 +1,5 @@
 //! Accuracy mode: the evaluation protocol (DANet's `MultiEvalModule` or
-//! mmsegmentation's, implemented once in `segtool_core::protocol`) on any [`Engine`], on
+//! mmsegmentation's, implemented once in `segtool_spec::protocol`) on any [`Engine`], on
 //! ndarray, without tch. The training crate's evaluation runs the same implementation on
 //! tch tensors, so the two agree step for step: for every scale the normalised batch is
 //! resized (bilinear, `align_corners=true`), run whole or in `crop` x `crop` windows
@@ -9,15 +9,15 @@
 
 use image::RgbImage;
 use ndarray::{concatenate, s, Array2, Array4, ArrayView2, ArrayView4, Axis};
-use segtool_core::protocol::{self, ProtocolOptions, Stitch, Tiling};
-use segtool_core::ModelSpec;
+use segtool_spec::protocol::{self, ProtocolOptions, Stitch, Tiling};
+use segtool_spec::ModelSpec;
 
 use crate::engine::Engine;
 use crate::error::{Result, RuntimeError};
 use crate::postprocess::{argmax, resize_bilinear};
 use crate::preprocess::{normalise_batch, zero_pixel};
 
-pub use segtool_core::protocol::{window_starts, windows, Protocol, Window, MULTI_SCALES};
+pub use segtool_spec::protocol::{window_starts, windows, Protocol, Window, MULTI_SCALES};
 
 /// How each (scaled) image goes through the engine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -25,7 +25,12 @@ pub enum AccuracyMode {
     /// The whole image in one run.
     Whole,
     /// `crop` x `crop` windows, `stride` pixels apart (placed as the protocol says).
-    Sliding { crop: usize, stride: usize },
+    Sliding {
+        /// Side of the square window, in pixels of the scaled image.
+        crop: usize,
+        /// Distance between window origins, in pixels (less than `crop` overlaps).
+        stride: usize,
+    },
 }
 
 /// The protocol; chained setters from [`AccuracyOptions::new`] (mmseg, whole image, one
@@ -34,6 +39,7 @@ pub enum AccuracyMode {
 pub struct AccuracyOptions {
     /// DANet's `MultiEvalModule` or mmsegmentation's inference.
     pub protocol: Protocol,
+    /// Whole image or sliding windows.
     pub mode: AccuracyMode,
     /// Also run the mirrored image (combined as the protocol says).
     pub flip: bool,
@@ -60,6 +66,8 @@ impl Default for AccuracyOptions {
 }
 
 impl AccuracyOptions {
+    /// mmsegmentation's protocol, whole image, scale 1.0, no flip, batch 1 (the
+    /// [`Default`]).
     pub fn new() -> Self {
         Self::default()
     }
@@ -80,42 +88,49 @@ impl AccuracyOptions {
         Self::paper_single_scale().scales(MULTI_SCALES.to_vec())
     }
 
+    /// Which evaluation protocol ([`AccuracyOptions::protocol`]).
     pub fn protocol(mut self, protocol: Protocol) -> Self {
         self.protocol = protocol;
         self
     }
 
+    /// DANet protocol: the long side at scale 1.0 (`None`: each image's own).
     pub fn base_size(mut self, base_size: Option<usize>) -> Self {
         self.base_size = base_size;
         self
     }
 
+    /// Each scaled image in one run.
     pub fn whole(mut self) -> Self {
         self.mode = AccuracyMode::Whole;
         self
     }
 
+    /// `crop` x `crop` windows, `stride` pixels apart.
     pub fn sliding(mut self, crop: usize, stride: usize) -> Self {
         self.mode = AccuracyMode::Sliding { crop, stride };
         self
     }
 
+    /// Also run the mirrored image.
     pub fn flip(mut self, flip: bool) -> Self {
         self.flip = flip;
         self
     }
 
+    /// Scales whose scores are summed (e.g. [`MULTI_SCALES`]).
     pub fn scales(mut self, scales: Vec<f64>) -> Self {
         self.scales = scales;
         self
     }
 
+    /// Sliding mode: windows per engine run.
     pub fn batch_size(mut self, batch_size: usize) -> Self {
         self.batch_size = batch_size;
         self
     }
 
-    /// The protocol in `segtool_core::protocol`'s terms (shared with training).
+    /// The protocol in `segtool_spec::protocol`'s terms (shared with training).
     pub fn protocol_options(&self) -> ProtocolOptions {
         ProtocolOptions {
             protocol: self.protocol,
@@ -213,7 +228,7 @@ impl Stitch for EngineStitch<'_> {
     }
 
     fn run(&mut self, images: &Array4<f32>) -> Result<Array4<f32>> {
-        self.engine.run(images.view())
+        crate::engine::run_logits(&mut *self.engine, images.view())
     }
 
     fn resize(&mut self, x: &Array4<f32>, h: usize, w: usize) -> Array4<f32> {
@@ -281,6 +296,7 @@ impl Stitch for EngineStitch<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::io_contract::{EngineInput, EngineOutput};
     use crate::testing::tiny_spec;
 
     /// Logits = input channels plus a position-dependent term that differs between
@@ -296,12 +312,15 @@ mod tests {
         fn provider(&self) -> &str {
             "cpu"
         }
-        fn run(&mut self, input: ArrayView4<f32>) -> Result<Array4<f32>> {
+        fn run(&mut self, input: EngineInput<'_>) -> Result<EngineOutput> {
+            let EngineInput::NchwF32(input) = input else {
+                unreachable!("a plain probe")
+            };
             self.runs.push(input.shape().to_vec());
             let (n, _, h, w) = input.dim();
-            Ok(Array4::from_shape_fn((n, 2, h, w), |(i, k, y, x)| {
+            Ok(EngineOutput::Logits(Array4::from_shape_fn((n, 2, h, w), |(i, k, y, x)| {
                 input[[i, k, y, x]] + if k == 1 { (y * w + x) as f32 } else { 0.0 }
-            }))
+            })))
         }
     }
 

@@ -1,18 +1,19 @@
 //! What every inference backend offers, and reading the model's spec.
 //!
 //! The spec (classes, palette, normalisation) lives in the ONNX file's `metadata_props`
-//! under [`SPEC_METADATA_KEY`]. [`load_spec`] reads it with a tiny protobuf scanner that
-//! seeks past the graph instead of decoding it, so it costs a few reads whatever the model
-//! size, needs neither ONNX Runtime nor tract, and works in every feature combination.
+//! under `segtool.spec`; `segtool-onnx` reads it with a streaming scanner that seeks past
+//! the weights, so it costs a few reads whatever the model size, needs neither ONNX
+//! Runtime nor tract, and works in every feature combination.
 
 use std::path::Path;
 
 use ndarray::{Array4, ArrayView4};
-use segtool_core::{ModelSpec, SPEC_METADATA_KEY};
+use segtool_onnx::ModelFile;
+use segtool_spec::ModelSpec;
 
+use segtool_onnx::ModelFileError;
 use crate::error::{fmt_shape, Result, RuntimeError};
 use crate::io_contract::{EngineInput, EngineOutput, IoContract};
-use crate::onnx_scan::{fields, ProtoReader, Value};
 
 /// An inference backend holding one loaded model.
 ///
@@ -24,8 +25,10 @@ pub trait Engine: Send {
     /// The execution provider actually in use (`"cpu"`, `"cuda:0"`, `"tensorrt:0"`), which
     /// may differ from the one asked for: see [`Engine::fallback_reason`].
     fn provider(&self) -> &str;
-    /// `input`: normalised `[N, 3, H, W]`; returns logits `[N, classes, H, W]`.
-    fn run(&mut self, input: ArrayView4<f32>) -> Result<Array4<f32>>;
+    /// Runs a batch in the layout the graph takes (normalised f32 NCHW, or uint8 NHWC for
+    /// `--preprocess` exports) and returns what it outputs (logits, or a class map for
+    /// `--argmax` exports). An input in the other layout is refused, naming both.
+    fn run(&mut self, input: EngineInput<'_>) -> Result<EngineOutput>;
     /// Why the engine runs on another provider than the first one requested, if it does.
     fn fallback_reason(&self) -> Option<&str> {
         None
@@ -36,23 +39,12 @@ pub trait Engine: Send {
     fn io_contract(&self) -> Option<IoContract> {
         None
     }
-    /// Runs a batch in whichever layout the graph takes and returns whatever it outputs
-    /// (logits, or a class map for `--argmax` exports). The default handles the plain
-    /// contract through [`Engine::run`] and refuses uint8 NHWC input; engines that load
-    /// `--preprocess` / `--argmax` exports override it.
-    fn run_io(&mut self, input: EngineInput<'_>) -> Result<EngineOutput> {
-        match input {
-            EngineInput::NchwF32(x) => self.run(x).map(EngineOutput::Logits),
-            EngineInput::NhwcU8(x) => Err(RuntimeError::InputShape {
-                expected: format!(
-                    "f32 [N, 3, H, W] normalised input: the {} engine does not take uint8 \
-                     NHWC images (models exported with --preprocess)",
-                    self.name()
-                ),
-                got: format!("uint8 {}", fmt_shape(x.shape())),
-            }),
-        }
-    }
+}
+
+/// Runs a plain model: normalised `[N, 3, H, W]` in, logits `[N, classes, H, W]` out
+/// (an error for a graph that answers a class map).
+pub fn run_logits(engine: &mut dyn Engine, input: ArrayView4<f32>) -> Result<Array4<f32>> {
+    expect_logits(engine.run(EngineInput::NchwF32(input))?)
 }
 
 /// Checks a uint8 NHWC input shape against the model's declared `[N, H, W, 3]`.
@@ -142,8 +134,8 @@ pub(crate) fn expect_logits(out: EngineOutput) -> Result<Array4<f32>> {
     match out {
         EngineOutput::Logits(l) => Ok(l),
         EngineOutput::Mask(_) => Err(RuntimeError::OutputShape {
-            expected: "f32 logits (Engine::run); use Engine::run_io for models exported \
-                       with --argmax"
+            expected: "f32 logits (a plain model); models exported with --argmax answer a \
+                       class map: drive them through a Segmenter"
                 .into(),
             got: "a class map".into(),
         }),
@@ -167,27 +159,17 @@ pub(crate) fn ensure_exists(path: &Path) -> Result<()> {
     if path.is_file() {
         Ok(())
     } else {
-        Err(RuntimeError::ModelNotFound {
+        Err(RuntimeError::File(ModelFileError::NotFound {
             path: path.to_path_buf(),
-        })
+        }))
     }
 }
 
-/// Reads and validates the [`ModelSpec`] stored in an ONNX model's metadata.
+/// Reads and validates the [`ModelSpec`] stored in an ONNX model's metadata (with the
+/// rest of segtool's metadata: see [`ModelFile::read`], which also returns the graph's
+/// I/O and is what [`Segmenter`](crate::Segmenter) opens).
 pub fn load_spec(path: impl AsRef<Path>) -> Result<ModelSpec> {
-    let path = path.as_ref();
-    let json = read_metadata(path)?
-        .into_iter()
-        .find(|(k, _)| k == SPEC_METADATA_KEY)
-        .map(|(_, v)| v)
-        .ok_or_else(|| RuntimeError::MissingSpec {
-            path: path.into(),
-            key: SPEC_METADATA_KEY,
-        })?;
-    ModelSpec::from_json(&json).map_err(|source| RuntimeError::InvalidSpec {
-        path: path.into(),
-        source,
-    })
+    Ok(ModelFile::read(path)?.metadata.spec)
 }
 
 /// All `metadata_props` (key, value) pairs of an ONNX model, in file order.
@@ -195,78 +177,7 @@ pub fn load_spec(path: impl AsRef<Path>) -> Result<ModelSpec> {
 /// Also a cheap structural check: garbage, truncated files and files without a graph are
 /// reported as [`RuntimeError::InvalidModel`].
 pub fn read_metadata(path: impl AsRef<Path>) -> Result<Vec<(String, String)>> {
-    let mut r = ProtoReader::open(path.as_ref())?;
-    let mut props = Vec::new();
-    let mut has_graph = false;
-    while r.pos < r.len {
-        let at = r.pos;
-        let (field, wire) = r.key()?;
-        match wire {
-            0 => drop(r.varint()?),
-            1 => skip(&mut r, 8)?,
-            5 => skip(&mut r, 4)?,
-            2 => {
-                let n = r.varint()?;
-                match field {
-                    MODEL_METADATA_PROPS => {
-                        // A length past the end is reported by `skip` (truncated file).
-                        let entry = if n > r.len - r.pos {
-                            skip(&mut r, n).map(|_| Vec::new())?
-                        } else {
-                            r.read(n)?
-                        };
-                        props.push(parse_entry(&entry).ok_or_else(|| {
-                            r.invalid(format!("malformed metadata_props entry at byte {at}"))
-                        })?);
-                    }
-                    _ => {
-                        has_graph |= field == MODEL_GRAPH;
-                        skip(&mut r, n)?;
-                    }
-                }
-            }
-            w => {
-                return Err(r.invalid(format!("not an ONNX protobuf: wire type {w} at byte {at}")));
-            }
-        }
-    }
-    if !has_graph {
-        return Err(r.invalid("no graph found (empty or not an ONNX model)".into()));
-    }
-    Ok(props)
-}
-
-/// ModelProto field numbers (onnx.proto3).
-const MODEL_GRAPH: u64 = 7;
-const MODEL_METADATA_PROPS: u64 = 14;
-
-/// Skips `n` bytes, refusing to go past the end of the file.
-fn skip(r: &mut ProtoReader, n: u64) -> Result<()> {
-    if n > r.len - r.pos {
-        return Err(r.invalid(format!(
-            "a field at byte {} claims {n} bytes but only {} remain (file truncated?)",
-            r.pos,
-            r.len - r.pos
-        )));
-    }
-    r.advance(n)
-}
-
-/// Decodes a `StringStringEntryProto { key = 1; value = 2; }`.
-fn parse_entry(buf: &[u8]) -> Option<(String, String)> {
-    let (mut key, mut value) = (String::new(), String::new());
-    for (field, v) in fields(buf)? {
-        let Value::Bytes(data) = v else {
-            return None;
-        };
-        let s = String::from_utf8(data.to_vec()).ok()?;
-        match field {
-            1 => key = s,
-            2 => value = s,
-            _ => {}
-        }
-    }
-    Some((key, value))
+    Ok(segtool_onnx::read_props(path)?)
 }
 
 #[cfg(test)]
@@ -293,7 +204,7 @@ mod tests {
         let path = dir.path().join("bad.onnx");
         std::fs::write(&path, b"this is not a model\xff\xff").unwrap();
         let err = load_spec(&path).unwrap_err();
-        assert!(matches!(err, RuntimeError::InvalidModel { .. }), "{err}");
+        assert!(matches!(err, RuntimeError::File(ModelFileError::Invalid { .. })), "{err}");
         assert!(err.to_string().contains("bad.onnx"), "{err}");
 
         let spec = tiny_spec(2);
@@ -308,7 +219,7 @@ mod tests {
         let missing = dir.path().join("nope.onnx");
         assert!(matches!(
             load_spec(&missing),
-            Err(RuntimeError::ModelNotFound { .. })
+            Err(RuntimeError::File(ModelFileError::NotFound { .. }))
         ));
     }
 

@@ -33,14 +33,18 @@ pub struct OrtReport {
     pub version: Option<String>,
     /// `GetAvailableProviders`.
     pub available_providers: Vec<String>,
+    /// The CUDA provider's check (`None`: no library loaded, nothing to check).
     pub cuda: Option<ProviderCheck>,
+    /// The TensorRT provider's check (`None`: no library loaded, nothing to check).
     pub tensorrt: Option<ProviderCheck>,
 }
 
 /// The TensorRT library, opened by name as ONNX Runtime's provider would.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TensorRtLibrary {
+    /// The name it was opened by ([`TENSORRT_SONAME`]).
     pub soname: String,
+    /// Whether `dlopen` succeeded.
     pub found: bool,
     /// Where the loader found it.
     pub path: Option<String>,
@@ -53,7 +57,9 @@ pub struct TensorRtLibrary {
 /// Everything [`env_report`] found.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RuntimeEnvReport {
+    /// ONNX Runtime: library, version, providers.
     pub onnxruntime: OrtReport,
+    /// The TensorRT library ONNX Runtime's TensorRT provider needs.
     pub tensorrt_library: TensorRtLibrary,
     /// The `tract` feature is compiled in (pure Rust, always usable then).
     pub tract: bool,

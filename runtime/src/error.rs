@@ -7,49 +7,39 @@
 
 use std::path::PathBuf;
 
-use segtool_core::spec::SpecError;
+use segtool_onnx::ModelFileError;
 
+/// Everything opening or running a model can fail with; the `Display` message is meant
+/// to be shown to the user as is.
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
-    /// The model path does not exist.
-    #[error("model file not found: {}", path.display())]
-    ModelNotFound { path: PathBuf },
-
-    /// The model file exists but could not be read.
-    #[error("cannot read model file {}: {source}", path.display())]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-
-    /// The file is not a loadable ONNX model (truncated download, wrong file, unsupported op...).
-    #[error("invalid or truncated ONNX model {}: {message}", path.display())]
-    InvalidModel { path: PathBuf, message: String },
-
-    /// The model has no `segtool.spec` entry in its `metadata_props`.
-    #[error(
-        "{} carries no segtool spec (ONNX metadata_props key {key:?}); \
-         export the model with `segtool export` or pass the spec explicitly",
-        path.display()
-    )]
-    MissingSpec { path: PathBuf, key: &'static str },
-
-    /// The spec entry exists but does not parse or validate.
-    #[error("invalid segtool spec in {}: {source}", path.display())]
-    InvalidSpec {
-        path: PathBuf,
-        #[source]
-        source: SpecError,
-    },
+    /// The model file is missing, unreadable, not ONNX, truncated, or its segtool
+    /// metadata is missing or malformed: `segtool-onnx`'s error, which names the file
+    /// (and the metadata key). Engines report a model they cannot load (an unsupported
+    /// op, a graph that does not type-check) the same way, as [`ModelFileError::Invalid`].
+    #[error(transparent)]
+    File(#[from] ModelFileError),
 
     /// The tensor or images handed to an engine do not fit the model.
     #[error("wrong input shape: expected {expected}, got {got}")]
-    InputShape { expected: String, got: String },
+    InputShape {
+        /// What the model or call needs, in words and shapes (e.g. `f32 [N, 3, H, W]
+        /// (normalised RGB, NCHW)`, `every image of a batch 1024x512 like image 0`).
+        expected: String,
+        /// What was handed in, in the same terms.
+        got: String,
+    },
 
-    /// The model answered with something other than `[N, classes, H, W]` logits.
+    /// The model answered with something other than the output its contract promises
+    /// (`[N, classes, H, W]` f32 logits, or an `[N, H, W]` class map for `--argmax`
+    /// exports).
     #[error("unexpected model output: expected {expected}, got {got}")]
-    OutputShape { expected: String, got: String },
+    OutputShape {
+        /// The output the contract promises, in words and shapes.
+        expected: String,
+        /// What the engine returned.
+        got: String,
+    },
 
     /// No usable `libonnxruntime` was found.
     #[error(
@@ -72,11 +62,22 @@ pub enum RuntimeError {
     #[error("tract error: {0}")]
     Tract(String),
 
+    /// [`SegmenterBuilder::strict`](crate::SegmenterBuilder::strict): opening would have
+    /// taken a fallback.
+    #[error("strict: {} would not run as requested: {fallback}", path.display())]
+    FallbackRefused {
+        /// The model file.
+        path: PathBuf,
+        /// The fallback refused ([`Fallback`](crate::Fallback)'s text).
+        fallback: String,
+    },
+
     /// The requested backend was not compiled into this build.
     #[error("the {0} backend is not compiled in; rebuild segtool-runtime with `--features {0}`")]
     BackendUnavailable(&'static str),
 }
 
+/// Result of this crate.
 pub type Result<T, E = RuntimeError> = std::result::Result<T, E>;
 
 fn tried_list(tried: &[String]) -> String {

@@ -2,7 +2,7 @@
 //! out) or the deployment variants `segtool export --preprocess` (uint8 NHWC RGB in, the
 //! normalisation inside the graph) and `--argmax` (a class map out).
 //!
-//! [`IoContract::resolve`] learns it from the exporter's metadata (`segtool.input_layout`,
+//! `segtool-onnx` owns the types; [`IoContract::resolve`] learns the contract from the exporter's metadata (`segtool.input_layout`,
 //! `segtool.output`) and from the graph's own input/output element types and ranks as the
 //! engine reports them ([`Engine::io_contract`]); the graph wins where the two disagree
 //! (a hand-edited or re-exported model), metadata fills in when the engine cannot tell.
@@ -14,112 +14,17 @@
 
 use image::RgbImage;
 use ndarray::{Array2, Array3, Array4, ArrayView4, Axis, Zip};
-use segtool_core::ModelSpec;
+use segtool_spec::ModelSpec;
 
 use crate::engine::Engine;
 use crate::error::{Result, RuntimeError};
 use crate::postprocess::{argmax, resize_nearest};
 use crate::preprocess::normalise_batch;
 
-/// metadata_props key of the input layout (written by `segtool export`).
-pub const INPUT_LAYOUT_KEY: &str = "segtool.input_layout";
-/// metadata_props key of the output kind, `logits` or `mask`.
-pub const OUTPUT_KIND_KEY: &str = "segtool.output";
-/// `segtool.input_layout` of a `--preprocess` export.
-pub const LAYOUT_NHWC_U8: &str = "NHWC uint8 RGB";
-/// `segtool.input_layout` of a plain export.
-pub const LAYOUT_NCHW_F32: &str = "NCHW float32 normalised";
-
-/// The graph's input.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum InputLayout {
-    /// f32 `[N, 3, H, W]`, normalised with the spec's mean/std.
-    #[default]
-    NchwF32,
-    /// uint8 `[N, H, W, 3]` RGB; the graph normalises.
-    NhwcU8,
-}
-
-/// The graph's output.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum OutputKind {
-    /// f32 logits `[N, classes, H, W]`.
-    #[default]
-    Logits,
-    /// Class map `[N, H, W]` (uint8, or int64 for more than 256 classes).
-    Mask,
-}
-
-/// Input layout plus output kind of one model.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct IoContract {
-    pub input: InputLayout,
-    pub output: OutputKind,
-}
-
-impl std::fmt::Display for IoContract {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let input = match self.input {
-            InputLayout::NchwF32 => "f32 NCHW normalised",
-            InputLayout::NhwcU8 => "uint8 NHWC RGB",
-        };
-        let output = match self.output {
-            OutputKind::Logits => "logits",
-            OutputKind::Mask => "class map",
-        };
-        write!(f, "{input} -> {output}")
-    }
-}
-
-impl IoContract {
-    /// The standard interface (what plain `segtool export` writes).
-    pub fn is_plain(&self) -> bool {
-        *self == Self::default()
-    }
-
-    /// The contract the exporter recorded, `None` when the metadata says nothing (models
-    /// from older exporters or other tools). Unknown values are an error naming them.
-    pub fn from_metadata(props: &[(String, String)]) -> Result<Option<Self>> {
-        let get = |key: &str| {
-            props
-                .iter()
-                .find(|(k, _)| k == key)
-                .map(|(_, v)| v.as_str())
-        };
-        let (layout, output) = (get(INPUT_LAYOUT_KEY), get(OUTPUT_KIND_KEY));
-        if layout.is_none() && output.is_none() {
-            return Ok(None);
-        }
-        let input = match layout {
-            None | Some(LAYOUT_NCHW_F32) => InputLayout::NchwF32,
-            Some(LAYOUT_NHWC_U8) => InputLayout::NhwcU8,
-            Some(other) => {
-                return Err(RuntimeError::InputShape {
-                    expected: format!(
-                        "metadata {INPUT_LAYOUT_KEY} {LAYOUT_NCHW_F32:?} or {LAYOUT_NHWC_U8:?}"
-                    ),
-                    got: format!("{other:?}"),
-                })
-            }
-        };
-        let output = match output {
-            None | Some("logits") => OutputKind::Logits,
-            Some("mask") => OutputKind::Mask,
-            Some(other) => {
-                return Err(RuntimeError::OutputShape {
-                    expected: format!("metadata {OUTPUT_KIND_KEY} \"logits\" or \"mask\""),
-                    got: format!("{other:?}"),
-                })
-            }
-        };
-        Ok(Some(Self { input, output }))
-    }
-
-    /// The engine's view of the graph when it has one, else the metadata's, else plain.
-    pub fn resolve(metadata: Option<Self>, engine: Option<Self>) -> Self {
-        engine.or(metadata).unwrap_or_default()
-    }
-}
+pub use segtool_onnx::metadata::{
+    INPUT_LAYOUT_KEY, LAYOUT_NCHW_F32, LAYOUT_NHWC_U8, OUTPUT_KIND_KEY,
+};
+pub use segtool_onnx::{InputLayout, IoContract, OutputKind};
 
 /// A batch in the layout an engine takes.
 #[derive(Clone, Copy, Debug)]
@@ -143,7 +48,9 @@ impl EngineInput<'_> {
 /// An owned [`EngineInput`] (what a decoding thread hands to the engine thread).
 #[derive(Clone, Debug)]
 pub enum EngineTensor {
+    /// Normalised f32 `[N, 3, H, W]`.
     NchwF32(Array4<f32>),
+    /// Raw uint8 RGB `[N, H, W, 3]` (`--preprocess` graphs).
     NhwcU8(Array4<u8>),
 }
 
@@ -156,6 +63,7 @@ impl EngineTensor {
         })
     }
 
+    /// Borrows it as the [`EngineInput`] that [`Engine::run`] takes.
     pub fn view(&self) -> EngineInput<'_> {
         match self {
             EngineTensor::NchwF32(x) => EngineInput::NchwF32(x.view()),
@@ -182,6 +90,7 @@ impl EngineOutput {
         }
     }
 
+    /// Whether the output holds no image.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -255,9 +164,11 @@ pub fn pack_nhwc(imgs: &[RgbImage]) -> Result<Array4<u8>> {
     Ok(Array4::from_shape_vec((imgs.len(), h as usize, w as usize, 3), data).expect("sized"))
 }
 
-/// Makes an engine of any [`IoContract`] answer `Engine::run` like a plain model, for
-/// code that only speaks normalised f32 in / logits out (the batch server's workers,
-/// accuracy mode).
+/// Makes an engine of any [`IoContract`] answer like a plain model (normalised f32 in,
+/// logits out), for code that computes on normalised tensors: accuracy mode's resized
+/// and padded tiles, and tensors handed to the batch server as tensors. Images never
+/// pass through it: a [`Segmenter`](crate::Segmenter) feeds `--preprocess` graphs their
+/// pixels directly.
 ///
 /// `--preprocess` graphs get the uint8 pixels back from the normalised tensor
 /// (`round((x * std + mean) * 255)`, exact for tensors made by
@@ -273,6 +184,8 @@ pub struct ContractAdapter {
 }
 
 impl ContractAdapter {
+    /// Wraps `inner`, whose graph follows `contract`; `spec` gives the mean/std that
+    /// turn tensors back into pixels and the class count of the one-hot logits.
     pub fn new(inner: Box<dyn Engine>, contract: IoContract, spec: &ModelSpec) -> Self {
         Self {
             inner,
@@ -298,16 +211,25 @@ impl ContractAdapter {
 
     /// The pixels a normalised `[N, 3, H, W]` tensor came from, as `[N, H, W, 3]`.
     pub fn denormalise(&self, x: ArrayView4<f32>) -> Array4<u8> {
-        let (n, _, h, w) = x.dim();
-        let mut out = Array4::<u8>::zeros((n, h, w, 3));
-        for c in 0..3 {
-            let (m, s) = (self.mean[c], self.std[c]);
-            Zip::from(out.slice_mut(ndarray::s![.., .., .., c]))
-                .and(x.slice(ndarray::s![.., c, .., ..]))
-                .for_each(|o, &v| *o = ((v * s + m) * 255.0).round().clamp(0.0, 255.0) as u8);
-        }
-        out
+        denormalise(x, self.mean, self.std)
     }
+
+    /// [`ContractAdapter::denormalise`] with `spec`'s mean and std.
+    pub fn pixels(x: ArrayView4<f32>, spec: &ModelSpec) -> Array4<u8> {
+        denormalise(x, spec.mean, spec.std)
+    }
+}
+
+fn denormalise(x: ArrayView4<f32>, mean: [f32; 3], std: [f32; 3]) -> Array4<u8> {
+    let (n, _, h, w) = x.dim();
+    let mut out = Array4::<u8>::zeros((n, h, w, 3));
+    for c in 0..3 {
+        let (m, s) = (mean[c], std[c]);
+        Zip::from(out.slice_mut(ndarray::s![.., .., .., c]))
+            .and(x.slice(ndarray::s![.., c, .., ..]))
+            .for_each(|o, &v| *o = ((v * s + m) * 255.0).round().clamp(0.0, 255.0) as u8);
+    }
+    out
 }
 
 impl Engine for ContractAdapter {
@@ -327,16 +249,16 @@ impl Engine for ContractAdapter {
         Some(IoContract::default())
     }
 
-    fn run(&mut self, input: ArrayView4<f32>) -> Result<Array4<f32>> {
-        let out = match self.contract.input {
-            InputLayout::NchwF32 => self.inner.run_io(EngineInput::NchwF32(input))?,
-            InputLayout::NhwcU8 => {
-                let pixels = self.denormalise(input);
-                self.inner.run_io(EngineInput::NhwcU8(pixels.view()))?
+    fn run(&mut self, input: EngineInput<'_>) -> Result<EngineOutput> {
+        let out = match (input, self.contract.input) {
+            (EngineInput::NchwF32(x), InputLayout::NhwcU8) => {
+                let pixels = self.denormalise(x);
+                self.inner.run(EngineInput::NhwcU8(pixels.view()))?
             }
+            (input, _) => self.inner.run(input)?,
         };
-        match out {
-            EngineOutput::Logits(l) => Ok(l),
+        Ok(EngineOutput::Logits(match out {
+            EngineOutput::Logits(l) => l,
             EngineOutput::Mask(m) => {
                 let (n, h, w) = m.dim();
                 let mut onehot = Array4::<f32>::zeros((n, self.classes, h, w));
@@ -345,9 +267,9 @@ impl Engine for ContractAdapter {
                         onehot[[i, usize::from(c), y, x]] = 1.0;
                     }
                 }
-                Ok(onehot)
+                onehot
             }
-        }
+        }))
     }
 }
 
@@ -360,14 +282,16 @@ mod tests {
     fn metadata_contracts() {
         let props = |l: &str, o: &str| {
             vec![
+                (segtool_spec::SPEC_METADATA_KEY.to_string(), tiny_spec(2).to_json()),
                 (INPUT_LAYOUT_KEY.to_string(), l.to_string()),
                 (OUTPUT_KIND_KEY.to_string(), o.to_string()),
             ]
         };
-        assert_eq!(IoContract::from_metadata(&[]).unwrap(), None);
-        let c = IoContract::from_metadata(&props(LAYOUT_NHWC_U8, "mask"))
-            .unwrap()
-            .unwrap();
+        let contract = |p: Vec<(String, String)>| {
+            segtool_onnx::Metadata::from_props("m.onnx".as_ref(), &p).map(|m| m.contract)
+        };
+        assert_eq!(contract(props(LAYOUT_NCHW_F32, "logits")[..1].to_vec()).unwrap(), None);
+        let c = contract(props(LAYOUT_NHWC_U8, "mask")).unwrap().unwrap();
         assert_eq!(
             c,
             IoContract {
@@ -375,12 +299,9 @@ mod tests {
                 output: OutputKind::Mask
             }
         );
-        assert!(IoContract::from_metadata(&props(LAYOUT_NCHW_F32, "logits"))
-            .unwrap()
-            .unwrap()
-            .is_plain());
-        assert!(IoContract::from_metadata(&props("NCDHW", "logits")).is_err());
-        assert!(IoContract::from_metadata(&props(LAYOUT_NCHW_F32, "probs")).is_err());
+        assert!(contract(props(LAYOUT_NCHW_F32, "logits")).unwrap().unwrap().is_plain());
+        assert!(contract(props("NCDHW", "logits")).is_err());
+        assert!(contract(props(LAYOUT_NCHW_F32, "probs")).is_err());
         assert_eq!(IoContract::resolve(Some(c), None), c);
         assert!(IoContract::resolve(Some(c), Some(IoContract::default())).is_plain());
     }
@@ -400,8 +321,11 @@ mod tests {
             fn provider(&self) -> &str {
                 "cpu"
             }
-            fn run(&mut self, input: ArrayView4<f32>) -> Result<Array4<f32>> {
-                Ok(input.to_owned())
+            fn run(&mut self, input: EngineInput<'_>) -> Result<EngineOutput> {
+                match input {
+                    EngineInput::NchwF32(x) => Ok(EngineOutput::Logits(x.to_owned())),
+                    EngineInput::NhwcU8(_) => unreachable!("plain contract"),
+                }
             }
         }
         let a = ContractAdapter::new(Box::new(Nop), IoContract::default(), &spec);

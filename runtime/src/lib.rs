@@ -4,29 +4,40 @@
 //! # #[cfg(not(feature = "ort"))] fn main() {}
 //! # #[cfg(feature = "ort")]
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! use segtool_runtime::{Backend, OrtOptions, Provider, Segmenter};
-//! let options = OrtOptions::new().with_provider(Provider::Cuda { device_id: 0 });
-//! let mut seg = Segmenter::open("model.onnx", Backend::Ort(options))?;
-//! eprintln!("running on {}", seg.engine().provider()); // "cpu" if CUDA was unavailable
+//! use segtool_runtime::{EngineKind, Provider, Segmenter};
+//! let mut seg = Segmenter::builder("model.onnx")
+//!     .engine(EngineKind::Auto) // ONNX Runtime, or tract when its library is missing
+//!     .providers([Provider::Cuda { device_id: 0 }])
+//!     .threads(4)
+//!     .open()?;
+//! for fallback in seg.fallbacks() {
+//!     eprintln!("note: {fallback}"); // e.g. "cuda:0 requested, running on cpu: ..."
+//! }
 //! let img = image::open("street.png")?.to_rgb8();
 //! let out = seg.segment(&img)?;
 //! segtool_runtime::colorize(out.mask.view(), &seg.spec().palette).save("mask.png")?;
 //! # Ok(()) }
 //! ```
 //!
-//! Model contract (what `segtool export` writes): input `image` f32 `[N, 3, H, W]`
-//! normalised with the spec's mean/std, output `logits` f32 `[N, classes, H, W]` at input
-//! resolution, spec JSON in `metadata_props["segtool.spec"]`. Exports made with
-//! `--preprocess` (uint8 NHWC RGB input, normalisation in the graph) and/or `--argmax`
-//! (class map output) work too: [`Segmenter`] learns the contract from the metadata and
-//! the graph (see [`io_contract`]) and feeds raw pixels / takes the class map as is.
+//! Model contract (what `segtool export` writes; the file format is owned by
+//! `segtool-onnx`): input `image` f32 `[N, 3, H, W]` normalised with the spec's mean/std,
+//! output `logits` f32 `[N, classes, H, W]` at input resolution, spec JSON in
+//! `metadata_props["segtool.spec"]`. Exports made with `--preprocess` (uint8 NHWC RGB
+//! input, normalisation in the graph) and/or `--argmax` (class map output) work too:
+//! [`Segmenter`] learns the contract from the metadata and the graph (see
+//! [`io_contract`]) and feeds raw pixels / takes the class map as is; so do the
+//! [`BatchServer`] and its streams built with [`BatchServer::from_segmenters`].
+//!
+//! The library never prints: what happened while opening (the provider in use, each
+//! [`Fallback`] and why) is returned for the caller to log.
 //!
 //! Features: `ort` (ONNX Runtime, loaded at run time; no link-time native dependency) and
 //! `tract` (pure Rust). With `--no-default-features --features tract` nothing native is
 //! needed at all.
 
-// Without any backend only the pre/post-processing is usable; `Segmenter::open` then
-// always fails, which leaves helpers unused.
+#![warn(missing_docs)]
+// Without any backend only the pre/post-processing is usable; opening always fails,
+// which leaves helpers unused.
 #![cfg_attr(
     not(any(feature = "ort", feature = "tract")),
     allow(dead_code, unused_variables, unreachable_code)
@@ -38,11 +49,11 @@ pub mod engine;
 pub mod env_report;
 pub mod error;
 pub mod io_contract;
-mod onnx_scan;
 #[cfg(feature = "ort")]
 pub mod ort_engine;
 pub mod postprocess;
 pub mod preprocess;
+mod segmenter;
 pub mod temporal;
 pub mod testing;
 #[cfg(feature = "tract")]
@@ -50,16 +61,11 @@ pub mod tract_engine;
 mod tract_options;
 pub mod triton;
 
-use std::collections::HashMap;
 use std::path::Path;
-
-use image::RgbImage;
-use ndarray::Array3;
-use segtool_core::ModelSpec;
 
 pub use accuracy::{AccuracyMode, AccuracyOptions};
 pub use batching::{BatchConfig, BatchError, BatchServer, LatestStream, OrderedStream};
-pub use engine::{load_spec, read_metadata, Engine};
+pub use engine::{load_spec, read_metadata, run_logits, Engine};
 pub use env_report::{env_report, RuntimeEnvReport};
 pub use error::{Result, RuntimeError};
 pub use io_contract::{
@@ -73,203 +79,42 @@ pub use postprocess::{argmax, colorize, overlay, resize_nearest, DEFAULT_ALPHA};
 pub use postprocess::{resize_bilinear, softmax, Upsample};
 pub use preprocess::{normalise, normalise_batch};
 pub use preprocess::{prepare, PrepareOptions, Prepared};
+pub use segmenter::{EngineKind, Fallback, Segmentation, Segmenter, SegmenterBuilder};
+/// The exported file's reader and typed metadata.
+pub use segtool_onnx::{Metadata, ModelFile, ModelFileError, TrtProfileHint};
 pub use temporal::{FlickerMeter, TemporalSmoother};
 #[cfg(feature = "tract")]
 pub use tract_engine::TractEngine;
 pub use tract_options::TractOptions;
 pub use triton::{write_repository as write_triton_repository, TritonOptions};
 
-/// Which engine [`Segmenter::open`] builds.
+/// Shorthand for the common builder configurations, for [`Segmenter::open`].
 #[derive(Clone, Debug)]
 pub enum Backend {
+    /// ONNX Runtime with these options.
     #[cfg(feature = "ort")]
     Ort(OrtOptions),
+    /// tract with its defaults.
     Tract,
-    /// tract with these options (threads); [`Backend::Tract`] is the defaults.
-    TractWith(TractOptions),
     /// ONNX Runtime with these options; if its library cannot be loaded at all, tract
-    /// (with a warning on stderr). Every other ONNX Runtime error stays an error.
+    /// (reported by [`Segmenter::fallbacks`]). Every other ONNX Runtime error stays an
+    /// error.
     #[cfg(feature = "ort")]
     Auto(OrtOptions),
 }
 
-/// One image's result.
-#[derive(Clone, Debug)]
-pub struct Segmentation {
-    /// Class per pixel, `(H, W)` at the input image's size.
-    pub mask: ndarray::Array2<u8>,
-    /// Raw logits `(classes, h, w)` when [`Segmenter::with_logits`] asked for them.
-    pub logits: Option<Array3<f32>>,
-}
-
-/// A model plus its spec: images in, masks out.
-pub struct Segmenter {
-    engine: Box<dyn Engine>,
-    spec: ModelSpec,
-    contract: IoContract,
-    keep_logits: bool,
-}
-
 impl Segmenter {
-    /// Loads the model's spec from its metadata and builds the requested engine. The
-    /// input layout and output kind come from the graph as the engine sees it, else from
-    /// the exporter's metadata (`segtool.input_layout`, `segtool.output`).
+    /// [`Segmenter::builder`] with the engine and options of `backend`.
     pub fn open(path: impl AsRef<Path>, backend: Backend) -> Result<Self> {
-        let path = path.as_ref();
-        let spec = load_spec(path)?;
-        let recorded = IoContract::from_metadata(&read_metadata(path)?)?;
-        let engine: Box<dyn Engine> = match backend {
+        let builder = Segmenter::builder(path);
+        match backend {
             #[cfg(feature = "ort")]
-            Backend::Ort(options) => Box::new(OrtEngine::open(path, &options)?),
-            #[cfg(feature = "tract")]
-            Backend::Tract => Box::new(TractEngine::open(path)?),
-            #[cfg(feature = "tract")]
-            Backend::TractWith(options) => Box::new(TractEngine::open_with(path, &options)?),
-            #[cfg(not(feature = "tract"))]
-            Backend::Tract | Backend::TractWith(_) => {
-                return Err(RuntimeError::BackendUnavailable("tract"))
-            }
+            Backend::Ort(options) => builder.engine(EngineKind::Ort).ort_options(options),
+            Backend::Tract => builder.engine(EngineKind::Tract),
             #[cfg(feature = "ort")]
-            Backend::Auto(options) => match OrtEngine::open(path, &options) {
-                Ok(engine) => Box::new(engine),
-                #[cfg(feature = "tract")]
-                Err(RuntimeError::OrtLibraryNotFound { tried }) => {
-                    eprintln!(
-                        "warning: ONNX Runtime cannot be loaded (tried: {}); using tract",
-                        tried.join("; ")
-                    );
-                    let threads = TractOptions {
-                        threads: options.intra_threads,
-                    };
-                    Box::new(TractEngine::open_with(path, &threads)?)
-                }
-                Err(e) => return Err(e),
-            },
-        };
-        let contract = IoContract::resolve(recorded, engine.io_contract());
-        Ok(Self::from_engine(engine, spec).with_contract(contract))
-    }
-
-    /// Wraps an engine built by hand (custom options, a spec from elsewhere). The
-    /// contract is the engine's [`Engine::io_contract`], else the plain one; see
-    /// [`Segmenter::with_contract`].
-    pub fn from_engine(engine: Box<dyn Engine>, spec: ModelSpec) -> Self {
-        let contract = engine.io_contract().unwrap_or_default();
-        Self {
-            engine,
-            spec,
-            contract,
-            keep_logits: false,
+            Backend::Auto(options) => builder.engine(EngineKind::Auto).ort_options(options),
         }
-    }
-
-    /// Overrides the input layout / output kind the model is driven with.
-    pub fn with_contract(mut self, contract: IoContract) -> Self {
-        self.contract = contract;
-        self
-    }
-
-    /// The input layout and output kind the model is driven with.
-    pub fn contract(&self) -> IoContract {
-        self.contract
-    }
-
-    /// Takes the engine out, made to answer [`Engine::run`] like a plain model whatever
-    /// its contract (see [`ContractAdapter`]): for the batch server's workers and
-    /// accuracy mode.
-    pub fn into_plain_engine(self) -> Box<dyn Engine> {
-        ContractAdapter::wrap(self.engine, self.contract, &self.spec)
-    }
-
-    /// The engine input for same-size `imgs` in the model's layout (normalised f32 NCHW,
-    /// or raw uint8 NHWC for `--preprocess` exports).
-    pub fn prepare_input(&self, imgs: &[RgbImage]) -> Result<EngineTensor> {
-        EngineTensor::from_images(imgs, &self.spec, self.contract.input)
-    }
-
-    /// One engine run on a prepared batch, its output checked against the spec
-    /// (batch size, class count).
-    pub fn run_prepared(&mut self, input: EngineInput<'_>) -> Result<EngineOutput> {
-        let n = input.dims().0;
-        let out = self.engine.run_io(input)?;
-        out.check(n, &self.spec)?;
-        Ok(out)
-    }
-
-    /// Also return the raw logits of every image (costly for large class counts). Models
-    /// exported with `--argmax` have none: their results carry `logits: None`.
-    pub fn with_logits(mut self, keep: bool) -> Self {
-        self.keep_logits = keep;
-        self
-    }
-
-    pub fn spec(&self) -> &ModelSpec {
-        &self.spec
-    }
-
-    pub fn engine(&self) -> &dyn Engine {
-        self.engine.as_ref()
-    }
-
-    pub fn engine_mut(&mut self) -> &mut dyn Engine {
-        self.engine.as_mut()
-    }
-
-    /// Segments one image at its own size.
-    pub fn segment(&mut self, img: &RgbImage) -> Result<Segmentation> {
-        let mut out = self.segment_batch(std::slice::from_ref(img))?;
-        Ok(out.pop().expect("one result per image"))
-    }
-
-    /// Segments many images; same-size images share one engine run, so a batch of mixed
-    /// sizes costs one run per distinct size. Results come back in input order.
-    pub fn segment_batch(&mut self, imgs: &[RgbImage]) -> Result<Vec<Segmentation>> {
-        let mut groups: Vec<((u32, u32), Vec<usize>)> = Vec::new();
-        let mut by_size: HashMap<(u32, u32), usize> = HashMap::new();
-        for (i, img) in imgs.iter().enumerate() {
-            let g = *by_size.entry(img.dimensions()).or_insert_with(|| {
-                groups.push((img.dimensions(), Vec::new()));
-                groups.len() - 1
-            });
-            groups[g].1.push(i);
-        }
-        let mut results: Vec<Option<Segmentation>> = vec![None; imgs.len()];
-        for ((w, h), members) in groups {
-            let batch: Vec<RgbImage> = members.iter().map(|&i| imgs[i].clone()).collect();
-            for (i, seg) in members.into_iter().zip(self.run_same_size(&batch, w, h)?) {
-                results[i] = Some(seg);
-            }
-        }
-        Ok(results
-            .into_iter()
-            .map(|r| r.expect("every image in a group"))
-            .collect())
-    }
-
-    fn run_same_size(&mut self, imgs: &[RgbImage], w: u32, h: u32) -> Result<Vec<Segmentation>> {
-        let sizes = vec![(h as usize, w as usize); imgs.len()];
-        if self.contract.is_plain() {
-            let input = normalise_batch(imgs, &self.spec)?;
-            return batching::run_normalised(
-                self.engine.as_mut(),
-                &self.spec,
-                input.view(),
-                &sizes,
-                self.keep_logits,
-            );
-        }
-        let input = self.prepare_input(imgs)?;
-        let out = self.run_prepared(input.view())?;
-        Ok((0..imgs.len())
-            .map(|i| Segmentation {
-                mask: out.mask(i, h as usize, w as usize),
-                logits: if self.keep_logits {
-                    out.logits(i)
-                } else {
-                    None
-                },
-            })
-            .collect())
+        .open()
     }
 }
 
@@ -277,7 +122,7 @@ impl Segmenter {
 mod tests {
     use super::*;
     use crate::testing::{tiny_model_bytes, tiny_spec};
-    use image::Rgb;
+    use image::{Rgb, RgbImage};
 
     /// Class 0 scores red, class 1 green, class 2 blue: the mask is the dominant channel.
     fn write_rgb_model(dir: &Path) -> std::path::PathBuf {
@@ -357,7 +202,7 @@ mod tests {
         std::fs::write(&bad, b"\x08\x08garbage").unwrap();
         let err = OrtEngine::open(&bad, &OrtOptions::new()).err().unwrap();
         assert!(
-            matches!(err, RuntimeError::InvalidModel { .. })
+            matches!(err, RuntimeError::File(ModelFileError::Invalid { .. }))
                 && err.to_string().contains("bad.onnx"),
             "{err}"
         );

@@ -9,7 +9,7 @@
 
 use image::RgbImage;
 use ndarray::{s, Array2, Array4, ArrayView4, ArrayViewMut3, Axis};
-use segtool_core::ModelSpec;
+use segtool_spec::ModelSpec;
 
 use crate::error::{Result, RuntimeError};
 use crate::postprocess::{masks_at_size, resize_bilinear, Upsample};
@@ -97,15 +97,18 @@ pub struct PrepareOptions {
 }
 
 impl PrepareOptions {
+    /// Normalise only: no resize, no padding.
     pub fn new() -> Self {
         Self::default()
     }
 
+    /// Resize every image to `height` x `width` first.
     pub fn with_resize(mut self, height: u32, width: u32) -> Self {
         self.resize = Some((height, width));
         self
     }
 
+    /// Pad to a multiple of the output stride ([`PrepareOptions::pad_to_stride`]).
     pub fn with_pad_to_stride(mut self, pad: bool) -> Self {
         self.pad_to_stride = pad;
         self

@@ -52,6 +52,7 @@ pub struct FlickerMeter {
 }
 
 impl FlickerMeter {
+    /// An empty meter: no mask seen yet.
     pub fn new() -> Self {
         Self::default()
     }
@@ -120,6 +121,7 @@ impl TemporalSmoother {
         })
     }
 
+    /// The share of history the smoother was made with, in `[0, 1)`.
     pub fn weight(&self) -> f32 {
         self.weight
     }

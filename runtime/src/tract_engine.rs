@@ -14,15 +14,16 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use ndarray::{Array4, ArrayView4, Ix4};
+use ndarray::Ix4;
 use tract_onnx::prelude::multithread::Executor;
 use tract_onnx::prelude::*;
 use tract_onnx::tract_hir::infer::Factoid;
 
 use crate::engine::{
     check_input_shape, check_mask_shape, check_nhwc_shape, check_output_shape, ensure_exists,
-    expect_logits, mask_to_u8, Engine,
+    mask_to_u8, Engine,
 };
+use segtool_onnx::ModelFileError;
 use crate::error::{Result, RuntimeError};
 use crate::io_contract::{EngineInput, EngineOutput, InputLayout, IoContract, OutputKind};
 pub use crate::tract_options::TractOptions;
@@ -64,16 +65,16 @@ impl TractEngine {
         let model =
             tract_onnx::onnx()
                 .model_for_path(&path)
-                .map_err(|e| RuntimeError::InvalidModel {
+                .map_err(|e| RuntimeError::File(ModelFileError::Invalid {
                     path: path.clone(),
                     message: format!("{e:#}"),
-                })?;
+                }))?;
         let fact = model
             .input_fact(0)
-            .map_err(|e| RuntimeError::InvalidModel {
+            .map_err(|e| RuntimeError::File(ModelFileError::Invalid {
                 path: path.clone(),
                 message: format!("model has no input: {e:#}"),
-            })?;
+            }))?;
         let mut declared: Vec<Option<usize>> = fact
             .shape
             .dims()
@@ -183,11 +184,7 @@ impl Engine for TractEngine {
         })
     }
 
-    fn run(&mut self, input: ArrayView4<f32>) -> Result<Array4<f32>> {
-        expect_logits(self.run_io(EngineInput::NchwF32(input))?)
-    }
-
-    fn run_io(&mut self, input: EngineInput<'_>) -> Result<EngineOutput> {
+    fn run(&mut self, input: EngineInput<'_>) -> Result<EngineOutput> {
         let (n, h, w) = input.dims();
         let given = match input {
             EngineInput::NchwF32(_) => InputLayout::NchwF32,
@@ -267,7 +264,7 @@ mod tests {
         let err = TractEngine::open(&path)
             .err()
             .expect("garbage must not load");
-        assert!(matches!(err, RuntimeError::InvalidModel { .. }), "{err}");
+        assert!(matches!(err, RuntimeError::File(ModelFileError::Invalid { .. })), "{err}");
         assert!(err.to_string().contains("broken.onnx"), "{err}");
 
         let full = tiny_model_bytes(&tiny_spec(2), &[[1.0; 3], [0.0; 3]], &[0.0; 2]);
@@ -275,12 +272,12 @@ mod tests {
         let err = TractEngine::open(&path)
             .err()
             .expect("truncated file must not load");
-        assert!(matches!(err, RuntimeError::InvalidModel { .. }), "{err}");
+        assert!(matches!(err, RuntimeError::File(ModelFileError::Invalid { .. })), "{err}");
 
         let err = TractEngine::open(dir.path().join("missing.onnx"))
             .err()
             .unwrap();
-        assert!(matches!(err, RuntimeError::ModelNotFound { .. }), "{err}");
+        assert!(matches!(err, RuntimeError::File(ModelFileError::NotFound { .. })), "{err}");
     }
 
     #[test]
@@ -294,7 +291,7 @@ mod tests {
             let x = Array4::from_shape_fn((n, 3, h, wd), |(i, c, y, x)| {
                 (i + c * 2 + y + x) as f32 * 0.1
             });
-            let out = engine.run(x.view()).unwrap();
+            let out = crate::engine::run_logits(&mut engine, x.view()).unwrap();
             assert_eq!(out.shape(), &[n, 2, h, wd]);
             let (i, y, xx) = (n - 1, h - 1, wd - 1);
             let expect0 = x[[i, 0, y, xx]] + 0.5;
@@ -303,7 +300,7 @@ mod tests {
             assert!((out[[i, 1, y, xx]] - expect1).abs() < 1e-5);
         }
         assert_eq!(engine.plans.len(), 2);
-        let err = engine.run(Array4::zeros((1, 4, 2, 2)).view()).unwrap_err();
+        let err = crate::engine::run_logits(&mut engine, Array4::zeros((1, 4, 2, 2)).view()).unwrap_err();
         assert!(matches!(err, RuntimeError::InputShape { .. }), "{err}");
     }
 
@@ -322,7 +319,8 @@ mod tests {
         let x = Array4::from_shape_fn((1, 3, 240, 320), |(_, c, y, x)| {
             ((c * 31 + y * 7 + x * 3) % 101) as f32 / 50.0 - 1.0
         });
-        let (a, b) = (one.run(x.view()).unwrap(), two.run(x.view()).unwrap());
+        let run = |e: &mut TractEngine| crate::engine::run_logits(e, x.view()).unwrap();
+        let (a, b) = (run(&mut one), run(&mut two));
         assert_eq!(a.shape(), b.shape());
         let max = a
             .iter()

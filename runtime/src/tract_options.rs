@@ -10,6 +10,7 @@ pub struct TractOptions {
 }
 
 impl TractOptions {
+    /// The defaults: all cores.
     pub fn new() -> Self {
         Self::default()
     }

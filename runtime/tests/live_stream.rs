@@ -10,11 +10,12 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use image::{Rgb, RgbImage};
-use ndarray::{Array2, Array4, ArrayView4};
-use segtool_core::{ConfusionMatrix, ModelSpec};
+use ndarray::{Array2, Array4};
+use segtool_core::ConfusionMatrix;
+use segtool_spec::ModelSpec;
 use segtool_runtime::batching::{BatchConfig, BatchError, BatchServer, DropReason, LiveOutcome};
 use segtool_runtime::testing::tiny_spec;
-use segtool_runtime::{Engine, FlickerMeter, Result, TemporalSmoother};
+use segtool_runtime::{Engine, EngineInput, EngineOutput, FlickerMeter, Result, TemporalSmoother};
 
 const CLASSES: usize = 16;
 const FW: u32 = 8;
@@ -77,7 +78,11 @@ impl Engine for SlowEngine {
         "cpu"
     }
 
-    fn run(&mut self, input: ArrayView4<f32>) -> Result<Array4<f32>> {
+    fn run(&mut self, input: EngineInput<'_>) -> Result<EngineOutput> {
+        let EngineInput::NchwF32(input) = input else {
+            unreachable!("a plain fake engine")
+        };
+        let logits = (|| -> Result<Array4<f32>> {
         self.probe.entered.store(true, Ordering::SeqCst);
         {
             let mut closed = self.probe.closed.lock().unwrap();
@@ -97,6 +102,8 @@ impl Engine for SlowEngine {
         drop(ran);
         self.probe.runs.lock().unwrap().push(t0.elapsed());
         Ok(logits)
+    })()?;
+        Ok(EngineOutput::Logits(logits))
     }
 }
 
@@ -487,7 +494,11 @@ impl Engine for NoisyEngine {
         "cpu"
     }
 
-    fn run(&mut self, input: ArrayView4<f32>) -> Result<Array4<f32>> {
+    fn run(&mut self, input: EngineInput<'_>) -> Result<EngineOutput> {
+        let EngineInput::NchwF32(input) = input else {
+            unreachable!("a plain fake engine")
+        };
+        let logits = (|| -> Result<Array4<f32>> {
         let (n, _, h, w) = input.dim();
         let mut out = Array4::zeros((n, 3, h, w));
         for i in 0..n {
@@ -517,6 +528,8 @@ impl Engine for NoisyEngine {
             }
         }
         Ok(out)
+    })()?;
+        Ok(EngineOutput::Logits(logits))
     }
 }
 

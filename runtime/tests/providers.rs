@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use segtool_runtime::testing::{tiny_model_bytes, tiny_spec};
 use segtool_runtime::{
+    run_logits,
     Backend, CudaOptions, Engine, OrtEngine, OrtOptions, Provider, RuntimeError, Segmenter,
     TensorRtOptions,
 };
@@ -72,7 +73,7 @@ fn non_strict_cuda_falls_back_to_cpu_and_says_why() {
         assert_eq!(engine.provider(), "cuda:0");
     }
     let x = ndarray::Array4::<f32>::ones((1, 3, 2, 2));
-    assert_eq!(engine.run(x.view()).unwrap().dim(), (1, 3, 2, 2));
+    assert_eq!(run_logits(&mut engine, x.view()).unwrap().dim(), (1, 3, 2, 2));
 }
 
 #[test]
@@ -177,17 +178,17 @@ fn fixed_input_size_gives_the_same_logits_and_refuses_other_sizes() {
     let x = ndarray::Array4::from_shape_fn((2, 3, 6, 5), |(n, c, y, x)| {
         (n * 7 + c * 5 + y * 3 + x) as f32 * 0.1 - 1.0
     });
-    let want = dynamic.run(x.view()).unwrap();
+    let want = run_logits(&mut dynamic, x.view()).unwrap();
     // A batch of 2 and then of 1: the batch stays dynamic.
-    assert_eq!(fixed.run(x.view()).unwrap(), want);
+    assert_eq!(run_logits(&mut fixed, x.view()).unwrap(), want);
     let one = x.slice(ndarray::s![..1, .., .., ..]);
-    assert_eq!(fixed.run(one).unwrap(), dynamic.run(one).unwrap());
+    assert_eq!(run_logits(&mut fixed, one).unwrap(), run_logits(&mut dynamic, one).unwrap());
 
     let other = ndarray::Array4::<f32>::zeros((1, 3, 4, 4));
-    let err = fixed.run(other.view()).unwrap_err().to_string();
+    let err = run_logits(&mut fixed, other.view()).unwrap_err().to_string();
     assert!(
         err.contains('6') && err.contains('5') && err.contains('4'),
         "{err}"
     );
-    assert!(dynamic.run(other.view()).is_ok());
+    assert!(run_logits(&mut dynamic, other.view()).is_ok());
 }

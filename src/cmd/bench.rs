@@ -19,16 +19,26 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use image::RgbImage;
+use segtool_runtime::Segmenter;
 use serde_json::json;
+
+use crate::args::engine::{describe, Engine, EngineRequest};
+use crate::args::size::Size;
+
+/// The fallbacks taken while opening, as one line for the JSON report.
+fn fallback_of(seg: &Segmenter) -> Option<String> {
+    let all: Vec<String> = seg.fallbacks().iter().map(ToString::to_string).collect();
+    (!all.is_empty()).then(|| all.join("; "))
+}
 
 #[derive(clap::Args)]
 pub struct Args {
     /// Exported model (.onnx from `segtool export`).
     #[arg(long)]
     pub model: PathBuf,
-    /// ort or tract.
-    #[arg(long, default_value = "ort")]
-    pub engine: String,
+    /// Inference engine.
+    #[arg(long, value_enum, default_value_t = Engine::Ort)]
+    pub engine: Engine,
     /// ONNX Runtime execution providers in order of preference (see `segtool infer`).
     #[arg(long, value_delimiter = ',', default_value = "cpu")]
     pub providers: Vec<String>,
@@ -45,8 +55,8 @@ pub struct Args {
     #[arg(long, default_value_t = 2)]
     pub warmup: usize,
     /// Input size HxW.
-    #[arg(long, value_parser = parse_hxw, default_value = "512x1024")]
-    pub size: (u32, u32),
+    #[arg(long, value_parser = crate::args::size::hxw, default_value = "512x1024")]
+    pub size: Size,
     /// Engine threads: ONNX Runtime's intra-op threads, or tract's pool (default: the
     /// engine's choice, all cores).
     #[arg(long)]
@@ -76,8 +86,8 @@ pub struct Args {
     pub frames: usize,
     /// --stream: read the frames (rgb24, WIDTHxHEIGHT) from stdin first (at most
     /// --frames; fewer are cycled).
-    #[arg(long, value_name = "WxH", value_parser = super::infer::parse_wxh, requires = "stream", conflicts_with = "input")]
-    pub raw: Option<(u32, u32)>,
+    #[arg(long, value_name = "WxH", value_parser = crate::args::size::wxh, requires = "stream", conflicts_with = "input")]
+    pub raw: Option<Size>,
     /// --stream: the frames from the images of this folder (sorted by name, cycled;
     /// all of one size).
     #[arg(long, requires = "stream")]
@@ -90,12 +100,16 @@ pub struct Args {
     pub deadline_ms: Option<f64>,
 }
 
-fn parse_hxw(s: &str) -> Result<(u32, u32), String> {
-    let (w, h) = super::infer::parse_wxh(s).map_err(|_| {
-        format!("`{s}`: expected HEIGHTxWIDTH with positive integers, e.g. 512x1024")
-    })?;
-    // parse_wxh reads "AxB" as (A, B); here A is the height.
-    Ok((w, h))
+impl Args {
+    fn engine_request(&self, fixed_size: Option<(usize, usize)>) -> EngineRequest<'_> {
+        EngineRequest {
+            engine: self.engine,
+            providers: &self.providers,
+            threads: self.threads,
+            strict: self.strict,
+            fixed_size,
+        }
+    }
 }
 
 /// Nearest-rank percentile of sorted `v` (milliseconds).
@@ -150,29 +164,15 @@ pub fn run(args: Args) -> Result<()> {
         bail!("--iterations must be at least 1");
     }
     let iterations = args.iterations.unwrap_or(20);
-    let (h, w) = args.size;
-    let fixed_size =
-        (!args.dynamic_shapes && args.engine == "ort").then_some((h as usize, w as usize));
-    let mut seg = super::infer::open_segmenter_strict(
-        &args.model,
-        &args.engine,
-        &args.providers,
-        args.threads,
-        args.strict,
-        fixed_size,
-    )?;
+    let (h, w) = (args.size.height, args.size.width);
+    let fixed_size = (!args.dynamic_shapes && args.engine == Engine::Ort).then_some(args.size.hw());
+    let mut seg = args.engine_request(fixed_size).open(&args.model)?;
     let contract = seg.contract();
     let spec = seg.spec().clone();
     let engine_name = seg.engine().name().to_string();
     let provider = seg.engine().provider().to_string();
-    let fallback = seg.engine().fallback_reason().map(str::to_string);
-    eprintln!(
-        "engine {engine_name} on {provider}{}",
-        fallback
-            .as_deref()
-            .map(|r| format!(" ({r})"))
-            .unwrap_or_default()
-    );
+    let fallback = fallback_of(&seg);
+    eprintln!("{}", describe(&seg));
     let all_images = synthetic_images(*args.batch_sizes.iter().max().unwrap(), h, w);
 
     let mut results = Vec::new();
@@ -326,7 +326,7 @@ fn panning_frames(n: usize, h: u32, w: u32) -> Vec<RgbImage> {
 
 /// The frames to feed: `--raw` stdin, an `--input` folder, or generated at `--size`.
 fn stream_frames(args: &Args) -> Result<Vec<RgbImage>> {
-    if let Some((w, h)) = args.raw {
+    if let Some(Size { width: w, height: h }) = args.raw {
         let bytes = w as usize * h as usize * 3;
         let mut stdin = std::io::stdin().lock();
         let mut frames = Vec::new();
@@ -344,7 +344,8 @@ fn stream_frames(args: &Args) -> Result<Vec<RgbImage>> {
         return Ok(frames);
     }
     if let Some(dir) = &args.input {
-        let files = super::infer::expand_inputs(&[dir.display().to_string()])?;
+        let files = segtool_core::images::list_images(dir)
+            .with_context(|| format!("listing {}", dir.display()))?;
         let frames = files
             .iter()
             .take(args.frames)
@@ -365,8 +366,7 @@ fn stream_frames(args: &Args) -> Result<Vec<RgbImage>> {
         }
         return Ok(frames);
     }
-    let (h, w) = args.size;
-    Ok(panning_frames(args.frames.min(240), h, w))
+    Ok(panning_frames(args.frames.min(240), args.size.height, args.size.width))
 }
 
 /// `--stream`: feeds `--frames` frames at `--fps` into one session, ordered or newest
@@ -385,26 +385,19 @@ fn run_stream(args: &Args) -> Result<()> {
     }
     let frames = stream_frames(args)?;
     let (w, h) = frames[0].dimensions();
-    let fixed = (!args.dynamic_shapes && args.engine == "ort").then_some((h as usize, w as usize));
-    let seg = super::infer::open_segmenter_strict(
-        &args.model,
-        &args.engine,
-        &args.providers,
-        args.threads,
-        args.strict,
-        fixed,
-    )?;
+    let fixed = (!args.dynamic_shapes && args.engine == Engine::Ort).then_some((h as usize, w as usize));
+    let seg = args.engine_request(fixed).open(&args.model)?;
     let engine_name = seg.engine().name().to_string();
     let provider = seg.engine().provider().to_string();
-    let fallback = seg.engine().fallback_reason().map(str::to_string);
+    let fallback = fallback_of(&seg);
     let contract = seg.contract().to_string();
     let spec = seg.spec().clone();
-    eprintln!("engine {engine_name} on {provider}");
+    eprintln!("{}", describe(&seg));
     let config = BatchConfig::new()
         .with_max_batch(1)
         .with_max_wait(Duration::ZERO)
         .with_queue_capacity(args.frames.max(64));
-    let server = BatchServer::new(config, spec.clone(), vec![seg.into_plain_engine()])?;
+    let server = BatchServer::from_segmenters(config, vec![seg])?;
     for i in 0..args.warmup {
         server.submit(frames[i % frames.len()].clone()).wait()?;
     }
@@ -570,7 +563,7 @@ fn report_header(
     json!({
         "model": args.model.display().to_string(),
         "engine": engine,
-        "requested_engine": args.engine,
+        "requested_engine": args.engine.as_str(),
         "requested_providers": args.providers,
         "provider": provider,
         "fallback_reason": fallback,

@@ -12,7 +12,9 @@ use segtool_train::checkpoint::{self, CheckpointInfo};
 use segtool_train::data::Augment;
 use segtool_train::{TrainConfig, Trainer};
 
-use super::ShapesArgs;
+use crate::args::data::generate_shapes;
+use crate::args::progress::Bar;
+use crate::args::ShapesArgs;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -55,7 +57,7 @@ pub fn run(args: Args) -> Result<()> {
         args.shapes.size,
         data_dir.display()
     );
-    super::generate::generate(&data_dir, &args.shapes)?;
+    generate_shapes(&data_dir, &args.shapes)?;
     let train_set = FolderDataset::open(&data_dir, "train")?;
     let val_set = FolderDataset::open(&data_dir, "val")?;
 
@@ -84,12 +86,12 @@ pub fn run(args: Args) -> Result<()> {
     };
     let mut trainer = Trainer::new(&spec, config)?;
     let train_started = Instant::now();
-    trainer.train(std::sync::Arc::new(train_set))?;
+    trainer.train_with(std::sync::Arc::new(train_set), Some(&Bar::default()))?;
     let train_seconds = train_started.elapsed().as_secs_f64();
     let ckpt_path = args.out.join("danet_tiny.safetensors");
     let info = CheckpointInfo::from([("iterations".to_string(), args.iterations.to_string())]);
     checkpoint::save(&ckpt_path, &trainer.vs, &spec, &info)?;
-    super::train::write_loss_curve(&args.out.join("loss"), &trainer.losses)?;
+    segtool_train::metrics_log::write_loss_curve(&args.out.join("loss"), &trainer.losses)?;
 
     eprintln!("[3/5] evaluating with tch");
     let mut tch_logits: Vec<Vec<f32>> = Vec::with_capacity(val_set.len());
@@ -114,9 +116,11 @@ pub fn run(args: Args) -> Result<()> {
         .map(|i| val_set.get(i).map(|s| (s.image, s.mask)))
         .collect::<Result<Vec<_>, _>>()?;
     let mut overlays = None;
-    for engine in ["ort", "tract"] {
-        let mut seg = super::infer::open_segmenter(&onnx_path, engine, &["cpu".to_string()])?
-            .with_logits(true);
+    for engine in [segtool_runtime::EngineKind::Ort, segtool_runtime::EngineKind::Tract] {
+        let mut seg = segtool_runtime::Segmenter::builder(&onnx_path)
+            .engine(engine)
+            .logits(true)
+            .open()?;
         let name = format!("{} ({})", seg.engine().name(), seg.engine().provider());
         let (row, masks) = run_engine(&mut seg, name, &val_images, &tch_logits, &spec)?;
         rows.push(row);

@@ -16,7 +16,7 @@ use segtool_train::eval::{EvalOptions, EvalResult, Mode, Protocol, MULTI_SCALES}
 use segtool_train::run::CONFIG_KEY;
 use segtool_train::{load_model, Checkpoint};
 
-use super::{open_dataset, ShapesArgs};
+use crate::args::{open_dataset, DeviceArgs, ShapesArgs};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum ModeArg {
@@ -74,8 +74,8 @@ pub struct Args {
     /// JSON file for pixel_accuracy, mean_iou, per_class and the confusion matrix.
     #[arg(long)]
     pub metrics: Option<PathBuf>,
-    #[arg(long, default_value = "cpu")]
-    pub device: String,
+    #[command(flatten)]
+    pub device: DeviceArgs,
     /// libtorch intra-op threads (0: libtorch's default, one per core).
     #[arg(long, default_value_t = 0)]
     pub threads: i32,
@@ -176,7 +176,7 @@ impl Args {
 
 pub fn run(args: Args) -> Result<()> {
     args.check_flags()?;
-    let device = super::train::parse_device(&args.device)?;
+    let device = args.device.resolve(None)?;
     if args.threads > 0 {
         tch::set_num_threads(args.threads);
     }

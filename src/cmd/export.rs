@@ -101,18 +101,10 @@ fn parse_gpus(s: &str) -> Result<GpuList, String> {
         .map(GpuList)
 }
 
+/// `HxW` as the exporter's `(height, width)` dims (ONNX dims are int64).
 fn parse_hw(s: &str) -> Result<(i64, i64), String> {
-    let (h, w) = s
-        .split_once(['x', 'X'])
-        .ok_or_else(|| format!("`{s}`: expected HxW, e.g. 512x1024"))?;
-    let p = |v: &str| {
-        v.trim()
-            .parse::<i64>()
-            .ok()
-            .filter(|v| *v > 0)
-            .ok_or_else(|| format!("`{s}`: expected positive HxW"))
-    };
-    Ok((p(h)?, p(w)?))
+    let size = crate::args::size::hxw(s)?;
+    Ok((i64::from(size.height), i64::from(size.width)))
 }
 
 fn parse_target(s: &str) -> Result<ExportTarget, String> {

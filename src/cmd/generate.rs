@@ -1,9 +1,8 @@
 use std::path::PathBuf;
 
-use anyhow::{Context, Result};
-use segtool_core::dataset::{write_classes, write_split, ClassesFile, ShapesDataset};
+use anyhow::Result;
 
-use super::ShapesArgs;
+use crate::args::{data::generate_shapes, ShapesArgs};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -15,28 +14,5 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    generate(&args.out, &args.shapes)
-}
-
-pub fn generate(out: &std::path::Path, shapes: &ShapesArgs) -> Result<()> {
-    let config = shapes.config();
-    for (split, offset, count) in [
-        ("train", 0u64, shapes.train_count),
-        ("val", 1u64 << 32, shapes.val_count),
-    ] {
-        let ds = ShapesDataset {
-            config: config.clone(),
-            offset,
-            count,
-        };
-        write_split(out, split, &ds)
-            .with_context(|| format!("writing shapes {split} split to {}", out.display()))?;
-    }
-    let classes = segtool_core::shapes::CLASSES
-        .iter()
-        .map(|s| s.to_string())
-        .collect::<Vec<_>>();
-    let palette = Some(segtool_core::palette::default_palette(classes.len()));
-    write_classes(out, &ClassesFile { classes, palette })?;
-    Ok(())
+    generate_shapes(&args.out, &args.shapes)
 }

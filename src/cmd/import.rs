@@ -4,14 +4,13 @@
 //! type, width, stem and classes come from the file; output stride and multi-grid, which
 //! weights do not record, from the flags.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use segtool_core::ModelSpec;
 use segtool_train::checkpoint::{self, CheckpointInfo};
 use segtool_train::import::{
-    import_into, infer_architecture, read_state_dict, ImportMode, ImportReport,
-    InferredArchitecture, StateDict,
+    import_from, infer_architecture, read_state_dict, ImportMode, InferredArchitecture,
 };
 use segtool_train::DaNet;
 
@@ -75,7 +74,8 @@ impl From<Mode> for ImportMode {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    let state = read(&args.from)?;
+    let state = read_state_dict(&args.from)?;
+    println!("{}", state.describe(&args.from));
     let mode = args
         .mode
         .map_or_else(|| ImportMode::detect(&state), ImportMode::from);
@@ -109,7 +109,9 @@ pub fn run(args: Args) -> Result<()> {
     spec.validate()?;
     let mut vs = tch::nn::VarStore::new(tch::Device::Cpu);
     let _model = DaNet::new(&vs.root(), &spec);
-    import(&mut vs, state, &args.from, mode, args.allow_missing)?;
+    let report = import_from(&mut vs, state, &args.from, mode)?;
+    report.describe(mode).iter().for_each(|l| println!("{l}"));
+    report.check(mode, args.allow_missing)?;
     let info = CheckpointInfo::from([
         ("imported_from".to_string(), args.from.display().to_string()),
         (
@@ -132,7 +134,7 @@ pub fn run(args: Args) -> Result<()> {
 fn check_flags(args: &Args, arch: &InferredArchitecture) -> Result<()> {
     let file = args.from.display();
     if let Some(name) = &args.backbone {
-        let preset = super::train::backbone_spec(name, 8)?;
+        let preset = segtool_train::presets::backbone_spec(name, 8)?;
         arch.check_preset(name, &preset)
             .with_context(|| format!("--backbone {name} disagrees with {file}"))?;
     }
@@ -144,88 +146,6 @@ fn check_flags(args: &Args, arch: &InferredArchitecture) -> Result<()> {
         );
     }
     Ok(())
-}
-
-/// Reads `path` and says what was in it.
-pub fn read(path: &Path) -> Result<StateDict> {
-    let state = read_state_dict(path)?;
-    let root = state
-        .root
-        .as_ref()
-        .map(|r| format!(" under `{r}`"))
-        .unwrap_or_default();
-    println!(
-        "read {}: {} tensors{root}, {} other values skipped",
-        path.display(),
-        state.tensors.len(),
-        state.skipped
-    );
-    Ok(state)
-}
-
-/// Imports into `vs`, prints the report, and fails on an incomplete import unless
-/// `allow_missing`. Shared with `segtool train --init`.
-pub fn import(
-    vs: &mut tch::nn::VarStore,
-    state: StateDict,
-    path: &Path,
-    mode: ImportMode,
-    allow_missing: bool,
-) -> Result<ImportReport> {
-    let report =
-        import_into(vs, state, mode).with_context(|| format!("importing {}", path.display()))?;
-    println!(
-        "{mode:?} import: {} loaded, {} missing, {} unexpected (ignored)",
-        report.loaded.len(),
-        report.missing.len(),
-        report.unexpected.len()
-    );
-    print_names("unexpected", &report.unexpected);
-    if report
-        .unexpected
-        .iter()
-        .any(|n| n.starts_with("pretrained.conv1.0."))
-    {
-        println!(
-            "  (the file's stem is PyTorch-Encoding's deep_base: three 3x3 convs, not a 7x7 conv)"
-        );
-    }
-    match mode {
-        ImportMode::Full => print_names("missing", &report.missing),
-        ImportMode::Backbone => {
-            let backbone: Vec<String> = report
-                .missing
-                .iter()
-                .filter(|n| n.starts_with("pretrained."))
-                .cloned()
-                .collect();
-            print_names("missing from the backbone", &backbone);
-            println!(
-                "  the head ({} tensors) keeps its fresh initialisation",
-                report.missing.len() - backbone.len()
-            );
-        }
-    }
-    if !allow_missing {
-        report
-            .ensure_complete(mode)
-            .map_err(|e| anyhow::anyhow!("{e} (--allow-missing accepts this)"))?;
-    }
-    Ok(report)
-}
-
-fn print_names(what: &str, names: &[String]) {
-    const SHOWN: usize = 12;
-    if names.is_empty() {
-        return;
-    }
-    println!("  {what}:");
-    for n in names.iter().take(SHOWN) {
-        println!("    {n}");
-    }
-    if names.len() > SHOWN {
-        println!("    ... and {} more", names.len() - SHOWN);
-    }
 }
 
 type Classes = (Vec<String>, Option<Vec<[u8; 3]>>);

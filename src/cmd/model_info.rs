@@ -4,11 +4,11 @@
 //! the spec alone (`segtool_train::model::module_costs`), so it answers instantly for any
 //! input size, including ones that would not fit in memory.
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use segtool_core::ModelSpec;
 use segtool_train::model::{feature_size, module_costs, pam_cam_attention_bytes, AttentionImpl};
 
-use super::train::backbone_spec;
+use segtool_train::presets::backbone_spec;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -54,16 +54,10 @@ pub fn run(args: Args) -> Result<()> {
     }
 }
 
-/// "HxW" -> (h, w).
+/// "HxW" -> (h, w), through the one size parser ([`crate::args::size::hxw`]).
 fn parse_size(s: &str) -> Result<(i64, i64)> {
-    let (h, w) = s
-        .split_once(['x', 'X'])
-        .with_context(|| format!("--size {s:?}: expected HxW"))?;
-    let (h, w): (i64, i64) = (h.trim().parse()?, w.trim().parse()?);
-    if h < 1 || w < 1 {
-        bail!("--size {s:?}: both sides must be positive");
-    }
-    Ok((h, w))
+    let size = crate::args::size::hxw(s).map_err(|e| anyhow::anyhow!("--size {e}"))?;
+    Ok((i64::from(size.height), i64::from(size.width)))
 }
 
 fn mib(bytes: f64) -> String {

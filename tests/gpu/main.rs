@@ -48,7 +48,7 @@ use segtool_runtime::{
     Engine, OrtEngine, OrtOptions, Provider, Segmentation, Segmenter, TensorRtOptions,
 };
 use segtool_train::amp::{Amp, GradScalerConfig, Precision};
-use segtool_train::dist::{sync_bn, Backend as DistBackend, Ddp, DistEnv, LaunchConfig, Launcher};
+use segtool_train::dist::{Backend as DistBackend, Ddp, DistEnv, LaunchConfig, Launcher};
 use segtool_train::env_report::{cuda_devices, cuda_peak_allocated, set_cuda_allow_tf32};
 use segtool_train::model::attention::{AttentionImpl, Pam};
 use segtool_train::{TrainConfig, Trainer};

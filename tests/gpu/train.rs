@@ -216,17 +216,13 @@ pub(super) fn ddp_rank(out: &Path) -> Result<()> {
     let global: usize = std::env::var("SEGTOOL_GPU_GLOBAL_BATCH")?.parse()?;
     let dev = Device::Cuda(local);
     let mut t = trainer(dev, global / world)?;
-    let _guard = match &dist {
-        Some(env) => {
-            let group = Arc::new(segtool_train::dist::ProcessGroup::new(
-                &env.group_options(DistBackend::Nccl, Duration::from_secs(120)),
-            )?);
-            let guard = sync_bn::install(group.clone());
-            t.enable_ddp(Ddp::new(group, 0.02))?;
-            Some(guard)
-        }
-        None => None,
-    };
+    if let Some(env) = &dist {
+        let group = Arc::new(segtool_train::dist::ProcessGroup::new(
+            &env.group_options(DistBackend::Nccl, Duration::from_secs(120)),
+        )?);
+        t.enable_sync_bn(group.clone());
+        t.enable_ddp(Ddp::new(group, 0.02))?;
+    }
     let (images, masks) = data(global as i64);
     let per = (global / world) as i64;
     let mine = (

@@ -16,9 +16,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use segtool_core::{BackboneSpec, ModelSpec};
-use segtool_train::dist::{
-    sync_bn, Backend, Ddp, DistEnv, LaunchConfig, Launcher, ProcessGroup, ReduceOp,
-};
+use segtool_train::dist::{Backend, Ddp, DistEnv, LaunchConfig, Launcher, ProcessGroup, ReduceOp};
 use segtool_train::{TrainConfig, Trainer};
 use tch::{Kind, Tensor};
 
@@ -59,14 +57,10 @@ fn train_steps(batch: i64, group: Option<Arc<ProcessGroup>>) -> Result<f64> {
         ..TrainConfig::default()
     };
     let mut trainer = Trainer::new(&spec, cfg)?;
-    let _guard = match group {
-        Some(group) => {
-            let guard = sync_bn::install(group.clone());
-            trainer.enable_ddp(Ddp::new(group, segtool_train::dist::DEFAULT_BUCKET_MB))?;
-            Some(guard)
-        }
-        None => None,
-    };
+    if let Some(group) = group {
+        trainer.enable_sync_bn(group.clone());
+        trainer.enable_ddp(Ddp::new(group, segtool_train::dist::DEFAULT_BUCKET_MB))?;
+    }
     let images = Tensor::randn([batch, 3, crop, crop], (Kind::Float, tch::Device::Cpu));
     let masks = Tensor::randint(19, [batch, crop, crop], (Kind::Int64, tch::Device::Cpu));
     let mut start = Instant::now();

@@ -12,10 +12,12 @@
 //! [`infer_architecture`] reads from a file what its weights determine (depth, block
 //! type, width, stem, classes), so that an official checkpoint imports without flags.
 
+mod describe;
 mod infer;
 mod pickle;
 mod pytorch;
 
+pub use describe::{import_from, init_from_file};
 pub use infer::{infer_architecture, InferredArchitecture};
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -7,6 +7,8 @@
 pub mod amp;
 pub mod checkpoint;
 pub mod data;
+pub mod datasets;
+pub mod device;
 pub mod dist;
 pub mod env_report;
 pub mod eval;
@@ -16,8 +18,11 @@ pub mod metrics_log;
 pub mod model;
 pub mod ohem;
 pub mod optim;
+pub mod presets;
+pub mod progress;
 pub mod report;
 pub mod run;
+pub mod session;
 pub mod telemetry;
 pub mod tensorboard;
 pub mod trainer;
@@ -25,6 +30,7 @@ pub mod trainer;
 pub use checkpoint::Checkpoint;
 pub use env_report::{env_report, TrainEnvReport};
 pub use model::DaNet;
+pub use session::{Event, Run, RunSummary};
 pub use trainer::{TrainConfig, Trainer};
 
 /// Builds a model for `spec` in a fresh VarStore on `device`, weights from `checkpoint`

@@ -389,6 +389,36 @@ pub fn write_chart(path: &Path, chart: &LineChart) -> Result<()> {
         .with_context(|| format!("writing {}", path.display()))
 }
 
+/// `<stem>.loss.png` (raw and smoothed over 25 iterations) and `<stem>.loss.csv` of
+/// (iteration, loss) pairs, e.g. [`crate::Trainer::losses`].
+pub fn write_loss_curve(stem: &Path, losses: &[(usize, f64)]) -> Result<()> {
+    let points: Vec<(f64, f64)> = losses.iter().map(|&(i, l)| (i as f64, l)).collect();
+    let smooth = segtool_core::visual::smooth(&points, 25);
+    let run = stem
+        .parent()
+        .and_then(|d| d.file_name())
+        .and_then(|n| n.to_str())
+        .unwrap_or("run");
+    let chart = LineChart {
+        title: format!("{run}: training loss"),
+        x_label: "iteration".into(),
+        y_label: "loss (cross-entropy, 3 outputs)".into(),
+        series: vec![
+            Series::new("per iteration", points, COLOURS[0]).faint(),
+            Series::new("mean of 25", smooth, COLOURS[0]),
+        ],
+        y_from_zero: true,
+        y_range: None,
+    };
+    write_chart(&stem.with_extension("loss.png"), &chart)?;
+    let csv: String = std::iter::once("iteration,loss\n".to_string())
+        .chain(losses.iter().map(|(i, l)| format!("{i},{l}\n")))
+        .collect();
+    let csv_path = stem.with_extension("loss.csv");
+    segtool_core::io::write_atomic(&csv_path, csv.as_bytes())
+        .with_context(|| format!("writing {}", csv_path.display()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -18,7 +18,8 @@ use crate::checkpoint::{self, Checkpoint, CheckpointInfo};
 use crate::loader::{Loader, LoaderConfig, SamplerPosition};
 use crate::metrics_log::{ClassIou, MetricsLog, Record};
 use crate::model::DaNet;
-use crate::trainer::{progress_bar, NonFiniteLoss, Trainer};
+use crate::progress::Progress;
+use crate::trainer::{NonFiniteLoss, Trainer};
 
 /// Checkpoint metadata key of the [`RunState`] (JSON).
 pub const STATE_KEY: &str = "segtool.train_state";
@@ -140,6 +141,9 @@ pub struct RunOptions {
     /// Stop (with a `last` checkpoint) once this many iterations are done, although the
     /// schedule spans all of them: a preempted job, or the first half of a resume test.
     pub stop_at: Option<usize>,
+    /// Where the run reports its progress (on the main process, when the trainer's
+    /// `config.progress` is set); `None`: nowhere.
+    pub progress: Option<Arc<dyn Progress>>,
 }
 
 impl RunOptions {
@@ -158,6 +162,7 @@ impl RunOptions {
             world_size: 1,
             config_text: String::new(),
             stop_at: None,
+            progress: None,
         }
     }
 
@@ -260,9 +265,10 @@ pub fn run(
         loader_config,
         state.position,
     )?;
-    let bar = progress_bar(cfg.iterations as u64, cfg.progress && main);
-    bar.set_position(state.iteration as u64);
-    bar.reset_eta();
+    let progress = opts.progress.as_deref().filter(|_| cfg.progress && main);
+    if let Some(p) = progress {
+        p.start(cfg.iterations as u64, state.iteration as u64);
+    }
     let mut window = Window::new(loader.wait_time());
     let mut last_saved: Option<PathBuf> =
         (state.iteration > 0 && opts.last_path().exists()).then(|| opts.last_path());
@@ -292,18 +298,20 @@ pub fn run(
         let done = state.iteration;
         window.add(&stats);
         record_amp(trainer, &mut state);
-        bar.inc(1);
+        if let Some(p) = progress {
+            p.advance();
+        }
 
         if done % opts.log_every.max(1) == 0 || done == end {
             let record = window.record(done, stats.lr, loader.wait_time());
-            bar.set_message(format!(
-                "loss {:.4} lr {:.2e} data-wait {:.0}%",
-                record.loss.unwrap_or(f64::NAN),
-                stats.lr,
-                record.data_wait.unwrap_or(0.0) * 100.0
-            ));
-            if bar.is_hidden() && main && cfg.progress {
-                eprintln!("  {}", record.describe(cfg.iterations));
+            if let Some(p) = progress {
+                p.message(format!(
+                    "loss {:.4} lr {:.2e} data-wait {:.0}%",
+                    record.loss.unwrap_or(f64::NAN),
+                    stats.lr,
+                    record.data_wait.unwrap_or(0.0) * 100.0
+                ));
+                p.line(format!("  {}", record.describe(cfg.iterations)));
             }
             log.push(record)?;
         }
@@ -338,7 +346,9 @@ pub fn run(
             log.plot(&opts.out_dir)?;
         }
     }
-    bar.finish();
+    if let Some(p) = progress {
+        p.finish(None);
+    }
     Ok(state)
 }
 

@@ -17,6 +17,7 @@ use crate::loader::{Loader, LoaderConfig};
 use crate::model::{AttentionImpl, DaNet, DaNetOutputs};
 use crate::ohem::Ohem;
 use crate::optim::{LrSchedule, Sgd, SgdConfig};
+use crate::progress::Progress;
 
 #[derive(Clone, Debug)]
 pub struct TrainConfig {
@@ -44,6 +45,9 @@ pub struct TrainConfig {
     pub augment: Augment,
     pub seed: u64,
     pub device: Device,
+    /// Report the loop's progress to the [`Progress`] the caller gives
+    /// ([`crate::run::RunOptions::progress`], [`Trainer::train_with`]); the library draws
+    /// and prints nothing itself.
     pub progress: bool,
     /// PAM/CAM implementation; `Sdpa` trains the same function without PAM's N x N matrix.
     pub attention: AttentionImpl,
@@ -226,6 +230,12 @@ impl Trainer {
         Ok(())
     }
 
+    /// dist: SyncBN over `group` from now on (the model's BatchNorms hold it; see
+    /// [`DaNet::set_sync_bn`]). A group of one process keeps plain BatchNorm.
+    pub fn enable_sync_bn(&mut self, group: Arc<crate::dist::ProcessGroup>) {
+        self.model.set_sync_bn(Some(group));
+    }
+
     /// amp: forward passes under `amp`'s autocast from now on, loss in fp32, with loss
     /// scaling when `amp` has a scaler (fp16).
     pub fn enable_amp(&mut self, amp: crate::amp::Amp) {
@@ -341,8 +351,18 @@ impl Trainer {
     }
 
     /// Runs `config.iterations` steps over shuffled epochs of `dataset` (last partial
-    /// batch dropped, as the recipe does), decoding on the calling thread.
+    /// batch dropped, as the recipe does), decoding on the calling thread; reports no
+    /// progress (see [`Trainer::train_with`]).
     pub fn train(&mut self, dataset: Arc<dyn SegDataset>) -> Result<()> {
+        self.train_with(dataset, None)
+    }
+
+    /// [`Trainer::train`], reporting progress to `progress` when `config.progress` is set.
+    pub fn train_with(
+        &mut self,
+        dataset: Arc<dyn SegDataset>,
+        progress: Option<&dyn Progress>,
+    ) -> Result<()> {
         let cfg = self.config.clone();
         let loader_config = LoaderConfig {
             batch_size: cfg.batch_size,
@@ -358,7 +378,10 @@ impl Trainer {
             loader_config,
             Default::default(),
         )?;
-        let bar = progress_bar(cfg.iterations as u64, cfg.progress);
+        let progress = progress.filter(|_| cfg.progress);
+        if let Some(p) = progress {
+            p.start(cfg.iterations as u64, 0);
+        }
         let start = Instant::now();
         let mut smoothed = None;
         for it in 0..cfg.iterations {
@@ -370,25 +393,28 @@ impl Trainer {
             let loss = self.step_accumulated(&refs, it)?.loss;
             let s = smoothed.map_or(loss, |s: f64| 0.95 * s + 0.05 * loss);
             smoothed = Some(s);
-            bar.set_message(format!("loss {s:.4} lr {:.2e}", cfg.lr_at(it)));
-            bar.inc(1);
-            if cfg.progress && bar.is_hidden() && (it + 1) % (cfg.iterations / 10).max(1) == 0 {
-                // No terminal (CI logs, pipes): a plain line every 10% instead of a bar.
+            let Some(p) = progress else { continue };
+            p.message(format!("loss {s:.4} lr {:.2e}", cfg.lr_at(it)));
+            p.advance();
+            if (it + 1) % (cfg.iterations / 10).max(1) == 0 {
+                // For logs without a terminal (CI, pipes): a plain line every 10%.
                 let rate = (it + 1) as f64 / start.elapsed().as_secs_f64();
                 let eta = (cfg.iterations - it - 1) as f64 / rate;
-                eprintln!(
+                p.line(format!(
                     "  it {}/{} loss {s:.4} lr {:.2e} {rate:.2} it/s ETA {eta:.0} s",
                     it + 1,
                     cfg.iterations,
                     cfg.lr_at(it)
-                );
+                ));
             }
         }
-        bar.finish_with_message(format!(
-            "loss {:.4}, {:.1} s",
-            smoothed.unwrap_or(f64::NAN),
-            start.elapsed().as_secs_f64()
-        ));
+        if let Some(p) = progress {
+            p.finish(Some(format!(
+                "loss {:.4}, {:.1} s",
+                smoothed.unwrap_or(f64::NAN),
+                start.elapsed().as_secs_f64()
+            )));
+        }
         Ok(())
     }
 
@@ -418,6 +444,8 @@ fn iteration_seed(seed: u64, it: usize) -> i64 {
     ((z ^ (z >> 31)) >> 1) as i64
 }
 
+/// An indicatif bar of `len` steps in segtool's style (hidden unless `visible`; indicatif
+/// draws nothing without a terminal). The binary's [`Progress`] draws one.
 pub fn progress_bar(len: u64, visible: bool) -> ProgressBar {
     if !visible {
         return ProgressBar::hidden();

@@ -21,8 +21,8 @@ use common::spec;
 use rand::{Rng, SeedableRng};
 use segtool_core::BackboneSpec;
 use segtool_train::dist::{
-    launch::RankFailed, sync_bn, Backend, Ddp, DistEnv, GroupOptions, LaunchConfig, Launcher,
-    ProcessGroup, ReduceOp,
+    launch::RankFailed, Backend, Ddp, DistEnv, GroupOptions, LaunchConfig, Launcher, ProcessGroup,
+    ReduceOp,
 };
 use segtool_train::{TrainConfig, Trainer};
 use tch::{Kind, Tensor};
@@ -190,20 +190,16 @@ fn train(out: &Path) -> Result<()> {
     let mut trainer = Trainer::new(&spec(BackboneSpec::tiny(), 5), cfg)?;
     // Dropout masks depend on the batch layout; the equivalence is about everything else.
     trainer.model.head.dropout = false;
-    let _sync_bn = match &dist {
-        Some(env) => {
-            let group = Arc::new(ProcessGroup::new(
-                &env.group_options(Backend::Gloo, Duration::from_secs(60)),
-            )?);
-            let guard = std::env::var_os(NO_SYNC_BN_VAR)
-                .is_none()
-                .then(|| sync_bn::install(group.clone()));
-            // Small buckets: the tiny model's gradients travel in several.
-            trainer.enable_ddp(Ddp::new(group, 0.02))?;
-            guard
+    if let Some(env) = &dist {
+        let group = Arc::new(ProcessGroup::new(
+            &env.group_options(Backend::Gloo, Duration::from_secs(60)),
+        )?);
+        if std::env::var_os(NO_SYNC_BN_VAR).is_none() {
+            trainer.enable_sync_bn(group.clone());
         }
-        None => None,
-    };
+        // Small buckets: the tiny model's gradients travel in several.
+        trainer.enable_ddp(Ddp::new(group, 0.02))?;
+    }
     let (images, masks) = data();
     // Micro-batch k of the single process is images [k*4/accum, (k+1)*4/accum); rank r
     // takes the r-th contiguous part of it.

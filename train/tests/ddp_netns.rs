@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use anyhow::{ensure, Context, Result};
 use common::spec;
 use segtool_core::BackboneSpec;
-use segtool_train::dist::{sync_bn, Backend, Ddp, DistEnv, ProcessGroup, ReduceOp};
+use segtool_train::dist::{Backend, Ddp, DistEnv, ProcessGroup, ReduceOp};
 use segtool_train::{TrainConfig, Trainer};
 use tch::{Kind, Tensor};
 
@@ -264,7 +264,7 @@ fn rank_main(out: &Path) -> Result<()> {
     };
     let mut trainer = Trainer::new(&spec(BackboneSpec::tiny(), 3), cfg)?;
     trainer.model.head.dropout = false;
-    let _sync_bn = sync_bn::install(group.clone());
+    trainer.enable_sync_bn(group.clone());
     trainer.enable_ddp(Ddp::new(group, 0.05))?;
     // Each rank its own images (a different slice of a fixed tensor).
     let all = Tensor::arange(4 * 3 * 32 * 32, (Kind::Float, tch::Device::Cpu))

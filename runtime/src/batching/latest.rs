@@ -48,6 +48,7 @@ pub struct LiveFrame {
     /// When [`submit`](LatestStream::submit) took it: arrival-to-mask latency is
     /// `submitted.elapsed()` when the result is consumed.
     pub submitted: Instant,
+    /// Answered, dropped (and why) or failed.
     pub outcome: LiveOutcome,
 }
 
@@ -60,6 +61,7 @@ impl LiveFrame {
         }
     }
 
+    /// The result, by value, when the frame was answered.
     pub fn into_output(self) -> Option<Output> {
         match self.outcome {
             LiveOutcome::Answered(out) => Some(out),

@@ -43,8 +43,13 @@
 //!
 //! # Example: a video pipeline
 //!
-//! A capture thread pushes frames while the main thread consumes masks in frame order;
-//! `push` blocks when 16 frames are in flight, so a slow model throttles the camera.
+//! The model is exported with `segtool export --preprocess --argmax`: `--preprocess`
+//! graphs get the frame's uint8 pixels directly and `--argmax` graphs answer the class
+//! map, so nothing is normalised or argmaxed on the CPU (each [`Segmenter`](crate::Segmenter)
+//! knows its file's contract, and the server drives it through that). One segmenter per
+//! GPU; a capture thread pushes frames while the main thread consumes masks in frame
+//! order; `push` blocks when 16 frames are in flight, so a slow model throttles the
+//! camera.
 //!
 //! ```no_run
 //! # #[cfg(not(feature = "ort"))] fn main() {}
@@ -52,20 +57,27 @@
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::time::Duration;
 //! use segtool_runtime::batching::{BatchConfig, BatchServer};
-//! use segtool_runtime::{load_spec, Engine, OrtEngine, OrtOptions, Provider};
+//! use segtool_runtime::{EngineKind, Provider, Segmenter};
 //! # fn camera() -> impl Iterator<Item = image::RgbImage> { std::iter::empty() }
 //!
 //! let config = BatchConfig::new()
 //!     .with_max_batch(4)
 //!     .with_max_wait(Duration::from_millis(5))
 //!     .with_queue_capacity(32);
-//! // One session per GPU, planned for the camera's 1024x512 frames.
-//! let server = BatchServer::from_factory(config, load_spec("model.onnx")?, 2, |gpu| {
-//!     let options = OrtOptions::new()
-//!         .with_provider(Provider::Cuda { device_id: gpu as i32 })
-//!         .with_fixed_input_size(512, 1024);
-//!     Ok(Box::new(OrtEngine::open("model.onnx", &options)?) as Box<dyn Engine>)
-//! })?;
+//! // One segmenter per GPU, planned for the camera's 1024x512 frames (height, width).
+//! let mut segmenters = Vec::new();
+//! for gpu in 0..2 {
+//!     let seg = Segmenter::builder("model.onnx")
+//!         .engine(EngineKind::Ort)
+//!         .providers([Provider::Cuda { device_id: gpu }])
+//!         .fixed_size(512, 1024)
+//!         .open()?;
+//!     for fallback in seg.fallbacks() {
+//!         eprintln!("gpu {gpu}: {fallback}"); // e.g. "cuda:1 requested, running on cpu: ..."
+//!     }
+//!     segmenters.push(seg);
+//! }
+//! let server = BatchServer::from_segmenters(config, segmenters)?;
 //! let stream = server.ordered_stream(16);
 //! std::thread::scope(|s| -> Result<(), Box<dyn std::error::Error>> {
 //!     s.spawn(|| {
@@ -87,7 +99,7 @@
 mod handle;
 mod latest;
 mod queue;
-mod run;
+pub(crate) mod run;
 mod server;
 mod stream;
 
@@ -101,7 +113,7 @@ use crate::Segmentation;
 
 pub use handle::Handle;
 pub use latest::{DropReason, LatestStats, LatestStream, LiveFrame, LiveOutcome};
-pub use run::run_normalised;
+
 pub use server::BatchServer;
 pub use stream::OrderedStream;
 
@@ -179,7 +191,11 @@ impl BatchConfig {
 /// tensor `(3, H, W)` that is already normalised (e.g. from a GPU-side decoder).
 #[derive(Clone, Debug)]
 pub enum Input {
+    /// An RGB frame: normalised by the server, or handed as its uint8 pixels to a
+    /// `--preprocess` graph.
     Image(RgbImage),
+    /// A normalised float32 `(3, H, W)` tensor (channels first, the model's mean/std
+    /// already applied), run as is.
     Tensor(Array3<f32>),
 }
 
@@ -314,10 +330,13 @@ impl std::fmt::Debug for QueueFull {
 /// One worker's counters.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct WorkerStats {
+    /// The worker's index: its engine's (or segmenter's) position in the list the
+    /// server was built from, as in [`Output::worker`].
     pub worker: usize,
-    /// [`Engine::name`](crate::Engine::name) and [`Engine::provider`](crate::Engine::provider)
-    /// of its engine.
+    /// [`Engine::name`](crate::Engine::name) of its engine (`onnxruntime`, `tract`).
     pub engine: String,
+    /// [`Engine::provider`](crate::Engine::provider) of its engine: the execution
+    /// provider actually in use (`cpu`, `cuda:0`, ...), which a fallback may have changed.
     pub provider: String,
     /// Engine runs that succeeded as a whole.
     pub batches: u64,
@@ -349,6 +368,7 @@ impl WorkerStats {
 /// A snapshot of the server.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Stats {
+    /// One entry per worker, in worker order.
     pub workers: Vec<WorkerStats>,
     /// Requests waiting in the queue now.
     pub queued: usize,

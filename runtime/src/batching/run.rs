@@ -1,27 +1,45 @@
-//! Running one same-size batch: inputs -> normalised tensor -> engine -> masks.
+//! Running one same-size batch: inputs -> the model's input tensor -> engine -> masks.
 //!
-//! The same steps as [`Segmenter::segment_batch`](crate::Segmenter::segment_batch) takes
-//! for each size group (normalise, run, check the class count, argmax, resize to the
-//! input size), so a batched mask is bit-identical to a `Segmenter` one.
+//! The one path from pixels to masks: [`Segmenter::segment_batch`](crate::Segmenter::segment_batch)
+//! takes it for each size group and the batch server's workers for each batch, so a
+//! batched mask is bit-identical to a `Segmenter` one, whatever the model's contract.
 
 use image::RgbImage;
-use ndarray::{s, Array4, ArrayView4, Axis};
-use segtool_core::ModelSpec;
+use ndarray::{s, Array4, ArrayView4};
+use segtool_spec::ModelSpec;
 
 use super::Input;
 use crate::engine::Engine;
 use crate::error::{Result, RuntimeError};
-use crate::postprocess::{argmax, resize_nearest};
+use crate::io_contract::{pack_nhwc, ContractAdapter, EngineInput, EngineOutput, EngineTensor, InputLayout, IoContract};
 use crate::preprocess::{normalise, normalise_batch};
 use crate::Segmentation;
 
-/// Runs an already-normalised `[N, 3, H, W]` batch and decodes it: one [`Segmentation`]
-/// per image, its mask resized (nearest) to `sizes[i]` = `(height, width)`.
-///
-/// Fails with [`RuntimeError::OutputShape`] when the engine answers with another batch
-/// size or a class count other than the spec's (or more than 256).
-pub fn run_normalised(
+/// Decodes an engine's output for a batch: checks it against the spec (batch size, class
+/// count), then one [`Segmentation`] per image, its mask resized (nearest) to `sizes[i]`
+/// = `(height, width)`; logits kept when asked for and the graph has them.
+pub(crate) fn decode(
+    out: EngineOutput,
+    spec: &ModelSpec,
+    sizes: &[(usize, usize)],
+    keep_logits: bool,
+) -> Result<Vec<Segmentation>> {
+    out.check(sizes.len(), spec)?;
+    Ok(sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &(h, w))| Segmentation {
+            mask: out.mask(i, h, w),
+            logits: if keep_logits { out.logits(i) } else { None },
+        })
+        .collect())
+}
+
+/// Runs an already-normalised `[N, 3, H, W]` batch on a model of `contract` and decodes
+/// it (see [`Segmenter::run_normalised`](crate::Segmenter::run_normalised)).
+pub(crate) fn run_normalised(
     engine: &mut dyn Engine,
+    contract: IoContract,
     spec: &ModelSpec,
     input: ArrayView4<f32>,
     sizes: &[(usize, usize)],
@@ -33,27 +51,15 @@ pub fn run_normalised(
             got: format!("a batch {:?}", input.shape()),
         });
     }
-    let logits = engine.run(input)?;
-    let classes = logits.shape()[1];
-    if logits.shape()[0] != sizes.len() || classes != spec.num_classes() || classes > 256 {
-        return Err(RuntimeError::OutputShape {
-            expected: format!(
-                "logits [{}, {} classes (from the model's spec, at most 256), H, W]",
-                sizes.len(),
-                spec.num_classes()
-            ),
-            got: format!("logits {:?}", logits.shape()),
-        });
-    }
-    Ok(argmax(logits.view())
-        .into_iter()
-        .zip(sizes)
-        .enumerate()
-        .map(|(i, (mask, &(h, w)))| Segmentation {
-            mask: resize_nearest(mask.view(), h, w),
-            logits: keep_logits.then(|| logits.index_axis(Axis(0), i).to_owned()),
-        })
-        .collect())
+    let out = match contract.input {
+        InputLayout::NchwF32 => engine.run(EngineInput::NchwF32(input))?,
+        // A tensor handed in as a tensor: back to the pixels it was normalised from.
+        InputLayout::NhwcU8 => {
+            let pixels = ContractAdapter::pixels(input, spec);
+            engine.run(EngineInput::NhwcU8(pixels.view()))?
+        }
+    };
+    decode(out, spec, sizes, keep_logits)
 }
 
 /// The inputs of one batch, all of one size. All-image batches (the common case) keep
@@ -125,19 +131,29 @@ impl Inputs {
         }
     }
 
-    /// Runs all inputs as one batch (`only = None`) or input `only` alone.
+    /// Runs all inputs as one batch (`only = None`) or input `only` alone. Images go to
+    /// the engine in the model's own layout (uint8 pixels for `--preprocess` graphs).
     pub(crate) fn run(
         &self,
         only: Option<usize>,
         engine: &mut dyn Engine,
+        contract: IoContract,
         spec: &ModelSpec,
         keep_logits: bool,
     ) -> Result<Vec<Segmentation>> {
-        let tensor = self.tensor(only, spec)?;
         let sizes: Vec<(usize, usize)> = match only {
             None => (0..self.len()).map(|i| self.size(i)).collect(),
             Some(i) => vec![self.size(i)],
         };
-        run_normalised(engine, spec, tensor.view(), &sizes, keep_logits)
+        if let (Inputs::Images(imgs), InputLayout::NhwcU8) = (self, contract.input) {
+            let pixels = match only {
+                None => pack_nhwc(imgs)?,
+                Some(i) => pack_nhwc(std::slice::from_ref(&imgs[i]))?,
+            };
+            let out = engine.run(EngineTensor::NhwcU8(pixels).view())?;
+            return decode(out, spec, &sizes, keep_logits);
+        }
+        let tensor = self.tensor(only, spec)?;
+        run_normalised(engine, contract, spec, tensor.view(), &sizes, keep_logits)
     }
 }

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use segtool_core::ModelSpec;
+use segtool_spec::ModelSpec;
 
 use super::handle::{Handle, Outcome, Reply};
 use super::queue::{Job, Queue};
@@ -16,7 +16,8 @@ use super::{
 };
 use crate::engine::Engine;
 use crate::error::Result;
-use crate::Segmentation;
+use crate::io_contract::IoContract;
+use crate::{Segmentation, Segmenter};
 
 /// Batches requests from many threads onto one or more engines.
 ///
@@ -31,12 +32,55 @@ pub struct BatchServer {
 }
 
 impl BatchServer {
+    /// One worker per segmenter, each driving its model through its own contract
+    /// (`--preprocess` graphs get pixels, `--argmax` graphs answer class maps): the way
+    /// to serve any export. Every segmenter must carry the same spec.
+    pub fn from_segmenters(
+        config: BatchConfig,
+        segmenters: Vec<Segmenter>,
+    ) -> Result<Self, BatchError> {
+        let spec = match segmenters.first() {
+            Some(s) => s.spec().clone(),
+            None => return Err(BatchError::InvalidConfig("no segmenters (workers) given".into())),
+        };
+        if let Some(i) = segmenters.iter().position(|s| *s.spec() != spec) {
+            return Err(BatchError::InvalidConfig(format!(
+                "segmenter {i} has another model spec than segmenter 0: one server serves one model"
+            )));
+        }
+        let engines = segmenters
+            .into_iter()
+            .map(|s| {
+                let contract = s.contract();
+                (s.into_engine(), contract)
+            })
+            .collect();
+        Self::start(config, spec, engines)
+    }
+
     /// One worker thread per engine; `spec` gives the normalisation and the class count
-    /// every engine's output is checked against.
+    /// every engine's output is checked against. Each engine is driven by the contract it
+    /// reports ([`Engine::io_contract`], else plain); for exported files prefer
+    /// [`BatchServer::from_segmenters`], which also knows the contract the exporter recorded.
     pub fn new(
         config: BatchConfig,
         spec: ModelSpec,
         engines: Vec<Box<dyn Engine>>,
+    ) -> Result<Self, BatchError> {
+        let engines = engines
+            .into_iter()
+            .map(|e| {
+                let contract = e.io_contract().unwrap_or_default();
+                (e, contract)
+            })
+            .collect();
+        Self::start(config, spec, engines)
+    }
+
+    fn start(
+        config: BatchConfig,
+        spec: ModelSpec,
+        engines: Vec<(Box<dyn Engine>, IoContract)>,
     ) -> Result<Self, BatchError> {
         config.validate()?;
         if engines.is_empty() {
@@ -47,7 +91,7 @@ impl BatchServer {
         let stats = engines
             .iter()
             .enumerate()
-            .map(|(worker, e)| WorkerStats {
+            .map(|(worker, (e, _))| WorkerStats {
                 worker,
                 engine: e.name().to_string(),
                 provider: e.provider().to_string(),
@@ -58,10 +102,11 @@ impl BatchServer {
         let spec = Arc::new(spec);
         let count = engines.len();
         let mut workers = Vec::with_capacity(count);
-        for (index, engine) in engines.into_iter().enumerate() {
+        for (index, (engine, contract)) in engines.into_iter().enumerate() {
             let worker = Worker {
                 index,
                 engine,
+                contract,
                 queue: queue.clone(),
                 spec: spec.clone(),
                 keep_logits: config.keep_logits,
@@ -93,7 +138,8 @@ impl BatchServer {
 
     /// Builds `count` engines with `factory(0..count)` (e.g. one per GPU: the argument
     /// is a natural device id), then [`new`](Self::new). The first factory error is
-    /// returned and the engines built so far are dropped.
+    /// returned and the engines built so far are dropped. For exported files, build
+    /// segmenters and use [`from_segmenters`](Self::from_segmenters).
     pub fn from_factory<F>(
         config: BatchConfig,
         spec: ModelSpec,
@@ -153,10 +199,12 @@ impl BatchServer {
         LatestStream::new(self.queue.clone(), slot)
     }
 
+    /// The configuration the server was started with.
     pub fn config(&self) -> &BatchConfig {
         &self.config
     }
 
+    /// The model spec every worker serves (classes, palette, normalisation).
     pub fn spec(&self) -> &ModelSpec {
         &self.spec
     }
@@ -205,6 +253,7 @@ impl std::fmt::Debug for BatchServer {
 struct Worker {
     index: usize,
     engine: Box<dyn Engine>,
+    contract: IoContract,
     queue: Arc<Queue>,
     spec: Arc<ModelSpec>,
     keep_logits: bool,
@@ -270,7 +319,8 @@ impl Worker {
         only: Option<usize>,
     ) -> Result<Vec<Segmentation>, BatchError> {
         let (engine, spec, keep) = (self.engine.as_mut(), &*self.spec, self.keep_logits);
-        match catch_unwind(AssertUnwindSafe(|| inputs.run(only, engine, spec, keep))) {
+        let contract = self.contract;
+        match catch_unwind(AssertUnwindSafe(|| inputs.run(only, engine, contract, spec, keep))) {
             Ok(result) => result.map_err(BatchError::from),
             Err(payload) => Err(BatchError::EnginePanicked(
                 payload

@@ -53,7 +53,11 @@ pub(super) fn loaded_library() -> Option<PathBuf> {
     slot.as_ref().map(|(_, path)| path.clone())
 }
 
-pub(super) fn environment(explicit: Option<&Path>) -> Result<Environment> {
+/// The process's one ONNX Runtime environment, created on first use from the first
+/// library of [`dylib_candidates`] that loads (`explicit` first). Every ONNX Runtime
+/// session of the process, the runtime's engines and the calibration's, is built in it:
+/// ort allows one environment per process, and a second library cannot be loaded.
+pub fn environment(explicit: Option<&Path>) -> Result<Environment> {
     let mut slot = ENVIRONMENT.lock().unwrap_or_else(|e| e.into_inner());
     if let Some((env, loaded)) = slot.as_ref() {
         // One library per process: a different explicit one cannot be honoured.

@@ -38,22 +38,24 @@ mod providers;
 
 use std::path::{Path, PathBuf};
 
-use ndarray::{Array4, ArrayView4, Ix4};
+use ndarray::Ix4;
 use ort::environment::Environment;
 use ort::session::Session;
 use ort::value::{TensorElementType, TensorRef};
 
 use crate::engine::{
     check_input_shape, check_mask_shape, check_nhwc_shape, check_output_shape, ensure_exists,
-    expect_logits, mask_to_u8, Engine,
+    mask_to_u8, Engine,
 };
+use segtool_onnx::ModelFileError;
 use crate::error::{Result, RuntimeError};
 use crate::io_contract::{EngineInput, EngineOutput, InputLayout, IoContract, OutputKind};
+use segtool_onnx::{ModelFile, ModelIo};
 
 pub use dylib::{dylib_candidates, BUILD_TIME_DYLIB};
 pub use providers::{CudaOptions, Provider, TensorRtOptions, TrtProfile, TRT_PROFILE_KEY};
 
-use dylib::environment;
+pub use dylib::environment;
 
 /// Session settings, builder style: `OrtOptions::new().with_provider(Provider::Cuda { device_id: 0 })`.
 #[derive(Clone, Debug, Default)]
@@ -76,15 +78,19 @@ pub struct OrtOptions {
 }
 
 impl OrtOptions {
+    /// The defaults: ONNX Runtime's thread count, CPU only, the library searched as
+    /// [`dylib_candidates`] lists, the model's dynamic input size.
     pub fn new() -> Self {
         Self::default()
     }
 
+    /// Threads inside one operator ([`OrtOptions::intra_threads`]).
     pub fn with_intra_threads(mut self, threads: usize) -> Self {
         self.intra_threads = Some(threads);
         self
     }
 
+    /// Replaces the provider preference list (tried in order).
     pub fn with_execution_providers(
         mut self,
         providers: impl IntoIterator<Item = Provider>,
@@ -109,6 +115,7 @@ impl OrtOptions {
         self.with_provider(Provider::TensorRtWith(options))
     }
 
+    /// Loads ONNX Runtime from this file only ([`OrtOptions::dylib_path`]).
     pub fn with_dylib_path(mut self, path: impl Into<PathBuf>) -> Self {
         self.dylib_path = Some(path.into());
         self
@@ -149,8 +156,38 @@ impl OrtEngine {
     /// [`OrtOptions::strict`], CPU is tried last and a fallback is reported by
     /// [`Engine::fallback_reason`]; with it, failing every listed provider is an error.
     /// TensorRT profile shapes not given are taken from the model's metadata.
+    ///
+    /// Reads the file's metadata and I/O only when the options need them (a TensorRT
+    /// provider, a fixed input size), so any ONNX file opens, segtool's or not; a
+    /// segtool model already read is opened with [`OrtEngine::open_model`].
     pub fn open(path: impl AsRef<Path>, options: &OrtOptions) -> Result<Self> {
-        let path = path.as_ref().to_path_buf();
+        let path = path.as_ref();
+        ensure_exists(path)?;
+        let hint = match wants_tensorrt(options) {
+            true => trt_hint(&segtool_onnx::read_props(path)?, path)?,
+            false => None,
+        };
+        let io = match options.fixed_input_size {
+            Some(_) => Some(segtool_onnx::read_io(path)?),
+            None => None,
+        };
+        Self::open_with(path, options, hint, io.as_ref())
+    }
+
+    /// [`OrtEngine::open`] for a model already read: its TensorRT hint and graph I/O come
+    /// from `model`, the file is not scanned again.
+    pub fn open_model(model: &ModelFile, options: &OrtOptions) -> Result<Self> {
+        let hint = model.metadata.trt_profile.as_ref().map(TrtProfile::from);
+        Self::open_with(&model.path, options, hint, Some(&model.io))
+    }
+
+    fn open_with(
+        path: &Path,
+        options: &OrtOptions,
+        hint: Option<TrtProfile>,
+        io: Option<&ModelIo>,
+    ) -> Result<Self> {
+        let path = path.to_path_buf();
         ensure_exists(&path)?;
         let env = environment(options.dylib_path.as_deref())?;
 
@@ -158,14 +195,9 @@ impl OrtEngine {
         if requested.is_empty() || (!options.strict && requested.last() != Some(&Provider::Cpu)) {
             requested.push(Provider::Cpu);
         }
-        let hint = requested
-            .iter()
-            .any(|p| p.kind() == "tensorrt")
-            .then(|| TrtProfile::from_metadata(&path))
-            .flatten();
-        let overrides = match options.fixed_input_size {
-            Some((h, w)) => fixed_size_overrides(&path, h, w)?,
-            None => Vec::new(),
+        let overrides = match (options.fixed_input_size, io) {
+            (Some((h, w)), Some(io)) => fixed_size_overrides(&path, io, h, w)?,
+            _ => Vec::new(),
         };
         let mut failures = Vec::new();
         for (i, provider) in requested.iter().enumerate() {
@@ -182,7 +214,7 @@ impl OrtEngine {
                     if !failures.is_empty() {
                         message = format!("{message} (earlier providers: {})", failures.join("; "));
                     }
-                    return Err(RuntimeError::InvalidModel { path, message });
+                    return Err(RuntimeError::File(ModelFileError::Invalid { path, message }));
                 }
                 Err(e) => failures.push(format!("{provider} unavailable: {e}")),
             }
@@ -201,10 +233,10 @@ impl OrtEngine {
         provider: String,
         fallback: Option<String>,
     ) -> Result<Self> {
-        let invalid = |message: String| RuntimeError::InvalidModel {
+        let invalid = |message: String| RuntimeError::File(ModelFileError::Invalid {
             path: path.clone(),
             message,
-        };
+        });
         let input = session
             .inputs()
             .first()
@@ -290,22 +322,26 @@ fn build_session(
 /// The free-dimension overrides that fix the first input's height and width: `(symbol,
 /// size)` for each of the two that is symbolic. A dimension the model fixes to another
 /// size is an error; an unnamed dynamic one cannot be overridden and stays dynamic.
-fn fixed_size_overrides(path: &Path, height: usize, width: usize) -> Result<Vec<(String, i64)>> {
-    let io = crate::triton::model_io(path)?;
+fn fixed_size_overrides(
+    path: &Path,
+    io: &ModelIo,
+    height: usize,
+    width: usize,
+) -> Result<Vec<(String, i64)>> {
     let input = &io.inputs[0];
     let (h_axis, w_axis) = match input.elem_type {
         2 => (1, 2), // uint8 NHWC (--preprocess exports)
         _ => (2, 3),
     };
     if input.dims.len() != 4 {
-        return Err(RuntimeError::InvalidModel {
+        return Err(RuntimeError::File(ModelFileError::Invalid {
             path: path.into(),
             message: format!(
                 "input {:?} has rank {}: a fixed input size needs a 4-D image input",
                 input.name,
                 input.dims.len()
             ),
-        });
+        }));
     }
     let mut overrides = Vec::new();
     for (axis, want, side) in [(h_axis, height, "height"), (w_axis, width, "width")] {
@@ -325,6 +361,28 @@ fn fixed_size_overrides(path: &Path, height: usize, width: usize) -> Result<Vec<
         }
     }
     Ok(overrides)
+}
+
+fn wants_tensorrt(options: &OrtOptions) -> bool {
+    options
+        .execution_providers
+        .iter()
+        .any(|p| p.kind() == "tensorrt")
+}
+
+/// The model's TensorRT profile hint, read from raw metadata (an error when malformed).
+fn trt_hint(props: &[(String, String)], path: &Path) -> Result<Option<TrtProfile>> {
+    let Some((_, json)) = props.iter().find(|(k, _)| k == TRT_PROFILE_KEY) else {
+        return Ok(None);
+    };
+    let hint = segtool_onnx::TrtProfileHint::from_json(json).map_err(|message| {
+        RuntimeError::from(segtool_onnx::ModelFileError::Metadata {
+            path: path.into(),
+            key: TRT_PROFILE_KEY,
+            message,
+        })
+    })?;
+    Ok(Some(TrtProfile::from(&hint)))
 }
 
 /// Returns the heap ONNX Runtime freed while building a session (the parsed model's
@@ -354,11 +412,7 @@ impl Engine for OrtEngine {
         Some(self.contract)
     }
 
-    fn run(&mut self, input: ArrayView4<f32>) -> Result<Array4<f32>> {
-        expect_logits(self.run_io(EngineInput::NchwF32(input))?)
-    }
-
-    fn run_io(&mut self, input: EngineInput<'_>) -> Result<EngineOutput> {
+    fn run(&mut self, input: EngineInput<'_>) -> Result<EngineOutput> {
         let contract_error = |got: &str| RuntimeError::InputShape {
             expected: format!("{} input ({})", self.contract, self.path.display()),
             got: got.to_string(),

@@ -5,7 +5,7 @@
 //! asked for into `ort` execution-provider builders and never touches a session.
 
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::str::FromStr;
 
 use ort::ep::{self, ExecutionProviderDispatch};
@@ -18,16 +18,22 @@ use ort::ep::{self, ExecutionProviderDispatch};
 /// [`OrtOptions::with_tensorrt`](super::OrtOptions::with_tensorrt)).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Provider {
+    /// ONNX Runtime's CPU provider (always available; the implicit last resort).
     Cpu,
+    /// CUDA on one device, default options.
     Cuda {
+        /// CUDA device ordinal (`0`: the first visible GPU).
         device_id: i32,
     },
     /// TensorRT, with CUDA registered behind it for the nodes TensorRT does not take.
     /// `cache_dir` keeps built engines (and timing caches) between runs: building one
     /// takes minutes for DANet-R101.
     TensorRt {
+        /// CUDA device ordinal.
         device_id: i32,
+        /// Let TensorRT build fp16 kernels (the interface stays float32).
         fp16: bool,
+        /// Engine and timing cache folder (created if missing); `None`: nothing kept.
         cache_dir: Option<PathBuf>,
     },
     /// CUDA with all its options.
@@ -39,12 +45,14 @@ pub enum Provider {
 /// CUDA execution provider options, builder style.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CudaOptions {
+    /// CUDA device ordinal.
     pub device_id: i32,
     /// Cap of the device memory arena, in bytes (`gpu_mem_limit`).
     pub memory_limit: Option<usize>,
 }
 
 impl CudaOptions {
+    /// Device `device_id`, no memory cap.
     pub fn new(device_id: i32) -> Self {
         Self {
             device_id,
@@ -52,6 +60,7 @@ impl CudaOptions {
         }
     }
 
+    /// Caps the device memory arena at `bytes`.
     pub fn with_memory_limit(mut self, bytes: usize) -> Self {
         self.memory_limit = Some(bytes);
         self
@@ -75,8 +84,11 @@ impl CudaOptions {
 /// for dynamic models) when the engine opens.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TensorRtOptions {
+    /// CUDA device ordinal (TensorRT and the CUDA provider behind it).
     pub device_id: i32,
+    /// Let TensorRT build fp16 kernels (the interface stays float32).
     pub fp16: bool,
+    /// Let TensorRT build int8 kernels; needs a calibration table for a plain model.
     pub int8: bool,
     /// INT8 calibration table: ONNX Runtime's format (e.g. from its quantisation tools),
     /// or TensorRT's native text cache when `int8_native_calibration_table` is set.
@@ -88,12 +100,16 @@ pub struct TensorRtOptions {
     pub engine_cache_dir: Option<PathBuf>,
     /// Keeps TensorRT's tactic timing cache between runs (created if missing).
     pub timing_cache_dir: Option<PathBuf>,
+    /// Smallest input shape of the optimisation profile (`image:1x3x128x128`).
     pub profile_min_shapes: Option<String>,
+    /// Input shape TensorRT tunes its kernels for.
     pub profile_opt_shapes: Option<String>,
+    /// Largest input shape the engine accepts.
     pub profile_max_shapes: Option<String>,
 }
 
 impl TensorRtOptions {
+    /// Device `device_id`, fp32, no caches, profile from the model's metadata.
     pub fn new(device_id: i32) -> Self {
         Self {
             device_id,
@@ -101,16 +117,19 @@ impl TensorRtOptions {
         }
     }
 
+    /// fp16 kernels (see [`TensorRtOptions::fp16`]).
     pub fn with_fp16(mut self, fp16: bool) -> Self {
         self.fp16 = fp16;
         self
     }
 
+    /// int8 kernels (see [`TensorRtOptions::int8`]).
     pub fn with_int8(mut self, int8: bool) -> Self {
         self.int8 = int8;
         self
     }
 
+    /// INT8 calibration table in ONNX Runtime's format (does not set `int8` itself).
     pub fn with_int8_calibration_table(mut self, path: impl Into<PathBuf>) -> Self {
         self.int8_calibration_table = Some(path.into());
         self
@@ -124,11 +143,13 @@ impl TensorRtOptions {
         self
     }
 
+    /// Keeps built engines in `dir` between runs.
     pub fn with_engine_cache_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.engine_cache_dir = Some(dir.into());
         self
     }
 
+    /// Keeps the tactic timing cache in `dir` between runs.
     pub fn with_timing_cache_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.timing_cache_dir = Some(dir.into());
         self
@@ -147,7 +168,7 @@ impl TensorRtOptions {
         self
     }
 
-    /// Fills the profile shapes not set from a hint (see [`TrtProfile::from_metadata`]).
+    /// Fills the profile shapes not set from a hint (the model's `segtool.trt_profile`, see [`TrtProfile`]).
     pub fn with_profile_defaults(mut self, hint: Option<&TrtProfile>) -> Self {
         if let Some(h) = hint {
             self.profile_min_shapes.get_or_insert_with(|| h.min.clone());
@@ -198,45 +219,24 @@ impl TensorRtOptions {
     }
 }
 
-/// metadata_props key of the TensorRT profile hint written by `segtool export`.
-pub const TRT_PROFILE_KEY: &str = "segtool.trt_profile";
+pub use segtool_onnx::metadata::TRT_PROFILE_KEY;
 
-/// TensorRT optimisation-profile shapes in ONNX Runtime's syntax (`image:1x3x128x128`).
+/// TensorRT optimisation-profile shapes in ONNX Runtime's syntax (`image:1x3x128x128`),
+/// from a model's [`TrtProfileHint`](segtool_onnx::TrtProfileHint).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TrtProfile {
+    /// Smallest shape.
     pub min: String,
+    /// Shape TensorRT tunes for.
     pub opt: String,
+    /// Largest shape.
     pub max: String,
 }
 
-impl TrtProfile {
-    /// Parses the JSON hint `{"input": "image", "min": [..], "opt": [..], "max": [..]}`.
-    pub fn from_json(json: &str) -> Option<Self> {
-        let v: serde_json::Value = serde_json::from_str(json).ok()?;
-        let input = v.get("input")?.as_str()?;
-        let dims = |key: &str| -> Option<String> {
-            let dims = v
-                .get(key)?
-                .as_array()?
-                .iter()
-                .map(|d| d.as_i64().map(|d| d.to_string()))
-                .collect::<Option<Vec<_>>>()?;
-            Some(format!("{input}:{}", dims.join("x")))
-        };
-        Some(Self {
-            min: dims("min")?,
-            opt: dims("opt")?,
-            max: dims("max")?,
-        })
-    }
-
-    /// The hint in a model's metadata, if it has one (static models do not).
-    pub fn from_metadata(path: &Path) -> Option<Self> {
-        crate::engine::read_metadata(path)
-            .ok()?
-            .into_iter()
-            .find(|(k, _)| k == TRT_PROFILE_KEY)
-            .and_then(|(_, v)| Self::from_json(&v))
+impl From<&segtool_onnx::TrtProfileHint> for TrtProfile {
+    fn from(hint: &segtool_onnx::TrtProfileHint) -> Self {
+        let (min, opt, max) = hint.ort_shapes();
+        Self { min, opt, max }
     }
 }
 
@@ -437,7 +437,7 @@ mod tests {
     #[test]
     fn profile_hint_fills_only_missing_shapes() {
         let json = r#"{"input":"image","layout":"NCHW","min":[1,3,128,128],"opt":[1,3,512,1024],"max":[8,3,1024,2048],"trtexec":""}"#;
-        let hint = TrtProfile::from_json(json).unwrap();
+        let hint = TrtProfile::from(&segtool_onnx::TrtProfileHint::from_json(json).unwrap());
         assert_eq!(hint.min, "image:1x3x128x128");
         assert_eq!(hint.max, "image:8x3x1024x2048");
         let short: Provider = "tensorrt-fp16:0".parse().unwrap();
@@ -454,6 +454,6 @@ mod tests {
             mine.profile_min_shapes.as_deref(),
             Some("image:1x3x128x128")
         );
-        assert!(TrtProfile::from_json("{}").is_none());
+        assert!(segtool_onnx::TrtProfileHint::from_json("{}").is_err());
     }
 }

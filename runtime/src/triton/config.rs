@@ -9,6 +9,7 @@ use std::path::PathBuf;
 
 use super::model_io::ModelIo;
 use super::TritonOptions;
+use segtool_onnx::ModelFileError;
 use crate::error::{Result, RuntimeError};
 
 /// `config.pbtxt` for `io` under `opts`, and notes on adjustments. `name` is the model
@@ -42,13 +43,13 @@ pub fn config_pbtxt(
     for (section, tensors) in [("input", &io.inputs), ("output", &io.outputs)] {
         let _ = writeln!(s, "{section} [");
         for (i, t) in tensors.iter().enumerate() {
-            let ty = t.triton_type().ok_or_else(|| RuntimeError::InvalidModel {
+            let ty = t.triton_type().ok_or_else(|| RuntimeError::File(ModelFileError::Invalid {
                 path: PathBuf::from(name),
                 message: format!(
                     "{section} {:?}: ONNX element type {} has no Triton type",
                     t.name, t.elem_type
                 ),
-            })?;
+            }))?;
             let dims = if max_batch > 0 {
                 &t.dims[1..]
             } else {

@@ -20,6 +20,7 @@ mod model_io;
 
 use std::path::{Path, PathBuf};
 
+use segtool_onnx::ModelFileError;
 use crate::error::{Result, RuntimeError};
 
 pub use config::config_pbtxt;
@@ -60,35 +61,43 @@ impl Default for TritonOptions {
 }
 
 impl TritonOptions {
+    /// The defaults: name from the file, batches up to 8, 100 µs queue delay, one CPU
+    /// instance.
     pub fn new() -> Self {
         Self::default()
     }
 
+    /// Folder name and `name:` of the model.
     pub fn with_model_name(mut self, name: impl Into<String>) -> Self {
         self.model_name = Some(name.into());
         self
     }
 
+    /// Largest batch Triton forms (0: no batching).
     pub fn with_max_batch_size(mut self, n: u32) -> Self {
         self.max_batch_size = n;
         self
     }
 
+    /// How long the dynamic batcher waits for more requests, in microseconds.
     pub fn with_max_queue_delay_us(mut self, us: u64) -> Self {
         self.max_queue_delay_us = us;
         self
     }
 
+    /// Batch sizes the dynamic batcher prefers (those above `max_batch_size` are dropped).
     pub fn with_preferred_batch_sizes(mut self, sizes: Vec<u32>) -> Self {
         self.preferred_batch_sizes = sizes;
         self
     }
 
+    /// GPUs to place instances on (empty: CPU instances).
     pub fn with_gpus(mut self, gpus: Vec<u32>) -> Self {
         self.gpus = gpus;
         self
     }
 
+    /// Instances when running on the CPU.
     pub fn with_cpu_instances(mut self, n: u32) -> Self {
         self.cpu_instances = n;
         self
@@ -119,9 +128,13 @@ impl TritonOptions {
 /// What [`write_repository`] wrote.
 #[derive(Clone, Debug)]
 pub struct TritonReport {
+    /// The model's name in the repository (its folder name).
     pub model_name: String,
+    /// `DIR/<model_name>`.
     pub model_dir: PathBuf,
+    /// `DIR/<model_name>/config.pbtxt`.
     pub config_path: PathBuf,
+    /// `DIR/<model_name>/1/model.onnx`, the copy of the model.
     pub model_path: PathBuf,
     /// The `max_batch_size` written (0 when the model's batch dimension is fixed).
     pub max_batch_size: u32,
@@ -145,13 +158,13 @@ pub fn write_repository(onnx: &Path, dir: &Path, opts: &TritonOptions) -> Result
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
     {
-        return Err(RuntimeError::Io {
+        return Err(RuntimeError::File(ModelFileError::Io {
             path: dir.join(&name),
             source: std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,
                 format!("Triton model name {name:?}: use letters, digits, '_', '-', '.'"),
             ),
-        });
+        }));
     }
     let (config, notes) = config_pbtxt(&name, &io, opts)?;
     let max_batch_size = if notes.is_empty() {
@@ -163,7 +176,7 @@ pub fn write_repository(onnx: &Path, dir: &Path, opts: &TritonOptions) -> Result
     let version_dir = model_dir.join("1");
     let io_err = |path: &Path| {
         let path = path.to_path_buf();
-        move |source| RuntimeError::Io { path, source }
+        move |source| RuntimeError::File(ModelFileError::Io { path, source })
     };
     std::fs::create_dir_all(&version_dir).map_err(io_err(&version_dir))?;
     let model_path = version_dir.join("model.onnx");

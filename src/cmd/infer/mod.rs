@@ -32,13 +32,14 @@ mod pipeline;
 mod raw;
 mod sessions;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::mpsc::sync_channel;
 use std::time::Instant;
 
 use anyhow::{bail, Result};
 use indicatif::{ProgressBar, ProgressStyle};
-use segtool_runtime::{Backend, Segmenter};
+use crate::args::engine::{describe, Engine, EngineRequest};
+use crate::args::size::Size;
 
 pub use inputs::expand_inputs;
 // Still public at its old path `cmd::infer::npy_f32`, though only the writer uses it now.
@@ -65,16 +66,16 @@ pub struct Args {
     /// `ffmpeg -i in.mp4 -f rawvideo -pix_fmt rgb24 -` writes). With `--out -` the class
     /// maps go to stdout as raw uint8 (WIDTH*HEIGHT bytes per frame, in order); otherwise
     /// PNGs frame_000000_mask.png ... go to --out.
-    #[arg(long, value_name = "WxH", value_parser = parse_wxh, conflicts_with = "input")]
-    pub raw: Option<(u32, u32)>,
+    #[arg(long, value_name = "WxH", value_parser = crate::args::size::wxh, conflicts_with = "input")]
+    pub raw: Option<Size>,
     /// Output folder: <name>_mask.png (palette colours) and <name>_overlay.png, plus
     /// <name>_labels.png / <name>_logits.npy when asked. `-` (with --raw): raw class maps
     /// to stdout.
     #[arg(long, default_value = "segtool-out")]
     pub out: PathBuf,
-    /// ort or tract.
-    #[arg(long, default_value = "ort")]
-    pub engine: String,
+    /// Inference engine.
+    #[arg(long, value_enum, default_value_t = Engine::Ort)]
+    pub engine: Engine,
     /// ONNX Runtime execution providers in order of preference: cpu, cuda[:N],
     /// tensorrt[:N], tensorrt-fp16[:N]. Unavailable ones fall back to CPU (reported).
     #[arg(long, value_delimiter = ',', default_value = "cpu")]
@@ -82,7 +83,8 @@ pub struct Args {
     /// Images per engine run (same-size images share a run).
     #[arg(long, default_value_t = 4)]
     pub batch_size: usize,
-    /// Engine threads: ONNX Runtime's intra-op threads, or tract's pool (default: all cores).
+    /// Engine threads: ONNX Runtime's intra-op threads, or tract's pool (default: the
+    /// engine's choice, all cores).
     #[arg(long)]
     pub threads: Option<usize>,
     /// Also write <name>_logits.npy: float32 little-endian, shape [classes, H, W].
@@ -179,24 +181,6 @@ pub struct Args {
     pub smooth: Option<f32>,
 }
 
-/// `WxH` (e.g. `1920x1080`) with both sides positive.
-pub fn parse_wxh(s: &str) -> Result<(u32, u32), String> {
-    let bad = || format!("`{s}`: expected WIDTHxHEIGHT with positive integers, e.g. 1920x1080");
-    let (w, h) = s.split_once(['x', 'X']).ok_or_else(bad)?;
-    let p = |v: &str| v.trim().parse::<u32>().ok().filter(|v| *v > 0);
-    let (w, h) = (p(w).ok_or_else(bad)?, p(h).ok_or_else(bad)?);
-    // The same bound as decoded images: a frame buffer (and its float copy) of a typo'd
-    // size would otherwise be allocated before the first byte arrives.
-    let bytes = u64::from(w) * u64::from(h) * 3;
-    if bytes > segtool_core::images::MAX_DECODED_BYTES {
-        return Err(format!(
-            "`{s}`: frame too large: {}",
-            segtool_core::images::too_large_message(w, h, bytes)
-        ));
-    }
-    Ok((w, h))
-}
-
 impl Args {
     /// The one input size every image (or raw frame) has, `(height, width)`, when sessions
     /// may be fixed to it: ONNX Runtime, no accuracy mode (its windows and scales vary the
@@ -204,11 +188,11 @@ impl Args {
     /// read leaves the shape dynamic (decoding reports it properly later), except with
     /// --keep-going, where it is left out of the vote (decoding reports and skips it).
     fn fixed_input_size(&self, files: &[PathBuf], accuracy: bool) -> Option<(usize, usize)> {
-        if self.dynamic_shapes || accuracy || self.engine != "ort" {
+        if self.dynamic_shapes || accuracy || self.engine != Engine::Ort {
             return None;
         }
-        if let Some((w, h)) = self.raw {
-            return Some((h as usize, w as usize));
+        if let Some(size) = self.raw {
+            return Some(size.hw());
         }
         let mut sizes = files
             .iter()
@@ -224,63 +208,17 @@ impl Args {
     }
 }
 
-// The `demo` command (feature `train`) opens segmenters through these two.
-#[cfg_attr(not(feature = "train"), allow(dead_code))]
-pub fn open_segmenter(model: &Path, engine: &str, providers: &[String]) -> Result<Segmenter> {
-    open_segmenter_with(model, engine, providers, None)
-}
-
-/// Like [`open_segmenter`], with the engine's thread count (ONNX Runtime's intra-op
-/// threads, tract's pool; `None`: the engine's default).
-#[cfg_attr(not(feature = "train"), allow(dead_code))]
-pub fn open_segmenter_with(
-    model: &Path,
-    engine: &str,
-    providers: &[String],
-    threads: Option<usize>,
-) -> Result<Segmenter> {
-    open_segmenter_strict(model, engine, providers, threads, false, None)
-}
-
-/// Like [`open_segmenter_with`]; `strict`: no CPU fallback for the listed providers
-/// (`OrtOptions::strict`); `fixed_size`: `(height, width)` ONNX Runtime sessions are built
-/// for (`OrtOptions::with_fixed_input_size`). tract ignores both.
-pub fn open_segmenter_strict(
-    model: &Path,
-    engine: &str,
-    providers: &[String],
-    threads: Option<usize>,
-    strict: bool,
-    fixed_size: Option<(usize, usize)>,
-) -> Result<Segmenter> {
-    // Only the ORT arm reads these; a tract-only build has nothing to configure.
-    #[cfg(not(feature = "ort"))]
-    let _ = (providers, strict, fixed_size);
-    let backend = match engine {
-        #[cfg(feature = "ort")]
-        "ort" => {
-            let providers = providers
-                .iter()
-                .map(|p| {
-                    p.parse::<segtool_runtime::Provider>()
-                        .map_err(anyhow::Error::msg)
-                })
-                .collect::<Result<Vec<_>>>()?;
-            let mut options = segtool_runtime::OrtOptions::new()
-                .with_execution_providers(providers)
-                .strict(strict);
-            if let Some(n) = threads {
-                options = options.with_intra_threads(n);
-            }
-            if let Some((h, w)) = fixed_size {
-                options = options.with_fixed_input_size(h, w);
-            }
-            Backend::Ort(options)
+impl Args {
+    /// The engine flags, with `fixed_size` for ONNX Runtime's memory plan.
+    pub(super) fn engine_request(&self, fixed_size: Option<(usize, usize)>) -> EngineRequest<'_> {
+        EngineRequest {
+            engine: self.engine,
+            providers: &self.providers,
+            threads: self.threads,
+            strict: self.strict,
+            fixed_size,
         }
-        "tract" => Backend::TractWith(segtool_runtime::TractOptions { threads }),
-        other => bail!("unknown engine {other:?} (ort, tract)"),
-    };
-    Ok(Segmenter::open(model, backend)?)
+    }
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -322,23 +260,8 @@ pub fn run(args: Args) -> Result<()> {
         let desc = format!("{} session(s) on {providers}{fixed_desc}", server.workers());
         (Stage::Server(server), spec, None, desc)
     } else {
-        let seg = open_segmenter_strict(
-            &args.model,
-            &args.engine,
-            &args.providers,
-            args.threads,
-            args.strict,
-            fixed_size,
-        )?;
-        eprintln!(
-            "engine {} on {}{}",
-            seg.engine().name(),
-            seg.engine().provider(),
-            seg.engine()
-                .fallback_reason()
-                .map(|r| format!(" ({r})"))
-                .unwrap_or_default()
-        );
+        let seg = args.engine_request(fixed_size).open(&args.model)?;
+        eprintln!("{}", describe(&seg));
         check_contract(&seg, &args)?;
         let contract = seg.contract();
         if accuracy_opts.is_some() && !contract.is_plain() {
@@ -399,7 +322,7 @@ pub fn run(args: Args) -> Result<()> {
     let source = {
         let prepare = prepare.clone();
         match args.raw {
-            Some((w, h)) => std::thread::Builder::new()
+            Some(Size { width: w, height: h }) => std::thread::Builder::new()
                 .name("segtool-read".into())
                 .spawn(move || read_raw(w, h, batch_size, &prepare, batch_tx, recycle_rx))?,
             None => {

@@ -21,7 +21,8 @@ use segtool_runtime::{BatchConfig, BatchServer, FlickerMeter, OutputKind, Tempor
 use super::outputs::write_files;
 use super::pipeline::{send_batch, Batch, Busy, Prepare};
 use super::sessions::check_contract;
-use super::{open_segmenter_strict, Args};
+use super::Args;
+use crate::args::engine::{describe, Engine};
 
 /// Fills `buf` from `input`; returns the bytes read (less than `buf.len()` only at EOF).
 fn read_full(input: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
@@ -152,7 +153,8 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 /// `segtool infer --raw WxH --live`: one session behind a newest-frame stream; masks
 /// for the answered frames only, named (or, on stdout, prefixed) with their index.
 pub(super) fn run_live(args: &Args) -> Result<()> {
-    let (w, h) = args.raw.context("--live needs --raw WxH")?;
+    let size = args.raw.context("--live needs --raw WxH")?;
+    let (w, h) = (size.width, size.height);
     let to_stdout = args.out.as_os_str() == "-";
     if args.accuracy()?.is_some() {
         bail!("--live runs the plain model: drop the accuracy mode options");
@@ -162,15 +164,8 @@ pub(super) fn run_live(args: &Args) -> Result<()> {
         .map(TemporalSmoother::new)
         .transpose()
         .map_err(|e| anyhow::anyhow!("--smooth: {e}"))?;
-    let fixed = (!args.dynamic_shapes && args.engine == "ort").then_some((h as usize, w as usize));
-    let seg = open_segmenter_strict(
-        &args.model,
-        &args.engine,
-        &args.providers,
-        args.threads,
-        args.strict,
-        fixed,
-    )?;
+    let fixed = (!args.dynamic_shapes && args.engine == Engine::Ort).then_some(size.hw());
+    let seg = args.engine_request(fixed).open(&args.model)?;
     check_contract(&seg, args)?;
     if smoother.is_some() && seg.contract().output == OutputKind::Mask {
         bail!(
@@ -179,19 +174,9 @@ pub(super) fn run_live(args: &Args) -> Result<()> {
             args.model.display()
         );
     }
-    let desc = format!(
-        "{} on {}{}",
-        seg.engine().name(),
-        seg.engine().provider(),
-        seg.engine()
-            .fallback_reason()
-            .map(|r| format!(" ({r})"))
-            .unwrap_or_default()
-    );
-    eprintln!(
-        "engine {desc}; live: newest frame wins (slot {})",
-        args.slot.max(1)
-    );
+    let desc = describe(&seg);
+    eprintln!("{desc}; live: newest frame wins (slot {})", args.slot.max(1));
+    let desc = desc.trim_start_matches("engine ").to_string();
     let spec = seg.spec().clone();
     if spec.num_classes() > 256 {
         bail!("{} classes do not fit uint8 masks", spec.num_classes());
@@ -201,7 +186,7 @@ pub(super) fn run_live(args: &Args) -> Result<()> {
         .with_max_wait(Duration::ZERO)
         .with_queue_capacity(args.slot.max(1) + 1)
         .with_logits(args.logits || smoother.is_some());
-    let server = BatchServer::new(config, spec.clone(), vec![seg.into_plain_engine()])?;
+    let server = BatchServer::from_segmenters(config, vec![seg])?;
     let mut stream = server.latest_stream(args.slot.max(1));
     if let Some(ms) = args.deadline_ms {
         if !(ms > 0.0 && ms.is_finite()) {

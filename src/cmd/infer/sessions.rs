@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use segtool_runtime::accuracy::{self, AccuracyOptions, Protocol};
-use segtool_runtime::{Backend, BatchConfig, BatchServer, Engine, OutputKind, Segmenter};
+use segtool_runtime::{BatchConfig, BatchServer, OutputKind, Segmenter, SegmenterBuilder};
+
+use crate::args::engine::{Engine, EngineRequest};
 
 use super::Args;
 
@@ -70,71 +72,34 @@ pub(super) fn open_server(
     keep_logits: bool,
     fixed_size: Option<(usize, usize)>,
 ) -> Result<(BatchServer, String)> {
-    #[cfg(feature = "ort")]
-    let fix = |options: segtool_runtime::OrtOptions| match fixed_size {
-        Some((h, w)) => options.with_fixed_input_size(h, w),
-        None => options,
-    };
-    #[cfg(not(feature = "ort"))]
-    let _ = fixed_size;
-    let sessions: Vec<(String, Backend)> = if !args.devices.is_empty() {
-        #[cfg(feature = "ort")]
-        {
-            if args.engine != "ort" {
-                bail!("--devices needs --engine ort (CUDA sessions of ONNX Runtime)");
-            }
-            args.devices
-                .iter()
-                .map(|&d| {
-                    let mut options = segtool_runtime::OrtOptions::new()
-                        .with_provider(segtool_runtime::Provider::Cuda { device_id: d })
-                        .strict(args.strict);
-                    if let Some(n) = args.threads {
-                        options = options.with_intra_threads(n);
-                    }
-                    (format!("cuda:{d}"), Backend::Ort(fix(options)))
-                })
-                .collect()
+    let sessions: Vec<(String, EngineRequest)> = if !args.devices.is_empty() {
+        if args.engine != Engine::Ort {
+            bail!("--devices needs --engine ort (CUDA sessions of ONNX Runtime)");
         }
-        #[cfg(not(feature = "ort"))]
-        bail!("--devices needs the ort feature (ONNX Runtime CUDA sessions)");
+        args.devices
+            .iter()
+            .map(|&d| (format!("cuda:{d}"), args.engine_request(fixed_size)))
+            .collect()
     } else {
         let n = args.cpu_sessions.unwrap_or(1);
         if n == 0 {
             bail!("--cpu-sessions must be at least 1");
         }
         (0..n)
-            .map(|_| {
-                let backend = match args.engine.as_str() {
-                    #[cfg(feature = "ort")]
-                    "ort" => {
-                        let mut options = segtool_runtime::OrtOptions::new()
-                            .with_provider(segtool_runtime::Provider::Cpu);
-                        if let Some(n) = args.threads {
-                            options = options.with_intra_threads(n);
-                        }
-                        Ok(Backend::Ort(fix(options)))
-                    }
-                    "tract" => Ok(Backend::TractWith(segtool_runtime::TractOptions {
-                        threads: args.threads,
-                    })),
-                    other => Err(anyhow::anyhow!("unknown engine {other:?} (ort, tract)")),
-                }?;
-                Ok(("cpu".to_string(), backend))
-            })
-            .collect::<Result<_>>()?
+            .map(|_| ("cpu".to_string(), args.engine_request(fixed_size)))
+            .collect()
     };
-    let mut spec = None;
-    let mut engines: Vec<Box<dyn Engine>> = Vec::with_capacity(sessions.len());
+    let mut segmenters = Vec::with_capacity(sessions.len());
     let mut providers = Vec::new();
-    for (i, (asked, backend)) in sessions.into_iter().enumerate() {
-        let seg = Segmenter::open(&args.model, backend).with_context(|| {
+    for (i, (asked, request)) in sessions.into_iter().enumerate() {
+        let opened = request.builder(&args.model).and_then(|b| Ok(with_device(b, &asked)?.open()?));
+        let seg = opened.with_context(|| {
             format!("opening session {i} ({asked}) of {}", args.model.display())
         })?;
         let (name, provider) = (seg.engine().name(), seg.engine().provider().to_string());
-        match seg.engine().fallback_reason() {
-            Some(reason) => eprintln!(
-                "session {i}: {name} on {provider}: CPU fallback, {asked} unavailable ({reason}); \
+        match seg.fallbacks().first() {
+            Some(fallback) => eprintln!(
+                "session {i}: {name} on {provider}: CPU fallback, {asked} unavailable ({fallback}); \
                  use --strict to make this an error"
             ),
             None => eprintln!("session {i}: {name} on {provider}"),
@@ -143,17 +108,31 @@ pub(super) fn open_server(
             check_contract(&seg, args)?;
         }
         providers.push(provider);
-        spec.get_or_insert_with(|| seg.spec().clone());
-        engines.push(seg.into_plain_engine());
+        segmenters.push(seg);
     }
-    let spec = spec.expect("at least one session");
     let config = BatchConfig::new()
         .with_max_batch(args.max_batch.unwrap_or(args.batch_size).max(1))
         .with_max_wait(Duration::from_secs_f64(args.max_wait_ms.max(0.0) / 1e3))
-        .with_queue_capacity((engines.len() * args.batch_size.max(1) * 4).max(64))
+        .with_queue_capacity((segmenters.len() * args.batch_size.max(1) * 4).max(64))
         .with_logits(keep_logits);
-    let server = BatchServer::new(config, spec, engines)?;
+    let server = BatchServer::from_segmenters(config, segmenters)?;
     Ok((server, providers.join(",")))
+}
+
+/// One session's device: `cuda:N` for `--devices`, the CPU for `--cpu-sessions`.
+fn with_device(builder: SegmenterBuilder, asked: &str) -> Result<SegmenterBuilder> {
+    #[cfg(feature = "ort")]
+    {
+        let provider: segtool_runtime::Provider = asked.parse().map_err(anyhow::Error::msg)?;
+        Ok(builder.providers([provider]))
+    }
+    #[cfg(not(feature = "ort"))]
+    {
+        if asked != "cpu" {
+            bail!("--devices needs the ort feature (ONNX Runtime CUDA sessions)");
+        }
+        Ok(builder)
+    }
 }
 
 /// Refuses what the model's contract cannot give.

@@ -231,3 +231,67 @@ pub fn free_port() -> Result<u16> {
         .context("finding a free port for MASTER_PORT")?;
     Ok(listener.local_addr()?.port())
 }
+
+/// `segtool train --nproc-per-node N`: this program started again once per local rank,
+/// with its own arguments less the launcher's flags (and their values), torchrun's
+/// environment, and `OMP_NUM_THREADS` (when not set) the cores shared out among the
+/// ranks, as torchrun does. Prepared with [`SelfLaunch::new`], started with
+/// [`SelfLaunch::run`].
+pub struct SelfLaunch {
+    launcher: Launcher,
+    exe: std::path::PathBuf,
+    args: Vec<std::ffi::OsString>,
+    threads: String,
+}
+
+impl SelfLaunch {
+    /// Checks `config` and that this process is not itself one rank of a distributed
+    /// job; `launcher_flags` (e.g. `--nproc-per-node`) are dropped from the children's
+    /// arguments, in both `--flag value` and `--flag=value` spelling.
+    pub fn new(config: LaunchConfig, launcher_flags: &[&str]) -> Result<Self> {
+        if let Some(env) = DistEnv::from_env()? {
+            let vars = match env.source {
+                super::EnvSource::Torchrun => "RANK/WORLD_SIZE are set",
+                super::EnvSource::Slurm => {
+                    "SLURM_PROCID/SLURM_NTASKS say this is one of several srun tasks"
+                }
+            };
+            bail!("--nproc-per-node/--nnodes inside a distributed job ({vars}): drop them");
+        }
+        let nproc = config.nproc_per_node;
+        let launcher = Launcher::new(config)?;
+        let exe = std::env::current_exe().context("locating the segtool binary")?;
+        let mut args = Vec::new();
+        let mut raw = std::env::args_os().skip(1);
+        while let Some(arg) = raw.next() {
+            let text = arg.to_string_lossy();
+            if launcher_flags.contains(&text.as_ref()) {
+                raw.next(); // its value
+            } else if !launcher_flags
+                .iter()
+                .any(|f| text.starts_with(&format!("{f}=")))
+            {
+                args.push(arg);
+            }
+        }
+        let threads = std::env::var("OMP_NUM_THREADS").unwrap_or_else(|_| {
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+            (cores / nproc).max(1).to_string()
+        });
+        Ok(Self {
+            launcher,
+            exe,
+            args,
+            threads,
+        })
+    }
+
+    /// Spawns and supervises the ranks (see [`Launcher::run`]).
+    pub fn run(self) -> Result<()> {
+        self.launcher.run(|_env| {
+            let mut cmd = Command::new(&self.exe);
+            cmd.args(&self.args).env("OMP_NUM_THREADS", &self.threads);
+            cmd
+        })
+    }
+}

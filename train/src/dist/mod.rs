@@ -19,7 +19,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 
 pub use ddp::{Ddp, DEFAULT_BUCKET_MB};
-pub use launch::{LaunchConfig, Launcher};
+pub use launch::{LaunchConfig, Launcher, SelfLaunch};
 pub use process_group::{Backend, GroupOptions, ProcessGroup, ReduceOp};
 
 /// Collective timeout when none is given (PyTorch's default is 30 min; a dead peer is

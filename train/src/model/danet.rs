@@ -1,11 +1,14 @@
 //! The whole network: dilated ResNet (`pretrained.*`) + DANet head (`head.*`), three
 //! outputs upsampled to the input size with align_corners=True.
 
+use std::sync::Arc;
+
 use segtool_core::ModelSpec;
 use tch::nn::{self, ModuleT};
 use tch::Tensor;
 
 use super::{AttentionImpl, DaNetHead, ResNet};
+use crate::dist::ProcessGroup;
 
 /// Optimiser group of the backbone's parameters; the head's are in [`DaNet::HEAD_GROUP`]
 /// so that they can train at 10x the learning rate.
@@ -16,6 +19,7 @@ pub struct DaNet {
     pub spec: ModelSpec,
     pretrained: ResNet,
     pub head: DaNetHead,
+    sync_bn: bool,
 }
 
 /// DANet's three outputs at input resolution.
@@ -54,6 +58,7 @@ impl DaNet {
             spec: spec.clone(),
             pretrained,
             head,
+            sync_bn: false,
         }
     }
 
@@ -79,6 +84,22 @@ impl DaNet {
 
     pub fn frozen_bn(&self) -> bool {
         self.pretrained.frozen_bn()
+    }
+
+    /// dist: SyncBN. Every BatchNorm (backbone and head) normalises a training forward
+    /// with the statistics of the global batch, all-reduced over `group`, as
+    /// `torch.nn.SyncBatchNorm`; evaluation uses the running statistics as ever. A group of
+    /// one process, or `None`, keeps plain BatchNorm. The group is held by the layers.
+    pub fn set_sync_bn(&mut self, group: Option<Arc<ProcessGroup>>) {
+        let group = group.filter(|g| g.world_size() > 1);
+        self.sync_bn = group.is_some();
+        self.pretrained.set_sync_bn(group.clone());
+        self.head.set_sync_bn(group);
+    }
+
+    /// Whether the BatchNorms synchronise over a process group ([`DaNet::set_sync_bn`]).
+    pub fn sync_bn(&self) -> bool {
+        self.sync_bn
     }
 
     pub fn forward_all(&self, xs: &Tensor, train: bool) -> DaNetOutputs {

@@ -4,13 +4,16 @@
 use tch::nn::{self, ModuleT};
 use tch::Tensor;
 
-use super::{batch_norm, bn_t, conv_no_bias, AttentionImpl, Cam, Pam};
+use std::sync::Arc;
+
+use super::{batch_norm, bn_t, conv_no_bias, AttentionImpl, Bn, Cam, Pam};
+use crate::dist::ProcessGroup;
 
 /// 3x3 conv, BN, ReLU, named `.0` and `.1` as PyTorch's `nn.Sequential`.
 #[derive(Debug)]
 struct ConvBnRelu {
     conv: nn::Conv2D,
-    bn: nn::BatchNorm,
+    bn: Bn,
 }
 
 impl ConvBnRelu {
@@ -22,7 +25,7 @@ impl ConvBnRelu {
     }
 
     fn forward_t(&self, xs: &Tensor, train: bool) -> Tensor {
-        // dist: SyncBN when installed (crate::dist::sync_bn), else plain BN.
+        // dist: SyncBN when the model has a group (DaNet::set_sync_bn), else plain BN.
         bn_t(&xs.apply(&self.conv), &self.bn, train).relu()
     }
 }
@@ -91,6 +94,18 @@ impl DaNetHead {
     pub fn set_attention(&mut self, attention: AttentionImpl) {
         self.sa.attention = attention;
         self.sc.attention = attention;
+    }
+
+    /// dist: the head's BatchNorms synchronise over `group` in training (`None`: plain).
+    pub fn set_sync_bn(&mut self, group: Option<Arc<ProcessGroup>>) {
+        for c in [
+            &mut self.conv5a,
+            &mut self.conv5c,
+            &mut self.conv51,
+            &mut self.conv52,
+        ] {
+            c.bn.group = group.clone();
+        }
     }
 
     /// (fused, position-only, channel-only) logits at feature resolution.

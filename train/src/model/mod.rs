@@ -17,18 +17,33 @@ pub use danet::{DaNet, DaNetOutputs};
 pub use head::DaNetHead;
 pub use resnet::ResNet;
 
+use std::sync::Arc;
+
 use tch::nn;
+
+use crate::dist::ProcessGroup;
+
+/// A BatchNorm layer and, for SyncBN, the process group it synchronises over (set by
+/// [`DaNet::set_sync_bn`]; `None`: plain BatchNorm).
+#[derive(Debug)]
+pub(crate) struct Bn {
+    pub bn: nn::BatchNorm,
+    pub group: Option<Arc<ProcessGroup>>,
+}
 
 /// BatchNorm as PyTorch's default (eps 1e-5, momentum 0.1), named `weight`, `bias`,
 /// `running_mean`, `running_var`.
-pub(crate) fn batch_norm(p: nn::Path, channels: i64) -> nn::BatchNorm {
-    nn::batch_norm2d(p, channels, Default::default())
+pub(crate) fn batch_norm(p: nn::Path, channels: i64) -> Bn {
+    Bn {
+        bn: nn::batch_norm2d(p, channels, Default::default()),
+        group: None,
+    }
 }
 
-/// A BatchNorm layer's forward: synchronised over the ranks while SyncBN is installed
+/// A BatchNorm layer's forward: synchronised over the ranks when the layer holds a group
 /// (distributed training, [`crate::dist::sync_bn`]), plain BatchNorm otherwise.
-pub(crate) fn bn_t(xs: &tch::Tensor, bn: &nn::BatchNorm, train: bool) -> tch::Tensor {
-    crate::dist::sync_bn::batch_norm_t(xs, bn, train)
+pub(crate) fn bn_t(xs: &tch::Tensor, bn: &Bn, train: bool) -> tch::Tensor {
+    crate::dist::sync_bn::batch_norm_t(xs, &bn.bn, bn.group.as_deref(), train)
 }
 
 /// Bias-free convolution, as every conv in the backbone and the head's 3x3 convs.

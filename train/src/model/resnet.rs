@@ -2,16 +2,20 @@
 //! the bottleneck's 3x3 conv, output stride 8 or 16 through dilation, optional multi-grid,
 //! optional deep stem (PyTorch-Encoding's `deep_base`), optional frozen BatchNorm.
 
+use std::sync::Arc;
+
 use segtool_core::{BackboneSpec, BlockKind};
 use tch::nn::{self, ModuleT};
 use tch::Tensor;
 
-use super::{batch_norm, bn_t, conv_no_bias};
+use crate::dist::ProcessGroup;
+
+use super::{batch_norm, bn_t, conv_no_bias, Bn};
 
 #[derive(Debug)]
 struct Block {
-    convs: Vec<(nn::Conv2D, nn::BatchNorm)>,
-    downsample: Option<(nn::Conv2D, nn::BatchNorm)>,
+    convs: Vec<(nn::Conv2D, Bn)>,
+    downsample: Option<(nn::Conv2D, Bn)>,
 }
 
 impl Block {
@@ -71,8 +75,15 @@ impl Block {
         (out + identity).relu()
     }
 
-    fn batch_norms(&self) -> impl Iterator<Item = &nn::BatchNorm> {
+    fn batch_norms(&self) -> impl Iterator<Item = &Bn> {
         self.convs.iter().chain(&self.downsample).map(|(_, bn)| bn)
+    }
+
+    fn batch_norms_mut(&mut self) -> impl Iterator<Item = &mut Bn> {
+        self.convs
+            .iter_mut()
+            .chain(&mut self.downsample)
+            .map(|(_, bn)| bn)
     }
 }
 
@@ -86,7 +97,7 @@ enum Stem {
     /// ReLU, `conv1.3` (w -> w), `conv1.4` BN, ReLU, `conv1.6` (w -> 2w). Indices 2 and 5
     /// are the parameter-free ReLUs, hence the gaps in the names.
     Deep {
-        convs: [(nn::Conv2D, nn::BatchNorm); 2],
+        convs: [(nn::Conv2D, Bn); 2],
         last: nn::Conv2D,
     },
 }
@@ -131,7 +142,7 @@ impl Stem {
 #[derive(Debug)]
 pub struct ResNet {
     stem: Stem,
-    bn1: nn::BatchNorm,
+    bn1: Bn,
     layers: Vec<Vec<Block>>,
     frozen_bn: bool,
 }
@@ -163,8 +174,8 @@ impl ResNet {
     }
 
     /// Every BatchNorm of the backbone, stem included.
-    fn batch_norms(&self) -> Vec<&nn::BatchNorm> {
-        let stem: Vec<&nn::BatchNorm> = match &self.stem {
+    fn batch_norms(&self) -> Vec<&Bn> {
+        let stem: Vec<&Bn> = match &self.stem {
             Stem::Plain(_) => vec![],
             Stem::Deep { convs, .. } => convs.iter().map(|(_, bn)| bn).collect(),
         };
@@ -184,7 +195,7 @@ impl ResNet {
     pub fn set_frozen_bn(&mut self, frozen: bool) {
         self.frozen_bn = frozen;
         for bn in self.batch_norms() {
-            for t in bn.ws.iter().chain(&bn.bs) {
+            for t in bn.bn.ws.iter().chain(&bn.bn.bs) {
                 let _ = t.set_requires_grad(!frozen);
             }
         }
@@ -192,6 +203,25 @@ impl ResNet {
 
     pub fn frozen_bn(&self) -> bool {
         self.frozen_bn
+    }
+
+    /// dist: every BatchNorm of the backbone synchronises over `group` in training
+    /// (`None`: plain BatchNorm). See [`DaNet::set_sync_bn`](super::DaNet::set_sync_bn).
+    pub fn set_sync_bn(&mut self, group: Option<Arc<ProcessGroup>>) {
+        if let Stem::Deep { convs, .. } = &mut self.stem {
+            for (_, bn) in convs.iter_mut() {
+                bn.group = group.clone();
+            }
+        }
+        self.bn1.group = group.clone();
+        for bn in self
+            .layers
+            .iter_mut()
+            .flatten()
+            .flat_map(Block::batch_norms_mut)
+        {
+            bn.group = group.clone();
+        }
     }
 }
 

@@ -1,18 +1,14 @@
-//! The protobuf wire-format reading shared by the two places that look inside an ONNX file
-//! without loading it: `engine::read_metadata` (the `metadata_props` of `ModelProto`) and
-//! `triton::model_io` (the graph's inputs and outputs). [`ProtoReader`] streams a file
-//! (varints, field keys, skipping and reading length-delimited payloads, with positions
-//! and error messages in terms of the file), and [`fields`] decodes a small message
-//! already in memory. Both callers keep their own walk over the fields, their own bounds
-//! checks and their own error wording; only the byte-level decoding lives here, so it is
-//! written (and fixed) once.
+//! The protobuf wire-format reading behind [`ModelFile::read`](crate::ModelFile::read):
+//! [`ProtoReader`] streams a file (varints, field keys, skipping and reading
+//! length-delimited payloads, with positions and error messages in terms of the file) and
+//! [`fields`] decodes a small message already in memory. A 2 GB model is scanned by
+//! seeking past its weights, never reading them.
 
 use std::fs::File;
 use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
-use crate::engine::ensure_exists;
-use crate::error::{Result, RuntimeError};
+use crate::error::{ModelFileError, Result};
 
 /// A forward-only protobuf reader over a model file, tracking the byte position.
 pub(crate) struct ProtoReader {
@@ -25,10 +21,12 @@ pub(crate) struct ProtoReader {
 }
 
 impl ProtoReader {
-    /// Opens `path` ([`RuntimeError::ModelNotFound`] when it is not a file).
+    /// Opens `path` ([`ModelFileError::NotFound`] when it is not a file).
     pub(crate) fn open(path: &Path) -> Result<Self> {
-        ensure_exists(path)?;
-        let io = |source| RuntimeError::Io {
+        if !path.is_file() {
+            return Err(ModelFileError::NotFound { path: path.into() });
+        }
+        let io = |source| ModelFileError::Io {
             path: path.into(),
             source,
         };
@@ -42,23 +40,23 @@ impl ProtoReader {
         })
     }
 
-    /// An [`RuntimeError::InvalidModel`] for this file.
-    pub(crate) fn invalid(&self, message: String) -> RuntimeError {
-        RuntimeError::InvalidModel {
+    /// An [`ModelFileError::Invalid`] for this file.
+    pub(crate) fn invalid(&self, message: String) -> ModelFileError {
+        ModelFileError::Invalid {
             path: self.path.clone(),
             message,
         }
     }
 
     /// An end of file mid-field is an invalid model; anything else an I/O error.
-    fn io_error(&self, e: std::io::Error) -> RuntimeError {
+    fn io_error(&self, e: std::io::Error) -> ModelFileError {
         if e.kind() == std::io::ErrorKind::UnexpectedEof {
             self.invalid(format!(
                 "file ends in the middle of a field at byte {}",
                 self.pos
             ))
         } else {
-            RuntimeError::Io {
+            ModelFileError::Io {
                 path: self.path.clone(),
                 source: e,
             }
@@ -172,7 +170,6 @@ pub(crate) fn fields(mut buf: &[u8]) -> Option<Vec<(u64, Value<'_>)>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{tiny_model_bytes, tiny_spec};
 
     #[test]
     fn fields_decode_every_wire_type_and_refuse_garbage() {
@@ -187,23 +184,5 @@ mod tests {
         assert!(matches!(got[3], (4, Value::Other)));
         assert!(fields(&[0x12, 5, b'a']).is_none(), "length past the end");
         assert!(fields(&[0x0b]).is_none(), "wire type 3");
-    }
-
-    #[test]
-    fn truncated_files_are_invalid_models_in_both_readers() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("cut.onnx");
-        let full = tiny_model_bytes(&tiny_spec(2), &[[1.0; 3], [0.0; 3]], &[0.0; 2]);
-        std::fs::write(&path, &full[..full.len() / 2]).unwrap();
-        let mut r = ProtoReader::open(&path).unwrap();
-        assert_eq!((r.pos, r.len), (0, (full.len() / 2) as u64));
-        assert!(r.key().is_ok());
-        for err in [
-            crate::engine::read_metadata(&path).unwrap_err(),
-            crate::triton::model_io(&path).unwrap_err(),
-        ] {
-            assert!(matches!(err, RuntimeError::InvalidModel { .. }), "{err}");
-            assert!(err.to_string().contains("cut.onnx"), "{err}");
-        }
     }
 }

@@ -1,0 +1,193 @@
+//! [`Segmenter`]: one model with its spec and I/O contract; images in, masks out. Built
+//! by [`Segmenter::builder`] ([`SegmenterBuilder`]), which reads the file once.
+
+mod builder;
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use image::RgbImage;
+use ndarray::{Array2, Array3, ArrayView4};
+use segtool_onnx::ModelFile;
+use segtool_spec::ModelSpec;
+
+pub use builder::{EngineKind, Fallback, SegmenterBuilder};
+
+use crate::batching::run::{decode, run_normalised};
+use crate::engine::Engine;
+use crate::error::Result;
+use crate::io_contract::{ContractAdapter, EngineInput, EngineOutput, EngineTensor, IoContract};
+
+/// One image's result.
+#[derive(Clone, Debug)]
+pub struct Segmentation {
+    /// Class per pixel, `(H, W)` at the input image's size.
+    pub mask: Array2<u8>,
+    /// Raw logits `(classes, h, w)` when [`Segmenter::with_logits`] asked for them.
+    pub logits: Option<Array3<f32>>,
+}
+
+/// A model plus its spec: images in, masks out.
+///
+/// Drives the graph through its contract: `--preprocess` exports get the image's uint8
+/// pixels, `--argmax` exports answer a class map; callers see the same [`Segmentation`].
+pub struct Segmenter {
+    engine: Box<dyn Engine>,
+    spec: ModelSpec,
+    contract: IoContract,
+    keep_logits: bool,
+    fallbacks: Vec<Fallback>,
+    model: Option<ModelFile>,
+}
+
+impl Segmenter {
+    /// Starts configuring a segmenter for the model at `path`:
+    /// `Segmenter::builder("m.onnx").engine(EngineKind::Tract).threads(2).open()?`.
+    pub fn builder(path: impl AsRef<Path>) -> SegmenterBuilder {
+        SegmenterBuilder::new(path.as_ref().to_path_buf())
+    }
+
+    pub(crate) fn assemble(engine: Box<dyn Engine>, model: ModelFile, fallbacks: Vec<Fallback>) -> Self {
+        let graph = engine.io_contract().or_else(|| model.io.contract());
+        Self {
+            contract: IoContract::resolve(model.metadata.contract, graph),
+            spec: model.metadata.spec.clone(),
+            engine,
+            keep_logits: false,
+            fallbacks,
+            model: Some(model),
+        }
+    }
+
+    /// Wraps an engine built by hand (custom options, a spec from elsewhere). The
+    /// contract is the engine's [`Engine::io_contract`], else the plain one; see
+    /// [`Segmenter::with_contract`].
+    pub fn from_engine(engine: Box<dyn Engine>, spec: ModelSpec) -> Self {
+        let contract = engine.io_contract().unwrap_or_default();
+        Self {
+            engine,
+            spec,
+            contract,
+            keep_logits: false,
+            fallbacks: Vec::new(),
+            model: None,
+        }
+    }
+
+    /// Overrides the input layout / output kind the model is driven with.
+    pub fn with_contract(mut self, contract: IoContract) -> Self {
+        self.contract = contract;
+        self
+    }
+
+    /// Also return the raw logits of every image (costly for large class counts). Models
+    /// exported with `--argmax` have none: their results carry `logits: None`.
+    pub fn with_logits(mut self, keep: bool) -> Self {
+        self.keep_logits = keep;
+        self
+    }
+
+    /// The input layout and output kind the model is driven with.
+    pub fn contract(&self) -> IoContract {
+        self.contract
+    }
+
+    /// The fallbacks taken while opening, in order (empty: running as asked).
+    pub fn fallbacks(&self) -> &[Fallback] {
+        &self.fallbacks
+    }
+
+    /// The model file as read when opening (`None` for [`Segmenter::from_engine`]).
+    pub fn model(&self) -> Option<&ModelFile> {
+        self.model.as_ref()
+    }
+
+    /// The model's spec: classes, palette, normalisation.
+    pub fn spec(&self) -> &ModelSpec {
+        &self.spec
+    }
+
+    /// The engine, for its name and provider.
+    pub fn engine(&self) -> &dyn Engine {
+        self.engine.as_ref()
+    }
+
+    /// The engine, mutably (to run tensors by hand).
+    pub fn engine_mut(&mut self) -> &mut dyn Engine {
+        self.engine.as_mut()
+    }
+
+    /// Takes the engine out as it is (it answers in the model's own contract).
+    pub fn into_engine(self) -> Box<dyn Engine> {
+        self.engine
+    }
+
+    /// Takes the engine out, made to answer like a plain model whatever its contract
+    /// (see [`ContractAdapter`]): for code that computes on normalised tensors, such as
+    /// accuracy mode's tiles.
+    pub fn into_plain_engine(self) -> Box<dyn Engine> {
+        ContractAdapter::wrap(self.engine, self.contract, &self.spec)
+    }
+
+    /// The engine input for same-size `imgs` in the model's layout (normalised f32 NCHW,
+    /// or raw uint8 NHWC for `--preprocess` exports).
+    pub fn prepare_input(&self, imgs: &[RgbImage]) -> Result<EngineTensor> {
+        EngineTensor::from_images(imgs, &self.spec, self.contract.input)
+    }
+
+    /// One engine run on a prepared batch, its output checked against the spec
+    /// (batch size, class count).
+    pub fn run_prepared(&mut self, input: EngineInput<'_>) -> Result<EngineOutput> {
+        let n = input.dims().0;
+        let out = self.engine.run(input)?;
+        out.check(n, &self.spec)?;
+        Ok(out)
+    }
+
+    /// Runs an already-normalised `[N, 3, H, W]` batch and decodes it: one
+    /// [`Segmentation`] per image, its mask resized (nearest) to `sizes[i]` =
+    /// `(height, width)`. A `--preprocess` graph gets the pixels the tensor was
+    /// normalised from.
+    pub fn run_normalised(
+        &mut self,
+        input: ArrayView4<f32>,
+        sizes: &[(usize, usize)],
+    ) -> Result<Vec<Segmentation>> {
+        let contract = self.contract;
+        run_normalised(self.engine.as_mut(), contract, &self.spec, input, sizes, self.keep_logits)
+    }
+
+    /// Segments one image at its own size.
+    pub fn segment(&mut self, img: &RgbImage) -> Result<Segmentation> {
+        let mut out = self.segment_batch(std::slice::from_ref(img))?;
+        Ok(out.pop().expect("one result per image"))
+    }
+
+    /// Segments many images; same-size images share one engine run, so a batch of mixed
+    /// sizes costs one run per distinct size. Results come back in input order.
+    pub fn segment_batch(&mut self, imgs: &[RgbImage]) -> Result<Vec<Segmentation>> {
+        let mut groups: Vec<((u32, u32), Vec<usize>)> = Vec::new();
+        let mut by_size: HashMap<(u32, u32), usize> = HashMap::new();
+        for (i, img) in imgs.iter().enumerate() {
+            let g = *by_size.entry(img.dimensions()).or_insert_with(|| {
+                groups.push((img.dimensions(), Vec::new()));
+                groups.len() - 1
+            });
+            groups[g].1.push(i);
+        }
+        let mut results: Vec<Option<Segmentation>> = vec![None; imgs.len()];
+        for ((w, h), members) in groups {
+            let batch: Vec<RgbImage> = members.iter().map(|&i| imgs[i].clone()).collect();
+            let input = self.prepare_input(&batch)?;
+            let out = self.engine.run(input.view())?;
+            let sizes = vec![(h as usize, w as usize); batch.len()];
+            for (i, seg) in members.into_iter().zip(decode(out, &self.spec, &sizes, self.keep_logits)?) {
+                results[i] = Some(seg);
+            }
+        }
+        Ok(results
+            .into_iter()
+            .map(|r| r.expect("every image in a group"))
+            .collect())
+    }
+}

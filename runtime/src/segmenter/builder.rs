@@ -1,0 +1,278 @@
+//! [`SegmenterBuilder`]: how a [`Segmenter`] is configured and opened, in the style of
+//! `ort`'s session builder. Opening reads the model file once ([`ModelFile::read`]) and
+//! hands that value to the engine; every fallback taken on the way (ONNX Runtime's
+//! library missing, so tract; a provider that did not load, so the next one) is returned
+//! as a [`Fallback`] the caller can read and log, never printed.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use segtool_onnx::ModelFile;
+
+use super::Segmenter;
+use crate::engine::Engine;
+use crate::error::{Result, RuntimeError};
+#[cfg(feature = "ort")]
+use crate::ort_engine::{OrtEngine, OrtOptions, Provider};
+#[cfg(feature = "tract")]
+use crate::tract_engine::{TractEngine, TractOptions};
+
+/// Which engine runs the model.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum EngineKind {
+    /// ONNX Runtime when its library loads, else tract (a [`Fallback::OrtLibraryMissing`]).
+    #[default]
+    Auto,
+    /// ONNX Runtime (CPU, CUDA, TensorRT); fails when its library cannot be loaded.
+    Ort,
+    /// tract: pure Rust, CPU only, no native library.
+    Tract,
+}
+
+impl EngineKind {
+    /// The name used on command lines and in reports: `auto`, `ort`, `tract`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EngineKind::Auto => "auto",
+            EngineKind::Ort => "ort",
+            EngineKind::Tract => "tract",
+        }
+    }
+}
+
+impl fmt::Display for EngineKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for EngineKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "auto" => Ok(EngineKind::Auto),
+            "ort" => Ok(EngineKind::Ort),
+            "tract" => Ok(EngineKind::Tract),
+            other => Err(format!("unknown engine {other:?} (auto, ort, tract)")),
+        }
+    }
+}
+
+/// A fallback taken while opening: the model runs, but not as first asked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Fallback {
+    /// ONNX Runtime's library could not be loaded ([`EngineKind::Auto`]); tract runs.
+    OrtLibraryMissing {
+        /// Each library candidate with why it was rejected.
+        tried: Vec<String>,
+    },
+    /// The first requested execution provider did not load; `running` does.
+    Provider {
+        /// The provider asked for first, e.g. `cuda:0`.
+        requested: String,
+        /// The provider in use, e.g. `cpu`.
+        running: String,
+        /// Why the earlier providers were not used.
+        reason: String,
+    },
+    /// tract runs on the CPU only; the listed providers were not used.
+    TractCpuOnly {
+        /// The providers asked for.
+        requested: String,
+    },
+}
+
+impl fmt::Display for Fallback {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Fallback::OrtLibraryMissing { tried } => write!(
+                f,
+                "ONNX Runtime cannot be loaded (tried: {}); using tract",
+                tried.join("; ")
+            ),
+            Fallback::Provider { requested, running, reason } => {
+                write!(f, "{requested} requested, running on {running}: {reason}")
+            }
+            Fallback::TractCpuOnly { requested } => {
+                write!(f, "tract runs on the CPU only; {requested} not used")
+            }
+        }
+    }
+}
+
+/// Configures and opens a [`Segmenter`]; see [`Segmenter::builder`].
+#[derive(Clone, Debug)]
+#[must_use = "a builder does nothing until `open` is called"]
+pub struct SegmenterBuilder {
+    path: PathBuf,
+    engine: EngineKind,
+    #[cfg(feature = "ort")]
+    ort: OrtOptions,
+    threads: Option<usize>,
+    strict: bool,
+    fixed_size: Option<(usize, usize)>,
+    logits: bool,
+}
+
+impl SegmenterBuilder {
+    pub(super) fn new(path: PathBuf) -> Self {
+        Self {
+            path,
+            engine: EngineKind::Auto,
+            #[cfg(feature = "ort")]
+            ort: OrtOptions::new(),
+            threads: None,
+            strict: false,
+            fixed_size: None,
+            logits: false,
+        }
+    }
+
+    /// The engine (default [`EngineKind::Auto`]).
+    pub fn engine(mut self, kind: EngineKind) -> Self {
+        self.engine = kind;
+        self
+    }
+
+    /// ONNX Runtime's execution providers in preference order (default: CPU). CPU is the
+    /// last resort unless [`strict`](Self::strict).
+    #[cfg(feature = "ort")]
+    pub fn providers(mut self, providers: impl IntoIterator<Item = Provider>) -> Self {
+        self.ort = self
+            .ort
+            .with_execution_providers(providers.into_iter().collect::<Vec<_>>());
+        self
+    }
+
+    /// Every ONNX Runtime setting at once (CUDA and TensorRT options, the library path);
+    /// [`threads`](Self::threads), [`strict`](Self::strict) and
+    /// [`fixed_size`](Self::fixed_size) still apply on top.
+    #[cfg(feature = "ort")]
+    pub fn ort_options(mut self, options: OrtOptions) -> Self {
+        self.ort = options;
+        self
+    }
+
+    /// The `libonnxruntime` file to load instead of the usual search.
+    #[cfg(feature = "ort")]
+    pub fn ort_library(mut self, path: impl Into<PathBuf>) -> Self {
+        self.ort = self.ort.with_dylib_path(path.into());
+        self
+    }
+
+    /// Threads for one inference (ONNX Runtime's intra-op pool, tract's executor);
+    /// default: the engine's (all cores).
+    pub fn threads(mut self, threads: usize) -> Self {
+        self.threads = Some(threads.max(1));
+        self
+    }
+
+    /// No fallback of any kind: opening fails with [`RuntimeError::FallbackRefused`]
+    /// instead of running on something not requested (a provider not listed, tract in
+    /// place of ONNX Runtime, tract for a GPU request).
+    pub fn strict(mut self, strict: bool) -> Self {
+        self.strict = strict;
+        self
+    }
+
+    /// Every image will be `height` x `width` (a fixed camera): ONNX Runtime plans its
+    /// memory for that size and refuses others (tract plans per size anyway).
+    pub fn fixed_size(mut self, height: usize, width: usize) -> Self {
+        self.fixed_size = Some((height, width));
+        self
+    }
+
+    /// Also return each image's logits (models exported with `--argmax` have none).
+    pub fn logits(mut self, keep: bool) -> Self {
+        self.logits = keep;
+        self
+    }
+
+    /// Reads the model once and builds the engine.
+    pub fn open(self) -> Result<Segmenter> {
+        let model = ModelFile::read(&self.path)?;
+        let mut fallbacks = Vec::new();
+        let engine = self.build_engine(&model, &mut fallbacks)?;
+        if let Some(first) = fallbacks.first().filter(|_| self.strict) {
+            return Err(RuntimeError::FallbackRefused {
+                path: self.path.clone(),
+                fallback: first.to_string(),
+            });
+        }
+        Ok(Segmenter::assemble(engine, model, fallbacks).with_logits(self.logits))
+    }
+
+    fn build_engine(&self, model: &ModelFile, fallbacks: &mut Vec<Fallback>) -> Result<Box<dyn Engine>> {
+        match self.engine {
+            EngineKind::Tract => self.tract(model, fallbacks),
+            EngineKind::Ort => self.ort(model, fallbacks),
+            EngineKind::Auto => match self.ort(model, fallbacks) {
+                Err(RuntimeError::OrtLibraryNotFound { tried }) if cfg!(feature = "tract") => {
+                    fallbacks.push(Fallback::OrtLibraryMissing { tried });
+                    self.tract(model, fallbacks)
+                }
+                other => other,
+            },
+        }
+    }
+
+    #[cfg(feature = "ort")]
+    fn ort(&self, model: &ModelFile, fallbacks: &mut Vec<Fallback>) -> Result<Box<dyn Engine>> {
+        let mut options = self.ort.clone();
+        if let Some(n) = self.threads {
+            options = options.with_intra_threads(n);
+        }
+        if let Some((h, w)) = self.fixed_size {
+            options = options.with_fixed_input_size(h, w);
+        }
+        let engine = OrtEngine::open_model(model, &options)?;
+        if let Some(reason) = engine.fallback_reason() {
+            let requested = options
+                .execution_providers
+                .first()
+                .map_or_else(|| "cpu".to_string(), Provider::to_string);
+            fallbacks.push(Fallback::Provider {
+                requested,
+                running: engine.provider().to_string(),
+                reason: reason.to_string(),
+            });
+        }
+        Ok(Box::new(engine))
+    }
+
+    #[cfg(not(feature = "ort"))]
+    fn ort(&self, _: &ModelFile, _: &mut Vec<Fallback>) -> Result<Box<dyn Engine>> {
+        Err(RuntimeError::BackendUnavailable("ort"))
+    }
+
+    #[cfg(feature = "tract")]
+    fn tract(&self, model: &ModelFile, fallbacks: &mut Vec<Fallback>) -> Result<Box<dyn Engine>> {
+        #[cfg(feature = "ort")]
+        {
+            let gpu: Vec<String> = self
+                .ort
+                .execution_providers
+                .iter()
+                .filter(|p| **p != Provider::Cpu)
+                .map(Provider::to_string)
+                .collect();
+            if !gpu.is_empty() {
+                fallbacks.push(Fallback::TractCpuOnly { requested: gpu.join(", ") });
+            }
+        }
+        #[cfg(not(feature = "ort"))]
+        let _ = fallbacks;
+        let mut options = TractOptions::new();
+        if let Some(n) = self.threads {
+            options = options.with_threads(n);
+        }
+        Ok(Box::new(TractEngine::open_with(&model.path, &options)?))
+    }
+
+    #[cfg(not(feature = "tract"))]
+    fn tract(&self, _: &ModelFile, _: &mut Vec<Fallback>) -> Result<Box<dyn Engine>> {
+        Err(RuntimeError::BackendUnavailable("tract"))
+    }
+}

@@ -1,0 +1,88 @@
+//! `--engine`, `--providers`, `--threads`, `--strict`: the flags every inference
+//! subcommand (infer, bench, demo) turns into one [`SegmenterBuilder`].
+
+use std::path::Path;
+
+use anyhow::Result;
+use segtool_runtime::{EngineKind, Segmenter, SegmenterBuilder};
+
+/// `--engine`: which inference engine runs the model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Engine {
+    /// ONNX Runtime (CPU, CUDA, TensorRT).
+    Ort,
+    /// tract: pure Rust, CPU only.
+    Tract,
+    /// ONNX Runtime when its library loads, else tract (reported).
+    Auto,
+}
+
+impl From<Engine> for EngineKind {
+    fn from(e: Engine) -> Self {
+        match e {
+            Engine::Ort => EngineKind::Ort,
+            Engine::Tract => EngineKind::Tract,
+            Engine::Auto => EngineKind::Auto,
+        }
+    }
+}
+
+impl Engine {
+    /// The flag's spelling (`ort`, `tract`, `auto`), as recorded in reports.
+    pub fn as_str(self) -> &'static str {
+        EngineKind::from(self).as_str()
+    }
+}
+
+/// What the inference flags ask for.
+#[derive(Clone, Debug)]
+pub struct EngineRequest<'a> {
+    pub engine: Engine,
+    /// `--providers` as given (`cpu`, `cuda:1`, `tensorrt-fp16`...).
+    pub providers: &'a [String],
+    pub threads: Option<usize>,
+    pub strict: bool,
+    /// `(height, width)` every input will have, for ONNX Runtime's memory plan.
+    pub fixed_size: Option<(usize, usize)>,
+}
+
+impl EngineRequest<'_> {
+    /// The builder for `model`; provider names are checked here (an unknown one is an
+    /// error naming it).
+    pub fn builder(&self, model: &Path) -> Result<SegmenterBuilder> {
+        let mut b = Segmenter::builder(model)
+            .engine(self.engine.into())
+            .strict(self.strict);
+        #[cfg(feature = "ort")]
+        {
+            let providers = self
+                .providers
+                .iter()
+                .map(|p| p.parse::<segtool_runtime::Provider>().map_err(anyhow::Error::msg))
+                .collect::<Result<Vec<_>>>()?;
+            b = b.providers(providers);
+        }
+        if let Some(n) = self.threads {
+            b = b.threads(n);
+        }
+        if let Some((h, w)) = self.fixed_size {
+            b = b.fixed_size(h, w);
+        }
+        Ok(b)
+    }
+
+    /// Opens `model` as asked.
+    pub fn open(&self, model: &Path) -> Result<Segmenter> {
+        Ok(self.builder(model)?.open()?)
+    }
+}
+
+/// `engine X on P`, with each fallback taken, for the binary's stderr.
+pub fn describe(seg: &Segmenter) -> String {
+    let engine = seg.engine();
+    let mut line = format!("engine {} on {}", engine.name(), engine.provider());
+    for fallback in seg.fallbacks() {
+        line.push_str(&format!(" ({fallback})"));
+    }
+    line
+}
