@@ -88,10 +88,7 @@ pub(crate) fn builder(path: &Path, opts: &segtool_options) -> Result<SegmenterBu
 pub(crate) fn open(path: &Path, opts: &segtool_options) -> Result<segtool_segmenter, Error> {
     let segmenter = builder(path, opts)?.open()?;
     let engine = segmenter.engine();
-    let fallback = (!segmenter.fallbacks().is_empty()).then(|| {
-        let all: Vec<String> = segmenter.fallbacks().iter().map(ToString::to_string).collect();
-        all.join("; ")
-    });
+    let fallback = segmenter.fallback_summary();
     let spec: &ModelSpec = segmenter.spec();
     Ok(segtool_segmenter {
         class_names: spec.classes.iter().map(|c| c_string(c)).collect(),

@@ -2,6 +2,8 @@
 //! by [`Segmenter::builder`] ([`SegmenterBuilder`]), which reads the file once.
 
 mod builder;
+#[cfg(test)]
+mod tests;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -95,6 +97,13 @@ impl Segmenter {
     /// The fallbacks taken while opening, in order (empty: running as asked).
     pub fn fallbacks(&self) -> &[Fallback] {
         &self.fallbacks
+    }
+
+    /// [`Segmenter::fallbacks`] as one line (`"; "` between them), `None` when there were
+    /// none: for reports and the C ABI's `segtool_fallback_reason`.
+    pub fn fallback_summary(&self) -> Option<String> {
+        let all: Vec<String> = self.fallbacks.iter().map(ToString::to_string).collect();
+        (!all.is_empty()).then(|| all.join("; "))
     }
 
     /// The model file as read when opening (`None` for [`Segmenter::from_engine`]).

@@ -19,17 +19,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use image::RgbImage;
-use segtool_runtime::Segmenter;
 use serde_json::json;
 
 use crate::args::engine::{describe, Engine, EngineRequest};
 use crate::args::size::Size;
-
-/// The fallbacks taken while opening, as one line for the JSON report.
-fn fallback_of(seg: &Segmenter) -> Option<String> {
-    let all: Vec<String> = seg.fallbacks().iter().map(ToString::to_string).collect();
-    (!all.is_empty()).then(|| all.join("; "))
-}
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -171,7 +164,7 @@ pub fn run(args: Args) -> Result<()> {
     let spec = seg.spec().clone();
     let engine_name = seg.engine().name().to_string();
     let provider = seg.engine().provider().to_string();
-    let fallback = fallback_of(&seg);
+    let fallback = seg.fallback_summary();
     eprintln!("{}", describe(&seg));
     let all_images = synthetic_images(*args.batch_sizes.iter().max().unwrap(), h, w);
 
@@ -389,7 +382,7 @@ fn run_stream(args: &Args) -> Result<()> {
     let seg = args.engine_request(fixed).open(&args.model)?;
     let engine_name = seg.engine().name().to_string();
     let provider = seg.engine().provider().to_string();
-    let fallback = fallback_of(&seg);
+    let fallback = seg.fallback_summary();
     let contract = seg.contract().to_string();
     let spec = seg.spec().clone();
     eprintln!("{}", describe(&seg));

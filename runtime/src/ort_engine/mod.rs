@@ -162,7 +162,6 @@ impl OrtEngine {
     /// segtool model already read is opened with [`OrtEngine::open_model`].
     pub fn open(path: impl AsRef<Path>, options: &OrtOptions) -> Result<Self> {
         let path = path.as_ref();
-        ensure_exists(path)?;
         let hint = match wants_tensorrt(options) {
             true => trt_hint(&segtool_onnx::read_props(path)?, path)?,
             false => None,
