@@ -47,19 +47,8 @@ SPEC = {**peers.SPEC, "backbone": {**peers.SPEC["backbone"], "multi_grid": MULTI
 def build_models(work, segtool):
     """In a child: random DANet -> torch.save -> segtool import; torch.onnx.export; onnxslim."""
     import torch
-    from danet_ref import DANet
-    torch.manual_seed(0)
-    model = DANet(SPEC).eval()
-    with torch.no_grad():
-        for name, t in model.state_dict().items():
-            if name.endswith("running_var"):
-                t.fill_(1.0)
-            elif name.endswith("running_mean"):
-                t.zero_()
-            elif name.endswith("sa.gamma"):
-                t.fill_(0.5)
-            elif name.endswith("sc.gamma"):
-                t.fill_(-0.5)
+    from bench_models import random_danet
+    model = random_danet(SPEC)
     pth = os.path.join(work, "danet_r50_mg.pth")
     torch.save(model.state_dict(), pth)
     subprocess.run([segtool, "import", "--from", pth, "--backbone", "resnet50", "--classes",

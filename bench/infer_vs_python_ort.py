@@ -55,22 +55,11 @@ def build_model(work, segtool, backbone, classes):
     if all(os.path.exists(p) for p in paths.values()):
         return paths
     import torch
-    from danet_ref import DANet
+    from bench_models import random_danet
     spec = {"arch": "danet", "backbone_name": backbone,
             "backbone": {**BACKBONES[backbone], "output_stride": 8, "deep_stem": False},
             "classes": [f"class{i}" for i in range(classes)]}
-    torch.manual_seed(0)
-    model = DANet(spec).eval()
-    with torch.no_grad():
-        for name, t in model.state_dict().items():
-            if name.endswith("running_var"):
-                t.fill_(1.0)
-            elif name.endswith("running_mean"):
-                t.zero_()
-            elif name.endswith("sa.gamma"):
-                t.fill_(0.5)
-            elif name.endswith("sc.gamma"):
-                t.fill_(-0.5)
+    model = random_danet(spec)
     pth = os.path.join(work, f"danet_{backbone}.pth")
     torch.save(model.state_dict(), pth)
     ckpt = os.path.join(work, f"danet_{backbone}.safetensors")
