@@ -11,8 +11,10 @@ use segtool_spec::ModelSpec;
 use super::Input;
 use crate::engine::Engine;
 use crate::error::{Result, RuntimeError};
-use crate::io_contract::{pack_nhwc, ContractAdapter, EngineInput, EngineOutput, EngineTensor, InputLayout, IoContract};
-use crate::preprocess::{normalise, normalise_batch};
+use crate::io_contract::{
+    ContractAdapter, EngineInput, EngineOutput, EngineTensor, InputLayout, IoContract,
+};
+use crate::preprocess::normalise;
 use crate::Segmentation;
 
 /// Decodes an engine's output for a batch: checks it against the spec (batch size, class
@@ -63,7 +65,8 @@ pub(crate) fn run_normalised(
 }
 
 /// The inputs of one batch, all of one size. All-image batches (the common case) keep
-/// the images contiguous so that [`normalise_batch`] fills the tensor in one pass.
+/// the images contiguous, so that [`EngineTensor::from_images`] builds the model's input
+/// in one pass, as for a `Segmenter`.
 pub(crate) enum Inputs {
     Images(Vec<RgbImage>),
     Mixed(Vec<Input>),
@@ -100,35 +103,28 @@ impl Inputs {
         }
     }
 
-    /// The normalised tensor of all inputs (`only = None`) or of input `only` alone.
-    fn tensor(&self, only: Option<usize>, spec: &ModelSpec) -> Result<Array4<f32>> {
-        match (self, only) {
-            (Inputs::Images(imgs), None) => normalise_batch(imgs, spec),
-            (Inputs::Images(imgs), Some(i)) => Ok(normalise(&imgs[i], spec)),
-            (Inputs::Mixed(inputs), _) => {
-                let picked: Vec<&Input> = match only {
-                    None => inputs.iter().collect(),
-                    Some(i) => vec![&inputs[i]],
-                };
-                let (h, w) = picked[0].size();
-                let mut out = Array4::zeros((picked.len(), 3, h, w));
-                for (input, mut slot) in picked.into_iter().zip(out.outer_iter_mut()) {
-                    if input.size() != (h, w) {
-                        return Err(RuntimeError::InputShape {
-                            expected: format!("every input of a batch {w}x{h}"),
-                            got: format!("{}x{}", input.size().1, input.size().0),
-                        });
-                    }
-                    match input {
-                        Input::Image(img) => {
-                            slot.assign(&normalise(img, spec).slice(s![0, .., .., ..]))
-                        }
-                        Input::Tensor(t) => slot.assign(t),
-                    }
-                }
-                Ok(out)
+    /// The normalised tensor of mixed image and tensor inputs (all of them, or input
+    /// `only` alone).
+    fn mixed_tensor(inputs: &[Input], only: Option<usize>, spec: &ModelSpec) -> Result<Array4<f32>> {
+        let picked: Vec<&Input> = match only {
+            None => inputs.iter().collect(),
+            Some(i) => vec![&inputs[i]],
+        };
+        let (h, w) = picked[0].size();
+        let mut out = Array4::zeros((picked.len(), 3, h, w));
+        for (input, mut slot) in picked.into_iter().zip(out.outer_iter_mut()) {
+            if input.size() != (h, w) {
+                return Err(RuntimeError::InputShape {
+                    expected: format!("every input of a batch {w}x{h}"),
+                    got: format!("{}x{}", input.size().1, input.size().0),
+                });
+            }
+            match input {
+                Input::Image(img) => slot.assign(&normalise(img, spec).slice(s![0, .., .., ..])),
+                Input::Tensor(t) => slot.assign(t),
             }
         }
+        Ok(out)
     }
 
     /// Runs all inputs as one batch (`only = None`) or input `only` alone. Images go to
@@ -145,15 +141,20 @@ impl Inputs {
             None => (0..self.len()).map(|i| self.size(i)).collect(),
             Some(i) => vec![self.size(i)],
         };
-        if let (Inputs::Images(imgs), InputLayout::NhwcU8) = (self, contract.input) {
-            let pixels = match only {
-                None => pack_nhwc(imgs)?,
-                Some(i) => pack_nhwc(std::slice::from_ref(&imgs[i]))?,
-            };
-            let out = engine.run(EngineTensor::NhwcU8(pixels).view())?;
-            return decode(out, spec, &sizes, keep_logits);
+        match self {
+            // The segmenter's own path: the model's layout straight from the pixels.
+            Inputs::Images(imgs) => {
+                let imgs = match only {
+                    None => &imgs[..],
+                    Some(i) => std::slice::from_ref(&imgs[i]),
+                };
+                let input = EngineTensor::from_images(imgs, spec, contract.input)?;
+                decode(engine.run(input.view())?, spec, &sizes, keep_logits)
+            }
+            Inputs::Mixed(inputs) => {
+                let tensor = Self::mixed_tensor(inputs, only, spec)?;
+                run_normalised(engine, contract, spec, tensor.view(), &sizes, keep_logits)
+            }
         }
-        let tensor = self.tensor(only, spec)?;
-        run_normalised(engine, contract, spec, tensor.view(), &sizes, keep_logits)
     }
 }
