@@ -17,11 +17,13 @@ reference DANet of tests/reference/, `segtool import`, `segtool export --target 
   py-torch-slim   the same after `onnxslim`
   py-ours         Python onnxruntime on our `ort` export (same child as the two above)
 
-Every cell is --repeats fresh processes; in each, one warm-up run then --runs timed runs
+Every cell is --repeats fresh processes, the rows taking turns within each repeat (so a
+slow spell hits every row alike); in each, one warm-up run then --runs timed runs
 (engine time only: segtool bench's `engine_ms`, session.run for Python); the cell shows
 the median over processes of the per-process medians, and the median peak RSS (segtool:
 the child's ru_maxrss, this parent staying small; Python: the child's own VmHWM).
-Ratios are against segtool-ort at the same size. --threads sets ONNX Runtime's intra-op
+Ratios are against segtool-ort at the same size, of the medians and (p) the median of the
+per-repeat ratios. --threads sets ONNX Runtime's intra-op
 threads and tract's pool alike. Our exports are redone every run (seconds; they follow
 the checked-out exporter), torch's and the slimmed one are cached in --work.
 
@@ -173,35 +175,46 @@ def main():
     print("load before:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
     started = time.perf_counter()
     models = build(a.work, a.segtool, a.reuse)
-    cells = {}
+    cells, paired = {}, {}
     for size in a.sizes:
-        for row in a.rows:
-            samples = []
-            for _ in range(a.repeats):
+        # Rows interleaved within each repeat, so a slow spell of the machine hits every
+        # row alike; each repeat's ratio to segtool-ort is paired within that repeat.
+        samples = {row: [] for row in a.rows}
+        for rep in range(a.repeats):
+            for row in a.rows:
                 if row.startswith("segtool-"):
                     s = run_segtool(a.segtool, models[row], row.split("-")[1], size, a.runs,
                                     a.threads, a.work)
                 else:
                     s = run_python(models[row], size, a.runs, a.threads)
-                samples.append(s)
-            cells[(row, size)] = cell(samples)
-            print(json.dumps({"row": row, "size": size, **cells[(row, size)]}), flush=True)
+                samples[row].append(s)
+                print(json.dumps({"row": row, "size": size, "repeat": rep, **s}), flush=True)
+        for row in a.rows:
+            cells[(row, size)] = cell(samples[row])
+            pairs = [r["ms"] / o["ms"] for r, o in zip(samples[row], samples.get("segtool-ort", []))
+                     if "ms" in r and "ms" in o]
+            if pairs and row != "segtool-ort":
+                paired[(row, size)] = statistics.median(pairs)
+                cells[(row, size)]["paired_ratio"] = paired[(row, size)]
     print("load after: ", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
     print(f"\nResNet-50 DANet OS8, batch 1, {a.threads} threads; engine median of {a.runs} runs, "
-          f"median over {a.repeats} processes; peak RSS; (x: ratio to segtool-ort)")
-    head = f"{'':15}" + "".join(f"| {f'{s}x{s}':>30} " for s in a.sizes)
+          f"median over {a.repeats} processes; peak RSS; (x: ratio to segtool-ort of the "
+          f"medians, time/RSS; p: median of the per-repeat time ratios)")
+    head = f"{'':15}" + "".join(f"| {f'{s}x{s}':>38} " for s in a.sizes)
     print(head)
     for row in a.rows:
         line = f"{row:15}"
         for size in a.sizes:
             c, base = cells[(row, size)], cells.get(("segtool-ort", size), {})
             if "error" in c:
-                line += f"| {'error':>30} "
+                line += f"| {'error':>38} "
                 continue
             ratio = ""
             if "ms" in base and row != "segtool-ort":
                 ratio = f" {c['ms'] / base['ms']:.2f}x/{c['rss_mib'] / base['rss_mib']:.2f}x"
-            line += f"| {c['ms']:7.0f} ms {c['rss_mib']:5.0f} MiB{ratio:>13} "
+                if (row, size) in paired:
+                    ratio += f" p{paired[(row, size)]:.2f}"
+            line += f"| {c['ms']:7.0f} ms {c['rss_mib']:5.0f} MiB{ratio:>21} "
         print(line)
     for (row, size), c in cells.items():
         if "error" in c:

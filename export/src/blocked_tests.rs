@@ -1,10 +1,11 @@
-//! PAM in query blocks (`AttentionForm::QueryBlocked`, the `tract` target's PAM) computes
-//! what the unblocked forms compute: through tract (1 and 2 threads) and ONNX Runtime
+//! The `tract` target's rewrites compute what the plain graph computes: PAM in query
+//! blocks (`AttentionForm::QueryBlocked`) and convs split along their input channels
+//! (`ExportOptions::conv_split_depth`), through tract (1 and 2 threads) and ONNX Runtime
 //! (skipped when its library is not found), at sizes whose position count N is a
 //! multiple of the block count, is not, and is below it (trailing empty blocks).
 
-use segtool_spec::{BackboneSpec, ModelSpec};
 use segtool_runtime::{run_logits, TractEngine, TractOptions};
+use segtool_spec::{BackboneSpec, ModelSpec};
 
 use crate::testutil::{export_decoded_with, random_entries, serialize, spec_with};
 use crate::{export_onnx, AttentionForm, ExportOptions, ExportTarget, PAM_QUERY_BLOCKS};
@@ -26,7 +27,7 @@ fn blocked_pam_graph_has_one_energy_per_block() {
     let opts = ExportOptions::for_target(ExportTarget::Tract);
     assert_eq!(
         (opts.pam, opts.cam),
-        (AttentionForm::QueryBlocked, AttentionForm::OnnxAttention)
+        (AttentionForm::QueryBlocked, AttentionForm::Decomposed)
     );
     let (m, _) = export_decoded_with(&spec(), &opts);
     let g = m.graph.unwrap();
@@ -43,6 +44,40 @@ fn blocked_pam_graph_has_one_energy_per_block() {
 }
 
 #[test]
+fn split_convs_sum_slices_of_the_input_channels() {
+    let opts = ExportOptions::for_target(ExportTarget::Tract).with_conv_split_depth(Some(64));
+    let (m, _) = export_decoded_with(&spec(), &opts);
+    let g = m.graph.unwrap();
+    // head.conv5a: 128 -> 32, 3x3 (depth 1152) in 32 slices of 4 channels (depth 36).
+    let parts = g
+        .node
+        .iter()
+        .filter(|n| n.op_type == "Conv" && n.name.starts_with("head.conv5a.0.part"))
+        .count();
+    assert_eq!(parts, 32);
+    let sum = g.node.iter().find(|n| n.name == "head.conv5a.0").unwrap();
+    assert_eq!((sum.op_type.as_str(), sum.input.len()), ("Sum", 32));
+    // Only the first part carries the bias; the stem (3 channels) stays whole.
+    let part = |i: usize| {
+        g.node
+            .iter()
+            .find(|n| n.name == format!("head.conv5a.0.part{i}"))
+            .unwrap()
+    };
+    assert_eq!((part(0).input.len(), part(1).input.len()), (3, 2));
+    let stem = g
+        .node
+        .iter()
+        .find(|n| n.name == "pretrained.conv1")
+        .unwrap();
+    assert_eq!(stem.op_type, "Conv");
+    assert!(ExportOptions::default()
+        .with_conv_split_depth(Some(0))
+        .validate()
+        .is_err());
+}
+
+#[test]
 fn blocked_pam_matches_unblocked_in_tract_and_ort() {
     let spec = spec();
     let dir = std::env::temp_dir().join(format!("segtool-export-blocked-{}", std::process::id()));
@@ -54,7 +89,11 @@ fn blocked_pam_matches_unblocked_in_tract_and_ort() {
     let tract_target = ExportOptions::for_target(ExportTarget::Tract);
     let legacy = ExportOptions::default();
     let blocked_legacy = ExportOptions::default().with_attention(AttentionForm::QueryBlocked);
+    // The tiny model's convs are all within the target's depth: split them harder (the
+    // stem's 3 channels cannot be halved and stay whole).
+    let split = tract_target.clone().with_conv_split_depth(Some(64));
     export_onnx(&ckpt, &path("tract"), &tract_target).unwrap();
+    export_onnx(&ckpt, &path("split"), &split).unwrap();
     export_onnx(&ckpt, &path("legacy"), &legacy).unwrap();
     export_onnx(&ckpt, &path("blocked"), &blocked_legacy).unwrap();
     let mut reference =
@@ -64,6 +103,7 @@ fn blocked_pam_matches_unblocked_in_tract_and_ort() {
     let mut two =
         TractEngine::open_with(&path("tract"), &TractOptions::new().with_threads(2)).unwrap();
     let mut blocked = TractEngine::open(&path("blocked")).unwrap();
+    let mut split = TractEngine::open(&path("split")).unwrap();
     // Stride 8: 64x64 gives N = 64 (4 per block), 40x72 N = 45 (blocks of 3, the last
     // short), 16x40 N = 10 (< 16: blocks of 1, six empty).
     for (h, w) in [(64, 64), (40, 72), (16, 40)] {
@@ -75,18 +115,21 @@ fn blocked_pam_matches_unblocked_in_tract_and_ort() {
             ("tract 1", &mut one),
             ("tract 2", &mut two),
             ("blocked", &mut blocked),
+            ("split", &mut split),
         ] {
             let d = max_diff(&r, &run_logits(e, x.view()).unwrap());
             assert!(d < 1e-4, "{name} {h}x{w}: {d}");
         }
         let opts = segtool_runtime::OrtOptions::new().with_intra_threads(1);
-        match segtool_runtime::OrtEngine::open(path("tract"), &opts) {
-            Err(segtool_runtime::RuntimeError::OrtLibraryNotFound { tried }) => {
-                eprintln!("skipping ONNX Runtime: no library ({tried:?})");
-            }
-            other => {
-                let d = max_diff(&r, &run_logits(&mut other.unwrap(), x.view()).unwrap());
-                assert!(d < 1e-4, "onnxruntime {h}x{w}: {d}");
+        for name in ["tract", "split"] {
+            match segtool_runtime::OrtEngine::open(path(name), &opts) {
+                Err(segtool_runtime::RuntimeError::OrtLibraryNotFound { tried }) => {
+                    eprintln!("skipping ONNX Runtime: no library ({tried:?})");
+                }
+                other => {
+                    let d = max_diff(&r, &run_logits(&mut other.unwrap(), x.view()).unwrap());
+                    assert!(d < 1e-4, "onnxruntime {name} {h}x{w}: {d}");
+                }
             }
         }
     }

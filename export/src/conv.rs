@@ -1,6 +1,8 @@
 //! The export context (graph builder + checkpoint + counters) and the layer helpers the
 //! backbone and head share: conv with folded BN, conv with bias, ReLU, Add, Mul.
 
+mod split;
+
 use std::collections::{BTreeSet, HashMap};
 
 use crate::builder::{attr_int, attr_ints, FeatureShape, GraphBuilder};
@@ -23,6 +25,9 @@ pub struct Ctx<'a, 'data> {
     pub keep_fp32: Vec<String>,
     /// Every conv emitted (checkpoint key of its module), in graph order.
     pub convs: Vec<String>,
+    /// Convs deeper than this (`in_ch x k x k`) are split along their input channels
+    /// ([`split`]); `None`: every conv whole.
+    pub conv_split_depth: Option<usize>,
     /// `keep_fp32` entries that selected at least one conv.
     pub kept_matched: BTreeSet<String>,
     /// FLOAT16 values that are a Cast of a float32 value (the fp32 islands' outputs):
@@ -112,6 +117,7 @@ impl<'a, 'data> Ctx<'a, 'data> {
             fp16: false,
             keep_fp32: Vec::new(),
             convs: Vec::new(),
+            conv_split_depth: None,
             kept_matched: BTreeSet::new(),
             fp32_source: HashMap::new(),
         }
@@ -205,9 +211,15 @@ impl<'a, 'data> Ctx<'a, 'data> {
             self.fp32_source.insert(y.clone(), y32);
             return Ok(y);
         }
-        let wn = self.float_init(&format!("{conv}.weight"), &c.weight_dims(), w);
-        let bn = self.float_init(&format!("{conv}.bias"), &[c.out_ch], b);
-        let y = self.g.add_node("Conv", &[x, &wn, &bn], c.attrs(), conv);
+        let split = self.conv_split_depth.and_then(|d| split::groups(&c, d));
+        let y = match split {
+            Some(groups) => self.emit_split_conv(x, conv, c, w, b, groups),
+            None => {
+                let wn = self.float_init(&format!("{conv}.weight"), &c.weight_dims(), w);
+                let bn = self.float_init(&format!("{conv}.bias"), &[c.out_ch], b);
+                self.g.add_node("Conv", &[x, &wn, &bn], c.attrs(), conv)
+            }
+        };
         if same {
             self.derive_feature(x, &y, c.out_ch, c.stride);
         }

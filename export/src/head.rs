@@ -41,7 +41,13 @@ pub fn head(
     let (in_ch, inter) = (spec.backbone.out_channels(), spec.inter_channels());
     let sa = conv_bn_relu(ctx, feat, "conv5a", in_ch, inter)?;
     let sa = attention::pam(ctx, &sa, inter, spec.qk_channels(), opts.pam)?;
+    // conv51 stays whole: tract pushes a channel split of its input up through PAM's
+    // query blocks, splitting each block's value product in two halves that run far
+    // apart, so every block's attention stays alive (all of N x N: 1.7 GB peak at
+    // 1024x1024 against 0.9 GB).
+    let split = ctx.conv_split_depth.take();
     let sa = conv_bn_relu(ctx, &sa, "conv51", inter, inter)?;
+    ctx.conv_split_depth = split;
 
     let sc = conv_bn_relu(ctx, feat, "conv5c", in_ch, inter)?;
     let sc = attention::cam(ctx, &sc, opts.cam)?;

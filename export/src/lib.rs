@@ -36,19 +36,20 @@ use safetensors::SafeTensors;
 use segtool_onnx::{InputLayout, IoContract, Metadata, OutputKind};
 use segtool_spec::ModelSpec;
 
-/// The ONNX messages, from the crate that owns the file format.
-pub use segtool_onnx::proto;
 /// The metadata keys and values every reader agrees on.
 pub use segtool_onnx::metadata::{
     CHECKPOINT_SHA256_KEY, EXPORT_METADATA_KEY, INPUT_LAYOUT_KEY, LAYOUT_NCHW_F32, LAYOUT_NHWC_U8,
     OUTPUT_KIND_KEY, OUTPUT_STRIDE_KEY, SPEC_METADATA_KEY, TRT_PROFILE_KEY,
 };
+/// The ONNX messages, from the crate that owns the file format.
+pub use segtool_onnx::proto;
 
 pub use attention::PAM_QUERY_BLOCKS;
 pub use error::ExportError;
 pub use external::ExternalDataFile;
 pub use options::{
     AttentionForm, ExportOptions, ExportTarget, ExternalData, DEFAULT_EXTERNAL_THRESHOLD,
+    TRACT_CONV_SPLIT_DEPTH,
 };
 
 use builder::GraphBuilder;
@@ -261,6 +262,7 @@ fn build(
     let mut ctx = Ctx::new(GraphBuilder::new(opts.opset), Weights::new(tensors));
     ctx.fp16 = opts.fp16;
     ctx.keep_fp32 = opts.keep_fp32.clone();
+    ctx.conv_split_depth = opts.conv_split_depth;
     let classes = spec.num_classes() as i64;
     // Claim the interface names first so no internal value can take them.
     let image = ctx.g.unique(INPUT_NAME);
@@ -389,10 +391,20 @@ fn build(
         ..Default::default()
     };
     let metadata = Metadata {
-        export_options: Some(serde_json::from_str(&opts.to_json()).expect("options serialise to JSON")),
+        export_options: Some(
+            serde_json::from_str(&opts.to_json()).expect("options serialise to JSON"),
+        ),
         contract: Some(IoContract {
-            input: if opts.preprocess { InputLayout::NhwcU8 } else { InputLayout::NchwF32 },
-            output: if opts.argmax { OutputKind::Mask } else { OutputKind::Logits },
+            input: if opts.preprocess {
+                InputLayout::NhwcU8
+            } else {
+                InputLayout::NchwF32
+            },
+            output: if opts.argmax {
+                OutputKind::Mask
+            } else {
+                OutputKind::Logits
+            },
         }),
         output_stride: Some(spec.backbone.output_stride),
         checkpoint_sha256: checkpoint_sha256.map(str::to_owned),
@@ -581,12 +593,12 @@ mod blocked_tests;
 #[cfg(test)]
 mod deploy_tests;
 #[cfg(test)]
-mod serving_tests;
-#[cfg(test)]
 mod external_tests;
 #[cfg(test)]
 mod keep_fp32_tests;
 #[cfg(test)]
 mod profile_tests;
+#[cfg(test)]
+mod serving_tests;
 #[cfg(test)]
 mod tests;

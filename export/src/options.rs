@@ -102,7 +102,10 @@ pub enum ExportTarget {
     TensorRt,
     /// tract: PAM query-blocked (tract 0.23.9 lowers `Attention`-23 to its flash kernel
     /// only when V's head size equals Q's; PAM's does not (C vs C/8), so `Attention` would
-    /// materialise N x N), CAM as ONNX `Attention`-23 (flash), opset 23.
+    /// materialise N x N), CAM decomposed (its C x C energy is small, and tract's flash
+    /// kernel over 512 tokens of length N took 455 ms at 512x512 where MatMul/Softmax/MatMul
+    /// took 64 ms), convs deeper than [`TRACT_CONV_SPLIT_DEPTH`] split along their input
+    /// channels; opset 17.
     Tract,
     /// Any runtime: MatMul/Softmax/MatMul, opset 17 (what `ExportOptions::default()` gives).
     Legacy,
@@ -133,7 +136,7 @@ impl ExportTarget {
         match self {
             ExportTarget::Ort => (MsMultiHeadAttention, Decomposed),
             ExportTarget::TensorRt => (OnnxAttention, OnnxAttention),
-            ExportTarget::Tract => (QueryBlocked, OnnxAttention),
+            ExportTarget::Tract => (QueryBlocked, Decomposed),
             ExportTarget::Legacy => (Decomposed, Decomposed),
         }
     }
@@ -265,7 +268,17 @@ pub struct ExportOptions {
     /// the conv `head.conv5c.0`; `pretrained.layer4`: all of layer4's). A name that
     /// selects no conv is an error ([`ExportError::UnknownLayer`]) listing close names.
     pub keep_fp32: Vec<String>,
+    /// Convs whose reduction depth `in_ch x k x k` exceeds this are written as a `Sum` of
+    /// convs over equal slices of their input channels (exact up to summation order);
+    /// `None`: every conv whole. The `tract` target sets [`TRACT_CONV_SPLIT_DEPTH`].
+    pub conv_split_depth: Option<usize>,
 }
+
+/// The `tract` target's [`ExportOptions::conv_split_depth`]: tract 0.23.9's matrix product
+/// does not block its reduction axis, and at 512x512 DANet's two 2048 x 3 x 3 head convs
+/// took 6.5 s of 10.9 s whole, the model 5.2 s with them split to this depth (see the
+/// exporter's `conv::split`).
+pub const TRACT_CONV_SPLIT_DEPTH: usize = 2304;
 
 impl Default for ExportOptions {
     fn default() -> Self {
@@ -291,6 +304,7 @@ impl ExportOptions {
             external_data: ExternalData::Auto,
             external_threshold: DEFAULT_EXTERNAL_THRESHOLD,
             keep_fp32: Vec::new(),
+            conv_split_depth: (target == ExportTarget::Tract).then_some(TRACT_CONV_SPLIT_DEPTH),
         }
         .raise_opset_for_forms()
     }
@@ -304,6 +318,13 @@ impl ExportOptions {
     /// Layers kept in float32 under `fp16` (see [`ExportOptions::keep_fp32`]).
     pub fn with_keep_fp32<S: Into<String>>(mut self, names: impl IntoIterator<Item = S>) -> Self {
         self.keep_fp32 = names.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Convs deeper than `depth` split along their input channels (see
+    /// [`ExportOptions::conv_split_depth`]).
+    pub fn with_conv_split_depth(mut self, depth: Option<usize>) -> Self {
+        self.conv_split_depth = depth;
         self
     }
 
@@ -480,6 +501,9 @@ impl ExportOptions {
         if !self.keep_fp32.is_empty() {
             v["keep_fp32"] = serde_json::json!(self.keep_fp32);
         }
+        if let Some(depth) = self.conv_split_depth {
+            v["conv_split_depth"] = depth.into();
+        }
         v.to_string()
     }
 
@@ -516,6 +540,11 @@ impl ExportOptions {
                 "max size {}x{}: both sides must be positive",
                 self.max_size.0, self.max_size.1
             )));
+        }
+        if self.conv_split_depth == Some(0) {
+            return Err(ExportError::BadOption(
+                "conv split depth must be at least 1".into(),
+            ));
         }
         for (module, form) in [("PAM", self.pam), ("CAM", self.cam)] {
             if self.opset < form.min_opset() {

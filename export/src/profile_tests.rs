@@ -119,8 +119,9 @@ fn ort_profile_fuses_pam_into_multihead_attention_and_keeps_cam_decomposed() {
 }
 
 #[test]
-fn tensorrt_and_tract_profiles_use_onnx_attention_23() {
-    for target in [ExportTarget::TensorRt, ExportTarget::Tract] {
+fn tensorrt_profile_uses_onnx_attention_23() {
+    {
+        let target = ExportTarget::TensorRt;
         let opts = ExportOptions::for_target(target);
         assert_eq!(opts.opset, 23);
         let (m, _) = export_decoded_with(&tiny(), &opts);
@@ -151,13 +152,31 @@ fn tensorrt_and_tract_profiles_use_onnx_attention_23() {
             assert_eq!(attr("kv_num_heads").i, Some(1));
             assert_eq!(attr("scale").f, Some(1.0));
         }
-        // tract: PAM in query blocks (blocked_tests.rs), only CAM fused.
-        let fused = if target == ExportTarget::Tract { 1 } else { 2 };
         assert_eq!(
             g.node.iter().filter(|n| n.op_type == "Attention").count(),
-            fused
+            2
         );
     }
+}
+
+#[test]
+fn tract_profile_blocks_pam_and_decomposes_cam_at_opset_17() {
+    let opts = ExportOptions::for_target(ExportTarget::Tract);
+    assert_eq!(opts.opset, 17);
+    assert_eq!(opts.conv_split_depth, Some(crate::TRACT_CONV_SPLIT_DEPTH));
+    let (m, _) = export_decoded_with(&tiny(), &opts);
+    assert_eq!(opsets(&m), [(String::new(), 17)]);
+    let g = m.graph.as_ref().unwrap();
+    assert!(g.node.iter().all(|n| n.op_type != "Attention"));
+    assert!(ops(g, "head.sc").iter().any(|op| op == "Softmax"));
+    let meta = m
+        .metadata_props
+        .iter()
+        .find(|p| p.key == EXPORT_METADATA_KEY)
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_str(&meta.value).unwrap();
+    assert_eq!(v["cam_attention"], "decomposed");
+    assert_eq!(v["conv_split_depth"], crate::TRACT_CONV_SPLIT_DEPTH);
 }
 
 #[test]

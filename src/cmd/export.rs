@@ -16,7 +16,8 @@ pub struct Args {
     /// TensorRT, tract). `ort`: PAM as com.microsoft MultiHeadAttention (fastest and
     /// ~6x less memory in ONNX Runtime), CAM decomposed; ONNX Runtime only.
     /// `tensorrt`: ONNX Attention (opset 23) for both modules. `tract`: PAM in query
-    /// blocks (blocked), CAM as ONNX Attention (opset 23).
+    /// blocks (blocked), CAM decomposed, convs deeper than 2304 (in x k x k) split along
+    /// their input channels (tract runs those faster), opset 17.
     /// The default stays `legacy` so that one file serves the ORT and the tract engine.
     #[arg(long, default_value = "legacy", value_parser = parse_target)]
     pub target: ExportTarget,
