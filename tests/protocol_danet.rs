@@ -107,11 +107,10 @@ fn danet_protocol_matches_a_transcription_of_multi_eval_module() {
         let train_opts = EvalOptions::new()
             .protocol(Protocol::Danet)
             .base_size(Some(case.base_size))
-            .sliding(CROP as i64, stride as i64)
+            .sliding(CROP, stride)
             .flip(case.flip)
             .scales(case.scales.to_vec())
-            .batch_size(2)
-            .progress(false);
+            .batch_size(2);
         let (rel, same) = compare(&sliding::predict(&model, &tensor, &train_opts), &reference);
         eprintln!(
             "tch, scales {:?} flip {}: max rel {rel:.2e}",
@@ -159,10 +158,7 @@ fn the_two_protocols_differ_where_they_should() {
     let (spec, model, _) = tiny_checkpoint(dir.path(), 43);
     let img = test_image(5, 45, 37);
     let tensor = segtool_train::data::images_to_tensor(&[&img], &spec, tch::Device::Cpu);
-    let base = EvalOptions::new()
-        .sliding(32, 21)
-        .flip(true)
-        .progress(false);
+    let base = EvalOptions::new().sliding(32, 21).flip(true);
     let mmseg = sliding::predict(&model, &tensor, &base.clone());
     let danet = sliding::predict(&model, &tensor, &base.protocol(Protocol::Danet));
     assert!(

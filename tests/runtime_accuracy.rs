@@ -71,8 +71,7 @@ fn accuracy_mode_matches_training_protocol_in_ort_and_tract() {
                 .sliding(32, 20)
                 .flip(true)
                 .scales(scales.clone())
-                .batch_size(2)
-                .progress(false),
+                .batch_size(2),
             AccuracyOptions::new()
                 .sliding(32, 20)
                 .flip(true)
@@ -80,10 +79,7 @@ fn accuracy_mode_matches_training_protocol_in_ort_and_tract() {
                 .batch_size(2),
         ),
         (
-            EvalOptions::new()
-                .flip(true)
-                .scales(vec![0.5, 1.5])
-                .progress(false),
+            EvalOptions::new().flip(true).scales(vec![0.5, 1.5]),
             AccuracyOptions::new().flip(true).scales(vec![0.5, 1.5]),
         ),
     ];
@@ -116,7 +112,7 @@ fn accuracy_mode_matches_training_protocol_in_ort_and_tract() {
                 "{} {:?}: max |logit - tch| {diff:.3e} (max |logit| {scale:.2}), argmax \
                  agreement {:.4}%",
                 engine.name(),
-                opts.mode,
+                opts.tiling,
                 agreement * 100.0
             );
             assert!(diff < 1e-4, "{}: max abs logit diff {diff}", engine.name());

@@ -26,9 +26,9 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use image::RgbImage;
-use indicatif::{ProgressBar, ProgressStyle};
 use ndarray::{Array4, Axis};
 use prost::Message;
+use segtool_core::progress::Reporter;
 use segtool_core::{ModelSpec, SPEC_METADATA_KEY};
 use segtool_onnx::proto::ModelProto;
 
@@ -129,7 +129,8 @@ pub struct CalibrationOptions {
     pub bins: usize,
     /// ORT intra-op threads (`None`: ORT's choice).
     pub threads: Option<usize>,
-    pub progress: bool,
+    /// Where the statistics passes report their progress (one step per image).
+    pub progress: Reporter,
 }
 
 impl Default for CalibrationOptions {
@@ -144,7 +145,7 @@ impl Default for CalibrationOptions {
             batch_size: 4,
             bins: DEFAULT_BINS,
             threads: None,
-            progress: false,
+            progress: Reporter::default(),
         }
     }
 }
@@ -243,20 +244,6 @@ pub fn for_each_batch(
     flush(&mut pending, &mut f)
 }
 
-fn progress(total: usize, enabled: bool, what: &str) -> ProgressBar {
-    if !enabled {
-        return ProgressBar::hidden();
-    }
-    let pb = ProgressBar::new(total as u64);
-    pb.set_style(
-        ProgressStyle::with_template("{msg:>12} [{bar:40}] {pos}/{len} images ({elapsed})")
-            .expect("valid template")
-            .progress_chars("=> "),
-    );
-    pb.set_message(what.to_string());
-    pb
-}
-
 /// Collects statistics for `tensors` over `images`: the range, then (when `bins > 0`) a
 /// histogram of `|x|`.
 pub fn collect_stats(
@@ -296,28 +283,29 @@ pub fn collect_stats(
         }
         Ok(())
     };
-    let pb = progress(images.len(), opts.progress, "range");
+    let progress = &opts.progress;
+    progress.start("range", images.len() as u64, 0);
     for_each_batch(images, spec, opts.batch_size, |x, n| {
         visit(&mut ort, &x, &mut |t, v| {
             ranges.get_mut(t).unwrap().update(v)
         })?;
-        pb.inc(n as u64);
+        progress.advance(n as u64);
         Ok(())
     })?;
-    pb.finish_and_clear();
+    progress.finish(None);
     let mut hists: BTreeMap<String, Histogram> = BTreeMap::new();
     if histograms {
         hists = ranges
             .iter()
             .map(|(t, r)| (t.clone(), Histogram::new(opts.bins, r.absmax())))
             .collect();
-        let pb = progress(images.len(), opts.progress, "histogram");
+        progress.start("histogram", images.len() as u64, 0);
         for_each_batch(images, spec, opts.batch_size, |x, n| {
             visit(&mut ort, &x, &mut |t, v| hists.get_mut(t).unwrap().add(v))?;
-            pb.inc(n as u64);
+            progress.advance(n as u64);
             Ok(())
         })?;
-        pb.finish_and_clear();
+        progress.finish(None);
     }
     Ok(ranges
         .into_iter()

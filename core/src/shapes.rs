@@ -26,6 +26,19 @@ pub struct ShapesConfig {
     pub ignore_band_probability: f64,
 }
 
+impl ShapesConfig {
+    /// Square `size` x `size` images from `seed`, the other settings at their defaults:
+    /// what `--shapes-size` / `--shapes-seed` and a run's `[data]` section ask for.
+    pub fn square(size: u32, seed: u64) -> Self {
+        Self {
+            width: size,
+            height: size,
+            seed,
+            ..Default::default()
+        }
+    }
+}
+
 impl Default for ShapesConfig {
     fn default() -> Self {
         Self {

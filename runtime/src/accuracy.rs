@@ -9,7 +9,7 @@
 
 use image::RgbImage;
 use ndarray::{concatenate, s, Array2, Array4, ArrayView2, ArrayView4, Axis};
-use segtool_spec::protocol::{self, ProtocolOptions, Stitch, Tiling};
+use segtool_spec::protocol::{self, Stitch};
 use segtool_spec::ModelSpec;
 
 use crate::engine::Engine;
@@ -17,143 +17,20 @@ use crate::error::{Result, RuntimeError};
 use crate::postprocess::{argmax, resize_bilinear};
 use crate::preprocess::{normalise_batch, zero_pixel};
 
-pub use segtool_spec::protocol::{window_starts, windows, Protocol, Window, MULTI_SCALES};
+pub use segtool_spec::protocol::{
+    window_starts, windows, Protocol, ProtocolOptions, Tiling, Window, MULTI_SCALES,
+};
 
-/// How each (scaled) image goes through the engine.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AccuracyMode {
-    /// The whole image in one run.
-    Whole,
-    /// `crop` x `crop` windows, `stride` pixels apart (placed as the protocol says).
-    Sliding {
-        /// Side of the square window, in pixels of the scaled image.
-        crop: usize,
-        /// Distance between window origins, in pixels (less than `crop` overlaps).
-        stride: usize,
-    },
-}
+/// The protocol's options: `segtool_spec`'s [`ProtocolOptions`] builder, the one
+/// training's evaluation takes too.
+pub type AccuracyOptions = ProtocolOptions;
 
-/// The protocol; chained setters from [`AccuracyOptions::new`] (mmseg, whole image, one
-/// scale, no flip) or the paper's presets. Mirrors `segtool_train::eval::EvalOptions`.
-#[derive(Clone, Debug, PartialEq)]
-pub struct AccuracyOptions {
-    /// DANet's `MultiEvalModule` or mmsegmentation's inference.
-    pub protocol: Protocol,
-    /// Whole image or sliding windows.
-    pub mode: AccuracyMode,
-    /// Also run the mirrored image (combined as the protocol says).
-    pub flip: bool,
-    /// Scales whose (resized back) scores are summed.
-    pub scales: Vec<f64>,
-    /// DANet protocol: the long side at scale 1.0 (`None`: each image's own).
-    pub base_size: Option<usize>,
-    /// Sliding mode: windows per engine run (flip doubles it). Whole mode: unused (the
-    /// whole batch goes in one run).
-    pub batch_size: usize,
-}
-
-impl Default for AccuracyOptions {
-    fn default() -> Self {
-        Self {
-            protocol: Protocol::Mmseg,
-            mode: AccuracyMode::Whole,
-            flip: false,
-            scales: vec![1.0],
-            base_size: None,
-            batch_size: 1,
-        }
-    }
-}
-
-impl AccuracyOptions {
-    /// mmsegmentation's protocol, whole image, scale 1.0, no flip, batch 1 (the
-    /// [`Default`]).
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// The published single-scale protocol (Cityscapes): DANet's `MultiEvalModule`, base
-    /// size 2048, crop 768, stride 512, flip.
-    pub fn paper_single_scale() -> Self {
-        Self::new()
-            .protocol(Protocol::Danet)
-            .base_size(Some(2048))
-            .sliding(768, 512)
-            .flip(true)
-    }
-
-    /// The published multi-scale protocol: [`Self::paper_single_scale`] at
-    /// [`MULTI_SCALES`].
-    pub fn paper_multi_scale() -> Self {
-        Self::paper_single_scale().scales(MULTI_SCALES.to_vec())
-    }
-
-    /// Which evaluation protocol ([`AccuracyOptions::protocol`]).
-    pub fn protocol(mut self, protocol: Protocol) -> Self {
-        self.protocol = protocol;
-        self
-    }
-
-    /// DANet protocol: the long side at scale 1.0 (`None`: each image's own).
-    pub fn base_size(mut self, base_size: Option<usize>) -> Self {
-        self.base_size = base_size;
-        self
-    }
-
-    /// Each scaled image in one run.
-    pub fn whole(mut self) -> Self {
-        self.mode = AccuracyMode::Whole;
-        self
-    }
-
-    /// `crop` x `crop` windows, `stride` pixels apart.
-    pub fn sliding(mut self, crop: usize, stride: usize) -> Self {
-        self.mode = AccuracyMode::Sliding { crop, stride };
-        self
-    }
-
-    /// Also run the mirrored image.
-    pub fn flip(mut self, flip: bool) -> Self {
-        self.flip = flip;
-        self
-    }
-
-    /// Scales whose scores are summed (e.g. [`MULTI_SCALES`]).
-    pub fn scales(mut self, scales: Vec<f64>) -> Self {
-        self.scales = scales;
-        self
-    }
-
-    /// Sliding mode: windows per engine run.
-    pub fn batch_size(mut self, batch_size: usize) -> Self {
-        self.batch_size = batch_size;
-        self
-    }
-
-    /// The protocol in `segtool_spec::protocol`'s terms (shared with training).
-    pub fn protocol_options(&self) -> ProtocolOptions {
-        ProtocolOptions {
-            protocol: self.protocol,
-            tiling: match self.mode {
-                AccuracyMode::Whole => Tiling::Whole,
-                AccuracyMode::Sliding { crop, stride } => Tiling::Sliding { crop, stride },
-            },
-            flip: self.flip,
-            scales: self.scales.clone(),
-            base_size: self.base_size,
-            batch_size: self.batch_size,
-        }
-    }
-
-    /// Rejects options that would leave pixels unpredicted or divide by zero.
-    pub fn validate(&self) -> Result<()> {
-        self.protocol_options()
-            .validate()
-            .map_err(|why| RuntimeError::InputShape {
-                expected: "a valid evaluation protocol".into(),
-                got: why,
-            })
-    }
+/// [`ProtocolOptions::validate`] as this crate's error.
+fn validate(opts: &ProtocolOptions) -> Result<()> {
+    opts.validate().map_err(|why| RuntimeError::InputShape {
+        expected: "a valid evaluation protocol".into(),
+        got: why,
+    })
 }
 
 /// Fused scores `(N, K, H, W)` of normalised `images` `(N, 3, H, W)` under `opts`: summed
@@ -164,12 +41,12 @@ pub fn predict(
     spec: &ModelSpec,
     opts: &AccuracyOptions,
 ) -> Result<Array4<f32>> {
-    opts.validate()?;
+    validate(opts)?;
     let mut backend = EngineStitch {
         engine,
         zero: zero_pixel(spec),
     };
-    protocol::predict(&mut backend, &images.to_owned(), &opts.protocol_options())
+    protocol::predict(&mut backend, &images.to_owned(), opts)
 }
 
 /// Masks `(H, W)` and fused scores `(N, K, H, W)` of same-size images.
@@ -318,9 +195,10 @@ mod tests {
             };
             self.runs.push(input.shape().to_vec());
             let (n, _, h, w) = input.dim();
-            Ok(EngineOutput::Logits(Array4::from_shape_fn((n, 2, h, w), |(i, k, y, x)| {
-                input[[i, k, y, x]] + if k == 1 { (y * w + x) as f32 } else { 0.0 }
-            })))
+            Ok(EngineOutput::Logits(Array4::from_shape_fn(
+                (n, 2, h, w),
+                |(i, k, y, x)| input[[i, k, y, x]] + if k == 1 { (y * w + x) as f32 } else { 0.0 },
+            )))
         }
     }
 

@@ -64,7 +64,7 @@ pub mod triton;
 
 use std::path::Path;
 
-pub use accuracy::{AccuracyMode, AccuracyOptions};
+pub use accuracy::{AccuracyOptions, Tiling};
 pub use batching::{BatchConfig, BatchError, BatchServer, LatestStream, OrderedStream};
 pub use engine::{load_spec, read_metadata, run_logits, Engine};
 pub use env_report::{env_report, RuntimeEnvReport};

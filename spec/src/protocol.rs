@@ -22,10 +22,12 @@
 //! Both pad with zero pixels (the normalised value `-mean/std`) and resize bilinearly with
 //! `align_corners=true`.
 
+mod options;
 pub mod stitch;
 
 use serde::{Deserialize, Serialize};
 
+pub use options::{ProtocolOptions, Tiling};
 pub use stitch::{predict, Stitch};
 
 /// DANet's multi-scale list (the paper's Cityscapes scales, DESIGN.md).
@@ -74,61 +76,6 @@ impl std::str::FromStr for Protocol {
             "mmseg" => Ok(Self::Mmseg),
             "danet" => Ok(Self::Danet),
             other => Err(format!("unknown protocol {other:?} (danet, mmseg)")),
-        }
-    }
-}
-
-/// How each scaled image goes through the network.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Tiling {
-    /// The whole (scaled) image in one pass.
-    Whole,
-    /// `crop` x `crop` windows `stride` pixels apart, placed as the protocol says.
-    Sliding { crop: usize, stride: usize },
-}
-
-/// Everything [`predict`] needs to know about the protocol.
-#[derive(Clone, Debug, PartialEq)]
-pub struct ProtocolOptions {
-    pub protocol: Protocol,
-    pub tiling: Tiling,
-    /// Also run the mirrored image (combined as the protocol says).
-    pub flip: bool,
-    /// Scales whose (resized back) scores are summed.
-    pub scales: Vec<f64>,
-    /// DANet: the long side at scale 1.0. `None`: each image's own long side, so scale 1.0
-    /// is the native resolution. Unused by mmseg.
-    pub base_size: Option<usize>,
-    /// Windows per network run (flip doubles it).
-    pub batch_size: usize,
-}
-
-impl ProtocolOptions {
-    /// Rejects options that would leave pixels unpredicted or divide by zero: a stride
-    /// above the crop leaves gaps between windows. The message names the bad values.
-    pub fn validate(&self) -> Result<(), String> {
-        if let Tiling::Sliding { crop, stride } = self.tiling {
-            if crop < 1 || stride < 1 || stride > crop {
-                return Err(format!(
-                    "sliding window needs 1 <= stride <= crop, got crop {crop} stride {stride}"
-                ));
-            }
-        }
-        if self.scales.is_empty() || self.scales.iter().any(|s| !(s.is_finite() && *s > 0.0)) {
-            return Err(format!(
-                "scales must be positive numbers, got {:?}",
-                self.scales
-            ));
-        }
-        if self.batch_size == 0 {
-            return Err("batch size must be at least 1".into());
-        }
-        match (self.protocol, self.base_size) {
-            (Protocol::Mmseg, Some(b)) => Err(format!(
-                "a base size ({b}) applies to the danet protocol only"
-            )),
-            (Protocol::Danet, Some(0)) => Err("base size must be at least 1".into()),
-            _ => Ok(()),
         }
     }
 }

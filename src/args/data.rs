@@ -23,12 +23,7 @@ pub struct ShapesArgs {
 
 impl ShapesArgs {
     pub fn config(&self) -> ShapesConfig {
-        ShapesConfig {
-            width: self.size,
-            height: self.size,
-            seed: self.seed,
-            ..Default::default()
-        }
+        ShapesConfig::square(self.size, self.seed)
     }
 }
 

@@ -34,6 +34,39 @@ impl Engine {
     }
 }
 
+/// The engine flags, flattened into every subcommand that opens a model.
+#[derive(Clone, Debug, clap::Args)]
+pub struct EngineFlags {
+    /// Inference engine.
+    #[arg(long, value_enum, default_value_t = Engine::Ort)]
+    pub engine: Engine,
+    /// ONNX Runtime execution providers in order of preference: cpu, cuda[:N],
+    /// tensorrt[:N], tensorrt-fp16[:N]. Unavailable ones fall back to CPU (reported).
+    #[arg(long, value_delimiter = ',', default_value = "cpu")]
+    pub providers: Vec<String>,
+    /// Engine threads: ONNX Runtime's intra-op threads, or tract's pool (default: the
+    /// engine's choice, all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// A requested execution provider that does not load (e.g. CUDA without a GPU) is an
+    /// error instead of a reported fallback to CPU.
+    #[arg(long)]
+    pub strict: bool,
+}
+
+impl EngineFlags {
+    /// The request these flags make, with `fixed_size` for ONNX Runtime's memory plan.
+    pub fn request(&self, fixed_size: Option<(usize, usize)>) -> EngineRequest<'_> {
+        EngineRequest {
+            engine: self.engine,
+            providers: &self.providers,
+            threads: self.threads,
+            strict: self.strict,
+            fixed_size,
+        }
+    }
+}
+
 /// What the inference flags ask for.
 #[derive(Clone, Debug)]
 pub struct EngineRequest<'a> {
@@ -58,7 +91,10 @@ impl EngineRequest<'_> {
             let providers = self
                 .providers
                 .iter()
-                .map(|p| p.parse::<segtool_runtime::Provider>().map_err(anyhow::Error::msg))
+                .map(|p| {
+                    p.parse::<segtool_runtime::Provider>()
+                        .map_err(anyhow::Error::msg)
+                })
                 .collect::<Result<Vec<_>>>()?;
             b = b.providers(providers);
         }

@@ -1,33 +1,44 @@
-//! The training loops' progress on stderr: an indicatif bar on a terminal, else the
+//! The libraries' progress on stderr: an indicatif bar per loop on a terminal, else the
 //! loops' plain progress lines.
 
-use std::sync::OnceLock;
+use std::sync::Mutex;
 
-use indicatif::ProgressBar;
-use segtool_train::progress::Progress;
+use indicatif::{ProgressBar, ProgressStyle};
+use segtool_core::progress::Progress;
 
-/// One loop's bar, drawn from its first [`Progress::start`].
+/// Draws each loop it is told about ([`Progress::start`]) as a bar with rate and ETA,
+/// replacing the previous loop's.
 #[derive(Default)]
-pub struct Bar(OnceLock<ProgressBar>);
+pub struct Bar(Mutex<Option<ProgressBar>>);
 
 impl Bar {
     fn with(&self, f: impl FnOnce(&ProgressBar)) {
-        if let Some(bar) = self.0.get() {
+        if let Some(bar) = self.0.lock().expect("progress bar lock").as_ref() {
             f(bar);
         }
     }
 }
 
 impl Progress for Bar {
-    fn start(&self, total: u64, done: u64) {
-        let bar = segtool_train::trainer::progress_bar(total, true);
+    fn start(&self, what: &str, total: u64, done: u64) {
+        let bar = ProgressBar::new(total);
+        bar.set_style(
+            ProgressStyle::with_template(
+                "{prefix:>9} [{bar:30}] {pos}/{len} {per_sec} ETA {eta} {msg}",
+            )
+            .expect("valid template")
+            .progress_chars("=> "),
+        );
+        bar.set_prefix(what.to_string());
         bar.set_position(done);
         bar.reset_eta();
-        let _ = self.0.set(bar);
+        if let Some(old) = self.0.lock().expect("progress bar lock").replace(bar) {
+            old.finish_and_clear();
+        }
     }
 
-    fn advance(&self) {
-        self.with(|b| b.inc(1));
+    fn advance(&self, n: u64) {
+        self.with(|b| b.inc(n));
     }
 
     fn message(&self, text: String) {

@@ -21,7 +21,7 @@ use anyhow::{bail, Context, Result};
 use image::RgbImage;
 use serde_json::json;
 
-use crate::args::engine::{describe, Engine, EngineRequest};
+use crate::args::engine::{describe, Engine, EngineFlags};
 use crate::args::size::Size;
 
 #[derive(clap::Args)]
@@ -29,12 +29,8 @@ pub struct Args {
     /// Exported model (.onnx from `segtool export`).
     #[arg(long)]
     pub model: PathBuf,
-    /// Inference engine.
-    #[arg(long, value_enum, default_value_t = Engine::Ort)]
-    pub engine: Engine,
-    /// ONNX Runtime execution providers in order of preference (see `segtool infer`).
-    #[arg(long, value_delimiter = ',', default_value = "cpu")]
-    pub providers: Vec<String>,
+    #[command(flatten)]
+    pub engine: EngineFlags,
     /// Batch sizes to measure, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "1")]
     pub batch_sizes: Vec<usize>,
@@ -50,16 +46,9 @@ pub struct Args {
     /// Input size HxW.
     #[arg(long, value_parser = crate::args::size::hxw, default_value = "512x1024")]
     pub size: Size,
-    /// Engine threads: ONNX Runtime's intra-op threads, or tract's pool (default: the
-    /// engine's choice, all cores).
-    #[arg(long)]
-    pub threads: Option<usize>,
     /// Also write the results as JSON (atomically).
     #[arg(long)]
     pub json: Option<PathBuf>,
-    /// A requested execution provider that does not load is an error, not a CPU fallback.
-    #[arg(long)]
-    pub strict: bool,
     /// Keep the model's symbolic height/width instead of building the ONNX Runtime
     /// session for --size (what `segtool infer` does when all inputs share a size).
     #[arg(long)]
@@ -91,18 +80,6 @@ pub struct Args {
     /// --stream --live: drop a frame not started within this many milliseconds.
     #[arg(long, value_name = "MS", requires = "live")]
     pub deadline_ms: Option<f64>,
-}
-
-impl Args {
-    fn engine_request(&self, fixed_size: Option<(usize, usize)>) -> EngineRequest<'_> {
-        EngineRequest {
-            engine: self.engine,
-            providers: &self.providers,
-            threads: self.threads,
-            strict: self.strict,
-            fixed_size,
-        }
-    }
 }
 
 /// Nearest-rank percentile of sorted `v` (milliseconds).
@@ -158,8 +135,9 @@ pub fn run(args: Args) -> Result<()> {
     }
     let iterations = args.iterations.unwrap_or(20);
     let (h, w) = (args.size.height, args.size.width);
-    let fixed_size = (!args.dynamic_shapes && args.engine == Engine::Ort).then_some(args.size.hw());
-    let mut seg = args.engine_request(fixed_size).open(&args.model)?;
+    let fixed_size =
+        (!args.dynamic_shapes && args.engine.engine == Engine::Ort).then_some(args.size.hw());
+    let mut seg = args.engine.request(fixed_size).open(&args.model)?;
     let contract = seg.contract();
     let spec = seg.spec().clone();
     let engine_name = seg.engine().name().to_string();
@@ -242,7 +220,8 @@ pub fn run(args: Args) -> Result<()> {
     println!(
         "model {}  engine {engine_name}  provider {provider}  threads {}  size {h}x{w}{}",
         args.model.display(),
-        args.threads
+        args.engine
+            .threads
             .map_or_else(|| "default".to_string(), |t| t.to_string()),
         if fixed_size.is_some() {
             " (session fixed to it)"
@@ -319,7 +298,11 @@ fn panning_frames(n: usize, h: u32, w: u32) -> Vec<RgbImage> {
 
 /// The frames to feed: `--raw` stdin, an `--input` folder, or generated at `--size`.
 fn stream_frames(args: &Args) -> Result<Vec<RgbImage>> {
-    if let Some(Size { width: w, height: h }) = args.raw {
+    if let Some(Size {
+        width: w,
+        height: h,
+    }) = args.raw
+    {
         let bytes = w as usize * h as usize * 3;
         let mut stdin = std::io::stdin().lock();
         let mut frames = Vec::new();
@@ -359,7 +342,11 @@ fn stream_frames(args: &Args) -> Result<Vec<RgbImage>> {
         }
         return Ok(frames);
     }
-    Ok(panning_frames(args.frames.min(240), args.size.height, args.size.width))
+    Ok(panning_frames(
+        args.frames.min(240),
+        args.size.height,
+        args.size.width,
+    ))
 }
 
 /// `--stream`: feeds `--frames` frames at `--fps` into one session, ordered or newest
@@ -378,8 +365,9 @@ fn run_stream(args: &Args) -> Result<()> {
     }
     let frames = stream_frames(args)?;
     let (w, h) = frames[0].dimensions();
-    let fixed = (!args.dynamic_shapes && args.engine == Engine::Ort).then_some((h as usize, w as usize));
-    let seg = args.engine_request(fixed).open(&args.model)?;
+    let fixed = (!args.dynamic_shapes && args.engine.engine == Engine::Ort)
+        .then_some((h as usize, w as usize));
+    let seg = args.engine.request(fixed).open(&args.model)?;
     let engine_name = seg.engine().name().to_string();
     let provider = seg.engine().provider().to_string();
     let fallback = seg.fallback_summary();
@@ -556,11 +544,11 @@ fn report_header(
     json!({
         "model": args.model.display().to_string(),
         "engine": engine,
-        "requested_engine": args.engine.as_str(),
-        "requested_providers": args.providers,
+        "requested_engine": args.engine.engine.as_str(),
+        "requested_providers": args.engine.providers,
         "provider": provider,
         "fallback_reason": fallback,
-        "threads": args.threads,
+        "threads": args.engine.threads,
         "size": { "height": h, "width": w },
         "shapes": if fixed { "fixed" } else { "dynamic" },
         "classes": classes,

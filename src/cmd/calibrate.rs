@@ -7,6 +7,9 @@ use segtool_calibration::report::{compare, CompareOptions};
 use segtool_calibration::{
     calibrate, list_images, load_model, model_spec, write_atomic, CalibrationOptions, Method,
 };
+use segtool_core::progress::Reporter;
+
+use crate::args::progress::Bar;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -181,7 +184,11 @@ fn calibration_options(args: &Args) -> CalibrationOptions {
         keep_float: args.keep_float.clone(),
         batch_size: args.batch_size,
         threads: args.threads,
-        progress: !args.quiet,
+        progress: if args.quiet {
+            Reporter::default()
+        } else {
+            Reporter::new(std::sync::Arc::new(Bar::default()))
+        },
         ..Default::default()
     }
 }

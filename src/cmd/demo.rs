@@ -95,10 +95,16 @@ pub fn run(args: Args) -> Result<()> {
 
     eprintln!("[3/5] evaluating with tch");
     let mut tch_logits: Vec<Vec<f32>> = Vec::with_capacity(val_set.len());
-    let eval =
-        segtool_train::eval::evaluate(&trainer.model, &val_set, 8, tch::Device::Cpu, |_, t| {
+    let eval = segtool_train::eval::evaluate(
+        &trainer.model,
+        &val_set,
+        8,
+        tch::Device::Cpu,
+        &Bar::default(),
+        |_, t| {
             tch_logits.push(Vec::<f32>::try_from(&t.contiguous().view(-1)).expect("f32 logits"));
-        })?;
+        },
+    )?;
     let mut rows = vec![Row {
         engine: "tch (libtorch)".into(),
         miou: eval.confusion.mean_iou(),
@@ -116,7 +122,10 @@ pub fn run(args: Args) -> Result<()> {
         .map(|i| val_set.get(i).map(|s| (s.image, s.mask)))
         .collect::<Result<Vec<_>, _>>()?;
     let mut overlays = None;
-    for engine in [segtool_runtime::EngineKind::Ort, segtool_runtime::EngineKind::Tract] {
+    for engine in [
+        segtool_runtime::EngineKind::Ort,
+        segtool_runtime::EngineKind::Tract,
+    ] {
         let mut seg = segtool_runtime::Segmenter::builder(&onnx_path)
             .engine(engine)
             .logits(true)

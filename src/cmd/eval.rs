@@ -12,10 +12,11 @@ use segtool_core::config::RunConfig;
 use segtool_core::dataset::encode_png;
 use segtool_core::io::{write_atomic, write_atomic_unsynced};
 use segtool_core::ModelSpec;
-use segtool_train::eval::{EvalOptions, EvalResult, Mode, Protocol, MULTI_SCALES};
+use segtool_train::eval::{EvalOptions, EvalResult, Protocol, Tiling, MULTI_SCALES};
 use segtool_train::run::CONFIG_KEY;
 use segtool_train::{load_model, Checkpoint};
 
+use crate::args::progress::Bar;
 use crate::args::{open_dataset, DeviceArgs, ShapesArgs};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -54,10 +55,10 @@ pub struct Args {
     pub mode: Option<ModeArg>,
     /// Sliding window side (default 768; 1024 with --ms under mmseg).
     #[arg(long)]
-    pub crop: Option<i64>,
+    pub crop: Option<usize>,
     /// Sliding window stride (default: danet int(crop * 2/3), mmseg 512).
     #[arg(long)]
-    pub stride: Option<i64>,
+    pub stride: Option<usize>,
     /// Also run each image's mirror (danet: exp of the summed logits; mmseg: logits
     /// averaged).
     #[arg(long)]
@@ -150,10 +151,10 @@ impl Args {
             let crop = self.crop.unwrap_or(default_crop);
             let stride = self
                 .stride
-                .unwrap_or_else(|| protocol.default_stride(crop.max(1) as usize) as i64);
-            Mode::Sliding { crop, stride }
+                .unwrap_or_else(|| protocol.default_stride(crop.max(1)));
+            Tiling::Sliding { crop, stride }
         } else {
-            Mode::Whole
+            Tiling::Whole
         };
         let scales = if self.ms {
             MULTI_SCALES.to_vec()
@@ -165,11 +166,11 @@ impl Args {
         let opts = EvalOptions::new()
             .protocol(protocol)
             .base_size(base_size)
-            .mode(mode)
+            .tiling(mode)
             .flip(self.flip)
             .scales(scales)
             .batch_size(self.batch_size);
-        opts.validate()?;
+        opts.validate().map_err(anyhow::Error::msg)?;
         Ok(opts)
     }
 }
@@ -200,6 +201,7 @@ pub fn run(args: Args) -> Result<()> {
         &opts,
         device,
         None,
+        &Bar::default(),
         |i, labels| match &args.predictions {
             Some(dir) => write_prediction(dir, &dataset.name(i), labels, spec),
             None => Ok(()),
@@ -259,9 +261,9 @@ fn write_metrics(
     opts: &EvalOptions,
 ) -> Result<()> {
     let mut json = result.confusion.to_json(&spec.classes);
-    let (mode, crop, stride) = match opts.mode {
-        Mode::Whole => ("whole", None, None),
-        Mode::Sliding { crop, stride } => ("sliding", Some(crop), Some(stride)),
+    let (mode, crop, stride) = match opts.tiling {
+        Tiling::Whole => ("whole", None, None),
+        Tiling::Sliding { crop, stride } => ("sliding", Some(crop), Some(stride)),
     };
     json["images"] = result.images.into();
     json["protocol"] = serde_json::json!({
@@ -274,9 +276,9 @@ fn write_metrics(
 
 /// One line saying which protocol runs, so a number can be traced to how it was measured.
 fn describe(opts: &EvalOptions) -> String {
-    let tiling = match opts.mode {
-        Mode::Whole => "whole images".to_string(),
-        Mode::Sliding { crop, stride } => format!("{crop} windows every {stride}"),
+    let tiling = match opts.tiling {
+        Tiling::Whole => "whole images".to_string(),
+        Tiling::Sliding { crop, stride } => format!("{crop} windows every {stride}"),
     };
     let base = match (opts.protocol, opts.base_size) {
         (Protocol::Danet, Some(b)) => format!(", long side {b} x scale"),

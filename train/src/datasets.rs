@@ -30,12 +30,7 @@ impl ShapesOptions {
 
     /// The generator's configuration: square images of `size`.
     pub fn config(&self) -> ShapesConfig {
-        ShapesConfig {
-            width: self.size,
-            height: self.size,
-            seed: self.seed,
-            ..Default::default()
-        }
+        ShapesConfig::square(self.size, self.seed)
     }
 }
 

@@ -38,11 +38,24 @@ impl LrSchedule {
     }
 }
 
+/// SGD's hyperparameters besides the learning rate (which the schedule sets per step).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct SgdConfig {
     pub momentum: f64,
+    /// L2 penalty added to the gradient (PyTorch's `weight_decay`).
     pub weight_decay: f64,
     pub nesterov: bool,
+}
+
+impl Default for SgdConfig {
+    /// The published recipe: momentum 0.9, weight decay 1e-4, no Nesterov.
+    fn default() -> Self {
+        Self {
+            momentum: 0.9,
+            weight_decay: 1e-4,
+            nesterov: false,
+        }
+    }
 }
 
 struct Param {

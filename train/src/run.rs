@@ -267,7 +267,7 @@ pub fn run(
     )?;
     let progress = opts.progress.as_deref().filter(|_| cfg.progress && main);
     if let Some(p) = progress {
-        p.start(cfg.iterations as u64, state.iteration as u64);
+        p.start("train", cfg.iterations as u64, state.iteration as u64);
     }
     let mut window = Window::new(loader.wait_time());
     let mut last_saved: Option<PathBuf> =
@@ -299,7 +299,7 @@ pub fn run(
         window.add(&stats);
         record_amp(trainer, &mut state);
         if let Some(p) = progress {
-            p.advance();
+            p.advance(1);
         }
 
         if done % opts.log_every.max(1) == 0 || done == end {

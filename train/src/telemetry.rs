@@ -142,9 +142,11 @@ pub fn validate(
     device: tch::Device,
 ) -> Result<ValScore> {
     let mut predictions = Vec::new();
-    let result = crate::eval::evaluate_with(model, dataset, opts, device, None, |i, labels| {
-        keep_prediction(&mut predictions, i, labels)
-    })?;
+    let silent = &crate::progress::Silent;
+    let result =
+        crate::eval::evaluate_with(model, dataset, opts, device, None, silent, |i, labels| {
+            keep_prediction(&mut predictions, i, labels)
+        })?;
     ValScore::from_eval(&result, model, dataset, &predictions)
 }
 

@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{bail, Result};
-use indicatif::{ProgressBar, ProgressStyle};
 use segtool_core::dataset::{Sample, SegDataset};
 use segtool_core::{ModelSpec, IGNORE_LABEL};
 use tch::{nn, Device, Reduction, Tensor};
@@ -26,9 +25,8 @@ pub struct TrainConfig {
     /// Backbone learning rate; the head uses `lr * head_lr_mult`.
     pub lr: f64,
     pub head_lr_mult: f64,
-    pub momentum: f64,
-    pub weight_decay: f64,
-    pub nesterov: bool,
+    /// SGD's momentum, weight decay and Nesterov switch (the recipe's by default).
+    pub sgd: SgdConfig,
     /// Poly decay: lr * (1 - it / iterations)^power.
     pub poly_power: f64,
     /// Linear warm-up over the first `warmup_iters`, from `warmup_ratio` x the poly lr.
@@ -63,9 +61,7 @@ impl Default for TrainConfig {
             batch_size: 8,
             lr: 0.003,
             head_lr_mult: 10.0,
-            momentum: 0.9,
-            weight_decay: 1e-4,
-            nesterov: false,
+            sgd: SgdConfig::default(),
             poly_power: 0.9,
             warmup_iters: 0,
             warmup_ratio: 1.0,
@@ -100,14 +96,6 @@ impl TrainConfig {
     /// Backbone learning rate at iteration `it` (0-based).
     pub fn lr_at(&self, it: usize) -> f64 {
         self.schedule().at(it)
-    }
-
-    fn sgd(&self) -> SgdConfig {
-        SgdConfig {
-            momentum: self.momentum,
-            weight_decay: self.weight_decay,
-            nesterov: self.nesterov,
-        }
     }
 }
 
@@ -209,7 +197,7 @@ impl Trainer {
         }
         model.set_attention(config.attention);
         model.set_frozen_bn(config.freeze_bn);
-        let optimizer = Sgd::new(&vs, config.sgd());
+        let optimizer = Sgd::new(&vs, config.sgd);
         Ok(Self {
             vs,
             model,
@@ -380,7 +368,7 @@ impl Trainer {
         )?;
         let progress = progress.filter(|_| cfg.progress);
         if let Some(p) = progress {
-            p.start(cfg.iterations as u64, 0);
+            p.start("train", cfg.iterations as u64, 0);
         }
         let start = Instant::now();
         let mut smoothed = None;
@@ -395,7 +383,7 @@ impl Trainer {
             smoothed = Some(s);
             let Some(p) = progress else { continue };
             p.message(format!("loss {s:.4} lr {:.2e}", cfg.lr_at(it)));
-            p.advance();
+            p.advance(1);
             if (it + 1) % (cfg.iterations / 10).max(1) == 0 {
                 // For logs without a terminal (CI, pipes): a plain line every 10%.
                 let rate = (it + 1) as f64 / start.elapsed().as_secs_f64();
@@ -442,19 +430,4 @@ fn iteration_seed(seed: u64, it: usize) -> i64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     ((z ^ (z >> 31)) >> 1) as i64
-}
-
-/// An indicatif bar of `len` steps in segtool's style (hidden unless `visible`; indicatif
-/// draws nothing without a terminal). The binary's [`Progress`] draws one.
-pub fn progress_bar(len: u64, visible: bool) -> ProgressBar {
-    if !visible {
-        return ProgressBar::hidden();
-    }
-    let bar = ProgressBar::new(len);
-    bar.set_style(
-        ProgressStyle::with_template("{prefix}[{bar:30}] {pos}/{len} {per_sec} ETA {eta} {msg}")
-            .expect("valid template")
-            .progress_chars("=> "),
-    );
-    bar
 }

@@ -13,6 +13,7 @@ use segtool_core::shapes::ShapesConfig;
 use segtool_core::BackboneSpec;
 use segtool_train::data::Augment;
 use segtool_train::metrics_log::MetricsLog;
+use segtool_train::optim::SgdConfig;
 use segtool_train::run::{self, RunOptions, RunState, ValScore};
 use segtool_train::{Checkpoint, TrainConfig, Trainer};
 
@@ -47,7 +48,10 @@ fn config(iterations: usize) -> TrainConfig {
         lr: 0.01,
         warmup_iters: 2,
         warmup_ratio: 0.2,
-        nesterov: true,
+        sgd: SgdConfig {
+            nesterov: true,
+            ..SgdConfig::default()
+        },
         grad_clip_norm: Some(5.0),
         augment: Augment {
             flip: true,

@@ -22,11 +22,11 @@ struct Counter {
 }
 
 impl Progress for Counter {
-    fn start(&self, total: u64, done: u64) {
+    fn start(&self, _what: &str, total: u64, done: u64) {
         *self.started.lock().unwrap() = Some((total, done));
     }
-    fn advance(&self) {
-        self.advanced.fetch_add(1, Ordering::Relaxed);
+    fn advance(&self, n: u64) {
+        self.advanced.fetch_add(n, Ordering::Relaxed);
     }
     fn line(&self, _text: String) {
         self.lines.fetch_add(1, Ordering::Relaxed);

@@ -36,10 +36,10 @@ use std::path::PathBuf;
 use std::sync::mpsc::sync_channel;
 use std::time::Instant;
 
+use crate::args::engine::{describe, Engine, EngineFlags};
+use crate::args::size::Size;
 use anyhow::{bail, Result};
 use indicatif::{ProgressBar, ProgressStyle};
-use crate::args::engine::{describe, Engine, EngineRequest};
-use crate::args::size::Size;
 
 pub use inputs::expand_inputs;
 // Still public at its old path `cmd::infer::npy_f32`, though only the writer uses it now.
@@ -73,20 +73,11 @@ pub struct Args {
     /// to stdout.
     #[arg(long, default_value = "segtool-out")]
     pub out: PathBuf,
-    /// Inference engine.
-    #[arg(long, value_enum, default_value_t = Engine::Ort)]
-    pub engine: Engine,
-    /// ONNX Runtime execution providers in order of preference: cpu, cuda[:N],
-    /// tensorrt[:N], tensorrt-fp16[:N]. Unavailable ones fall back to CPU (reported).
-    #[arg(long, value_delimiter = ',', default_value = "cpu")]
-    pub providers: Vec<String>,
+    #[command(flatten)]
+    pub engine: EngineFlags,
     /// Images per engine run (same-size images share a run).
     #[arg(long, default_value_t = 4)]
     pub batch_size: usize,
-    /// Engine threads: ONNX Runtime's intra-op threads, or tract's pool (default: the
-    /// engine's choice, all cores).
-    #[arg(long)]
-    pub threads: Option<usize>,
     /// Also write <name>_logits.npy: float32 little-endian, shape [classes, H, W].
     #[arg(long)]
     pub logits: bool,
@@ -99,10 +90,6 @@ pub struct Args {
     /// No progress bar or progress lines.
     #[arg(long)]
     pub quiet: bool,
-    /// A requested execution provider that does not load (e.g. CUDA without a GPU) is an
-    /// error instead of a reported fallback to CPU.
-    #[arg(long)]
-    pub strict: bool,
     /// One ONNX Runtime CUDA session per listed GPU (e.g. 0,1,2,3), fed by a dynamic
     /// batching server. Without a usable GPU each session falls back to CPU (reported),
     /// or fails with --strict.
@@ -188,7 +175,7 @@ impl Args {
     /// read leaves the shape dynamic (decoding reports it properly later), except with
     /// --keep-going, where it is left out of the vote (decoding reports and skips it).
     fn fixed_input_size(&self, files: &[PathBuf], accuracy: bool) -> Option<(usize, usize)> {
-        if self.dynamic_shapes || accuracy || self.engine != Engine::Ort {
+        if self.dynamic_shapes || accuracy || self.engine.engine != Engine::Ort {
             return None;
         }
         if let Some(size) = self.raw {
@@ -205,19 +192,6 @@ impl Args {
         sizes
             .all(|s| s == Some(first))
             .then_some((first.1 as usize, first.0 as usize))
-    }
-}
-
-impl Args {
-    /// The engine flags, with `fixed_size` for ONNX Runtime's memory plan.
-    pub(super) fn engine_request(&self, fixed_size: Option<(usize, usize)>) -> EngineRequest<'_> {
-        EngineRequest {
-            engine: self.engine,
-            providers: &self.providers,
-            threads: self.threads,
-            strict: self.strict,
-            fixed_size,
-        }
     }
 }
 
@@ -260,7 +234,7 @@ pub fn run(args: Args) -> Result<()> {
         let desc = format!("{} session(s) on {providers}{fixed_desc}", server.workers());
         (Stage::Server(server), spec, None, desc)
     } else {
-        let seg = args.engine_request(fixed_size).open(&args.model)?;
+        let seg = args.engine.request(fixed_size).open(&args.model)?;
         eprintln!("{}", describe(&seg));
         check_contract(&seg, &args)?;
         let contract = seg.contract();
@@ -322,7 +296,10 @@ pub fn run(args: Args) -> Result<()> {
     let source = {
         let prepare = prepare.clone();
         match args.raw {
-            Some(Size { width: w, height: h }) => std::thread::Builder::new()
+            Some(Size {
+                width: w,
+                height: h,
+            }) => std::thread::Builder::new()
                 .name("segtool-read".into())
                 .spawn(move || read_raw(w, h, batch_size, &prepare, batch_tx, recycle_rx))?,
             None => {

@@ -164,8 +164,8 @@ pub(super) fn run_live(args: &Args) -> Result<()> {
         .map(TemporalSmoother::new)
         .transpose()
         .map_err(|e| anyhow::anyhow!("--smooth: {e}"))?;
-    let fixed = (!args.dynamic_shapes && args.engine == Engine::Ort).then_some(size.hw());
-    let seg = args.engine_request(fixed).open(&args.model)?;
+    let fixed = (!args.dynamic_shapes && args.engine.engine == Engine::Ort).then_some(size.hw());
+    let seg = args.engine.request(fixed).open(&args.model)?;
     check_contract(&seg, args)?;
     if smoother.is_some() && seg.contract().output == OutputKind::Mask {
         bail!(
@@ -175,7 +175,10 @@ pub(super) fn run_live(args: &Args) -> Result<()> {
         );
     }
     let desc = describe(&seg);
-    eprintln!("{desc}; live: newest frame wins (slot {})", args.slot.max(1));
+    eprintln!(
+        "{desc}; live: newest frame wins (slot {})",
+        args.slot.max(1)
+    );
     let desc = desc.trim_start_matches("engine ").to_string();
     let spec = seg.spec().clone();
     if spec.num_classes() > 256 {

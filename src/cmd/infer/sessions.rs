@@ -73,12 +73,12 @@ pub(super) fn open_server(
     fixed_size: Option<(usize, usize)>,
 ) -> Result<(BatchServer, String)> {
     let sessions: Vec<(String, EngineRequest)> = if !args.devices.is_empty() {
-        if args.engine != Engine::Ort {
+        if args.engine.engine != Engine::Ort {
             bail!("--devices needs --engine ort (CUDA sessions of ONNX Runtime)");
         }
         args.devices
             .iter()
-            .map(|&d| (format!("cuda:{d}"), args.engine_request(fixed_size)))
+            .map(|&d| (format!("cuda:{d}"), args.engine.request(fixed_size)))
             .collect()
     } else {
         let n = args.cpu_sessions.unwrap_or(1);
@@ -86,13 +86,15 @@ pub(super) fn open_server(
             bail!("--cpu-sessions must be at least 1");
         }
         (0..n)
-            .map(|_| ("cpu".to_string(), args.engine_request(fixed_size)))
+            .map(|_| ("cpu".to_string(), args.engine.request(fixed_size)))
             .collect()
     };
     let mut segmenters = Vec::with_capacity(sessions.len());
     let mut providers = Vec::new();
     for (i, (asked, request)) in sessions.into_iter().enumerate() {
-        let opened = request.builder(&args.model).and_then(|b| Ok(with_device(b, &asked)?.open()?));
+        let opened = request
+            .builder(&args.model)
+            .and_then(|b| Ok(with_device(b, &asked)?.open()?));
         let seg = opened.with_context(|| {
             format!("opening session {i} ({asked}) of {}", args.model.display())
         })?;

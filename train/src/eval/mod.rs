@@ -11,155 +11,18 @@ use std::time::Instant;
 
 use anyhow::{bail, Result};
 use segtool_core::dataset::{Sample, SegDataset};
+use segtool_core::progress::Progress;
 use segtool_core::{ConfusionMatrix, IGNORE_LABEL};
 use tch::{Device, Kind, Tensor};
 
 use crate::data::images_to_tensor;
 use crate::model::DaNet;
 
-pub use segtool_core::protocol::{Protocol, MULTI_SCALES};
-use segtool_core::protocol::{ProtocolOptions, Tiling};
+pub use segtool_core::protocol::{Protocol, ProtocolOptions, Tiling, MULTI_SCALES};
 
-/// How each (scaled) image goes through the network.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
-    /// The whole image in one forward pass.
-    Whole,
-    /// `crop` x `crop` windows, `stride` pixels apart (see [`sliding::windows`]).
-    Sliding { crop: i64, stride: i64 },
-}
-
-/// The evaluation protocol. Built with chained setters from [`EvalOptions::new`] (whole
-/// image, one scale, no flip) or from the paper's presets.
-#[derive(Clone, Debug, PartialEq)]
-pub struct EvalOptions {
-    /// DANet's `MultiEvalModule` or mmsegmentation's inference (see
-    /// `segtool_core::protocol`).
-    pub protocol: Protocol,
-    pub mode: Mode,
-    /// Also run the mirrored image (combined as the protocol says).
-    pub flip: bool,
-    /// Image scales whose (resized back) scores are summed.
-    pub scales: Vec<f64>,
-    /// DANet protocol: the long side at scale 1.0 (`None`: each image's own).
-    pub base_size: Option<usize>,
-    /// Whole mode: images (of one size) per forward pass. Sliding mode: windows of one
-    /// image per forward pass. Flip doubles either.
-    pub batch_size: usize,
-    /// Show a progress bar with rate and ETA on stderr.
-    pub progress: bool,
-}
-
-impl Default for EvalOptions {
-    fn default() -> Self {
-        Self {
-            protocol: Protocol::Mmseg,
-            mode: Mode::Whole,
-            flip: false,
-            scales: vec![1.0],
-            base_size: None,
-            batch_size: 1,
-            progress: true,
-        }
-    }
-}
-
-impl EvalOptions {
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// The published single-scale protocol (Cityscapes: DANet's test.py with
-    /// `--base-size 2048 --crop-size 768`): DANet's `MultiEvalModule`, crop 768, stride
-    /// 512, flip.
-    pub fn paper_single_scale() -> Self {
-        Self::new()
-            .protocol(Protocol::Danet)
-            .base_size(Some(2048))
-            .sliding(768, 512)
-            .flip(true)
-    }
-
-    /// The published multi-scale protocol: [`Self::paper_single_scale`] at the paper's
-    /// [`MULTI_SCALES`].
-    pub fn paper_multi_scale() -> Self {
-        Self::paper_single_scale().scales(MULTI_SCALES.to_vec())
-    }
-
-    pub fn protocol(mut self, protocol: Protocol) -> Self {
-        self.protocol = protocol;
-        self
-    }
-
-    pub fn base_size(mut self, base_size: Option<usize>) -> Self {
-        self.base_size = base_size;
-        self
-    }
-
-    pub fn mode(mut self, mode: Mode) -> Self {
-        self.mode = mode;
-        self
-    }
-
-    pub fn whole(self) -> Self {
-        self.mode(Mode::Whole)
-    }
-
-    pub fn sliding(self, crop: i64, stride: i64) -> Self {
-        self.mode(Mode::Sliding { crop, stride })
-    }
-
-    pub fn flip(mut self, flip: bool) -> Self {
-        self.flip = flip;
-        self
-    }
-
-    pub fn scales(mut self, scales: Vec<f64>) -> Self {
-        self.scales = scales;
-        self
-    }
-
-    pub fn batch_size(mut self, batch_size: usize) -> Self {
-        self.batch_size = batch_size;
-        self
-    }
-
-    pub fn progress(mut self, progress: bool) -> Self {
-        self.progress = progress;
-        self
-    }
-
-    /// The protocol in `segtool_core::protocol`'s terms (shared with the runtime).
-    pub fn protocol_options(&self) -> ProtocolOptions {
-        ProtocolOptions {
-            protocol: self.protocol,
-            tiling: match self.mode {
-                Mode::Whole => Tiling::Whole,
-                Mode::Sliding { crop, stride } => Tiling::Sliding {
-                    crop: crop.max(0) as usize,
-                    stride: stride.max(0) as usize,
-                },
-            },
-            flip: self.flip,
-            scales: self.scales.clone(),
-            base_size: self.base_size,
-            batch_size: self.batch_size,
-        }
-    }
-
-    /// Rejects options that would leave pixels unpredicted or divide by zero: a stride
-    /// above the crop leaves gaps between windows.
-    pub fn validate(&self) -> Result<()> {
-        if let Mode::Sliding { crop, stride } = self.mode {
-            if crop < 1 || stride < 1 {
-                bail!("sliding window needs 1 <= stride <= crop, got crop {crop} stride {stride}");
-            }
-        }
-        self.protocol_options()
-            .validate()
-            .map_err(anyhow::Error::msg)
-    }
-}
+/// The evaluation protocol: `segtool_core`'s [`ProtocolOptions`] builder, the one the
+/// runtime's accuracy mode takes too.
+pub type EvalOptions = ProtocolOptions;
 
 pub struct EvalResult {
     pub confusion: ConfusionMatrix,
@@ -199,36 +62,53 @@ pub fn predict_logits(model: &DaNet, images: &Tensor) -> Tensor {
 /// Evaluates `model` on every sample of `dataset`, whole images at one scale,
 /// `batch_size` images at a time (consecutive samples of one size share a batch).
 /// `on_logits` sees each sample's logits (K, H, W) on the CPU, e.g. to compare against
-/// another engine.
+/// another engine; `progress` sees one step per image.
 pub fn evaluate(
     model: &DaNet,
     dataset: &dyn SegDataset,
     batch_size: usize,
     device: Device,
+    progress: &dyn Progress,
     mut on_logits: impl FnMut(usize, &Tensor),
 ) -> Result<EvalResult> {
     let opts = EvalOptions::new().batch_size(batch_size.max(1));
-    run(model, dataset, &opts, device, None, |i, logits, _| {
-        on_logits(i, &logits.to_device(Device::Cpu));
-        Ok(())
-    })
+    run(
+        model,
+        dataset,
+        &opts,
+        device,
+        None,
+        progress,
+        |i, logits, _| {
+            on_logits(i, &logits.to_device(Device::Cpu));
+            Ok(())
+        },
+    )
 }
 
 /// Evaluates `model` under `opts` on the samples `indices` of `dataset` (all when
 /// `None`). A shard's confusion matrix is exactly its share of the whole: matrices of
 /// disjoint shards [merged](ConfusionMatrix::merge) equal one run over the union.
-/// `on_prediction` sees each sample's index and predicted labels, (H, W) u8 on the CPU.
+/// `on_prediction` sees each sample's index and predicted labels, (H, W) u8 on the CPU;
+/// `progress` sees one step per image.
 pub fn evaluate_with(
     model: &DaNet,
     dataset: &dyn SegDataset,
     opts: &EvalOptions,
     device: Device,
     indices: Option<&[usize]>,
+    progress: &dyn Progress,
     mut on_prediction: impl FnMut(usize, &Tensor) -> Result<()>,
 ) -> Result<EvalResult> {
-    run(model, dataset, opts, device, indices, |i, _, labels| {
-        on_prediction(i, labels)
-    })
+    run(
+        model,
+        dataset,
+        opts,
+        device,
+        indices,
+        progress,
+        |i, _, labels| on_prediction(i, labels),
+    )
 }
 
 /// The dataset loop behind both entry points: `visit(index, logits (K,H,W) on the
@@ -239,9 +119,10 @@ fn run(
     opts: &EvalOptions,
     device: Device,
     indices: Option<&[usize]>,
+    progress: &dyn Progress,
     visit: impl FnMut(usize, &Tensor, &Tensor) -> Result<()>,
 ) -> Result<EvalResult> {
-    opts.validate()?;
+    opts.validate().map_err(anyhow::Error::msg)?;
     let order: Vec<usize> = match indices {
         Some(ix) => ix.to_vec(),
         None => (0..dataset.len()).collect(),
@@ -260,12 +141,11 @@ fn run(
         seconds: 0.0,
         visit,
     };
-    let bar = crate::trainer::progress_bar(order.len() as u64, opts.progress);
-    bar.set_prefix("eval ");
+    progress.start("eval", order.len() as u64, 0);
     // Whole mode batches images; sliding mode batches the windows of one image.
-    let per_forward = match opts.mode {
-        Mode::Whole => opts.batch_size,
-        Mode::Sliding { .. } => 1,
+    let per_forward = match opts.tiling {
+        Tiling::Whole => opts.batch_size,
+        Tiling::Sliding { .. } => 1,
     };
     let mut group: Vec<(usize, Sample)> = Vec::with_capacity(per_forward);
     for &i in &order {
@@ -275,13 +155,14 @@ fn run(
             .is_none_or(|(_, s)| s.image.dimensions() == sample.image.dimensions());
         if group.len() == per_forward || !same_size {
             acc.group(&group)?;
-            bar.inc(group.len() as u64);
+            progress.advance(group.len() as u64);
             group.clear();
         }
         group.push((i, sample));
     }
     acc.group(&group)?;
-    bar.finish_and_clear();
+    progress.advance(group.len() as u64);
+    progress.finish(None);
     Ok(EvalResult {
         confusion: acc.confusion,
         seconds: acc.seconds,

@@ -15,12 +15,10 @@ pub use segtool_core::protocol::{window_starts, windows, Window};
 /// (mmseg) or summed `exp` scores (DANet); see `segtool_core::protocol`.
 pub fn predict(model: &DaNet, images: &Tensor, opts: &EvalOptions) -> Tensor {
     let mut backend = TchStitch { model };
-    tch::no_grad(
-        || match protocol::predict(&mut backend, images, &opts.protocol_options()) {
-            Ok(scores) => scores,
-            Err(never) => match never {},
-        },
-    )
+    tch::no_grad(|| match protocol::predict(&mut backend, images, opts) {
+        Ok(scores) => scores,
+        Err(never) => match never {},
+    })
 }
 
 /// The network's fused logits; with `flip`, the mean of the logits of `x` and of its

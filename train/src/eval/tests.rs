@@ -5,6 +5,25 @@ use tch::nn;
 
 use super::sliding::{self, forward_flip, window_counts, window_starts, windows};
 use super::*;
+use crate::progress::Silent;
+
+/// [`evaluate_with`] on the CPU, reporting and visiting nothing.
+fn quiet(
+    model: &DaNet,
+    dataset: &dyn SegDataset,
+    opts: &EvalOptions,
+    indices: Option<&[usize]>,
+) -> Result<EvalResult> {
+    evaluate_with(
+        model,
+        dataset,
+        opts,
+        Device::Cpu,
+        indices,
+        &Silent,
+        |_, _| Ok(()),
+    )
+}
 
 /// A tiny randomly initialised DANet (5 classes) and a seeded input batch.
 fn setup(h: i64, w: i64) -> (nn::VarStore, DaNet, Tensor) {
@@ -121,44 +140,32 @@ fn shard_confusions_merge_to_whole() {
         offset: 1 << 32,
         count: 4,
     };
-    let opts = EvalOptions::new()
-        .sliding(16, 12)
-        .flip(true)
-        .batch_size(3)
-        .progress(false);
+    let opts = EvalOptions::new().sliding(16, 12).flip(true).batch_size(3);
     let mut seen = Vec::new();
-    let whole = evaluate_with(&model, &dataset, &opts, Device::Cpu, None, |i, labels| {
-        assert_eq!(labels.size(), vec![24, 32]);
-        assert_eq!(labels.kind(), Kind::Uint8);
-        seen.push(i);
-        Ok(())
-    })
+    let whole = evaluate_with(
+        &model,
+        &dataset,
+        &opts,
+        Device::Cpu,
+        None,
+        &Silent,
+        |i, labels| {
+            assert_eq!(labels.size(), vec![24, 32]);
+            assert_eq!(labels.kind(), Kind::Uint8);
+            seen.push(i);
+            Ok(())
+        },
+    )
     .unwrap();
     assert_eq!(seen, vec![0, 1, 2, 3]);
-    let shard = |ix: &[usize]| {
-        evaluate_with(
-            &model,
-            &dataset,
-            &opts,
-            Device::Cpu,
-            Some(ix),
-            |_, _| Ok(()),
-        )
-        .unwrap()
-        .confusion
-    };
+    let shard = |ix: &[usize]| quiet(&model, &dataset, &opts, Some(ix)).unwrap().confusion;
     let mut merged = shard(&[0, 2]);
     merged.merge(&shard(&[3, 1]));
     assert_eq!(merged, whole.confusion);
     assert_eq!(whole.images, 4);
     let total: u64 = whole.confusion.rows().iter().flatten().sum();
     assert!(total > 0);
-    assert!(
-        evaluate_with(&model, &dataset, &opts, Device::Cpu, Some(&[4]), |_, _| Ok(
-            ()
-        ))
-        .is_err()
-    );
+    assert!(quiet(&model, &dataset, &opts, Some(&[4])).is_err());
 }
 
 #[test]
@@ -174,7 +181,7 @@ fn evaluate_is_whole_single_scale() {
         count: 3,
     };
     let mut logits = Vec::new();
-    let old = evaluate(&model, &dataset, 2, Device::Cpu, |i, t| {
+    let old = evaluate(&model, &dataset, 2, Device::Cpu, &Silent, |i, t| {
         logits.push((i, t.size()))
     })
     .unwrap();
@@ -182,8 +189,8 @@ fn evaluate_is_whole_single_scale() {
         logits,
         (0..3).map(|i| (i, vec![5, 24, 24])).collect::<Vec<_>>()
     );
-    let opts = EvalOptions::new().progress(false);
-    let new = evaluate_with(&model, &dataset, &opts, Device::Cpu, None, |_, _| Ok(())).unwrap();
+    let opts = EvalOptions::new();
+    let new = quiet(&model, &dataset, &opts, None).unwrap();
     assert_eq!(old.confusion, new.confusion);
 }
 

@@ -11,6 +11,7 @@ use crate::checkpoint::Checkpoint;
 use crate::data::Augment;
 use crate::eval::EvalOptions;
 use crate::ohem::Ohem;
+use crate::optim::SgdConfig;
 use crate::run::{recorded_threads, RunOptions, CONFIG_KEY};
 use crate::trainer::TrainConfig;
 
@@ -24,9 +25,11 @@ impl TrainConfig {
             batch_size: o.batch_size,
             lr: cfg.effective_lr(),
             head_lr_mult: o.head_lr_mult,
-            momentum: o.momentum,
-            weight_decay: o.weight_decay,
-            nesterov: o.nesterov,
+            sgd: SgdConfig {
+                momentum: o.momentum,
+                weight_decay: o.weight_decay,
+                nesterov: o.nesterov,
+            },
             poly_power: o.poly_power,
             warmup_iters: o.warmup_iters as usize,
             warmup_ratio: o.warmup_ratio,
@@ -55,22 +58,19 @@ impl TrainConfig {
     }
 }
 
-impl EvalOptions {
-    /// Validation during training as the `[eval]` section says (no progress bar).
-    pub fn from_eval_config(e: &EvalConfig) -> Self {
-        let base = EvalOptions::new()
-            .protocol(e.protocol)
-            .base_size(e.base_size.map(|b| b as usize))
-            .flip(e.flip)
-            .scales(e.scales.clone())
-            .batch_size(e.batch_size)
-            .progress(false);
-        match (e.mode, e.crop_size, e.stride) {
-            (EvalMode::Sliding, Some(crop), Some(stride)) => {
-                base.sliding(crop as i64, stride as i64)
-            }
-            _ => base.whole(),
+/// Validation during training as the `[eval]` section says.
+pub fn eval_options(e: &EvalConfig) -> EvalOptions {
+    let base = EvalOptions::new()
+        .protocol(e.protocol)
+        .base_size(e.base_size.map(|b| b as usize))
+        .flip(e.flip)
+        .scales(e.scales.clone())
+        .batch_size(e.batch_size);
+    match (e.mode, e.crop_size, e.stride) {
+        (EvalMode::Sliding, Some(crop), Some(stride)) => {
+            base.sliding(crop as usize, stride as usize)
         }
+        _ => base.whole(),
     }
 }
 

@@ -77,6 +77,17 @@ pub struct AmpSummary {
     pub loss_scale: Option<f64>,
 }
 
+impl AmpSummary {
+    /// Where `amp` stands at the end of a run.
+    pub fn of(amp: &crate::amp::Amp) -> Self {
+        Self {
+            precision: amp.precision(),
+            skipped_steps: amp.skipped_steps,
+            loss_scale: amp.scaler().map(|s| s.scale()),
+        }
+    }
+}
+
 /// What a run did.
 #[derive(Clone, Debug)]
 pub struct RunSummary {

@@ -21,6 +21,7 @@
 
 mod convert;
 mod events;
+mod steps;
 
 pub use convert::{config_notes, resolve_config, ResumePoint};
 pub use events::{thread_note, AmpSummary, Event, RunSummary};
@@ -28,20 +29,14 @@ pub use events::{thread_note, AmpSummary, Event, RunSummary};
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
-use segtool_core::config::{Precision, RunConfig};
-use segtool_core::dataset::SegDataset;
+use anyhow::Result;
+use segtool_core::config::RunConfig;
 use tch::Device;
 
-use crate::amp::Amp;
-use crate::checkpoint::Checkpoint;
-use crate::datasets::{dataset_classes, open_dataset, ShapesOptions};
-use crate::dist::{Backend, Ddp, DistEnv, ProcessGroup, DEFAULT_BUCKET_MB};
-use crate::eval::{evaluate_with, EvalOptions};
+use crate::dist::{Backend, DistEnv, DEFAULT_BUCKET_MB};
 use crate::model::DaNet;
 use crate::progress::Progress;
-use crate::run::{self, choose_threads, RunOptions, RunState, ThreadSource, ValScore};
-use crate::trainer::{TrainConfig, Trainer};
+use crate::run::{self, RunOptions, ValScore};
 
 /// A training run: built from a [`RunConfig`], the device and the distributed
 /// environment (`None`: one process), with the CLI's overrides as builder options;
@@ -138,140 +133,46 @@ impl<'a> Run<'a> {
             self.emit(Event::Joined(env.clone()));
         }
         let threads = self.set_threads(rank == 0, &mut notes);
-        let mut cfg = self.config.clone();
-        // dist: the world is what the environment says; say so rather than silently
-        // training with a different global batch than configured.
-        if cfg.optim.world_size != world {
-            if rank == 0 {
-                self.note(
-                    &mut notes,
-                    format!(
-                        "note: optim.world_size = {} but this run has {world} process(es); \
-                         the global batch below is for {world}",
-                        cfg.optim.world_size
-                    ),
-                );
-            }
-            cfg.optim.world_size = world;
-        }
-        cfg.validate()?;
-
-        let shapes = ShapesOptions::from_run_config(&cfg);
-        let (classes, palette) = dataset_classes(&cfg.data.dataset)?;
-        let train_set: Arc<dyn SegDataset> =
-            open_dataset(&cfg.data.dataset, &cfg.data.train_split, &shapes)?.into();
-        let total = cfg.total_iterations(train_set.len()) as usize;
-        if total == 0 {
-            bail!(
-                "no iterations to run: {} training images, global batch {}",
-                train_set.len(),
-                cfg.global_batch()
-            );
-        }
-        if rank == 0 {
-            self.emit(Event::Plan(cfg.summary(Some(train_set.len()))));
-        }
-        let val_set = match cfg.data.val_split.as_str() {
-            "" => None,
-            split => Some(
-                open_dataset(&cfg.data.dataset, split, &shapes).with_context(|| {
-                    format!(
-                        "validation split {split:?} (set data.val_split=\"\" to train without one)"
-                    )
-                })?,
-            ),
-        };
-
-        let spec = crate::presets::model_spec(&cfg, classes, palette)?;
-        let device = self.device;
-        let mut train_cfg = TrainConfig::from_run_config(&cfg, total, device);
-        train_cfg.progress = rank == 0;
-        // amp: fp16 is refused off CUDA here, before any data is read.
-        let amp = match cfg.optim.effective_precision() {
-            Precision::Fp32 => None,
-            p => Some(Amp::new(p, device)?),
-        };
-        let mut trainer = Trainer::new(&spec, train_cfg)?;
-        let state = match &self.resume {
-            Some(point) => {
-                let checkpoint = Checkpoint::read(&point.path)?;
-                let state = run::resume(&mut trainer, &checkpoint, &point.path)?;
-                let path = point.path.clone();
-                self.emit(Event::Resuming {
-                    path,
-                    iteration: state.iteration,
-                });
-                state
-            }
-            None => {
-                if let Some(init) = &cfg.model.init {
-                    let on_event = &mut self.on_event;
-                    crate::import::init_from_file(
-                        &mut trainer.vs,
-                        std::path::Path::new(init),
-                        &mut |line| on_event(&Event::Import(line)),
-                    )?;
-                }
-                RunState::default()
-            }
-        };
-        if let Some(env) = &dist {
-            self.join(env, &cfg, &mut trainer)?;
-        }
-
+        let cfg = self.settle_config(world, rank, &mut notes)?;
+        let data = self.open_data(&cfg, rank)?;
         let mut opts = RunOptions::from_run_config(&cfg, rank, world);
         opts.stop_at = self.stop_at;
         opts.progress = self.progress.clone();
-        if let Some(mut amp) = amp {
-            // Skipped steps (fp16 loss scaling) go to metrics.jsonl as "amp_skip" records.
-            if rank == 0 {
-                amp.log = Some(opts.out_dir.join("metrics.jsonl"));
-            }
-            trainer.enable_amp(amp);
-            // The checkpoint's loss scale and skip count (read above, before AMP existed).
-            run::restore_amp(&mut trainer, &state);
-        }
-        let eval_opts = EvalOptions::from_eval_config(&cfg.eval);
+        let (mut trainer, state) = self.start_trainer(&cfg, &data, &opts, dist.as_ref())?;
+
+        let eval_opts = convert::eval_options(&cfg.eval);
         let mut last_validation = None;
         let on_event = &mut self.on_event;
+        let device = self.device;
         let mut validate = |model: &DaNet| -> Result<ValScore> {
-            let val = val_set
+            let val = data
+                .val
                 .as_deref()
                 .expect("validation only runs with a val split");
-            let mut kept = Vec::new();
-            let result = evaluate_with(model, val, &eval_opts, device, None, |i, labels| {
-                crate::telemetry::keep_prediction(&mut kept, i, labels)
-            })?;
-            let (miou, pixel_accuracy) = (result.mean_iou(), result.pixel_accuracy());
-            last_validation = Some((miou, pixel_accuracy));
+            let score = steps::validate(model, val, &eval_opts, device)?;
+            last_validation = Some((score.0, score.1));
             // dist: every rank evaluates the whole split (same result); rank 0 reports.
             if rank == 0 {
                 on_event(&Event::Validation {
-                    miou,
-                    pixel_accuracy,
+                    miou: score.0,
+                    pixel_accuracy: score.1,
                 });
             }
-            ValScore::from_eval(&result, model, val, &kept)
+            Ok(score.2)
         };
         let validate: Option<&mut dyn FnMut(&DaNet) -> Result<ValScore>> =
-            val_set.is_some().then_some(&mut validate as _);
-        let state = run::run(&mut trainer, train_set, validate, &opts, state)?;
+            data.val.is_some().then_some(&mut validate as _);
+        let state = run::run(&mut trainer, data.train.clone(), validate, &opts, state)?;
 
-        let amp = trainer.amp.as_ref().map(|amp| AmpSummary {
-            precision: amp.precision(),
-            skipped_steps: amp.skipped_steps,
-            loss_scale: amp.scaler().map(|s| s.scale()),
-        });
-        let best_checkpoint = state.best_iteration.map(|_| opts.best_path());
         Ok(RunSummary {
             rank,
             world_size: world,
-            total_iterations: total,
+            total_iterations: data.total,
             last_checkpoint: opts.last_path(),
-            best_checkpoint,
+            best_checkpoint: state.best_iteration.map(|_| opts.best_path()),
             last_validation,
             final_loss: trainer.losses.last().map(|l| l.1),
-            amp,
+            amp: trainer.amp.as_ref().map(AmpSummary::of),
             threads,
             notes,
             state,
@@ -285,37 +186,5 @@ impl<'a> Run<'a> {
     fn note(&mut self, notes: &mut Vec<String>, text: String) {
         notes.push(text.clone());
         self.emit(Event::Note(text));
-    }
-
-    /// libtorch's intra-op thread count: the option, else on resume the checkpoint's,
-    /// else libtorch's default. Says so (on rank 0, `report`) when resuming.
-    fn set_threads(&mut self, report: bool, notes: &mut Vec<String>) -> run::ThreadChoice {
-        let recorded = self.resume.as_ref().and_then(|r| r.threads);
-        let choice = choose_threads(self.threads, recorded, tch::get_num_threads());
-        if choice.source != ThreadSource::Default && choice.threads != tch::get_num_threads() {
-            tch::set_num_threads(choice.threads);
-        }
-        let path = self.resume.as_ref().map(|r| r.path.clone());
-        if let (Some(path), true) = (path, report) {
-            if let Some(text) = thread_note(&choice, &path) {
-                self.note(notes, text);
-            }
-        }
-        choice
-    }
-
-    /// dist: join the process group; rank 0's weights everywhere, SyncBN, DDP.
-    fn join(&self, env: &DistEnv, cfg: &RunConfig, trainer: &mut Trainer) -> Result<()> {
-        if self.backend == Backend::Gloo && self.device != Device::Cpu {
-            bail!("the gloo backend trains on the CPU: use --device cpu (or --dist-backend nccl)");
-        }
-        let group = Arc::new(
-            ProcessGroup::new(&env.group_options(self.backend, self.timeout))
-                .with_context(|| format!("rank {} joining the process group", env.rank))?,
-        );
-        if cfg.optim.sync_bn {
-            trainer.enable_sync_bn(group.clone());
-        }
-        trainer.enable_ddp(Ddp::new(group, self.bucket_mb))
     }
 }
