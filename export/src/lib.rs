@@ -25,6 +25,7 @@ mod fold;
 mod head;
 mod layer_names;
 mod options;
+mod preprocess;
 #[cfg(test)]
 mod testutil;
 mod weights;
@@ -269,7 +270,7 @@ fn build(
     let output = ctx.g.unique(opts.output_kind());
     // `nchw`: the float32 normalised NCHW image (the graph input itself by default).
     let nchw = if opts.preprocess {
-        preprocess(&mut ctx, spec, &image)
+        preprocess::preprocess(&mut ctx, spec, &image)
     } else {
         image.clone()
     };
@@ -520,34 +521,6 @@ fn ir_version_for(opset: i64) -> i64 {
         21..=22 => 10,
         _ => 11,
     }
-}
-
-/// `--preprocess`: uint8 NHWC RGB `image` -> Cast -> Transpose (NCHW) -> one Mul + Add
-/// computing (x/255 - mean)/std = x * 1/(255 std) + (-mean/std), per channel.
-fn preprocess(ctx: &mut Ctx<'_, '_>, spec: &ModelSpec, image: &str) -> String {
-    let scale: Vec<f32> = (0..3)
-        .map(|c| (1.0f64 / (255.0 * spec.std[c] as f64)) as f32)
-        .collect();
-    let shift: Vec<f32> = (0..3)
-        .map(|c| (-(spec.mean[c] as f64) / spec.std[c] as f64) as f32)
-        .collect();
-    let g = &mut ctx.g;
-    let scale = g.add_initializer_f32("preprocess.scale", &[1, 3, 1, 1], &scale);
-    let shift = g.add_initializer_f32("preprocess.shift", &[1, 3, 1, 1], &shift);
-    let x = g.add_node(
-        "Cast",
-        &[image],
-        vec![builder::attr_int("to", DataType::Float as i64)],
-        "preprocess.float",
-    );
-    let x = g.add_node(
-        "Transpose",
-        &[&x],
-        vec![builder::attr_ints("perm", &[0, 3, 1, 2])],
-        "preprocess.nchw",
-    );
-    let x = g.add_node("Mul", &[&x, &scale], vec![], "preprocess.scaled");
-    g.add_node("Add", &[&x, &shift], vec![], "preprocess.normalised")
 }
 
 fn doc_string(spec: &ModelSpec, opts: &ExportOptions) -> String {
