@@ -142,7 +142,8 @@ pub fn report(
         if a.warn() {
             warnings.push(format!(
                 "{} is decomposed: it materialises a {} x {} fp32 energy matrix of {} (> 2 GiB) \
-                 at {}x{}; use --target ort (ms-mha streams it) or a smaller --max-size",
+                 at {}x{}; use --target ort or tract (PAM in query blocks), --attention ms-mha (streams it) \
+                 or a smaller --max-size",
                 a.module,
                 a.tokens,
                 a.tokens,
@@ -177,6 +178,10 @@ mod tests {
         assert_eq!(w.len(), 1, "{w:?}");
         let ort = ExportOptions::for_target(ExportTarget::Ort);
         let (lines, w) = report(&spec, &ort, (1024, 2048), 1);
+        assert!(w.is_empty());
+        assert!(lines[1].contains("blocked* 256.0 MiB"), "{lines:?}");
+        let mha = ort.with_pam_attention(crate::AttentionForm::MsMultiHeadAttention);
+        let (lines, w) = report(&spec, &mha, (1024, 2048), 1);
         assert!(w.is_empty());
         assert!(lines[1].contains("ms-mha* streamed"), "{lines:?}");
         // 768 crop: N = 96^2, 340 MB (DESIGN.md).

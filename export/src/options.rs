@@ -91,11 +91,18 @@ impl std::str::FromStr for AttentionForm {
 ///
 /// CAM's C x C energy is small (1 MB at C=512) so nothing is gained by fusing it, and
 /// ORT's fused kernels are slower on its long (N) head dimension: the `ort` target keeps
-/// CAM decomposed and fuses PAM into `MultiHeadAttention`.
+/// CAM decomposed.
+///
+/// For PAM the isolated figures above did not hold inside the model. ORT's own profiler
+/// on the whole ResNet-50 DANet OS8 (`bench/ort_profile.py`, 2 threads) put PAM as
+/// `MultiHeadAttention` at 295 ms at 512x512 and 4.1-5.6 s at 1024x1024. The same PAM in
+/// query blocks took 160 ms and 2.8 s (MatMul, Softmax and MatMul per block), with 1/16 of
+/// the N x N energy alive at a time. So the `ort` target blocks PAM as well.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ExportTarget {
-    /// ONNX Runtime (CPU/CUDA): PAM as `com.microsoft.MultiHeadAttention`, CAM
-    /// decomposed, opset 17.
+    /// ONNX Runtime (CPU/CUDA): PAM in query blocks, CAM decomposed, opset 17, plus the
+    /// feature maps' symbolic shapes as `value_info` for ORT's fusions (see the table
+    /// above; `com.microsoft.MultiHeadAttention` stays available as a form).
     Ort,
     /// TensorRT >= 10.14 (directly or as ORT's TensorRT EP): ONNX `Attention`-23 for
     /// both (TensorRT has no importer for contrib ops), opset 23.
@@ -134,7 +141,7 @@ impl ExportTarget {
     pub fn attention(self) -> (AttentionForm, AttentionForm) {
         use AttentionForm::*;
         match self {
-            ExportTarget::Ort => (MsMultiHeadAttention, Decomposed),
+            ExportTarget::Ort => (QueryBlocked, Decomposed),
             ExportTarget::TensorRt => (OnnxAttention, OnnxAttention),
             ExportTarget::Tract => (QueryBlocked, Decomposed),
             ExportTarget::Legacy => (Decomposed, Decomposed),

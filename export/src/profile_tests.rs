@@ -58,8 +58,16 @@ fn default_is_the_legacy_profile() {
 }
 
 #[test]
-fn ort_profile_fuses_pam_into_multihead_attention_and_keeps_cam_decomposed() {
-    let opts = ExportOptions::for_target(ExportTarget::Ort);
+fn ort_profile_blocks_pam_and_ms_mha_fuses_it() {
+    let target = ExportOptions::for_target(ExportTarget::Ort);
+    assert_eq!(
+        (target.pam, target.cam, target.opset),
+        (AttentionForm::QueryBlocked, AttentionForm::Decomposed, 17)
+    );
+    let (m, _) = export_decoded_with(&tiny(), &target);
+    assert_eq!(opsets(&m), [(String::new(), 17)]);
+    // The fused form, on request.
+    let opts = target.with_pam_attention(AttentionForm::MsMultiHeadAttention);
     assert_eq!(opts.opset, 17);
     let (m, _) = export_decoded_with(&tiny(), &opts);
     assert_eq!(
@@ -185,7 +193,7 @@ fn attention_override_raises_opset_and_bad_combinations_are_refused() {
         .with_attention(AttentionForm::OnnxAttention);
     assert_eq!(o.opset, 23);
     let o = ExportOptions::for_target(ExportTarget::Ort)
-        .with_cam_attention(AttentionForm::MsMultiHeadAttention);
+        .with_attention(AttentionForm::MsMultiHeadAttention);
     assert_eq!(
         (o.pam, o.cam, o.opset),
         (

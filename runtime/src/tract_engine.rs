@@ -163,9 +163,13 @@ impl TractEngine {
     }
 }
 
-/// The ONNX graph of `path`, weights included; errors name the file.
+/// The ONNX graph of `path`, weights included; errors name the file. The graph's
+/// `value_info` shape hints are ignored: tract takes them as hard facts and cannot unify
+/// their named symbols (`batch`, `height`) with the concrete sizes a plan is built for
+/// (the `ort` export writes them for ONNX Runtime's fusions).
 fn load(path: &Path) -> Result<InferenceModel> {
-    tract_onnx::onnx().model_for_path(path).map_err(|e| {
+    let onnx = tract_onnx::onnx().with_ignore_value_info(true);
+    onnx.model_for_path(path).map_err(|e| {
         RuntimeError::File(ModelFileError::Invalid {
             path: path.to_path_buf(),
             message: format!("{e:#}"),

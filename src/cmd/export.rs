@@ -13,8 +13,9 @@ pub struct Args {
     pub onnx: PathBuf,
     /// Runtime the model is for; picks the attention forms and the opset.
     /// `legacy` (the default): MatMul/Softmax/MatMul, opset 17, loads everywhere (ORT,
-    /// TensorRT, tract). `ort`: PAM as com.microsoft MultiHeadAttention (fastest and
-    /// ~6x less memory in ONNX Runtime), CAM decomposed; ONNX Runtime only.
+    /// TensorRT, tract). `ort`: PAM in query blocks (in ONNX Runtime faster than its
+    /// MultiHeadAttention inside the model, 1/16 of the N x N energy alive), CAM
+    /// decomposed, shape hints for ORT's fusions.
     /// `tensorrt`: ONNX Attention (opset 23) for both modules. `tract`: PAM in query
     /// blocks (blocked), CAM decomposed, convs deeper than 2304 (in x k x k) split along
     /// their input channels (tract runs those faster), opset 17.
