@@ -1,6 +1,7 @@
 //! `segtool doctor`: its JSON keys and their types, the plain "no GPU" text where libtorch
 //! sees no CUDA device, and the error of `segtool train --dist-backend nccl` on a machine
-//! without one (NCCL is built in, the device is what is missing).
+//! without one (NCCL is built in, the device is what is missing). On a machine without an
+//! NVIDIA driver (no /proc/driver/nvidia, no device), the driver is reported absent.
 #![cfg(all(feature = "train", feature = "ort", feature = "tract"))]
 
 mod common;
@@ -27,6 +28,11 @@ fn get<'a>(v: &'a Value, path: &str) -> &'a Value {
 
 fn is_str_or_null(v: &Value) -> bool {
     v.is_string() || v.is_null()
+}
+
+/// No NVIDIA kernel module and no device: this development machine.
+fn no_nvidia_driver() -> bool {
+    !std::path::Path::new("/proc/driver/nvidia").exists() && tch::Cuda::device_count() == 0
 }
 
 #[test]
@@ -118,6 +124,32 @@ fn doctor_json_has_its_keys_with_their_types() {
     }
     assert_eq!(get(&r, "runtime.tract.compiled"), true);
 
+    let driver = get(&r, "driver");
+    assert!(driver["present"].is_boolean(), "{driver}");
+    for key in ["release", "cuda_version", "required_cuda", "advice"] {
+        assert!(is_str_or_null(&driver[key]), "{key}: {driver}");
+    }
+    assert!(driver["suits_build"].is_boolean() || driver["suits_build"].is_null());
+    // The driver is compared with the CUDA runtime libtorch was built with.
+    assert_eq!(
+        driver["required_cuda"],
+        get(&r, "train.libtorch.cuda_version").clone()
+    );
+    if no_nvidia_driver() {
+        assert_eq!(driver["present"], false, "{driver}");
+        assert_eq!(driver["suits_build"], Value::Null, "{driver}");
+        let advice = driver["advice"].as_str().unwrap();
+        assert!(
+            advice.starts_with("no NVIDIA driver installed (libcuda.so.1"),
+            "{advice}"
+        );
+        assert!(advice.contains("R580 (580.65.06) or later"), "{advice}");
+    } else if cuda_available {
+        // libtorch reaches a device, so the driver it loaded suits the build.
+        assert_eq!(driver["present"], true, "{driver}");
+        assert_eq!(driver["suits_build"], true, "{driver}");
+    }
+
     assert_eq!(
         get(&r, "gpu.available").as_bool().unwrap(),
         cuda_available || ort_cuda
@@ -156,6 +188,7 @@ fn doctor_text_says_plainly_what_is_off_without_a_gpu() {
     eprintln!("{text}");
     for label in [
         "libtorch",
+        "driver",
         "CUDA",
         "NCCL",
         "gloo / c10d",
@@ -174,6 +207,10 @@ fn doctor_text_says_plainly_what_is_off_without_a_gpu() {
         assert!(text.contains("Off therefore:"), "{text}");
         assert!(text.contains("DDP over NCCL"), "{text}");
         assert!(text.contains("CUDA provider"), "{text}");
+    }
+    if no_nvidia_driver() {
+        let driver = text.lines().find(|l| l.starts_with("driver")).unwrap();
+        assert!(driver.contains("no NVIDIA driver installed"), "{driver}");
     }
 }
 

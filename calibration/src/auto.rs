@@ -509,9 +509,10 @@ pub fn auto_calibrate(
     } else {
         models[pick].clone()
     };
+    let trt_cache = trt_cache::cache_text(qdq::graph(model)?, &kept_thresholds)?;
     Ok(AutoResult {
         model: model_bytes,
-        trt_cache: trt_cache::cache_text(&kept_thresholds),
+        trt_cache,
         rows,
         chosen,
         candidates,

@@ -51,6 +51,8 @@ pub enum CalibrationError {
     Ort(String),
     #[error("{0}")]
     Input(String),
+    #[error(transparent)]
+    TrtCache(#[from] trt_cache::TrtCacheError),
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> CalibrationError + '_ {
@@ -356,9 +358,11 @@ pub fn calibrate(
         images.len(),
         &opts.keep_float,
     )?;
+    // Checked here, not only when written: a bad name is a wrong table, not a warning.
+    let trt_cache = trt_cache::cache_text(qdq::graph(model)?, &thresholds)?;
     Ok(Calibrated {
         model: q.encode_to_vec(),
-        trt_cache: trt_cache::cache_text(&thresholds),
+        trt_cache,
         thresholds,
         stats,
         plan,

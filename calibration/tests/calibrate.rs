@@ -158,10 +158,7 @@ fn qdq_model_runs_in_ort_matches_fp32_and_is_deterministic() {
                 .iter()
                 .find(|t| t.name == "B_quantized")
                 .expect("an int32 bias");
-            assert_eq!(
-                bias.data_type,
-                segtool_onnx::proto::DataType::Int32 as i32
-            );
+            assert_eq!(bias.data_type, segtool_onnx::proto::DataType::Int32 as i32);
             let meta = q
                 .metadata_props
                 .iter()
@@ -169,9 +166,14 @@ fn qdq_model_runs_in_ort_matches_fp32_and_is_deterministic() {
                 .unwrap();
             assert!(meta.value.contains(method.name()), "{}", meta.value);
             assert!(q.metadata_props.iter().any(|e| e.key == "segtool.spec"));
-            let (header, scales) = trt_cache::parse(&a.trt_cache).unwrap();
+            // Read as ONNX Runtime's TensorRT EP does: each range is the written scale * 127.
+            let (header, ranges) = trt_cache::parse(&a.trt_cache).unwrap();
             assert_eq!(header, "TRT-8601-EntropyCalibration2");
-            assert_eq!(scales.len(), 1);
+            assert_eq!(ranges.len(), 1);
+            for (t, &th) in &a.thresholds {
+                let want = segtool_calibration::qdq::scale_of(th) * 127.0;
+                assert_eq!(ranges[t], want, "{t}");
+            }
             let mut int8 = segtool_calibration::session::OrtModel::new(&a.model, Some(1)).unwrap();
             let got = int8.run(x.view(), &[]).unwrap();
             let got = got.values().next().unwrap();
@@ -187,4 +189,44 @@ fn qdq_model_runs_in_ort_matches_fp32_and_is_deterministic() {
             assert!(err < 0.1 * range, "{method:?}: {err} vs {range}");
         }
     }
+}
+
+#[test]
+fn calibrate_refuses_a_tensor_name_onnx_runtime_would_misread() {
+    // The input renamed "image:0": ORT's TensorRT EP would read the table's name "image".
+    let dir = tempfile::tempdir().unwrap();
+    let spec = segtool_runtime::testing::tiny_spec(3);
+    let w = [[0.9, -0.2, 0.1], [0.05, 0.8, -0.3], [-0.4, 0.1, 0.7]];
+    let bytes = segtool_runtime::testing::tiny_model_bytes(&spec, &w, &[0.1, 0.0, -0.1]);
+    let mut model = ModelProto::decode(bytes.as_slice()).unwrap();
+    let g = model.graph.as_mut().unwrap();
+    let old = g.input[0].name.clone();
+    g.input[0].name = format!("{old}:0");
+    for n in g.node.iter_mut() {
+        for i in n.input.iter_mut().filter(|i| **i == old) {
+            *i = format!("{old}:0");
+        }
+    }
+    let images = write_images(dir.path(), 2);
+    let opts = CalibrationOptions {
+        method: Method::MinMax,
+        samples: 2,
+        threads: Some(1),
+        ..Default::default()
+    };
+    let err = calibrate(&model, &images, &opts).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            segtool_calibration::CalibrationError::TrtCache(
+                trt_cache::TrtCacheError::UnwritableNames(_)
+            )
+        ),
+        "{err}"
+    );
+    let msg = err.to_string();
+    assert!(
+        msg.contains(&format!("{old:?}")) && msg.contains("first ':'"),
+        "{msg}"
+    );
 }

@@ -380,6 +380,10 @@ fn fp16_argmax_agrees_with_fp32() {
     for (name, base) in [
         ("legacy", ExportOptions::default()),
         ("ort", ExportOptions::for_target(ExportTarget::Ort)),
+        (
+            "ort-cuda",
+            ExportOptions::for_target_on(ExportTarget::Ort, crate::ExportProvider::Cuda),
+        ),
         ("tract", ExportOptions::for_target(ExportTarget::Tract)),
         (
             "ort-all-mha",

@@ -26,6 +26,7 @@ mod head;
 mod layer_names;
 mod options;
 mod preprocess;
+mod provider;
 #[cfg(test)]
 mod testutil;
 mod weights;
@@ -52,6 +53,7 @@ pub use options::{
     AttentionForm, ExportOptions, ExportTarget, ExternalData, DEFAULT_EXTERNAL_THRESHOLD,
     TRACT_CONV_SPLIT_DEPTH,
 };
+pub use provider::{AttentionChoice, ExportProvider, TargetRequest};
 
 use builder::GraphBuilder;
 use conv::Ctx;
@@ -571,6 +573,8 @@ mod external_tests;
 mod keep_fp32_tests;
 #[cfg(test)]
 mod profile_tests;
+#[cfg(test)]
+mod provider_tests;
 #[cfg(test)]
 mod serving_tests;
 #[cfg(test)]

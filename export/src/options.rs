@@ -97,12 +97,15 @@ impl std::str::FromStr for AttentionForm {
 /// on the whole ResNet-50 DANet OS8 (`bench/ort_profile.py`, 2 threads) put PAM as
 /// `MultiHeadAttention` at 295 ms at 512x512 and 4.1-5.6 s at 1024x1024. The same PAM in
 /// query blocks took 160 ms and 2.8 s (MatMul, Softmax and MatMul per block), with 1/16 of
-/// the N x N energy alive at a time. So the `ort` target blocks PAM as well.
+/// the N x N energy alive at a time. So the `ort` target blocks PAM as well, on the CPU:
+/// for ORT's CUDA EP ([`crate::ExportProvider::Cuda`]) PAM is `MultiHeadAttention`, whose
+/// fused kernels never materialise N x N (not timed on a GPU).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ExportTarget {
-    /// ONNX Runtime (CPU/CUDA): PAM in query blocks, CAM decomposed, opset 17, plus the
-    /// feature maps' symbolic shapes as `value_info` for ORT's fusions (see the table
-    /// above; `com.microsoft.MultiHeadAttention` stays available as a form).
+    /// ONNX Runtime, opset 17, plus the feature maps' symbolic shapes as `value_info` for
+    /// ORT's fusions. CPU (the default): PAM in query blocks, CAM decomposed (the table
+    /// above). CUDA ([`crate::ExportProvider::Cuda`]): PAM as
+    /// `com.microsoft.MultiHeadAttention`, CAM decomposed.
     Ort,
     /// TensorRT >= 10.14 (directly or as ORT's TensorRT EP): ONNX `Attention`-23 for
     /// both (TensorRT has no importer for contrib ops), opset 23.
@@ -229,6 +232,13 @@ impl std::str::FromStr for ExternalData {
     }
 }
 
+/// Fields of [`ExportOptions::to_json`] that readers of the recorded choice use
+/// ([`crate::AttentionChoice`]).
+pub(crate) const TARGET_FIELD: &str = "target";
+pub(crate) const PROVIDER_FIELD: &str = "provider";
+pub(crate) const PAM_FIELD: &str = "pam_attention";
+pub(crate) const CAM_FIELD: &str = "cam_attention";
+
 /// Smallest initialiser (bytes of raw data) moved to the side file, as the `size_threshold`
 /// default of onnx's `convert_model_to_external_data`; smaller ones (biases, shape
 /// constants) stay inline.
@@ -244,6 +254,9 @@ pub struct ExportOptions {
     pub opset: i64,
     /// The runtime the export is meant for (recorded in metadata; restricts forms).
     pub target: ExportTarget,
+    /// ONNX Runtime execution provider an `ort` export is for (recorded in metadata when
+    /// set; see [`crate::ExportProvider`]); `None`: the target's default.
+    pub provider: Option<crate::ExportProvider>,
     /// Form of the position attention module (`head.sa`).
     pub pam: AttentionForm,
     /// Form of the channel attention module (`head.sc`).
@@ -300,6 +313,7 @@ impl ExportOptions {
         Self {
             opset: DEFAULT_OPSET,
             target,
+            provider: None,
             pam,
             cam,
             fp16: false,
@@ -493,10 +507,10 @@ impl ExportOptions {
     /// same metadata.
     pub fn to_json(&self) -> String {
         let mut v = serde_json::json!({
-            "target": self.target.name(),
+            TARGET_FIELD: self.target.name(),
             "opset": self.opset,
-            "pam_attention": self.pam.name(),
-            "cam_attention": self.cam.name(),
+            PAM_FIELD: self.pam.name(),
+            CAM_FIELD: self.cam.name(),
             "fp16": self.fp16,
             "argmax": self.argmax,
             "preprocess": self.preprocess,
@@ -510,6 +524,9 @@ impl ExportOptions {
         }
         if let Some(depth) = self.conv_split_depth {
             v["conv_split_depth"] = depth.into();
+        }
+        if let Some(p) = self.provider {
+            v[PROVIDER_FIELD] = p.name().into();
         }
         v.to_string()
     }
@@ -553,6 +570,7 @@ impl ExportOptions {
                 "conv split depth must be at least 1".into(),
             ));
         }
+        crate::provider::check_provider(self)?;
         for (module, form) in [("PAM", self.pam), ("CAM", self.cam)] {
             if self.opset < form.min_opset() {
                 return Err(ExportError::AttentionOpset {

@@ -230,12 +230,18 @@ fn attention_override_raises_opset_and_bad_combinations_are_refused() {
     assert!("flash".parse::<AttentionForm>().is_err());
 }
 
-/// Every profile the CLI can produce (target defaults, plus each form for ort/legacy).
+/// Every profile the CLI can produce (target defaults, `ort` on CUDA, plus each form for
+/// ort).
 pub fn all_profiles() -> Vec<(String, ExportOptions)> {
     let mut out = Vec::new();
     for t in ExportTarget::ALL {
         out.push((t.name().to_string(), ExportOptions::for_target(t)));
     }
+    // The `ort` target for ONNX Runtime's CUDA EP (PAM as MultiHeadAttention).
+    out.push((
+        "ort-cuda".into(),
+        ExportOptions::for_target_on(ExportTarget::Ort, crate::ExportProvider::Cuda),
+    ));
     for f in AttentionForm::ALL {
         out.push((
             format!("ort-{}", f.name()),

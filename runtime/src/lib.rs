@@ -75,7 +75,7 @@ pub use io_contract::{
 #[cfg(feature = "ort")]
 pub use ort_engine::{CudaOptions, TensorRtOptions, TrtProfile};
 #[cfg(feature = "ort")]
-pub use ort_engine::{OrtEngine, OrtOptions, Provider};
+pub use ort_engine::{NodePlacement, OrtEngine, OrtOptions, PlacedNode, Provider};
 pub use postprocess::{argmax, colorize, overlay, resize_nearest, DEFAULT_ALPHA};
 pub use postprocess::{resize_bilinear, softmax, Upsample};
 pub use preprocess::{normalise, normalise_batch};

@@ -9,9 +9,8 @@ use std::path::{Path, PathBuf};
 
 use segtool_runtime::testing::{tiny_model_bytes, tiny_spec};
 use segtool_runtime::{
-    run_logits,
-    Backend, CudaOptions, Engine, OrtEngine, OrtOptions, Provider, RuntimeError, Segmenter,
-    TensorRtOptions,
+    run_logits, Backend, CudaOptions, Engine, OrtEngine, OrtOptions, Provider, RuntimeError,
+    Segmenter, TensorRtOptions,
 };
 
 fn model(dir: &Path) -> PathBuf {
@@ -73,7 +72,10 @@ fn non_strict_cuda_falls_back_to_cpu_and_says_why() {
         assert_eq!(engine.provider(), "cuda:0");
     }
     let x = ndarray::Array4::<f32>::ones((1, 3, 2, 2));
-    assert_eq!(run_logits(&mut engine, x.view()).unwrap().dim(), (1, 3, 2, 2));
+    assert_eq!(
+        run_logits(&mut engine, x.view()).unwrap().dim(),
+        (1, 3, 2, 2)
+    );
 }
 
 #[test]
@@ -182,13 +184,47 @@ fn fixed_input_size_gives_the_same_logits_and_refuses_other_sizes() {
     // A batch of 2 and then of 1: the batch stays dynamic.
     assert_eq!(run_logits(&mut fixed, x.view()).unwrap(), want);
     let one = x.slice(ndarray::s![..1, .., .., ..]);
-    assert_eq!(run_logits(&mut fixed, one).unwrap(), run_logits(&mut dynamic, one).unwrap());
+    assert_eq!(
+        run_logits(&mut fixed, one).unwrap(),
+        run_logits(&mut dynamic, one).unwrap()
+    );
 
     let other = ndarray::Array4::<f32>::zeros((1, 3, 4, 4));
-    let err = run_logits(&mut fixed, other.view()).unwrap_err().to_string();
+    let err = run_logits(&mut fixed, other.view())
+        .unwrap_err()
+        .to_string();
     assert!(
         err.contains('6') && err.contains('5') && err.contains('4'),
         "{err}"
     );
     assert!(run_logits(&mut dynamic, other.view()).is_ok());
+}
+
+/// ONNX Runtime's own profile says which provider ran each node: on this CPU session,
+/// every node of the graph, on the CPU provider (the GPU tier reads the same trace to
+/// show what CUDA and TensorRT took).
+#[test]
+fn profile_names_the_provider_of_every_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = model(dir.path());
+    let options = OrtOptions::new()
+        .with_intra_threads(1)
+        .with_profiling(dir.path().join("trace"));
+    let Some(engine) = open(&path, &options) else {
+        return;
+    };
+    let mut engine = engine.unwrap();
+    let x = ndarray::Array4::<f32>::zeros((1, 3, 4, 4));
+    run_logits(&mut engine, x.view()).unwrap();
+    let placement = engine.end_profiling().unwrap();
+    assert!(
+        !placement.nodes("CPUExecutionProvider").is_empty(),
+        "{}",
+        placement.summary()
+    );
+    assert!(
+        placement.elsewhere("CPUExecutionProvider").is_empty(),
+        "{}",
+        placement.summary()
+    );
 }

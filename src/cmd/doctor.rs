@@ -7,6 +7,9 @@
 //! - `train`: segtool_train's report (`libtorch`, `cuda`, `nccl`, `gloo`), or `null` in a
 //!   build without the `train` feature
 //! - `runtime`: segtool_runtime's report (`onnxruntime`, `tensorrt_library`, `tract`)
+//! - `driver`: the NVIDIA driver against libtorch's CUDA build (`present`, `release`,
+//!   `cuda_version`, `required_cuda`, `suits_build`, `advice`; see
+//!   segtool_train::env_report::driver), or `null` without the `train` feature
 //! - `gpu`: `available` (bool: libtorch sees a CUDA device, or ONNX Runtime's CUDA provider
 //!   registers), `device_count` (int), `features` (array of `name` string, `on` bool,
 //!   `why_off` string|null), for `cuda_training`, `fp16_amp`, `nccl`, `ort_cuda`,
@@ -107,16 +110,20 @@ pub fn run(args: Args) -> Result<()> {
 
     if args.json {
         #[cfg(feature = "train")]
-        let train_json = train.as_ref().map(|t| t.to_json()).unwrap_or(Value::Null);
+        let (train_json, driver_json) = train
+            .as_ref()
+            .map(|t| (t.to_json(), t.driver.to_json()))
+            .unwrap_or((Value::Null, Value::Null));
         #[cfg(not(feature = "train"))]
-        let train_json = {
+        let (train_json, driver_json) = {
             let _ = train;
-            Value::Null
+            (Value::Null, Value::Null)
         };
         let report = json!({
             "segtool_version": env!("CARGO_PKG_VERSION"),
             "train": train_json,
             "runtime": runtime.to_json(),
+            "driver": driver_json,
             "gpu": {
                 "available": gpu_available,
                 "device_count": torch_devices,
@@ -145,6 +152,7 @@ pub fn run(args: Args) -> Result<()> {
             "libtorch",
             format!("{} ({build}) at {}", l.version, l.lib_dir),
         );
+        line("driver", driver_line(&t.driver));
         if t.cuda.devices.is_empty() {
             line(
                 "CUDA",
@@ -287,4 +295,32 @@ pub fn run(args: Args) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// "580.65.06 (supports CUDA 13.0): suits this CUDA 13.0 build", or what is wrong and the fix.
+#[cfg(feature = "train")]
+fn driver_line(d: &segtool_train::env_report::driver::Driver) -> String {
+    use segtool_train::env_report::{
+        cudart_version as cuda,
+        driver::{Probe, Verdict},
+    };
+    let Probe::Present {
+        cuda_version,
+        release,
+    } = &d.probe
+    else {
+        return d.advice.clone().unwrap_or_default();
+    };
+    let found = format!(
+        "{} (supports CUDA {})",
+        release.as_deref().unwrap_or("release unknown"),
+        cuda_version.map(cuda).as_deref().unwrap_or("?")
+    );
+    let build = d.required_cuda.map(cuda).unwrap_or_default();
+    match (d.verdict, &d.advice) {
+        (Verdict::Suits, _) => format!("{found}: suits this CUDA {build} build"),
+        (Verdict::TooOld, Some(a)) => format!("{found}: TOO OLD: {a}"),
+        (_, Some(a)) => format!("{found}: {a}"),
+        (_, None) => found,
+    }
 }

@@ -1,7 +1,10 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use segtool_export::{export_onnx, AttentionForm, ExportOptions, ExportTarget, ExternalData};
+use segtool_export::{
+    export_onnx, AttentionForm, ExportOptions, ExportProvider, ExportTarget, ExternalData,
+    TargetRequest,
+};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -12,16 +15,25 @@ pub struct Args {
     #[arg(long)]
     pub onnx: PathBuf,
     /// Runtime the model is for; picks the attention forms and the opset.
-    /// `legacy` (the default): MatMul/Softmax/MatMul, opset 17, loads everywhere (ORT,
-    /// TensorRT, tract). `ort`: PAM in query blocks (in ONNX Runtime faster than its
+    /// `legacy`: MatMul/Softmax/MatMul, opset 17, loads everywhere (ORT, TensorRT,
+    /// tract). `ort`: shape hints for ORT's fusions; on the CPU (`--provider cpu`, its
+    /// default) PAM in query blocks (in ORT's CPU kernels faster than its
     /// MultiHeadAttention inside the model, 1/16 of the N x N energy alive), CAM
-    /// decomposed, shape hints for ORT's fusions.
+    /// decomposed; with `--provider cuda` PAM as fused MultiHeadAttention.
     /// `tensorrt`: ONNX Attention (opset 23) for both modules. `tract`: PAM in query
     /// blocks (blocked), CAM decomposed, convs deeper than 2304 (in x k x k) split along
     /// their input channels (tract runs those faster), opset 17.
-    /// The default stays `legacy` so that one file serves the ORT and the tract engine.
-    #[arg(long, default_value = "legacy", value_parser = parse_target)]
-    pub target: ExportTarget,
+    /// Default: `legacy` (one file serves the ORT and the tract engine), or `ort` with
+    /// `--provider` or Triton GPU instances (`--triton-gpus`).
+    #[arg(long, value_parser = parse_target)]
+    pub target: Option<ExportTarget>,
+    /// ONNX Runtime execution provider an `ort` export is for: `cpu` (PAM in query
+    /// blocks, as measured fastest there) or `cuda` (PAM as com.microsoft
+    /// MultiHeadAttention: ORT's CUDA EP runs it fused, never materialising N x N; CAM
+    /// decomposed). Implies `--target ort`. Default: `cuda` for a Triton repository with
+    /// GPU instances, else `cpu`.
+    #[arg(long, value_parser = parse_provider)]
+    pub provider: Option<ExportProvider>,
     /// Override the target's attention form for both modules:
     /// decomposed | onnx (Attention-23) | ms-mha (com.microsoft MultiHeadAttention) |
     /// blocked (PAM decomposed in query blocks; CAM decomposed).
@@ -113,6 +125,10 @@ fn parse_target(s: &str) -> Result<ExportTarget, String> {
     s.parse()
 }
 
+fn parse_provider(s: &str) -> Result<ExportProvider, String> {
+    s.parse()
+}
+
 fn parse_form(s: &str) -> Result<AttentionForm, String> {
     s.parse()
 }
@@ -122,8 +138,17 @@ fn parse_external_data(s: &str) -> Result<ExternalData, String> {
 }
 
 impl Args {
+    /// What `--target`, `--provider` and `--triton-gpus` ask for, before defaults.
+    pub fn target_request(&self) -> TargetRequest {
+        TargetRequest {
+            target: self.target,
+            provider: self.provider,
+            gpu_serving: self.triton.is_some() && !self.triton_gpus.0.is_empty(),
+        }
+    }
+
     pub fn options(&self) -> ExportOptions {
-        let mut opts = ExportOptions::for_target(self.target);
+        let mut opts = self.target_request().options();
         if let Some(form) = self.attention {
             opts = opts.with_attention(form);
         }
@@ -146,9 +171,10 @@ pub fn run(args: Args) -> Result<()> {
     let report = export_onnx(&args.checkpoint, &args.onnx, &opts)
         .with_context(|| format!("exporting {}", args.checkpoint.display()))?;
     println!(
-        "wrote {} (target {}, PAM {}, CAM {}, opset {}; {} nodes, {} initializers, {} BN folded, {:.1} MB)",
+        "wrote {} (target {}{}, PAM {}, CAM {}, opset {}; {} nodes, {} initializers, {} BN folded, {:.1} MB)",
         args.onnx.display(),
         opts.target,
+        opts.provider.map(|p| format!(" on {p}")).unwrap_or_default(),
         opts.pam,
         opts.cam,
         opts.opset,
@@ -157,6 +183,12 @@ pub fn run(args: Args) -> Result<()> {
         report.folded_bn,
         report.bytes as f64 / 1e6
     );
+    if args.provider.is_none() && opts.provider == Some(ExportProvider::Cuda) {
+        println!(
+            "  attention for ONNX Runtime's CUDA EP (Triton GPU instances); --provider cpu keeps \
+             the CPU forms"
+        );
+    }
     if let Some(ext) = &report.external {
         println!(
             "  external data: {} initializers in {} ({:.1} MB, next to the model)",
@@ -204,6 +236,11 @@ pub fn run(args: Args) -> Result<()> {
     }
     if let Some(dir) = &args.triton {
         write_triton(&args, dir)?;
+        if !args.triton_gpus.0.is_empty() {
+            if let Some(note) = opts.attention_choice().cuda_note() {
+                eprintln!("note: Triton GPU instances: {note}");
+            }
+        }
     }
     Ok(())
 }

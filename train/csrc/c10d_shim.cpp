@@ -66,20 +66,27 @@ struct Group {
   int rank;
   int world;
   bool nccl;
+  // Every collective's tensors live here: the CPU for gloo, the rank's own GPU (cuda:N,
+  // with its index) for NCCL. A tensor on another GPU would make NCCL run the collective
+  // on a communicator of the wrong device, or hang.
+  at::Device device{at::kCPU};
 };
 
 std::chrono::milliseconds ms(int64_t timeout_ms) {
   return std::chrono::milliseconds(timeout_ms);
 }
 
+// Both backends: a tensor must be on the group's device (the Rust side builds every
+// collective's tensors there: ProcessGroup::device).
 void check_tensor(const Group& g, const at::Tensor& t, const char* name) {
   TORCH_CHECK(t.defined(), name, " is an undefined tensor");
   if (!g.nccl) {
     TORCH_CHECK(t.device().is_cpu(), name, " is on ", t.device(),
                 ": the gloo process group takes CPU tensors only (use the nccl backend for CUDA)");
   } else {
-    TORCH_CHECK(t.device().is_cuda(), name, " is on ", t.device(),
-                ": the nccl process group takes CUDA tensors only");
+    TORCH_CHECK(t.device() == g.device, name, " is on ", t.device(),
+                ": this rank's nccl process group is bound to ", g.device,
+                " and takes tensors on that GPU only");
   }
   TORCH_CHECK(t.is_contiguous(), name, " is not contiguous");
 }
@@ -133,6 +140,10 @@ void all_reduce(Group& g, at::Tensor& t, int op, int64_t timeout_ms) {
 }
 
 // SyncBatchNorm over every rank of a group (N, C, *): statistics over the global batch.
+// The arithmetic runs in fp32 whatever the input's dtype, and only the output returns to
+// it: under fp16 autocast the input is fp16, where x * x overflows for |x| > 256 (var =
+// inf, invstd = 0, running_var = inf). PyTorch's batch_norm_stats / batch_norm_elemt
+// accumulate in fp32 the same way.
 struct SyncBatchNormFn : public torch::autograd::Function<SyncBatchNormFn> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, at::Tensor input,
                             at::Tensor weight, at::Tensor bias, at::Tensor running_mean,
@@ -143,9 +154,10 @@ struct SyncBatchNormFn : public torch::autograd::Function<SyncBatchNormFn> {
     std::vector<int64_t> dims{0};
     for (int64_t d = 2; d < input.dim(); d++) dims.push_back(d);
     at::Tensor x = input.contiguous();
+    at::Tensor xf = x.to(at::kFloat);
     // Sums in double: the global mean and variance come out as exact as the local ones.
-    at::Tensor sum = x.sum(dims, false, at::kDouble);
-    at::Tensor sumsq = (x * x).sum(dims, false, at::kDouble);
+    at::Tensor sum = xf.sum(dims, false, at::kDouble);
+    at::Tensor sumsq = xf.square().sum(dims, false, at::kDouble);
     at::Tensor count = at::full({1}, static_cast<double>(x.numel() / std::max<int64_t>(c, 1)),
                                 sum.options());
     at::Tensor stats = at::cat({sum, sumsq, count}).contiguous();
@@ -164,16 +176,17 @@ struct SyncBatchNormFn : public torch::autograd::Function<SyncBatchNormFn> {
     }
     std::vector<int64_t> shape(input.dim(), 1);
     shape[1] = c;
-    at::Tensor mean_x = mean.to(x.scalar_type()).view(shape);
-    at::Tensor invstd_x = invstd.to(x.scalar_type());
-    at::Tensor scale = weight.defined() ? invstd_x * weight : invstd_x;
-    at::Tensor out = (x - mean_x) * scale.view(shape);
-    if (bias.defined()) out = out + bias.view(shape);
-    ctx->save_for_backward({x, weight, mean_x, invstd_x});
+    at::Tensor mean_f = mean.to(at::kFloat);
+    at::Tensor invstd_f = invstd.to(at::kFloat);
+    at::Tensor scale = weight.defined() ? invstd_f * weight.to(at::kFloat) : invstd_f;
+    at::Tensor out = (xf - mean_f.view(shape)) * scale.view(shape);
+    if (bias.defined()) out = out + bias.to(at::kFloat).view(shape);
+    // x in its own dtype (half the memory of xf for fp16); backward widens it again.
+    ctx->save_for_backward({x, weight, mean_f, invstd_f});
     ctx->saved_data["n"] = n;
     ctx->saved_data["group"] = reinterpret_cast<int64_t>(group);
     ctx->saved_data["timeout_ms"] = timeout_ms;
-    return out;
+    return out.to(x.scalar_type());
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -189,23 +202,27 @@ struct SyncBatchNormFn : public torch::autograd::Function<SyncBatchNormFn> {
     std::vector<int64_t> shape(x.dim(), 1);
     shape[1] = c;
 
-    at::Tensor dy = grads[0].contiguous();
-    at::Tensor xmu = x - mean;
+    // fp32 throughout, as the forward (a loss-scaled fp16 dy times x - mean overflows).
+    at::Tensor dy = grads[0].to(at::kFloat).contiguous();
+    at::Tensor xmu = x.to(at::kFloat) - mean.view(shape);
     at::Tensor sum_dy = dy.sum(dims);
     at::Tensor sum_dy_xmu = (dy * xmu).sum(dims);
     at::Tensor grad_input, grad_weight, grad_bias;
-    if (ctx->needs_input_grad(1) && weight.defined()) grad_weight = sum_dy_xmu * invstd.view({c});
+    if (ctx->needs_input_grad(1) && weight.defined()) {
+      grad_weight = (sum_dy_xmu * invstd).to(weight.scalar_type());
+    }
+    // fp32, as the parameters are (autograd casts a gradient to its input's dtype anyway).
     if (ctx->needs_input_grad(2)) grad_bias = sum_dy;
     if (ctx->needs_input_grad(0)) {
       // The statistics are functions of every rank's input: the gradient through them
       // needs the global sums of dy and dy * (x - mean).
       at::Tensor both = at::cat({sum_dy, sum_dy_xmu}).to(at::kDouble).contiguous();
       all_reduce(*group, both, 0, timeout_ms);
-      at::Tensor mean_dy = (both.narrow(0, 0, c) / n).to(x.scalar_type()).view(shape);
-      at::Tensor mean_dy_xmu = (both.narrow(0, c, c) / n).to(x.scalar_type()).view(shape);
+      at::Tensor mean_dy = (both.narrow(0, 0, c) / n).to(at::kFloat).view(shape);
+      at::Tensor mean_dy_xmu = (both.narrow(0, c, c) / n).to(at::kFloat).view(shape);
       at::Tensor inv = invstd.view(shape);
-      at::Tensor scale = weight.defined() ? inv * weight.view(shape) : inv;
-      grad_input = (dy - mean_dy - xmu * inv * inv * mean_dy_xmu) * scale;
+      at::Tensor scale = weight.defined() ? inv * weight.to(at::kFloat).view(shape) : inv;
+      grad_input = ((dy - mean_dy - xmu * inv * inv * mean_dy_xmu) * scale).to(x.scalar_type());
     }
     // One entry per forward argument after ctx.
     return {grad_input, grad_weight, grad_bias, at::Tensor(), at::Tensor(),
@@ -231,9 +248,11 @@ int segtool_c10d_has_nccl() {
 }
 
 // Rendezvous at master_addr:port (rank 0 hosts the TCPStore) and creates the process
-// group: backend "gloo" (CPU) or "nccl" (CUDA, only when built with it).
+// group: backend "gloo" (CPU; cuda_device must be -1) or "nccl" (CUDA, only when built
+// with it), bound to GPU `cuda_device`: it becomes this thread's current device before the
+// group exists, as torch.cuda.set_device(local_rank) + init_process_group(device_id=).
 char* segtool_c10d_group_new(const char* master_addr, uint16_t port, int world, int rank,
-                             int64_t timeout_ms, const char* backend,
+                             int64_t timeout_ms, const char* backend, int cuda_device,
                              segtool_c10d_group** out) {
   *out = nullptr;
   return guarded("creating the process group", [&] {
@@ -258,6 +277,8 @@ char* segtool_c10d_group_new(const char* master_addr, uint16_t port, int world, 
                   world, ") failed: ", e.what());
     }
     if (name == "gloo") {
+      TORCH_CHECK(cuda_device == -1, "the gloo process group runs on the CPU, not cuda:",
+                  cuda_device);
       auto gopts = c10d::ProcessGroupGloo::Options::create(ms(timeout_ms));
       const char* iface = std::getenv("GLOO_SOCKET_IFNAME");
       if (iface && *iface) {
@@ -275,10 +296,23 @@ char* segtool_c10d_group_new(const char* master_addr, uint16_t port, int world, 
                   "backend \"nccl\" needs a CUDA device, and no CUDA device is visible to "
                   "this process (no GPU or driver, or CUDA_VISIBLE_DEVICES hides them); use "
                   "\"gloo\" with --device cpu");
+      const int visible = static_cast<int>(c10::cuda::device_count());
+      TORCH_CHECK(cuda_device >= 0 && cuda_device < visible, "rank ", rank,
+                  ": the nccl group needs this rank's GPU, cuda:", cuda_device, ", but ",
+                  visible, " GPU(s) are visible");
+      // Before ProcessGroupNCCL exists: its communicator, its barrier's device guess and
+      // the CUDA context all follow the current device.
+      c10::cuda::set_device(static_cast<c10::DeviceIndex>(cuda_device));
+      const at::Device device(at::kCUDA, static_cast<c10::DeviceIndex>(cuda_device));
       auto nopts = c10d::ProcessGroupNCCL::Options::create();
       nopts->timeout = ms(timeout_ms);
       group->backend = c10::make_intrusive<c10d::ProcessGroupNCCL>(group->store, rank, world, nopts);
+      group->backend->setBoundDeviceId(device);
+      // The communicator now, not at the first collective: a bad GPU or NCCL set-up fails
+      // here with every rank present.
+      group->backend->eagerConnectSingleDevice(device);
       group->nccl = true;
+      group->device = device;
 #else
       TORCH_CHECK(false,
                   "backend \"nccl\" is not available: segtool was built without NCCL "
@@ -365,6 +399,26 @@ char* segtool_c10d_sync_batch_norm(segtool_c10d_group* g, at::Tensor* input, at:
     at::Tensor y = SyncBatchNormFn::apply(*input, opt(weight), opt(bias), opt(running_mean),
                                           opt(running_var), momentum, eps, group, timeout_ms);
     *out = new at::Tensor(y);
+  });
+}
+
+// torch.cuda.set_device(index) for this thread; an error on a build without CUDA.
+char* segtool_cuda_set_device(int index) {
+  return guarded("setting the current CUDA device", [&] {
+#ifdef USE_C10D_NCCL
+    c10::cuda::set_device(static_cast<c10::DeviceIndex>(index));
+#else
+    TORCH_CHECK(false, "this build of segtool has no CUDA (built without NCCL), cuda:", index);
+#endif
+  });
+}
+
+// A tensor of n floats on the meta device (no storage): the CPU tests hand it to the
+// collectives to see check_tensor refuse a tensor that is not on the group's device.
+char* segtool_c10d_meta_tensor(int64_t n, at::Tensor** out) {
+  *out = nullptr;
+  return guarded("creating a meta tensor", [&] {
+    *out = new at::Tensor(at::empty({n}, at::TensorOptions().device(at::kMeta)));
   });
 }
 

@@ -1,10 +1,36 @@
 //! The `--device` flag's values (`cpu`, `cuda`, `cuda:N`) as tch devices, checked against
 //! what libtorch sees.
 
+use std::ffi::{c_char, c_int, CStr};
+
 use anyhow::{bail, Result};
 use tch::Device;
 
 use crate::dist::DistEnv;
+
+extern "C" {
+    fn segtool_cuda_set_device(index: c_int) -> *mut c_char;
+    fn segtool_c10d_free_string(s: *mut c_char);
+}
+
+/// Makes `device` this thread's current CUDA device (`torch.cuda.set_device`); nothing
+/// for the CPU. A distributed run calls it before anything touches the GPU, so that no
+/// rank creates a CUDA context on GPU 0 as well as its own, and NCCL binds to it.
+pub fn make_current(device: Device) -> Result<()> {
+    let Device::Cuda(index) = device else {
+        return Ok(());
+    };
+    let err = unsafe { segtool_cuda_set_device(c_int::try_from(index)?) };
+    if err.is_null() {
+        return Ok(());
+    }
+    // SAFETY: the shim returns a malloc'ed NUL-terminated string that we now own.
+    let message = unsafe { CStr::from_ptr(err) }
+        .to_string_lossy()
+        .into_owned();
+    unsafe { segtool_c10d_free_string(err) };
+    bail!("{message}")
+}
 
 /// `cpu`, `cuda` (GPU 0) or `cuda:N`; an error when libtorch has no such GPU.
 pub fn parse_device(s: &str) -> Result<Device> {
@@ -19,8 +45,8 @@ pub fn parse_device(s: &str) -> Result<Device> {
 }
 
 /// The device of this process: in a distributed run, `cuda` is the local rank's GPU
-/// ([`local_cuda_device`], as `torch.cuda.set_device(local_rank)`); otherwise
-/// [`parse_device`].
+/// ([`local_cuda_device`]; [`make_current`] makes it current, as
+/// `torch.cuda.set_device(local_rank)`); otherwise [`parse_device`].
 pub fn device_for(s: &str, dist: Option<&DistEnv>) -> Result<Device> {
     match dist {
         Some(env) if s == "cuda" => local_cuda_device(env.local_rank),

@@ -2,14 +2,16 @@
 //! libtorch it links (version, the CUDA and cuDNN versions it was built with), the CUDA
 //! devices visible now (name, memory, compute capability) or why there are none, NCCL
 //! (built into the c10d shim? header and library versions) and the gloo shim (a one-rank
-//! process group that all-reduces a tensor). Every field comes from a check that ran in
-//! this process; nothing is printed. [`TrainEnvReport::to_json`] gives the stable keys
-//! documented there.
+//! process group that all-reduces a tensor), and the NVIDIA driver against the CUDA build
+//! ([`driver`]). Every field comes from a check that ran in this process; nothing is
+//! printed. [`TrainEnvReport::to_json`] gives the stable keys documented there.
 
 use std::ffi::{c_char, c_int, CStr};
 use std::time::Duration;
 
 use serde_json::{json, Value};
+
+pub mod driver;
 
 extern "C" {
     fn segtool_c10d_free_string(s: *mut c_char);
@@ -114,6 +116,9 @@ pub struct TrainEnvReport {
     pub cuda: Cuda,
     pub nccl: Nccl,
     pub gloo: Gloo,
+    /// Not in [`TrainEnvReport::to_json`]: doctor puts [`driver::Driver::to_json`] at its
+    /// top level (the driver is the machine's, not libtorch's).
+    pub driver: driver::Driver,
 }
 
 /// `22907` -> `"2.29.7"` (NCCL >= 2.9: major*10000 + minor*100 + patch).
@@ -126,8 +131,8 @@ fn nccl_version(code: c_int) -> String {
     }
 }
 
-/// `13000` -> `"13.0"` (CUDART_VERSION: major*1000 + minor*10).
-fn cudart_version(code: i64) -> String {
+/// `13000` -> `"13.0"` (CUDART_VERSION, and cuDriverGetVersion: major*1000 + minor*10).
+pub fn cudart_version(code: i64) -> String {
     format!("{}.{}", code / 1000, (code % 1000) / 10)
 }
 
@@ -197,13 +202,25 @@ pub fn set_cuda_allow_tf32(allow: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// libtorch's build-time CUDART_VERSION, cuDNN version and "CUDA hooks registered".
+fn torch_cuda_versions() -> (i64, i64, c_int) {
+    let (mut cudart, mut cudnn, mut hooks) = (0i64, 0i64, 0 as c_int);
+    unsafe { segtool_env_torch_cuda_versions(&mut cudart, &mut cudnn, &mut hooks) };
+    (cudart, cudnn, hooks)
+}
+
+/// The NVIDIA driver against the CUDA runtime libtorch was built with (cheap: a `dlopen`).
+pub fn driver_report() -> driver::Driver {
+    let cudart = torch_cuda_versions().0;
+    driver::assess(driver::probe(), (cudart > 0).then_some(cudart))
+}
+
 /// The libtorch this build links (cheap: no device or process-group checks).
 pub fn libtorch() -> Libtorch {
     let version = unsafe { CStr::from_ptr(segtool_env_torch_version()) }
         .to_string_lossy()
         .into_owned();
-    let (mut cudart, mut cudnn, mut hooks) = (0i64, 0i64, 0 as c_int);
-    unsafe { segtool_env_torch_cuda_versions(&mut cudart, &mut cudnn, &mut hooks) };
+    let (cudart, cudnn, hooks) = torch_cuda_versions();
     Libtorch {
         version,
         lib_dir: env!("SEGTOOL_TORCH_LIB_DIR").to_string(),
@@ -225,6 +242,7 @@ fn gloo_check() -> (bool, String) {
             rank: 0,
             timeout: Duration::from_secs(10),
             backend: Backend::Gloo,
+            device: tch::Device::Cpu,
         })?;
         let mut t = tch::Tensor::from_slice(&[1.0f32, 2.0, 3.0]);
         group.all_reduce(&mut t, ReduceOp::Sum)?;
@@ -291,6 +309,7 @@ pub fn env_report() -> TrainEnvReport {
         cuda,
         nccl,
         gloo,
+        driver: driver_report(),
     }
 }
 

@@ -276,7 +276,10 @@ impl Trainer {
             let parts =
                 Vec::<f64>::try_from(parts.to_kind(tch::Kind::Double).to_device(Device::Cpu))
                     .unwrap_or_default();
-            if !value.is_finite() {
+            // dist: a rank alone must not leave (its peers would wait in the gradient
+            // all-reduce until the timeout); every rank stops together below, once the
+            // averaged loss is non-finite.
+            if !value.is_finite() && self.ddp.is_none() {
                 self.optimizer.zero_grad();
                 return Err(NonFiniteLoss {
                     iteration: it,
@@ -300,9 +303,17 @@ impl Trainer {
         // clipping (as PyTorch DDP).
         if let Some(ddp) = &self.ddp {
             ddp.average_gradients(&self.vs)?;
-            total = ddp.mean(total)?;
-            for t in terms.iter_mut() {
-                *t = ddp.mean(*t)?;
+            let means = ddp.mean_all(&[total, terms[0], terms[1], terms[2]])?;
+            total = means[0];
+            terms.copy_from_slice(&means[1..]);
+            if !total.is_finite() {
+                self.optimizer.zero_grad();
+                return Err(NonFiniteLoss {
+                    iteration: it,
+                    value: total,
+                    lr,
+                }
+                .into());
             }
         }
         // amp: unscale (after the all-reduce, before clipping); inf/NaN skips the step.

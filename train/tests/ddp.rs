@@ -458,6 +458,7 @@ fn nccl_without_nccl_or_gpu_is_a_clear_error() {
         rank: 0,
         timeout: Duration::from_secs(1),
         backend: Backend::Nccl,
+        device: tch::Device::Cuda(0),
     })
     .unwrap_err();
     let expected = if Backend::Nccl.available() {
@@ -478,6 +479,7 @@ fn single_rank_group_works_alone() {
         rank: 0,
         timeout: Duration::from_secs(10),
         backend: Backend::Gloo,
+        device: tch::Device::Cpu,
     })
     .unwrap();
     let mut t = Tensor::from_slice(&[1.0f32, 2.0]);

@@ -34,6 +34,7 @@
 
 pub mod doctor;
 mod dylib;
+mod placement;
 mod providers;
 
 use std::path::{Path, PathBuf};
@@ -47,12 +48,13 @@ use crate::engine::{
     check_input_shape, check_mask_shape, check_nhwc_shape, check_output_shape, ensure_exists,
     mask_to_u8, Engine,
 };
-use segtool_onnx::ModelFileError;
 use crate::error::{Result, RuntimeError};
 use crate::io_contract::{EngineInput, EngineOutput, InputLayout, IoContract, OutputKind};
+use segtool_onnx::ModelFileError;
 use segtool_onnx::{ModelFile, ModelIo};
 
 pub use dylib::{dylib_candidates, BUILD_TIME_DYLIB};
+pub use placement::{NodePlacement, PlacedNode};
 pub use providers::{CudaOptions, Provider, TensorRtOptions, TrtProfile, TRT_PROFILE_KEY};
 
 pub use dylib::environment;
@@ -75,6 +77,10 @@ pub struct OrtOptions {
     /// Runtime free-dimension overrides); inputs of another size are then refused. `None`
     /// keeps the model's dynamic shape.
     pub fixed_input_size: Option<(usize, usize)>,
+    /// ONNX Runtime's profiler on, its trace written under this path prefix (ORT appends
+    /// a timestamp); [`OrtEngine::end_profiling`] closes it and says which provider ran
+    /// each node.
+    pub profiling: Option<PathBuf>,
 }
 
 impl OrtOptions {
@@ -134,6 +140,12 @@ impl OrtOptions {
     /// already fixes must agree; an input of another size is an error at run time.
     pub fn with_fixed_input_size(mut self, height: usize, width: usize) -> Self {
         self.fixed_input_size = Some((height, width));
+        self
+    }
+
+    /// Profiles the session into a trace under `prefix` ([`OrtOptions::profiling`]).
+    pub fn with_profiling(mut self, prefix: impl Into<PathBuf>) -> Self {
+        self.profiling = Some(prefix.into());
         self
     }
 }
@@ -213,7 +225,10 @@ impl OrtEngine {
                     if !failures.is_empty() {
                         message = format!("{message} (earlier providers: {})", failures.join("; "));
                     }
-                    return Err(RuntimeError::File(ModelFileError::Invalid { path, message }));
+                    return Err(RuntimeError::File(ModelFileError::Invalid {
+                        path,
+                        message,
+                    }));
                 }
                 Err(e) => failures.push(format!("{provider} unavailable: {e}")),
             }
@@ -232,10 +247,12 @@ impl OrtEngine {
         provider: String,
         fallback: Option<String>,
     ) -> Result<Self> {
-        let invalid = |message: String| RuntimeError::File(ModelFileError::Invalid {
-            path: path.clone(),
-            message,
-        });
+        let invalid = |message: String| {
+            RuntimeError::File(ModelFileError::Invalid {
+                path: path.clone(),
+                message,
+            })
+        };
         let input = session
             .inputs()
             .first()
@@ -291,6 +308,19 @@ impl OrtEngine {
     pub fn path(&self) -> &Path {
         &self.path
     }
+
+    /// Ends the profiling [`OrtOptions::with_profiling`] started and reads, from ONNX
+    /// Runtime's trace, which provider ran each node of the runs so far.
+    pub fn end_profiling(&mut self) -> Result<NodePlacement> {
+        let file = self
+            .session
+            .end_profiling()
+            .map_err(|e| RuntimeError::Ort(format!("ending the profile: {e}")))?;
+        let trace = std::fs::read_to_string(&file).map_err(|e| {
+            RuntimeError::Ort(format!("reading ONNX Runtime's profile {file}: {e}"))
+        })?;
+        NodePlacement::parse(&trace)
+    }
 }
 
 fn build_session(
@@ -305,6 +335,11 @@ fn build_session(
     if let Some(n) = options.intra_threads {
         builder = builder
             .with_intra_threads(n)
+            .map_err(|e| ort::Error::new(e.to_string()))?;
+    }
+    if let Some(prefix) = &options.profiling {
+        builder = builder
+            .with_profiling(prefix)
             .map_err(|e| ort::Error::new(e.to_string()))?;
     }
     for (name, size) in overrides {

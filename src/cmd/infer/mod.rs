@@ -50,7 +50,7 @@ use inputs::{check_unique_stems, decode_files, DecodeOptions};
 use outputs::{write_results, Sink};
 use pipeline::{Batch, Busy, Failure, Scored, Stage};
 use raw::read_raw;
-use sessions::{check_contract, open_server};
+use sessions::{check_contract, cuda_attention_note, open_server};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -236,6 +236,9 @@ pub fn run(args: Args) -> Result<()> {
     } else {
         let seg = args.engine.request(fixed_size).open(&args.model)?;
         eprintln!("{}", describe(&seg));
+        if let Some(note) = cuda_attention_note(&seg) {
+            eprintln!("note: {note}");
+        }
         check_contract(&seg, &args)?;
         let contract = seg.contract();
         if accuracy_opts.is_some() && !contract.is_plain() {

@@ -108,6 +108,9 @@ pub(super) fn open_server(
         }
         if i == 0 {
             check_contract(&seg, args)?;
+            if let Some(note) = cuda_attention_note(&seg) {
+                eprintln!("note: {note}");
+            }
         }
         providers.push(provider);
         segmenters.push(seg);
@@ -135,6 +138,16 @@ fn with_device(builder: SegmenterBuilder, asked: &str) -> Result<SegmenterBuilde
         }
         Ok(builder)
     }
+}
+
+/// On CUDA, an export whose PAM was not written for ONNX Runtime's CUDA EP: what the
+/// exporter says about its recorded attention choice (and how to re-export).
+pub(super) fn cuda_attention_note(seg: &Segmenter) -> Option<String> {
+    if !seg.engine().provider().starts_with("cuda") {
+        return None;
+    }
+    let options = seg.model()?.metadata.export_options.as_ref()?;
+    segtool_export::AttentionChoice::from_export_options(options)?.cuda_note()
 }
 
 /// Refuses what the model's contract cannot give.

@@ -80,14 +80,18 @@ impl Ddp {
 
     /// The mean of `value` over the ranks (losses for logging).
     pub fn mean(&self, value: f64) -> Result<f64> {
+        Ok(self.mean_all(&[value])?[0])
+    }
+
+    /// The means of `values` over the ranks, in one all-reduce on the group's device (NCCL
+    /// refuses CPU tensors).
+    pub fn mean_all(&self, values: &[f64]) -> Result<Vec<f64>> {
         if self.world_size() == 1 {
-            return Ok(value);
+            return Ok(values.to_vec());
         }
-        let mut t = Tensor::from_slice(&[value]);
         self.group
-            .all_reduce(&mut t, ReduceOp::Avg)
-            .context("averaging the loss over the ranks")?;
-        Ok(t.double_value(&[0]))
+            .all_reduce_values(values, ReduceOp::Avg)
+            .context("averaging the loss over the ranks")
     }
 
     /// Runs `op` on each bucket of `tensors` (consecutive, same dtype and device, at most

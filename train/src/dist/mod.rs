@@ -217,7 +217,14 @@ impl DistEnv {
     }
 
     /// The options to join this job's process group.
+    /// The device is the CPU for gloo and this rank's GPU for NCCL (the local rank's, or
+    /// the only one visible); [`GroupOptions::on_device`] sets the model's own.
     pub fn group_options(&self, backend: Backend, timeout: Duration) -> GroupOptions {
+        let device = match backend {
+            Backend::Gloo => tch::Device::Cpu,
+            Backend::Nccl => crate::device::local_cuda_device(self.local_rank)
+                .unwrap_or(tch::Device::Cuda(self.local_rank)),
+        };
         GroupOptions {
             master_addr: self.master_addr.clone(),
             master_port: self.master_port,
@@ -225,6 +232,7 @@ impl DistEnv {
             rank: self.rank,
             timeout,
             backend,
+            device,
         }
     }
 }

@@ -1,11 +1,13 @@
 //! A safe wrapper over the c10d shim (csrc/c10d_shim.cpp): a TCPStore rendezvous and a
-//! ProcessGroupGloo, with blocking collectives that each wait at most a timeout.
+//! ProcessGroupGloo or ProcessGroupNCCL, with blocking collectives that each wait at most
+//! a timeout. A group has one device (CPU for gloo, the rank's GPU for NCCL); the shim
+//! refuses any collective tensor elsewhere, for both backends.
 
 use std::ffi::{c_char, c_int, CStr, CString};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use tch::Tensor;
+use tch::{Device, Tensor};
 use torch_sys::C_tensor;
 
 #[repr(C)]
@@ -23,6 +25,7 @@ extern "C" {
         rank: c_int,
         timeout_ms: i64,
         backend: *const c_char,
+        cuda_device: c_int,
         out: *mut *mut RawGroup,
     ) -> *mut c_char;
     fn segtool_c10d_group_free(g: *mut RawGroup);
@@ -46,6 +49,8 @@ extern "C" {
         timeout_ms: i64,
     ) -> *mut c_char;
     fn segtool_c10d_barrier(g: *mut RawGroup, timeout_ms: i64) -> *mut c_char;
+    #[cfg(test)]
+    fn segtool_c10d_meta_tensor(n: i64, out: *mut *mut C_tensor) -> *mut c_char;
     fn segtool_c10d_sync_batch_norm(
         g: *mut RawGroup,
         input: *mut C_tensor,
@@ -134,6 +139,17 @@ pub struct GroupOptions {
     /// For the rendezvous and for every collective.
     pub timeout: Duration,
     pub backend: Backend,
+    /// Where every collective's tensors live: the CPU for gloo, this rank's GPU for NCCL
+    /// (the group binds to it: it becomes the current CUDA device before NCCL starts).
+    pub device: Device,
+}
+
+impl GroupOptions {
+    /// The same options on `device` (the device the model trains on).
+    pub fn on_device(mut self, device: Device) -> Self {
+        self.device = device;
+        self
+    }
 }
 
 /// A c10d process group (TCPStore rendezvous + ProcessGroupGloo). Collectives block until
@@ -144,6 +160,7 @@ pub struct ProcessGroup {
     rank: usize,
     world_size: usize,
     timeout: Duration,
+    device: Device,
 }
 
 // The shim serialises nothing itself, but c10d's process groups are thread-safe: work is
@@ -181,6 +198,18 @@ impl ProcessGroup {
                 );
             }
         }
+        let cuda_device = match (opts.backend, opts.device) {
+            (Backend::Gloo, Device::Cpu) => -1,
+            (Backend::Nccl, Device::Cuda(n)) => c_int::try_from(n).context("CUDA device")?,
+            (Backend::Gloo, other) => bail!(
+                "the gloo backend takes CPU tensors, but the group was asked for {other:?}: \
+                 use --device cpu with gloo, or the nccl backend for GPUs"
+            ),
+            (Backend::Nccl, other) => bail!(
+                "the nccl backend runs collectives on this rank's GPU, but the group was asked \
+                 for {other:?}: use --device cuda with nccl, or gloo for the CPU"
+            ),
+        };
         let addr = CString::new(opts.master_addr.as_str()).context("master address")?;
         let backend = CString::new(opts.backend.name()).expect("no NUL");
         let world = c_int::try_from(opts.world_size).context("world size")?;
@@ -194,6 +223,7 @@ impl ProcessGroup {
                 rank,
                 timeout_ms(opts.timeout),
                 backend.as_ptr(),
+                cuda_device,
                 &mut raw,
             )
         })?;
@@ -202,7 +232,21 @@ impl ProcessGroup {
             rank: opts.rank,
             world_size: opts.world_size,
             timeout: opts.timeout,
+            device: opts.device,
         })
+    }
+
+    /// The device every collective's tensors must be on (the shim refuses others).
+    pub fn device(&self) -> Device {
+        self.device
+    }
+
+    /// `values` as one f64 tensor on the group's device, all-reduced with `op`, read back:
+    /// the way scalars (losses, metrics, flags) cross the ranks with either backend.
+    pub fn all_reduce_values(&self, values: &[f64], op: ReduceOp) -> Result<Vec<f64>> {
+        let mut t = Tensor::from_slice(values).to_device(self.device);
+        self.all_reduce(&mut t, op)?;
+        Ok(Vec::<f64>::try_from(t.to_device(Device::Cpu))?)
     }
 
     pub fn rank(&self) -> usize {
@@ -218,7 +262,7 @@ impl ProcessGroup {
     }
 
     /// In place: every rank's `tensor` becomes the reduction over all ranks.
-    /// The tensor must be contiguous (and on the CPU for gloo).
+    /// The tensor must be contiguous and on [`ProcessGroup::device`].
     pub fn all_reduce(&self, tensor: &mut Tensor, op: ReduceOp) -> Result<()> {
         self.all_reduce_timeout(tensor, op, self.timeout)
     }
@@ -324,4 +368,82 @@ impl Drop for ProcessGroup {
 
 fn timeout_ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX).max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    //! The device rule, checked by the shim for both backends: a collective's tensor on
+    //! another device than the group's is refused with a message naming both. A meta
+    //! tensor stands in for "another device" on a machine without a GPU.
+    use super::*;
+
+    fn meta(n: i64) -> Tensor {
+        let mut out = std::ptr::null_mut();
+        check(unsafe { segtool_c10d_meta_tensor(n, &mut out) }).unwrap();
+        // SAFETY: on success the shim set `out` to a heap at::Tensor we now own.
+        unsafe { Tensor::from_ptr(out) }
+    }
+
+    fn gloo() -> ProcessGroup {
+        ProcessGroup::new(&GroupOptions {
+            master_addr: "127.0.0.1".into(),
+            master_port: super::super::launch::free_port().unwrap(),
+            world_size: 1,
+            rank: 0,
+            timeout: Duration::from_secs(10),
+            backend: Backend::Gloo,
+            device: Device::Cpu,
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn collectives_refuse_tensors_off_the_group_device() {
+        let g = gloo();
+        assert_eq!(g.device(), Device::Cpu);
+        let mut t = meta(4);
+        let errors = [
+            g.all_reduce(&mut t, ReduceOp::Sum).unwrap_err(),
+            g.broadcast(&mut t, 0).unwrap_err(),
+            g.all_gather(&t).unwrap_err(),
+            g.sync_batch_norm(&meta(4).view([1, 4]), None, None, None, 0.1, 1e-5)
+                .unwrap_err(),
+        ];
+        for e in errors {
+            let e = e.to_string();
+            assert!(
+                e.contains("is on meta") && e.contains("CPU tensors only"),
+                "{e}"
+            );
+        }
+        // On the group's device the same calls work.
+        let values = g.all_reduce_values(&[1.5, -2.0], ReduceOp::Avg).unwrap();
+        assert_eq!(values, [1.5, -2.0]);
+    }
+
+    #[test]
+    fn the_backend_and_device_must_agree() {
+        let opts = |backend, device| GroupOptions {
+            master_addr: "127.0.0.1".into(),
+            master_port: 1,
+            world_size: 1,
+            rank: 0,
+            timeout: Duration::from_secs(1),
+            backend,
+            device,
+        };
+        let e = ProcessGroup::new(&opts(Backend::Gloo, Device::Cuda(0))).unwrap_err();
+        assert!(
+            e.to_string().contains("gloo backend takes CPU tensors"),
+            "{e}"
+        );
+        // Without a GPU the missing device is named first; with one, the CPU request.
+        let e = ProcessGroup::new(&opts(Backend::Nccl, Device::Cpu)).unwrap_err().to_string();
+        assert!(
+            e.contains("nccl backend runs collectives on this rank's GPU")
+                || e.contains("no CUDA device")
+                || e.contains("no NCCL"),
+            "{e}"
+        );
+    }
 }

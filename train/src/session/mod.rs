@@ -132,6 +132,10 @@ impl<'a> Run<'a> {
         if let Some(env) = &dist {
             self.emit(Event::Joined(env.clone()));
         }
+        if dist.is_some() {
+            // Before the model exists: its GPU is this rank's current device.
+            crate::device::make_current(self.device)?;
+        }
         let threads = self.set_threads(rank == 0, &mut notes);
         let cfg = self.settle_config(world, rank, &mut notes)?;
         let data = self.open_data(&cfg, rank)?;

@@ -58,8 +58,11 @@ impl Run<'_> {
             bail!("the gloo backend trains on the CPU: use --device cpu (or --dist-backend nccl)");
         }
         let group = Arc::new(
-            ProcessGroup::new(&env.group_options(self.backend, self.timeout))
-                .with_context(|| format!("rank {} joining the process group", env.rank))?,
+            ProcessGroup::new(
+                &env.group_options(self.backend, self.timeout)
+                    .on_device(self.device),
+            )
+            .with_context(|| format!("rank {} joining the process group", env.rank))?,
         );
         if cfg.optim.sync_bn {
             trainer.enable_sync_bn(group.clone());
