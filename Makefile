@@ -8,18 +8,22 @@ ENV = set -euo pipefail; source "$$(bash scripts/setup.sh)"
 setup:
 	@$(ENV); echo "environment ready: $$SEGTOOL_VENV"
 
+# demo and test share one build: the dev profile (dependencies at opt-level 3), so `make
+# test` after `make demo` compiles only the test harnesses. scripts/stages.sh times each
+# stage and prints the table at the end; scripts/run_tests.py runs the test binaries with
+# progress (what `cargo test --workspace --no-fail-fast` runs, doctests included).
 demo:
-	@$(ENV); cargo build --release --bin segtool && target/release/segtool demo --out out/demo
+	@bash scripts/stages.sh demo
 
-# SEGTOOL_BROWSER=1: the set-up also installs Debian's chromium for the report page's
-# headless-browser test (tests/report.rs).
+# The set-up also installs Debian's chromium for the report page's headless-browser test
+# (tests/report.rs).
 test:
-	@set -euo pipefail; source "$$(SEGTOOL_BROWSER=1 bash scripts/setup.sh)"; cargo test --workspace --no-fail-fast
+	@bash scripts/stages.sh test
 
 # The GPU tier (README, GPU section): every check runs on the GPUs present or is reported
-# SKIPPED with its reason. Run by nothing in CI. SEGTOOL_GPU=1 sets up the GPU venv
-# (onnxruntime-gpu + TensorRT) and builds into target/gpu; SEGTOOL_GPU_REQUIRE=1 makes a
-# skip fail the run.
+# SKIPPED with its reason. Run by nothing in CI. It sets up and uses the GPU venv itself
+# (SEGTOOL_GPU=1: onnxruntime-gpu + TensorRT, builds into target/gpu);
+# SEGTOOL_GPU_REQUIRE=1 makes a skip fail the run.
 .PHONY: test-gpu
 test-gpu:
-	@$(ENV); SEGTOOL_GPU_TESTS=1 cargo test --test gpu
+	@set -euo pipefail; source "$$(SEGTOOL_GPU=1 bash scripts/setup.sh)"; SEGTOOL_GPU_TESTS=1 cargo test --test gpu -- $(ARGS)

@@ -28,6 +28,11 @@ else
     env_file="$home/env-$pins_hash.sh"
 fi
 log() { echo "[setup] $*" >&2; }
+# Each slow step says what it does and roughly how long it takes here (2 cores), then how
+# long it took; a run with everything present prints nothing but the env file's path.
+step_started=0
+begin() { step_started=$(date +%s); log "$*"; }
+done_step() { log "  done in $(($(date +%s) - step_started)) s"; }
 
 mkdir -p "$home"
 
@@ -39,17 +44,18 @@ for pkg in libgloo-dev valgrind iproute2; do
     fi
 done
 if [ ${#missing[@]} -gt 0 ]; then
-    log "installing ${missing[*]} (apt)"
+    begin "1/4 Debian packages: ${missing[*]} (apt; about 30 s)"
     sudo_cmd=""
     if [ "$(id -u)" != 0 ]; then sudo_cmd="sudo"; fi
     $sudo_cmd apt-get update -qq >&2
     DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}" >&2
+    done_step
 fi
 
 # --- Python venv -----------------------------------------------------------------------
 stamp="$venv/.segtool-complete"
 if [ ! -f "$stamp" ]; then
-    log "creating venv $venv (torch wheel is large: a few minutes the first time)"
+    begin "2/4 Python venv $venv: torch 2.13 with its CUDA libraries (~4.8 GB installed), onnxruntime (pip; about 1.5-3 min)"
     rm -rf "$venv.tmp"
     python3 -m venv "$venv.tmp"
     "$venv.tmp/bin/python" -m pip install -q --upgrade pip >&2
@@ -71,6 +77,7 @@ if [ ! -f "$stamp" ]; then
         sed -i "1s|^#!$venv.tmp/bin/python|#!$venv/bin/python|" "$f"
     done
     touch "$stamp"
+    done_step
 fi
 
 py="$venv/bin/python"
@@ -78,7 +85,7 @@ py="$venv/bin/python"
 # --- CUDA headers for the NCCL build (own stamp: editing the list keeps the venv) --------
 headers_stamp="$venv/.segtool-gpu-headers-$(sha256sum "$root/requirements-gpu-headers.txt" | cut -c1-12)"
 if [ ! -f "$headers_stamp" ]; then
-    log "installing the CUDA headers of requirements-gpu-headers.txt into $venv"
+    begin "3/4 CUDA headers for the NCCL build (pip; about 10 s)"
     "$py" -m pip install -q -r "$root/requirements-gpu-headers.txt" >&2
     # the pins follow the wheel's CUDA runtime release (major.minor): say so if it moved
     "$py" - >&2 <<'EOP' || true
@@ -96,6 +103,7 @@ for pkg in ("nvidia-cuda-crt", "nvidia-cuda-cccl"):
 EOP
     rm -f "$venv"/.segtool-gpu-headers-*
     touch "$headers_stamp"
+    done_step
 fi
 
 # --- Telemetry test tools (issue 16; own stamp: editing the list keeps the venv) -------
@@ -103,10 +111,11 @@ fi
 # event files a run writes (train/tests/tensorboard.rs).
 telemetry_stamp="$venv/.segtool-telemetry-$(sha256sum "$root/requirements-telemetry.txt" | cut -c1-12)"
 if [ ! -f "$telemetry_stamp" ]; then
-    log "installing requirements-telemetry.txt (tensorboard) into $venv"
+    begin "4/4 tensorboard, the event-file reader the tests use (pip; about 15 s)"
     "$py" -m pip install -q -r "$root/requirements-telemetry.txt" >&2
     rm -f "$venv"/.segtool-telemetry-*
     touch "$telemetry_stamp"
+    done_step
 fi
 # --- Benchmark tools (issue 15; SEGTOOL_BENCH=1 only; own stamp) -----------------------
 # requirements-bench.txt: `onnxslim`, the peer graph of bench/cpu_table.py
@@ -123,11 +132,12 @@ fi
 # SEGTOOL_BROWSER=1: Debian's chromium for the report page's headless-browser test
 # (tests/report.rs runs the set-up so itself when no chromium is on PATH).
 if [ "${SEGTOOL_BROWSER:-0}" = 1 ] && ! command -v chromium >/dev/null 2>&1; then
-    log "installing chromium (apt) for the report page's browser test"
+    begin "chromium for the report page's browser test (apt; about 1 min)"
     sudo_cmd=""
     if [ "$(id -u)" != 0 ]; then sudo_cmd="sudo"; fi
     $sudo_cmd apt-get update -qq >&2
     DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends chromium >&2
+    done_step
 fi
 
 if [ ! -f "$env_file" ] || [ "$env_file" -ot "$stamp" ] || [ "$env_file" -ot "$0" ]; then

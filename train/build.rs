@@ -43,6 +43,8 @@ fn main() {
         // torch's headers use a C++20 extension that GCC accepts in C++17 with a warning.
         .flag_if_supported("-Wno-c++20-extensions")
         .warnings(false)
+        // No debug info for the shims: nobody steps into them, and it slows their compile.
+        .debug(false)
         .compile("segtool_pickle");
 
     build_c10d_shim(&lib, &include, &abi);
@@ -70,7 +72,8 @@ fn build_c10d_shim(lib: &str, include: &std::path::Path, abi: &str) {
         .define("USE_C10D_GLOO", None)
         .define("_GLIBCXX_USE_CXX11_ABI", abi)
         .flag_if_supported("-Wno-c++20-extensions")
-        .warnings(false);
+        .warnings(false)
+        .debug(false);
 
     println!("cargo:rerun-if-env-changed=SEGTOOL_NO_NCCL");
     let torch_cuda = PathBuf::from(lib).join("libtorch_cuda.so").exists();

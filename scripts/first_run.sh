@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The first hour, measured as a newcomer meets it: a fresh clone in a temporary folder,
+# with cargo's target folder, cargo's home (registry and crate cache), pip's cache and
+# SEGTOOL_HOME (the venv) all empty, then `make demo` and `make test` in that order. Prints
+# each command's stage table (scripts/stages.sh) and the two totals. Debian packages are
+# the machine's own (apt is not undone); everything else is fetched and built from zero.
+#   bash scripts/first_run.sh [REPO]     REPO: what to clone (default: this checkout's HEAD)
+set -euo pipefail
+src="${1:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}"
+work="$(mktemp -d "${TMPDIR:-/tmp}/segtool-first-run.XXXXXX")"
+export CARGO_TARGET_DIR="$work/target"
+export CARGO_HOME="$work/cargo-home"
+export PIP_CACHE_DIR="$work/pip-cache"
+export SEGTOOL_HOME="$work/segtool-home"
+mkdir -p "$CARGO_HOME" "$PIP_CACHE_DIR" "$SEGTOOL_HOME"
+echo "first run in $work (clone of $src)" >&2
+git clone -q "$src" "$work/segtool"
+cd "$work/segtool"
+echo "commit $(git rev-parse --short HEAD); CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores" >&2
+
+seconds() { echo $((($(date +%s%N) - $1) / 1000000000)); }
+t0=$(date +%s%N)
+make demo 2>&1 | tee "$work/demo.log"
+demo_s=$(seconds "$t0")
+t0=$(date +%s%N)
+make test 2>&1 | tee "$work/test.log"
+test_s=$(seconds "$t0")
+
+echo
+echo "== first run: $(git rev-parse --short HEAD) on $(nproc) cores =="
+for log in demo test; do
+    sed -n '/^make '"$log"': stage/,/^total/p' "$work/$log.log"
+    echo
+done
+printf '%-12s %6d s\n%-12s %6d s\n' "make demo" "$demo_s" "make test" "$test_s"
+echo "logs: $work/demo.log, $work/test.log (remove $work when done)"

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# `make demo` and `make test`, stage by stage: each stage says what it does as it starts
+# and how long it took as it ends, and a table of the wall time per stage closes the run.
+#   demo: set-up (apt, pip) -> build (cargo, the dev profile `make test` shares) -> demo
+#   test: set-up -> build the test binaries -> run them (with progress) and the doctests
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+what="${1:?usage: stages.sh demo|test}"
+
+names=()
+secs=()
+run_started=$(date +%s%N)
+stage() {
+    local name="$1"
+    shift
+    echo "==> [$what] $name" >&2
+    local t0
+    t0=$(date +%s%N)
+    "$@"
+    local t=$((($(date +%s%N) - t0) / 1000000000))
+    names+=("$name")
+    secs+=("$t")
+    printf '==> [%s] %s: done in %d s\n' "$what" "$name" "$t" >&2
+}
+table() {
+    local total=$((($(date +%s%N) - run_started) / 1000000000))
+    echo >&2
+    printf '%-38s %9s\n' "make $what: stage" "wall time" >&2
+    for i in "${!names[@]}"; do
+        printf '%-38s %7d s\n' "${names[$i]}" "${secs[$i]}" >&2
+    done
+    printf '%-38s %7d s\n' "total" "$total" >&2
+}
+setup() {
+    local env_file
+    env_file="$(bash scripts/setup.sh)"
+    # shellcheck disable=SC1090
+    source "$env_file"
+}
+
+case "$what" in
+    demo)
+        stage "set-up (apt, pip)" setup
+        stage "build (cargo build --bin segtool)" cargo build --bin segtool
+        stage "demo (data, train, export, compare)" "${CARGO_TARGET_DIR:-target}/debug/segtool" demo --out out/demo
+        ;;
+    test)
+        # SEGTOOL_BROWSER=1: Debian's chromium for the report page's browser test.
+        export SEGTOOL_BROWSER=1
+        stage "set-up (apt, pip, chromium)" setup
+        stage "build and run the tests" python3 scripts/run_tests.py
+        ;;
+    *)
+        echo "usage: stages.sh demo|test" >&2
+        exit 2
+        ;;
+esac
+table
