@@ -77,7 +77,9 @@ def main():
     except (OSError, ValueError):
         previous = {}
 
+    t0 = time.time()
     binaries = test_binaries()
+    print(f"built {len(binaries)} test binaries in {fmt(time.time() - t0)}", flush=True)
     total = len(binaries) + 1  # + doctests
     started = time.time()
     times, failures = {}, []

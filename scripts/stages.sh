@@ -39,9 +39,21 @@ setup() {
     source "$env_file"
 }
 
+# Crate downloads need nothing from the set-up: they run during it (network, not CPU).
+fetch_in_background() {
+    cargo fetch --quiet >/dev/null 2>&1 &
+    fetch_pid=$!
+}
+wait_for_fetch() {
+    # A failed fetch is not fatal: the build fetches again and says what failed.
+    wait "$fetch_pid" || true
+}
+
 case "$what" in
     demo)
+        fetch_in_background
         stage "set-up (apt, pip)" setup
+        wait_for_fetch
         stage "build (cargo build --bin segtool)" cargo build --bin segtool
         stage "demo (data, train, export, compare)" "${CARGO_TARGET_DIR:-target}/debug/segtool" demo --out out/demo
         ;;

@@ -1,7 +1,7 @@
 //! The `--device` flag's values (`cpu`, `cuda`, `cuda:N`) as tch devices, checked against
 //! what libtorch sees.
 
-use std::ffi::{c_char, c_int, CStr};
+use std::ffi::{c_char, c_int};
 
 use anyhow::{bail, Result};
 use tch::Device;
@@ -10,7 +10,6 @@ use crate::dist::DistEnv;
 
 extern "C" {
     fn segtool_cuda_set_device(index: c_int) -> *mut c_char;
-    fn segtool_c10d_free_string(s: *mut c_char);
 }
 
 /// Makes `device` this thread's current CUDA device (`torch.cuda.set_device`); nothing
@@ -20,16 +19,8 @@ pub fn make_current(device: Device) -> Result<()> {
     let Device::Cuda(index) = device else {
         return Ok(());
     };
-    let err = unsafe { segtool_cuda_set_device(c_int::try_from(index)?) };
-    if err.is_null() {
-        return Ok(());
-    }
-    // SAFETY: the shim returns a malloc'ed NUL-terminated string that we now own.
-    let message = unsafe { CStr::from_ptr(err) }
-        .to_string_lossy()
-        .into_owned();
-    unsafe { segtool_c10d_free_string(err) };
-    bail!("{message}")
+    let index = c_int::try_from(index)?;
+    crate::dist::process_group::check(unsafe { segtool_cuda_set_device(index) })
 }
 
 /// `cpu`, `cuda` (GPU 0) or `cuda:N`; an error when libtorch has no such GPU.

@@ -80,6 +80,7 @@ fn child() {
         "die" => die(),
         "hang" => hang(),
         "fail" => fail(),
+        "nan" => nan_on_rank_1(),
         other => panic!("unknown scenario {other}"),
     };
     match result {
@@ -229,6 +230,34 @@ fn train(out: &Path) -> Result<()> {
         out.join(format!("{name}.losses")),
         serde_json::to_string(&losses)?,
     )?;
+    Ok(())
+}
+
+/// DDP training where rank 1's batch turns NaN at step 2 (rank 0's stays finite).
+fn nan_on_rank_1() -> Result<()> {
+    let env = DistEnv::from_env()?.context("no torchrun environment")?;
+    let cfg = TrainConfig {
+        iterations: 10,
+        batch_size: 2,
+        lr: 0.01,
+        progress: false,
+        seed: 3,
+        ..TrainConfig::default()
+    };
+    let mut trainer = Trainer::new(&spec(BackboneSpec::tiny(), 5), cfg)?;
+    // A timeout far above the test's bound: a rank left waiting would show as slow.
+    let group = ProcessGroup::new(&env.group_options(Backend::Gloo, Duration::from_secs(60)))?;
+    trainer.enable_ddp(Ddp::new(Arc::new(group), 0.02))?;
+    let (images, masks) = data();
+    let (images, masks) = (images.narrow(0, 0, 2), masks.narrow(0, 0, 2));
+    for it in 0..4 {
+        let x = if env.rank == 1 && it == 2 {
+            images.full_like(f64::NAN)
+        } else {
+            images.shallow_clone()
+        };
+        trainer.step(&x, &masks, it)?;
+    }
     Ok(())
 }
 
@@ -410,6 +439,18 @@ fn dead_rank_fails_its_peer() {
     eprintln!("rank 0 exited with {code:?} after {secs:.1} s:\n{stderr}");
     assert_eq!(code, Some(3), "{stderr}");
     assert!(stderr.contains("child error: all_reduce"), "{stderr}");
+    assert!(secs < 30.0, "took {secs} s");
+}
+
+/// A NaN loss on one rank stops every rank at that step with the NaN error: rank 0, whose
+/// own loss is finite, learns it from the averaged loss instead of waiting in the gradient
+/// all-reduce for the (60 s) timeout.
+#[test]
+fn nan_loss_on_one_rank_stops_every_rank_together() {
+    let (code, stderr, secs) = run_without_launcher("nan");
+    eprintln!("rank 0 exited with {code:?} after {secs:.1} s:\n{stderr}");
+    assert_eq!(code, Some(3), "{stderr}");
+    assert!(stderr.contains("loss became NaN at iteration 2"), "{stderr}");
     assert!(secs < 30.0, "took {secs} s");
 }
 

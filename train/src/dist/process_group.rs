@@ -66,7 +66,7 @@ extern "C" {
 }
 
 /// Turns the shim's error string (NULL: success) into a `Result`, freeing it.
-fn check(err: *mut c_char) -> Result<()> {
+pub(crate) fn check(err: *mut c_char) -> Result<()> {
     if err.is_null() {
         return Ok(());
     }
@@ -371,7 +371,7 @@ fn timeout_ms(d: Duration) -> i64 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     //! The device rule, checked by the shim for both backends: a collective's tensor on
     //! another device than the group's is refused with a message naming both. A meta
     //! tensor stands in for "another device" on a machine without a GPU.
@@ -384,7 +384,9 @@ mod tests {
         unsafe { Tensor::from_ptr(out) }
     }
 
-    fn gloo() -> ProcessGroup {
+    /// A one-rank gloo group on 127.0.0.1 (its all-reduce is the identity): the real shim
+    /// path without a second process.
+    pub(crate) fn gloo() -> ProcessGroup {
         ProcessGroup::new(&GroupOptions {
             master_addr: "127.0.0.1".into(),
             master_port: super::super::launch::free_port().unwrap(),

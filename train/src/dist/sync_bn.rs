@@ -46,27 +46,12 @@ mod tests {
     //! SyncBN on half inputs against libtorch's own batch_norm (PyTorch's maths) on the same
     //! values widened to fp32. A one-rank gloo group runs the real shim path: the all-reduce
     //! of a single rank is the identity, so the reference needs no second process.
-    use std::time::Duration;
-
     use tch::{Device, Kind, Tensor};
 
-    use crate::dist::{launch::free_port, Backend, GroupOptions, ProcessGroup};
+    use crate::dist::process_group::tests::gloo as group;
 
     const MOMENTUM: f64 = 0.1;
     const EPS: f64 = 1e-5;
-
-    fn group() -> ProcessGroup {
-        ProcessGroup::new(&GroupOptions {
-            master_addr: "127.0.0.1".into(),
-            master_port: free_port().unwrap(),
-            world_size: 1,
-            rank: 0,
-            timeout: Duration::from_secs(10),
-            backend: Backend::Gloo,
-            device: Device::Cpu,
-        })
-        .unwrap()
-    }
 
     fn max_abs(t: &Tensor) -> f64 {
         t.abs().max().double_value(&[])
