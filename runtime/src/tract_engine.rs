@@ -191,9 +191,8 @@ impl TractEngine {
         let small = !self.threads_pinned && h * w < SMALL_INPUT_PIXELS;
         let parts = if small { self.threads.min(n) } else { 1 };
         let path = self.path.clone();
-        let failed = move |e: TractError| {
-            RuntimeError::Tract(format!("running {}: {e:#}", path.display()))
-        };
+        let failed =
+            move |e: TractError| RuntimeError::Tract(format!("running {}: {e:#}", path.display()));
         if parts <= 1 {
             let plan = self.plan(layout, n, h, w)?;
             let executor = if small {

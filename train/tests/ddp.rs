@@ -450,7 +450,10 @@ fn nan_loss_on_one_rank_stops_every_rank_together() {
     let (code, stderr, secs) = run_without_launcher("nan");
     eprintln!("rank 0 exited with {code:?} after {secs:.1} s:\n{stderr}");
     assert_eq!(code, Some(3), "{stderr}");
-    assert!(stderr.contains("loss became NaN at iteration 2"), "{stderr}");
+    assert!(
+        stderr.contains("loss became NaN at iteration 2"),
+        "{stderr}"
+    );
     assert!(secs < 30.0, "took {secs} s");
 }
 

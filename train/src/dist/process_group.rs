@@ -440,7 +440,9 @@ pub(crate) mod tests {
             "{e}"
         );
         // Without a GPU the missing device is named first; with one, the CPU request.
-        let e = ProcessGroup::new(&opts(Backend::Nccl, Device::Cpu)).unwrap_err().to_string();
+        let e = ProcessGroup::new(&opts(Backend::Nccl, Device::Cpu))
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("nccl backend runs collectives on this rank's GPU")
                 || e.contains("no CUDA device")
