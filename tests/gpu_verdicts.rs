@@ -49,6 +49,8 @@ fn out_of_memory_and_panics_are_failures() {
     assert!(matches!(verdict(panic), Verdict::Failed(ref w) if w.contains("boom")));
     let ok = gated(|| Ok(()), "x", || Ok(7)).unwrap();
     assert!(matches!(ok, Ok(7)));
+    let passed = verdict(Ok(Ok(Outcome::Passed("within 1e-4".into()))));
+    assert_eq!(passed, Verdict::Passed("within 1e-4".into()));
 }
 
 #[test]

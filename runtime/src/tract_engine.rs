@@ -35,8 +35,9 @@ use segtool_onnx::ModelFileError;
 
 type Plan = Arc<TypedRunnableModel>;
 
-/// Below this many pixels per image, an engine on the default thread count runs
-/// single-threaded (measured crossover on 2 cores: about 128 x 128).
+/// Below this many pixels per image, an engine on the default thread count splits the
+/// batch across its threads, each part single-threaded, instead of splitting each
+/// convolution (measured crossover on 2 cores: about 128 x 128).
 pub const SMALL_INPUT_PIXELS: usize = 128 * 128;
 
 /// Most plans kept at once; beyond it the cache is cleared (shapes rarely vary that much,
@@ -148,7 +149,7 @@ impl TractEngine {
             .and_then(|m| m.into_optimized())
             .and_then(|m| {
                 m.into_runnable_with_options(&RunOptions {
-                    // Installed per run instead (TractEngine::executor_for_input).
+                    // Installed per run instead (TractEngine::execute).
                     executor: None,
                     // tract 0.23.9's memory-minimising order runs each of PAM's query
                     // blocks up to its value product, then all the products at the end,
@@ -174,9 +175,7 @@ impl TractEngine {
         self.plans.insert((layout, n, h, w), plan.clone());
         Ok(plan)
     }
-}
 
-impl TractEngine {
     /// Runs one batch. A large input runs as one plan on the pool (tract splits its
     /// convolutions across the threads). A small one, on the default thread count, is split
     /// along the batch instead: one part per thread, each run single-threaded on a thread

@@ -200,21 +200,7 @@ fn provider_registers(provider: &Provider) -> std::result::Result<(), String> {
         },
         Provider::Cpu => return Ok(()),
     };
-    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let model = dir.path().join("trivial.onnx");
-    let spec = segtool_runtime::testing::tiny_spec(3);
-    let w = [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]];
-    std::fs::write(
-        &model,
-        segtool_runtime::testing::tiny_model_bytes(&spec, &w, &[0.0; 3]),
-    )
-    .map_err(|e| e.to_string())?;
-    let options = OrtOptions::new().with_provider(plain).strict(true);
-    OrtEngine::open(&model, &options).map(drop).map_err(|e| {
-        let e = e.to_string();
-        let why = e
-            .split_once(" unavailable: ")
-            .map_or(e.as_str(), |(_, why)| why);
+    segtool_runtime::ort_engine::doctor::provider_registers(plain).map_err(|why| {
         format!(
             "{why}; the GPU packages come with the GPU venv, which `make test-gpu` sets up \
              (README, GPU section)"

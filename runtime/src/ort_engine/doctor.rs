@@ -35,46 +35,13 @@ pub fn probe() -> OrtReport {
     report.library = Some(path.display().to_string());
     report.available_providers = available_providers();
 
-    let model = std::env::temp_dir().join(format!("segtool-doctor-{}.onnx", std::process::id()));
-    let spec = crate::testing::tiny_spec(3);
-    let w = [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]];
-    let written = std::fs::write(
-        &model,
-        crate::testing::tiny_model_bytes(&spec, &w, &[0.0; 3]),
-    );
     let check = |name: &str, provider: Provider| -> ProviderCheck {
         let in_build = report.available_providers.iter().any(|p| p == name);
-        let (registers, reason) = match &written {
-            Err(e) => (
-                false,
-                Some(format!(
-                    "could not write a test model {}: {e}",
-                    model.display()
-                )),
-            ),
-            Ok(()) => {
-                let options = OrtOptions::new()
-                    .with_intra_threads(1)
-                    .with_provider(provider)
-                    .strict(true);
-                match OrtEngine::open(&model, &options) {
-                    Ok(_) => (true, None),
-                    // ONNX Runtime's own words, without the engine's framing (which
-                    // names the temporary model).
-                    Err(e) => {
-                        let e = e.to_string();
-                        let why = e
-                            .split_once(" unavailable: ")
-                            .map_or(e.as_str(), |(_, why)| why);
-                        (false, Some(why.to_string()))
-                    }
-                }
-            }
-        };
+        let reason = provider_registers(provider).err();
         ProviderCheck {
             name: name.into(),
             in_build,
-            registers,
+            registers: reason.is_none(),
             reason,
         }
     };
@@ -90,8 +57,37 @@ pub fn probe() -> OrtReport {
             cache_dir: None,
         },
     ));
-    let _ = std::fs::remove_file(&model);
     report
+}
+
+/// Whether `provider` registers: a strict session (no CPU fallback) with it on a tiny
+/// model. `Err` holds ONNX Runtime's own words, without the engine's framing. This is the
+/// check `segtool doctor` reports, and the GPU tier's ground for skipping.
+pub fn provider_registers(provider: Provider) -> Result<(), String> {
+    let model = std::env::temp_dir().join(format!(
+        "segtool-probe-{}-{:?}.onnx",
+        std::process::id(),
+        std::thread::current().id()
+    ));
+    let spec = crate::testing::tiny_spec(3);
+    let w = [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]];
+    std::fs::write(
+        &model,
+        crate::testing::tiny_model_bytes(&spec, &w, &[0.0; 3]),
+    )
+    .map_err(|e| format!("could not write a test model {}: {e}", model.display()))?;
+    let options = OrtOptions::new()
+        .with_intra_threads(1)
+        .with_provider(provider)
+        .strict(true);
+    let opened = OrtEngine::open(&model, &options).map(drop).map_err(|e| {
+        let e = e.to_string();
+        e.split_once(" unavailable: ")
+            .map_or(e.as_str(), |(_, why)| why)
+            .to_string()
+    });
+    let _ = std::fs::remove_file(&model);
+    opened
 }
 
 /// `OrtGetApiBase()->GetVersionString()` of the already loaded library.
