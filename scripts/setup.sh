@@ -117,6 +117,15 @@ if [ ! -f "$telemetry_stamp" ]; then
     touch "$telemetry_stamp"
     done_step
 fi
+# --- mmsegmentation, the reference of the mmseg import/eval/recipe tests (own stamp) ---
+mmseg_stamp="$venv/.segtool-mmseg-$(sha256sum "$root/requirements-mmseg.txt" | cut -c1-12)"
+if [ ! -f "$mmseg_stamp" ]; then
+    begin "mmsegmentation, mmcv-lite, mmengine: the mmseg parity tests' reference (pip; about 35 s)"
+    "$py" -m pip install -q -r "$root/requirements-mmseg.txt" >&2
+    rm -f "$venv"/.segtool-mmseg-*
+    touch "$mmseg_stamp"
+    done_step
+fi
 # --- Benchmark tools (issue 15; SEGTOOL_BENCH=1 only; own stamp) -----------------------
 # requirements-bench.txt: `onnxslim`, the peer graph of bench/cpu_table.py
 # (torch.onnx.export then onnxslim). Not needed by the build or the tests.

@@ -8,12 +8,14 @@ use crate::builder::attr_ints;
 use crate::conv::{Conv2d, Ctx};
 use crate::error::ExportError;
 
-/// Emits the backbone on `image` and returns layer4's output value.
-pub fn backbone(
+/// Emits the backbone on `image` and returns layer4's output value and, when `tap` names
+/// a stage (1-based), that stage's output (the auxiliary head's input).
+pub fn backbone_with_tap(
     ctx: &mut Ctx<'_, '_>,
     spec: &BackboneSpec,
     image: &str,
-) -> Result<String, ExportError> {
+    tap: Option<usize>,
+) -> Result<(String, Option<String>), ExportError> {
     let w = spec.width;
     ctx.annotate_feature(image, 3, 1);
     let x = stem(ctx, spec, image)?;
@@ -28,6 +30,7 @@ pub fn backbone(
     let mut x = pooled;
 
     let mut in_ch = spec.stem_channels();
+    let mut tapped = None;
     for k in 1..=4 {
         let planes = w << (k - 1);
         for i in 0..spec.layers[k - 1] {
@@ -45,8 +48,11 @@ pub fn backbone(
             };
             in_ch = spec.layer_channels(k);
         }
+        if tap == Some(k) {
+            tapped = Some(x.clone());
+        }
     }
-    Ok(x)
+    Ok((x, tapped))
 }
 
 /// The stem up to `bn1` (folded into the last conv), before its ReLU.
@@ -54,24 +60,25 @@ pub fn backbone(
 /// Plain: torchvision's 7x7 stride-2 `conv1`. Deep (`deep_stem`, PyTorch-Encoding's
 /// `deep_base`): `conv1` is a Sequential of 3x3 convs — `conv1.0` (stride 2, 3 -> w) with
 /// BN `conv1.1`, ReLU, `conv1.3` (w -> w) with BN `conv1.4`, ReLU, `conv1.6` (w -> 2w) —
-/// and `bn1` normalises `conv1.6`'s 2w channels.
+/// and `bn1` normalises `conv1.6`'s 2w channels. The widths are
+/// [`BackboneSpec::stem_conv_widths`] (mmsegmentation's ResNetV1c: 32, 32, 64).
 fn stem(ctx: &mut Ctx<'_, '_>, spec: &BackboneSpec, image: &str) -> Result<String, ExportError> {
-    let w = spec.width;
     if !spec.deep_stem {
-        let c = Conv2d::new(3, w, 7).stride(2).pad(3);
+        let c = Conv2d::new(3, spec.width, 7).stride(2).pad(3);
         return ctx.conv_bn(image, "pretrained.conv1", "pretrained.bn1", c);
     }
+    let [w0, w1, w2] = spec.stem_conv_widths();
     let x = ctx.conv_bn(
         image,
         "pretrained.conv1.0",
         "pretrained.conv1.1",
-        Conv2d::new(3, w, 3).stride(2).dilated(1),
+        Conv2d::new(3, w0, 3).stride(2).dilated(1),
     )?;
     let x = ctx.relu(&x, "pretrained.conv1.2");
-    let c = Conv2d::new(w, w, 3).dilated(1);
+    let c = Conv2d::new(w0, w1, 3).dilated(1);
     let x = ctx.conv_bn(&x, "pretrained.conv1.3", "pretrained.conv1.4", c)?;
     let x = ctx.relu(&x, "pretrained.conv1.5");
-    let c = Conv2d::new(w, 2 * w, 3).dilated(1);
+    let c = Conv2d::new(w1, w2, 3).dilated(1);
     ctx.conv_bn(&x, "pretrained.conv1.6", "pretrained.bn1", c)
 }
 
@@ -220,6 +227,8 @@ mod tests {
     fn deep_stem_structure() {
         let b = BackboneSpec {
             deep_stem: true,
+            stem_widths: None,
+            contract_dilation: true,
             ..BackboneSpec::tiny()
         };
         let (model, report) = export_decoded(&spec_with(b, 3));
@@ -248,6 +257,8 @@ mod tests {
             output_stride: 16,
             multi_grid: Some(vec![3, 5]),
             deep_stem: false,
+            stem_widths: None,
+            contract_dilation: true,
         };
         let (model, report) = export_decoded(&spec_with(b, 2));
         let g = model.graph.expect("graph");

@@ -1,7 +1,7 @@
 //! DANetHead at inference: two branches (PAM, CAM) from layer4's features, summed, then
-//! conv8 (Dropout2d is the identity in eval mode) and a bilinear, align_corners resize to
-//! the input size. conv6/conv7 only feed the auxiliary training losses and are not
-//! exported.
+//! conv8 (Dropout2d is the identity in eval mode) and a bilinear resize to the input size
+//! (align_corners as the spec says). conv6/conv7 only feed the auxiliary training losses
+//! and are not exported; mmsegmentation's auxiliary FCN head only when asked.
 
 use segtool_spec::ModelSpec;
 
@@ -61,13 +61,38 @@ pub fn head(
     )
 }
 
+/// mmsegmentation's auxiliary FCN head (`auxlayer.conv5.{0,1,4}`) on the tapped stage:
+/// 3x3 conv + BN (folded) + ReLU, then the 1x1 classifier, at feature resolution.
+pub fn aux_head(
+    ctx: &mut Ctx<'_, '_>,
+    spec: &ModelSpec,
+    feat: &str,
+) -> Result<Option<String>, ExportError> {
+    let Some(aux) = &spec.aux_head else {
+        return Ok(None);
+    };
+    let in_ch = spec.backbone.layer_channels(aux.in_layer);
+    let y = ctx.conv_bn(
+        feat,
+        "auxlayer.conv5.0",
+        "auxlayer.conv5.1",
+        Conv2d::new(in_ch, aux.channels, 3).pad(1),
+    )?;
+    let y = ctx.relu(&y, "auxlayer.conv5.2");
+    let classes = spec.num_classes() as i64;
+    let c = Conv2d::new(aux.channels, classes, 1);
+    Ok(Some(ctx.conv_bias(&y, "auxlayer.conv5.4", c)?))
+}
+
 /// Resizes `x` (B, K, h, w) bilinearly to `image`'s H and W into the pre-claimed value
-/// `out`, as PyTorch's `interpolate(mode="bilinear", align_corners=True)`.
+/// `out`, as PyTorch's `interpolate(mode="bilinear", align_corners=...)`: ONNX's
+/// `align_corners`, or `pytorch_half_pixel` for align_corners=False (half-pixel centres,
+/// as PyTorch also for a one-pixel output).
 ///
 /// `sizes` is computed in the graph — Shape(x)[0:2] ++ Shape(image)[2:4] — so batch and
 /// image size stay dynamic; roi and scales are omitted (empty names), as Resize allows
 /// when `sizes` is given.
-pub fn upsample_into(ctx: &mut Ctx<'_, '_>, x: &str, image: &str, out: &str) {
+pub fn upsample_into(ctx: &mut Ctx<'_, '_>, x: &str, image: &str, out: &str, align_corners: bool) {
     let g = &mut ctx.g;
     let axis0 = g.const_i64(&[0]);
     let (start_bc, end_bc) = (g.const_i64(&[0]), g.const_i64(&[2]));
@@ -94,7 +119,14 @@ pub fn upsample_into(ctx: &mut Ctx<'_, '_>, x: &str, image: &str, out: &str) {
     );
     let attrs = vec![
         attr_string("mode", "linear"),
-        attr_string("coordinate_transformation_mode", "align_corners"),
+        attr_string(
+            "coordinate_transformation_mode",
+            if align_corners {
+                "align_corners"
+            } else {
+                "pytorch_half_pixel"
+            },
+        ),
     ];
     g.add_node_into("Resize", &[x, "", "", &sizes], attrs, out);
 }
@@ -120,13 +152,17 @@ mod tests {
             output_stride: 8,
             multi_grid: None,
             deep_stem: false,
+            stem_widths: None,
+            contract_dilation: true,
         };
         let spec = spec_with(b, 5);
         let bytes = serialize(&random_entries(&spec, 3), Some(&spec));
         let st = safetensors::SafeTensors::deserialize(&bytes).expect("st");
         let mut ctx = Ctx::new(GraphBuilder::new(17), Weights::new(&st));
         let image = ctx.g.unique("image");
-        let feat = crate::backbone::backbone(&mut ctx, &spec.backbone, &image).expect("bb");
+        let feat = crate::backbone::backbone_with_tap(&mut ctx, &spec.backbone, &image, None)
+            .expect("bb")
+            .0;
         let opts = crate::ExportOptions::for_target(crate::ExportTarget::Ort);
         let low = super::head(&mut ctx, &spec, &feat, &opts).expect("head");
         let f = |n: &str| {

@@ -74,6 +74,9 @@ pub const INPUT_NAME: &str = "image";
 pub const OUTPUT_NAME: &str = "logits";
 /// Name of the graph output under `--argmax` (class map at input resolution).
 pub const MASK_OUTPUT_NAME: &str = "mask";
+/// The auxiliary FCN head's logits (`--aux`, mmsegmentation imports): a second output,
+/// float32 [batch, classes, height, width], after the main one.
+pub const AUX_OUTPUT_NAME: &str = "aux_logits";
 
 /// Largest image expected by default (Cityscapes full frames): TensorRT profile hints
 /// and the attention memory budget use it unless `--max-size` says otherwise.
@@ -281,8 +284,22 @@ fn build(
     } else {
         nchw.clone()
     };
-    let feat = backbone::backbone(&mut ctx, &spec.backbone, &net_in)?;
+    if opts.aux && spec.aux_head.is_none() {
+        return Err(ExportError::BadOption(
+            "--aux: the checkpoint has no auxiliary head (only mmsegmentation imports have one)"
+                .into(),
+        ));
+    }
+    let tap = opts
+        .aux
+        .then(|| spec.aux_head.as_ref().map(|a| a.in_layer))
+        .flatten();
+    let (feat, tapped) = backbone::backbone_with_tap(&mut ctx, &spec.backbone, &net_in, tap)?;
     let low = head::head(&mut ctx, spec, &feat, opts)?;
+    let aux_low = match &tapped {
+        Some(t) => head::aux_head(&mut ctx, spec, t)?,
+        None => None,
+    };
     // fp16: back to float32 at feature resolution, so the resize (and argmax) see fp32.
     let low = if opts.fp16 {
         ctx.to_fp32(&low, "head.conv8.1_fp32")
@@ -301,7 +318,7 @@ fn build(
     }
     if opts.argmax {
         let logits = ctx.g.unique(OUTPUT_NAME);
-        head::upsample_into(&mut ctx, &low, &nchw, &logits);
+        head::upsample_into(&mut ctx, &low, &nchw, &logits, spec.align_corners);
         let attrs = vec![
             builder::attr_int("axis", 1),
             builder::attr_int("keepdims", 0),
@@ -318,8 +335,18 @@ fn build(
             ctx.g.add_node_into("ArgMax", &[&logits], attrs, &output);
         }
     } else {
-        head::upsample_into(&mut ctx, &low, &nchw, &output);
+        head::upsample_into(&mut ctx, &low, &nchw, &output, spec.align_corners);
     }
+    let aux_output = aux_low.map(|low| {
+        let low = if opts.fp16 {
+            ctx.to_fp32(&low, "auxlayer.conv5.4_fp32")
+        } else {
+            low
+        };
+        let out = ctx.g.unique(AUX_OUTPUT_NAME);
+        head::upsample_into(&mut ctx, &low, &nchw, &out, spec.align_corners);
+        out
+    });
 
     let folded_bn = ctx.folded_bn;
     let mut opset_import = vec![OperatorSetIdProto {
@@ -384,12 +411,20 @@ fn build(
             &[batch, Dim::Fixed(classes), height, width],
         )
     };
+    let mut outputs = vec![output];
+    if let Some(aux) = &aux_output {
+        outputs.push(proto::tensor_value_info(
+            aux,
+            DataType::Float,
+            &[batch, Dim::Fixed(classes), height, width],
+        ));
+    }
     let graph = GraphProto {
         name: "danet".into(),
         node,
         initializer,
         input: vec![input],
-        output: vec![output],
+        output: outputs,
         value_info,
         ..Default::default()
     };

@@ -267,6 +267,8 @@ pub struct ExportOptions {
     /// Output `mask` = ArgMax over classes of the resized logits, uint8 [batch, height,
     /// width] (int64 when there are more than 256 classes) instead of `logits`.
     pub argmax: bool,
+    /// Also export mmsegmentation's auxiliary FCN head as a second output (`aux_logits`).
+    pub aux: bool,
     /// Input `image` is uint8 NHWC RGB [batch, height, width, 3]; the graph casts,
     /// transposes and normalises ((x/255 - mean)/std as one Mul + Add).
     pub preprocess: bool,
@@ -318,6 +320,7 @@ impl ExportOptions {
             cam,
             fp16: false,
             argmax: false,
+            aux: false,
             preprocess: false,
             input_size: None,
             batch: None,
@@ -346,6 +349,12 @@ impl ExportOptions {
     /// [`ExportOptions::conv_split_depth`]).
     pub fn with_conv_split_depth(mut self, depth: Option<usize>) -> Self {
         self.conv_split_depth = depth;
+        self
+    }
+
+    /// Export the auxiliary head's logits as a second output (checkpoints that have one).
+    pub fn with_aux(mut self, on: bool) -> Self {
+        self.aux = on;
         self
     }
 
@@ -518,7 +527,10 @@ impl ExportOptions {
             "batch": self.batch,
             "max_size": [self.max_size.0, self.max_size.1],
         });
-        // Only when used, so that exports without it keep their bytes.
+        // Only when used, so that exports without them keep their bytes.
+        if self.aux {
+            v["aux"] = serde_json::Value::Bool(true);
+        }
         if !self.keep_fp32.is_empty() {
             v["keep_fp32"] = serde_json::json!(self.keep_fp32);
         }

@@ -16,4 +16,6 @@ pub mod protocol;
 pub mod size;
 pub mod spec;
 
-pub use spec::{BackboneSpec, BlockKind, ModelSpec, SpecError, SPEC_METADATA_KEY};
+pub use spec::{
+    AuxHeadSpec, BackboneSpec, BlockKind, ModelSpec, MmsegTestCfg, SpecError, SPEC_METADATA_KEY,
+};

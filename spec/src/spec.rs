@@ -82,6 +82,24 @@ pub struct BackboneSpec {
     /// the released DANet101 has (evaluated with `--no-deepstem`).
     #[serde(default)]
     pub deep_stem: bool,
+    /// Widths of the deep stem's three 3x3 convs when they are not PyTorch-Encoding's
+    /// `(w, w, 2w)`: mmsegmentation's `ResNetV1c` has `(32, 32, 64)` before a 64-wide
+    /// layer1 (`stem_channels=64`, `base_channels=64`). Only with `deep_stem`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stem_widths: Option<[i64; 3]>,
+    /// The first block of a dilated stage uses half the stage dilation (mmsegmentation's
+    /// `contract_dilation`; DANet's `_make_layer` gives the same 1, 2, 2 / 2, 4, 4).
+    /// Off: every block of the stage uses the stage dilation.
+    #[serde(default = "default_true", skip_serializing_if = "is_true")]
+    pub contract_dilation: bool,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
 }
 
 /// Stride and dilation of one residual block's spatial conv, with the dilation its
@@ -103,10 +121,17 @@ impl BackboneSpec {
                 self.output_stride
             )));
         }
-        if self.layers.iter().any(|&n| n == 0) || self.width <= 0 {
+        if self.layers.contains(&0) || self.width <= 0 {
             return Err(SpecError::Invalid(
                 "every layer needs a block and width > 0".into(),
             ));
+        }
+        if let Some(widths) = self.stem_widths {
+            if !self.deep_stem || widths.iter().any(|&w| w <= 0) {
+                return Err(SpecError::Invalid(format!(
+                    "stem_widths {widths:?} need deep_stem and positive widths"
+                )));
+            }
         }
         if let Some(grid) = &self.multi_grid {
             if grid.len() != self.layers[3] || grid.iter().any(|&d| d <= 0) {
@@ -121,10 +146,16 @@ impl BackboneSpec {
 
     /// Channels out of the stem (`bn1`), i.e. into layer1: deep_base doubles the width.
     pub fn stem_channels(&self) -> i64 {
-        if self.deep_stem {
-            2 * self.width
-        } else {
-            self.width
+        self.stem_conv_widths()[2]
+    }
+
+    /// Output widths of the deep stem's three convs (the last one is `bn1`'s). The plain
+    /// 7x7 stem has one conv: all three entries are its width.
+    pub fn stem_conv_widths(&self) -> [i64; 3] {
+        match (self.deep_stem, self.stem_widths) {
+            (true, Some(widths)) => widths,
+            (true, None) => [self.width, self.width, 2 * self.width],
+            (false, _) => [self.width; 3],
         }
     }
 
@@ -166,7 +197,8 @@ impl BackboneSpec {
                 };
             }
         }
-        let dilation = if i == 0 {
+        let dilation = if i == 0 && self.contract_dilation {
+            // DANet: 1 for stage dilation 1 or 2, 2 for 4; mmseg: dilation // 2 (when > 1).
             if stage_dilation == 4 {
                 2
             } else {
@@ -211,6 +243,8 @@ impl BackboneSpec {
             output_stride,
             multi_grid: None,
             deep_stem: false,
+            stem_widths: None,
+            contract_dilation: true,
         })
     }
 
@@ -223,8 +257,37 @@ impl BackboneSpec {
             output_stride: 8,
             multi_grid: None,
             deep_stem: false,
+            stem_widths: None,
+            contract_dilation: true,
         }
     }
+}
+
+/// mmsegmentation's auxiliary `FCNHead` on layer3 (`auxiliary_head.*`): a 3x3 conv to
+/// `channels`, BN, ReLU, Dropout2d, a 1x1 classifier. Training only: its loss is weighted
+/// by `loss_weight`, and it is exported only when asked (`--aux`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AuxHeadSpec {
+    /// The backbone stage it reads (3: layer3, 1024 channels in ResNet-50/101).
+    pub in_layer: usize,
+    /// Channels of its 3x3 conv (256 in mmsegmentation's DANet configs).
+    pub channels: i64,
+    /// Weight of its cross-entropy in the training loss (0.4 in mmsegmentation).
+    pub loss_weight: f64,
+}
+
+/// mmsegmentation's test pipeline of the config a checkpoint came from: keep-ratio resize
+/// to `scale`, then `whole` or `slide` inference (`--protocol mmseg` defaults to it).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MmsegTestCfg {
+    /// `Resize(scale=(long, short), keep_ratio=True)`: (2048, 1024) for Cityscapes.
+    pub scale: [usize; 2],
+    /// `slide` with this square crop (769 for the 769x769 configs); `None`: `whole`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crop: Option<usize>,
+    /// The slide stride (513 for the 769x769 configs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stride: Option<usize>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -240,6 +303,21 @@ pub struct ModelSpec {
     /// Per-channel normalisation of RGB in [0, 1]: (x - mean) / std.
     pub mean: [f32; 3],
     pub std: [f32; 3],
+    /// `align_corners` of every bilinear resize of logits (to the input size, and back to
+    /// the image in evaluation): DANet's code uses true, mmsegmentation's configs false
+    /// (true in the 769x769 Cityscapes ones). A property of how the model was trained.
+    #[serde(default = "default_true", skip_serializing_if = "is_true")]
+    pub align_corners: bool,
+    /// Widths of the attention head when they are not DANet's `in/4` and `in/4/8`
+    /// (mmsegmentation's DAHead `channels` and `pam_channels`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub head_channels: Option<[i64; 2]>,
+    /// mmsegmentation's auxiliary FCN head, when the checkpoint has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aux_head: Option<AuxHeadSpec>,
+    /// The source config's test pipeline (imported mmsegmentation checkpoints).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mmseg_test: Option<MmsegTestCfg>,
 }
 
 impl ModelSpec {
@@ -253,6 +331,10 @@ impl ModelSpec {
             palette,
             mean: [0.485, 0.456, 0.406],
             std: [0.229, 0.224, 0.225],
+            align_corners: true,
+            head_channels: None,
+            aux_head: None,
+            mmseg_test: None,
         }
     }
 
@@ -260,14 +342,20 @@ impl ModelSpec {
         self.classes.len()
     }
 
-    /// Channels of conv5a/conv5c's output: in / 4.
+    /// Channels of conv5a/conv5c's output: in / 4 (or `head_channels[0]`).
     pub fn inter_channels(&self) -> i64 {
-        self.backbone.out_channels() / 4
+        match self.head_channels {
+            Some([inter, _]) => inter,
+            None => self.backbone.out_channels() / 4,
+        }
     }
 
-    /// Channels of PAM's query and key: inter / 8.
+    /// Channels of PAM's query and key: inter / 8 (or `head_channels[1]`).
     pub fn qk_channels(&self) -> i64 {
-        self.inter_channels() / 8
+        match self.head_channels {
+            Some([_, qk]) => qk,
+            None => self.inter_channels() / 8,
+        }
     }
 
     pub fn validate(&self) -> Result<(), SpecError> {
@@ -289,6 +377,21 @@ impl ModelSpec {
         }
         if self.std.iter().any(|&s| s <= 0.0) {
             return Err(SpecError::Invalid("std must be positive".into()));
+        }
+        if let Some(aux) = &self.aux_head {
+            if !(1..=4).contains(&aux.in_layer) || aux.channels <= 0 {
+                return Err(SpecError::Invalid(format!(
+                    "aux head on layer{} with {} channels: layer 1..=4, channels > 0",
+                    aux.in_layer, aux.channels
+                )));
+            }
+        }
+        if let Some(t) = &self.mmseg_test {
+            if t.crop.is_some() != t.stride.is_some() || t.crop == Some(0) || t.stride == Some(0) {
+                return Err(SpecError::Invalid(format!(
+                    "mmseg test config {t:?}: slide needs both a crop and a stride > 0"
+                )));
+            }
         }
         Ok(())
     }
@@ -366,6 +469,74 @@ mod tests {
         let mut v = serde_json::to_value(&b).unwrap();
         v.as_object_mut().unwrap().remove("deep_stem");
         assert!(!serde_json::from_value::<BackboneSpec>(v).unwrap().deep_stem);
+    }
+
+    #[test]
+    fn mmseg_resnet_v1c_geometry() {
+        // ResNetV1c: deep stem 32/32/64 before a 64-wide layer1, contract_dilation.
+        let mut b = BackboneSpec::resnet(50, 8).unwrap();
+        b.deep_stem = true;
+        b.stem_widths = Some([32, 32, 64]);
+        b.validate().unwrap();
+        assert_eq!(b.stem_channels(), 64);
+        // layer1's input is 64 wide, its output 256: still a projection.
+        assert!(b.has_downsample(1, 0));
+        // contract_dilation: layer3 runs 1, 2, 2, ..., layer4 2, 4, 4 (DANet's rule too).
+        let dilations = |b: &BackboneSpec, k| {
+            (0..b.layers[k - 1])
+                .map(|i| b.block(k, i).dilation)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(dilations(&b, 3), [1, 2, 2, 2, 2, 2]);
+        assert_eq!(dilations(&b, 4), [2, 4, 4]);
+        b.contract_dilation = false;
+        assert_eq!(dilations(&b, 3), [2; 6]);
+        assert_eq!(dilations(&b, 4), [4; 3]);
+        // Stem widths without the deep stem are refused; old JSON reads as contract.
+        b.deep_stem = false;
+        assert!(b.validate().is_err());
+        let mut v = serde_json::to_value(BackboneSpec::resnet(50, 8).unwrap()).unwrap();
+        assert!(
+            v.get("contract_dilation").is_none(),
+            "default not written: {v}"
+        );
+        v.as_object_mut().unwrap().remove("stem_widths");
+        assert!(
+            serde_json::from_value::<BackboneSpec>(v)
+                .unwrap()
+                .contract_dilation
+        );
+    }
+
+    #[test]
+    fn model_spec_mmseg_fields_default_to_danet() {
+        let s = ModelSpec::new("x", BackboneSpec::tiny(), vec!["a".into()]);
+        let json = s.to_json();
+        // Files written before these fields read as the authors' DANet.
+        assert!(
+            !json.contains("align_corners") && !json.contains("aux_head"),
+            "{json}"
+        );
+        let back = ModelSpec::from_json(&json).unwrap();
+        assert!(back.align_corners && back.aux_head.is_none() && back.mmseg_test.is_none());
+        let mut m = s.clone();
+        m.align_corners = false;
+        m.head_channels = Some([40, 5]);
+        m.aux_head = Some(AuxHeadSpec {
+            in_layer: 3,
+            channels: 8,
+            loss_weight: 0.4,
+        });
+        m.mmseg_test = Some(MmsegTestCfg {
+            scale: [2048, 1024],
+            crop: Some(769),
+            stride: Some(513),
+        });
+        let back = ModelSpec::from_json(&m.to_json()).unwrap();
+        assert_eq!(back, m);
+        assert_eq!((back.inter_channels(), back.qk_channels()), (40, 5));
+        m.mmseg_test.as_mut().unwrap().stride = None;
+        assert!(m.validate().is_err());
     }
 
     #[test]

@@ -54,6 +54,10 @@ pub struct Args {
     /// Output `mask`: ArgMax over classes at input resolution, uint8 [batch, H, W].
     #[arg(long)]
     pub argmax: bool,
+    /// Also export the auxiliary FCN head of an mmsegmentation import as a second output,
+    /// `aux_logits` (float32 [batch, classes, height, width]); training-only by default.
+    #[arg(long)]
+    pub aux: bool,
     /// Input `image`: uint8 NHWC RGB [batch, H, W, 3], normalised inside the graph.
     #[arg(long)]
     pub preprocess: bool,
@@ -158,6 +162,7 @@ impl Args {
         opts.with_fp16(self.fp16)
             .with_keep_fp32(self.keep_fp32.iter().cloned())
             .with_argmax(self.argmax)
+            .with_aux(self.aux)
             .with_preprocess(self.preprocess)
             .with_input_size(self.input_size)
             .with_batch(self.batch)

@@ -10,7 +10,8 @@ use anyhow::{bail, Context, Result};
 use segtool_core::ModelSpec;
 use segtool_train::checkpoint::{self, CheckpointInfo};
 use segtool_train::import::{
-    import_from, infer_architecture, read_state_dict, ImportMode, InferredArchitecture,
+    from_mmseg, import_from, infer_architecture, is_mmseg, read_state_dict, ImportMode,
+    InferredArchitecture, MmsegOverrides, StateDict,
 };
 use segtool_train::DaNet;
 
@@ -53,6 +54,10 @@ pub struct Args {
     /// at their init, or file tensors inside the model's modules ignored.
     #[arg(long)]
     pub allow_missing: bool,
+    /// mmsegmentation files: `align_corners` of the model's resizes when the file's meta
+    /// has no config (the zoo's: false, true for the 769x769 Cityscapes models).
+    #[arg(long, value_name = "true|false")]
+    pub align_corners: Option<bool>,
     /// Output checkpoint (.safetensors).
     #[arg(long)]
     pub out: PathBuf,
@@ -76,6 +81,15 @@ impl From<Mode> for ImportMode {
 pub fn run(args: Args) -> Result<()> {
     let state = read_state_dict(&args.from)?;
     println!("{}", state.describe(&args.from));
+    if is_mmseg(&state) {
+        return run_mmseg(&args, state);
+    }
+    if args.align_corners.is_some() {
+        bail!(
+            "--align-corners is for mmsegmentation files; {} is not one",
+            args.from.display()
+        );
+    }
     let mode = args
         .mode
         .map_or_else(|| ImportMode::detect(&state), ImportMode::from);
@@ -126,6 +140,89 @@ pub fn run(args: Args) -> Result<()> {
         spec.backbone_name,
         spec.backbone.output_stride,
         spec.num_classes()
+    );
+    Ok(())
+}
+
+/// An mmsegmentation DANet: architecture, classes and test pipeline from the file.
+fn run_mmseg(args: &Args, state: StateDict) -> Result<()> {
+    let file = args.from.display();
+    if args.backbone.is_some() || args.deep_stem || args.multi_grid.is_some() {
+        bail!("{file} is an mmsegmentation checkpoint: its architecture is read from it (drop --backbone/--deep-stem/--multi-grid)");
+    }
+    if args.mode.is_some_and(|m| matches!(m, Mode::Backbone)) {
+        bail!("{file}: --mode backbone is for ImageNet ResNets; an mmseg file imports whole");
+    }
+    let name = args
+        .from
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let overrides = MmsegOverrides {
+        align_corners: args.align_corners,
+        output_stride: args.output_stride,
+    };
+    let imported = from_mmseg(state, &name, &overrides)
+        .with_context(|| format!("{file}: not an mmsegmentation DANet segtool can import"))?;
+    let mut spec = imported.spec;
+    if args.classes.is_some() || args.classes_file.is_some() {
+        let arch_classes = spec.num_classes();
+        let dummy = InferredArchitecture {
+            block: spec.backbone.block,
+            layers: spec.backbone.layers,
+            width: spec.backbone.width,
+            deep_stem: spec.backbone.deep_stem,
+            classes: Some(arch_classes),
+            prefix: "",
+        };
+        let (names, palette) = classes(args, &dummy, ImportMode::Full)?;
+        if names.len() != arch_classes {
+            bail!(
+                "{} class names given, but {file}'s classifier has {arch_classes}",
+                names.len()
+            );
+        }
+        spec.palette = palette.unwrap_or_else(|| spec.palette.clone());
+        spec.classes = names;
+    }
+    println!(
+        "mmsegmentation DANet: {} ({:?} blocks {:?}, stem {:?}), head {}/{} channels, aux head {}, {} classes",
+        spec.backbone_name,
+        spec.backbone.block,
+        spec.backbone.layers,
+        spec.backbone.stem_conv_widths(),
+        spec.inter_channels(),
+        spec.qk_channels(),
+        match &spec.aux_head {
+            Some(a) => format!("on layer{} ({} channels, loss weight {})", a.in_layer, a.channels, a.loss_weight),
+            None => "none".into(),
+        },
+        spec.num_classes()
+    );
+    for note in &imported.notes {
+        println!("  {note}");
+    }
+    spec.validate()?;
+    let mut vs = tch::nn::VarStore::new(tch::Device::Cpu);
+    let _model = DaNet::new(&vs.root(), &spec);
+    let report = import_from(&mut vs, imported.state, &args.from, ImportMode::Full)?;
+    report
+        .describe(ImportMode::Full)
+        .iter()
+        .for_each(|l| println!("{l}"));
+    report.check(ImportMode::Full, args.allow_missing)?;
+    let info = CheckpointInfo::from([
+        ("imported_from".to_string(), args.from.display().to_string()),
+        ("import_mode".to_string(), "mmseg".to_string()),
+    ]);
+    checkpoint::save(&args.out, &vs, &spec, &info)?;
+    println!(
+        "wrote {} ({}, output stride {}, {} classes, align_corners {})",
+        args.out.display(),
+        spec.backbone_name,
+        spec.backbone.output_stride,
+        spec.num_classes(),
+        spec.align_corners
     );
     Ok(())
 }

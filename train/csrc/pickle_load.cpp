@@ -31,6 +31,11 @@ typedef int (*segtool_record_fn)(void* ctx, const char* key, const char** data, 
 // One tensor: `path[0..depth]` are NUL-terminated keys from the root (valid during the
 // call); `tensor` is a heap `at::Tensor*` the callee now owns (tch's `C_tensor`).
 typedef void (*segtool_tensor_fn)(void* ctx, const char* const* path, size_t depth, void* tensor);
+// One scalar leaf (str, int, float, bool), as text; `kind`: 0 str, 1 int, 2 float, 3 bool.
+// What the file says about itself (an mmsegmentation checkpoint's meta: class names,
+// palette, config text) is read from these.
+typedef void (*segtool_value_fn)(void* ctx, const char* const* path, size_t depth, const char* text,
+                                 int kind);
 }
 
 namespace {
@@ -43,6 +48,7 @@ constexpr size_t kMaxDepth = 200;
 
 struct Walker {
   segtool_tensor_fn on_tensor;
+  segtool_value_fn on_value;
   void* ctx;
   size_t skipped = 0;  // non-tensor leaves: epoch ints, floats, strings, None, objects
   std::vector<std::string> path;
@@ -59,11 +65,26 @@ struct Walker {
     path.pop_back();
   }
 
+  void value(const std::string& text, int kind) {
+    std::vector<const char*> keys;
+    for (const auto& k : path) keys.push_back(k.c_str());
+    on_value(ctx, keys.data(), keys.size(), text.c_str(), kind);
+    skipped++;
+  }
+
   void walk(const c10::IValue& v) {
     if (v.isTensor()) {
       std::vector<const char*> keys;
       for (const auto& k : path) keys.push_back(k.c_str());
       on_tensor(ctx, keys.data(), keys.size(), new at::Tensor(v.toTensor()));
+    } else if (v.isString()) {
+      value(v.toStringRef(), 0);
+    } else if (v.isInt()) {
+      value(std::to_string(v.toInt()), 1);
+    } else if (v.isDouble()) {
+      value(std::to_string(v.toDouble()), 2);
+    } else if (v.isBool()) {
+      value(v.toBool() ? "true" : "false", 3);
     } else if (v.isGenericDict()) {
       for (const auto& entry : v.toGenericDict()) {
         const auto& k = entry.key();
@@ -106,8 +127,8 @@ extern "C" {
 // Returns 0 on success, with `*skipped` = the number of non-tensor values; -1 on failure,
 // with the reason in `err` (NUL-terminated, truncated to `err_len`).
 int segtool_unpickle(const char* pkl, size_t pkl_len, segtool_record_fn read_record,
-                     segtool_tensor_fn on_tensor, void* ctx, size_t* skipped, char* err,
-                     size_t err_len) {
+                     segtool_tensor_fn on_tensor, segtool_value_fn on_value, void* ctx,
+                     size_t* skipped, char* err, size_t err_len) {
   try {
     size_t pos = 0;
     auto reader = [&](char* buf, size_t n) {
@@ -128,7 +149,7 @@ int segtool_unpickle(const char* pkl, size_t pkl_len, segtool_record_fn read_rec
     torch::jit::Unpickler unpickler(reader, opaque_type, opaque_object, record,
                                     at::Device(at::kCPU));  // map_location="cpu"
     c10::IValue root = unpickler.parse_ivalue();
-    Walker walker{on_tensor, ctx};
+    Walker walker{on_tensor, on_value, ctx};
     walker.walk(root);
     if (skipped) *skipped = walker.skipped;
     return 0;

@@ -10,15 +10,18 @@
 //! tch model has no such variable). Shapes must match exactly.
 //!
 //! [`infer_architecture`] reads from a file what its weights determine (depth, block
-//! type, width, stem, classes), so that an official checkpoint imports without flags.
+//! type, width, stem, classes), so that an official checkpoint imports without flags;
+//! mmsegmentation's DANet files are recognised by their keys and translated by [`mmseg`].
 
 mod describe;
 mod infer;
+pub mod mmseg;
 mod pickle;
 mod pytorch;
 
 pub use describe::{import_from, init_from_file};
 pub use infer::{infer_architecture, InferredArchitecture};
+pub use mmseg::{from_mmseg, is_mmseg, MmsegImport, MmsegOverrides};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -60,6 +63,9 @@ pub struct StateDict {
     pub skipped: usize,
     /// Where in the file the state dict was (`state_dict`, `model`, ...), if not the root.
     pub root: Option<String>,
+    /// The file's scalar values (str, int, float, bool, as text) by path from the root
+    /// object, e.g. `["meta", "CLASSES", "0"]` -> `road`: what it says about itself.
+    pub values: Vec<(Vec<String>, String)>,
 }
 
 /// Outcome of [`import_into`], names in the model's spelling.
@@ -129,7 +135,9 @@ pub fn read_state_dict(path: &Path) -> Result<StateDict> {
             pytorch::read_legacy(&bytes)
         };
         let found = found.map_err(not_pytorch)?;
-        return Ok(select_state_dict(found.tensors, found.skipped));
+        let mut state = select_state_dict(found.tensors, found.skipped);
+        state.values = found.values;
+        return Ok(state);
     }
     if let Ok(st) = SafeTensors::deserialize(&bytes) {
         return read_safetensors(&st).with_context(|| format!("{}", path.display()));
@@ -164,6 +172,7 @@ fn read_safetensors(st: &SafeTensors) -> Result<StateDict> {
         tensors,
         skipped: 0,
         root: None,
+        values: Vec::new(),
     })
 }
 
@@ -200,6 +209,7 @@ fn select_state_dict(found: Vec<(Vec<String>, Tensor)>, mut skipped: usize) -> S
         tensors,
         skipped,
         root,
+        values: Vec::new(),
     }
 }
 

@@ -260,6 +260,7 @@ impl Trainer {
                         fused: crate::amp::at_least_fp32(&out.fused),
                         position: crate::amp::at_least_fp32(&out.position),
                         channel: crate::amp::at_least_fp32(&out.channel),
+                        aux: out.aux.as_ref().map(crate::amp::at_least_fp32),
                     }
                 }
                 None => self.model.forward_all(images, true),

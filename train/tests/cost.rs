@@ -49,6 +49,8 @@ fn parameter_counts_match_the_varstore() {
     check_counts(r50);
     check_counts(BackboneSpec {
         deep_stem: true,
+        stem_widths: None,
+        contract_dilation: true,
         ..BackboneSpec::resnet(18, 16).unwrap()
     });
     check_counts(BackboneSpec::tiny());
@@ -74,6 +76,8 @@ fn feature_size_matches_the_backbone_output() {
         (
             BackboneSpec {
                 deep_stem: true,
+                stem_widths: None,
+                contract_dilation: true,
                 ..BackboneSpec::tiny()
             },
             61,

@@ -17,6 +17,8 @@ fn sgd_leaves_frozen_backbone_bn_untouched() {
     let spec = spec(
         BackboneSpec {
             deep_stem: true,
+            stem_widths: None,
+            contract_dilation: true,
             ..BackboneSpec::tiny()
         },
         3,

@@ -300,11 +300,15 @@ fn resnet18_os16_matches_pytorch_in_eval_and_training() {
 fn deep_stem_matches_pytorch() {
     let basic = BackboneSpec {
         deep_stem: true,
+        stem_widths: None,
+        contract_dilation: true,
         ..BackboneSpec::tiny()
     };
     check_model(named("tiny-deep", basic, 3), [2, 3, 64, 80], 13);
     let bottleneck = BackboneSpec {
         deep_stem: true,
+        stem_widths: None,
+        contract_dilation: true,
         ..small_bottleneck(16, None)
     };
     check_model(named("bottleneck-deep", bottleneck, 3), [2, 3, 48, 64], 14);

@@ -107,8 +107,18 @@ pub fn init_from_file(
     path: &Path,
     say: &mut dyn FnMut(String),
 ) -> Result<ImportReport> {
-    let state = read_state_dict(path)?;
+    let mut state = read_state_dict(path)?;
     say(state.describe(path));
+    if super::is_mmseg(&state) {
+        // An mmsegmentation DANet: its tensors under segtool's names (the run's model
+        // spec, e.g. an mmseg preset's, must be the file's architecture: shapes are checked).
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+        let overrides = super::MmsegOverrides::default();
+        state = super::from_mmseg(state, &name.unwrap_or_default(), &overrides)
+            .with_context(|| format!("{}", path.display()))?
+            .state;
+        say("mmsegmentation checkpoint: tensors renamed to segtool's".into());
+    }
     let mode = ImportMode::detect(&state);
     let report = import_from(vs, state, path, mode)?;
     for line in report.describe(mode) {

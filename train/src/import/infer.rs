@@ -79,6 +79,8 @@ impl InferredArchitecture {
             output_stride,
             multi_grid,
             deep_stem: self.deep_stem,
+            stem_widths: None,
+            contract_dilation: true,
         }
     }
 
@@ -294,6 +296,7 @@ mod tests {
                 .collect(),
             skipped: 0,
             root: None,
+            values: Vec::new(),
         }
     }
 

@@ -29,6 +29,8 @@ pub struct Unpickled {
     pub tensors: Vec<(Vec<String>, Tensor)>,
     /// Non-tensor values (epoch numbers, hyper-parameters, ...).
     pub skipped: usize,
+    /// The scalar leaves among them (str, int, float, bool) with their paths, as text.
+    pub values: Vec<(Vec<String>, String)>,
 }
 
 /// Reads a zip-format `torch.save` file.
@@ -153,6 +155,7 @@ fn string_list(bytes: &[u8], mut pos: usize) -> Result<(Vec<String>, usize)> {
 
 type RecordFn = extern "C" fn(*mut c_void, *const c_char, *mut *const c_char, *mut usize) -> c_int;
 type TensorFn = extern "C" fn(*mut c_void, *const *const c_char, usize, *mut c_void);
+type ValueFn = extern "C" fn(*mut c_void, *const *const c_char, usize, *const c_char, c_int);
 
 extern "C" {
     fn segtool_unpickle(
@@ -160,6 +163,7 @@ extern "C" {
         pkl_len: usize,
         read_record: RecordFn,
         on_tensor: TensorFn,
+        on_value: ValueFn,
         ctx: *mut c_void,
         skipped: *mut usize,
         err: *mut c_char,
@@ -170,9 +174,40 @@ extern "C" {
 struct Ctx<'a> {
     records: &'a HashMap<String, Cow<'a, [u8]>>,
     tensors: Vec<(Vec<String>, Tensor)>,
+    values: Vec<(Vec<String>, String)>,
 }
 
-// Both callbacks run inside segtool_unpickle, one at a time, and must not panic (a panic
+/// `depth` C strings at `path`, owned.
+///
+/// # Safety
+/// `path` points to `depth` valid C strings.
+unsafe fn path_of(path: *const *const c_char, depth: usize) -> Vec<String> {
+    (0..depth)
+        .map(|i| {
+            unsafe { CStr::from_ptr(*path.add(i)) }
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect()
+}
+
+extern "C" fn on_value(
+    ctx: *mut c_void,
+    path: *const *const c_char,
+    depth: usize,
+    text: *const c_char,
+    _kind: c_int,
+) {
+    // SAFETY: as on_tensor; `text` is a C string valid during the call.
+    let ctx = unsafe { &mut *(ctx as *mut Ctx) };
+    let path = unsafe { path_of(path, depth) };
+    let text = unsafe { CStr::from_ptr(text) }
+        .to_string_lossy()
+        .into_owned();
+    ctx.values.push((path, text));
+}
+
+// The callbacks run inside segtool_unpickle, one at a time, and must not panic (a panic
 // cannot unwind through C++).
 extern "C" fn on_record(
     ctx: *mut c_void,
@@ -203,13 +238,7 @@ extern "C" fn on_tensor(
     // SAFETY: as above; `path` holds `depth` C strings; `tensor` is a `new at::Tensor`
     // whose ownership passes to us, which is what Tensor::from_ptr expects.
     let ctx = unsafe { &mut *(ctx as *mut Ctx) };
-    let path = (0..depth)
-        .map(|i| {
-            unsafe { CStr::from_ptr(*path.add(i)) }
-                .to_string_lossy()
-                .into_owned()
-        })
-        .collect();
+    let path = unsafe { path_of(path, depth) };
     let tensor = unsafe { Tensor::from_ptr(tensor as *mut torch_sys::C_tensor) };
     ctx.tensors.push((path, tensor));
 }
@@ -234,6 +263,7 @@ fn unpickle(pickle: &Rewritten, records: &HashMap<String, Cow<[u8]>>) -> Result<
     let mut ctx = Ctx {
         records,
         tensors: Vec::new(),
+        values: Vec::new(),
     };
     let mut skipped = 0usize;
     let mut err = vec![0u8; 2048];
@@ -244,6 +274,7 @@ fn unpickle(pickle: &Rewritten, records: &HashMap<String, Cow<[u8]>>) -> Result<
             pickle.pickle.len(),
             on_record,
             on_tensor,
+            on_value,
             &mut ctx as *mut Ctx as *mut c_void,
             &mut skipped,
             err.as_mut_ptr() as *mut c_char,
@@ -259,5 +290,6 @@ fn unpickle(pickle: &Rewritten, records: &HashMap<String, Cow<[u8]>>) -> Result<
     Ok(Unpickled {
         tensors: ctx.tensors,
         skipped,
+        values: ctx.values,
     })
 }

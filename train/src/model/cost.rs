@@ -100,11 +100,12 @@ fn backbone_costs(spec: &BackboneSpec, size: &mut (i64, i64)) -> Vec<ModuleCost>
     let mut out = Vec::new();
     let mut m = module("pretrained.conv1", size);
     if spec.deep_stem {
-        let e = m.conv(3, w, 3, 2, 1, true);
+        let [w0, w1, _] = spec.stem_conv_widths();
+        let e = m.conv(3, w0, 3, 2, 1, true);
         m.relu(e);
-        let e = m.conv(w, w, 3, 1, 1, true);
+        let e = m.conv(w0, w1, 3, 1, 1, true);
         m.relu(e);
-        m.conv(w, stem, 3, 1, 1, false);
+        m.conv(w1, stem, 3, 1, 1, false);
     } else {
         m.conv(3, w, 7, 2, 1, false);
     }

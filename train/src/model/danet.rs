@@ -1,5 +1,7 @@
 //! The whole network: dilated ResNet (`pretrained.*`) + DANet head (`head.*`), three
-//! outputs upsampled to the input size with align_corners=True.
+//! outputs upsampled to the input size (align_corners as the spec says: true for DANet's
+//! code, false for most mmsegmentation configs), and mmsegmentation's auxiliary FCN head
+//! (`auxlayer.*`) when the spec has one.
 
 use std::sync::Arc;
 
@@ -7,7 +9,7 @@ use segtool_core::ModelSpec;
 use tch::nn::{self, ModuleT};
 use tch::Tensor;
 
-use super::{AttentionImpl, DaNetHead, ResNet};
+use super::{AttentionImpl, AuxHead, DaNetHead, ResNet};
 use crate::dist::ProcessGroup;
 
 /// Optimiser group of the backbone's parameters; the head's are in [`DaNet::HEAD_GROUP`]
@@ -19,6 +21,8 @@ pub struct DaNet {
     pub spec: ModelSpec,
     pretrained: ResNet,
     pub head: DaNetHead,
+    /// mmsegmentation's auxiliary head on layer3 (training loss only).
+    pub aux: Option<AuxHead>,
     sync_bn: bool,
 }
 
@@ -30,6 +34,8 @@ pub struct DaNetOutputs {
     pub position: Tensor,
     /// conv7 on the channel-attention branch.
     pub channel: Tensor,
+    /// The auxiliary FCN head's logits, when the model has one.
+    pub aux: Option<Tensor>,
 }
 
 impl DaNet {
@@ -48,16 +54,27 @@ impl DaNet {
             &(root / "pretrained").set_group(Self::BACKBONE_GROUP),
             &spec.backbone,
         );
+        let classes = spec.num_classes() as i64;
         let head = DaNetHead::with_attention(
             &(root / "head").set_group(Self::HEAD_GROUP),
-            spec.backbone.out_channels(),
-            spec.num_classes() as i64,
+            [
+                spec.backbone.out_channels(),
+                spec.inter_channels(),
+                spec.qk_channels(),
+            ],
+            classes,
             attention,
         );
+        // Trained with the head's learning rate, as PyTorch-Encoding's `auxlayer`.
+        let aux = spec.aux_head.as_ref().map(|a| {
+            let p = (root / "auxlayer").set_group(Self::HEAD_GROUP);
+            AuxHead::new(&p, a, spec.backbone.layer_channels(a.in_layer), classes)
+        });
         Self {
             spec: spec.clone(),
             pretrained,
             head,
+            aux,
             sync_bn: false,
         }
     }
@@ -77,6 +94,12 @@ impl DaNet {
         self.head.dropout = on;
     }
 
+    /// Dropout2d's probability before every classifier, the auxiliary head's included
+    /// (mmsegmentation's `dropout_ratio`; 0 disables it).
+    pub fn set_dropout_ratio(&mut self, p: f64) {
+        self.head.dropout_ratio = p;
+    }
+
     /// Frozen backbone BatchNorm (see [`ResNet::set_frozen_bn`]); the head's BN trains.
     pub fn set_frozen_bn(&mut self, frozen: bool) {
         self.pretrained.set_frozen_bn(frozen);
@@ -94,6 +117,9 @@ impl DaNet {
         let group = group.filter(|g| g.world_size() > 1);
         self.sync_bn = group.is_some();
         self.pretrained.set_sync_bn(group.clone());
+        if let Some(aux) = &mut self.aux {
+            aux.set_sync_bn(group.clone());
+        }
         self.head.set_sync_bn(group);
     }
 
@@ -104,13 +130,21 @@ impl DaNet {
 
     pub fn forward_all(&self, xs: &Tensor, train: bool) -> DaNetOutputs {
         let (_, _, h, w) = xs.size4().expect("DANet input is NCHW");
-        let features = self.pretrained.forward_t(xs, train);
+        let tap = self.aux.as_ref().map(|a| a.in_layer);
+        let (features, tapped) = self.pretrained.forward_with_tap(xs, train, tap);
         let (fused, position, channel) = self.head.forward_t(&features, train);
-        let up = |t: Tensor| t.upsample_bilinear2d([h, w], true, None, None);
+        let align_corners = self.spec.align_corners;
+        let up = |t: Tensor| t.upsample_bilinear2d([h, w], align_corners, None, None);
+        let dropout = (train && self.head.dropout).then_some(self.head.dropout_ratio);
+        let aux = match (&self.aux, tapped) {
+            (Some(aux), Some(x)) => Some(up(aux.forward_t(&x, train, dropout))),
+            _ => None,
+        };
         DaNetOutputs {
             fused: up(fused),
             position: up(position),
             channel: up(channel),
+            aux,
         }
     }
 }

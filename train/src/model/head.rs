@@ -30,7 +30,7 @@ impl ConvBnRelu {
     }
 }
 
-/// Dropout2d(0.1) then a 1x1 classifier, named `.1` as in PyTorch's Sequential.
+/// Dropout2d then a 1x1 classifier, named `.1` as in PyTorch's Sequential.
 #[derive(Debug)]
 struct Classifier {
     conv: nn::Conv2D,
@@ -43,8 +43,11 @@ impl Classifier {
         }
     }
 
-    fn forward_t(&self, xs: &Tensor, dropout: bool) -> Tensor {
-        xs.feature_dropout(0.1, dropout).apply(&self.conv)
+    fn forward_t(&self, xs: &Tensor, dropout: Option<f64>) -> Tensor {
+        match dropout {
+            Some(p) if p > 0.0 => xs.feature_dropout(p, true).apply(&self.conv),
+            _ => xs.apply(&self.conv),
+        }
     }
 }
 
@@ -62,24 +65,37 @@ pub struct DaNetHead {
     /// Dropout2d in training (on by default); tests turn it off to compare gradients
     /// with a reference that cannot share our random masks.
     pub dropout: bool,
+    /// Dropout2d's probability (DANet and mmsegmentation: 0.1; 0 disables it).
+    pub dropout_ratio: f64,
 }
 
+/// Dropout2d's default probability before each classifier (DANet, mmsegmentation).
+pub const DEFAULT_DROPOUT: f64 = 0.1;
+
 impl DaNetHead {
+    /// DANet's head on `in_ch` features: `in_ch / 4` channels, `in_ch / 32` for PAM's
+    /// query and key.
     pub fn new(p: &nn::Path, in_ch: i64, classes: i64) -> Self {
-        Self::with_attention(p, in_ch, classes, AttentionImpl::Explicit)
+        Self::with_attention(
+            p,
+            [in_ch, in_ch / 4, in_ch / 32],
+            classes,
+            AttentionImpl::Explicit,
+        )
     }
 
+    /// `widths`: channels in, of the branches (`inter`), of PAM's query and key.
     pub fn with_attention(
         p: &nn::Path,
-        in_ch: i64,
+        widths: [i64; 3],
         classes: i64,
         attention: AttentionImpl,
     ) -> Self {
-        let inter = in_ch / 4;
+        let [in_ch, inter, qk] = widths;
         Self {
             conv5a: ConvBnRelu::new(p / "conv5a", in_ch, inter),
             conv5c: ConvBnRelu::new(p / "conv5c", in_ch, inter),
-            sa: Pam::with_attention(&(p / "sa"), inter, inter / 8, attention),
+            sa: Pam::with_attention(&(p / "sa"), inter, qk, attention),
             sc: Cam::with_attention(&(p / "sc"), attention),
             conv51: ConvBnRelu::new(p / "conv51", inter, inter),
             conv52: ConvBnRelu::new(p / "conv52", inter, inter),
@@ -87,6 +103,7 @@ impl DaNetHead {
             conv7: Classifier::new(p / "conv7", inter, classes),
             conv8: Classifier::new(p / "conv8", inter, classes),
             dropout: true,
+            dropout_ratio: DEFAULT_DROPOUT,
         }
     }
 
@@ -117,7 +134,7 @@ impl DaNetHead {
             .conv52
             .forward_t(&self.sc.forward(&self.conv5c.forward_t(x, train)), train);
         let feat_sum = &sa_feat + &sc_feat;
-        let dropout = train && self.dropout;
+        let dropout = (train && self.dropout).then_some(self.dropout_ratio);
         (
             self.conv8.forward_t(&feat_sum, dropout),
             self.conv6.forward_t(&sa_feat, dropout),

@@ -3,18 +3,20 @@
 //! checkpoints move between the two unchanged.
 
 pub mod attention;
+mod aux_head;
 mod cost;
 mod danet;
 mod head;
 mod resnet;
 
 pub use attention::{AttentionImpl, Cam, Pam};
+pub use aux_head::AuxHead;
 pub use cost::{
     attention_matrix_bytes, feature_size, module_costs, pam_cam_attention_bytes, AttentionBytes,
     ModuleCost,
 };
 pub use danet::{DaNet, DaNetOutputs};
-pub use head::DaNetHead;
+pub use head::{DaNetHead, DEFAULT_DROPOUT};
 pub use resnet::ResNet;
 
 use std::sync::Arc;

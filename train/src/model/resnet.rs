@@ -95,7 +95,8 @@ enum Stem {
     Plain(nn::Conv2D),
     /// PyTorch-Encoding's `deep_base` Sequential: `conv1.0` (3x3 s2, 3 -> w), `conv1.1` BN,
     /// ReLU, `conv1.3` (w -> w), `conv1.4` BN, ReLU, `conv1.6` (w -> 2w). Indices 2 and 5
-    /// are the parameter-free ReLUs, hence the gaps in the names.
+    /// are the parameter-free ReLUs, hence the gaps in the names. The widths follow
+    /// [`BackboneSpec::stem_conv_widths`] (mmsegmentation's ResNetV1c: 32, 32, 64).
     Deep {
         convs: [(nn::Conv2D, Bn); 2],
         last: nn::Conv2D,
@@ -104,23 +105,23 @@ enum Stem {
 
 impl Stem {
     fn new(p: &nn::Path, spec: &BackboneSpec) -> Self {
-        let w = spec.width;
         if !spec.deep_stem {
-            return Stem::Plain(conv_no_bias(p / "conv1", 3, w, 7, 2, 3, 1));
+            return Stem::Plain(conv_no_bias(p / "conv1", 3, spec.width, 7, 2, 3, 1));
         }
+        let [w0, w1, w2] = spec.stem_conv_widths();
         let s = p / "conv1";
         Stem::Deep {
             convs: [
                 (
-                    conv_no_bias(&s / "0", 3, w, 3, 2, 1, 1),
-                    batch_norm(&s / "1", w),
+                    conv_no_bias(&s / "0", 3, w0, 3, 2, 1, 1),
+                    batch_norm(&s / "1", w0),
                 ),
                 (
-                    conv_no_bias(&s / "3", w, w, 3, 1, 1, 1),
-                    batch_norm(&s / "4", w),
+                    conv_no_bias(&s / "3", w0, w1, 3, 1, 1, 1),
+                    batch_norm(&s / "4", w1),
                 ),
             ],
-            last: conv_no_bias(&s / "6", w, 2 * w, 3, 1, 1, 1),
+            last: conv_no_bias(&s / "6", w1, w2, 3, 1, 1, 1),
         }
     }
 
@@ -225,18 +226,35 @@ impl ResNet {
     }
 }
 
-impl ModuleT for ResNet {
-    fn forward_t(&self, xs: &Tensor, train: bool) -> Tensor {
+impl ResNet {
+    /// layer4's output and, when `tap` names a stage (1-based), that stage's output too
+    /// (the auxiliary head's input).
+    pub fn forward_with_tap(
+        &self,
+        xs: &Tensor,
+        train: bool,
+        tap: Option<usize>,
+    ) -> (Tensor, Option<Tensor>) {
         // Only BatchNorm looks at `train` in the backbone.
         let train = train && !self.frozen_bn;
         let mut x = bn_t(&self.stem.forward_t(xs, train), &self.bn1, train)
             .relu()
             .max_pool2d([3, 3], [2, 2], [1, 1], [1, 1], false);
-        for layer in &self.layers {
+        let mut tapped = None;
+        for (k, layer) in self.layers.iter().enumerate() {
             for block in layer {
                 x = block.forward_t(&x, train);
             }
+            if tap == Some(k + 1) {
+                tapped = Some(x.shallow_clone());
+            }
         }
-        x
+        (x, tapped)
+    }
+}
+
+impl ModuleT for ResNet {
+    fn forward_t(&self, xs: &Tensor, train: bool) -> Tensor {
+        self.forward_with_tap(xs, train, None).0
     }
 }

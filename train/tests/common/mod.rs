@@ -27,6 +27,8 @@ pub fn small_bottleneck(output_stride: i64, multi_grid: Option<Vec<i64>>) -> Bac
         output_stride,
         multi_grid,
         deep_stem: false,
+        stem_widths: None,
+        contract_dilation: true,
     }
 }
 

@@ -1,0 +1,597 @@
+//! mmsegmentation's DANet checkpoints: an `EncoderDecoder` with a `ResNetV1c` backbone
+//! (`backbone.*`), a `DAHead` (`decode_head.*`) and usually an auxiliary `FCNHead` on
+//! layer3 (`auxiliary_head.*`), saved as `{meta: {CLASSES, PALETTE, config}, state_dict}`.
+//!
+//! Accepts: those files (mmseg 0.x and 1.x meta), with a deep (`stem.*`) or 7x7 stem, any
+//! bottleneck ResNet depth, with or without the auxiliary head. Refuses, naming what is
+//! missing or different: basic-block ResNets (mmseg's BasicBlock dilates differently),
+//! other mmseg models (a PSPNet's `decode_head.psp_modules.*`), an FCN head with more than
+//! one conv or `concat_input`, and any `backbone.*`/`decode_head.*`/`auxiliary_head.*`
+//! tensor it has no place for. Every tensor is renamed into segtool's names (the authors'
+//! DANet state dict, see `model`), so the usual [`super::import_into`] then checks shapes
+//! and completeness.
+//!
+//! What the weights cannot tell (dilations, `contract_dilation`, `align_corners`, the test
+//! pipeline) comes from the config text mmseg stores in the file's meta when it is there,
+//! else from the zoo's file naming (`..._769x769_...`: align_corners and slide 769/513;
+//! `-d16`: output stride 16), else from mmseg's DANet defaults; [`MmsegImport::notes`]
+//! says which for each.
+
+use std::collections::BTreeMap;
+
+use anyhow::{bail, Result};
+use segtool_core::spec::{AuxHeadSpec, MmsegTestCfg};
+use segtool_core::{BackboneSpec, BlockKind, ModelSpec};
+
+use super::{strip_module, StateDict};
+
+/// An mmseg file translated: the model spec and the tensors under segtool's names.
+pub struct MmsegImport {
+    pub spec: ModelSpec,
+    pub state: StateDict,
+    /// One line per setting the weights do not record: its value and where it came from.
+    pub notes: Vec<String>,
+}
+
+/// Settings a user can force where the file cannot tell.
+#[derive(Clone, Debug, Default)]
+pub struct MmsegOverrides {
+    pub align_corners: Option<bool>,
+    pub output_stride: Option<i64>,
+}
+
+/// Whether `state` is an mmsegmentation segmentor (`backbone.*` and `decode_head.*`).
+pub fn is_mmseg(state: &StateDict) -> bool {
+    let names = || state.tensors.iter().map(|(n, _)| strip_module(n));
+    names().any(|n| n.starts_with("backbone.")) && names().any(|n| n.starts_with("decode_head."))
+}
+
+const DAHEAD_KEYS: [&str; 7] = [
+    "pam_in_conv.conv.weight",
+    "pam.query_project.weight",
+    "pam.gamma.scale",
+    "cam_in_conv.conv.weight",
+    "cam.gamma.scale",
+    "pam_conv_seg.weight",
+    "conv_seg.weight",
+];
+
+/// Reads the architecture of an mmseg DANet file and renames its tensors. `file_name`
+/// (the file's name, no folder) stands in for the config when the meta has none.
+pub fn from_mmseg(
+    state: StateDict,
+    file_name: &str,
+    overrides: &MmsegOverrides,
+) -> Result<MmsegImport> {
+    let shapes: BTreeMap<String, Vec<i64>> = state
+        .tensors
+        .iter()
+        .map(|(n, t)| (strip_module(n).to_string(), t.size()))
+        .collect();
+    check_dahead(&shapes)?;
+    let meta = Meta::read(&state.values);
+    let mut notes = Vec::new();
+    let settings = Settings::decide(meta.config.as_deref(), file_name, overrides, &mut notes);
+    let backbone = backbone(&shapes, &settings)?;
+    let head = |k: &str| shape(&shapes, &format!("decode_head.{k}"));
+    let inter = head("pam_in_conv.conv.weight")?[0];
+    let in_ch = head("pam_in_conv.conv.weight")?[1];
+    if in_ch != backbone.out_channels() {
+        bail!(
+            "`decode_head.pam_in_conv.conv.weight` reads {in_ch} channels, but the backbone \
+             ends with {} (`in_index` other than the last stage is not supported)",
+            backbone.out_channels()
+        );
+    }
+    let qk = head("pam.query_project.weight")?[0];
+    let classes = head("conv_seg.weight")?[0] as usize;
+    let aux_head = aux_head(&shapes, &backbone, settings.aux_loss_weight)?;
+    let names = meta
+        .classes
+        .filter(|c| c.len() == classes)
+        .unwrap_or_else(|| (0..classes).map(|c| format!("class{c}")).collect());
+    let depth = backbone.layers.iter().sum::<usize>() * 3 + 2;
+    let mut spec = ModelSpec::new(&format!("mmseg-resnet{depth}v1c"), backbone, names);
+    if let Some(p) = meta.palette.filter(|p| p.len() == classes) {
+        spec.palette = p;
+    }
+    spec.align_corners = settings.align_corners;
+    spec.head_channels = Some([inter, qk]);
+    spec.aux_head = aux_head;
+    spec.mmseg_test = Some(settings.test);
+    spec.validate()?;
+    let state = rename(state)?;
+    Ok(MmsegImport { spec, state, notes })
+}
+
+fn shape<'a>(shapes: &'a BTreeMap<String, Vec<i64>>, name: &str) -> Result<&'a Vec<i64>> {
+    match shapes.get(name) {
+        Some(s) => Ok(s),
+        None => bail!("the file has no `{name}`"),
+    }
+}
+
+/// A DAHead, or an error naming the first missing tensor and the head modules present.
+fn check_dahead(shapes: &BTreeMap<String, Vec<i64>>) -> Result<()> {
+    let missing: Vec<&str> = DAHEAD_KEYS
+        .iter()
+        .copied()
+        .filter(|k| !shapes.contains_key(&format!("decode_head.{k}")))
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let mut modules: Vec<&str> = shapes
+        .keys()
+        .filter_map(|n| n.strip_prefix("decode_head."))
+        .filter_map(|r| r.split('.').next())
+        .collect();
+    modules.dedup();
+    bail!(
+        "an mmsegmentation checkpoint, but its decode_head is not a DAHead (DANet): it lacks \
+         `decode_head.{}`{}; its decode_head has modules {}",
+        missing[0],
+        if missing.len() > 1 {
+            format!(" and {} more DAHead tensors", missing.len() - 1)
+        } else {
+            String::new()
+        },
+        modules.join(", ")
+    )
+}
+
+fn backbone(shapes: &BTreeMap<String, Vec<i64>>, settings: &Settings) -> Result<BackboneSpec> {
+    let get = |k: &str| shape(shapes, &format!("backbone.{k}"));
+    let (deep_stem, stem_widths, stem_out) = if shapes.contains_key("backbone.stem.0.weight") {
+        let w = [
+            get("stem.0.weight")?[0],
+            get("stem.3.weight")?[0],
+            get("stem.6.weight")?[0],
+        ];
+        (true, Some(w), w[2])
+    } else {
+        (false, None, get("conv1.weight")?[0])
+    };
+    let mut layers = [0usize; 4];
+    for (k, n) in layers.iter_mut().enumerate() {
+        *n = (0..)
+            .take_while(|i| {
+                shapes.contains_key(&format!("backbone.layer{}.{i}.conv1.weight", k + 1))
+            })
+            .count();
+        if *n == 0 {
+            bail!("the file has no `backbone.layer{}.0.conv1.weight`", k + 1);
+        }
+    }
+    if !shapes.contains_key("backbone.layer1.0.conv3.weight") {
+        // mmseg's BasicBlock keeps its second conv undilated where DANet's dilates it:
+        // another network, which this import does not build (the zoo's DANets are R-50/101).
+        bail!(
+            "the backbone has basic blocks (no `backbone.layer1.0.conv3.weight`: ResNet-18/34);              mmseg's BasicBlock differs from DANet's in its dilations: only bottleneck              ResNets (R-50, R-101) import"
+        );
+    }
+    let block = BlockKind::Bottleneck;
+    let width = get("layer1.0.conv1.weight")?[0];
+    let spec = BackboneSpec {
+        block,
+        layers,
+        width,
+        output_stride: settings.output_stride,
+        multi_grid: None,
+        deep_stem,
+        // PyTorch-Encoding's (w, w, 2w) is the default: record only other widths.
+        stem_widths: stem_widths.filter(|s| *s != [width, width, 2 * width]),
+        contract_dilation: settings.contract_dilation,
+    };
+    if spec.stem_channels() != stem_out {
+        bail!(
+            "the stem ends with {stem_out} channels, expected {}",
+            spec.stem_channels()
+        );
+    }
+    spec.validate()?;
+    Ok(spec)
+}
+
+fn aux_head(
+    shapes: &BTreeMap<String, Vec<i64>>,
+    backbone: &BackboneSpec,
+    loss_weight: f64,
+) -> Result<Option<AuxHeadSpec>> {
+    let Some(conv) = shapes.get("auxiliary_head.convs.0.conv.weight") else {
+        if let Some(other) = shapes.keys().find(|n| n.starts_with("auxiliary_head.")) {
+            bail!(
+                "the auxiliary head is not a one-conv FCNHead: `{other}` but no \
+                 `auxiliary_head.convs.0.conv.weight`"
+            );
+        }
+        return Ok(None);
+    };
+    let in_layer = (1..=4).find(|&k| backbone.layer_channels(k) == conv[1]);
+    let Some(in_layer) = in_layer else {
+        bail!(
+            "`auxiliary_head.convs.0.conv.weight` reads {} channels: no backbone stage has that many",
+            conv[1]
+        );
+    };
+    Ok(Some(AuxHeadSpec {
+        in_layer,
+        channels: conv[0],
+        loss_weight,
+    }))
+}
+
+/// mmseg module names -> segtool's (the authors' DANet state dict; `model/*.rs`).
+const RENAMES: [(&str, &str); 20] = [
+    ("backbone.stem.0.", "pretrained.conv1.0."),
+    ("backbone.stem.1.", "pretrained.conv1.1."),
+    ("backbone.stem.3.", "pretrained.conv1.3."),
+    ("backbone.stem.4.", "pretrained.conv1.4."),
+    ("backbone.stem.6.", "pretrained.conv1.6."),
+    ("backbone.stem.7.", "pretrained.bn1."),
+    ("decode_head.pam_in_conv.conv.", "head.conv5a.0."),
+    ("decode_head.pam_in_conv.bn.", "head.conv5a.1."),
+    ("decode_head.pam.query_project.", "head.sa.query_conv."),
+    ("decode_head.pam.key_project.", "head.sa.key_conv."),
+    ("decode_head.pam.value_project.", "head.sa.value_conv."),
+    ("decode_head.pam_out_conv.conv.", "head.conv51.0."),
+    ("decode_head.pam_out_conv.bn.", "head.conv51.1."),
+    ("decode_head.cam_in_conv.conv.", "head.conv5c.0."),
+    ("decode_head.cam_in_conv.bn.", "head.conv5c.1."),
+    ("decode_head.cam_out_conv.conv.", "head.conv52.0."),
+    ("decode_head.cam_out_conv.bn.", "head.conv52.1."),
+    ("decode_head.pam_conv_seg.", "head.conv6.1."),
+    ("decode_head.cam_conv_seg.", "head.conv7.1."),
+    ("decode_head.conv_seg.", "head.conv8.1."),
+];
+
+const AUX_RENAMES: [(&str, &str); 3] = [
+    ("auxiliary_head.convs.0.conv.", "auxlayer.conv5.0."),
+    ("auxiliary_head.convs.0.bn.", "auxlayer.conv5.1."),
+    ("auxiliary_head.conv_seg.", "auxlayer.conv5.4."),
+];
+
+fn segtool_name(key: &str) -> Option<String> {
+    match key {
+        "decode_head.pam.gamma.scale" => return Some("head.sa.gamma".into()),
+        "decode_head.cam.gamma.scale" => return Some("head.sc.gamma".into()),
+        _ => {}
+    }
+    for (from, to) in RENAMES.iter().chain(&AUX_RENAMES) {
+        if let Some(rest) = key.strip_prefix(from) {
+            return Some(format!("{to}{rest}"));
+        }
+    }
+    for (from, to) in [
+        ("backbone.layer", "pretrained.layer"),
+        ("backbone.conv1.", "pretrained.conv1."),
+        ("backbone.bn1.", "pretrained.bn1."),
+    ] {
+        if let Some(rest) = key.strip_prefix(from) {
+            return Some(format!("{to}{rest}"));
+        }
+    }
+    None
+}
+
+/// Every tensor under segtool's name; `Scale`'s 0-dim gammas become DANet's `[1]`.
+fn rename(state: StateDict) -> Result<StateDict> {
+    let mut tensors = Vec::with_capacity(state.tensors.len());
+    let mut unplaced = Vec::new();
+    for (key, t) in state.tensors {
+        let key = strip_module(&key).to_string();
+        match segtool_name(&key) {
+            Some(name) if name.ends_with(".gamma") => tensors.push((name, t.reshape([1]))),
+            Some(name) => tensors.push((name, t)),
+            None if ["backbone.", "decode_head.", "auxiliary_head."]
+                .iter()
+                .any(|p| key.starts_with(p)) =>
+            {
+                unplaced.push(key)
+            }
+            // Not part of the segmentor (e.g. a data preprocessor's buffers): reported as
+            // unexpected by the import.
+            None => tensors.push((key, t)),
+        }
+    }
+    if let Some(first) = unplaced.first() {
+        bail!(
+            "{} tensors of the mmseg DANet have no place in segtool's, e.g. `{first}` \
+             (an architecture variant this import does not know)",
+            unplaced.len()
+        );
+    }
+    Ok(StateDict { tensors, ..state })
+}
+
+/// Class names, palette and config text from the file's meta (mmseg 0.x: `CLASSES`,
+/// `PALETTE`, `config`; 1.x: `dataset_meta.{classes,palette}`, `cfg`).
+#[derive(Default)]
+struct Meta {
+    classes: Option<Vec<String>>,
+    palette: Option<Vec<[u8; 3]>>,
+    config: Option<String>,
+}
+
+impl Meta {
+    fn read(values: &[(Vec<String>, String)]) -> Self {
+        let under = |prefixes: &[&[&str]]| -> Vec<(Vec<String>, String)> {
+            for p in prefixes {
+                let found: Vec<_> = values
+                    .iter()
+                    .filter(|(path, _)| path.len() > p.len() && path[..p.len()] == **p)
+                    .map(|(path, v)| (path[p.len()..].to_vec(), v.clone()))
+                    .collect();
+                if !found.is_empty() {
+                    return found;
+                }
+            }
+            Vec::new()
+        };
+        let classes = under(&[&["meta", "CLASSES"], &["meta", "dataset_meta", "classes"]]);
+        let classes = (!classes.is_empty()).then(|| {
+            let mut c: Vec<(usize, String)> = classes
+                .into_iter()
+                .filter_map(|(i, v)| Some((i.first()?.parse().ok()?, v)))
+                .collect();
+            c.sort();
+            c.into_iter().map(|(_, v)| v).collect()
+        });
+        let palette = under(&[&["meta", "PALETTE"], &["meta", "dataset_meta", "palette"]]);
+        let mut colours: BTreeMap<usize, [u8; 3]> = BTreeMap::new();
+        let mut valid = !palette.is_empty();
+        for (idx, v) in palette {
+            let (Some(i), Some(j), Ok(x)) = (
+                idx.first().and_then(|i| i.parse::<usize>().ok()),
+                idx.get(1).and_then(|j| j.parse::<usize>().ok()),
+                v.parse::<u8>(),
+            ) else {
+                valid = false;
+                continue;
+            };
+            if j < 3 {
+                colours.entry(i).or_default()[j] = x;
+            }
+        }
+        let palette = valid.then(|| colours.into_values().collect());
+        let config = values
+            .iter()
+            .find(|(p, _)| p.len() == 2 && p[0] == "meta" && (p[1] == "config" || p[1] == "cfg"))
+            .map(|(_, v)| v.clone());
+        Self {
+            classes,
+            palette,
+            config,
+        }
+    }
+}
+
+/// The settings the weights do not record, decided once.
+struct Settings {
+    align_corners: bool,
+    output_stride: i64,
+    contract_dilation: bool,
+    aux_loss_weight: f64,
+    test: MmsegTestCfg,
+}
+
+impl Settings {
+    fn decide(
+        config: Option<&str>,
+        file_name: &str,
+        overrides: &MmsegOverrides,
+        notes: &mut Vec<String>,
+    ) -> Self {
+        let name = file_name.to_ascii_lowercase();
+        let from_config = |what: &str| config.and_then(|c| config_value(c, what));
+        let mut note = |what: &str, value: String, source: &str| {
+            notes.push(format!("{what} {value} ({source})"));
+        };
+        let large_crop = name.contains("769x769");
+        // align_corners
+        let align_corners = match (overrides.align_corners, from_config("align_corners")) {
+            (Some(a), _) => {
+                note("align_corners", a.to_string(), "--align-corners");
+                a
+            }
+            (None, Some(v)) => {
+                let a = v == "True";
+                note("align_corners", a.to_string(), "the file's config");
+                a
+            }
+            (None, None) => {
+                note(
+                    "align_corners",
+                    large_crop.to_string(),
+                    "mmseg's DANet configs: true for 769x769, else false; --align-corners sets it",
+                );
+                large_crop
+            }
+        };
+        // output stride from the backbone's dilations
+        let output_stride = match (overrides.output_stride, from_config("dilations")) {
+            (Some(os), _) => {
+                note("output stride", os.to_string(), "--output-stride");
+                os
+            }
+            (None, Some(d)) => {
+                let os = if d.replace(' ', "").starts_with("(1,1,1,") {
+                    16
+                } else {
+                    8
+                };
+                note(
+                    "output stride",
+                    os.to_string(),
+                    &format!("the file's config: dilations={d}"),
+                );
+                os
+            }
+            (None, None) => {
+                let os = if name.contains("-d16") { 16 } else { 8 };
+                note(
+                    "output stride",
+                    os.to_string(),
+                    "the file name (-d8 / -d16)",
+                );
+                os
+            }
+        };
+        let contract_dilation = from_config("contract_dilation").is_none_or(|v| v == "True");
+        let aux_loss_weight = config
+            .and_then(|c| c.find("auxiliary_head").map(|i| &c[i..]))
+            .and_then(|c| config_value(c, "loss_weight"))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.4);
+        let scale = if name.contains("ade20k") || name.contains("voc") || name.contains("pascal") {
+            [2048, 512]
+        } else {
+            [2048, 1024]
+        };
+        let scale = config.and_then(|c| scale_of(c)).unwrap_or(scale);
+        let mode = from_config("mode");
+        let slide = match mode.as_deref() {
+            Some("'slide'") | Some("\"slide\"") => {
+                let crop = config
+                    .and_then(|c| pair_after(c, "crop_size"))
+                    .map_or(769, |p| p[0]);
+                let stride = config
+                    .and_then(|c| pair_after(c, "stride"))
+                    .map_or(513, |p| p[0]);
+                Some((crop, stride))
+            }
+            Some(_) => None,
+            None => large_crop.then_some((769, 513)),
+        };
+        note(
+            "test pipeline",
+            match slide {
+                Some((c, s)) => {
+                    format!("keep-ratio resize to {scale:?}, slide crop {c} stride {s}")
+                }
+                None => format!("keep-ratio resize to {scale:?}, whole image"),
+            },
+            if config.is_some() {
+                "the file's config"
+            } else {
+                "the file name"
+            },
+        );
+        Self {
+            align_corners,
+            output_stride,
+            contract_dilation,
+            aux_loss_weight,
+            test: MmsegTestCfg {
+                scale,
+                crop: slide.map(|s| s.0),
+                stride: slide.map(|s| s.1),
+            },
+        }
+    }
+}
+
+/// The value after the first `key=` in a config's pretty text, up to `,` or `)` (a
+/// parenthesised tuple whole).
+fn config_value(config: &str, key: &str) -> Option<String> {
+    let pat = format!("{key}=");
+    let mut from = 0;
+    while let Some(i) = config[from..].find(&pat) {
+        let at = from + i;
+        // a whole word: `stride=` must not match `strides=`
+        let boundary = at == 0
+            || !config.as_bytes()[at - 1].is_ascii_alphanumeric()
+                && config.as_bytes()[at - 1] != b'_';
+        let rest = &config[at + pat.len()..];
+        if boundary {
+            let end = if rest.starts_with('(') {
+                rest.find(')').map_or(rest.len(), |e| e + 1)
+            } else {
+                rest.find([',', ')', '\n']).unwrap_or(rest.len())
+            };
+            // pretty_text spreads tuples over lines: one space between items
+            let value = rest[..end].split_whitespace().collect::<Vec<_>>().join(" ");
+            return Some(
+                value
+                    .replace("( ", "(")
+                    .replace(", )", ")")
+                    .replace(",)", ")"),
+            );
+        }
+        from = at + pat.len();
+    }
+    None
+}
+
+/// `key=(a, b)` as two numbers.
+fn pair_after(config: &str, key: &str) -> Option<[usize; 2]> {
+    let v = config_value(config, key)?;
+    let nums: Vec<usize> = v
+        .trim_matches(|c| c == '(' || c == ')')
+        .split(',')
+        .filter_map(|n| n.trim().parse().ok())
+        .collect();
+    (nums.len() == 2).then(|| [nums[0], nums[1]])
+}
+
+/// The test pipeline's resize scale: the `Resize` (1.x `scale=`) or `MultiScaleFlipAug`
+/// (0.x `img_scale=`) after `test_pipeline`.
+fn scale_of(config: &str) -> Option<[usize; 2]> {
+    let test = &config[config.find("test_pipeline")?..];
+    let p = pair_after(test, "img_scale").or_else(|| pair_after(test, "scale"))?;
+    Some([p[0].max(p[1]), p[0].min(p[1])])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_values_are_whole_words() {
+        let c = "model = dict(backbone=dict(strides=(1, 2, 1, 1), dilations=(1, 1, 2, 4)), \
+                 test_cfg=dict(mode='slide', crop_size=(769, 769), stride=(513, 513)), align_corners=True)\n\
+                 test_pipeline = [dict(type='MultiScaleFlipAug', img_scale=(2049, 1025))]";
+        assert_eq!(
+            config_value(c, "dilations").as_deref(),
+            Some("(1, 1, 2, 4)")
+        );
+        assert_eq!(pair_after(c, "stride"), Some([513, 513]));
+        assert_eq!(pair_after(c, "crop_size"), Some([769, 769]));
+        assert_eq!(config_value(c, "mode").as_deref(), Some("'slide'"));
+        assert_eq!(config_value(c, "align_corners").as_deref(), Some("True"));
+        assert_eq!(scale_of(c), Some([2049, 1025]));
+    }
+
+    #[test]
+    fn settings_follow_the_config_then_the_name() {
+        let mut notes = Vec::new();
+        let s = Settings::decide(
+            None,
+            "danet_r50-d8_769x769_40k_cityscapes_20200530_025703-76681c60.pth",
+            &MmsegOverrides::default(),
+            &mut notes,
+        );
+        assert!(s.align_corners);
+        assert_eq!((s.test.crop, s.test.stride), (Some(769), Some(513)));
+        assert_eq!(s.output_stride, 8);
+        let s = Settings::decide(
+            None,
+            "danet_r50-d8_512x1024_80k_cityscapes.pth",
+            &MmsegOverrides::default(),
+            &mut notes,
+        );
+        assert!(!s.align_corners && s.test.crop.is_none());
+        assert_eq!(s.test.scale, [2048, 1024]);
+        let forced = MmsegOverrides {
+            align_corners: Some(true),
+            output_stride: None,
+        };
+        let s = Settings::decide(
+            Some("align_corners=False, mode='whole'"),
+            "x.pth",
+            &forced,
+            &mut notes,
+        );
+        assert!(s.align_corners && s.test.crop.is_none());
+    }
+}
