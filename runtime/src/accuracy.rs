@@ -1,11 +1,13 @@
 //! Accuracy mode: the evaluation protocol (DANet's `MultiEvalModule` or
-//! mmsegmentation's, implemented once in `segtool_spec::protocol`) on any [`Engine`], on
-//! ndarray, without tch. The training crate's evaluation runs the same implementation on
-//! tch tensors, so the two agree step for step: for every scale the normalised batch is
-//! resized (bilinear, `align_corners=true`), run whole or in `crop` x `crop` windows
-//! placed as the protocol says (padded with zero pixels, i.e. `-mean/std`), flips and
-//! windows combined (mmseg: logits averaged; DANet: `exp` scores averaged), and the
-//! scores resized back and summed over scales.
+//! mmsegmentation's test pipeline, implemented once in `segtool_spec::protocol`) on any
+//! [`Engine`], on ndarray, without tch. The training crate's evaluation runs the same
+//! implementation on tch tensors, so the two agree step for step. DANet: for every scale
+//! the normalised batch is resized (bilinear, `align_corners=true`), run whole or in
+//! `crop` x `crop` windows (padded with zero pixels, i.e. `-mean/std`), flips and windows
+//! combined as `exp` scores, and the scores resized back and summed over scales. mmseg
+//! ([`segment`]): the uint8 images resized as `cv2.resize`, `whole` or unpadded
+//! edge-aligned `slide` windows, logits resized back with the model's `align_corners`,
+//! TTA as the mean softmax (see `segtool_spec::protocol::mmseg`).
 
 use image::RgbImage;
 use ndarray::{concatenate, s, Array2, Array4, ArrayView2, ArrayView4, Axis};
@@ -14,7 +16,7 @@ use segtool_spec::ModelSpec;
 
 use crate::engine::Engine;
 use crate::error::{Result, RuntimeError};
-use crate::postprocess::{argmax, resize_bilinear};
+use crate::postprocess::{argmax, resize_bilinear, softmax};
 use crate::preprocess::{normalise_batch, zero_pixel};
 
 pub use segtool_spec::protocol::{
@@ -34,7 +36,8 @@ fn validate(opts: &ProtocolOptions) -> Result<()> {
 }
 
 /// Fused scores `(N, K, H, W)` of normalised `images` `(N, 3, H, W)` under `opts`: summed
-/// logits (mmseg) or summed `exp` scores (DANet).
+/// `exp` scores (DANet), logits or mean softmax (mmseg; from floats its input resizes are
+/// float bilinear, not `cv2.resize`'s uint8 one: [`segment`] has the exact pipeline).
 pub fn predict(
     engine: &mut dyn Engine,
     images: ArrayView4<f32>,
@@ -42,11 +45,22 @@ pub fn predict(
     opts: &AccuracyOptions,
 ) -> Result<Array4<f32>> {
     validate(opts)?;
-    let mut backend = EngineStitch {
-        engine,
-        zero: zero_pixel(spec),
-    };
+    let mut backend = EngineStitch::new(engine, spec);
     protocol::predict(&mut backend, &images.to_owned(), opts)
+}
+
+/// Fused scores `(N, K, H, W)` of same-size images under `opts`, from their pixels: the
+/// protocol exactly (mmseg: `cv2.resize`'s uint8 resize and mmseg's normalisation).
+pub fn predict_images(
+    engine: &mut dyn Engine,
+    imgs: &[RgbImage],
+    spec: &ModelSpec,
+    opts: &AccuracyOptions,
+) -> Result<Array4<f32>> {
+    validate(opts)?;
+    let refs: Vec<&RgbImage> = imgs.iter().collect();
+    let mut backend = EngineStitch::new(engine, spec);
+    protocol::predict_images(&mut backend, &refs, opts)
 }
 
 /// Masks `(H, W)` and fused scores `(N, K, H, W)` of same-size images.
@@ -56,8 +70,7 @@ pub fn segment(
     imgs: &[RgbImage],
     opts: &AccuracyOptions,
 ) -> Result<(Vec<Array2<u8>>, Array4<f32>)> {
-    let input = normalise_batch(imgs, spec)?;
-    let logits = predict(engine, input.view(), spec, opts)?;
+    let logits = predict_images(engine, imgs, spec, opts)?;
     if logits.shape()[1] > 256 {
         return Err(RuntimeError::OutputShape {
             expected: "at most 256 classes for a u8 mask".into(),
@@ -86,7 +99,18 @@ fn pad_with(x: ArrayView4<f32>, h: usize, w: usize, zero: [f32; 3]) -> Array4<f3
 /// The protocol's primitives on ndarray, running `engine`.
 struct EngineStitch<'a> {
     engine: &'a mut dyn Engine,
+    spec: &'a ModelSpec,
     zero: [f32; 3],
+}
+
+impl<'a> EngineStitch<'a> {
+    fn new(engine: &'a mut dyn Engine, spec: &'a ModelSpec) -> Self {
+        Self {
+            engine,
+            spec,
+            zero: zero_pixel(spec),
+        }
+    }
 }
 
 fn region(
@@ -99,17 +123,30 @@ impl Stitch for EngineStitch<'_> {
     type Map = Array4<f32>;
     type Error = RuntimeError;
 
+    fn spec(&self) -> &ModelSpec {
+        self.spec
+    }
+
     fn dims(&self, x: &Array4<f32>) -> [usize; 4] {
         let (n, c, h, w) = x.dim();
         [n, c, h, w]
+    }
+
+    fn normalise(&mut self, images: &[&RgbImage]) -> Result<Array4<f32>> {
+        let owned: Vec<RgbImage> = images.iter().map(|&img| img.clone()).collect();
+        normalise_batch(&owned, self.spec)
+    }
+
+    fn upload(&mut self, data: Vec<f32>, [n, c, h, w]: [usize; 4]) -> Array4<f32> {
+        Array4::from_shape_vec((n, c, h, w), data).expect("one value per element")
     }
 
     fn run(&mut self, images: &Array4<f32>) -> Result<Array4<f32>> {
         crate::engine::run_logits(&mut *self.engine, images.view())
     }
 
-    fn resize(&mut self, x: &Array4<f32>, h: usize, w: usize) -> Array4<f32> {
-        resize_bilinear(x.view(), h, w, true)
+    fn resize(&mut self, x: &Array4<f32>, h: usize, w: usize, align_corners: bool) -> Array4<f32> {
+        resize_bilinear(x.view(), h, w, align_corners)
     }
 
     fn crop_padded(&mut self, x: &Array4<f32>, win: Window, h: usize, w: usize) -> Array4<f32> {
@@ -144,8 +181,16 @@ impl Stitch for EngineStitch<'_> {
         a * by
     }
 
+    fn div(&mut self, a: Array4<f32>, by: f32) -> Array4<f32> {
+        a.mapv_into(|v| v / by)
+    }
+
     fn exp(&mut self, a: Array4<f32>) -> Array4<f32> {
         a.mapv_into(f32::exp)
+    }
+
+    fn softmax(&mut self, a: Array4<f32>) -> Array4<f32> {
+        softmax(a.view())
     }
 
     fn zeros(&mut self, _like: &Array4<f32>, [n, k, h, w]: [usize; 4]) -> Array4<f32> {
@@ -203,7 +248,7 @@ mod tests {
     }
 
     #[test]
-    fn sliding_averages_windows_and_pads_small_images() {
+    fn sliding_averages_windows_and_runs_small_images_unpadded() {
         let spec = tiny_spec(2);
         let x = Array4::from_shape_fn((2, 3, 5, 7), |(n, c, y, x)| (n + c + y * x) as f32);
         let mut probe = Probe { runs: Vec::new() };
@@ -222,45 +267,70 @@ mod tests {
         // Pixel (0, 0) is only in window (0, 0): position term 0.
         assert_eq!(out[[0, 1, 0, 0]], x[[0, 1, 0, 0]]);
 
-        // Smaller than the crop: one padded window, flip doubles the batch.
+        // Smaller than the crop: mmseg runs the image itself, unpadded.
         let mut probe = Probe { runs: Vec::new() };
-        let opts = AccuracyOptions::new().sliding(8, 4).flip(true);
-        let out = predict(&mut probe, x.view(), &spec, &opts).unwrap();
-        assert_eq!(probe.runs, vec![vec![4, 3, 8, 8]]);
-        assert_eq!(out.dim(), (2, 2, 5, 7));
+        let out = predict(
+            &mut probe,
+            x.view(),
+            &spec,
+            &AccuracyOptions::new().sliding(8, 4),
+        );
+        assert_eq!(probe.runs, vec![vec![2, 3, 5, 7]]);
+        let whole = predict(&mut probe, x.view(), &spec, &AccuracyOptions::new()).unwrap();
+        assert_eq!(out.unwrap(), whole);
+        // DANet pads it to the crop with zero pixels.
+        let mut probe = Probe { runs: Vec::new() };
+        let opts = AccuracyOptions::new()
+            .protocol(Protocol::Danet)
+            .sliding(8, 4);
+        predict(&mut probe, x.view(), &spec, &opts).unwrap();
+        assert_eq!(probe.runs, vec![vec![2, 3, 8, 8]]);
         let pad = pad_to(x.view(), 8, 8, &spec);
         assert_eq!(pad[[0, 2, 7, 7]], zero_pixel(&spec)[2]);
         assert!(AccuracyOptions::new().sliding(2, 3).validate().is_err());
     }
 
     #[test]
-    fn flip_and_scales() {
+    fn tta_averages_softmax_over_flips_and_scales() {
         let spec = tiny_spec(2);
         let x = Array4::from_shape_fn((1, 3, 4, 6), |(_, c, y, x)| (c * 7 + y * 3 + x) as f32);
         let mut probe = Probe { runs: Vec::new() };
-        let out = predict(
-            &mut probe,
-            x.view(),
-            &spec,
-            &AccuracyOptions::new().flip(true),
-        )
-        .unwrap();
-        // The position term of the flipped copy is mirrored: the mean is symmetric.
-        let want = |y: usize, x: usize| (y * 6 + x) as f32 / 2.0 + (y * 6 + 5 - x) as f32 / 2.0;
-        assert_eq!(out[[0, 1, 2, 1]], x[[0, 1, 2, 1]] + want(2, 1));
-        assert_eq!(out[[0, 0, 3, 5]], x[[0, 0, 3, 5]]);
-        // Two scales: the sum of both predictions; channel 0 of a linear ramp survives a
-        // round trip through align_corners=true resizes up to rounding.
+        let flip = AccuracyOptions::new().flip(true);
+        let out = predict(&mut probe, x.view(), &spec, &flip).unwrap();
+        // Two passes (the mirror separately, as mmseg's TTA), mirrored back, softmax mean.
+        assert_eq!(probe.runs, vec![vec![1, 3, 4, 6], vec![1, 3, 4, 6]]);
+        let mut direct = Probe { runs: Vec::new() };
+        let plain = predict(&mut direct, x.view(), &spec, &AccuracyOptions::new()).unwrap();
+        let mirrored = x.slice(s![.., .., .., ..;-1]).to_owned();
+        let back = predict(&mut direct, mirrored.view(), &spec, &AccuracyOptions::new())
+            .unwrap()
+            .slice(s![.., .., .., ..;-1])
+            .to_owned();
+        let want = (softmax(plain.view()) + softmax(back.view())) / 2.0;
+        assert!(out.iter().zip(&want).all(|(a, b)| (a - b).abs() < 1e-6));
+        // Two scales: one run each at mmcv's keep-ratio size; probabilities sum to 1.
         let mut probe = Probe { runs: Vec::new() };
         let opts = AccuracyOptions::new().scales(vec![1.0, 2.0]);
         let out = predict(&mut probe, x.view(), &spec, &opts).unwrap();
         assert_eq!(probe.runs, vec![vec![1, 3, 4, 6], vec![1, 3, 8, 12]]);
-        for (a, b) in out
-            .index_axis(Axis(1), 0)
-            .iter()
-            .zip(x.index_axis(Axis(1), 0))
-        {
-            assert!((a - 2.0 * b).abs() < 1e-4, "{a} vs 2*{b}");
-        }
+        let total = &out.index_axis(Axis(1), 0) + &out.index_axis(Axis(1), 1);
+        assert!(total.iter().all(|t| (t - 1.0).abs() < 1e-6));
+    }
+
+    #[test]
+    fn images_follow_the_mmseg_test_pipeline() {
+        // A 5x7 image, keep-ratio resized to fit (14, 10): factor min(14/7, 10/5) = 2.
+        let spec = tiny_spec(2);
+        let img = RgbImage::from_fn(7, 5, |x, y| image::Rgb([(x * 30) as u8, (y * 40) as u8, 9]));
+        let mut probe = Probe { runs: Vec::new() };
+        let opts = AccuracyOptions::new().resize(Some([14, 10]));
+        let (masks, scores) = segment(&mut probe, &spec, &[img], &opts).unwrap();
+        assert_eq!(probe.runs, vec![vec![1, 3, 10, 14]]);
+        assert_eq!((masks[0].dim(), scores.dim()), ((5, 7), (1, 2, 5, 7)));
+        assert!(AccuracyOptions::new()
+            .protocol(Protocol::Danet)
+            .resize(Some([14, 10]))
+            .validate()
+            .is_err());
     }
 }

@@ -14,21 +14,24 @@
 //!   `exp(f(x) + flip(f(flip(x))))` with flip (the reference sums the two logit maps,
 //!   then exponentiates), `exp(f(x))` without; overlapping window scores are averaged by
 //!   a count map, and the per-scale scores, resized back, are summed.
-//! - [`Protocol::Mmseg`]: mmsegmentation's `slide`/`whole` inference: both sides
-//!   multiplied by the scale, windows placed every stride with the last one shifted back
-//!   to end at the image edge, raw logits averaged over windows and flips, summed over
-//!   scales.
-//!
-//! Both pad with zero pixels (the normalised value `-mean/std`) and resize bilinearly with
-//! `align_corners=true`.
+//!   DANet pads with zero pixels (the normalised value `-mean/std`) and resizes
+//!   bilinearly with `align_corners=true`.
+//! - [`Protocol::Mmseg`]: mmsegmentation 1.2.2's test pipeline ([`mmseg`]): keep-ratio
+//!   resize of the uint8 image (`cv2.resize`, bit-exact: [`resize`]), `whole` or `slide`
+//!   (windows every stride, the last one moved back to end at the image edge, never
+//!   padded, logits averaged), logits resized back to the image with the model's
+//!   `align_corners`; TTA (scales, flip) as `SegTTAModel`: the mean of the variants'
+//!   softmax.
 
+pub mod mmseg;
 mod options;
+pub mod resize;
 pub mod stitch;
 
 use serde::{Deserialize, Serialize};
 
 pub use options::{ProtocolOptions, Tiling};
-pub use stitch::{predict, Stitch};
+pub use stitch::{predict, predict_images, Stitch};
 
 /// DANet's multi-scale list (the paper's Cityscapes scales, DESIGN.md).
 pub const MULTI_SCALES: [f64; 8] = [0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0, 2.2];
@@ -37,7 +40,7 @@ pub const MULTI_SCALES: [f64; 8] = [0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0, 2.2];
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Protocol {
-    /// mmsegmentation's: edge-aligned windows, logits averaged.
+    /// mmsegmentation's test pipeline and TTA (see [`mmseg`]).
     #[default]
     Mmseg,
     /// DANet's `MultiEvalModule`: long side to `base_size * scale`, windows from 0 cut
@@ -82,7 +85,8 @@ impl std::str::FromStr for Protocol {
 
 /// The size an `h` x `w` image is resized to at `scale`.
 ///
-/// mmseg: both sides times the scale, rounded, at least one pixel. DANet: the long side
+/// mmseg: both sides times the scale, rounded, at least one pixel (segtool's historical
+/// approximation; mmseg's own TTA sizes are [`resize::ratio_size`]). DANet: the long side
 /// becomes `ceil(base * scale)` and the short side `int(short * long / long_side + 0.5)`,
 /// in float64 as the reference computes it (a square image scales its width).
 pub fn scaled_size(
@@ -270,6 +274,7 @@ mod tests {
             flip: true,
             scales: vec![1.0],
             base_size: Some(2048),
+            resize: None,
             batch_size: 1,
         };
         assert!(ok.validate().is_ok());
@@ -288,5 +293,51 @@ mod tests {
         assert!(gaps.validate().is_err());
         assert_eq!(Protocol::Danet.default_stride(768), 512);
         assert_eq!("danet".parse::<Protocol>(), Ok(Protocol::Danet));
+    }
+
+    #[test]
+    fn mmseg_test_configs_become_options() {
+        let slide = crate::MmsegTestCfg {
+            scale: [2048, 1024],
+            crop: Some(769),
+            stride: Some(513),
+        };
+        let mut spec = crate::ModelSpec::new("m", crate::BackboneSpec::tiny(), vec!["a".into()]);
+        assert_eq!(ProtocolOptions::for_model(&spec), ProtocolOptions::new());
+        spec.mmseg_test = Some(slide.clone());
+        let opts = ProtocolOptions::for_model(&spec);
+        assert_eq!(opts.protocol, Protocol::Mmseg);
+        assert_eq!(opts.resize, Some([2048, 1024]));
+        assert_eq!(
+            opts.tiling,
+            Tiling::Sliding {
+                crop: 769,
+                stride: 513
+            }
+        );
+        assert!(opts.validate().is_ok());
+        let whole = crate::MmsegTestCfg {
+            crop: None,
+            stride: None,
+            ..slide
+        };
+        assert_eq!(
+            ProtocolOptions::new().mmseg_test(&whole).tiling,
+            Tiling::Whole
+        );
+        // TTA: mmseg's ratios, unflipped then flipped, each a keep-ratio factor of the
+        // original image; a single pass uses the test scale.
+        let tta = opts.clone().mmseg_tta();
+        let sizes = mmseg::variants(1024, 2048, &tta);
+        assert_eq!(sizes.len(), 12);
+        assert_eq!(sizes[0], (512, 1024, false));
+        assert_eq!(sizes[1], (512, 1024, true));
+        assert_eq!(sizes[11], (1792, 3584, true));
+        assert_eq!(mmseg::variants(512, 1024, &opts), vec![(1024, 2048, false)]);
+        assert!(opts.protocol(Protocol::Danet).validate().is_err());
+        assert!(ProtocolOptions::new()
+            .resize(Some([0, 5]))
+            .validate()
+            .is_err());
     }
 }

@@ -1,7 +1,9 @@
 //! `segtool eval`: a checkpoint's mIoU on a dataset split, under the paper's protocol
 //! when asked (`--protocol danet --flip`, plus `--ms` for multi-scale; the default for
-//! checkpoints trained from a DANet preset), with optional prediction PNGs and a metrics
-//! JSON.
+//! checkpoints trained from a DANet preset) or mmsegmentation's test pipeline
+//! (`--protocol mmseg`; an imported mmseg checkpoint defaults to its config's resize and
+//! whole/slide mode, `--ms --flip` is its TTA), with optional prediction PNGs and a
+//! metrics JSON.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -11,6 +13,8 @@ use image::GrayImage;
 use segtool_core::config::RunConfig;
 use segtool_core::dataset::encode_png;
 use segtool_core::io::{write_atomic, write_atomic_unsynced};
+use segtool_core::protocol::mmseg::{is_tta, TTA_SCALES};
+use segtool_core::spec::MmsegTestCfg;
 use segtool_core::ModelSpec;
 use segtool_train::eval::{EvalOptions, EvalResult, Protocol, Tiling, MULTI_SCALES};
 use segtool_train::run::CONFIG_KEY;
@@ -42,31 +46,46 @@ pub struct Args {
     pub batch_size: usize,
     /// danet: DANet's MultiEvalModule (the published numbers: long side resized to
     /// --base-size x scale, windows from 0 cut and padded at the edge, exp scores);
-    /// mmseg: mmsegmentation's (edge-aligned windows, logits averaged). [default: the
-    /// checkpoint's training preset's (danet for the DANet presets), else mmseg]
+    /// mmseg: mmsegmentation 1.2.2's test pipeline (keep-ratio --resize of the uint8
+    /// image as cv2 does, whole or edge-aligned unpadded windows, logits resized back
+    /// with the model's align_corners; scales/flip: its TTA, the mean softmax).
+    /// [default: the checkpoint's training preset's (danet for the DANet presets), else
+    /// mmseg]
     #[arg(long, value_enum)]
     pub protocol: Option<ProtocolArg>,
     /// danet protocol: the long side at scale 1.0 [default: the checkpoint's preset's
     /// (2048 for Cityscapes), else each image's own long side].
     #[arg(long, value_name = "N")]
     pub base_size: Option<usize>,
-    /// whole or sliding windows [default: sliding for --protocol danet, else whole].
+    /// mmseg protocol: keep-ratio resize to fit LONG,SHORT before a single pass (mmseg's
+    /// `Resize(scale=(LONG, SHORT), keep_ratio=True)`), or `none` [default: the
+    /// checkpoint's mmseg test config (imported mmseg checkpoints), else none]. Not
+    /// applied under TTA (--scales/--flip), whose ratios scale the original image.
+    #[arg(long, value_name = "LONG,SHORT")]
+    pub resize: Option<String>,
+    /// whole or sliding windows [default: sliding for --protocol danet; mmseg: the
+    /// checkpoint's mmseg test config, else whole].
     #[arg(long, value_enum)]
     pub mode: Option<ModeArg>,
-    /// Sliding window side (default 768; 1024 with --ms under mmseg).
+    /// Sliding window side (default: the checkpoint's mmseg test config, else 768; 1024
+    /// with --ms under mmseg).
     #[arg(long)]
     pub crop: Option<usize>,
-    /// Sliding window stride (default: danet int(crop * 2/3), mmseg 512).
+    /// Sliding window stride (default: the checkpoint's mmseg test config, else danet
+    /// int(crop * 2/3), mmseg 512).
     #[arg(long)]
     pub stride: Option<usize>,
-    /// Also run each image's mirror (danet: exp of the summed logits; mmseg: logits
-    /// averaged).
+    /// Also run each image's mirror (danet: exp of the summed logits; mmseg: TTA, the
+    /// mean softmax of the unflipped and flipped passes).
     #[arg(long)]
     pub flip: bool,
-    /// Comma-separated image scales whose logits are summed (default 1.0).
+    /// Comma-separated image scales (default 1.0): danet sums their scores; mmseg runs
+    /// its TTA (each a keep-ratio scale factor of the original image, mean softmax).
     #[arg(long, value_delimiter = ',', conflicts_with = "ms")]
     pub scales: Vec<f64>,
-    /// Multi-scale: scales 0.5,0.75,1.0,1.25,1.5,1.75,2.0,2.2 (and crop 1024).
+    /// Multi-scale: danet 0.5,0.75,1.0,1.25,1.5,1.75,2.0,2.2 (and crop 1024 under a
+    /// sliding mmseg default); mmseg its TTA ratios 0.5,0.75,1.0,1.25,1.5,1.75 (add
+    /// --flip for mmseg's ms+flip).
     #[arg(long)]
     pub ms: bool,
     /// Folder for <name>.png (class indices, 8-bit gray) and <name>_color.png.
@@ -104,25 +123,34 @@ impl Args {
     /// reported as such: everything but `--base-size` without `--protocol` (which a
     /// checkpoint trained with the danet protocol accepts).
     fn check_flags(&self) -> Result<()> {
-        self.resolve(None, self.protocol.is_none()).map(drop)
+        self.resolve(None, None, true).map(drop)
     }
 
     /// The protocol the flags describe, with defaults from `trained` (the checkpoint's
-    /// run configuration, if it has one). `--crop`/`--stride` need `--mode sliding` or
-    /// `--protocol danet` (whatever the checkpoint says), rather than being silently
-    /// ignored.
-    fn options(&self, trained: Option<&RunConfig>) -> Result<EvalOptions> {
-        self.resolve(trained, false)
+    /// run configuration, if it has one) and `test` (an imported mmseg checkpoint's test
+    /// pipeline). `--crop`/`--stride` need `--mode sliding` or `--protocol danet`
+    /// (whatever the checkpoint says), rather than being silently ignored.
+    fn options(
+        &self,
+        trained: Option<&RunConfig>,
+        test: Option<&MmsegTestCfg>,
+    ) -> Result<EvalOptions> {
+        self.resolve(trained, test, false)
     }
 
-    fn resolve(&self, trained: Option<&RunConfig>, any_base: bool) -> Result<EvalOptions> {
+    fn resolve(
+        &self,
+        trained: Option<&RunConfig>,
+        test: Option<&MmsegTestCfg>,
+        lenient: bool,
+    ) -> Result<EvalOptions> {
         let preset = trained.map(|c| &c.eval);
         let protocol = match self.protocol {
             Some(p) => p.into(),
             None => preset.map_or(Protocol::Mmseg, |e| e.protocol),
         };
         let base_size = match (self.base_size, protocol) {
-            (Some(_), Protocol::Mmseg) if any_base => None,
+            (Some(_), Protocol::Mmseg) if lenient && self.protocol.is_none() => None,
             (Some(_), Protocol::Mmseg) => {
                 bail!("--base-size applies to the danet protocol (give --protocol danet)")
             }
@@ -133,39 +161,51 @@ impl Args {
                 .map(|b| b as usize),
             (None, Protocol::Mmseg) => None,
         };
+        // An imported mmseg checkpoint's test pipeline, under the mmseg protocol.
+        let test = test.filter(|_| protocol == Protocol::Mmseg);
+        let test_slide = test.and_then(|t| t.crop.zip(t.stride));
+        let resize = match (self.resize.as_deref(), protocol) {
+            (Some(_), Protocol::Danet) => {
+                bail!("--resize applies to the mmseg protocol (give --protocol mmseg)")
+            }
+            (Some(text), Protocol::Mmseg) => parse_resize(text)?,
+            (None, _) => test.map(|t| t.scale),
+        };
         let explicit_sliding =
             self.mode == Some(ModeArg::Sliding) || self.protocol == Some(ProtocolArg::Danet);
         let sliding = match self.mode {
             Some(m) => m == ModeArg::Sliding,
-            None => protocol == Protocol::Danet,
+            None => protocol == Protocol::Danet || test_slide.is_some(),
         };
         if (self.crop.is_some() || self.stride.is_some()) && !(explicit_sliding && sliding) {
             bail!("--crop and --stride need --mode sliding (or --protocol danet)");
         }
         let mode = if sliding {
-            let default_crop = if self.ms && protocol == Protocol::Mmseg {
-                1024
-            } else {
-                768
+            let default_crop = match test_slide {
+                Some((crop, _)) => crop,
+                None if self.ms && protocol == Protocol::Mmseg => 1024,
+                None => 768,
             };
             let crop = self.crop.unwrap_or(default_crop);
-            let stride = self
-                .stride
-                .unwrap_or_else(|| protocol.default_stride(crop.max(1)));
+            let stride = match (self.stride, test_slide) {
+                (Some(stride), _) => stride,
+                (None, Some((test_crop, stride))) if crop == test_crop => stride,
+                (None, _) => protocol.default_stride(crop.max(1)),
+            };
             Tiling::Sliding { crop, stride }
         } else {
             Tiling::Whole
         };
-        let scales = if self.ms {
-            MULTI_SCALES.to_vec()
-        } else if self.scales.is_empty() {
-            vec![1.0]
-        } else {
-            self.scales.clone()
+        let scales = match (self.ms, protocol) {
+            (true, Protocol::Danet) => MULTI_SCALES.to_vec(),
+            (true, Protocol::Mmseg) => TTA_SCALES.to_vec(),
+            (false, _) if self.scales.is_empty() => vec![1.0],
+            (false, _) => self.scales.clone(),
         };
         let opts = EvalOptions::new()
             .protocol(protocol)
             .base_size(base_size)
+            .resize(resize)
             .tiling(mode)
             .flip(self.flip)
             .scales(scales)
@@ -173,6 +213,21 @@ impl Args {
         opts.validate().map_err(anyhow::Error::msg)?;
         Ok(opts)
     }
+}
+
+/// `--resize LONG,SHORT` (or `none`).
+fn parse_resize(text: &str) -> Result<Option<[usize; 2]>> {
+    if text == "none" {
+        return Ok(None);
+    }
+    let sides: Vec<usize> = text
+        .split(',')
+        .map(|v| v.trim().parse::<usize>())
+        .collect::<Result<_, _>>()
+        .ok()
+        .filter(|v: &Vec<usize>| v.len() == 2 && !v.contains(&0))
+        .with_context(|| format!("--resize {text:?}: want LONG,SHORT (two sides > 0) or none"))?;
+    Ok(Some([sides[0], sides[1]]))
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -188,7 +243,7 @@ pub fn run(args: Args) -> Result<()> {
         })?),
         None => None,
     };
-    let opts = args.options(trained.as_ref())?;
+    let opts = args.options(trained.as_ref(), checkpoint.spec.mmseg_test.as_ref())?;
     eprintln!("protocol: {}", describe(&opts));
     let (_vs, model) = load_model(&checkpoint, device)
         .with_context(|| format!("loading {}", args.checkpoint.display()))?;
@@ -267,8 +322,9 @@ fn write_metrics(
     };
     json["images"] = result.images.into();
     json["protocol"] = serde_json::json!({
-        "name": opts.protocol.name(), "base_size": opts.base_size, "mode": mode,
-        "crop": crop, "stride": stride, "flip": opts.flip, "scales": opts.scales,
+        "name": opts.protocol.name(), "base_size": opts.base_size, "resize": opts.resize,
+        "mode": mode, "crop": crop, "stride": stride, "flip": opts.flip,
+        "scales": opts.scales, "align_corners": spec.align_corners,
     });
     let bytes = serde_json::to_vec_pretty(&json)?;
     write_atomic(path, &bytes).with_context(|| format!("writing metrics {}", path.display()))
@@ -283,7 +339,13 @@ fn describe(opts: &EvalOptions) -> String {
     let base = match (opts.protocol, opts.base_size) {
         (Protocol::Danet, Some(b)) => format!(", long side {b} x scale"),
         (Protocol::Danet, None) => ", long side as the image's x scale".to_string(),
-        (Protocol::Mmseg, _) => String::new(),
+        (Protocol::Mmseg, _) if is_tta(opts) => ", TTA (keep-ratio scale factors of the \
+            original image, mean softmax)"
+            .to_string(),
+        (Protocol::Mmseg, _) => match opts.resize {
+            Some([long, short]) => format!(", keep-ratio resize to ({long}, {short})"),
+            None => ", native resolution".to_string(),
+        },
     };
     format!(
         "{}{base}, {tiling}, flip {}, scales {:?}",

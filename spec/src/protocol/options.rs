@@ -2,6 +2,7 @@
 //! accuracy mode, with the paper's presets.
 
 use super::{Protocol, MULTI_SCALES};
+use crate::{MmsegTestCfg, ModelSpec};
 
 /// How each scaled image goes through the network.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,6 +34,10 @@ pub struct ProtocolOptions {
     /// DANet: the long side at scale 1.0. `None`: each image's own long side, so scale 1.0
     /// is the native resolution. Unused by mmseg.
     pub base_size: Option<usize>,
+    /// mmseg: the test pipeline's `Resize(scale=(long, short), keep_ratio=True)` before a
+    /// single pass (not applied under TTA, whose ratios scale the original image, as in
+    /// mmseg). `None`: the native resolution. Unused by DANet.
+    pub resize: Option<[usize; 2]>,
     /// Sliding: windows of one image per network run. Whole: images of one size per run
     /// where the caller batches images (training's evaluation over a dataset; the
     /// runtime's accuracy mode runs the batch it is handed). Flip doubles either.
@@ -48,6 +53,7 @@ impl Default for ProtocolOptions {
             flip: false,
             scales: vec![1.0],
             base_size: None,
+            resize: None,
             batch_size: 1,
         }
     }
@@ -86,6 +92,38 @@ impl ProtocolOptions {
     pub fn base_size(mut self, base_size: Option<usize>) -> Self {
         self.base_size = base_size;
         self
+    }
+
+    /// mmseg: keep-ratio resize to `(long, short)` before a single pass (`None`: none).
+    pub fn resize(mut self, scale: Option<[usize; 2]>) -> Self {
+        self.resize = scale;
+        self
+    }
+
+    /// An mmseg config's test pipeline: mmseg's protocol, its keep-ratio scale, `whole`
+    /// or `slide` with its crop and stride.
+    pub fn mmseg_test(self, cfg: &MmsegTestCfg) -> Self {
+        let opts = self.protocol(Protocol::Mmseg).resize(Some(cfg.scale));
+        match (cfg.crop, cfg.stride) {
+            (Some(crop), Some(stride)) => opts.sliding(crop, stride),
+            _ => opts.whole(),
+        }
+    }
+
+    /// How `spec`'s model is evaluated unless told otherwise: an imported mmseg
+    /// checkpoint's own test pipeline ([`Self::mmseg_test`]), else [`Self::new`].
+    pub fn for_model(spec: &ModelSpec) -> Self {
+        match &spec.mmseg_test {
+            Some(cfg) => Self::new().mmseg_test(cfg),
+            None => Self::new(),
+        }
+    }
+
+    /// mmseg's TTA: its ratios ([`super::mmseg::TTA_SCALES`]) and flip.
+    pub fn mmseg_tta(self) -> Self {
+        self.protocol(Protocol::Mmseg)
+            .scales(super::mmseg::TTA_SCALES.to_vec())
+            .flip(true)
     }
 
     /// Whole images or sliding windows.
@@ -140,6 +178,14 @@ impl ProtocolOptions {
         }
         if self.batch_size == 0 {
             return Err("batch size must be at least 1".into());
+        }
+        if let Some(scale) = self.resize {
+            if self.protocol != Protocol::Mmseg || scale.contains(&0) {
+                return Err(format!(
+                    "a keep-ratio resize ({scale:?}) applies to the mmseg protocol only, \
+                     with both sides > 0"
+                ));
+            }
         }
         match (self.protocol, self.base_size) {
             (Protocol::Mmseg, Some(b)) => Err(format!(

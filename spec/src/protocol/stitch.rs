@@ -1,13 +1,16 @@
 //! [`predict`]: the protocol's one implementation, generic over the tensor library.
 //!
 //! A backend ([`Stitch`]) supplies the network and a dozen primitives on NCHW maps
-//! (resize, crop, pad, flip, concatenate, add, exp); the order of operations — which
-//! decides the float32 result — lives here alone, so the training crate's evaluation and
-//! the runtime's accuracy mode cannot drift apart.
+//! (resize, crop, pad, flip, concatenate, add, exp, softmax); the order of operations —
+//! which decides the float32 result — lives here (and in [`super::mmseg`]) alone, so the
+//! training crate's evaluation and the runtime's accuracy mode cannot drift apart.
+
+use image::RgbImage;
 
 use super::{
-    danet_windows, scaled_size, window_counts, windows, Protocol, ProtocolOptions, Tiling, Window,
+    danet_windows, mmseg, scaled_size, window_counts, Protocol, ProtocolOptions, Tiling, Window,
 };
+use crate::ModelSpec;
 
 /// NCHW tensor primitives and the network, for [`predict`]. Images are normalised
 /// `(N, 3, H, W)`; score maps `(N, K, H, W)` float32.
@@ -15,17 +18,24 @@ pub trait Stitch {
     type Map;
     type Error;
 
+    /// The model's spec (its `align_corners`, normalisation and zero pixel).
+    fn spec(&self) -> &ModelSpec;
     /// `(N, C, H, W)`.
     fn dims(&self, x: &Self::Map) -> [usize; 4];
     /// The network's raw logits of a batch of images, at the images' size.
     fn run(&mut self, images: &Self::Map) -> Result<Self::Map, Self::Error>;
-    /// Bilinear resize with `align_corners=true`; `x` itself (exactly) when the size
-    /// already matches.
-    fn resize(&mut self, x: &Self::Map, h: usize, w: usize) -> Self::Map;
+    /// Same-size images normalised as the model was trained (`(x / 255 - mean) / std`),
+    /// `(N, 3, H, W)`, on the backend's device.
+    fn normalise(&mut self, images: &[&RgbImage]) -> Result<Self::Map, Self::Error>;
+    /// A map of `dims` from row-major float32 values, on the backend's device.
+    fn upload(&mut self, data: Vec<f32>, dims: [usize; 4]) -> Self::Map;
+    /// Bilinear resize (PyTorch's, with `align_corners` as given); `x` itself (exactly)
+    /// when the size already matches.
+    fn resize(&mut self, x: &Self::Map, h: usize, w: usize, align_corners: bool) -> Self::Map;
     /// The region `win` of images `x`, in the top-left corner of an `h` x `w` canvas of
     /// zero pixels (`-mean/std`); `h`, `w` are at least the window's extent.
     fn crop_padded(&mut self, x: &Self::Map, win: Window, h: usize, w: usize) -> Self::Map;
-    /// The region `win` of a score map.
+    /// The region `win` of a map.
     fn crop(&mut self, x: &Self::Map, win: Window) -> Self::Map;
     /// Concatenation along the batch axis.
     fn cat(&mut self, parts: &[&Self::Map]) -> Self::Map;
@@ -35,7 +45,11 @@ pub trait Stitch {
     fn flip_w(&mut self, x: &Self::Map) -> Self::Map;
     fn add(&mut self, a: Self::Map, b: &Self::Map) -> Self::Map;
     fn mul(&mut self, a: Self::Map, by: f32) -> Self::Map;
+    /// `a / by`, a true division (not a multiplication by the reciprocal).
+    fn div(&mut self, a: Self::Map, by: f32) -> Self::Map;
     fn exp(&mut self, a: Self::Map) -> Self::Map;
+    /// Softmax over the class axis (1), as PyTorch's.
+    fn softmax(&mut self, a: Self::Map) -> Self::Map;
     /// Float32 zeros `(n, k, h, w)`, on the device `like` lives on.
     fn zeros(&mut self, like: &Self::Map, dims: [usize; 4]) -> Self::Map;
     /// `sum[:, :, y.., x..] += part` over `part`'s extent.
@@ -45,21 +59,60 @@ pub trait Stitch {
     fn divide(&mut self, sum: Self::Map, counts: &[f32]) -> Self::Map;
 }
 
-/// Scores `(N, K, H, W)` of `images` `(N, 3, H, W)` under `opts` (validated by the
-/// caller: see [`ProtocolOptions::validate`]). mmseg returns summed logits, DANet summed
-/// `exp` scores; the argmax over `K` is the prediction in both.
+/// Scores `(N, K, H, W)` of same-size `images` under `opts` (validated by the caller: see
+/// [`ProtocolOptions::validate`]), from their pixels: the entry point of evaluation.
+/// DANet normalises them with [`Stitch::normalise`] and runs [`predict`]; mmseg resizes
+/// the uint8 pixels as `cv2.resize` does and normalises as mmseg ([`super::mmseg`]).
+pub fn predict_images<S: Stitch>(
+    s: &mut S,
+    images: &[&RgbImage],
+    opts: &ProtocolOptions,
+) -> Result<S::Map, S::Error> {
+    match opts.protocol {
+        Protocol::Danet => {
+            let x = s.normalise(images)?;
+            predict(s, &x, opts)
+        }
+        Protocol::Mmseg => {
+            let Some(first) = images.first().map(|i| i.dimensions()) else {
+                // No image: the backend's own error (the runtime's names the problem).
+                return s.normalise(images);
+            };
+            if images.iter().any(|i| i.dimensions() != first) {
+                return s.normalise(images);
+            }
+            let (h, w) = (first.1 as usize, first.0 as usize);
+            mmseg::predict(s, (h, w), opts, |s, th, tw| {
+                let data = mmseg::prepare(images, th, tw, s.spec());
+                Ok(s.upload(data, [images.len(), 3, th, tw]))
+            })
+        }
+    }
+}
+
+/// Scores `(N, K, H, W)` of normalised `images` `(N, 3, H, W)` under `opts` (validated
+/// by the caller: see [`ProtocolOptions::validate`]): DANet's summed `exp` scores, or
+/// mmseg's logits / mean softmax ([`super::mmseg`]); the argmax over `K` is the
+/// prediction. mmseg resizes images in uint8 ([`predict_images`]); from floats its input
+/// resizes are float bilinear (`align_corners=false`, OpenCV's formula without its
+/// fixed-point rounding).
 pub fn predict<S: Stitch>(
     s: &mut S,
     images: &S::Map,
     opts: &ProtocolOptions,
 ) -> Result<S::Map, S::Error> {
     let [_, _, h, w] = s.dims(images);
+    if opts.protocol == Protocol::Mmseg {
+        return mmseg::predict(s, (h, w), opts, |s, th, tw| {
+            Ok(s.resize(images, th, tw, false))
+        });
+    }
     let mut total: Option<S::Map> = None;
     for &scale in &opts.scales {
         let (sh, sw) = scaled_size(opts.protocol, h, w, scale, opts.base_size);
-        let resized = s.resize(images, sh, sw);
+        let resized = s.resize(images, sh, sw, true);
         let scores = at_scale(s, &resized, opts)?;
-        let scores = s.resize(&scores, h, w);
+        let scores = s.resize(&scores, h, w, true);
         total = Some(match total {
             Some(t) => s.add(t, &scores),
             None => scores,
@@ -68,7 +121,7 @@ pub fn predict<S: Stitch>(
     Ok(total.expect("at least one scale (validated)"))
 }
 
-/// Scores of one scaled batch at its own size.
+/// DANet's scores of one scaled batch at its own size.
 fn at_scale<S: Stitch>(
     s: &mut S,
     images: &S::Map,
@@ -80,15 +133,14 @@ fn at_scale<S: Stitch>(
         Tiling::Sliding { crop, stride } => (crop, stride),
     };
     let whole = Window { y: 0, x: 0, h, w };
-    match opts.protocol {
-        Protocol::Mmseg => slide(s, images, &windows(h, w, crop, stride), crop, opts),
-        Protocol::Danet if h.max(w) <= crop => {
+    match h.max(w) <= crop {
+        true => {
             // Fits one crop: padded to it, run once, cut back.
             let padded = s.crop_padded(images, whole, crop, crop);
             let scores = infer(s, &padded, opts)?;
             Ok(s.crop(&scores, whole))
         }
-        Protocol::Danet => {
+        false => {
             // The short side is padded up to the crop first; windows are then placed on
             // the padded image, and the scores cut back to the image.
             let (ph, pw) = (h.max(crop), w.max(crop));
@@ -98,7 +150,10 @@ fn at_scale<S: Stitch>(
                 Some(s.crop_padded(images, whole, ph, pw))
             };
             let source = padded.as_ref().unwrap_or(images);
-            let scores = slide(s, source, &danet_windows(ph, pw, crop, stride), crop, opts)?;
+            let wins = danet_windows(ph, pw, crop, stride);
+            let scores = slide(s, source, &wins, Some(crop), opts.batch_size, |s, batch| {
+                infer(s, batch, opts)
+            })?;
             Ok(if padded.is_some() {
                 s.crop(&scores, whole)
             } else {
@@ -108,24 +163,29 @@ fn at_scale<S: Stitch>(
     }
 }
 
-/// Scores of `images` `(N, 3, H, W)` from `windows`, each cut out, padded to `crop` x
-/// `crop`, `opts.batch_size` windows per run; overlaps averaged by the count map.
-fn slide<S: Stitch>(
+/// Scores of `images` `(N, 3, H, W)` from `windows` (all of one extent), each cut out
+/// (and padded to `pad` x `pad` when given), `batch_size` windows per run of `f`;
+/// overlaps summed in window order and averaged by the count map.
+pub(super) fn slide<S: Stitch>(
     s: &mut S,
     images: &S::Map,
     windows: &[Window],
-    crop: usize,
-    opts: &ProtocolOptions,
+    pad: Option<usize>,
+    batch_size: usize,
+    mut f: impl FnMut(&mut S, &S::Map) -> Result<S::Map, S::Error>,
 ) -> Result<S::Map, S::Error> {
     let [n, _, h, w] = s.dims(images);
     let mut sum: Option<S::Map> = None;
-    for chunk in windows.chunks(opts.batch_size.max(1)) {
+    for chunk in windows.chunks(batch_size.max(1)) {
         let crops: Vec<S::Map> = chunk
             .iter()
-            .map(|win| s.crop_padded(images, *win, crop, crop))
+            .map(|win| match pad {
+                Some(crop) => s.crop_padded(images, *win, crop, crop),
+                None => s.crop(images, *win),
+            })
             .collect();
         let batch = s.cat(&crops.iter().collect::<Vec<_>>());
-        let scores = infer(s, &batch, opts)?;
+        let scores = f(s, &batch)?;
         if sum.is_none() {
             let k = s.dims(&scores)[1];
             sum = Some(s.zeros(&scores, [n, k, h, w]));
@@ -141,9 +201,8 @@ fn slide<S: Stitch>(
     Ok(s.divide(sum, &window_counts(windows, h, w)))
 }
 
-/// One network pass over `x`, with its mirror when asked, combined as the protocol
-/// says: mmseg `(f(x) + flip(f(flip(x)))) / 2`, DANet `exp(f(x) + flip(f(flip(x))))`.
-/// Both halves share one run.
+/// DANet's score of one network pass over `x`, with its mirror when asked:
+/// `exp(f(x) + flip(f(flip(x))))`, or `exp(f(x))`. Both halves share one run.
 fn infer<S: Stitch>(s: &mut S, x: &S::Map, opts: &ProtocolOptions) -> Result<S::Map, S::Error> {
     let logits = if opts.flip {
         let n = s.dims(x)[0];
@@ -153,16 +212,9 @@ fn infer<S: Stitch>(s: &mut S, x: &S::Map, opts: &ProtocolOptions) -> Result<S::
         let direct = s.narrow_batch(&out, 0, n);
         let back = s.narrow_batch(&out, n, n);
         let back = s.flip_w(&back);
-        let sum = s.add(direct, &back);
-        match opts.protocol {
-            Protocol::Mmseg => return Ok(s.mul(sum, 0.5)),
-            Protocol::Danet => sum,
-        }
+        s.add(direct, &back)
     } else {
         s.run(x)?
     };
-    Ok(match opts.protocol {
-        Protocol::Mmseg => logits,
-        Protocol::Danet => s.exp(logits),
-    })
+    Ok(s.exp(logits))
 }

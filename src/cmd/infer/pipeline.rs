@@ -143,6 +143,17 @@ impl Stage {
                 for (members, input) in groups {
                     let result = match (accuracy.as_ref(), &input) {
                         (None, _) => seg.run_prepared(input.view())?,
+                        // mmseg: from the pixels, as its pipeline (uint8 resizes as cv2's).
+                        (Some(opts), _) if opts.protocol == accuracy::Protocol::Mmseg => {
+                            let imgs: Vec<RgbImage> =
+                                members.iter().map(|&i| batch.images[i].clone()).collect();
+                            EngineOutput::Logits(accuracy::predict_images(
+                                seg.engine_mut(),
+                                &imgs,
+                                spec,
+                                opts,
+                            )?)
+                        }
                         (Some(opts), EngineTensor::NchwF32(x)) => EngineOutput::Logits(
                             accuracy::predict(seg.engine_mut(), x.view(), spec, opts)?,
                         ),

@@ -35,27 +35,47 @@ impl Args {
         if self.base_size.is_some() && protocol != Protocol::Danet {
             bail!("--base-size applies to --protocol danet");
         }
+        // An imported mmseg checkpoint's test pipeline (the export's spec) under mmseg:
+        // its keep-ratio resize, and whole or slide unless the flags choose.
+        let test = match protocol {
+            Protocol::Mmseg => segtool_runtime::load_spec(&self.model)
+                .with_context(|| format!("reading {}", self.model.display()))?
+                .mmseg_test,
+            Protocol::Danet => None,
+        };
+        let test_slide = test.as_ref().and_then(|t| t.crop.zip(t.stride));
         let sliding = match self.mode.as_deref() {
             Some("sliding") => true,
             Some(_) => false,
-            None => protocol == Protocol::Danet || self.crop.is_some() || self.stride.is_some(),
+            None => {
+                protocol == Protocol::Danet
+                    || self.crop.is_some()
+                    || self.stride.is_some()
+                    || test_slide.is_some()
+            }
         };
         let mut opts = AccuracyOptions::new()
             .protocol(protocol)
             .base_size(self.base_size)
+            .resize(test.as_ref().map(|t| t.scale))
             .flip(self.flip)
             .batch_size(self.batch_size.max(1));
         if sliding {
-            let crop = self.crop.unwrap_or(768);
-            let stride = self
-                .stride
-                .unwrap_or_else(|| protocol.default_stride(crop.max(1)));
+            let crop = self.crop.or(test_slide.map(|t| t.0)).unwrap_or(768);
+            let stride = match (self.stride, test_slide) {
+                (Some(stride), _) => stride,
+                (None, Some((test_crop, stride))) if crop == test_crop => stride,
+                (None, _) => protocol.default_stride(crop.max(1)),
+            };
             opts = opts.sliding(crop, stride);
         } else if self.crop.is_some() || self.stride.is_some() {
             bail!("--crop/--stride apply to --mode sliding, not --mode whole");
         }
         if self.ms {
-            opts = opts.scales(accuracy::MULTI_SCALES.to_vec());
+            opts = opts.scales(match protocol {
+                Protocol::Danet => accuracy::MULTI_SCALES.to_vec(),
+                Protocol::Mmseg => segtool_core::protocol::mmseg::TTA_SCALES.to_vec(),
+            });
         } else if let Some(scales) = &self.scales {
             opts = opts.scales(scales.clone());
         }

@@ -15,7 +15,6 @@ use segtool_core::progress::Progress;
 use segtool_core::{ConfusionMatrix, IGNORE_LABEL};
 use tch::{Device, Kind, Tensor};
 
-use crate::data::images_to_tensor;
 use crate::model::DaNet;
 
 pub use segtool_core::protocol::{Protocol, ProtocolOptions, Tiling, MULTI_SCALES};
@@ -187,9 +186,8 @@ impl<F: FnMut(usize, &Tensor, &Tensor) -> Result<()>> Accumulator<'_, F> {
             return Ok(());
         }
         let images: Vec<_> = group.iter().map(|(_, s)| &s.image).collect();
-        let images = images_to_tensor(&images, &self.model.spec, self.device);
         let t0 = Instant::now();
-        let logits = sliding::predict(self.model, &images, self.opts);
+        let logits = sliding::predict_images(self.model, &images, self.opts, self.device);
         let labels = logits
             .argmax(1, false)
             .to_kind(Kind::Uint8)

@@ -1,24 +1,49 @@
-//! The evaluation protocol on one batch of same-size, normalised images: multi-scale,
-//! flip and sliding windows, DANet's `MultiEvalModule` or mmsegmentation's, as
+//! The evaluation protocol on one batch of same-size images: multi-scale, flip and
+//! sliding windows, DANet's `MultiEvalModule` or mmsegmentation's test pipeline, as
 //! `segtool_core::protocol` implements them once; this module is its tch backend.
 
+use image::RgbImage;
 use segtool_core::protocol::{self, Stitch};
 use segtool_core::ModelSpec;
-use tch::{Kind, Tensor};
+use tch::{Device, Kind, Tensor};
 
 use super::EvalOptions;
+use crate::data::images_to_tensor;
 use crate::model::DaNet;
 
 pub use segtool_core::protocol::{window_starts, windows, Window};
 
-/// Fused scores (N, K, H, W) of `images` (N, 3, H, W) under `opts`: summed logits
-/// (mmseg) or summed `exp` scores (DANet); see `segtool_core::protocol`.
+/// Fused scores (N, K, H, W) of normalised `images` (N, 3, H, W) under `opts`: summed
+/// `exp` scores (DANet), logits or mean softmax (mmseg, with float input resizes); see
+/// `segtool_core::protocol`.
 pub fn predict(model: &DaNet, images: &Tensor, opts: &EvalOptions) -> Tensor {
-    let mut backend = TchStitch { model };
+    let mut backend = TchStitch {
+        model,
+        device: images.device(),
+    };
     tch::no_grad(|| match protocol::predict(&mut backend, images, opts) {
         Ok(scores) => scores,
         Err(never) => match never {},
     })
+}
+
+/// Fused scores (N, K, H, W) of same-size `images` under `opts`, on `device`: what
+/// evaluation runs. DANet normalises them as training does and runs [`predict`]; mmseg
+/// resizes their uint8 pixels as `cv2.resize` and normalises as mmseg
+/// (`segtool_core::protocol::mmseg`).
+pub fn predict_images(
+    model: &DaNet,
+    images: &[&RgbImage],
+    opts: &EvalOptions,
+    device: Device,
+) -> Tensor {
+    let mut backend = TchStitch { model, device };
+    tch::no_grad(
+        || match protocol::predict_images(&mut backend, images, opts) {
+            Ok(scores) => scores,
+            Err(never) => match never {},
+        },
+    )
 }
 
 /// The network's fused logits; with `flip`, the mean of the logits of `x` and of its
@@ -71,15 +96,30 @@ fn narrow_window(t: &Tensor, win: &Window) -> Tensor {
 /// (an autocast model's half logits are widened when accumulated).
 struct TchStitch<'a> {
     model: &'a DaNet,
+    device: Device,
 }
 
 impl Stitch for TchStitch<'_> {
     type Map = Tensor;
     type Error = std::convert::Infallible;
 
+    fn spec(&self) -> &ModelSpec {
+        &self.model.spec
+    }
+
     fn dims(&self, x: &Tensor) -> [usize; 4] {
         let (n, c, h, w) = x.size4().expect("NCHW");
         [n as usize, c as usize, h as usize, w as usize]
+    }
+
+    fn normalise(&mut self, images: &[&RgbImage]) -> Result<Tensor, std::convert::Infallible> {
+        Ok(images_to_tensor(images, &self.model.spec, self.device))
+    }
+
+    fn upload(&mut self, data: Vec<f32>, dims: [usize; 4]) -> Tensor {
+        Tensor::from_slice(&data)
+            .view(dims.map(|d| d as i64))
+            .to_device(self.device)
     }
 
     fn run(&mut self, images: &Tensor) -> Result<Tensor, std::convert::Infallible> {
@@ -90,12 +130,12 @@ impl Stitch for TchStitch<'_> {
             .to_kind(Kind::Float))
     }
 
-    fn resize(&mut self, x: &Tensor, h: usize, w: usize) -> Tensor {
+    fn resize(&mut self, x: &Tensor, h: usize, w: usize, align_corners: bool) -> Tensor {
         let [_, _, xh, xw] = self.dims(x);
         if (xh, xw) == (h, w) {
             x.shallow_clone()
         } else {
-            x.upsample_bilinear2d([h as i64, w as i64], true, None, None)
+            x.upsample_bilinear2d([h as i64, w as i64], align_corners, None, None)
         }
     }
 
@@ -132,8 +172,16 @@ impl Stitch for TchStitch<'_> {
         a * f64::from(by)
     }
 
+    fn div(&mut self, a: Tensor, by: f32) -> Tensor {
+        a / f64::from(by)
+    }
+
     fn exp(&mut self, a: Tensor) -> Tensor {
         a.exp()
+    }
+
+    fn softmax(&mut self, a: Tensor) -> Tensor {
+        a.softmax(1, Kind::Float)
     }
 
     fn zeros(&mut self, like: &Tensor, dims: [usize; 4]) -> Tensor {

@@ -82,14 +82,20 @@ fn one_window_sliding_equals_whole() {
     }
 }
 
+fn softmax(t: &Tensor) -> Tensor {
+    t.softmax(1, Kind::Float)
+}
+
 #[test]
 fn flip_averages_mirrored_logits() {
     let (_vs, model, x) = setup(24, 40);
     let expected = (f(&model, &x) + f(&model, &x.flip([3])).flip([3])) / 2.0;
-    let got = sliding::predict(&model, &x, &EvalOptions::new().flip(true));
-    assert!(max_diff(&expected, &got) < 1e-5);
     let got = tch::no_grad(|| forward_flip(&model, &x, true));
     assert!(max_diff(&expected, &got) < 1e-5);
+    // mmseg's TTA: the mean of the two passes' softmax (SegTTAModel.merge_preds).
+    let expected = (softmax(&f(&model, &x)) + softmax(&f(&model, &x.flip([3])).flip([3]))) / 2.0;
+    let got = sliding::predict(&model, &x, &EvalOptions::new().flip(true));
+    assert!(max_diff(&expected, &got) < 1e-6);
 }
 
 #[test]
@@ -108,24 +114,30 @@ fn overlapping_windows_are_averaged() {
 }
 
 #[test]
-fn small_image_is_padded_with_zero_pixels() {
+fn small_image_is_padded_with_zero_pixels_by_danet_only() {
     let (_vs, model, x) = setup(20, 28);
     let padded = sliding::pad_to(&x, 32, 32, &model.spec);
     // A zero pixel normalises to -mean/std.
     let expected = -model.spec.mean[2] as f64 / model.spec.std[2] as f64;
     assert!((padded.double_value(&[0, 2, 31, 31]) - expected).abs() < 1e-6);
-    let expected = f(&model, &padded).narrow(2, 0, 20).narrow(3, 0, 28);
+    let expected = f(&model, &padded).narrow(2, 0, 20).narrow(3, 0, 28).exp();
+    let opts = EvalOptions::new().protocol(Protocol::Danet).sliding(32, 16);
+    assert!(max_diff(&expected, &sliding::predict(&model, &x, &opts)) < 1e-4);
+    // mmseg's slide_inference cuts the window to the image and runs it unpadded.
     let got = sliding::predict(&model, &x, &EvalOptions::new().sliding(32, 16));
-    assert!(max_diff(&expected, &got) < 1e-5);
+    assert!(max_diff(&f(&model, &x), &got) < 1e-5);
 }
 
 #[test]
-fn scales_sum_logits_resized_back() {
+fn mmseg_scales_average_softmax_resized_back() {
     let (_vs, model, x) = setup(24, 32);
-    let half = x.upsample_bilinear2d([12, 16], true, None, None);
-    let expected = f(&model, &x) + f(&model, &half).upsample_bilinear2d([24, 32], true, None, None);
+    // From floats, mmseg's input resize is bilinear with half-pixel centres; the logits
+    // go back with the model's align_corners (true for this spec).
+    let half = x.upsample_bilinear2d([12, 16], false, None, None);
+    let back = f(&model, &half).upsample_bilinear2d([24, 32], true, None, None);
+    let expected = (softmax(&back) + softmax(&f(&model, &x))) / 2.0;
     let got = sliding::predict(&model, &x, &EvalOptions::new().scales(vec![0.5, 1.0]));
-    assert!(max_diff(&expected, &got) < 1e-5);
+    assert!(max_diff(&expected, &got) < 1e-6);
 }
 
 #[test]
