@@ -217,7 +217,11 @@ fn accuracy_mode_matches_mmseg_test_loop() {
         "--out",
         p(&out),
     ]);
-    assert!(o.status.success(), "segtool infer: {}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.status.success(),
+        "segtool infer: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let (diff, total) = differing(d, "single_slide", |i| {
         labels(&out.join(format!("img{i}_labels.png")))
     });

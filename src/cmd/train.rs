@@ -16,7 +16,9 @@ use crate::args::DeviceArgs;
 #[derive(clap::Args)]
 pub struct Args {
     /// A shipped preset (cityscapes-danet-r101, ade20k-danet-r101, voc-danet-r101,
-    /// shapes-tiny) or a TOML file. Default: shapes-tiny.
+    /// shapes-tiny; mmsegmentation's DANet recipes as mmseg-danet-r{50,101}-d8-<dataset>-
+    /// <crop>-<schedule>, e.g. mmseg-danet-r50-d8-cityscapes-512x1024-80k) or a TOML file.
+    /// Default: shapes-tiny.
     #[arg(long, value_name = "NAME|FILE")]
     pub config: Option<String>,
     /// Override one key of the configuration, e.g. `--set optim.lr=0.01` (repeatable).

@@ -1,6 +1,8 @@
 //! From (image, mask) samples to training tensors: the recipe's augmentation (flip, random
 //! rescale, pad with 0 / ignore, random crop), optional photometric extras (colour jitter,
-//! Gaussian blur) and normalisation to NCHW f32.
+//! Gaussian blur) and normalisation to NCHW f32; and mmsegmentation's train pipeline
+//! (`RandomResize` with keep_ratio, `RandomCrop` with `cat_max_ratio`, `RandomFlip`,
+//! `PhotoMetricDistortion`, padding after normalisation).
 
 use image::imageops::{self, FilterType};
 use image::{GrayImage, Luma, Rgb, RgbImage};
@@ -8,6 +10,8 @@ use rand::Rng;
 use segtool_core::dataset::Sample;
 use segtool_core::{ModelSpec, IGNORE_LABEL};
 use tch::{Device, Kind, Tensor};
+
+pub use crate::photometric::PhotoMetric;
 
 /// Per-sample augmentation. Every random choice comes from the RNG handed to
 /// [`Augment::apply`], so a sample's augmentation is reproducible from that RNG alone
@@ -31,6 +35,22 @@ pub struct Augment {
     pub blur_prob: f64,
     /// (lo, hi) range of the blur's sigma in pixels; lo must be positive when blurring.
     pub blur_sigma: (f64, f64),
+    /// mmsegmentation's `RandomResize(scale=(long, short), ratio_range=scale,
+    /// keep_ratio=True)` instead of `base_size`: r ~ U(scale), and the image is resized by
+    /// min(long r / its long side, short r / its short side) (bilinear, labels nearest).
+    pub resize_scale: Option<(u32, u32)>,
+    /// A rectangular crop (height, width) instead of `crop`'s square.
+    pub crop_hw: Option<(u32, u32)>,
+    /// mmsegmentation's `cat_max_ratio`: the crop window is redrawn, up to 10 times, while
+    /// it holds fewer than two labelled classes or one covers `cat_max_ratio` or more of
+    /// its labelled pixels. 1 turns it off.
+    pub cat_max_ratio: f64,
+    /// mmsegmentation's `PhotoMetricDistortion` on the crop, before padding.
+    pub photometric: Option<PhotoMetric>,
+    /// Pad the image after normalisation, with 0 (the mean colour), as mmsegmentation's
+    /// `SegDataPreProcessor` does: the image stays unpadded here (the mask is padded with
+    /// ignore) and [`images_to_tensor_padded`] pads it. Off: padded with black pixels.
+    pub pad_after_normalize: bool,
 }
 
 /// An [`Augment`] whose parameters cannot be applied (they would panic in the RNG or the
@@ -56,6 +76,20 @@ impl Augment {
             color_jitter: 0.0,
             blur_prob: 0.0,
             blur_sigma: (0.1, 2.0),
+            resize_scale: None,
+            crop_hw: None,
+            cat_max_ratio: 1.0,
+            photometric: None,
+            pad_after_normalize: false,
+        }
+    }
+
+    /// The crop's (width, height), square or rectangular; `None` without a crop.
+    pub fn crop_dims(&self) -> Option<(u32, u32)> {
+        match (self.crop_hw, self.crop) {
+            (Some((h, w)), _) => Some((w, h)),
+            (None, Some(c)) => Some((c, c)),
+            (None, None) => None,
         }
     }
 
@@ -78,8 +112,21 @@ impl Augment {
                 return bad(format!("scale range ({lo}, {hi}) must satisfy 0 < lo < hi"));
             }
         }
-        if self.crop == Some(0) {
+        if self.crop == Some(0) || self.crop_hw.is_some_and(|(h, w)| h == 0 || w == 0) {
             return bad("crop size must be positive".into());
+        }
+        if let Some((long, short)) = self.resize_scale {
+            if long == 0 || short == 0 || self.scale.is_none() {
+                return bad(format!(
+                    "resize scale ({long}, {short}) needs positive sides and a ratio range"
+                ));
+            }
+        }
+        if !(self.cat_max_ratio > 0.0 && self.cat_max_ratio <= 1.0) {
+            return bad(format!(
+                "cat_max_ratio {} is outside (0, 1]",
+                self.cat_max_ratio
+            ));
         }
         if !(0.0..=1.0).contains(&self.color_jitter) {
             return bad(format!(
@@ -126,49 +173,94 @@ impl Augment {
             image = imageops::flip_horizontal(&image);
             mask = imageops::flip_horizontal(&mask);
         }
-        if let Some((lo, hi)) = self.scale {
-            let (w, h) = image.dimensions();
-            let short = (self.base_size as f64 * rng.gen_range(lo..hi))
-                .round()
-                .max(1.0);
-            let factor = short / w.min(h) as f64;
-            let (nw, nh) = (
-                ((w as f64 * factor).round() as u32).max(1),
-                ((h as f64 * factor).round() as u32).max(1),
-            );
-            image = imageops::resize(&image, nw, nh, FilterType::Triangle);
-            mask = imageops::resize(&mask, nw, nh, FilterType::Nearest);
+        match (self.scale, self.resize_scale) {
+            (Some(ratio), Some(scale)) => {
+                let (w, h) = image.dimensions();
+                let (nw, nh) = mmseg_random_resize((w, h), scale, ratio, rng);
+                if (nw, nh) != (w, h) {
+                    image = crate::resize::bilinear_rgb(&image, nw, nh);
+                    mask = crate::resize::nearest_gray(&mask, nw, nh);
+                }
+            }
+            (Some((lo, hi)), None) => {
+                let (w, h) = image.dimensions();
+                let short = (self.base_size as f64 * rng.gen_range(lo..hi))
+                    .round()
+                    .max(1.0);
+                let factor = short / w.min(h) as f64;
+                let (nw, nh) = (
+                    ((w as f64 * factor).round() as u32).max(1),
+                    ((h as f64 * factor).round() as u32).max(1),
+                );
+                image = imageops::resize(&image, nw, nh, FilterType::Triangle);
+                mask = imageops::resize(&mask, nw, nh, FilterType::Nearest);
+            }
+            (None, _) => {}
         }
-        if let Some(crop) = self.crop {
+        let crop = self.crop_dims();
+        if let Some((crop_w, crop_h)) = crop {
             // The window is drawn over the image padded (at its bottom/right) to at least
-            // `crop`; only the part inside the real image needs cutting out now, since
+            // the crop; only the part inside the real image needs cutting out now, since
             // the window starts at 0 along any axis that needs padding.
             let (w, h) = image.dimensions();
-            let (pw, ph) = (w.max(crop), h.max(crop));
-            let (x, y) = (rng.gen_range(0..=pw - crop), rng.gen_range(0..=ph - crop));
-            let (cw, ch) = (crop.min(w - x), crop.min(h - y));
+            let (x, y, cw, ch) = self.crop_window(&mask, (crop_w, crop_h), rng);
             if (x, y, cw, ch) != (0, 0, w, h) {
                 image = imageops::crop_imm(&image, x, y, cw, ch).to_image();
                 mask = imageops::crop_imm(&mask, x, y, cw, ch).to_image();
             }
         }
         self.photometric(&mut image, rng);
-        if let Some(crop) = self.crop {
+        if let Some((crop_w, crop_h)) = crop {
             let (w, h) = image.dimensions();
-            if w < crop || h < crop {
-                let mut padded = RgbImage::from_pixel(crop, crop, Rgb([0, 0, 0]));
-                let mut padded_mask = GrayImage::from_pixel(crop, crop, Luma([IGNORE_LABEL]));
-                imageops::replace(&mut padded, &image, 0, 0);
+            if w < crop_w || h < crop_h {
+                let (pw, ph) = (w.max(crop_w), h.max(crop_h));
+                let mut padded_mask = GrayImage::from_pixel(pw, ph, Luma([IGNORE_LABEL]));
                 imageops::replace(&mut padded_mask, &mask, 0, 0);
-                image = padded;
                 mask = padded_mask;
+                if !self.pad_after_normalize {
+                    let mut padded = RgbImage::from_pixel(pw, ph, Rgb([0, 0, 0]));
+                    imageops::replace(&mut padded, &image, 0, 0);
+                    image = padded;
+                }
             }
         }
         Sample { image, mask }
     }
 
-    /// Colour jitter then blur. Draws nothing from `rng` when both are off.
+    /// The crop window (x, y, width, height) inside an image of `mask`'s size: one uniform
+    /// draw of the offset over the image padded to the crop, redrawn for `cat_max_ratio`
+    /// as mmseg's `RandomCrop.crop_bbox` does (10 checks; the 11th draw is kept unchecked).
+    fn crop_window(
+        &self,
+        mask: &GrayImage,
+        (crop_w, crop_h): (u32, u32),
+        rng: &mut impl Rng,
+    ) -> (u32, u32, u32, u32) {
+        let (w, h) = mask.dimensions();
+        let draw = |rng: &mut _| {
+            let (pw, ph) = (w.max(crop_w), h.max(crop_h));
+            let x = gen_upto(rng, pw - crop_w);
+            let y = gen_upto(rng, ph - crop_h);
+            (x, y, crop_w.min(w - x), crop_h.min(h - y))
+        };
+        let mut window = draw(rng);
+        if self.cat_max_ratio < 1.0 {
+            for _ in 0..10 {
+                if class_balance_ok(mask, window, self.cat_max_ratio) {
+                    break;
+                }
+                window = draw(rng);
+            }
+        }
+        window
+    }
+
+    /// Colour jitter (or mmseg's photometric distortion) then blur. Draws nothing from
+    /// `rng` when all are off.
     fn photometric(&self, image: &mut RgbImage, rng: &mut impl Rng) {
+        if let Some(p) = &self.photometric {
+            p.apply(image, rng);
+        }
         let s = self.color_jitter;
         if s > 0.0 {
             let range = (1.0 - s).max(0.0)..=1.0 + s;
@@ -183,6 +275,50 @@ impl Augment {
             *image = imageops::blur(image, sigma);
         }
     }
+}
+
+/// A uniform integer in 0..=n (`rng.gen_range(0..=n)`, as the crop has always drawn).
+fn gen_upto(rng: &mut impl Rng, n: u32) -> u32 {
+    rng.gen_range(0..=n)
+}
+
+/// mmseg's `RandomResize` with keep_ratio: ratio r ~ U(lo, hi), then
+/// [`mmseg_resize_size`] at r.
+pub fn mmseg_random_resize(
+    size: (u32, u32),
+    scale: (u32, u32),
+    (lo, hi): (f64, f64),
+    rng: &mut impl Rng,
+) -> (u32, u32) {
+    let ratio = if lo < hi { rng.gen_range(lo..hi) } else { lo };
+    mmseg_resize_size(size, scale, ratio)
+}
+
+/// The size mmseg's `RandomResize(scale=(long, short), keep_ratio=True)` gives a `(w, h)`
+/// image at ratio r: the target (int(long r), int(short r)); the factor min(long' / max(w,
+/// h), short' / min(w, h)) (mmcv's `rescale_size`); the size int(w f + 0.5) x int(h f + 0.5).
+pub fn mmseg_resize_size((w, h): (u32, u32), (long, short): (u32, u32), ratio: f64) -> (u32, u32) {
+    let (tl, ts) = ((long as f64 * ratio) as u32, (short as f64 * ratio) as u32);
+    let (max_long, max_short) = (tl.max(ts) as f64, tl.min(ts) as f64);
+    let factor = (max_long / w.max(h) as f64).min(max_short / w.min(h) as f64);
+    let side = |x: u32| ((x as f64 * factor + 0.5) as u32).max(1);
+    (side(w), side(h))
+}
+
+/// mmseg's `cat_max_ratio` test on a window: at least two labelled classes, and the
+/// largest below `ratio` of the labelled pixels (255 is not counted).
+fn class_balance_ok(mask: &GrayImage, (x, y, w, h): (u32, u32, u32, u32), ratio: f64) -> bool {
+    let mut counts = [0u64; 256];
+    for yy in y..y + h {
+        for xx in x..x + w {
+            counts[mask.get_pixel(xx, yy).0[0] as usize] += 1;
+        }
+    }
+    counts[IGNORE_LABEL as usize] = 0;
+    let classes = counts.iter().filter(|&&c| c > 0).count();
+    let total: u64 = counts.iter().sum();
+    let max = counts.iter().copied().max().unwrap_or(0);
+    classes > 1 && (max as f64 / total as f64) < ratio
 }
 
 /// ITU-R 601 luma, the grey that torchvision's and PIL's saturation/contrast blend toward.
@@ -219,6 +355,34 @@ pub fn images_to_tensor(images: &[&RgbImage], spec: &ModelSpec, device: Device) 
     for (n, img) in images.iter().enumerate() {
         assert_eq!(img.dimensions(), (w, h), "a batch needs images of one size");
         for (i, px) in img.pixels().enumerate() {
+            for c in 0..3 {
+                data[(n * 3 + c) * plane + i] =
+                    (px.0[c] as f32 / 255.0 - spec.mean[c]) / spec.std[c];
+            }
+        }
+    }
+    Tensor::from_slice(&data)
+        .view([images.len() as i64, 3, h as i64, w as i64])
+        .to_device(device)
+}
+
+/// Normalised (N, 3, H, W) f32 tensor of images padded (bottom/right) to `(w, h)` with 0
+/// after normalisation, as mmsegmentation's `SegDataPreProcessor` pads (`pad_val=0`).
+pub fn images_to_tensor_padded(
+    images: &[&RgbImage],
+    (w, h): (u32, u32),
+    spec: &ModelSpec,
+    device: Device,
+) -> Tensor {
+    let plane = (w * h) as usize;
+    let mut data = vec![0f32; images.len() * 3 * plane];
+    for (n, img) in images.iter().enumerate() {
+        assert!(
+            img.width() <= w && img.height() <= h,
+            "an image larger than its batch's padded size"
+        );
+        for (x, y, px) in img.enumerate_pixels() {
+            let i = (y * w + x) as usize;
             for c in 0..3 {
                 data[(n * 3 + c) * plane + i] =
                     (px.0[c] as f32 / 255.0 - spec.mean[c]) / spec.std[c];

@@ -222,7 +222,8 @@ fn strip_module(name: &str) -> &str {
 }
 
 fn is_torchvision(name: &str) -> bool {
-    ["conv1.", "bn1.", "fc."]
+    // `stem.*`: mmcv's ImageNet ResNetV1c (open-mmlab://resnet50_v1c), mmseg's recipe start.
+    ["conv1.", "bn1.", "fc.", "stem."]
         .iter()
         .any(|p| name.starts_with(p))
         || name
@@ -237,6 +238,13 @@ fn model_name(key: &str, mode: ImportMode) -> Option<String> {
         return None;
     }
     if mode == ImportMode::Backbone && is_torchvision(name) {
+        // ResNetV1c's deep stem Sequential: its last BN is DANet's `bn1`.
+        if let Some(rest) = name.strip_prefix("stem.7.") {
+            return Some(format!("pretrained.bn1.{rest}"));
+        }
+        if let Some(rest) = name.strip_prefix("stem.") {
+            return Some(format!("pretrained.conv1.{rest}"));
+        }
         return Some(format!("pretrained.{name}"));
     }
     Some(name.to_string())

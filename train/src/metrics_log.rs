@@ -38,6 +38,10 @@ pub struct Record {
     pub loss_pam: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub loss_cam: Option<f64>,
+    /// The auxiliary head's weighted term (mmsegmentation's `aux.loss_ce`), when the
+    /// model has one; `loss` includes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loss_aux: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lr: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -71,6 +75,7 @@ impl Record {
             loss_fused: None,
             loss_pam: None,
             loss_cam: None,
+            loss_aux: None,
             lr: None,
             it_per_s: None,
             data_wait: None,
@@ -99,6 +104,7 @@ impl Record {
             ("loss_fused", self.loss_fused),
             ("loss_pam", self.loss_pam),
             ("loss_cam", self.loss_cam),
+            ("loss_aux", self.loss_aux),
             ("lr", self.lr),
             ("it_per_s", self.it_per_s),
             ("data_wait", self.data_wait),

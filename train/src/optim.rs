@@ -8,13 +8,15 @@
 
 use std::collections::BTreeMap;
 
+use segtool_core::config::PolyForm;
 use tch::{nn, Tensor};
 
 use crate::model::DaNet;
 
-/// Learning rate per iteration: poly decay `(1 - it / total)^power` from `base_lr`, with
-/// an optional linear warm-up (mmsegmentation's): during the first `warmup_iters` the
-/// poly value is scaled from `warmup_ratio` up to 1.
+/// Learning rate per iteration: poly decay `(base_lr - min_lr) * (1 - it / total)^power +
+/// min_lr` (mmengine's `PolyLR` with `eta_min = min_lr`, in closed form; DANet's with
+/// `min_lr = 0`), with an optional linear warm-up (mmsegmentation's): during the first
+/// `warmup_iters` the poly value is scaled from `warmup_ratio` up to 1.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct LrSchedule {
     pub base_lr: f64,
@@ -22,13 +24,44 @@ pub struct LrSchedule {
     pub power: f64,
     pub warmup_iters: usize,
     pub warmup_ratio: f64,
+    /// The floor the decay ends at, for every parameter group alike (mmengine's `eta_min`).
+    pub min_lr: f64,
+    /// DANet's `it / total_iters`, or mmengine's `it / (total_iters - 1)` (its PolyLR's
+    /// `total_iters = end - begin - 1`: `min_lr` at the last iteration).
+    pub form: PolyForm,
 }
 
 impl LrSchedule {
     /// Backbone learning rate at iteration `it` (0-based).
     pub fn at(&self, it: usize) -> f64 {
-        let progress = it as f64 / self.total_iters.max(1) as f64;
-        let poly = self.base_lr * (1.0 - progress).max(0.0).powf(self.power);
+        self.warmed(it, self.base_lr)
+    }
+
+    /// Learning rate at iteration `it` of a parameter group whose base rate is
+    /// `base_lr * mult` (the head's `head_lr_mult`); it decays to the same `min_lr`, as an
+    /// mmengine scheduler's `eta_min` applies to every group. With `min_lr = 0` this is
+    /// exactly `at(it) * mult`.
+    pub fn scaled_at(&self, it: usize, mult: f64) -> f64 {
+        if self.min_lr == 0.0 {
+            self.at(it) * mult
+        } else {
+            self.warmed(it, self.base_lr * mult)
+        }
+    }
+
+    /// Poly decay from `base` to `min_lr`, times the warm-up factor.
+    fn warmed(&self, it: usize, base: f64) -> f64 {
+        let total = match self.form {
+            PolyForm::Danet => self.total_iters,
+            PolyForm::Mmengine => self.total_iters.saturating_sub(1),
+        };
+        let progress = (it as f64 / total.max(1) as f64).min(1.0);
+        let factor = (1.0 - progress).max(0.0).powf(self.power);
+        let poly = if self.min_lr == 0.0 {
+            base * factor
+        } else {
+            (base - self.min_lr) * factor + self.min_lr
+        };
         if it < self.warmup_iters {
             let k = (1.0 - it as f64 / self.warmup_iters as f64) * (1.0 - self.warmup_ratio);
             poly * (1.0 - k)
@@ -226,6 +259,8 @@ mod tests {
             power: 0.9,
             warmup_iters: 10,
             warmup_ratio: 0.1,
+            min_lr: 0.0,
+            form: PolyForm::Danet,
         };
         assert!((s.at(0) - 0.001).abs() < 1e-12);
         let poly = |it: f64| 0.01 * (1.0 - it / 100.0).powf(0.9);
@@ -237,5 +272,37 @@ mod tests {
             ..s
         };
         assert!((no_warmup.at(0) - 0.01).abs() < 1e-15);
+    }
+
+    #[test]
+    fn poly_with_floor_ends_at_min_lr_for_every_group() {
+        let s = LrSchedule {
+            base_lr: 0.01,
+            total_iters: 80,
+            power: 0.9,
+            warmup_iters: 0,
+            warmup_ratio: 1.0,
+            min_lr: 1e-4,
+            form: PolyForm::Danet,
+        };
+        assert_eq!(s.at(0), 0.01);
+        assert!((s.at(80) - 1e-4).abs() < 1e-18);
+        assert!((s.scaled_at(80, 10.0) - 1e-4).abs() < 1e-18);
+        let f = (1.0f64 - 20.0 / 80.0).powf(0.9);
+        assert!((s.at(20) - ((0.01 - 1e-4) * f + 1e-4)).abs() < 1e-17);
+        assert!((s.scaled_at(20, 10.0) - ((0.1 - 1e-4) * f + 1e-4)).abs() < 1e-17);
+        // Without a floor the head is exactly the backbone rate times the multiplier.
+        let no_floor = LrSchedule { min_lr: 0.0, ..s };
+        for it in [0, 7, 33, 79] {
+            assert_eq!(no_floor.scaled_at(it, 10.0), no_floor.at(it) * 10.0);
+        }
+        // mmengine's PolyLR: total_iters = end - 1, the floor reached at the last iteration.
+        let mm = LrSchedule {
+            form: PolyForm::Mmengine,
+            ..s
+        };
+        assert_eq!(mm.at(79), 1e-4);
+        let f = (1.0f64 - 20.0 / 79.0).powf(0.9);
+        assert!((mm.at(20) - ((0.01 - 1e-4) * f + 1e-4)).abs() < 1e-17);
     }
 }

@@ -2,21 +2,18 @@
 //! configuration.
 
 use anyhow::{bail, Result};
-use segtool_core::config::RunConfig;
+use segtool_core::config::EvalMode;
+use segtool_core::config::{named_backbone, RunConfig, BACKBONE_NAMES};
+use segtool_core::protocol::Protocol;
+use segtool_core::spec::{AuxHeadSpec, MmsegTestCfg};
 use segtool_core::{BackboneSpec, ModelSpec};
 
-/// The backbone called `name` (tiny, resnet18/34/50/101/152) at `output_stride`.
+/// The backbone called `name` (tiny, resnet18/34/50/101/152, resnet50v1c/resnet101v1c:
+/// see [`segtool_core::config::named_backbone`]) at `output_stride`.
 pub fn backbone_spec(name: &str, output_stride: i64) -> Result<BackboneSpec> {
-    if name == "tiny" {
-        return Ok(BackboneSpec {
-            output_stride,
-            ..BackboneSpec::tiny()
-        });
-    }
-    let depth = name.strip_prefix("resnet").and_then(|d| d.parse().ok());
-    match depth.and_then(|d| BackboneSpec::resnet(d, output_stride)) {
+    match named_backbone(name, output_stride) {
         Some(spec) => Ok(spec),
-        None => bail!("unknown backbone {name:?} (tiny, resnet18/34/50/101/152)"),
+        None => bail!("unknown backbone {name:?} ({BACKBONE_NAMES})"),
     }
 }
 
@@ -31,6 +28,26 @@ pub fn model_spec(
     if let Some(p) = palette {
         spec.palette = p;
     }
+    spec.align_corners = cfg.model.align_corners;
+    spec.aux_head = cfg.model.aux_head.as_ref().map(|a| AuxHeadSpec {
+        in_layer: a.in_layer,
+        channels: a.channels,
+        loss_weight: a.loss_weight,
+    });
+    // An mmseg recipe's test pipeline goes with the model, so that `segtool eval` and
+    // `infer --protocol mmseg` evaluate it as mmseg would.
+    let e = &cfg.eval;
+    if let (Protocol::Mmseg, Some(scale)) = (e.protocol, e.resize) {
+        let slide = match (e.mode, e.crop_size, e.stride) {
+            (EvalMode::Sliding, Some(crop), Some(stride)) => Some((crop as usize, stride as usize)),
+            _ => None,
+        };
+        spec.mmseg_test = Some(MmsegTestCfg {
+            scale,
+            crop: slide.map(|s| s.0),
+            stride: slide.map(|s| s.1),
+        });
+    }
     spec.validate()?;
     Ok(spec)
 }
@@ -38,6 +55,32 @@ pub fn model_spec(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mmseg_presets_record_their_test_pipeline_in_the_spec() {
+        let classes = |n: usize| (0..n).map(|c| format!("c{c}")).collect();
+        let spec = |name: &str| model_spec(&RunConfig::preset(name).unwrap(), classes(19), None);
+        let s = spec("mmseg-danet-r50-d8-cityscapes-769x769-80k").unwrap();
+        let want = MmsegTestCfg {
+            scale: [2049, 1025],
+            crop: Some(769),
+            stride: Some(513),
+        };
+        assert_eq!(s.mmseg_test, Some(want));
+        assert!(s.align_corners && s.aux_head.is_some());
+        assert_eq!(s.backbone.stem_conv_widths(), [32, 32, 64]);
+        let s = spec("mmseg-danet-r101-d8-ade20k-512x512-160k").unwrap();
+        let want = MmsegTestCfg {
+            scale: [2048, 512],
+            crop: None,
+            stride: None,
+        };
+        assert_eq!(s.mmseg_test, Some(want));
+        assert_eq!(s.backbone.layers, [3, 4, 23, 3]);
+        // The authors' recipes keep DANet's defaults.
+        let s = spec("cityscapes-danet-r101").unwrap();
+        assert!(s.mmseg_test.is_none() && s.aux_head.is_none() && s.align_corners);
+    }
 
     #[test]
     fn backbones() {

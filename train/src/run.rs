@@ -408,6 +408,7 @@ struct Window {
     wait_at_start: std::time::Duration,
     losses: Vec<f64>,
     terms: Vec<[f64; 3]>,
+    aux: Vec<f64>,
     grad_norms: Vec<f64>,
     skipped: usize,
     loss_scale: Option<f64>,
@@ -420,6 +421,7 @@ impl Window {
             wait_at_start: wait,
             losses: Vec::new(),
             terms: Vec::new(),
+            aux: Vec::new(),
             grad_norms: Vec::new(),
             skipped: 0,
             loss_scale: None,
@@ -429,6 +431,7 @@ impl Window {
     fn add(&mut self, stats: &crate::trainer::StepStats) {
         self.losses.push(stats.loss);
         self.terms.push(stats.loss_terms);
+        self.aux.extend(stats.loss_aux);
         self.grad_norms.extend(stats.grad_norm);
         self.skipped += stats.skipped as usize;
         self.loss_scale = stats.loss_scale.or(self.loss_scale);
@@ -444,6 +447,7 @@ impl Window {
             loss_fused: term(0),
             loss_pam: term(1),
             loss_cam: term(2),
+            loss_aux: mean(&self.aux),
             lr: Some(lr),
             it_per_s: Some(self.losses.len() as f64 / seconds),
             data_wait: Some(((wait - self.wait_at_start).as_secs_f64() / seconds).min(1.0)),

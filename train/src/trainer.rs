@@ -7,11 +7,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{bail, Result};
+use segtool_core::config::PolyForm;
 use segtool_core::dataset::{Sample, SegDataset};
 use segtool_core::{ModelSpec, IGNORE_LABEL};
 use tch::{nn, Device, Reduction, Tensor};
 
-use crate::data::{images_to_tensor, masks_to_tensor, Augment};
+use crate::data::{images_to_tensor, images_to_tensor_padded, masks_to_tensor, Augment};
 use crate::loader::{Loader, LoaderConfig};
 use crate::model::{AttentionImpl, DaNet, DaNetOutputs};
 use crate::ohem::Ohem;
@@ -27,15 +28,24 @@ pub struct TrainConfig {
     pub head_lr_mult: f64,
     /// SGD's momentum, weight decay and Nesterov switch (the recipe's by default).
     pub sgd: SgdConfig,
-    /// Poly decay: lr * (1 - it / iterations)^power.
+    /// Poly decay: (lr - min_lr) * (1 - it / iterations)^power + min_lr.
     pub poly_power: f64,
+    /// The floor of the poly decay (mmengine's PolyLR `eta_min`); 0 for DANet's.
+    pub min_lr: f64,
+    /// DANet's or mmengine's poly form (which iteration reaches `min_lr`).
+    pub poly_form: PolyForm,
     /// Linear warm-up over the first `warmup_iters`, from `warmup_ratio` x the poly lr.
     pub warmup_iters: usize,
     pub warmup_ratio: f64,
-    /// Weights of the (fused, position, channel) losses.
+    /// Weights of the (fused, position, channel) losses. The auxiliary head's weight is
+    /// the model spec's (`aux_head.loss_weight`).
     pub loss_weights: [f64; 3],
+    /// How each cross-entropy averages over the pixels (DANet's: over labelled ones).
+    pub ce_mean: CeMean,
     /// Online hard example mining in the cross-entropy; `None`: plain mean CE.
     pub ohem: Option<Ohem>,
+    /// Dropout2d's probability before the classifiers (mmseg's `dropout_ratio`).
+    pub dropout: f64,
     /// Micro-batches whose gradients are summed before one optimiser step.
     pub accumulation: usize,
     /// Global gradient-norm clipping (`torch.nn.utils.clip_grad_norm_`).
@@ -63,10 +73,14 @@ impl Default for TrainConfig {
             head_lr_mult: 10.0,
             sgd: SgdConfig::default(),
             poly_power: 0.9,
+            min_lr: 0.0,
+            poly_form: PolyForm::Danet,
             warmup_iters: 0,
             warmup_ratio: 1.0,
             loss_weights: [1.0, 1.0, 1.0],
+            ce_mean: CeMean::LabelledPixels,
             ohem: None,
+            dropout: crate::model::DEFAULT_DROPOUT,
             accumulation: 1,
             grad_clip_norm: None,
             augment: Augment {
@@ -90,12 +104,102 @@ impl TrainConfig {
             power: self.poly_power,
             warmup_iters: self.warmup_iters,
             warmup_ratio: self.warmup_ratio,
+            min_lr: self.min_lr,
+            form: self.poly_form,
         }
     }
 
     /// Backbone learning rate at iteration `it` (0-based).
     pub fn lr_at(&self, it: usize) -> f64 {
         self.schedule().at(it)
+    }
+
+    /// Head learning rate at iteration `it`: `head_lr_mult` x the backbone's base rate,
+    /// decayed to the same `min_lr`.
+    pub fn head_lr_at(&self, it: usize) -> f64 {
+        self.schedule().scaled_at(it, self.head_lr_mult)
+    }
+}
+
+/// How a cross-entropy term averages its per-pixel losses over a batch.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CeMean {
+    /// The mean over labelled pixels (PyTorch's `reduction='mean'` with `ignore_index`):
+    /// DANet's loss.
+    #[default]
+    LabelledPixels,
+    /// The sum over labelled pixels divided by the number of ALL pixels, ignored ones
+    /// included: mmsegmentation's `CrossEntropyLoss` with `avg_non_ignore=False` (its
+    /// default; `weight_reduce_loss` with `avg_factor = label.numel()`).
+    AllPixels,
+}
+
+/// What the training loss is made of, besides the model's outputs.
+#[derive(Clone, Copy, Debug)]
+pub struct LossSpec<'a> {
+    /// Weights of the (fused, position, channel) terms.
+    pub weights: [f64; 3],
+    /// Weight of the auxiliary head's term, when the outputs carry its logits.
+    pub aux_weight: Option<f64>,
+    pub ce_mean: CeMean,
+    pub ohem: Option<&'a Ohem>,
+}
+
+/// The weighted terms of a loss; their sum is the loss.
+pub struct LossTerms {
+    pub fused: Tensor,
+    pub position: Tensor,
+    pub channel: Tensor,
+    /// The auxiliary head's term (mmsegmentation's `aux.loss_ce`), when it has one.
+    pub aux: Option<Tensor>,
+}
+
+impl LossTerms {
+    pub fn total(&self) -> Tensor {
+        let sum = &self.fused + &self.position + &self.channel;
+        match &self.aux {
+            Some(aux) => sum + aux,
+            None => sum,
+        }
+    }
+}
+
+/// Cross-entropy of `logits` (N, C, H, W) against `target` (N, H, W), ignoring label 255,
+/// averaged as `mean` says, or with OHEM.
+pub fn cross_entropy(
+    logits: &Tensor,
+    target: &Tensor,
+    mean: CeMean,
+    ohem: Option<&Ohem>,
+) -> Tensor {
+    let ignore = IGNORE_LABEL as i64;
+    match (ohem, mean) {
+        (Some(ohem), _) => ohem.loss(logits, target),
+        (None, CeMean::LabelledPixels) => {
+            logits.cross_entropy_loss::<Tensor>(target, None, Reduction::Mean, ignore, 0.0)
+        }
+        (None, CeMean::AllPixels) => {
+            let sum =
+                logits.cross_entropy_loss::<Tensor>(target, None, Reduction::Sum, ignore, 0.0);
+            // mmseg's `weight_reduce_loss`: sum / (avg_factor + eps) with eps float32's
+            // epsilon, lost in float32 arithmetic and 1e-11 relative in float64.
+            sum / (target.numel() as f64 + f32::EPSILON as f64)
+        }
+    }
+}
+
+/// The weighted terms of the loss on `out`: CE on each DANet output and, when `out` has
+/// the auxiliary head's logits and `spec.aux_weight` is set, on those.
+pub fn loss_terms(out: &DaNetOutputs, target: &Tensor, spec: &LossSpec) -> LossTerms {
+    let ce = |logits: &Tensor| cross_entropy(logits, target, spec.ce_mean, spec.ohem);
+    LossTerms {
+        fused: ce(&out.fused) * spec.weights[0],
+        position: ce(&out.position) * spec.weights[1],
+        channel: ce(&out.channel) * spec.weights[2],
+        aux: match (&out.aux, spec.aux_weight) {
+            (Some(aux), Some(w)) => Some(ce(aux) * w),
+            _ => None,
+        },
     }
 }
 
@@ -116,28 +220,21 @@ pub fn danet_loss_with(
 }
 
 /// The three weighted terms of [`danet_loss_with`] (fused, position, channel), whose sum
-/// is the loss.
+/// is the loss: CE averaged over labelled pixels, no auxiliary term (see [`loss_terms`]).
 pub fn danet_loss_terms(
     out: &DaNetOutputs,
     target: &Tensor,
     weights: [f64; 3],
     ohem: Option<&Ohem>,
 ) -> [Tensor; 3] {
-    let ce = |logits: &Tensor| match ohem {
-        Some(ohem) => ohem.loss(logits, target),
-        None => logits.cross_entropy_loss::<Tensor>(
-            target,
-            None,
-            Reduction::Mean,
-            IGNORE_LABEL as i64,
-            0.0,
-        ),
+    let spec = LossSpec {
+        weights,
+        aux_weight: None,
+        ce_mean: CeMean::LabelledPixels,
+        ohem,
     };
-    [
-        ce(&out.fused) * weights[0],
-        ce(&out.position) * weights[1],
-        ce(&out.channel) * weights[2],
-    ]
+    let t = loss_terms(out, target, &spec);
+    [t.fused, t.position, t.channel]
 }
 
 /// The loss was NaN or infinite: the step was not applied, the weights are intact.
@@ -164,6 +261,8 @@ pub struct StepStats {
     pub loss_scale: Option<f64>,
     /// The loss's weighted terms (fused, position, channel output), averaged like it.
     pub loss_terms: [f64; 3],
+    /// The auxiliary head's weighted term, when the loss has one.
+    pub loss_aux: Option<f64>,
 }
 
 pub struct Trainer {
@@ -197,6 +296,7 @@ impl Trainer {
         }
         model.set_attention(config.attention);
         model.set_frozen_bn(config.freeze_bn);
+        model.set_dropout_ratio(config.dropout);
         let optimizer = Sgd::new(&vs, config.sgd);
         Ok(Self {
             vs,
@@ -251,6 +351,8 @@ impl Trainer {
         let scale = 1.0 / micro_batches.len() as f64;
         let mut total = 0.0;
         let mut terms = [0.0f64; 3];
+        let mut aux_total = None;
+        let aux_weight = self.model.spec.aux_head.as_ref().map(|a| a.loss_weight);
         for (images, masks) in micro_batches {
             // amp: the forward under autocast; the loss from fp32 logits.
             let out = match &self.amp {
@@ -265,14 +367,17 @@ impl Trainer {
                 }
                 None => self.model.forward_all(images, true),
             };
-            let [fused, position, channel] = danet_loss_terms(
-                &out,
-                masks,
-                self.config.loss_weights,
-                self.config.ohem.as_ref(),
-            );
-            let parts = Tensor::stack(&[fused.detach(), position.detach(), channel.detach()], 0);
-            let loss = fused + position + channel;
+            let spec = LossSpec {
+                weights: self.config.loss_weights,
+                aux_weight,
+                ce_mean: self.config.ce_mean,
+                ohem: self.config.ohem.as_ref(),
+            };
+            let t = loss_terms(&out, masks, &spec);
+            let loss = t.total();
+            let mut detached = vec![t.fused.detach(), t.position.detach(), t.channel.detach()];
+            detached.extend(t.aux.as_ref().map(Tensor::detach));
+            let parts = Tensor::stack(&detached, 0);
             let value = loss.double_value(&[]);
             let parts =
                 Vec::<f64>::try_from(parts.to_kind(tch::Kind::Double).to_device(Device::Cpu))
@@ -299,14 +404,20 @@ impl Trainer {
             for (t, p) in terms.iter_mut().zip(&parts) {
                 *t += p * scale;
             }
+            if let Some(aux) = parts.get(3) {
+                *aux_total.get_or_insert(0.0) += aux * scale;
+            }
         }
         // dist: one gradient all-reduce per step, after the last micro-batch, before
         // clipping (as PyTorch DDP).
         if let Some(ddp) = &self.ddp {
             ddp.average_gradients(&self.vs)?;
-            let means = ddp.mean_all(&[total, terms[0], terms[1], terms[2]])?;
+            let mut values = vec![total, terms[0], terms[1], terms[2]];
+            values.extend(aux_total);
+            let means = ddp.mean_all(&values)?;
             total = means[0];
-            terms.copy_from_slice(&means[1..]);
+            terms.copy_from_slice(&means[1..4]);
+            aux_total = means.get(4).copied();
             if !total.is_finite() {
                 self.optimizer.zero_grad();
                 return Err(NonFiniteLoss {
@@ -330,7 +441,7 @@ impl Trainer {
             _ => None,
         };
         if !skip {
-            self.optimizer.step([lr, lr * self.config.head_lr_mult]);
+            self.optimizer.step([lr, self.config.head_lr_at(it)]);
         }
         let (skipped, loss_scale) = match self.amp.as_mut() {
             Some(amp) => (
@@ -347,6 +458,7 @@ impl Trainer {
             skipped,
             loss_scale,
             loss_terms: terms,
+            loss_aux: aux_total,
         })
     }
 
@@ -420,15 +532,24 @@ impl Trainer {
 
     /// (images, masks) tensors of a batch of same-size samples on the training device.
     pub fn batch_tensors(&self, samples: &[Sample]) -> (Tensor, Tensor) {
-        let images = images_to_tensor(
-            &samples.iter().map(|s| &s.image).collect::<Vec<_>>(),
-            &self.model.spec,
-            self.config.device,
-        );
-        let masks = masks_to_tensor(
-            &samples.iter().map(|s| &s.mask).collect::<Vec<_>>(),
-            self.config.device,
-        );
+        let images: Vec<&image::RgbImage> = samples.iter().map(|s| &s.image).collect();
+        let masks: Vec<&image::GrayImage> = samples.iter().map(|s| &s.mask).collect();
+        // An image smaller than its mask was left for padding after normalisation
+        // (`Augment::pad_after_normalize`).
+        let images = if samples
+            .iter()
+            .any(|s| s.image.dimensions() != s.mask.dimensions())
+        {
+            images_to_tensor_padded(
+                &images,
+                masks[0].dimensions(),
+                &self.model.spec,
+                self.config.device,
+            )
+        } else {
+            images_to_tensor(&images, &self.model.spec, self.config.device)
+        };
+        let masks = masks_to_tensor(&masks, self.config.device);
         (images, masks)
     }
 }

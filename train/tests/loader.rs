@@ -36,6 +36,7 @@ fn full_augment() -> Augment {
         color_jitter: 0.4,
         blur_prob: 0.5,
         blur_sigma: (0.3, 1.2),
+        ..Augment::none()
     }
 }
 

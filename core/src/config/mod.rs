@@ -16,44 +16,26 @@
 //! Overrides go through the TOML tree rather than a hand-written setter per field, so
 //! they get the same type checks and unknown-key errors as the file itself.
 
+mod presets;
 mod sections;
 mod validate;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_mmseg;
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 pub use sections::{
-    AttentionImpl, AugmentConfig, CheckpointConfig, DataConfig, EvalConfig, EvalMode, LogConfig,
-    LrScaling, ModelConfig, OptimConfig, Precision, RunConfig,
+    AttentionImpl, AugmentConfig, AuxHeadConfig, CheckpointConfig, DataConfig, EvalConfig,
+    EvalMode, LogConfig, LrScaling, ModelConfig, OptimConfig, PhotometricConfig, PolyForm,
+    Precision, RunConfig,
 };
 
 use crate::spec::BackboneSpec;
-
-/// Presets shipped with segtool, by name (the file stem in `configs/`).
-///
-/// They are compiled in so `--config cityscapes-danet-r101` works from any directory and
-/// an installed binary needs no data files.
-const PRESETS: &[(&str, &str)] = &[
-    (
-        "shapes-tiny",
-        include_str!("../../../configs/shapes-tiny.toml"),
-    ),
-    (
-        "cityscapes-danet-r101",
-        include_str!("../../../configs/cityscapes-danet-r101.toml"),
-    ),
-    (
-        "ade20k-danet-r101",
-        include_str!("../../../configs/ade20k-danet-r101.toml"),
-    ),
-    (
-        "voc-danet-r101",
-        include_str!("../../../configs/voc-danet-r101.toml"),
-    ),
-];
+use presets::{DERIVED_PRESETS, PRESETS};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -113,25 +95,36 @@ impl RunConfig {
     /// A built-in preset by name (see [`RunConfig::preset_names`]). Does not validate.
     pub fn preset(name: &str) -> Result<Self, ConfigError> {
         let name = name.strip_suffix(".toml").unwrap_or(name);
-        let (_, text) = PRESETS
+        if let Some((_, text)) = PRESETS.iter().find(|(n, _)| *n == name) {
+            return toml::from_str(text).map_err(|source| ConfigError::Preset {
+                name: name.into(),
+                source,
+            });
+        }
+        let (_, base, overrides) = DERIVED_PRESETS
             .iter()
-            .find(|(n, _)| *n == name)
+            .find(|(n, _, _)| *n == name)
             .ok_or_else(|| ConfigError::UnknownPreset { name: name.into() })?;
-        toml::from_str(text).map_err(|source| ConfigError::Preset {
-            name: name.into(),
-            source,
-        })
+        let mut cfg = Self::preset(base)?;
+        cfg.apply_overrides(overrides.iter())?;
+        cfg.name = name.into();
+        Ok(cfg)
     }
 
+    /// Every built-in preset: the files in `configs/`, then their derived siblings.
     pub fn preset_names() -> Vec<&'static str> {
-        PRESETS.iter().map(|(n, _)| *n).collect()
+        PRESETS
+            .iter()
+            .map(|(n, _)| *n)
+            .chain(DERIVED_PRESETS.iter().map(|(n, _, _)| *n))
+            .collect()
     }
 
     /// A preset when `name_or_path` names one, else the file at that path: what a
     /// `--config` flag takes.
     pub fn preset_or_file(name_or_path: &str) -> Result<Self, ConfigError> {
         let stem = name_or_path.strip_suffix(".toml").unwrap_or(name_or_path);
-        if PRESETS.iter().any(|(n, _)| *n == stem) && !Path::new(name_or_path).exists() {
+        if Self::preset_names().contains(&stem) && !Path::new(name_or_path).exists() {
             Self::preset(stem)
         } else {
             Self::load(name_or_path)
@@ -271,16 +264,53 @@ impl RunConfig {
             AttentionImpl::Explicit => "explicit",
             AttentionImpl::Sdpa => "sdpa",
         };
-        let _ = writeln!(s, ", attention {attention}");
+        let _ = write!(
+            s,
+            ", attention {attention}, dropout {}, align_corners {}",
+            m.dropout, m.align_corners
+        );
+        if let Some(aux) = &m.aux_head {
+            let _ = write!(
+                s,
+                ", aux FCN head on layer{} ({} channels, loss x{})",
+                aux.in_layer, aux.channels, aux.loss_weight
+            );
+        }
+        let _ = writeln!(s);
         let _ = write!(s, "  data: {}", self.data.dataset);
         if a.flip {
             let _ = write!(s, ", flip");
         }
-        if let Some([lo, hi]) = a.scale_range {
-            let _ = write!(s, ", scale [{lo}, {hi}] x {}", a.base_size);
+        match (a.scale_range, a.resize_scale) {
+            (Some([lo, hi]), Some([long, short])) => {
+                let _ = write!(
+                    s,
+                    ", RandomResize ({long}, {short}) x ratio [{lo}, {hi}] keep_ratio"
+                );
+            }
+            (Some([lo, hi]), None) => {
+                let _ = write!(s, ", scale [{lo}, {hi}] x {}", a.base_size);
+            }
+            (None, _) => {}
         }
         if let Some(crop) = a.crop_size {
             let _ = write!(s, ", crop {crop}");
+        }
+        if let Some([h, w]) = a.crop_hw {
+            let _ = write!(s, ", crop {h}x{w} (h x w)");
+        }
+        if a.cat_max_ratio < 1.0 {
+            let _ = write!(s, ", cat_max_ratio {}", a.cat_max_ratio);
+        }
+        if let Some(p) = &a.photometric {
+            let _ = write!(
+                s,
+                ", PhotoMetricDistortion (brightness {}, contrast {:?}, saturation {:?}, hue {})",
+                p.brightness_delta, p.contrast_range, p.saturation_range, p.hue_delta
+            );
+        }
+        if a.pad_after_normalize {
+            let _ = write!(s, ", padded after normalisation");
         }
         match train_len {
             Some(n) => {
@@ -310,13 +340,32 @@ impl RunConfig {
         };
         let _ = writeln!(
             s,
-            "  lr: {} effective{scaling}, head x{}, momentum {}, wd {}, poly {}, warm-up {}",
+            "  lr: {} effective{scaling}, head x{}, momentum {}, wd {}, poly {} ({}), min_lr {}, warm-up {}",
             self.effective_lr(),
             o.head_lr_mult,
             o.momentum,
             o.weight_decay,
             o.poly_power,
+            match o.poly_form {
+                PolyForm::Danet => "danet",
+                PolyForm::Mmengine => "mmengine",
+            },
+            o.min_lr,
             o.warmup_iters
+        );
+        let _ = writeln!(
+            s,
+            "  loss: CE x {:?} (fused, PAM, CAM){}, averaged over {} pixels{}",
+            o.loss_weights,
+            m.aux_head
+                .as_ref()
+                .map_or(String::new(), |a| format!(" + {} x aux CE", a.loss_weight)),
+            if o.ce_mean_over_all_pixels {
+                "all (ignored included)"
+            } else {
+                "labelled"
+            },
+            if o.ohem { ", OHEM" } else { "" }
         );
         match (o.iterations, o.epochs, train_len) {
             (0, Some(epochs), Some(n)) => {
@@ -344,22 +393,21 @@ impl RunConfig {
 }
 
 impl ModelConfig {
-    /// Resolves `backbone` ("tiny", "resnetN") into a spec and checks it.
+    /// Resolves `backbone` ("tiny", "resnetN", "resnetNv1c") into a spec and checks it.
     pub fn backbone_spec(&self) -> Result<BackboneSpec, ConfigError> {
         let invalid = |msg: String| ConfigError::Invalid(vec![msg]);
-        let mut spec = match self.backbone.as_str() {
-            "tiny" => BackboneSpec::tiny(),
-            name => name
-                .strip_prefix("resnet")
-                .and_then(|d| d.parse().ok())
-                .and_then(|depth| BackboneSpec::resnet(depth, self.output_stride))
-                .ok_or_else(|| {
-                    invalid(format!(
-                        "model.backbone {name:?}: expected tiny, resnet18, resnet34, \
-                         resnet50, resnet101 or resnet152"
-                    ))
-                })?,
-        };
+        let mut spec = named_backbone(&self.backbone, self.output_stride).ok_or_else(|| {
+            invalid(format!(
+                "model.backbone {:?}: expected {BACKBONE_NAMES}",
+                self.backbone
+            ))
+        })?;
+        if spec.stem_widths.is_some() && !self.deep_stem {
+            return Err(invalid(format!(
+                "model.backbone {:?} has a deep stem: set model.deep_stem = true",
+                self.backbone
+            )));
+        }
         spec.output_stride = self.output_stride;
         spec.deep_stem = self.deep_stem;
         spec.multi_grid = self.multi_grid.clone();
@@ -367,6 +415,33 @@ impl ModelConfig {
             .map_err(|e| invalid(format!("model: {e}")))?;
         Ok(spec)
     }
+}
+
+/// The backbone names [`named_backbone`] knows, for messages.
+pub const BACKBONE_NAMES: &str = "tiny, resnet18/34/50/101/152, or resnet50v1c/resnet101v1c";
+
+/// The backbone called `name` at `output_stride`: `tiny`, `resnetN` (torchvision's
+/// ResNet-N, dilated), or `resnetNv1c` (mmsegmentation's `ResNetV1c`: a deep stem of
+/// 3x3 convs 32, 32, 64 wide, `contract_dilation`). `None` for an unknown name.
+pub fn named_backbone(name: &str, output_stride: i64) -> Option<BackboneSpec> {
+    if name == "tiny" {
+        return Some(BackboneSpec {
+            output_stride,
+            ..BackboneSpec::tiny()
+        });
+    }
+    let rest = name.strip_prefix("resnet")?;
+    let (depth, v1c) = match rest.strip_suffix("v1c") {
+        Some(depth) => (depth, true),
+        None => (rest, false),
+    };
+    let mut spec = BackboneSpec::resnet(depth.parse().ok()?, output_stride)?;
+    if v1c {
+        spec.deep_stem = true;
+        spec.stem_widths = Some([32, 32, 64]);
+        spec.contract_dilation = true;
+    }
+    Some(spec)
 }
 
 /// An override's right-hand side as a TOML value, or as a string when it is not one

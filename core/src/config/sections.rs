@@ -34,6 +34,38 @@ pub struct ModelConfig {
     /// Initial weights (.pth, .pth.tar, .safetensors); `None` trains from scratch.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub init: Option<String>,
+    /// Dropout2d probability before every classifier (DANet's conv6/7/8, mmseg's
+    /// `dropout_ratio`, the aux head's too); 0 disables it.
+    pub dropout: f64,
+    /// `align_corners` of the bilinear upsampling of logits to the input: DANet's code
+    /// uses true; mmsegmentation's configs false (true in its 769x769 Cityscapes ones).
+    pub align_corners: bool,
+    /// mmsegmentation's auxiliary FCN head (training only); `None`: none, as DANet.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub aux_head: Option<AuxHeadConfig>,
+}
+
+/// `model.aux_head`: an FCN head (3x3 conv, BN, ReLU, Dropout2d, 1x1 classifier) on a
+/// backbone stage, whose cross-entropy joins the loss with `loss_weight`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuxHeadConfig {
+    /// Backbone stage it reads: 3 is layer3 (1024 channels in ResNet-50/101).
+    pub in_layer: usize,
+    /// Width of its 3x3 conv.
+    pub channels: i64,
+    pub loss_weight: f64,
+}
+
+impl Default for AuxHeadConfig {
+    /// mmsegmentation's DANet configs: layer3, 256 channels, weight 0.4.
+    fn default() -> Self {
+        Self {
+            in_layer: 3,
+            channels: 256,
+            loss_weight: 0.4,
+        }
+    }
 }
 
 impl Default for ModelConfig {
@@ -45,6 +77,9 @@ impl Default for ModelConfig {
             multi_grid: None,
             attention: AttentionImpl::Explicit,
             init: None,
+            dropout: 0.1,
+            align_corners: true,
+            aux_head: None,
         }
     }
 }
@@ -84,8 +119,36 @@ impl Default for DataConfig {
     }
 }
 
+/// `augment.photometric`: mmsegmentation's `PhotoMetricDistortion` on the cropped image:
+/// brightness, then contrast either second or last (a coin flip), saturation and hue in
+/// HSV between, each applied with probability 0.5.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PhotometricConfig {
+    /// Added to every channel: U(-delta, delta).
+    pub brightness_delta: f64,
+    /// Every channel multiplied by U(lo, hi).
+    pub contrast_range: [f64; 2],
+    /// HSV saturation multiplied by U(lo, hi).
+    pub saturation_range: [f64; 2],
+    /// Added to the HSV hue (0..180, OpenCV's 8-bit scale): an integer in [-delta, delta).
+    pub hue_delta: i32,
+}
+
+impl Default for PhotometricConfig {
+    /// mmsegmentation's defaults, as its configs use them.
+    fn default() -> Self {
+        Self {
+            brightness_delta: 32.0,
+            contrast_range: [0.5, 1.5],
+            saturation_range: [0.5, 1.5],
+            hue_delta: 18,
+        }
+    }
+}
+
 /// `[augment]`: training-time augmentation, applied in this order: flip, rescale, crop,
-/// colour jitter, blur.
+/// colour jitter or photometric distortion, blur.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AugmentConfig {
@@ -95,9 +158,29 @@ pub struct AugmentConfig {
     pub base_size: u32,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub scale_range: Option<[f64; 2]>,
+    /// mmsegmentation's `RandomResize(scale=(long, short), ratio_range=scale_range,
+    /// keep_ratio=True)` instead of `base_size`: r ~ U(scale_range), and the image is
+    /// rescaled as large as fits in (int(long r), int(short r)).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resize_scale: Option<[u32; 2]>,
     /// Random crop, padding first (image with 0, mask with ignore) when smaller.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub crop_size: Option<u32>,
+    /// A rectangular random crop, [height, width] (mmseg's `crop_size=(512, 1024)`);
+    /// instead of `crop_size`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub crop_hw: Option<[u32; 2]>,
+    /// mmsegmentation's `RandomCrop(cat_max_ratio)`: the crop window is drawn again (up to
+    /// 10 times) while one class covers `cat_max_ratio` or more of its labelled pixels
+    /// (or it holds fewer than two classes). 1 turns it off.
+    pub cat_max_ratio: f64,
+    /// mmsegmentation's `PhotoMetricDistortion` (instead of `color_jitter`); `None`: off.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub photometric: Option<PhotometricConfig>,
+    /// Pad the crop after normalisation with 0 (the mean colour), as mmsegmentation's
+    /// `SegDataPreProcessor(size=crop_size)`; false: with black pixels before it (DANet's,
+    /// and mmseg's `Pad` in its VOC pipeline). The mask is padded with ignore either way.
+    pub pad_after_normalize: bool,
     /// Brightness/contrast/saturation jitter strength; 0 is off.
     pub color_jitter: f64,
     /// Probability of a Gaussian blur; 0 is off.
@@ -112,7 +195,12 @@ impl Default for AugmentConfig {
             flip: true,
             base_size: 0,
             scale_range: None,
+            resize_scale: None,
             crop_size: None,
+            crop_hw: None,
+            cat_max_ratio: 1.0,
+            photometric: None,
+            pad_after_normalize: false,
             color_jitter: 0.0,
             blur_prob: 0.0,
             blur_sigma: [0.1, 2.0],
@@ -130,6 +218,18 @@ pub enum LrScaling {
     /// `lr * global_batch / lr_reference_batch` (Goyal et al.'s linear scaling rule), so
     /// a recipe published for one batch can run on fewer or more devices.
     Linear,
+}
+
+/// Which iteration the poly decay reaches `min_lr` at (`optim.poly_form`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PolyForm {
+    /// DANet's `(1 - it / total)^power`: `min_lr` one step past the last iteration.
+    #[default]
+    Danet,
+    /// mmengine's `PolyLR`, whose `total_iters` is `end - begin - 1`: `(1 - it / (total -
+    /// 1))^power`, `min_lr` at the last iteration.
+    Mmengine,
 }
 
 /// Numeric precision of training (`optim.precision`): parameters, gradients and the
@@ -175,14 +275,22 @@ pub struct OptimConfig {
     pub momentum: f64,
     pub weight_decay: f64,
     pub nesterov: bool,
-    /// Poly decay: lr * (1 - it / total)^power, per iteration.
+    /// Poly decay: (lr - min_lr) * (1 - it / total)^power + min_lr, per iteration.
     pub poly_power: f64,
+    /// The learning rate poly decay ends at (mmengine's PolyLR `eta_min`); 0: DANet's.
+    pub min_lr: f64,
+    /// `danet`: (1 - it / total)^power; `mmengine`: PolyLR's (1 - it / (total - 1))^power.
+    pub poly_form: PolyForm,
     /// Linear warm-up length in iterations; 0 is none.
     pub warmup_iters: u64,
     /// Learning rate at iteration 0 as a fraction of the scheduled one.
     pub warmup_ratio: f64,
     /// Weights of the (fused, position, channel) cross-entropy losses.
     pub loss_weights: [f64; 3],
+    /// Each cross-entropy is the sum over labelled pixels divided by ALL pixels, ignored
+    /// ones included (mmsegmentation's `CrossEntropyLoss` with `avg_non_ignore=False`, its
+    /// default); false: the mean over labelled pixels (PyTorch's, DANet's).
+    pub ce_mean_over_all_pixels: bool,
     /// Online hard example mining: keep pixels whose true-class probability is below
     /// `ohem_thresh`, and at least `ohem_min_kept` of them.
     pub ohem: bool,
@@ -227,9 +335,12 @@ impl Default for OptimConfig {
             weight_decay: 1e-4,
             nesterov: false,
             poly_power: 0.9,
+            min_lr: 0.0,
+            poly_form: PolyForm::Danet,
             warmup_iters: 0,
             warmup_ratio: 1e-6,
             loss_weights: [1.0, 1.0, 1.0],
+            ce_mean_over_all_pixels: false,
             ohem: false,
             ohem_thresh: 0.7,
             ohem_min_kept: 100_000,
@@ -297,6 +408,11 @@ pub struct EvalConfig {
     /// Image scales whose predictions are averaged; [1.0] is single-scale.
     pub scales: Vec<f64>,
     pub batch_size: usize,
+    /// mmseg protocol: the test pipeline's keep-ratio resize `[long, short]` of each image
+    /// before a single pass (mmsegmentation's `Resize(scale=..., keep_ratio=True)`; the
+    /// trained model's spec records it, so `segtool eval` defaults to it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resize: Option<[usize; 2]>,
 }
 
 impl Default for EvalConfig {
@@ -311,6 +427,7 @@ impl Default for EvalConfig {
             flip: false,
             scales: vec![1.0],
             batch_size: 1,
+            resize: None,
         }
     }
 }

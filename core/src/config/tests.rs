@@ -76,7 +76,11 @@ fn cityscapes_preset_is_the_published_recipe() {
 fn every_preset_parses_and_validates() {
     let names = RunConfig::preset_names();
     assert!(names.contains(&"shapes-tiny"));
-    assert_eq!(names.len(), 4);
+    assert_eq!(
+        names.len(),
+        20,
+        "4 segtool presets and 16 mmsegmentation ones"
+    );
     for name in names {
         let c = RunConfig::preset(name).unwrap_or_else(|e| panic!("{name}: {e}"));
         c.validate().unwrap_or_else(|e| panic!("{name}: {e}"));

@@ -44,6 +44,27 @@ impl RunConfig {
         if let Some(init) = &self.model.init {
             check(!init.is_empty(), "model.init must not be empty".into());
         }
+        check(
+            (0.0..1.0).contains(&self.model.dropout),
+            format!("model.dropout {} must be in [0, 1)", self.model.dropout),
+        );
+        if let Some(aux) = &self.model.aux_head {
+            check(
+                (1..=4).contains(&aux.in_layer),
+                format!("model.aux_head.in_layer {} must be in 1..=4", aux.in_layer),
+            );
+            check(
+                aux.channels >= 1,
+                format!("model.aux_head.channels {} must be positive", aux.channels),
+            );
+            check(
+                finite_nonneg(aux.loss_weight),
+                format!(
+                    "model.aux_head.loss_weight {} must be >= 0",
+                    aux.loss_weight
+                ),
+            );
+        }
 
         let d = &self.data;
         check(
@@ -90,8 +111,22 @@ impl RunConfig {
                 format!("augment.scale_range [{lo}, {hi}] must satisfy 0 < lo < hi"),
             );
             check(
-                a.base_size > 0,
-                "augment.scale_range needs augment.base_size > 0".into(),
+                a.base_size > 0 || a.resize_scale.is_some(),
+                "augment.scale_range needs augment.base_size > 0 (or augment.resize_scale)".into(),
+            );
+        }
+        if let Some([long, short]) = a.resize_scale {
+            check(
+                (1..=MAX_BASE).contains(&long) && (1..=MAX_BASE).contains(&short),
+                format!("augment.resize_scale [{long}, {short}] must be in 1..={MAX_BASE}"),
+            );
+            check(
+                a.base_size == 0,
+                "augment.resize_scale replaces augment.base_size: set augment.base_size = 0".into(),
+            );
+            check(
+                a.scale_range.is_some(),
+                "augment.resize_scale needs augment.scale_range (mmseg's ratio_range)".into(),
             );
         }
         let min_crop = self.model.output_stride.max(1) as u32;
@@ -99,6 +134,68 @@ impl RunConfig {
             check(
                 (min_crop..=MAX_CROP).contains(&crop),
                 format!("augment.crop_size {crop} must be in {min_crop}..={MAX_CROP}"),
+            );
+        }
+        if let Some([h, w]) = a.crop_hw {
+            check(
+                (min_crop..=MAX_CROP).contains(&h) && (min_crop..=MAX_CROP).contains(&w),
+                format!("augment.crop_hw [{h}, {w}] must be in {min_crop}..={MAX_CROP}"),
+            );
+            check(
+                a.crop_size.is_none(),
+                "augment.crop_hw and augment.crop_size are both set: keep one".into(),
+            );
+        }
+        check(
+            !a.pad_after_normalize || a.crop_size.is_some() || a.crop_hw.is_some(),
+            "augment.pad_after_normalize needs a crop (augment.crop_size or augment.crop_hw)"
+                .into(),
+        );
+        check(
+            a.cat_max_ratio > 0.0 && a.cat_max_ratio <= 1.0,
+            format!(
+                "augment.cat_max_ratio {} must be in (0, 1]",
+                a.cat_max_ratio
+            ),
+        );
+        check(
+            a.cat_max_ratio == 1.0 || a.crop_size.is_some() || a.crop_hw.is_some(),
+            "augment.cat_max_ratio needs a crop (augment.crop_size or augment.crop_hw)".into(),
+        );
+        if let Some(p) = &a.photometric {
+            let range_ok =
+                |[lo, hi]: [f64; 2]| lo.is_finite() && hi.is_finite() && 0.0 <= lo && lo <= hi;
+            check(
+                p.brightness_delta.is_finite() && (0.0..=255.0).contains(&p.brightness_delta),
+                format!(
+                    "augment.photometric.brightness_delta {} must be in [0, 255]",
+                    p.brightness_delta
+                ),
+            );
+            check(
+                range_ok(p.contrast_range),
+                format!(
+                    "augment.photometric.contrast_range {:?} must satisfy 0 <= lo <= hi",
+                    p.contrast_range
+                ),
+            );
+            check(
+                range_ok(p.saturation_range),
+                format!(
+                    "augment.photometric.saturation_range {:?} must satisfy 0 <= lo <= hi",
+                    p.saturation_range
+                ),
+            );
+            check(
+                (0..=180).contains(&p.hue_delta),
+                format!(
+                    "augment.photometric.hue_delta {} must be in 0..=180",
+                    p.hue_delta
+                ),
+            );
+            check(
+                a.color_jitter == 0.0,
+                "augment.photometric replaces augment.color_jitter: set it to 0".into(),
             );
         }
         check(
@@ -176,6 +273,13 @@ impl RunConfig {
             format!("optim.poly_power {} must be >= 0", o.poly_power),
         );
         check(
+            o.min_lr.is_finite() && 0.0 <= o.min_lr && o.min_lr < o.lr,
+            format!(
+                "optim.min_lr {} must be >= 0 and below optim.lr {}",
+                o.min_lr, o.lr
+            ),
+        );
+        check(
             prob(o.warmup_ratio),
             format!("optim.warmup_ratio {} must be in [0, 1]", o.warmup_ratio),
         );
@@ -188,6 +292,12 @@ impl RunConfig {
             ),
         );
         if o.ohem {
+            check(
+                !o.ce_mean_over_all_pixels,
+                "optim.ohem and optim.ce_mean_over_all_pixels are exclusive: OHEM averages \
+                 over the pixels it keeps"
+                    .into(),
+            );
             check(
                 o.ohem_thresh > 0.0 && o.ohem_thresh <= 1.0,
                 format!("optim.ohem_thresh {} must be in (0, 1]", o.ohem_thresh),
@@ -211,6 +321,12 @@ impl RunConfig {
         );
 
         let e = &self.eval;
+        if let Some(resize) = e.resize {
+            check(
+                e.protocol == crate::protocol::Protocol::Mmseg && resize.iter().all(|&s| s > 0),
+                format!("eval.resize {resize:?} needs protocol = \"mmseg\" and two sides > 0"),
+            );
+        }
         if e.mode == EvalMode::Sliding {
             match (e.crop_size, e.stride) {
                 (Some(crop), Some(stride)) => {

@@ -38,9 +38,11 @@ impl Args {
         // An imported mmseg checkpoint's test pipeline (the export's spec) under mmseg:
         // its keep-ratio resize, and whole or slide unless the flags choose.
         let test = match protocol {
-            Protocol::Mmseg => segtool_runtime::load_spec(&self.model)
-                .with_context(|| format!("reading {}", self.model.display()))?
-                .mmseg_test,
+            Protocol::Mmseg => {
+                segtool_runtime::load_spec(&self.model)
+                    .with_context(|| format!("reading {}", self.model.display()))?
+                    .mmseg_test
+            }
             Protocol::Danet => None,
         };
         let test_slide = test.as_ref().and_then(|t| t.crop.zip(t.stride));

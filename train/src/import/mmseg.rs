@@ -546,6 +546,59 @@ fn scale_of(config: &str) -> Option<[usize; 2]> {
 mod tests {
     use super::*;
 
+    /// open-mmlab's ImageNet ResNetV1c (`stem.*`, `layerK.*`, `fc.*`: mmseg's recipe
+    /// starts from it) initialises a ResNetV1c backbone whole.
+    #[test]
+    fn imagenet_resnet_v1c_initialises_the_backbone() {
+        use super::super::{import_into, ImportMode};
+        let named = segtool_core::config::named_backbone("resnet50v1c", 8).unwrap();
+        let backbone = BackboneSpec {
+            width: 8,
+            stem_widths: Some([4, 4, 8]),
+            ..named
+        };
+        let spec = ModelSpec::new("x", backbone, vec!["a".into(), "b".into()]);
+        let vs = tch::nn::VarStore::new(tch::Device::Cpu);
+        let _m = crate::DaNet::new(&vs.root(), &spec);
+        let mmcv_name = |n: &str| {
+            let n = n.strip_prefix("pretrained.")?;
+            Some(if let Some(r) = n.strip_prefix("bn1.") {
+                format!("stem.7.{r}")
+            } else if let Some(r) = n.strip_prefix("conv1.") {
+                format!("stem.{r}")
+            } else {
+                n.to_string()
+            })
+        };
+        let mut tensors: Vec<(String, tch::Tensor)> = vs
+            .variables()
+            .into_iter()
+            .filter_map(|(n, t)| Some((mmcv_name(&n)?, t.detach().copy() + 1.0)))
+            .collect();
+        tensors.push((
+            "fc.weight".into(),
+            tch::Tensor::zeros([10, 32], tch::kind::FLOAT_CPU),
+        ));
+        let state = StateDict {
+            tensors,
+            skipped: 0,
+            root: None,
+            values: Vec::new(),
+        };
+        assert_eq!(ImportMode::detect(&state), ImportMode::Backbone);
+        let mut target = tch::nn::VarStore::new(tch::Device::Cpu);
+        let _m = crate::DaNet::new(&target.root(), &spec);
+        let report = import_into(&mut target, state, ImportMode::Backbone).unwrap();
+        report.ensure_complete(ImportMode::Backbone).unwrap();
+        assert!(report
+            .loaded
+            .contains(&"pretrained.conv1.6.weight".to_string()));
+        assert!(report
+            .loaded
+            .contains(&"pretrained.bn1.running_mean".to_string()));
+        assert_eq!(report.unexpected, ["pretrained.fc.weight"]);
+    }
+
     #[test]
     fn config_values_are_whole_words() {
         let c = "model = dict(backbone=dict(strides=(1, 2, 1, 1), dilations=(1, 1, 2, 4)), \

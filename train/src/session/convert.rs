@@ -8,12 +8,12 @@ use segtool_core::config::{EvalConfig, EvalMode, RunConfig};
 use tch::Device;
 
 use crate::checkpoint::Checkpoint;
-use crate::data::Augment;
+use crate::data::{Augment, PhotoMetric};
 use crate::eval::EvalOptions;
 use crate::ohem::Ohem;
 use crate::optim::SgdConfig;
 use crate::run::{recorded_threads, RunOptions, CONFIG_KEY};
-use crate::trainer::TrainConfig;
+use crate::trainer::{CeMean, TrainConfig};
 
 impl TrainConfig {
     /// The optimiser, loss, augmentation and model keys of `cfg`, for a run of
@@ -31,9 +31,17 @@ impl TrainConfig {
                 nesterov: o.nesterov,
             },
             poly_power: o.poly_power,
+            min_lr: o.min_lr,
+            poly_form: o.poly_form,
             warmup_iters: o.warmup_iters as usize,
             warmup_ratio: o.warmup_ratio,
             loss_weights: o.loss_weights,
+            ce_mean: if o.ce_mean_over_all_pixels {
+                CeMean::AllPixels
+            } else {
+                CeMean::LabelledPixels
+            },
+            dropout: cfg.model.dropout,
             ohem: o.ohem.then_some(Ohem {
                 thresh: o.ohem_thresh,
                 min_kept: o.ohem_min_kept as usize,
@@ -48,6 +56,16 @@ impl TrainConfig {
                 color_jitter: a.color_jitter,
                 blur_prob: a.blur_prob,
                 blur_sigma: (a.blur_sigma[0], a.blur_sigma[1]),
+                resize_scale: a.resize_scale.map(|[long, short]| (long, short)),
+                crop_hw: a.crop_hw.map(|[h, w]| (h, w)),
+                cat_max_ratio: a.cat_max_ratio,
+                photometric: a.photometric.as_ref().map(|p| PhotoMetric {
+                    brightness_delta: p.brightness_delta,
+                    contrast: (p.contrast_range[0], p.contrast_range[1]),
+                    saturation: (p.saturation_range[0], p.saturation_range[1]),
+                    hue_delta: p.hue_delta,
+                }),
+                pad_after_normalize: a.pad_after_normalize,
             },
             seed: cfg.seed,
             device,
@@ -65,7 +83,8 @@ pub fn eval_options(e: &EvalConfig) -> EvalOptions {
         .base_size(e.base_size.map(|b| b as usize))
         .flip(e.flip)
         .scales(e.scales.clone())
-        .batch_size(e.batch_size);
+        .batch_size(e.batch_size)
+        .resize(e.resize);
     match (e.mode, e.crop_size, e.stride) {
         (EvalMode::Sliding, Some(crop), Some(stride)) => {
             base.sliding(crop as usize, stride as usize)
