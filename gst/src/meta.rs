@@ -1,0 +1,129 @@
+//! The class-map meta every output buffer of `segtoolseg` carries: a GStreamer custom
+//! meta (`gst_meta_register_custom`, GStreamer 1.20+) named [`META_NAME`] whose structure
+//! (of the same name) holds
+//!
+//! | field | type | what |
+//! |---|---|---|
+//! | `width`, `height` | `guint` | the class map's size: the frame's |
+//! | `classes` | `guint` | the model's class count |
+//! | `class-map` | `GBytes` | `width * height` class ids, one byte each, row-major, no padding |
+//! | `pixel-counts` | `GstValueArray` of `guint64` | pixels per class id, `classes` entries |
+//! | `frame` | `guint64` | the element's frame index (0, 1, ... since the last start or flush) |
+//!
+//! The meta has no tags, so elements that copy or transform buffers (`videoconvert`,
+//! `tee`, `queue`) keep it. Read it with [`ClassMap::from_buffer`] in Rust, or with
+//! `gst_buffer_get_custom_meta(buf, "SegtoolClassMapMeta")` in C (the inline helpers of
+//! `include/gstsegtool.h` do that); the plugin registers the meta when it loads, so a
+//! reader only needs the element to be in its pipeline.
+
+use gst::glib;
+
+/// The custom meta's registered name.
+pub const META_NAME: &str = "SegtoolClassMapMeta";
+
+/// Registers the meta (idempotent; the plugin does it when it loads).
+pub fn register() {
+    if !gst::meta::CustomMeta::is_registered(META_NAME) {
+        gst::meta::CustomMeta::register(META_NAME, &[]);
+    }
+}
+
+/// One frame's segmentation as the meta carries it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClassMap {
+    /// Width of the class map (the frame's).
+    pub width: u32,
+    /// Height of the class map (the frame's).
+    pub height: u32,
+    /// The model's class count.
+    pub classes: u32,
+    /// `width * height` class ids, row-major.
+    pub ids: Vec<u8>,
+    /// Pixels per class id (`classes` entries; they sum to `width * height`).
+    pub pixel_counts: Vec<u64>,
+    /// The element's frame index.
+    pub frame: u64,
+}
+
+impl ClassMap {
+    /// Counts the pixels of each class of `ids` (ids at or above `classes` are ignored).
+    pub fn new(width: u32, height: u32, classes: u32, ids: Vec<u8>, frame: u64) -> Self {
+        let mut pixel_counts = vec![0u64; classes as usize];
+        for &id in &ids {
+            if let Some(c) = pixel_counts.get_mut(id as usize) {
+                *c += 1;
+            }
+        }
+        Self {
+            width,
+            height,
+            classes,
+            ids,
+            pixel_counts,
+            frame,
+        }
+    }
+
+    /// The class id at column `x`, row `y`.
+    pub fn at(&self, x: u32, y: u32) -> Option<u8> {
+        (x < self.width && y < self.height).then(|| self.ids[(y * self.width + x) as usize])
+    }
+
+    /// The meta's structure.
+    pub fn to_structure(&self) -> gst::Structure {
+        let counts = gst::Array::new(self.pixel_counts.iter().map(|&c| c.to_send_value()));
+        gst::Structure::builder(META_NAME)
+            .field("width", self.width)
+            .field("height", self.height)
+            .field("classes", self.classes)
+            .field("class-map", glib::Bytes::from(&self.ids[..]))
+            .field("pixel-counts", counts)
+            .field("frame", self.frame)
+            .build()
+    }
+
+    /// Reads the meta's structure back; `None` when a field is missing or inconsistent.
+    pub fn from_structure(s: &gst::StructureRef) -> Option<Self> {
+        if s.name() != META_NAME {
+            return None;
+        }
+        let width = s.get::<u32>("width").ok()?;
+        let height = s.get::<u32>("height").ok()?;
+        let classes = s.get::<u32>("classes").ok()?;
+        let ids = s.get::<glib::Bytes>("class-map").ok()?.to_vec();
+        let counts = s.get::<gst::Array>("pixel-counts").ok()?;
+        let pixel_counts = counts
+            .iter()
+            .map(|v| v.get::<u64>().ok())
+            .collect::<Option<Vec<u64>>>()?;
+        let frame = s.get::<u64>("frame").ok()?;
+        (ids.len() == width as usize * height as usize && pixel_counts.len() == classes as usize)
+            .then_some(Self {
+                width,
+                height,
+                classes,
+                ids,
+                pixel_counts,
+                frame,
+            })
+    }
+
+    /// The class map attached to `buffer` by `segtoolseg`, if any.
+    pub fn from_buffer(buffer: &gst::BufferRef) -> Option<Self> {
+        let meta = gst::meta::CustomMeta::from_buffer(buffer, META_NAME).ok()?;
+        Self::from_structure(meta.structure())
+    }
+
+    /// Attaches this class map to `buffer` as the meta.
+    pub fn attach(&self, buffer: &mut gst::BufferRef) -> Result<(), glib::BoolError> {
+        register();
+        let mut meta = gst::meta::CustomMeta::add(buffer, META_NAME)?;
+        let s = meta.mut_structure();
+        for (name, value) in self.to_structure().iter() {
+            s.set_value(name, value.clone());
+        }
+        Ok(())
+    }
+}
+
+use gst::prelude::ToSendValue;

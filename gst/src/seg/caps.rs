@@ -1,0 +1,224 @@
+//! Caps: the pad templates, how caps map across the element for each output mode, and
+//! the pixel conversions between GStreamer frames and the runtime's RGB images.
+
+use gst::prelude::*;
+use gst_video::prelude::*;
+use gst_video::{VideoFormat, VideoFrameRef, VideoInfo};
+use image::RgbImage;
+use ndarray::Array2;
+
+use super::props::OutputMode;
+
+/// The formats the sink pad takes.
+pub const SINK_FORMATS: [VideoFormat; 5] = [
+    VideoFormat::Rgb,
+    VideoFormat::Bgr,
+    VideoFormat::Rgbx,
+    VideoFormat::Bgrx,
+    VideoFormat::Rgba,
+];
+
+/// Class ids above this need GRAY16.
+pub const GRAY8_MAX_CLASSES: usize = 255;
+
+fn format_names(formats: &[VideoFormat]) -> gst::List {
+    gst::List::new(formats.iter().map(|f| f.to_str().to_send_value()))
+}
+
+/// Any size, any frame rate, these formats.
+pub fn raw_caps(formats: &[VideoFormat]) -> gst::Caps {
+    gst::Caps::builder("video/x-raw")
+        .field("format", format_names(formats))
+        .field("width", gst::IntRange::new(1, i32::MAX))
+        .field("height", gst::IntRange::new(1, i32::MAX))
+        .field(
+            "framerate",
+            gst::FractionRange::new(gst::Fraction::new(0, 1), gst::Fraction::new(i32::MAX, 1)),
+        )
+        .build()
+}
+
+pub fn sink_template() -> gst::PadTemplate {
+    gst::PadTemplate::new(
+        "sink",
+        gst::PadDirection::Sink,
+        gst::PadPresence::Always,
+        &raw_caps(&SINK_FORMATS),
+    )
+    .expect("valid sink template")
+}
+
+pub fn src_template() -> gst::PadTemplate {
+    let mut formats = SINK_FORMATS.to_vec();
+    formats.extend([VideoFormat::Gray8, VideoFormat::Gray16Le]);
+    gst::PadTemplate::new(
+        "src",
+        gst::PadDirection::Src,
+        gst::PadPresence::Always,
+        &raw_caps(&formats),
+    )
+    .expect("valid src template")
+}
+
+/// The mask format for `classes` (unknown before the model is open: both).
+pub fn mask_formats(classes: Option<usize>) -> Vec<VideoFormat> {
+    match classes {
+        Some(c) if c > GRAY8_MAX_CLASSES => vec![VideoFormat::Gray16Le],
+        Some(_) => vec![VideoFormat::Gray8],
+        None => vec![VideoFormat::Gray8, VideoFormat::Gray16Le],
+    }
+}
+
+/// The caps on the other side of the element for `caps` on `direction`'s pad.
+pub fn transform(
+    direction: gst::PadDirection,
+    caps: &gst::Caps,
+    output: OutputMode,
+    classes: Option<usize>,
+    filter: Option<&gst::Caps>,
+) -> gst::Caps {
+    let other = if output != OutputMode::Mask {
+        // Overlay and colour keep the frame's format: caps pass through.
+        caps.clone()
+    } else {
+        let formats = match direction {
+            gst::PadDirection::Sink => mask_formats(classes),
+            _ => SINK_FORMATS.to_vec(),
+        };
+        let mut out = gst::Caps::new_empty();
+        {
+            let out = out.get_mut().expect("new caps");
+            for (s, features) in caps.iter_with_features() {
+                let mut s = s.to_owned();
+                s.set("format", format_names(&formats));
+                s.remove_fields(["colorimetry", "chroma-site"]);
+                out.append_structure_full(s, Some(features.to_owned()));
+            }
+        }
+        out
+    };
+    match filter {
+        Some(f) => f.intersect_with_mode(&other, gst::CapsIntersectMode::First),
+        None => other,
+    }
+}
+
+/// Copies a frame of one of [`SINK_FORMATS`] into a packed RGB image.
+pub fn to_rgb(frame: &VideoFrameRef<&gst::BufferRef>) -> Result<RgbImage, String> {
+    let (w, h) = (frame.width() as usize, frame.height() as usize);
+    let (order, step) = layout(frame.format())?;
+    let stride = frame.plane_stride()[0] as usize;
+    let data = frame
+        .plane_data(0)
+        .map_err(|e| format!("mapping the frame: {e}"))?;
+    let mut out = Vec::with_capacity(w * h * 3);
+    for y in 0..h {
+        let row = &data[y * stride..y * stride + w * step];
+        for px in row.chunks_exact(step) {
+            out.extend([px[order[0]], px[order[1]], px[order[2]]]);
+        }
+    }
+    Ok(RgbImage::from_raw(w as u32, h as u32, out).expect("sized for the frame"))
+}
+
+/// Byte offsets of R, G, B and the pixel's size for `format`.
+fn layout(format: VideoFormat) -> Result<([usize; 3], usize), String> {
+    Ok(match format {
+        VideoFormat::Rgb => ([0, 1, 2], 3),
+        VideoFormat::Bgr => ([2, 1, 0], 3),
+        VideoFormat::Rgbx | VideoFormat::Rgba => ([0, 1, 2], 4),
+        VideoFormat::Bgrx => ([2, 1, 0], 4),
+        other => {
+            return Err(format!(
+                "format {} is not one segtoolseg takes (RGB, BGR, RGBx, BGRx, RGBA)",
+                other.to_str()
+            ))
+        }
+    })
+}
+
+/// Writes `rgb` into `out` (same size, one of [`SINK_FORMATS`]); the fourth byte of
+/// 4-byte formats comes from `input` (alpha kept), or is opaque without one.
+pub fn write_rgb(
+    rgb: &RgbImage,
+    input: Option<&VideoFrameRef<&gst::BufferRef>>,
+    out: &mut VideoFrameRef<&mut gst::BufferRef>,
+) -> Result<(), String> {
+    let (w, h) = (out.width() as usize, out.height() as usize);
+    let (order, step) = layout(out.format())?;
+    let stride = out.plane_stride()[0] as usize;
+    let in_plane = match input {
+        Some(f) => Some((
+            f.plane_data(0).map_err(|e| e.to_string())?,
+            f.plane_stride()[0] as usize,
+        )),
+        None => None,
+    };
+    let data = out
+        .plane_data_mut(0)
+        .map_err(|e| format!("mapping the output: {e}"))?;
+    let src = rgb.as_raw();
+    for y in 0..h {
+        let row = &mut data[y * stride..y * stride + w * step];
+        let rgb_row = &src[y * w * 3..(y + 1) * w * 3];
+        for (x, (px, c)) in row
+            .chunks_exact_mut(step)
+            .zip(rgb_row.chunks_exact(3))
+            .enumerate()
+        {
+            px[order[0]] = c[0];
+            px[order[1]] = c[1];
+            px[order[2]] = c[2];
+            if step == 4 {
+                px[3] = match in_plane {
+                    Some((d, s)) => d[y * s + x * 4 + 3],
+                    None => 255,
+                };
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Writes the class ids into a GRAY8 or GRAY16_LE frame.
+pub fn write_mask(
+    mask: &Array2<u8>,
+    out: &mut VideoFrameRef<&mut gst::BufferRef>,
+) -> Result<(), String> {
+    let (w, h) = (out.width() as usize, out.height() as usize);
+    if mask.dim() != (h, w) {
+        return Err(format!("mask {:?} for a {w}x{h} frame", mask.dim()));
+    }
+    let format = out.format();
+    let stride = out.plane_stride()[0] as usize;
+    let data = out
+        .plane_data_mut(0)
+        .map_err(|e| format!("mapping the output: {e}"))?;
+    for (y, ids) in mask.outer_iter().enumerate() {
+        let row = &mut data[y * stride..];
+        match format {
+            VideoFormat::Gray8 => {
+                for (d, &id) in row[..w].iter_mut().zip(ids.iter()) {
+                    *d = id;
+                }
+            }
+            VideoFormat::Gray16Le => {
+                for (d, &id) in row[..2 * w].chunks_exact_mut(2).zip(ids.iter()) {
+                    d.copy_from_slice(&(id as u16).to_le_bytes());
+                }
+            }
+            other => return Err(format!("mask output in {}", other.to_str())),
+        }
+    }
+    Ok(())
+}
+
+/// `info`'s caps for logs and errors.
+pub fn describe(info: &VideoInfo) -> String {
+    format!(
+        "{} {}x{}",
+        info.format().to_str(),
+        info.width(),
+        info.height()
+    )
+}

@@ -1,0 +1,279 @@
+//! The model behind the element: opened from the properties, run in the streaming
+//! thread (`live=false`: every frame, in order) or through the runtime's newest-frame
+//! [`LatestStream`] (`live=true`), with optional temporal smoothing and accuracy mode.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use image::RgbImage;
+use ndarray::{Array2, Axis};
+use segtool_runtime::accuracy::{self, AccuracyOptions};
+use segtool_runtime::batching::{LatestStream, LiveFrame, Output};
+use segtool_runtime::{
+    resize_nearest, BatchConfig, BatchServer, Engine, InputLayout, Segmenter, TemporalSmoother,
+};
+use segtool_spec::ModelSpec;
+
+use super::props::Settings;
+
+/// An open model and what opening it found.
+pub struct Opened {
+    pub runner: Runner,
+    pub spec: ModelSpec,
+    /// `engine/provider`, e.g. `ort/cpu`.
+    pub provider: String,
+    /// Each fallback taken while opening, as a sentence.
+    pub fallbacks: Vec<String>,
+    /// The model's fixed input size `(width, height)`, when its graph has one: frames
+    /// are resized to it and masks brought back to the frame's size.
+    pub fixed: Option<(u32, u32)>,
+}
+
+/// How frames reach the engine.
+pub enum Runner {
+    /// Every frame, in order, in the streaming thread.
+    Sync(SyncRunner),
+    /// Newest frame wins: a worker thread runs the model.
+    Live(LiveRunner),
+}
+
+pub enum SyncEngine {
+    Plain(Segmenter),
+    Accuracy(Box<dyn Engine>, AccuracyOptions),
+}
+
+pub struct SyncRunner {
+    engine: SyncEngine,
+    smoother: Option<TemporalSmoother>,
+    spec: ModelSpec,
+}
+
+pub struct LiveRunner {
+    server: BatchServer,
+    pub stream: LatestStream,
+    smoother: Option<TemporalSmoother>,
+    deadline: Option<Duration>,
+}
+
+/// Why the model could not be opened: (is it a missing file, message).
+pub struct OpenError {
+    pub missing: bool,
+    pub message: String,
+}
+
+fn err(missing: bool, message: String) -> OpenError {
+    OpenError { missing, message }
+}
+
+/// Opens the model the settings name.
+pub fn open(settings: &Settings) -> Result<Opened, OpenError> {
+    let path = match settings.model.as_deref() {
+        Some(p) if !p.is_empty() => p.to_string(),
+        _ => {
+            return Err(err(
+                true,
+                "no model: set the model property to a file written by `segtool export`".into(),
+            ))
+        }
+    };
+    if !Path::new(&path).is_file() {
+        return Err(err(true, format!("model {path}: no such file")));
+    }
+    // The runtime's errors name the file already; others get it in front.
+    let bad = |what: String| match what.contains(&path) {
+        true => err(false, what),
+        false => err(false, format!("model {path}: {what}")),
+    };
+    let providers = settings
+        .providers()
+        .map_err(|e| bad(format!("providers: {e}")))?;
+    let accuracy = settings.accuracy().map_err(bad)?;
+    let smooth = settings.smooth as f32;
+    let smoother = if smooth > 0.0 {
+        Some(TemporalSmoother::new(smooth).map_err(|w| bad(format!("smooth {}: {w:?}", w.0)))?)
+    } else {
+        None
+    };
+    if settings.live && accuracy.is_some() {
+        return Err(bad(
+            "accuracy mode (protocol) runs frame by frame: set live=false".into(),
+        ));
+    }
+    let mut builder = Segmenter::builder(&path).engine(settings.engine.into());
+    if !providers.is_empty() {
+        builder = builder.providers(providers);
+    }
+    if settings.threads > 0 {
+        builder = builder.threads(settings.threads as usize);
+    }
+    let seg = builder.open().map_err(|e| bad(e.to_string()))?;
+    let spec = seg.spec().clone();
+    let provider = format!("{}/{}", seg.engine().name(), seg.engine().provider());
+    let fallbacks = seg.fallbacks().iter().map(ToString::to_string).collect();
+    let fixed = fixed_size(&seg);
+    if accuracy.is_some() && !seg.contract().is_plain() {
+        return Err(bad(
+            "accuracy mode needs float32 normalised input and logits output; export \
+             without --preprocess/--argmax"
+                .into(),
+        ));
+    }
+    if smoother.is_some() && !seg.contract().is_plain() && accuracy.is_none() {
+        let c = seg.contract();
+        if c.output != segtool_runtime::OutputKind::Logits {
+            return Err(bad("smoothing needs logits: export without --argmax".into()));
+        }
+    }
+    let runner = if settings.live {
+        let config = BatchConfig::new()
+            .with_max_batch(1)
+            .with_max_wait(Duration::ZERO)
+            .with_queue_capacity(4)
+            .with_logits(smoother.is_some());
+        let server =
+            BatchServer::from_segmenters(config, vec![seg]).map_err(|e| bad(e.to_string()))?;
+        let deadline =
+            (settings.deadline_ms > 0).then(|| Duration::from_millis(settings.deadline_ms as u64));
+        let stream = new_stream(&server, deadline);
+        Runner::Live(LiveRunner {
+            server,
+            stream,
+            smoother,
+            deadline,
+        })
+    } else {
+        let engine = match accuracy {
+            Some(opts) => SyncEngine::Accuracy(seg.into_plain_engine(), opts),
+            None => SyncEngine::Plain(seg.with_logits(smoother.is_some())),
+        };
+        Runner::Sync(SyncRunner {
+            engine,
+            smoother,
+            spec: spec.clone(),
+        })
+    };
+    Ok(Opened {
+        runner,
+        spec,
+        provider,
+        fallbacks,
+        fixed,
+    })
+}
+
+fn new_stream(server: &BatchServer, deadline: Option<Duration>) -> LatestStream {
+    let stream = server.latest_stream(1);
+    stream.set_deadline(deadline);
+    stream
+}
+
+/// The graph's fixed spatial input size `(width, height)`, if both dims are fixed.
+fn fixed_size(seg: &Segmenter) -> Option<(u32, u32)> {
+    let input = seg.model()?.io.inputs.first()?;
+    let (h, w) = match seg.contract().input {
+        InputLayout::NchwF32 => (*input.dims.get(2)?, *input.dims.get(3)?),
+        InputLayout::NhwcU8 => (*input.dims.get(1)?, *input.dims.get(2)?),
+    };
+    match (h, w) {
+        (Some(h), Some(w)) if h > 0 && w > 0 => Some((w as u32, h as u32)),
+        _ => None,
+    }
+}
+
+/// The image the model sees: the frame, resized (bilinear) to a fixed input size.
+pub fn model_input(img: &RgbImage, fixed: Option<(u32, u32)>) -> RgbImage {
+    match fixed {
+        Some((w, h)) if (w, h) != img.dimensions() => {
+            image::imageops::resize(img, w, h, image::imageops::FilterType::Triangle)
+        }
+        _ => img.clone(),
+    }
+}
+
+/// A mask brought to the frame's `(height, width)` (nearest: class ids).
+pub fn at_frame_size(mask: Array2<u8>, height: usize, width: usize) -> Array2<u8> {
+    if mask.dim() == (height, width) {
+        mask
+    } else {
+        resize_nearest(mask.view(), height, width)
+    }
+}
+
+impl SyncRunner {
+    /// One frame's class map at the input's size.
+    pub fn run(&mut self, img: &RgbImage) -> Result<Array2<u8>, String> {
+        let (w, h) = (img.width() as usize, img.height() as usize);
+        match &mut self.engine {
+            SyncEngine::Plain(seg) => {
+                let out = seg.segment(img).map_err(|e| e.to_string())?;
+                match (&mut self.smoother, out.logits) {
+                    (Some(sm), Some(logits)) => Ok(sm.mask(logits.view(), h, w)),
+                    _ => Ok(out.mask),
+                }
+            }
+            SyncEngine::Accuracy(engine, opts) => {
+                let one = std::slice::from_ref(img);
+                let (mut masks, scores) = accuracy::segment(engine.as_mut(), &self.spec, one, opts)
+                    .map_err(|e| e.to_string())?;
+                match &mut self.smoother {
+                    Some(sm) => Ok(sm.mask(scores.index_axis(Axis(0), 0), h, w)),
+                    None => Ok(masks.pop().expect("one image")),
+                }
+            }
+        }
+    }
+
+    /// Forgets the smoothing history.
+    pub fn reset(&mut self) {
+        if let Some(sm) = &mut self.smoother {
+            sm.reset();
+        }
+    }
+}
+
+/// An answered frame's class map, smoothed when `smoother` is set.
+fn smoothed(smoother: &mut Option<TemporalSmoother>, out: &mut Output) -> Array2<u8> {
+    let (h, w) = out.mask.dim();
+    match (smoother, out.logits.take()) {
+        (Some(sm), Some(logits)) => sm.mask(logits.view(), h, w),
+        _ => std::mem::take(&mut out.mask),
+    }
+}
+
+impl LiveRunner {
+    /// Submits a frame (never waits for the model); returns its index.
+    pub fn submit(&self, img: RgbImage) -> u64 {
+        self.stream.submit(img)
+    }
+
+    /// Sets the deadline of later frames.
+    pub fn set_deadline(&mut self, deadline: Option<Duration>) {
+        self.deadline = deadline;
+        self.stream.set_deadline(deadline);
+    }
+
+    /// The class map of an answered frame (smoothed when asked), at the model's input size.
+    pub fn mask_of(&mut self, frame: &mut LiveFrame) -> Option<Array2<u8>> {
+        match &mut frame.outcome {
+            segtool_runtime::batching::LiveOutcome::Answered(out) => {
+                Some(smoothed(&mut self.smoother, out))
+            }
+            _ => None,
+        }
+    }
+
+    /// Drops every frame not answered yet (a flush) and starts a fresh stream.
+    pub fn reset(&mut self) {
+        self.stream = new_stream(&self.server, self.deadline);
+        if let Some(sm) = &mut self.smoother {
+            sm.reset();
+        }
+    }
+
+    /// Runs one frame outside the stream, waiting for it (the warm-up).
+    pub fn run_once(&self, img: RgbImage) -> Result<Duration, String> {
+        let t0 = Instant::now();
+        self.server.submit(img).wait().map_err(|e| e.to_string())?;
+        Ok(t0.elapsed())
+    }
+}
