@@ -20,6 +20,12 @@ demo:
 test:
 	@bash scripts/stages.sh test
 
+# The Python package (python/, README: Python): target/wheels/segtool-*.whl, built by
+# maturin in the dev profile from the artefacts the workspace build made.
+.PHONY: wheel
+wheel:
+	@$(ENV); bash scripts/python_tests.sh wheel
+
 # The GPU tier (README, GPU section): every check runs on the GPUs present or is reported
 # SKIPPED with its reason. Run by nothing in CI. It sets up and uses the GPU venv itself
 # (SEGTOOL_GPU=1: onnxruntime-gpu + TensorRT, builds into target/gpu);

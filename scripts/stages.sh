@@ -62,6 +62,8 @@ case "$what" in
         export SEGTOOL_BROWSER=1
         stage "set-up (apt, pip, chromium)" setup
         stage "build and run the tests" python3 scripts/run_tests.py
+        # The wheel, a fresh venv with it, mypy and pytest (scripts/python_tests.sh).
+        stage "Python package (wheel, venv, pytest)" bash scripts/python_tests.sh test
         ;;
     *)
         echo "usage: stages.sh demo|test" >&2

@@ -1,0 +1,291 @@
+"""Run exported segtool DANet models from Python.
+
+    import cv2, segtool
+    seg = segtool.Segmenter("model.onnx")          # ONNX Runtime, or tract when it is missing
+    ok, frame = cv2.VideoCapture("clip.mp4").read()
+    out = seg.segment(frame, color="bgr")          # OpenCV frames are BGR
+    out.mask                                       # HxW uint8 class map at the frame's size
+
+ONNX Runtime is found at run time, in this order: the file named by ``SEGTOOL_ORT_LIB``;
+the library bundled with the ``onnxruntime`` (or ``onnxruntime-gpu``) package, when it is
+installed; the system's ``libonnxruntime.so``. With none of them, ``engine="auto"`` runs
+tract (pure Rust, CPU) and says so in ``Segmenter.fallbacks`` and on the ``segtool``
+logger. Nothing is printed: configure :mod:`logging` to see fallbacks.
+"""
+
+from __future__ import annotations
+
+import glob
+import importlib.util
+import logging
+import os
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from . import _segtool
+from ._segtool import (
+    EngineError,
+    Error,
+    InputError,
+    LiveResult,
+    ModelError,
+    Pending,
+    Segmentation,
+    StreamClosedError,
+    Timings,
+    colorize,
+    default_palette,
+    overlay,
+)
+
+__all__ = [
+    "BatchServer",
+    "EngineError",
+    "Error",
+    "Fallback",
+    "InputError",
+    "LiveResult",
+    "LiveStream",
+    "ModelError",
+    "Pending",
+    "Segmentation",
+    "Segmenter",
+    "StreamClosedError",
+    "Timings",
+    "colorize",
+    "default_palette",
+    "ort_library_candidates",
+    "overlay",
+]
+__version__: str = _segtool.__version__
+
+logger = logging.getLogger("segtool")
+# A library never prints: without a handler of the application's, records go nowhere
+# (not to logging's last-resort stderr handler).
+logger.addHandler(logging.NullHandler())
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+class Fallback:
+    """A fallback taken while opening: ``kind`` (``ort_library_missing``, ``provider``,
+    ``tract_cpu_only``) and ``reason`` (the message, as ``segtool infer`` prints it)."""
+
+    __slots__ = ("kind", "reason")
+
+    def __init__(self, kind: str, reason: str) -> None:
+        self.kind = kind
+        self.reason = reason
+
+    def __repr__(self) -> str:
+        return f"Fallback({self.kind!r}, {self.reason!r})"
+
+    def __str__(self) -> str:
+        return self.reason
+
+
+def _package_library() -> Optional[str]:
+    """The libonnxruntime bundled with the installed onnxruntime package, found without
+    importing it."""
+    try:
+        spec = importlib.util.find_spec("onnxruntime")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for folder in spec.submodule_search_locations:
+        libs = sorted(glob.glob(os.path.join(folder, "capi", "libonnxruntime.so*")))
+        libs = [p for p in libs if not p.endswith(".py")]
+        if libs:
+            # The versioned file (libonnxruntime.so.1.31.1) sorts last.
+            return libs[-1]
+    return None
+
+
+def ort_library_candidates() -> List[Tuple[str, str]]:
+    """Where ONNX Runtime is looked for, in order, as ``(path, source)`` pairs."""
+    out: List[Tuple[str, str]] = []
+    env = os.environ.get("SEGTOOL_ORT_LIB")
+    if env:
+        out.append((env, "SEGTOOL_ORT_LIB"))
+    pkg = _package_library()
+    if pkg:
+        out.append((pkg, "the onnxruntime package"))
+    out.append(("libonnxruntime.so", "system library path"))
+    return out
+
+
+class Segmenter:
+    """One exported model, opened for inference.
+
+    ``engine``: ``"auto"`` (ONNX Runtime, else tract), ``"ort"`` or ``"tract"``.
+    ``providers``: ONNX Runtime's execution providers in preference order (``"cuda:0"``,
+    ``"tensorrt:0"``, ``"cpu"``); one that does not load is a reported fallback.
+    ``threads``: threads per inference (default: the engine's, all cores).
+    ``strict=True`` refuses every fallback (raises instead). ``fixed_size=(H, W)``: every
+    image has that size (a fixed camera); ONNX Runtime plans its memory for it and
+    refuses other sizes.
+
+    Accuracy mode (the evaluation protocol on every call): ``protocol="danet"`` (DANet's
+    MultiEvalModule: long side resized to ``base_size * scale``, sliding ``crop`` windows,
+    exp scores) or ``"mmseg"``, with ``base_size``, ``scales``, ``flip``, ``mode``
+    (``"sliding"`` / ``"whole"``), ``crop``, ``stride``, ``batch_size`` (windows per run),
+    as ``segtool infer`` and ``segtool eval`` take them.
+    """
+
+    def __init__(
+        self,
+        path: PathLike,
+        engine: str = "auto",
+        providers: Sequence[str] = ("cuda:0", "cpu"),
+        threads: Optional[int] = None,
+        *,
+        strict: bool = False,
+        protocol: Optional[str] = None,
+        base_size: Optional[int] = None,
+        scales: Optional[Sequence[float]] = None,
+        flip: bool = False,
+        mode: Optional[str] = None,
+        crop: Optional[int] = None,
+        stride: Optional[int] = None,
+        batch_size: int = 1,
+        fixed_size: Optional[Tuple[int, int]] = None,
+    ) -> None:
+        if isinstance(providers, str):
+            providers = (providers,)
+        self._native = _segtool.Segmenter(
+            os.fspath(path),
+            engine=engine,
+            providers=list(providers),
+            threads=threads,
+            ort_libraries=ort_library_candidates() if engine != "tract" else [],
+            strict=strict,
+            protocol=protocol,
+            base_size=base_size,
+            scales=None if scales is None else [float(s) for s in scales],
+            flip=flip,
+            mode=mode,
+            crop=crop,
+            stride=stride,
+            batch_size=batch_size,
+            fixed_size=fixed_size,
+        )
+        self.fallbacks: List[Fallback] = [Fallback(k, r) for k, r in self._native.fallbacks]
+        for f in self.fallbacks:
+            logger.warning("%s: %s", os.fspath(path), f.reason)
+
+    def segment(self, img: np.ndarray, color: str = "rgb", scores: bool = False) -> Segmentation:
+        """Segments one HxWx3 uint8 image (``color="bgr"`` for OpenCV frames), read in
+        place whatever its strides. ``scores=True`` adds the float32 CxHxW scores."""
+        return self._native.segment(img, color, scores)
+
+    def segment_batch(
+        self, imgs: Sequence[np.ndarray], color: str = "rgb", scores: bool = False
+    ) -> List[Segmentation]:
+        """Segments a list of images: one engine call per batch (per distinct size)."""
+        return self._native.segment_batch(list(imgs), color, scores)
+
+    __call__ = segment
+
+    @property
+    def spec(self) -> Dict[str, Any]:
+        """classes, palette, mean, std, input_size ((H, W) of a fixed-size export, else
+        None), protocol (accuracy mode's, else None), input / output (the contract)."""
+        return self._native.spec
+
+    @property
+    def engine(self) -> str:
+        """``onnxruntime`` or ``tract``."""
+        return self._native.engine
+
+    @property
+    def provider(self) -> str:
+        """The execution provider actually in use (``cpu``, ``cuda:0``, ...)."""
+        return self._native.provider
+
+    def __repr__(self) -> str:
+        return repr(self._native)
+
+
+class BatchServer:
+    """Dynamic batching over one or more segmenters (one per GPU, or a few CPU ones):
+    ``submit(img)`` from any thread returns a :class:`Pending` whose ``result()`` waits.
+    Same-size requests arriving within ``max_delay_ms`` of the oldest share one engine
+    run of at most ``max_batch`` images."""
+
+    def __init__(
+        self,
+        segmenters: Union[Segmenter, Sequence[Segmenter]],
+        max_batch: int = 8,
+        max_delay_ms: float = 2.0,
+        queue_capacity: int = 64,
+        scores: bool = False,
+    ) -> None:
+        if isinstance(segmenters, Segmenter):
+            segmenters = [segmenters]
+        self._native = _segtool.BatchServer(
+            [s._native for s in segmenters], max_batch, max_delay_ms, queue_capacity, scores
+        )
+
+    def submit(self, img: np.ndarray, color: str = "rgb") -> Pending:
+        return self._native.submit(img, color)
+
+    def stats(self) -> Dict[str, Any]:
+        return self._native.stats()
+
+    def close(self) -> None:
+        self._native.close()
+
+    def __enter__(self) -> "BatchServer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class LiveStream:
+    """The newest frame answered: for a live camera, where an old answer is worth less
+    than none. ``submit`` never blocks; at most ``slot`` frames wait, a newer one replaces
+    the oldest waiting (dropped, counted); a frame not started within ``deadline_ms`` is
+    dropped, never run late. ``next()`` returns every frame's fate in order: answered (with
+    its mask), dropped (with the reason) or failed. ``smooth`` (0..1) averages logits over
+    answered frames (models exported without ``--argmax``)."""
+
+    def __init__(
+        self,
+        segmenter: Segmenter,
+        slot: int = 1,
+        deadline_ms: Optional[float] = None,
+        smooth: Optional[float] = None,
+    ) -> None:
+        self._native = _segtool.LiveStream(segmenter._native, slot, deadline_ms, smooth)
+
+    def submit(self, frame: np.ndarray, index: Optional[int] = None, color: str = "rgb") -> int:
+        """Submits a frame (copied) and returns its index (``index`` if given)."""
+        return self._native.submit(frame, index, color)
+
+    def next(self, timeout: Optional[float] = None) -> Optional[LiveResult]:
+        """The oldest frame's fate; None on timeout, or when closed and drained."""
+        return self._native.next(timeout)
+
+    def stats(self) -> Dict[str, Any]:
+        """submitted, answered, dropped, failed (+ replaced, expired, rejected, pending)."""
+        return self._native.stats()
+
+    def close(self) -> None:
+        """No more frames; those submitted still come out of ``next()``."""
+        self._native.close()
+
+    def __iter__(self) -> Iterator[LiveResult]:
+        while True:
+            r = self._native.next(None)
+            if r is None:
+                return
+            yield r
+
+    def __enter__(self) -> "LiveStream":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._native.shutdown()

@@ -1,0 +1,546 @@
+//! `Segmenter` (one model: `segment`, `segment_batch`, spec, provider, fallbacks; plain or
+//! accuracy mode), its `Segmentation` results and their `Timings`.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{mpsc, Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use ndarray::{Array2, Array3, ArrayView3};
+use numpy::{IntoPyArray, PyArray2, PyArray3, PyUntypedArrayMethods};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList};
+use segtool_runtime::accuracy::{self, AccuracyOptions, Protocol};
+use segtool_runtime::{EngineKind, EngineOutput, IoContract, Provider, RuntimeError};
+use segtool_spec::ModelSpec;
+
+use crate::errors;
+use crate::pixels::{self, Color, Normaliser};
+
+/// How long a wait holds no GIL before it looks for signals (Ctrl-C).
+pub(crate) const SIGNAL_POLL: Duration = Duration::from_millis(50);
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Pre-processing, engine and post-processing times of one call, in seconds.
+#[pyclass(module = "segtool._segtool", frozen, get_all)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Timings {
+    /// Reading and normalising the pixels (or packing them for a `--preprocess` graph).
+    pub pre: f64,
+    /// The engine run(s).
+    pub engine: f64,
+    /// Class maps (argmax, resize) and scores out.
+    pub post: f64,
+}
+
+#[pymethods]
+impl Timings {
+    #[getter]
+    fn total(&self) -> f64 {
+        self.pre + self.engine + self.post
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Timings(pre={:.3} ms, engine={:.3} ms, post={:.3} ms)",
+            self.pre * 1e3,
+            self.engine * 1e3,
+            self.post * 1e3
+        )
+    }
+}
+
+/// One image's result: `mask` (HxW uint8 at the input's size), `scores` (float32 CxHxW
+/// when asked for, else None) and `timings` (of the call that produced it; None for
+/// results of a server or stream, whose requests share batches).
+#[pyclass(module = "segtool._segtool", frozen, get_all)]
+pub struct Segmentation {
+    pub mask: Py<PyArray2<u8>>,
+    pub scores: Option<Py<PyArray3<f32>>>,
+    pub timings: Option<Timings>,
+}
+
+#[pymethods]
+impl Segmentation {
+    fn __repr__(&self, py: Python<'_>) -> String {
+        let shape = self.mask.bind(py).shape().to_vec();
+        let (h, w) = (shape[0], shape[1]);
+        format!(
+            "Segmentation(mask={h}x{w} uint8, scores={}, {:?})",
+            self.scores.is_some(),
+            self.timings
+        )
+    }
+}
+
+pub(crate) fn segmentation(
+    py: Python<'_>,
+    mask: Array2<u8>,
+    scores: Option<Array3<f32>>,
+    timings: Option<Timings>,
+) -> PyResult<Py<Segmentation>> {
+    Py::new(
+        py,
+        Segmentation {
+            mask: mask.into_pyarray(py).unbind(),
+            scores: scores.map(|s| s.into_pyarray(py).unbind()),
+            timings,
+        },
+    )
+}
+
+/// What the engine thread returns: per image its mask and optional scores.
+type Decoded = Vec<(Array2<u8>, Option<Array3<f32>>)>;
+
+/// The model, shared by the segmenter and the servers and streams built over it.
+pub(crate) struct Model {
+    pub(crate) seg: Mutex<segtool_runtime::Segmenter>,
+    pub(crate) spec: ModelSpec,
+    pub(crate) contract: IoContract,
+    norm: Normaliser,
+    accuracy: Option<AccuracyOptions>,
+}
+
+impl Model {
+    /// Runs same-size images (read in place) and decodes them; `Err` carries the
+    /// runtime's error. Called without the GIL.
+    fn run(
+        &self,
+        imgs: &[ArrayView3<'_, u8>],
+        color: Color,
+        scores: bool,
+        t: &mut Timings,
+    ) -> Result<Decoded, RuntimeError> {
+        let t0 = Instant::now();
+        let input = pixels::prepare(imgs, color, self.contract.input, &self.norm);
+        let t1 = Instant::now();
+        t.pre += (t1 - t0).as_secs_f64();
+        let out = {
+            let mut seg = lock(&self.seg);
+            match (&self.accuracy, input.view()) {
+                (Some(opts), segtool_runtime::EngineInput::NchwF32(x)) => {
+                    EngineOutput::Logits(accuracy::predict(seg.engine_mut(), x, &self.spec, opts)?)
+                }
+                (_, view) => seg.run_prepared(view)?,
+            }
+        };
+        drop(input);
+        let t2 = Instant::now();
+        t.engine += (t2 - t1).as_secs_f64();
+        out.check(imgs.len(), &self.spec)?;
+        let (h, w, _) = imgs[0].dim();
+        let decoded = (0..imgs.len())
+            .map(|i| (out.mask(i, h, w), if scores { out.logits(i) } else { None }))
+            .collect();
+        t.post += t2.elapsed().as_secs_f64();
+        Ok(decoded)
+    }
+}
+
+/// A model opened for inference; see the Python class `segtool.Segmenter`.
+#[pyclass(module = "segtool._segtool", frozen)]
+pub struct Segmenter {
+    pub(crate) model: Arc<Model>,
+    path: PathBuf,
+    pub(crate) engine: String,
+    pub(crate) provider: String,
+    fallbacks: Vec<(String, String)>,
+    input_size: Option<(i64, i64)>,
+    protocol: Option<&'static str>,
+}
+
+fn accuracy_options(
+    protocol: Option<&str>,
+    base_size: Option<usize>,
+    scales: Option<Vec<f64>>,
+    flip: bool,
+    mode: Option<&str>,
+    crop: Option<usize>,
+    stride: Option<usize>,
+    batch_size: usize,
+) -> PyResult<Option<AccuracyOptions>> {
+    let wanted = protocol.is_some()
+        || base_size.is_some()
+        || scales.is_some()
+        || flip
+        || mode.is_some()
+        || crop.is_some()
+        || stride.is_some();
+    if !wanted {
+        return Ok(None);
+    }
+    let bad = |what: &str, got: String| errors::input(what.to_string(), got);
+    let protocol: Protocol = match protocol {
+        Some(p) => p
+            .parse()
+            .map_err(|e: String| bad("protocol \"danet\" or \"mmseg\"", e))?,
+        None => Protocol::Mmseg,
+    };
+    if base_size.is_some() && protocol != Protocol::Danet {
+        return Err(bad(
+            "base_size with protocol=\"danet\"",
+            format!("protocol={:?}", protocol.name()),
+        ));
+    }
+    let sliding = match mode {
+        Some("sliding") => true,
+        Some("whole") => false,
+        Some(other) => return Err(bad("mode \"sliding\" or \"whole\"", format!("{other:?}"))),
+        None => protocol == Protocol::Danet || crop.is_some() || stride.is_some(),
+    };
+    let mut opts = AccuracyOptions::new()
+        .protocol(protocol)
+        .base_size(base_size)
+        .flip(flip)
+        .batch_size(batch_size.max(1));
+    if sliding {
+        let crop = crop.unwrap_or(768);
+        let stride = stride.unwrap_or_else(|| protocol.default_stride(crop.max(1)));
+        opts = opts.sliding(crop, stride);
+    } else if crop.is_some() || stride.is_some() {
+        return Err(bad(
+            "crop/stride with mode=\"sliding\"",
+            "mode=\"whole\"".into(),
+        ));
+    }
+    if let Some(scales) = scales {
+        opts = opts.scales(scales);
+    }
+    opts.validate()
+        .map_err(|e| bad("valid accuracy mode options", e))?;
+    Ok(Some(opts))
+}
+
+/// Opens with ONNX Runtime from the first library of `candidates` that loads; with
+/// `engine="auto"` and none loading, tract (the fallback is reported).
+fn open(
+    path: &PathBuf,
+    kind: EngineKind,
+    providers: &[Provider],
+    threads: Option<usize>,
+    strict: bool,
+    fixed_size: Option<(usize, usize)>,
+    candidates: &[(String, String)],
+) -> Result<
+    (
+        segtool_runtime::Segmenter,
+        Option<segtool_runtime::Fallback>,
+    ),
+    RuntimeError,
+> {
+    let base = || {
+        let mut b = segtool_runtime::Segmenter::builder(path)
+            .providers(providers.iter().cloned())
+            .strict(strict);
+        if let Some(n) = threads {
+            b = b.threads(n);
+        }
+        if let Some((h, w)) = fixed_size {
+            b = b.fixed_size(h, w);
+        }
+        b
+    };
+    if kind == EngineKind::Tract {
+        return Ok((base().engine(EngineKind::Tract).open()?, None));
+    }
+    let mut tried = Vec::new();
+    for (lib, source) in candidates {
+        match base().engine(EngineKind::Ort).ort_library(lib).open() {
+            Err(RuntimeError::OrtLibraryNotFound { tried: t }) => {
+                tried.extend(
+                    t.into_iter()
+                        .map(|t| t.replace("OrtOptions::dylib_path", source)),
+                );
+            }
+            other => return Ok((other?, None)),
+        }
+    }
+    if kind == EngineKind::Ort || strict {
+        return Err(RuntimeError::OrtLibraryNotFound { tried });
+    }
+    // What the runtime's Auto does, over our own search of the library.
+    let seg = base().engine(EngineKind::Tract).open()?;
+    Ok((
+        seg,
+        Some(segtool_runtime::Fallback::OrtLibraryMissing { tried }),
+    ))
+}
+
+#[pymethods]
+impl Segmenter {
+    #[new]
+    #[pyo3(signature = (path, engine = "auto", providers = vec!["cpu".to_string()], threads = None,
+        ort_libraries = vec![], strict = false, protocol = None, base_size = None, scales = None,
+        flip = false, mode = None, crop = None, stride = None, batch_size = 1, fixed_size = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        path: PathBuf,
+        engine: &str,
+        providers: Vec<String>,
+        threads: Option<usize>,
+        ort_libraries: Vec<(String, String)>,
+        strict: bool,
+        protocol: Option<&str>,
+        base_size: Option<usize>,
+        scales: Option<Vec<f64>>,
+        flip: bool,
+        mode: Option<&str>,
+        crop: Option<usize>,
+        stride: Option<usize>,
+        batch_size: usize,
+        fixed_size: Option<(usize, usize)>,
+    ) -> PyResult<Self> {
+        let kind: EngineKind = engine
+            .parse()
+            .map_err(|e: String| errors::input("engine \"auto\", \"ort\" or \"tract\"", e))?;
+        let providers = providers
+            .iter()
+            .map(|p| p.parse::<Provider>())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| errors::input("providers like (\"cuda:0\", \"cpu\")", e))?;
+        if threads == Some(0) {
+            return Err(errors::input("threads >= 1 or None", "0"));
+        }
+        let accuracy = accuracy_options(
+            protocol, base_size, scales, flip, mode, crop, stride, batch_size,
+        )?;
+        let (seg, search) = py
+            .detach(|| {
+                open(
+                    &path,
+                    kind,
+                    &providers,
+                    threads,
+                    strict,
+                    fixed_size,
+                    &ort_libraries,
+                )
+            })
+            .map_err(errors::runtime)?;
+        let mut fallbacks = Vec::new();
+        for f in search.iter().chain(seg.fallbacks()) {
+            let kind = match f {
+                segtool_runtime::Fallback::OrtLibraryMissing { .. } => "ort_library_missing",
+                segtool_runtime::Fallback::Provider { .. } => "provider",
+                segtool_runtime::Fallback::TractCpuOnly { .. } => "tract_cpu_only",
+            };
+            fallbacks.push((kind.to_string(), f.to_string()));
+        }
+        let contract = seg.contract();
+        if accuracy.is_some() && !contract.is_plain() {
+            return Err(errors::input(
+                "accuracy mode needs a model with float32 normalised input and logits output; \
+                 export it without --preprocess / --argmax for accuracy mode",
+                format!("{} takes {contract}", path.display()),
+            ));
+        }
+        let input_size = seg.model().and_then(|m| {
+            let dims = &m.io.inputs.first()?.dims;
+            let (h, w) = match contract.input {
+                segtool_runtime::InputLayout::NchwF32 => (dims.get(2)?, dims.get(3)?),
+                segtool_runtime::InputLayout::NhwcU8 => (dims.get(1)?, dims.get(2)?),
+            };
+            Some(((*h)?, (*w)?))
+        });
+        let spec = seg.spec().clone();
+        Ok(Self {
+            engine: seg.engine().name().to_string(),
+            provider: seg.engine().provider().to_string(),
+            protocol: accuracy.as_ref().map(|o| o.protocol.name()),
+            model: Arc::new(Model {
+                norm: Normaliser::new(&spec),
+                seg: Mutex::new(seg),
+                spec,
+                contract,
+                accuracy,
+            }),
+            path,
+            fallbacks,
+            input_size,
+        })
+    }
+
+    /// Segments one HxWx3 uint8 image, read in place.
+    #[pyo3(signature = (img, color = "rgb", scores = false))]
+    fn segment(
+        &self,
+        py: Python<'_>,
+        img: &Bound<'_, PyAny>,
+        color: &str,
+        scores: bool,
+    ) -> PyResult<Py<Segmentation>> {
+        let color = Color::parse(color)?;
+        self.check_scores(scores)?;
+        let arr = pixels::image_arg(img)?;
+        let view = arr.as_array();
+        let mut t = Timings::default();
+        let model = &self.model;
+        let mut out = py
+            .detach(|| model.run(std::slice::from_ref(&view), color, scores, &mut t))
+            .map_err(errors::runtime)?;
+        let (mask, s) = out.pop().expect("one result per image");
+        segmentation(py, mask, s, Some(t))
+    }
+
+    /// Segments a list of images: one engine call per distinct size (one for a batch of
+    /// same-size frames). Results in input order; Ctrl-C interrupts the wait.
+    #[pyo3(signature = (imgs, color = "rgb", scores = false))]
+    fn segment_batch(
+        &self,
+        py: Python<'_>,
+        imgs: &Bound<'_, PyList>,
+        color: &str,
+        scores: bool,
+    ) -> PyResult<Vec<Py<Segmentation>>> {
+        let color = Color::parse(color)?;
+        self.check_scores(scores)?;
+        let mut owned: Vec<ndarray::Array3<u8>> = Vec::with_capacity(imgs.len());
+        for (i, obj) in imgs.iter().enumerate() {
+            let arr = pixels::image_arg(&obj)
+                .map_err(|e| errors::InputError::new_err(format!("image {i}: {}", e.value(py))))?;
+            // The batch outlives this call's borrow (it runs on its own thread so that a
+            // Ctrl-C need not wait for it): one copy, in the layout handed in.
+            owned.push(arr.as_array().to_owned());
+        }
+        if owned.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut groups: Vec<((usize, usize), Vec<usize>)> = Vec::new();
+        let mut by_size: HashMap<(usize, usize), usize> = HashMap::new();
+        for (i, a) in owned.iter().enumerate() {
+            let key = (a.dim().0, a.dim().1);
+            let g = *by_size.entry(key).or_insert_with(|| {
+                groups.push((key, Vec::new()));
+                groups.len() - 1
+            });
+            groups[g].1.push(i);
+        }
+        let model = self.model.clone();
+        let (tx, rx) = mpsc::channel();
+        std::thread::Builder::new()
+            .name("segtool-batch-call".into())
+            .spawn(move || {
+                let mut t = Timings::default();
+                let mut results: Vec<Option<(Array2<u8>, Option<Array3<f32>>)>> =
+                    vec![None; owned.len()];
+                for (_, members) in &groups {
+                    let views: Vec<ArrayView3<u8>> =
+                        members.iter().map(|&i| owned[i].view()).collect();
+                    match model.run(&views, color, scores, &mut t) {
+                        Ok(decoded) => {
+                            for (&i, d) in members.iter().zip(decoded) {
+                                results[i] = Some(d);
+                            }
+                        }
+                        Err(e) => {
+                            let _ = tx.send(Err(e));
+                            return;
+                        }
+                    }
+                }
+                let _ = tx.send(Ok((results, t)));
+            })
+            .map_err(|e| {
+                errors::EngineError::new_err(format!("cannot start the batch thread: {e}"))
+            })?;
+        let (results, t) = wait_interruptibly(py, rx)?.map_err(errors::runtime)?;
+        results
+            .into_iter()
+            .map(|r| {
+                let (mask, s) = r.expect("every image in a group");
+                segmentation(py, mask, s, Some(t))
+            })
+            .collect()
+    }
+
+    /// classes, palette, mean, std, input_size, protocol, contract, arch, backbone.
+    #[getter]
+    fn spec<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        let spec = &self.model.spec;
+        d.set_item("classes", spec.classes.clone())?;
+        d.set_item(
+            "palette",
+            spec.palette
+                .iter()
+                .map(|p| (p[0], p[1], p[2]))
+                .collect::<Vec<_>>(),
+        )?;
+        d.set_item("mean", spec.mean.to_vec())?;
+        d.set_item("std", spec.std.to_vec())?;
+        d.set_item("input_size", self.input_size)?;
+        d.set_item("protocol", self.protocol)?;
+        d.set_item("input", format!("{:?}", self.model.contract.input))?;
+        d.set_item("output", format!("{:?}", self.model.contract.output))?;
+        d.set_item("arch", spec.arch.clone())?;
+        d.set_item("backbone", spec.backbone_name.clone())?;
+        Ok(d)
+    }
+
+    #[getter]
+    fn engine(&self) -> &str {
+        &self.engine
+    }
+
+    #[getter]
+    fn provider(&self) -> &str {
+        &self.provider
+    }
+
+    /// `(kind, message)` per fallback taken while opening.
+    #[getter]
+    fn fallbacks(&self) -> Vec<(String, String)> {
+        self.fallbacks.clone()
+    }
+
+    #[getter]
+    fn path(&self) -> PathBuf {
+        self.path.clone()
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Segmenter({:?}, engine={:?}, provider={:?}, classes={})",
+            self.path.display().to_string(),
+            self.engine,
+            self.provider,
+            self.model.spec.classes.len()
+        )
+    }
+}
+
+impl Segmenter {
+    fn check_scores(&self, scores: bool) -> PyResult<()> {
+        if scores
+            && self.model.contract.output == segtool_runtime::OutputKind::Mask
+            && self.model.accuracy.is_none()
+        {
+            return Err(errors::input(
+                "scores=False for a model exported with --argmax (it outputs class maps, no scores)",
+                format!("scores=True with {}", self.path.display()),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Waits for `rx` without the GIL, checking for signals every [`SIGNAL_POLL`]: a Ctrl-C
+/// raises `KeyboardInterrupt` at once (the work itself finishes in the background).
+pub(crate) fn wait_interruptibly<T: Send>(py: Python<'_>, rx: mpsc::Receiver<T>) -> PyResult<T> {
+    let rx = Mutex::new(rx);
+    loop {
+        match py.detach(|| lock(&rx).recv_timeout(SIGNAL_POLL)) {
+            Ok(v) => return Ok(v),
+            Err(mpsc::RecvTimeoutError::Timeout) => py.check_signals()?,
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                return Err(errors::EngineError::new_err(
+                    "the inference thread went away without a result",
+                ))
+            }
+        }
+    }
+}
