@@ -160,14 +160,8 @@ fn c_program_has_no_leaks_under_valgrind() {
         eprintln!("skipping: valgrind is not installed");
         return;
     };
-    let wrapper = [
-        valgrind,
-        "--leak-check=full",
-        "--show-leak-kinds=definite,indirect",
-        "--errors-for-leak-kinds=definite,indirect",
-        "--error-exitcode=1",
-        "--num-callers=30",
-    ];
+    let mut wrapper = vec![valgrind];
+    wrapper.extend(common::VALGRIND_OPTIONS);
     let started = std::time::Instant::now();
     let (output, _) = run_c(&wrapper, "tract");
     let stderr = String::from_utf8_lossy(&output.stderr);

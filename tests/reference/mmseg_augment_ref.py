@@ -13,31 +13,18 @@ Writes (every image as float32 values of uint8 pixels, RGB, (H, W, 3)):
 - `rescale`: rows [w, h, scale_long, scale_short, ratio, new_w, new_h] of mmcv's
   `RandomResize._random_sample_ratio` (at that ratio) then `rescale_size` (keep_ratio).
 """
+import os
 import sys
-import types
 
 import numpy as np
 import torch
 
-import mmcv
+# mmseg_ref.import_mmseg: the two patches (mmseg 1.2.2's mmcv version assert, and a
+# stand-in for the compiled `mmcv.ops` some of mmseg's other heads import), nothing else.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from mmseg_ref import import_mmseg  # noqa: E402
 
-mmcv.__version__ = "2.1.0"  # mmseg 1.2.2's version assert (mmcv < 2.2.0); nothing else patched
-
-
-class _Unavailable:
-    def __init__(self, *args, **kwargs):
-        raise RuntimeError("mmcv.ops needs mmcv's compiled ops (not in mmcv-lite)")
-
-
-def _unavailable(name):  # mmseg.utils imports mmcv.ops (compiled ops) at import time
-    if name.startswith("__"):
-        raise AttributeError(name)
-    return _Unavailable
-
-
-_ops = types.ModuleType("mmcv.ops")
-_ops.__getattr__ = _unavailable
-sys.modules["mmcv.ops"] = _ops
+import_mmseg()
 
 import cv2  # noqa: E402
 from mmcv.image.geometric import rescale_size  # noqa: E402

@@ -32,32 +32,15 @@ import copy
 import logging
 import os
 import sys
-import types
 
 import torch
 
-import mmcv
+# mmseg_ref.import_mmseg: the two patches (mmseg 1.2.2's mmcv version assert, and a
+# stand-in for the compiled `mmcv.ops` some of mmseg's other heads import), nothing else.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from mmseg_ref import import_mmseg  # noqa: E402
 
-# The two patches: mmseg 1.2.2 asserts mmcv < 2.2.0 (mmcv-lite 2.2.0 lacks only compiled
-# ops, which DANet does not use), and mmseg.utils imports `mmcv.ops` (compiled CUDA/C++ ops)
-# at import time: a stand-in module whose every member fails when used.
-mmcv.__version__ = "2.1.0"
-
-
-class _Unavailable:
-    def __init__(self, *args, **kwargs):
-        raise RuntimeError("mmcv.ops needs mmcv's compiled ops (not in mmcv-lite)")
-
-
-def _unavailable(name):  # PEP 562: `from mmcv.ops import X` binds a stand-in
-    if name.startswith("__"):
-        raise AttributeError(name)
-    return _Unavailable
-
-
-_ops = types.ModuleType("mmcv.ops")
-_ops.__getattr__ = _unavailable
-sys.modules["mmcv.ops"] = _ops
+import_mmseg()
 
 from mmengine.config import Config  # noqa: E402
 from mmengine.optim import build_optim_wrapper  # noqa: E402

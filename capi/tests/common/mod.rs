@@ -105,12 +105,14 @@ pub fn valgrind() -> Option<&'static str> {
 
 /// The options of the leak checks: no memory errors, nothing definitely or indirectly
 /// lost ("still reachable": process-wide caches; "possibly lost": thread stacks).
-pub const VALGRIND_OPTIONS: [&str; 5] = [
+pub const VALGRIND_OPTIONS: [&str; 6] = [
     "--leak-check=full",
     "--show-leak-kinds=definite,indirect",
     "--errors-for-leak-kinds=definite,indirect",
     "--error-exitcode=1",
     "--num-callers=30",
+    // tract Conv false positives under smallvec's `union` layout (the file says why)
+    concat!("--suppressions=", env!("CARGO_MANIFEST_DIR"), "/tests/valgrind.supp"),
 ];
 
 /// valgrind's stderr shows no error and no definite or indirect leak.
