@@ -19,6 +19,7 @@ mod backbone;
 pub mod budget;
 mod builder;
 mod conv;
+mod doc;
 mod error;
 pub mod external;
 mod fold;
@@ -48,10 +49,9 @@ pub use segtool_onnx::proto;
 
 pub use attention::PAM_QUERY_BLOCKS;
 pub use error::ExportError;
-pub use external::ExternalDataFile;
+pub use external::{ExternalData, ExternalDataFile};
 pub use options::{
-    AttentionForm, ExportOptions, ExportTarget, ExternalData, DEFAULT_EXTERNAL_THRESHOLD,
-    TRACT_CONV_SPLIT_DEPTH,
+    AttentionForm, ExportOptions, ExportTarget, DEFAULT_EXTERNAL_THRESHOLD, TRACT_CONV_SPLIT_DEPTH,
 };
 pub use provider::{AttentionChoice, ExportProvider, TargetRequest};
 
@@ -455,11 +455,11 @@ fn build(
         .map(|(key, value)| StringStringEntryProto { key, value })
         .collect();
     let mut model = ModelProto {
-        ir_version: ir_version_for(opts.opset),
+        ir_version: doc::ir_version_for(opts.opset),
         opset_import,
         producer_name: "segtool".into(),
         producer_version: env!("CARGO_PKG_VERSION").into(),
-        doc_string: doc_string(spec, opts),
+        doc_string: doc::doc_string(spec, opts),
         graph: Some(graph),
         metadata_props,
         ..Default::default()
@@ -546,56 +546,6 @@ fn external_data(
             },
         }),
     }
-}
-
-/// The IR version released together with `opset` (ONNX's versioning table), so that
-/// checkers and runtimes accept the pair.
-fn ir_version_for(opset: i64) -> i64 {
-    match opset {
-        ..=14 => 7,
-        15..=18 => 8,
-        19..=20 => 9,
-        21..=22 => 10,
-        _ => 11,
-    }
-}
-
-fn doc_string(spec: &ModelSpec, opts: &ExportOptions) -> String {
-    let mut s = legacy_doc_string(spec);
-    if opts.preprocess {
-        s.push_str(
-            " With --preprocess the input is instead uint8 [batch, height, width, 3] RGB \
-             (normalisation inside the graph).",
-        );
-    }
-    if opts.argmax {
-        s.push_str(&format!(
-            " With --argmax the output is instead `{MASK_OUTPUT_NAME}` [batch, height, width], \
-             the class index per pixel."
-        ));
-    }
-    if opts.fp16 {
-        s.push_str(" Weights and compute in fp16, attention energies and softmax in fp32.");
-        if !opts.keep_fp32.is_empty() {
-            s.push_str(&format!(" Kept in fp32: {}.", opts.keep_fp32.join(", ")));
-        }
-    }
-    s
-}
-
-fn legacy_doc_string(spec: &ModelSpec) -> String {
-    format!(
-        "DANet ({}, output stride {}) semantic segmentation, {} classes, exported by segtool. \
-         Input `{INPUT_NAME}`: float32 [batch, 3, height, width], RGB in [0, 1] normalised as \
-         (x - mean) / std with mean {:?}, std {:?}. Output `{OUTPUT_NAME}`: float32 \
-         [batch, classes, height, width] class scores (argmax over axis 1 gives labels). \
-         Model spec JSON in metadata_props[\"{SPEC_METADATA_KEY}\"].",
-        spec.backbone_name,
-        spec.backbone.output_stride,
-        spec.num_classes(),
-        spec.mean,
-        spec.std
-    )
 }
 
 #[cfg(test)]

@@ -2,8 +2,9 @@
 //! deployment variants (fp16, argmax, preprocess, static shapes), builder style.
 
 use crate::{
-    ExportError, ATTENTION_OPSET, DEFAULT_MAX_SIZE, DEFAULT_OPSET, INPUT_NAME, LAYOUT_NCHW_F32,
-    LAYOUT_NHWC_U8, MASK_OUTPUT_NAME, MAX_OPSET, MIN_OPSET, OUTPUT_NAME, TRT_MAX_BATCH,
+    ExportError, ExternalData, ATTENTION_OPSET, DEFAULT_MAX_SIZE, DEFAULT_OPSET, INPUT_NAME,
+    LAYOUT_NCHW_F32, LAYOUT_NHWC_U8, MASK_OUTPUT_NAME, MAX_OPSET, MIN_OPSET, OUTPUT_NAME,
+    TRT_MAX_BATCH,
 };
 
 /// How one of DANet's attention modules is written into the graph. All three compute
@@ -174,59 +175,6 @@ impl std::str::FromStr for ExportTarget {
             "legacy" => Ok(ExportTarget::Legacy),
             _ => Err(format!(
                 "unknown export target `{s}` (expected ort, tensorrt, tract or legacy)"
-            )),
-        }
-    }
-}
-
-/// Whether large initialisers are written to a side file (ONNX "external data") instead
-/// of inside the model. A protobuf message, and so an inline .onnx file, must stay under
-/// 2 GiB; external data lifts that limit (see [`crate::external`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum ExternalData {
-    /// External data only when the inline model would reach protobuf's 2 GiB limit.
-    #[default]
-    Auto,
-    /// Always: every initialiser of at least
-    /// [`ExportOptions::external_threshold`] bytes goes to the side file.
-    Always,
-    /// Never: a model over the limit fails with [`ExportError::TooLarge`].
-    Never,
-}
-
-impl ExternalData {
-    /// Every mode, in CLI listing order.
-    pub const ALL: [ExternalData; 3] = [
-        ExternalData::Auto,
-        ExternalData::Always,
-        ExternalData::Never,
-    ];
-
-    /// CLI spelling: `auto`, `always`, `never`.
-    pub fn name(self) -> &'static str {
-        match self {
-            ExternalData::Auto => "auto",
-            ExternalData::Always => "always",
-            ExternalData::Never => "never",
-        }
-    }
-}
-
-impl std::fmt::Display for ExternalData {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl std::str::FromStr for ExternalData {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "auto" => Ok(ExternalData::Auto),
-            "always" => Ok(ExternalData::Always),
-            "never" => Ok(ExternalData::Never),
-            _ => Err(format!(
-                "unknown external data mode `{s}` (expected auto, always or never)"
             )),
         }
     }
