@@ -56,6 +56,26 @@ impl Protocol {
         }
     }
 
+    /// The sliding window `(crop, stride)` from the flags, where a model's own test config
+    /// slides `test` windows (an imported mmseg checkpoint's): an unset crop is the test
+    /// crop, else `default_crop`; an unset stride is the test stride for the test crop,
+    /// else [`Self::default_stride`].
+    pub fn window(
+        self,
+        crop: Option<usize>,
+        stride: Option<usize>,
+        test: Option<(usize, usize)>,
+        default_crop: usize,
+    ) -> (usize, usize) {
+        let crop = crop.or(test.map(|t| t.0)).unwrap_or(default_crop);
+        let stride = match (stride, test) {
+            (Some(stride), _) => stride,
+            (None, Some((test_crop, stride))) if crop == test_crop => stride,
+            (None, _) => self.default_stride(crop.max(1)),
+        };
+        (crop, stride)
+    }
+
     /// The default window stride for `crop`: DANet's `int(crop * 2/3)`, mmsegmentation's
     /// (and segtool's historical) 512 capped at the crop.
     pub fn default_stride(self, crop: usize) -> usize {

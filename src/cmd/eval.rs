@@ -181,17 +181,12 @@ impl Args {
             bail!("--crop and --stride need --mode sliding (or --protocol danet)");
         }
         let mode = if sliding {
-            let default_crop = match test_slide {
-                Some((crop, _)) => crop,
-                None if self.ms && protocol == Protocol::Mmseg => 1024,
-                None => 768,
+            let default_crop = if self.ms && protocol == Protocol::Mmseg {
+                1024
+            } else {
+                768
             };
-            let crop = self.crop.unwrap_or(default_crop);
-            let stride = match (self.stride, test_slide) {
-                (Some(stride), _) => stride,
-                (None, Some((test_crop, stride))) if crop == test_crop => stride,
-                (None, _) => protocol.default_stride(crop.max(1)),
-            };
+            let (crop, stride) = protocol.window(self.crop, self.stride, test_slide, default_crop);
             Tiling::Sliding { crop, stride }
         } else {
             Tiling::Whole

@@ -63,12 +63,7 @@ impl Args {
             .flip(self.flip)
             .batch_size(self.batch_size.max(1));
         if sliding {
-            let crop = self.crop.or(test_slide.map(|t| t.0)).unwrap_or(768);
-            let stride = match (self.stride, test_slide) {
-                (Some(stride), _) => stride,
-                (None, Some((test_crop, stride))) if crop == test_crop => stride,
-                (None, _) => protocol.default_stride(crop.max(1)),
-            };
+            let (crop, stride) = protocol.window(self.crop, self.stride, test_slide, 768);
             opts = opts.sliding(crop, stride);
         } else if self.crop.is_some() || self.stride.is_some() {
             bail!("--crop/--stride apply to --mode sliding, not --mode whole");
