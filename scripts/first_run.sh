@@ -33,4 +33,19 @@ for log in demo test; do
     echo
 done
 printf '%-12s %6d s\n%-12s %6d s\n' "make demo" "$demo_s" "make test" "$test_s"
+# How often each crate was compiled over both commands: cargo's "Compiling NAME vX" status
+# lines (the demo's and the test build's) plus the crates the wheel's build compiled
+# besides segtool-python (scripts/python_tests.sh lists them: "also compiled: ...").
+echo
+python3 - "$work/demo.log" "$work/test.log" <<'EOP'
+import collections, re, sys
+text = "".join(open(f, errors="replace").read() for f in sys.argv[1:])
+count = collections.Counter(re.findall(r"^\s*Compiling (\S+ v\S+)", text, re.M))
+for line in re.findall(r"also compiled: (.*)", text):
+    count.update(re.findall(r"(\S+ v\S+)", line))
+again = {c: n for c, n in count.items() if n > 1}
+tract = [n for c, n in count.items() if c.startswith("tract-core ")]
+print(f"crates compiled: {len(count)}; tract-core compiled {sum(tract)} time(s)")
+print("compiled more than once: " + (", ".join(f"{c} ({n}x)" for c, n in sorted(again.items())) or "none"))
+EOP
 echo "logs: $work/demo.log, $work/test.log (remove $work when done)"

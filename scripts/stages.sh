@@ -39,6 +39,11 @@ setup() {
     source "$env_file"
 }
 
+check_layout_and_build() {
+    python3 scripts/check_layout.py
+    python3 scripts/one_build.py check
+}
+
 # Crate downloads need nothing from the set-up: they run during it (network, not CPU).
 fetch_in_background() {
     cargo fetch --quiet >/dev/null 2>&1 &
@@ -61,6 +66,10 @@ case "$what" in
         # SEGTOOL_BROWSER=1: Debian's chromium for the report page's browser test.
         export SEGTOOL_BROWSER=1
         stage "set-up (apt, pip, chromium)" setup
+        # Seconds, and nothing compiled: every crates.io crate in one configuration across
+        # the demo, test and wheel builds (workspace-hack/), no circles between source
+        # files, no folder names that tools misread.
+        stage "layout and one-build checks" check_layout_and_build
         stage "build and run the tests" python3 scripts/run_tests.py
         # The wheel, a fresh venv with it, mypy and pytest (scripts/python_tests.sh).
         stage "Python package (wheel, venv, pytest)" bash scripts/python_tests.sh test

@@ -223,7 +223,7 @@ fn train_with_nccl_without_a_gpu_names_the_missing_device() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let port = segtool_train::dist::launch::free_port().unwrap();
+    let port = segtool_train::distributed::launch::free_port().unwrap();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_segtool"))
         .args(["train", "--dist-backend", "nccl", "--stop-at", "1"])
         .current_dir(dir.path())

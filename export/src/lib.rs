@@ -51,9 +51,10 @@ pub use attention::PAM_QUERY_BLOCKS;
 pub use error::ExportError;
 pub use external::{ExternalData, ExternalDataFile};
 pub use options::{
-    AttentionForm, ExportOptions, ExportTarget, DEFAULT_EXTERNAL_THRESHOLD, TRACT_CONV_SPLIT_DEPTH,
+    AttentionForm, ExportOptions, ExportProvider, ExportTarget, DEFAULT_EXTERNAL_THRESHOLD,
+    TRACT_CONV_SPLIT_DEPTH,
 };
-pub use provider::{AttentionChoice, ExportProvider, TargetRequest};
+pub use provider::{AttentionChoice, TargetRequest};
 
 use builder::GraphBuilder;
 use conv::Ctx;

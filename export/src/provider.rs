@@ -11,55 +11,13 @@
 //! H*W/64, past the fused kernels' limit (1024) above 256x256 inputs, and its C x C energy
 //! is 1 MiB at C = 512. None of this was timed on a GPU.
 //!
-//! Also here: [`TargetRequest`], the one place a user's request (target, provider, GPU
+//! [`ExportProvider`] itself lives with the options that carry it (`options.rs`); this
+//! module builds on both. Also here: [`TargetRequest`], the one place a user's request (target, provider, GPU
 //! serving) becomes a target, and [`AttentionChoice`], an export's recorded choice read
 //! back from its metadata to say when it was not made for CUDA.
 
 use crate::options::{CAM_FIELD, PAM_FIELD, PROVIDER_FIELD, TARGET_FIELD};
-use crate::{AttentionForm, ExportError, ExportOptions, ExportTarget, PAM_QUERY_BLOCKS};
-
-/// The ONNX Runtime execution provider an [`ExportTarget::Ort`] export is meant for
-/// (`segtool export --provider`); it picks the attention forms, nothing else.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum ExportProvider {
-    /// `CPUExecutionProvider`: PAM in query blocks, CAM decomposed (measured fastest).
-    Cpu,
-    /// `CUDAExecutionProvider`: PAM as `com.microsoft.MultiHeadAttention` (fused, no
-    /// N x N), CAM decomposed.
-    Cuda,
-}
-
-impl ExportProvider {
-    /// Every provider, in CLI listing order.
-    pub const ALL: [ExportProvider; 2] = [ExportProvider::Cpu, ExportProvider::Cuda];
-
-    /// CLI / metadata spelling: `cpu`, `cuda`.
-    pub fn name(self) -> &'static str {
-        match self {
-            ExportProvider::Cpu => "cpu",
-            ExportProvider::Cuda => "cuda",
-        }
-    }
-}
-
-impl std::fmt::Display for ExportProvider {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl std::str::FromStr for ExportProvider {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "cpu" => Ok(ExportProvider::Cpu),
-            "cuda" => Ok(ExportProvider::Cuda),
-            _ => Err(format!(
-                "unknown execution provider `{s}` (expected cpu or cuda)"
-            )),
-        }
-    }
-}
+use crate::{AttentionForm, ExportOptions, ExportProvider, ExportTarget, PAM_QUERY_BLOCKS};
 
 impl ExportTarget {
     /// Default (PAM, CAM) forms for the target on `provider` (only `ort` has a choice;
@@ -96,23 +54,6 @@ impl ExportOptions {
             pam: self.pam,
             cam: self.cam,
         }
-    }
-}
-
-/// Refuses a provider on a target that has no choice of one.
-pub(crate) fn check_provider(opts: &ExportOptions) -> Result<(), ExportError> {
-    match opts.provider {
-        Some(p) if opts.target != ExportTarget::Ort => Err(ExportError::BadOption(format!(
-            "provider `{p}` applies to target `ort` (ONNX Runtime's execution providers); \
-             target `{}` is for {}",
-            opts.target,
-            match opts.target {
-                ExportTarget::TensorRt => "TensorRT",
-                ExportTarget::Tract => "tract (CPU)",
-                _ => "every runtime",
-            }
-        ))),
-        _ => Ok(()),
     }
 }
 

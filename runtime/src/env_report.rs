@@ -7,37 +7,7 @@
 
 use serde_json::{json, Value};
 
-/// Whether one execution provider can be used.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ProviderCheck {
-    /// The provider's ONNX Runtime name (`CUDAExecutionProvider`).
-    pub name: String,
-    /// Listed by `GetAvailableProviders` (compiled into this ONNX Runtime build).
-    pub in_build: bool,
-    /// A session on a tiny model built with it, strictly (no CPU fallback).
-    pub registers: bool,
-    /// ONNX Runtime's error when it did not register.
-    pub reason: Option<String>,
-}
-
-/// ONNX Runtime as found now.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct OrtReport {
-    /// The `ort` feature is compiled in.
-    pub compiled: bool,
-    /// The library that loaded (`None`: none did, see `tried`).
-    pub library: Option<String>,
-    /// Each candidate that failed, with why (see [`crate::ort_engine::dylib_candidates`]).
-    pub tried: Vec<String>,
-    /// `OrtGetApiBase()->GetVersionString()` ("1.31.1").
-    pub version: Option<String>,
-    /// `GetAvailableProviders`.
-    pub available_providers: Vec<String>,
-    /// The CUDA provider's check (`None`: no library loaded, nothing to check).
-    pub cuda: Option<ProviderCheck>,
-    /// The TensorRT provider's check (`None`: no library loaded, nothing to check).
-    pub tensorrt: Option<ProviderCheck>,
-}
+pub use crate::ort_report::{OrtReport, ProviderCheck};
 
 /// The TensorRT library, opened by name as ONNX Runtime's provider would.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -75,15 +45,7 @@ pub fn env_report() -> RuntimeEnvReport {
     #[cfg(feature = "ort")]
     let onnxruntime = crate::ort_engine::doctor::probe();
     #[cfg(not(feature = "ort"))]
-    let onnxruntime = OrtReport {
-        compiled: false,
-        library: None,
-        tried: Vec::new(),
-        version: None,
-        available_providers: Vec::new(),
-        cuda: None,
-        tensorrt: None,
-    };
+    let onnxruntime = OrtReport::not_compiled();
     RuntimeEnvReport {
         onnxruntime,
         tensorrt_library: tensorrt_library(),

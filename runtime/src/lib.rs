@@ -46,12 +46,14 @@
 
 pub mod accuracy;
 pub mod batching;
+pub mod contract_adapter;
 pub mod engine;
 pub mod env_report;
 pub mod error;
 pub mod io_contract;
 #[cfg(feature = "ort")]
 pub mod ort_engine;
+pub mod ort_report;
 pub mod postprocess;
 pub mod preprocess;
 mod segmenter;
@@ -69,9 +71,8 @@ pub use batching::{BatchConfig, BatchError, BatchServer, LatestStream, OrderedSt
 pub use engine::{load_spec, read_metadata, run_logits, Engine};
 pub use env_report::{env_report, RuntimeEnvReport};
 pub use error::{Result, RuntimeError};
-pub use io_contract::{
-    ContractAdapter, EngineInput, EngineOutput, EngineTensor, InputLayout, IoContract, OutputKind,
-};
+pub use contract_adapter::ContractAdapter;
+pub use io_contract::{EngineInput, EngineOutput, EngineTensor, InputLayout, IoContract, OutputKind};
 #[cfg(feature = "ort")]
 pub use ort_engine::{CudaOptions, TensorRtOptions, TrtProfile};
 #[cfg(feature = "ort")]

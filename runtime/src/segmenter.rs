@@ -18,7 +18,8 @@ pub use builder::{EngineKind, Fallback, SegmenterBuilder};
 use crate::batching::run::{decode, run_normalised};
 use crate::engine::Engine;
 use crate::error::Result;
-use crate::io_contract::{ContractAdapter, EngineInput, EngineOutput, EngineTensor, IoContract};
+use crate::contract_adapter::ContractAdapter;
+use crate::io_contract::{EngineInput, EngineOutput, EngineTensor, IoContract};
 
 /// One image's result.
 #[derive(Clone, Debug)]

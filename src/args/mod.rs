@@ -27,8 +27,8 @@ impl DeviceArgs {
     /// The device; in a distributed run (`dist`), `cuda` is the local rank's GPU.
     pub fn resolve(
         &self,
-        dist: Option<&segtool_train::dist::DistEnv>,
+        dist: Option<&segtool_train::distributed::DistEnv>,
     ) -> anyhow::Result<tch::Device> {
-        segtool_train::device::device_for(&self.device, dist)
+        segtool_train::device::device_for(&self.device, dist.map(|d| d.local_rank))
     }
 }

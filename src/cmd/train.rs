@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Result;
-use segtool_train::dist::{DistEnv, LaunchConfig, SelfLaunch};
+use segtool_train::distributed::{DistEnv, LaunchConfig, SelfLaunch};
 use segtool_train::session::{config_notes, resolve_config};
 
 use crate::args::progress::Bar;
@@ -49,7 +49,7 @@ pub struct Args {
 /// dist: data-parallel training, torchrun-compatible. A process started by torchrun (or
 /// by `--nproc-per-node`) finds its rank in MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK,
 /// LOCAL_RANK, LOCAL_WORLD_SIZE; one started by Slurm's srun in SLURM_PROCID,
-/// SLURM_NTASKS, SLURM_LOCALID, ... (see `segtool_train::dist::DistEnv`).
+/// SLURM_NTASKS, SLURM_LOCALID, ... (see `segtool_train::distributed::DistEnv`).
 #[derive(clap::Args)]
 pub struct DistArgs {
     /// Spawn and supervise this many training processes on this node (torchrun's
@@ -75,7 +75,7 @@ pub struct DistArgs {
     #[arg(long, default_value_t = 600, value_name = "SECS")]
     pub dist_timeout: u64,
     /// Gradient all-reduce bucket size in MiB (PyTorch DDP's bucket_cap_mb).
-    #[arg(long, default_value_t = segtool_train::dist::DEFAULT_BUCKET_MB, value_name = "MB")]
+    #[arg(long, default_value_t = segtool_train::distributed::DEFAULT_BUCKET_MB, value_name = "MB")]
     pub bucket_mb: f64,
 }
 

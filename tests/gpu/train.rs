@@ -226,7 +226,7 @@ pub(super) fn ddp_rank(out: &Path) -> Result<()> {
     let dev = Device::Cuda(local);
     let mut t = trainer(dev, global / world)?;
     if let Some(env) = &dist {
-        let group = Arc::new(segtool_train::dist::ProcessGroup::new(
+        let group = Arc::new(segtool_train::distributed::ProcessGroup::new(
             &env.group_options(DistBackend::Nccl, Duration::from_secs(120))
                 .on_device(dev),
         )?);

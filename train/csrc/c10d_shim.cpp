@@ -1,4 +1,4 @@
-// libtorch's c10d behind a C ABI, for train/src/dist/: a TCPStore rendezvous, a
+// libtorch's c10d behind a C ABI, for train/src/distributed/: a TCPStore rendezvous, a
 // ProcessGroupGloo (CPU tensors; ProcessGroupNCCL when built with USE_C10D_NCCL), the
 // collectives segtool needs (all_reduce sum/avg/max, broadcast, all_gather, barrier),
 // each waited on with a timeout, and SyncBatchNorm as a torch::autograd::Function whose

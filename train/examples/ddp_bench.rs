@@ -7,7 +7,7 @@
 //!     cargo run --release -p segtool-train --example ddp_bench -- \
 //!         [--backbone tiny|resnet18] [--crop 64] [--batch 4] [--steps 10]
 //!
-//! The ranks are this binary re-executed under `segtool_train::dist::Launcher`
+//! The ranks are this binary re-executed under `segtool_train::distributed::Launcher`
 //! (DDP_BENCH_CHILD=train|allreduce); rank 0 prints their results.
 
 use std::process::Command;
@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use segtool_core::{BackboneSpec, ModelSpec};
-use segtool_train::dist::{Backend, Ddp, DistEnv, LaunchConfig, Launcher, ProcessGroup, ReduceOp};
+use segtool_train::distributed::{Backend, Ddp, DistEnv, LaunchConfig, Launcher, ProcessGroup, ReduceOp};
 use segtool_train::{TrainConfig, Trainer};
 use tch::{Kind, Tensor};
 
@@ -59,7 +59,7 @@ fn train_steps(batch: i64, group: Option<Arc<ProcessGroup>>) -> Result<f64> {
     let mut trainer = Trainer::new(&spec, cfg)?;
     if let Some(group) = group {
         trainer.enable_sync_bn(group.clone());
-        trainer.enable_ddp(Ddp::new(group, segtool_train::dist::DEFAULT_BUCKET_MB))?;
+        trainer.enable_ddp(Ddp::new(group, segtool_train::distributed::DEFAULT_BUCKET_MB))?;
     }
     let images = Tensor::randn([batch, 3, crop, crop], (Kind::Float, tch::Device::Cpu));
     let masks = Tensor::randint(19, [batch, crop, crop], (Kind::Int64, tch::Device::Cpu));

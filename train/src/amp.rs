@@ -15,7 +15,7 @@
 //!
 //! Parameters, gradients and optimiser state stay fp32 in every mode.
 
-use std::ffi::{c_char, c_int, CStr};
+use std::ffi::{c_char, c_int};
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -25,8 +25,9 @@ use torch_sys::C_tensor;
 
 pub use segtool_core::config::Precision;
 
+use crate::shim::check;
+
 extern "C" {
-    fn segtool_c10d_free_string(s: *mut c_char);
     fn segtool_autocast_is_enabled(device: c_int) -> c_int;
     fn segtool_autocast_set(
         device: c_int,
@@ -43,18 +44,6 @@ extern "C" {
         found_inf: *mut C_tensor,
         inv_scale: *mut C_tensor,
     ) -> *mut c_char;
-}
-
-fn check(err: *mut c_char) -> Result<()> {
-    if err.is_null() {
-        return Ok(());
-    }
-    // SAFETY: the shim returns a malloc'ed NUL-terminated string that we now own.
-    let message = unsafe { CStr::from_ptr(err) }
-        .to_string_lossy()
-        .into_owned();
-    unsafe { segtool_c10d_free_string(err) };
-    bail!("{message}")
 }
 
 /// c10::ScalarType codes.

@@ -1,15 +1,24 @@
 //! The `--device` flag's values (`cpu`, `cuda`, `cuda:N`) as tch devices, checked against
-//! what libtorch sees.
+//! what libtorch sees, and the CUDA devices it sees.
 
-use std::ffi::{c_char, c_int};
+use std::ffi::{c_char, c_int, CStr};
 
 use anyhow::{bail, Result};
 use tch::Device;
 
-use crate::dist::DistEnv;
+use crate::shim::{check, take_string};
 
 extern "C" {
     fn segtool_cuda_set_device(index: c_int) -> *mut c_char;
+    fn segtool_env_cuda_probe(count: *mut c_int) -> *mut c_char;
+    fn segtool_env_cuda_device(
+        index: c_int,
+        name: *mut c_char,
+        name_len: usize,
+        total_bytes: *mut u64,
+        major: *mut c_int,
+        minor: *mut c_int,
+    ) -> *mut c_char;
 }
 
 /// Makes `device` this thread's current CUDA device (`torch.cuda.set_device`); nothing
@@ -20,7 +29,7 @@ pub fn make_current(device: Device) -> Result<()> {
         return Ok(());
     };
     let index = c_int::try_from(index)?;
-    crate::dist::process_group::check(unsafe { segtool_cuda_set_device(index) })
+    check(unsafe { segtool_cuda_set_device(index) })
 }
 
 /// `cpu`, `cuda` (GPU 0) or `cuda:N`; an error when libtorch has no such GPU.
@@ -35,12 +44,13 @@ pub fn parse_device(s: &str) -> Result<Device> {
     }
 }
 
-/// The device of this process: in a distributed run, `cuda` is the local rank's GPU
+/// The device of this process: in a distributed run (`local_rank` given, the
+/// [`DistEnv`](crate::distributed::DistEnv)'s), `cuda` is the local rank's GPU
 /// ([`local_cuda_device`]; [`make_current`] makes it current, as
 /// `torch.cuda.set_device(local_rank)`); otherwise [`parse_device`].
-pub fn device_for(s: &str, dist: Option<&DistEnv>) -> Result<Device> {
-    match dist {
-        Some(env) if s == "cuda" => local_cuda_device(env.local_rank),
+pub fn device_for(s: &str, local_rank: Option<usize>) -> Result<Device> {
+    match local_rank {
+        Some(local_rank) if s == "cuda" => local_cuda_device(local_rank),
         _ => parse_device(s),
     }
 }
@@ -72,6 +82,51 @@ fn cuda_device(n: usize) -> Result<Device> {
         );
     }
     Ok(Device::Cuda(n))
+}
+
+/// One CUDA device.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CudaDevice {
+    pub index: usize,
+    pub name: String,
+    pub memory_bytes: u64,
+    /// `"9.0"` for an H100.
+    pub compute_capability: String,
+}
+
+/// The CUDA devices libtorch sees, or why there are none.
+pub fn cuda_devices() -> Result<Vec<CudaDevice>, String> {
+    let mut count: c_int = 0;
+    if let Some(err) = take_string(unsafe { segtool_env_cuda_probe(&mut count) }) {
+        return Err(err.strip_prefix("CUDA: ").unwrap_or(&err).to_string());
+    }
+    let mut devices = Vec::new();
+    for index in 0..count {
+        let mut name = vec![0 as c_char; 256];
+        let (mut bytes, mut major, mut minor) = (0u64, 0, 0);
+        if let Some(err) = take_string(unsafe {
+            segtool_env_cuda_device(
+                index,
+                name.as_mut_ptr(),
+                name.len(),
+                &mut bytes,
+                &mut major,
+                &mut minor,
+            )
+        }) {
+            return Err(err);
+        }
+        let name = unsafe { CStr::from_ptr(name.as_ptr()) }
+            .to_string_lossy()
+            .into_owned();
+        devices.push(CudaDevice {
+            index: index as usize,
+            name,
+            memory_bytes: bytes,
+            compute_capability: format!("{major}.{minor}"),
+        });
+    }
+    Ok(devices)
 }
 
 #[cfg(test)]

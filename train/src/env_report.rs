@@ -13,44 +13,16 @@ use serde_json::{json, Value};
 
 pub mod driver;
 
+pub use crate::device::{cuda_devices, CudaDevice};
+use crate::shim::take_string;
+
 extern "C" {
-    fn segtool_c10d_free_string(s: *mut c_char);
     fn segtool_env_torch_version() -> *const c_char;
     fn segtool_env_torch_config() -> *mut c_char;
     fn segtool_env_torch_cuda_versions(cudart: *mut i64, cudnn: *mut i64, hooks: *mut c_int);
     fn segtool_env_nccl_version(compiled: *mut c_int, runtime: *mut c_int) -> c_int;
-    fn segtool_env_cuda_probe(count: *mut c_int) -> *mut c_char;
-    fn segtool_env_cuda_device(
-        index: c_int,
-        name: *mut c_char,
-        name_len: usize,
-        total_bytes: *mut u64,
-        major: *mut c_int,
-        minor: *mut c_int,
-    ) -> *mut c_char;
     fn segtool_env_set_allow_tf32(allow: c_int) -> *mut c_char;
     fn segtool_env_cuda_peak_allocated(device: c_int, reset: c_int, peak: *mut i64) -> *mut c_char;
-}
-
-/// The shim's malloc'ed string (NULL: none), freed.
-fn take_string(s: *mut c_char) -> Option<String> {
-    if s.is_null() {
-        return None;
-    }
-    // SAFETY: the shim returns a malloc'ed NUL-terminated string that we now own.
-    let out = unsafe { CStr::from_ptr(s) }.to_string_lossy().into_owned();
-    unsafe { segtool_c10d_free_string(s) };
-    Some(out)
-}
-
-/// One CUDA device.
-#[derive(Clone, Debug, PartialEq)]
-pub struct CudaDevice {
-    pub index: usize,
-    pub name: String,
-    pub memory_bytes: u64,
-    /// `"9.0"` for an H100.
-    pub compute_capability: String,
 }
 
 /// libtorch as linked.
@@ -145,41 +117,6 @@ fn cudnn_version(code: i64) -> String {
     }
 }
 
-/// The CUDA devices libtorch sees, or why there are none.
-pub fn cuda_devices() -> Result<Vec<CudaDevice>, String> {
-    let mut count: c_int = 0;
-    if let Some(err) = take_string(unsafe { segtool_env_cuda_probe(&mut count) }) {
-        return Err(err.strip_prefix("CUDA: ").unwrap_or(&err).to_string());
-    }
-    let mut devices = Vec::new();
-    for index in 0..count {
-        let mut name = vec![0 as c_char; 256];
-        let (mut bytes, mut major, mut minor) = (0u64, 0, 0);
-        if let Some(err) = take_string(unsafe {
-            segtool_env_cuda_device(
-                index,
-                name.as_mut_ptr(),
-                name.len(),
-                &mut bytes,
-                &mut major,
-                &mut minor,
-            )
-        }) {
-            return Err(err);
-        }
-        let name = unsafe { CStr::from_ptr(name.as_ptr()) }
-            .to_string_lossy()
-            .into_owned();
-        devices.push(CudaDevice {
-            index: index as usize,
-            name,
-            memory_bytes: bytes,
-            compute_capability: format!("{major}.{minor}"),
-        });
-    }
-    Ok(devices)
-}
-
 /// The CUDA caching allocator's peak allocated bytes on `device` since the last reset
 /// (`torch.cuda.max_memory_allocated`); `reset` starts a new peak after reading.
 pub fn cuda_peak_allocated(device: usize, reset: bool) -> anyhow::Result<u64> {
@@ -232,7 +169,7 @@ pub fn libtorch() -> Libtorch {
 }
 
 fn gloo_check() -> (bool, String) {
-    use crate::dist::{launch::free_port, Backend, GroupOptions, ProcessGroup, ReduceOp};
+    use crate::distributed::{launch::free_port, Backend, GroupOptions, ProcessGroup, ReduceOp};
     let start = std::time::Instant::now();
     let run = || -> anyhow::Result<()> {
         let group = ProcessGroup::new(&GroupOptions {

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::checkpoint::{self, Checkpoint, CheckpointInfo};
 use crate::loader::{Loader, LoaderConfig, SamplerPosition};
-use crate::metrics_log::{ClassIou, MetricsLog, Record};
+use crate::metrics_log::{MetricsLog, Record};
 use crate::model::DaNet;
 use crate::progress::Progress;
 use crate::trainer::{NonFiniteLoss, Trainer};
@@ -105,20 +105,8 @@ pub struct RunState {
     pub skipped_steps: usize,
 }
 
-/// Validation scores; the run keeps the checkpoint with the best `miou` as `best`.
-#[derive(Clone, Debug, Default)]
-pub struct ValScore {
-    pub miou: f64,
-    pub pixel_accuracy: f64,
-    /// IoU per class (logged to metrics.jsonl and TensorBoard); empty: not reported.
-    pub class_iou: Vec<ClassIou>,
-    /// A few validation pictures (image | ground truth | prediction) for the run
-    /// directory's `val_overlays/` and TensorBoard.
-    pub overlays: Vec<image::RgbImage>,
-}
-
-// `ValScore::new`, `ValScore::from_eval` and `validate`: crate::telemetry.
-pub use crate::telemetry::{validate, VAL_OVERLAYS};
+// Validation scores and `validate` are telemetry's (the run loop only calls them).
+pub use crate::telemetry::{validate, ValScore, VAL_OVERLAYS};
 
 pub struct RunOptions {
     pub out_dir: PathBuf,

@@ -1,5 +1,5 @@
 //! What a run records about itself beside its metrics: validation details (per-class
-//! IoU, overlays) for [`crate::run::run`]'s `validate`, and `environment.json`, the
+//! IoU, overlays: [`ValScore`], [`validate`]) for the run loop, and `environment.json`, the
 //! receipt of what trained it (versions, threads, world size, precision, determinism).
 
 use std::path::Path;
@@ -10,7 +10,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::metrics_log::ClassIou;
 use crate::model::DaNet;
-use crate::run::ValScore;
 use crate::trainer::Trainer;
 
 /// File name of the environment receipt in the run directory.
@@ -67,6 +66,18 @@ pub fn write_environment(
     let path = dir.join(ENVIRONMENT_FILE);
     segtool_core::io::write_atomic(&path, serde_json::to_string_pretty(&env)?.as_bytes())
         .with_context(|| format!("writing {}", path.display()))
+}
+
+/// Validation scores; the run keeps the checkpoint with the best `miou` as `best`.
+#[derive(Clone, Debug, Default)]
+pub struct ValScore {
+    pub miou: f64,
+    pub pixel_accuracy: f64,
+    /// IoU per class (logged to metrics.jsonl and TensorBoard); empty: not reported.
+    pub class_iou: Vec<ClassIou>,
+    /// A few validation pictures (image | ground truth | prediction) for the run
+    /// directory's `val_overlays/` and TensorBoard.
+    pub overlays: Vec<image::RgbImage>,
 }
 
 impl ValScore {

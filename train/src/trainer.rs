@@ -274,7 +274,7 @@ pub struct Trainer {
     pub losses: Vec<(usize, f64)>,
     /// dist: data-parallel training; `None` for a single process. Set with
     /// [`Trainer::enable_ddp`].
-    pub ddp: Option<crate::dist::Ddp>,
+    pub ddp: Option<crate::distributed::Ddp>,
     /// amp: mixed precision (autocast, loss scaling); `None`: fp32. Set with
     /// [`Trainer::enable_amp`].
     pub amp: Option<crate::amp::Amp>,
@@ -312,7 +312,7 @@ impl Trainer {
     /// dist: trains data-parallel over `ddp`'s group from now on: rank 0's variables are
     /// broadcast to every rank, gradients are averaged before clipping and the step, and
     /// losses are averaged over the ranks. Call after loading weights (or resuming).
-    pub fn enable_ddp(&mut self, ddp: crate::dist::Ddp) -> Result<()> {
+    pub fn enable_ddp(&mut self, ddp: crate::distributed::Ddp) -> Result<()> {
         ddp.broadcast_variables(&self.vs)?;
         self.ddp = Some(ddp);
         Ok(())
@@ -320,7 +320,7 @@ impl Trainer {
 
     /// dist: SyncBN over `group` from now on (the model's BatchNorms hold it; see
     /// [`DaNet::set_sync_bn`]). A group of one process keeps plain BatchNorm.
-    pub fn enable_sync_bn(&mut self, group: Arc<crate::dist::ProcessGroup>) {
+    pub fn enable_sync_bn(&mut self, group: Arc<crate::distributed::ProcessGroup>) {
         self.model.set_sync_bn(Some(group));
     }
 

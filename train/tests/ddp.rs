@@ -2,7 +2,7 @@
 //!
 //! The ranks are this test binary re-executed (`--exact child`) with
 //! `SEGTOOL_DDP_CHILD=<scenario>` and torchrun's variables, mostly through
-//! `segtool_train::dist::Launcher`, which also gets tested that way:
+//! `segtool_train::distributed::Launcher`, which also gets tested that way:
 //! * collectives: all_reduce (sum, avg, max), broadcast, all_gather, barrier;
 //! * equivalence: 2 ranks x batch 2 with SyncBN + DDP == 1 process x batch 4 with BN
 //!   (parameters and running statistics after 5 SGD steps), also with accumulation;
@@ -20,7 +20,7 @@ use anyhow::{ensure, Context, Result};
 use common::spec;
 use rand::{Rng, SeedableRng};
 use segtool_core::BackboneSpec;
-use segtool_train::dist::{
+use segtool_train::distributed::{
     launch::RankFailed, Backend, Ddp, DistEnv, GroupOptions, LaunchConfig, Launcher, ProcessGroup,
     ReduceOp,
 };
@@ -404,7 +404,7 @@ fn two_ranks_syncbn_equal_one_process_with_accumulation() {
 /// stderr, seconds until it exited).
 fn run_without_launcher(scenario: &str) -> (Option<i32>, String, f64) {
     let dir = tempfile::tempdir().unwrap();
-    let port = segtool_train::dist::launch::free_port()
+    let port = segtool_train::distributed::launch::free_port()
         .unwrap()
         .to_string();
     let spawn = |rank: usize| {
@@ -515,7 +515,7 @@ fn nccl_without_nccl_or_gpu_is_a_clear_error() {
 
 #[test]
 fn single_rank_group_works_alone() {
-    let port = segtool_train::dist::launch::free_port().unwrap();
+    let port = segtool_train::distributed::launch::free_port().unwrap();
     let group = ProcessGroup::new(&GroupOptions {
         master_addr: "127.0.0.1".into(),
         master_port: port,

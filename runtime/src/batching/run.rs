@@ -11,9 +11,8 @@ use segtool_spec::ModelSpec;
 use super::Input;
 use crate::engine::Engine;
 use crate::error::{Result, RuntimeError};
-use crate::io_contract::{
-    ContractAdapter, EngineInput, EngineOutput, EngineTensor, InputLayout, IoContract,
-};
+use crate::contract_adapter::ContractAdapter;
+use crate::io_contract::{EngineInput, EngineOutput, EngineTensor, InputLayout, IoContract};
 use crate::preprocess::normalise;
 use crate::Segmentation;
 

@@ -1,4 +1,4 @@
-//! ONNX Runtime's part of [`crate::env_report`]: which library loads (through the same
+//! ONNX Runtime's part of the environment report ([`crate::ort_report`]): which library loads (through the same
 //! search and process-wide environment as [`OrtEngine`]), its version and
 //! `GetAvailableProviders`, and whether the CUDA and TensorRT providers register, found by
 //! building a strict session (no CPU fallback) on a tiny model with each.
@@ -7,19 +7,14 @@ use std::ffi::{c_char, c_int, CStr};
 use std::path::Path;
 
 use super::{dylib, OrtEngine, OrtOptions, Provider};
-use crate::env_report::{OrtReport, ProviderCheck};
+use crate::ort_report::{OrtReport, ProviderCheck};
 use crate::error::RuntimeError;
 
 /// Probes ONNX Runtime; never fails (what went wrong is in the report).
 pub fn probe() -> OrtReport {
     let mut report = OrtReport {
         compiled: true,
-        library: None,
-        tried: Vec::new(),
-        version: None,
-        available_providers: Vec::new(),
-        cuda: None,
-        tensorrt: None,
+        ..OrtReport::not_compiled()
     };
     if let Err(e) = dylib::environment(None) {
         report.tried = match e {

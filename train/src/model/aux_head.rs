@@ -12,7 +12,7 @@ use tch::nn;
 use tch::Tensor;
 
 use super::{batch_norm, bn_t, conv_no_bias, Bn};
-use crate::dist::ProcessGroup;
+use crate::distributed::ProcessGroup;
 
 #[derive(Debug)]
 pub struct AuxHead {

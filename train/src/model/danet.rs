@@ -10,7 +10,7 @@ use tch::nn::{self, ModuleT};
 use tch::Tensor;
 
 use super::{AttentionImpl, AuxHead, DaNetHead, ResNet};
-use crate::dist::ProcessGroup;
+use crate::distributed::ProcessGroup;
 
 /// Optimiser group of the backbone's parameters; the head's are in [`DaNet::HEAD_GROUP`]
 /// so that they can train at 10x the learning rate.

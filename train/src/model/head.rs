@@ -7,7 +7,7 @@ use tch::Tensor;
 use std::sync::Arc;
 
 use super::{batch_norm, bn_t, conv_no_bias, AttentionImpl, Bn, Cam, Pam};
-use crate::dist::ProcessGroup;
+use crate::distributed::ProcessGroup;
 
 /// 3x3 conv, BN, ReLU, named `.0` and `.1` as PyTorch's `nn.Sequential`.
 #[derive(Debug)]

@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use tch::nn;
 
-use crate::dist::ProcessGroup;
+use crate::distributed::ProcessGroup;
 
 /// A BatchNorm layer and, for SyncBN, the process group it synchronises over (set by
 /// [`DaNet::set_sync_bn`]; `None`: plain BatchNorm).
@@ -43,9 +43,9 @@ pub(crate) fn batch_norm(p: nn::Path, channels: i64) -> Bn {
 }
 
 /// A BatchNorm layer's forward: synchronised over the ranks when the layer holds a group
-/// (distributed training, [`crate::dist::sync_bn`]), plain BatchNorm otherwise.
+/// (distributed training, [`crate::distributed::sync_bn`]), plain BatchNorm otherwise.
 pub(crate) fn bn_t(xs: &tch::Tensor, bn: &Bn, train: bool) -> tch::Tensor {
-    crate::dist::sync_bn::batch_norm_t(xs, &bn.bn, bn.group.as_deref(), train)
+    crate::distributed::sync_bn::batch_norm_t(xs, &bn.bn, bn.group.as_deref(), train)
 }
 
 /// Bias-free convolution, as every conv in the backbone and the head's 3x3 convs.

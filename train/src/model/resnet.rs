@@ -8,7 +8,7 @@ use segtool_core::{BackboneSpec, BlockKind};
 use tch::nn::{self, ModuleT};
 use tch::Tensor;
 
-use crate::dist::ProcessGroup;
+use crate::distributed::ProcessGroup;
 
 use super::{batch_norm, bn_t, conv_no_bias, Bn};
 

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use segtool_core::config::Precision;
 
-use crate::dist::DistEnv;
+use crate::distributed::DistEnv;
 use crate::run::{RunState, ThreadChoice, ThreadSource};
 
 /// Something a run reports as it happens, in order. `Display` gives the CLI's line.

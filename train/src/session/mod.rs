@@ -8,7 +8,7 @@
 //! # fn main() -> anyhow::Result<()> {
 //! use segtool_core::config::RunConfig;
 //! let cfg = RunConfig::preset("shapes-tiny")?;
-//! let dist = segtool_train::dist::DistEnv::from_env()?;
+//! let dist = segtool_train::distributed::DistEnv::from_env()?;
 //! let mut log = Vec::new();
 //! let summary = segtool_train::Run::new(cfg, tch::Device::Cpu, dist)
 //!     .stop_at(Some(10))
@@ -33,7 +33,7 @@ use anyhow::Result;
 use segtool_core::config::RunConfig;
 use tch::Device;
 
-use crate::dist::{Backend, DistEnv, DEFAULT_BUCKET_MB};
+use crate::distributed::{Backend, DistEnv, DEFAULT_BUCKET_MB};
 use crate::model::DaNet;
 use crate::progress::Progress;
 use crate::run::{self, RunOptions, ValScore};

@@ -13,7 +13,7 @@ use super::{thread_note, Event, Run};
 use crate::amp::Amp;
 use crate::checkpoint::Checkpoint;
 use crate::datasets::{dataset_classes, open_dataset, ShapesOptions};
-use crate::dist::{Backend, Ddp, DistEnv, ProcessGroup};
+use crate::distributed::{Backend, Ddp, DistEnv, ProcessGroup};
 use crate::eval::{evaluate_with, EvalOptions};
 use crate::model::DaNet;
 use crate::progress::Silent;

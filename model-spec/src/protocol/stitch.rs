@@ -1,4 +1,6 @@
-//! [`predict`]: the protocol's one implementation, generic over the tensor library.
+//! The protocol's tensor backend ([`Stitch`]), window stitching ([`slide`]) and DANet's
+//! multi-scale order ([`danet_predict`]); [`predict`](super::predict) dispatches here or
+//! to [`super::mmseg`].
 //!
 //! A backend ([`Stitch`]) supplies the network and a dozen primitives on NCHW maps
 //! (resize, crop, pad, flip, concatenate, add, exp, softmax); the order of operations —
@@ -8,11 +10,11 @@
 use image::RgbImage;
 
 use super::{
-    danet_windows, mmseg, scaled_size, window_counts, Protocol, ProtocolOptions, Tiling, Window,
+    danet_windows, scaled_size, window_counts, Protocol, ProtocolOptions, Tiling, Window,
 };
 use crate::ModelSpec;
 
-/// NCHW tensor primitives and the network, for [`predict`]. Images are normalised
+/// NCHW tensor primitives and the network, for [`predict`](super::predict). Images are normalised
 /// `(N, 3, H, W)`; score maps `(N, K, H, W)` float32.
 pub trait Stitch {
     type Map;
@@ -59,54 +61,14 @@ pub trait Stitch {
     fn divide(&mut self, sum: Self::Map, counts: &[f32]) -> Self::Map;
 }
 
-/// Scores `(N, K, H, W)` of same-size `images` under `opts` (validated by the caller: see
-/// [`ProtocolOptions::validate`]), from their pixels: the entry point of evaluation.
-/// DANet normalises them with [`Stitch::normalise`] and runs [`predict`]; mmseg resizes
-/// the uint8 pixels as `cv2.resize` does and normalises as mmseg ([`super::mmseg`]).
-pub fn predict_images<S: Stitch>(
-    s: &mut S,
-    images: &[&RgbImage],
-    opts: &ProtocolOptions,
-) -> Result<S::Map, S::Error> {
-    match opts.protocol {
-        Protocol::Danet => {
-            let x = s.normalise(images)?;
-            predict(s, &x, opts)
-        }
-        Protocol::Mmseg => {
-            let Some(first) = images.first().map(|i| i.dimensions()) else {
-                // No image: the backend's own error (the runtime's names the problem).
-                return s.normalise(images);
-            };
-            if images.iter().any(|i| i.dimensions() != first) {
-                return s.normalise(images);
-            }
-            let (h, w) = (first.1 as usize, first.0 as usize);
-            mmseg::predict(s, (h, w), opts, |s, th, tw| {
-                let data = mmseg::prepare(images, th, tw, s.spec());
-                Ok(s.upload(data, [images.len(), 3, th, tw]))
-            })
-        }
-    }
-}
-
-/// Scores `(N, K, H, W)` of normalised `images` `(N, 3, H, W)` under `opts` (validated
-/// by the caller: see [`ProtocolOptions::validate`]): DANet's summed `exp` scores, or
-/// mmseg's logits / mean softmax ([`super::mmseg`]); the argmax over `K` is the
-/// prediction. mmseg resizes images in uint8 ([`predict_images`]); from floats its input
-/// resizes are float bilinear (`align_corners=false`, OpenCV's formula without its
-/// fixed-point rounding).
-pub fn predict<S: Stitch>(
+/// DANet's scores `(N, K, H, W)` of normalised `images` `(N, 3, H, W)`: per scale, the
+/// image resized, scored window by window ([`at_scale`]), resized back and summed.
+pub(super) fn danet_predict<S: Stitch>(
     s: &mut S,
     images: &S::Map,
     opts: &ProtocolOptions,
 ) -> Result<S::Map, S::Error> {
     let [_, _, h, w] = s.dims(images);
-    if opts.protocol == Protocol::Mmseg {
-        return mmseg::predict(s, (h, w), opts, |s, th, tw| {
-            Ok(s.resize(images, th, tw, false))
-        });
-    }
     let mut total: Option<S::Map> = None;
     for &scale in &opts.scales {
         let (sh, sw) = scaled_size(opts.protocol, h, w, scale, opts.base_size);

@@ -48,7 +48,7 @@ mod tests {
     //! of a single rank is the identity, so the reference needs no second process.
     use tch::{Device, Kind, Tensor};
 
-    use crate::dist::process_group::tests::gloo as group;
+    use crate::distributed::process_group::tests::gloo as group;
 
     const MOMENTUM: f64 = 0.1;
     const EPS: f64 = 1e-5;

@@ -23,6 +23,7 @@
 //!   `align_corners`; TTA (scales, flip) as `SegTTAModel`: the mean of the variants'
 //!   softmax.
 
+mod dispatch;
 pub mod mmseg;
 mod options;
 pub mod resize;
@@ -31,7 +32,8 @@ pub mod stitch;
 use serde::{Deserialize, Serialize};
 
 pub use options::{ProtocolOptions, Tiling};
-pub use stitch::{predict, predict_images, Stitch};
+pub use dispatch::{predict, predict_images};
+pub use stitch::Stitch;
 
 /// DANet's multi-scale list (the paper's Cityscapes scales, DESIGN.md).
 pub const MULTI_SCALES: [f64; 8] = [0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0, 2.2];

@@ -15,7 +15,7 @@
 //! ([`windows`]); a window larger than the image is cut to it and run at that size, not
 //! padded. Overlaps are summed in window order and divided by the count map.
 //!
-//! The uint8 path ([`predict_images`](super::stitch::predict_images)) resizes pixels as
+//! The uint8 path ([`predict_images`](super::predict_images)) resizes pixels as
 //! `cv2.resize(INTER_LINEAR)` does ([`resize_linear_u8`]) and normalises as mmseg's
 //! `SegDataPreProcessor`: `(x - mean) / std` on 0-255 values in float32.
 

@@ -3,12 +3,14 @@
 //! a timeout. A group has one device (CPU for gloo, the rank's GPU for NCCL); the shim
 //! refuses any collective tensor elsewhere, for both backends.
 
-use std::ffi::{c_char, c_int, CStr, CString};
+use std::ffi::{c_char, c_int, CString};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use tch::{Device, Tensor};
 use torch_sys::C_tensor;
+
+use crate::shim::check;
 
 #[repr(C)]
 struct RawGroup {
@@ -16,7 +18,6 @@ struct RawGroup {
 }
 
 extern "C" {
-    fn segtool_c10d_free_string(s: *mut c_char);
     fn segtool_c10d_has_nccl() -> c_int;
     fn segtool_c10d_group_new(
         master_addr: *const c_char,
@@ -63,19 +64,6 @@ extern "C" {
         timeout_ms: i64,
         out: *mut *mut C_tensor,
     ) -> *mut c_char;
-}
-
-/// Turns the shim's error string (NULL: success) into a `Result`, freeing it.
-pub(crate) fn check(err: *mut c_char) -> Result<()> {
-    if err.is_null() {
-        return Ok(());
-    }
-    // SAFETY: the shim returns a malloc'ed NUL-terminated string that we now own.
-    let message = unsafe { CStr::from_ptr(err) }
-        .to_string_lossy()
-        .into_owned();
-    unsafe { segtool_c10d_free_string(err) };
-    bail!("{message}")
 }
 
 fn ptr(t: &Tensor) -> *mut C_tensor {
@@ -190,7 +178,7 @@ impl ProcessGroup {
             }
             // Before the rendezvous: a rank without a GPU fails at once, not after its
             // peers have waited for it.
-            if let Err(why) = crate::env_report::cuda_devices() {
+            if let Err(why) = crate::device::cuda_devices() {
                 bail!(
                     "backend nccl requested, but there is no CUDA device: NCCL runs collectives \
                      on GPUs and this process sees none ({why}); use --dist-backend gloo with \
@@ -329,7 +317,7 @@ impl ProcessGroup {
     /// Training-mode BatchNorm with statistics over every rank's batch; the backward
     /// all-reduces as well. Updates the running statistics in place. The group must
     /// outlive the backward pass of the result (hold it in an `Arc`, as
-    /// [`crate::dist::sync_bn`] does).
+    /// [`crate::distributed::sync_bn`] does).
     pub(crate) fn sync_batch_norm(
         &self,
         input: &Tensor,
