@@ -12,6 +12,8 @@ export CARGO_TARGET_DIR="$work/target"
 export CARGO_HOME="$work/cargo-home"
 export PIP_CACHE_DIR="$work/pip-cache"
 export SEGTOOL_HOME="$work/segtool-home"
+# cargo's timing report of the test build, to see what the build after the demo's costs
+export SEGTOOL_CARGO_TIMINGS=1
 mkdir -p "$CARGO_HOME" "$PIP_CACHE_DIR" "$SEGTOOL_HOME"
 echo "first run in $work (clone of $src)" >&2
 git clone -q "$src" "$work/segtool"

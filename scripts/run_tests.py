@@ -31,6 +31,8 @@ def fmt(seconds):
 def test_binaries():
     """(package, target name, kind, executable, package folder) of every test binary."""
     cmd = ["cargo", "test", *CARGO_ARGS, "--no-run", "--message-format=json-render-diagnostics"]
+    if os.environ.get("SEGTOOL_CARGO_TIMINGS") == "1":
+        cmd.append("--timings")  # target/cargo-timings/cargo-timing.html (first_run.sh)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     found = []
     for line in proc.stdout:
