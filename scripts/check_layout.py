@@ -6,14 +6,15 @@
    path in it (`crate::x::y`, `super::y`, `use crate::{x, ...}`); comments, unit-test
    modules and a module's own children (which it declares and re-exports) do not count.
    Circles make the order in which to read a crate undefined.
-2. No folder whose name common tooling reads as something else: `spec`, `test`, `tests`
-   outside a crate root's `tests/`, `dist`, `build`, `out`, `target` (test folders and
-   build output, which whole-tree tools and default ignore files skip).
+2. No tracked folder whose name common tooling reads as something else: `spec`, `dist`,
+   `build`, `out`, `target` (test folders and build output, which whole-tree tools and
+   default ignore files skip). Generated output (the demo's `out/`) is not tracked.
 
     python3 scripts/check_layout.py [ROOT]   # exit 1 naming each circle / folder
 """
 import os
 import re
+import subprocess
 import sys
 
 ROOT = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(
@@ -115,14 +116,27 @@ def circles(crate):
     return sorted(named)
 
 
+def tracked_folders(root):
+    """Folders holding files git tracks (what a clone has; generated output such as the
+    demo's out/ is not part of the layout). Without git: every folder."""
+    try:
+        files = subprocess.run(["git", "ls-files", "-z"], cwd=root, stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL, check=True).stdout.decode().split("\0")
+    except (OSError, subprocess.CalledProcessError):
+        files = [os.path.relpath(os.path.join(d, f), root)
+                 for d, _, fs in os.walk(root) for f in fs]
+    folders = set()
+    for f in files:
+        parts = f.split("/")[:-1]
+        for i in range(1, len(parts) + 1):
+            folders.add("/".join(parts[:i]))
+    return sorted(folders)
+
+
 def misleading_folders(root):
-    found = []
-    for dirpath, dirnames, _ in os.walk(root):
-        dirnames[:] = [d for d in dirnames if d not in SKIP and not d.startswith(".")]
-        for d in dirnames:
-            if d in MISLEADING:
-                found.append(os.path.relpath(os.path.join(dirpath, d), root))
-    return found
+    return [d for d in tracked_folders(root)
+            if os.path.basename(d) in MISLEADING
+            and not any(p in SKIP or p.startswith(".") for p in d.split("/"))]
 
 
 def main():
