@@ -64,7 +64,24 @@ def expand_braces(text):
     return text
 
 
-def references(path, own, mods):
+def root_reexports(mods):
+    """{name: module} for the crate root's `pub use module::{Name, ...}`: `crate::Name` is
+    a use of `module` (a re-export must not hide a circle)."""
+    out = {}
+    root = mods.get(())
+    if root is None:
+        return out
+    text = expand_braces(code_of(root).replace("pub use ", "pub use crate::"))
+    for m in re.finditer(r"pub use crate::((?:\w+::)+)(\w+)", text):
+        path = tuple(m.group(1).rstrip(":").split("::"))
+        for n in range(len(path), 0, -1):
+            if path[:n] in mods:
+                out[m.group(2)] = path[:n]
+                break
+    return out
+
+
+def references(path, own, mods, reexports):
     """Modules of this crate that the file at module path `own` names."""
     text = expand_braces(code_of(path))
     found = set()
@@ -79,6 +96,8 @@ def references(path, own, mods):
             while parts and parts[0] == "super":
                 base, parts = base[:-1], parts[1:]
         path_parts = base + parts
+        if not base and path_parts and path_parts[0] in reexports and (path_parts[0],) not in mods:
+            path_parts = list(reexports[path_parts[0]]) + path_parts[1:]
         # the longest prefix that is a file
         for n in range(len(path_parts), -1, -1):
             target = tuple(path_parts[:n])
@@ -93,7 +112,8 @@ def references(path, own, mods):
 
 def circles(crate):
     mods = modules(os.path.join(crate, "src"))
-    graph = {m: references(f, m, mods) for m, f in mods.items()}
+    reexports = root_reexports(mods)
+    graph = {m: references(f, m, mods, reexports) for m, f in mods.items()}
     out = []
     for a, targets in graph.items():
         for b in targets:

@@ -22,7 +22,8 @@ RUSTC_BOOTSTRAP=1; nothing is compiled), rather than from a model of cargo's res
 
 `make test` runs `check` first, so a new dependency cannot quietly split the build again.
 A crate "agrees" when every unit of it in all the graphs has the same features, opt-level,
-debug info and debug assertions.
+debug info and debug assertions. The workspace's own libraries are checked too (their
+dependents' manifests must ask for the same features: the hack cannot unify them).
 """
 import json
 import os
@@ -36,14 +37,18 @@ HACK_DIR = os.path.join(ROOT, "workspace-hack")
 HACK_TOML = os.path.join(HACK_DIR, "Cargo.toml")
 HACK_PACKAGE = "segtool-workspace-hack"
 
-# The commands whose builds must share every crates.io artefact: the demo's build, the
-# test build as the issue of record states it and as scripts/run_tests.py runs it, and
-# the wheel's build as maturin runs it (scripts/python_tests.sh).
+# The commands whose builds must share every artefact: the demo's build, the test build
+# (as scripts/run_tests.py runs it), and the wheel's build, both as `cargo rustc -p
+# segtool-python --crate-type cdylib` and exactly as maturin 1.16 runs it
+# (scripts/python_tests.sh; maturin also sets PYO3_* variables, which only the PyO3
+# chain reads, and only the wheel builds that chain).
 COMMANDS = {
     "demo build": ["build", "--bin", "segtool"],
     "test build": ["test", "--workspace", "--no-run"],
     "wheel build": ["rustc", "-p", "segtool-python", "--lib", "--crate-type", "cdylib",
                     "--profile", "dev"],
+    "maturin's build": ["rustc", "--profile", "dev", "--features", "pyo3/extension-module",
+                        "--manifest-path", "python/Cargo.toml", "--lib"],
 }
 
 BEGIN = "### BEGIN GENERATED (scripts/one_build.py generate)"
@@ -61,23 +66,31 @@ def unit_graph(args):
 
 
 def crate_of(unit):
-    """(name, version) of a crates.io unit, else None (workspace and path crates)."""
+    """(name, version, registry?) of a unit's package: crates.io crates and workspace
+    crates alike (a workspace library built with two feature sets compiles twice too)."""
     pkg = unit["pkg_id"]
-    if not pkg.startswith("registry+"):
-        return None
-    name, version = pkg.split("#", 1)[1].rsplit("@", 1)
-    return name, version
+    registry = pkg.startswith("registry+")
+    tail = pkg.split("#", 1)[1] if "#" in pkg else pkg
+    if "@" in tail:
+        name, version = tail.rsplit("@", 1)
+    else:  # path+file:///work/main/runtime#0.1.0: the folder names the package
+        name, version = pkg.split("#")[0].rstrip("/").rsplit("/", 1)[-1], tail
+    return name, version, registry
 
 
 def configurations(graphs):
-    """{(name, version): {config: {command, ...}}} over the crates.io units; the config
-    is what makes two units of one crate different artefacts."""
+    """{(name, version, registry?): {config: {command, ...}}} over library units: every
+    crates.io crate, and the workspace's own libraries. The config is what makes two
+    units of one crate different artefacts."""
     found = defaultdict(lambda: defaultdict(set))
     for command, units in graphs.items():
         for u in units:
-            crate = crate_of(u)
-            if crate is None or u["mode"] != "build" or "custom-build" in u["target"]["kind"]:
+            kinds = u["target"]["kind"]
+            if u["mode"] != "build" or "custom-build" in kinds:
                 continue  # the library unit stands for its build script's units too
+            crate = crate_of(u)
+            if not crate[2] and not {"lib", "rlib", "cdylib", "proc-macro"} & set(kinds):
+                continue  # a workspace binary or example: its own command's business
             p = u["profile"]
             config = (tuple(u["features"]), p["opt_level"], p["debuginfo"],
                       p["debug_assertions"])
@@ -91,8 +104,10 @@ def splits(found):
 
 def describe(split):
     lines = []
-    for (name, version), configs in sorted(split.items()):
-        lines.append(f"  {name} {version}:")
+    for (name, version, registry), configs in sorted(split.items()):
+        where = "" if registry else " (a workspace crate: its dependents' manifests must ask " \
+            "for the same features; the workspace hack cannot)"
+        lines.append(f"  {name} {version}{where}:")
         for (features, opt, debug, asserts), commands in sorted(configs.items()):
             lines.append(f"    {', '.join(sorted(commands))}: features [{', '.join(features)}], "
                          f"opt-level {opt}, debuginfo {debug}, debug-assertions {asserts}")
@@ -176,8 +191,9 @@ def check():
         sys.exit("one_build: crates.io crates built in more than one configuration by "
                  f"{', '.join(COMMANDS)}:\n{describe(split)}\n"
                  "  run `python3 scripts/one_build.py generate` and commit workspace-hack/")
-    print(f"one build: {len(found)} crates.io crates, each in one configuration across "
-          f"{', '.join(COMMANDS)}", file=sys.stderr)
+    registry = sum(1 for c in found if c[2])
+    print(f"one build: {registry} crates.io crates and {len(found) - registry} workspace "
+          f"libraries, each in one configuration across {', '.join(COMMANDS)}", file=sys.stderr)
 
 
 def generate():
@@ -191,11 +207,15 @@ def generate():
                   f"{len(entries)} crates in {HACK_PACKAGE}", file=sys.stderr)
             return
         print(f"round {round_}: {len(split)} split crate(s):\n{describe(split)}", file=sys.stderr)
-        for crate, configs in split.items():
-            union = set(entries.get(crate, set()))
+        own = [c for c in split if not c[2]]
+        if own:
+            sys.exit("one_build: workspace crates built with different features (fix their "
+                     "dependents' manifests):\n" + describe({c: split[c] for c in own}))
+        for (name, version, _), configs in split.items():
+            union = set(entries.get((name, version), set()))
             for features, *_ in configs:
                 union.update(features)
-            entries[crate] = union
+            entries[(name, version)] = union
         write_generated(entries)
     sys.exit("one_build: still split after 10 rounds:\n" + describe(split))
 

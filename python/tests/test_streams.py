@@ -202,10 +202,18 @@ def test_inference_releases_the_gil(models: Dict[str, Path]) -> None:
 
 def test_ctrl_c_interrupts_a_long_batch(models: Dict[str, Path]) -> None:
     seg = segtool.Segmenter(models["plain"], engine="tract", threads=1)
+    # tract plans each input size on its first run: warm up, then time a batch long
+    # enough (at least 0.5 s, doubling it on a fast machine) that the interrupt 0.1 s in
+    # lands while it runs.
     batch = frames(6, *SLOW, seed=6)
-    t0 = time.perf_counter()
-    seg.segment_batch(batch)
-    full = time.perf_counter() - t0
+    seg.segment_batch(batch[:1])
+    while True:
+        t0 = time.perf_counter()
+        seg.segment_batch(batch)
+        full = time.perf_counter() - t0
+        if full >= 0.5 or len(batch) >= 96:
+            break
+        batch = batch + batch
     main = threading.get_ident()
     timer = threading.Timer(0.1, lambda: signal.pthread_kill(main, signal.SIGINT))
     t0 = time.perf_counter()

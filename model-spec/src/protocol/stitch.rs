@@ -9,9 +9,7 @@
 
 use image::RgbImage;
 
-use super::{
-    danet_windows, scaled_size, window_counts, Protocol, ProtocolOptions, Tiling, Window,
-};
+use super::{danet_windows, scaled_size, window_counts, ProtocolOptions, Tiling, Window};
 use crate::ModelSpec;
 
 /// NCHW tensor primitives and the network, for [`predict`](super::predict). Images are normalised
