@@ -141,6 +141,15 @@ if [ ! -f "$telemetry_stamp" ]; then
     touch "$telemetry_stamp"
     done_step
 fi
+# --- torchvision, the reference of the foreign-model tests (own stamp; --no-deps keeps torch) ---
+models_stamp="$venv/.segtool-models-$(sha256sum "$root/requirements-models.txt" | cut -c1-12)"
+if [ ! -f "$models_stamp" ]; then
+    begin "torchvision, the foreign-model tests' reference (pip; about 10 s)"
+    "$py" -m pip install -q --no-deps -r "$root/requirements-models.txt" >&2
+    rm -f "$venv"/.segtool-models-*
+    touch "$models_stamp"
+    done_step
+fi
 # --- mmsegmentation, the reference of the mmseg import/eval/recipe tests (own stamp) ---
 mmseg_stamp="$venv/.segtool-mmseg-$(sha256sum "$root/requirements-mmseg.txt" | cut -c1-12)"
 if [ ! -f "$mmseg_stamp" ]; then

@@ -34,6 +34,8 @@ enum Command {
     Export(cmd::export::Args),
     /// Segment images with an exported model (ONNX Runtime or tract).
     Infer(cmd::infer::Args),
+    /// The model card of an ONNX file (input, output, classes) and where each field came from.
+    Card(cmd::card::Args),
     /// INT8 post-training quantisation: QDQ model, TensorRT calibration cache, int8 vs fp32 report.
     #[cfg(feature = "ort")]
     Calibrate(cmd::calibrate::Args),
@@ -67,6 +69,7 @@ fn main() {
         Command::Import(args) => cmd::import::run(args),
         Command::Export(args) => cmd::export::run(args),
         Command::Infer(args) => cmd::infer::run(args),
+        Command::Card(args) => cmd::card::run(args),
         Command::Doctor(args) => cmd::doctor::run(args),
         Command::Bench(args) => cmd::bench::run(args),
         #[cfg(feature = "ort")]

@@ -413,3 +413,83 @@ fn fixed_size_models_get_resized_frames_and_frame_size_masks() {
         }
     }
 }
+
+/// An ONNX file segtool did not write (no metadata, its own input and output names), with
+/// a model card given by the `card` property: masks equal to the runtime's `Segmenter`
+/// with the same card, in BGR input too. Without a card the element refuses to start.
+#[test]
+fn a_foreign_model_is_served_through_the_card_property() {
+    use segtool_runtime::card::CardRequest;
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("plain.onnx");
+    std::fs::write(
+        &model,
+        segtool_runtime::testing::foreign_model_bytes(3, 3, false),
+    )
+    .unwrap();
+    let card = dir.path().join("plain.card.toml");
+    std::fs::write(
+        &card,
+        "classes = [\"a\", \"b\", \"c\"]\n[input]\nmean = [0.5, 0.4, 0.3]\nstd = [0.2, 0.25, 0.3]\n",
+    )
+    .unwrap();
+    let frames: Vec<RgbImage> = (0..N).map(|i| common::frame(i, W, H)).collect();
+    let mut seg = Segmenter::builder(&model)
+        .engine(EngineKind::Tract)
+        .threads(1)
+        .card(CardRequest::new().card_file(&card))
+        .open()
+        .unwrap();
+    let masks: Vec<Array2<u8>> = frames
+        .iter()
+        .map(|f| seg.segment(f).unwrap().mask)
+        .collect();
+    assert!(
+        masks.iter().any(|m| m.iter().any(|&c| c != m[[0, 0]])),
+        "several classes"
+    );
+    let props = format!(
+        "model={} card={} engine=tract threads=1 output=mask",
+        model.display(),
+        card.display()
+    );
+    for format in [VideoFormat::Rgb, VideoFormat::Bgr] {
+        let out = run(&props, format, &frames);
+        for (i, (buf, mask)) in out.iter().zip(&masks).enumerate() {
+            let map = buf.map_readable().unwrap();
+            assert_eq!(
+                map.as_slice(),
+                mask.as_slice().unwrap(),
+                "frame {i}, {}",
+                format.to_str()
+            );
+            check_meta(buf, mask, 3, i as u64);
+        }
+    }
+    // No card: the element does not start, and its error says what is missing.
+    common::init();
+    let element = gst::ElementFactory::make("segtoolseg")
+        .property("model", model.to_str().unwrap())
+        .property_from_str("engine", "tract")
+        .build()
+        .unwrap();
+    let pipeline = gst::Pipeline::new();
+    pipeline.add(&element).unwrap();
+    assert!(
+        pipeline.set_state(gst::State::Paused).is_err(),
+        "a foreign model without a card ran"
+    );
+    let bus = pipeline.bus().unwrap();
+    let message = bus
+        .pop_filtered(&[gst::MessageType::Error])
+        .expect("an error message on the bus");
+    let gst::MessageView::Error(e) = message.view() else {
+        unreachable!()
+    };
+    let text = format!("{} {:?}", e.error(), e.debug());
+    assert!(
+        text.contains("input.mean") && text.contains("plain.onnx"),
+        "{text}"
+    );
+    pipeline.set_state(gst::State::Null).unwrap();
+}

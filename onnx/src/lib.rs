@@ -9,6 +9,9 @@
 //! - [`builders`]: attribute and tensor constructors;
 //! - [`ModelFile::read`]: one streaming pass that reads the metadata and the graph's
 //!   inputs and outputs without loading the weights, into the value every reader takes;
+//! - [`card`]: the model card, what a file segtool did not write needs beside its graph;
+//! - [`copy_with_metadata`]: a copy of a model with metadata entries set, nothing else
+//!   touched;
 //! - [`metadata`]: the key names and their values as types ([`Metadata`],
 //!   [`IoContract`], [`TrtProfileHint`]); a value that is present but malformed is an
 //!   error naming its key.
@@ -33,10 +36,12 @@
 #![warn(missing_docs)]
 
 pub mod builders;
+pub mod card;
 pub mod error;
 pub mod metadata;
 pub mod proto;
 mod read;
+mod rewrite;
 mod scan;
 #[cfg(test)]
 mod tests;
@@ -44,3 +49,4 @@ mod tests;
 pub use error::{ModelFileError, Result};
 pub use metadata::{InputLayout, IoContract, Metadata, OutputKind, TrtProfileHint};
 pub use read::{read_io, read_props, ModelFile, ModelIo, TensorInfo};
+pub use rewrite::copy_with_metadata;

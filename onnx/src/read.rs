@@ -79,7 +79,9 @@ impl ModelIo {
         };
         let output = match (output.elem_type, output.dims.len()) {
             (t, 4) if t == DataType::Float as i32 => OutputKind::Logits,
-            (t, 3) if t == DataType::Uint8 as i32 || t == DataType::Int64 as i32 => OutputKind::Mask,
+            (t, 3) if t == DataType::Uint8 as i32 || t == DataType::Int64 as i32 => {
+                OutputKind::Mask
+            }
             _ => return None,
         };
         Some(IoContract { input, output })
@@ -128,7 +130,9 @@ pub fn read_props(path: impl AsRef<Path>) -> Result<Vec<(String, String)>> {
 
 /// The graph's inputs and outputs, without the weights or any metadata check.
 pub fn read_io(path: impl AsRef<Path>) -> Result<ModelIo> {
-    Ok(scan(path.as_ref(), true)?.1.expect("asked for the graph's I/O"))
+    Ok(scan(path.as_ref(), true)?
+        .1
+        .expect("asked for the graph's I/O"))
 }
 
 /// The one pass over the file: metadata entries, and the graph's I/O when `want_io`.
@@ -197,7 +201,11 @@ fn graph_io(r: &mut ProtoReader, end: u64) -> Result<ModelIo> {
                 let info = value_info(&buf).ok_or_else(|| {
                     r.invalid(format!(
                         "malformed graph {} entry",
-                        if f == field::GRAPH_INPUT { "input" } else { "output" }
+                        if f == field::GRAPH_INPUT {
+                            "input"
+                        } else {
+                            "output"
+                        }
                     ))
                 })?;
                 if f == field::GRAPH_INPUT {
@@ -233,7 +241,10 @@ fn skip_value(r: &mut ProtoReader, wire: u64, end: u64) -> Result<()> {
         5 => 4,
         2 => r.varint()?,
         w => {
-            return Err(r.invalid(format!("not an ONNX protobuf: wire type {w} at byte {}", r.pos)))
+            return Err(r.invalid(format!(
+                "not an ONNX protobuf: wire type {w} at byte {}",
+                r.pos
+            )))
         }
     };
     check_room(r, n, end)?;
@@ -263,7 +274,7 @@ fn tensor_name(r: &mut ProtoReader, end: u64) -> Result<Option<String>> {
 }
 
 /// Decodes a `StringStringEntryProto { key = 1; value = 2; }`.
-fn parse_entry(buf: &[u8]) -> Option<(String, String)> {
+pub(crate) fn parse_entry(buf: &[u8]) -> Option<(String, String)> {
     let (mut key, mut value) = (String::new(), String::new());
     for (f, v) in fields(buf)? {
         let Value::Bytes(data) = v else {

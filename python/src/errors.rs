@@ -46,7 +46,9 @@ pub(crate) fn input(expected: impl Into<String>, got: impl Into<String>) -> PyEr
 pub(crate) fn runtime(e: RuntimeError) -> PyErr {
     let msg = e.to_string();
     match e {
-        RuntimeError::File(_) | RuntimeError::OutputShape { .. } => ModelError::new_err(msg),
+        RuntimeError::File(_) | RuntimeError::OutputShape { .. } | RuntimeError::Card { .. } => {
+            ModelError::new_err(msg)
+        }
         RuntimeError::InputShape { .. } => InputError::new_err(msg),
         RuntimeError::OrtLibraryNotFound { .. }
         | RuntimeError::Ort(_)

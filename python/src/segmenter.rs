@@ -11,6 +11,7 @@ use numpy::{IntoPyArray, PyArray2, PyArray3, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use segtool_runtime::accuracy::{self, AccuracyOptions, Protocol};
+use segtool_runtime::card::{pipeline as card_pipeline, CardRequest};
 use segtool_runtime::{EngineKind, EngineOutput, IoContract, Provider, RuntimeError};
 use segtool_spec::ModelSpec;
 
@@ -102,6 +103,8 @@ pub(crate) struct Model {
     pub(crate) contract: IoContract,
     norm: Normaliser,
     accuracy: Option<AccuracyOptions>,
+    /// Driven by its model card (an ONNX file segtool did not write).
+    pub(crate) foreign: bool,
 }
 
 impl Model {
@@ -114,6 +117,9 @@ impl Model {
         scores: bool,
         t: &mut Timings,
     ) -> Result<Decoded, RuntimeError> {
+        if self.foreign {
+            return self.run_by_card(imgs, color, scores, t);
+        }
         let t0 = Instant::now();
         let input = pixels::prepare(imgs, color, self.contract.input, &self.norm);
         let t1 = Instant::now();
@@ -138,13 +144,44 @@ impl Model {
         t.post += t2.elapsed().as_secs_f64();
         Ok(decoded)
     }
+
+    /// A model from elsewhere, prepared and decoded as its card says
+    /// (`segtool_runtime::card::pipeline`, the same steps as `segtool infer`).
+    fn run_by_card(
+        &self,
+        imgs: &[ArrayView3<'_, u8>],
+        color: Color,
+        scores: bool,
+        t: &mut Timings,
+    ) -> Result<Decoded, RuntimeError> {
+        let t0 = Instant::now();
+        let rgb: Vec<image::RgbImage> = imgs
+            .iter()
+            .map(|v| pixels::to_rgb_image(*v, color))
+            .collect();
+        let mut seg = lock(&self.seg);
+        let card = seg.card().card.clone();
+        let (input, geometry) = card_pipeline::prepare(&rgb, &card)?;
+        let t1 = Instant::now();
+        t.pre += (t1 - t0).as_secs_f64();
+        let out = seg.run_prepared(input.view())?;
+        drop(seg);
+        let t2 = Instant::now();
+        t.engine += (t2 - t1).as_secs_f64();
+        let decoded = card_pipeline::decode(out, &card, geometry, scores)?
+            .into_iter()
+            .map(|s| (s.mask, s.logits))
+            .collect();
+        t.post += t2.elapsed().as_secs_f64();
+        Ok(decoded)
+    }
 }
 
 /// A model opened for inference; see the Python class `segtool.Segmenter`.
 #[pyclass(module = "segtool._segtool", frozen)]
 pub struct Segmenter {
     pub(crate) model: Arc<Model>,
-    path: PathBuf,
+    pub(crate) path: PathBuf,
     pub(crate) engine: String,
     pub(crate) provider: String,
     fallbacks: Vec<(String, String)>,
@@ -224,6 +261,7 @@ fn open(
     strict: bool,
     fixed_size: Option<(usize, usize)>,
     candidates: &[(String, String)],
+    card: Option<&PathBuf>,
 ) -> Result<
     (
         segtool_runtime::Segmenter,
@@ -240,6 +278,9 @@ fn open(
         }
         if let Some((h, w)) = fixed_size {
             b = b.fixed_size(h, w);
+        }
+        if let Some(card) = card {
+            b = b.card(CardRequest::new().card_file(card));
         }
         b
     };
@@ -274,7 +315,8 @@ impl Segmenter {
     #[new]
     #[pyo3(signature = (path, engine = "auto", providers = vec!["cpu".to_string()], threads = None,
         ort_libraries = vec![], strict = false, protocol = None, base_size = None, scales = None,
-        flip = false, mode = None, crop = None, stride = None, batch_size = 1, fixed_size = None))]
+        flip = false, mode = None, crop = None, stride = None, batch_size = 1, fixed_size = None,
+        card = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -293,6 +335,7 @@ impl Segmenter {
         stride: Option<usize>,
         batch_size: usize,
         fixed_size: Option<(usize, usize)>,
+        card: Option<PathBuf>,
     ) -> PyResult<Self> {
         let kind: EngineKind = engine
             .parse()
@@ -318,6 +361,7 @@ impl Segmenter {
                     strict,
                     fixed_size,
                     &ort_libraries,
+                    card.as_ref(),
                 )
             })
             .map_err(errors::runtime)?;
@@ -331,6 +375,13 @@ impl Segmenter {
             fallbacks.push((kind.to_string(), f.to_string()));
         }
         let contract = seg.contract();
+        let foreign = seg.is_foreign();
+        if accuracy.is_some() && foreign {
+            return Err(errors::input(
+                "accuracy mode on a segtool export",
+                format!("{} is driven by its model card", path.display()),
+            ));
+        }
         if accuracy.is_some() && !contract.is_plain() {
             return Err(errors::input(
                 "accuracy mode needs a model with float32 normalised input and logits output; \
@@ -357,6 +408,7 @@ impl Segmenter {
                 spec,
                 contract,
                 accuracy,
+                foreign,
             }),
             path,
             fallbacks,

@@ -49,6 +49,13 @@ fn server_over(
     let first = segmenters
         .first()
         .ok_or_else(|| errors::input("at least one Segmenter", "an empty list"))?;
+    if let Some(s) = segmenters.iter().find(|s| s.model.foreign) {
+        return Err(errors::input(
+            "segmenters of segtool exports (the batch server and live streams do not drive \
+             models by their card yet; use Segmenter.segment_batch)",
+            format!("a model driven by its card: {}", s.path.display()),
+        ));
+    }
     let spec = first.model.spec.clone();
     let engines = segmenters
         .iter()

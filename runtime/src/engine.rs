@@ -11,9 +11,9 @@ use ndarray::{Array4, ArrayView4};
 use segtool_onnx::ModelFile;
 use segtool_spec::ModelSpec;
 
-use segtool_onnx::ModelFileError;
 use crate::error::{fmt_shape, Result, RuntimeError};
 use crate::io_contract::{EngineInput, EngineOutput, IoContract};
+use segtool_onnx::ModelFileError;
 
 /// An inference backend holding one loaded model.
 ///
@@ -68,10 +68,15 @@ pub(crate) fn check_mask_shape(n: usize, output: &[usize]) -> Result<()> {
 pub(crate) fn mask_to_u8<T: Copy + TryInto<u8>>(
     mask: ndarray::ArrayViewD<T>,
 ) -> Result<ndarray::Array3<u8>> {
+    // `[N, 1, H, W]` (mmdeploy's argmax with keepdims) is `[N, H, W]`.
+    let mask = match mask.shape() {
+        [_, 1, _, _] => mask.index_axis_move(ndarray::Axis(1), 0),
+        _ => mask,
+    };
     let mask =
         mask.into_dimensionality::<ndarray::Ix3>()
             .map_err(|e| RuntimeError::OutputShape {
-                expected: "class map [N, H, W]".into(),
+                expected: "class map [N, H, W] or [N, 1, H, W]".into(),
                 got: e.to_string(),
             })?;
     let mut out = ndarray::Array3::<u8>::zeros(mask.dim());
@@ -106,8 +111,9 @@ fn check_image_shape(
     dtype: &str,
     layout: &str,
 ) -> Result<()> {
+    // Three colour channels, or what the graph fixes (a one-channel model's card).
     let fits = got.len() == 4
-        && got[channel_axis] == 3
+        && (got[channel_axis] == 3 || declared.get(channel_axis) == Some(&Some(got[channel_axis])))
         && got.iter().all(|&d| d > 0)
         && declared
             .iter()
@@ -204,7 +210,10 @@ mod tests {
         let path = dir.path().join("bad.onnx");
         std::fs::write(&path, b"this is not a model\xff\xff").unwrap();
         let err = load_spec(&path).unwrap_err();
-        assert!(matches!(err, RuntimeError::File(ModelFileError::Invalid { .. })), "{err}");
+        assert!(
+            matches!(err, RuntimeError::File(ModelFileError::Invalid { .. })),
+            "{err}"
+        );
         assert!(err.to_string().contains("bad.onnx"), "{err}");
 
         let spec = tiny_spec(2);

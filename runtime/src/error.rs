@@ -72,6 +72,16 @@ pub enum RuntimeError {
         fallback: String,
     },
 
+    /// The model's card (what a foreign ONNX file needs beside its graph) is missing a
+    /// field, malformed, or contradicts the graph; the message says what and how to give it.
+    #[error("{}: model card: {message}", path.display())]
+    Card {
+        /// The model file (or the card file that is malformed).
+        path: PathBuf,
+        /// What is wrong, naming the field (and the graph's side of a contradiction).
+        message: String,
+    },
+
     /// The requested backend was not compiled into this build.
     #[error("the {0} backend is not compiled in; rebuild segtool-runtime with `--features {0}`")]
     BackendUnavailable(&'static str),

@@ -43,6 +43,15 @@ impl EngineInput<'_> {
     }
 }
 
+/// One image's result.
+#[derive(Clone, Debug)]
+pub struct Segmentation {
+    /// Class per pixel, `(H, W)` at the input image's size.
+    pub mask: Array2<u8>,
+    /// Raw logits `(classes, h, w)` when [`Segmenter::with_logits`](crate::Segmenter::with_logits) asked for them.
+    pub logits: Option<Array3<f32>>,
+}
+
 /// An owned [`EngineInput`] (what a decoding thread hands to the engine thread).
 #[derive(Clone, Debug)]
 pub enum EngineTensor {
@@ -171,7 +180,10 @@ mod tests {
     fn metadata_contracts() {
         let props = |l: &str, o: &str| {
             vec![
-                (segtool_spec::SPEC_METADATA_KEY.to_string(), tiny_spec(2).to_json()),
+                (
+                    segtool_spec::SPEC_METADATA_KEY.to_string(),
+                    tiny_spec(2).to_json(),
+                ),
                 (INPUT_LAYOUT_KEY.to_string(), l.to_string()),
                 (OUTPUT_KIND_KEY.to_string(), o.to_string()),
             ]
@@ -179,7 +191,10 @@ mod tests {
         let contract = |p: Vec<(String, String)>| {
             segtool_onnx::Metadata::from_props("m.onnx".as_ref(), &p).map(|m| m.contract)
         };
-        assert_eq!(contract(props(LAYOUT_NCHW_F32, "logits")[..1].to_vec()).unwrap(), None);
+        assert_eq!(
+            contract(props(LAYOUT_NCHW_F32, "logits")[..1].to_vec()).unwrap(),
+            None
+        );
         let c = contract(props(LAYOUT_NHWC_U8, "mask")).unwrap().unwrap();
         assert_eq!(
             c,
@@ -188,7 +203,10 @@ mod tests {
                 output: OutputKind::Mask
             }
         );
-        assert!(contract(props(LAYOUT_NCHW_F32, "logits")).unwrap().unwrap().is_plain());
+        assert!(contract(props(LAYOUT_NCHW_F32, "logits"))
+            .unwrap()
+            .unwrap()
+            .is_plain());
         assert!(contract(props("NCDHW", "logits")).is_err());
         assert!(contract(props(LAYOUT_NCHW_F32, "probs")).is_err());
         assert_eq!(IoContract::resolve(Some(c), None), c);

@@ -46,6 +46,7 @@
 
 pub mod accuracy;
 pub mod batching;
+pub mod card;
 pub mod contract_adapter;
 pub mod engine;
 pub mod env_report;
@@ -68,11 +69,13 @@ use std::path::Path;
 
 pub use accuracy::{AccuracyOptions, Tiling};
 pub use batching::{BatchConfig, BatchError, BatchServer, LatestStream, OrderedStream};
+pub use contract_adapter::ContractAdapter;
 pub use engine::{load_spec, read_metadata, run_logits, Engine};
 pub use env_report::{env_report, RuntimeEnvReport};
 pub use error::{Result, RuntimeError};
-pub use contract_adapter::ContractAdapter;
-pub use io_contract::{EngineInput, EngineOutput, EngineTensor, InputLayout, IoContract, OutputKind};
+pub use io_contract::{
+    EngineInput, EngineOutput, EngineTensor, InputLayout, IoContract, OutputKind, Segmentation,
+};
 #[cfg(feature = "ort")]
 pub use ort_engine::{CudaOptions, TensorRtOptions, TrtProfile};
 #[cfg(feature = "ort")]
@@ -81,7 +84,7 @@ pub use postprocess::{argmax, colorize, overlay, resize_nearest, DEFAULT_ALPHA};
 pub use postprocess::{resize_bilinear, softmax, Upsample};
 pub use preprocess::{normalise, normalise_batch};
 pub use preprocess::{prepare, PrepareOptions, Prepared};
-pub use segmenter::{EngineKind, Fallback, Segmentation, Segmenter, SegmenterBuilder};
+pub use segmenter::{EngineKind, Fallback, Segmenter, SegmenterBuilder};
 /// The exported file's reader and typed metadata.
 pub use segtool_onnx::{Metadata, ModelFile, ModelFileError, TrtProfileHint};
 pub use temporal::{FlickerMeter, TemporalSmoother};

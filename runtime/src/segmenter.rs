@@ -9,26 +9,18 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use image::RgbImage;
-use ndarray::{Array2, Array3, ArrayView4};
+use ndarray::ArrayView4;
 use segtool_onnx::ModelFile;
 use segtool_spec::ModelSpec;
 
 pub use builder::{EngineKind, Fallback, SegmenterBuilder};
 
 use crate::batching::run::{decode, run_normalised};
+use crate::card::{self, pipeline, ResolvedCard};
+use crate::contract_adapter::ContractAdapter;
 use crate::engine::Engine;
 use crate::error::Result;
-use crate::contract_adapter::ContractAdapter;
-use crate::io_contract::{EngineInput, EngineOutput, EngineTensor, IoContract};
-
-/// One image's result.
-#[derive(Clone, Debug)]
-pub struct Segmentation {
-    /// Class per pixel, `(H, W)` at the input image's size.
-    pub mask: Array2<u8>,
-    /// Raw logits `(classes, h, w)` when [`Segmenter::with_logits`] asked for them.
-    pub logits: Option<Array3<f32>>,
-}
+use crate::io_contract::{EngineInput, EngineOutput, EngineTensor, IoContract, Segmentation};
 
 /// A model plus its spec: images in, masks out.
 ///
@@ -37,6 +29,9 @@ pub struct Segmentation {
 pub struct Segmenter {
     engine: Box<dyn Engine>,
     spec: ModelSpec,
+    /// The model's card with the source of each field; for a segtool export, what its
+    /// spec amounts to.
+    card: ResolvedCard,
     contract: IoContract,
     keep_logits: bool,
     fallbacks: Vec<Fallback>,
@@ -50,15 +45,38 @@ impl Segmenter {
         SegmenterBuilder::new(path.as_ref().to_path_buf())
     }
 
-    pub(crate) fn assemble(engine: Box<dyn Engine>, model: ModelFile, fallbacks: Vec<Fallback>) -> Self {
+    pub(crate) fn assemble(
+        engine: Box<dyn Engine>,
+        model: ModelFile,
+        fallbacks: Vec<Fallback>,
+    ) -> Self {
         let graph = engine.io_contract().or_else(|| model.io.contract());
         Self {
             contract: IoContract::resolve(model.metadata.contract, graph),
             spec: model.metadata.spec.clone(),
+            card: card::from_segtool_export(&model.metadata, &model.io),
             engine,
             keep_logits: false,
             fallbacks,
             model: Some(model),
+        }
+    }
+
+    /// A file from elsewhere, driven by its card (see [`crate::card::pipeline`]).
+    pub(crate) fn assemble_foreign(
+        engine: Box<dyn Engine>,
+        card: ResolvedCard,
+        fallbacks: Vec<Fallback>,
+    ) -> Self {
+        let contract = engine.io_contract().unwrap_or_default();
+        Self {
+            spec: card::spec_of(&card.card),
+            card,
+            engine,
+            contract,
+            keep_logits: false,
+            fallbacks,
+            model: None,
         }
     }
 
@@ -68,6 +86,7 @@ impl Segmenter {
     pub fn from_engine(engine: Box<dyn Engine>, spec: ModelSpec) -> Self {
         let contract = engine.io_contract().unwrap_or_default();
         Self {
+            card: card::from_spec(&spec, contract, "image", "logits"),
             engine,
             spec,
             contract,
@@ -112,9 +131,21 @@ impl Segmenter {
         self.model.as_ref()
     }
 
-    /// The model's spec: classes, palette, normalisation.
+    /// The model's spec: classes, palette, normalisation. For a file from elsewhere, what
+    /// its card says of them (architecture fields are placeholders: `arch` is
+    /// `"external"`).
     pub fn spec(&self) -> &ModelSpec {
         &self.spec
+    }
+
+    /// The model's card and where each field came from (a segtool export's is its spec's).
+    pub fn card(&self) -> &ResolvedCard {
+        &self.card
+    }
+
+    /// Driven by a card rather than a segtool spec (an ONNX file from elsewhere).
+    pub fn is_foreign(&self) -> bool {
+        !self.card.segtool_export
     }
 
     /// The engine, for its name and provider.
@@ -140,17 +171,24 @@ impl Segmenter {
     }
 
     /// The engine input for same-size `imgs` in the model's layout (normalised f32 NCHW,
-    /// or raw uint8 NHWC for `--preprocess` exports).
+    /// or raw uint8 NHWC for `--preprocess` exports; for a card-driven model, what its
+    /// card says: [`crate::card::pipeline::prepare`]).
     pub fn prepare_input(&self, imgs: &[RgbImage]) -> Result<EngineTensor> {
+        if self.is_foreign() {
+            return Ok(pipeline::prepare(imgs, &self.card.card)?.0);
+        }
         EngineTensor::from_images(imgs, &self.spec, self.contract.input)
     }
 
     /// One engine run on a prepared batch, its output checked against the spec
-    /// (batch size, class count).
+    /// (batch size, class count; a card-driven model's output is checked as it is
+    /// decoded, [`crate::card::pipeline::decode`]).
     pub fn run_prepared(&mut self, input: EngineInput<'_>) -> Result<EngineOutput> {
         let n = input.dims().0;
         let out = self.engine.run(input)?;
-        out.check(n, &self.spec)?;
+        if !self.is_foreign() {
+            out.check(n, &self.spec)?;
+        }
         Ok(out)
     }
 
@@ -163,8 +201,22 @@ impl Segmenter {
         input: ArrayView4<f32>,
         sizes: &[(usize, usize)],
     ) -> Result<Vec<Segmentation>> {
+        if self.is_foreign() {
+            return Err(crate::error::RuntimeError::InputShape {
+                expected: "images: a card-driven model prepares its own input (segment_batch)"
+                    .into(),
+                got: "a normalised tensor".into(),
+            });
+        }
         let contract = self.contract;
-        run_normalised(self.engine.as_mut(), contract, &self.spec, input, sizes, self.keep_logits)
+        run_normalised(
+            self.engine.as_mut(),
+            contract,
+            &self.spec,
+            input,
+            sizes,
+            self.keep_logits,
+        )
     }
 
     /// Segments one image at its own size.
@@ -188,10 +240,23 @@ impl Segmenter {
         let mut results: Vec<Option<Segmentation>> = vec![None; imgs.len()];
         for ((w, h), members) in groups {
             let batch: Vec<RgbImage> = members.iter().map(|&i| imgs[i].clone()).collect();
+            if self.is_foreign() {
+                let (input, geometry) = pipeline::prepare(&batch, &self.card.card)?;
+                let out = self.engine.run(input.view())?;
+                let segs = pipeline::decode(out, &self.card.card, geometry, self.keep_logits)?;
+                for (i, seg) in members.into_iter().zip(segs) {
+                    results[i] = Some(seg);
+                }
+                continue;
+            }
             let input = self.prepare_input(&batch)?;
             let out = self.engine.run(input.view())?;
             let sizes = vec![(h as usize, w as usize); batch.len()];
-            for (i, seg) in members.into_iter().zip(decode(out, &self.spec, &sizes, self.keep_logits)?) {
+            for (i, seg) in
+                members
+                    .into_iter()
+                    .zip(decode(out, &self.spec, &sizes, self.keep_logits)?)
+            {
                 results[i] = Some(seg);
             }
         }

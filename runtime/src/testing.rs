@@ -7,7 +7,7 @@
 //! with `segtool-onnx`'s messages, so no exporter or Python is needed to test the engines.
 
 use prost::Message;
-use segtool_onnx::builders::tensor_f32;
+use segtool_onnx::builders::{attr_int, tensor_f32};
 use segtool_onnx::proto::{
     tensor_value_info, DataType, Dim, GraphProto, ModelProto, NodeProto, OperatorSetIdProto,
     StringStringEntryProto,
@@ -65,6 +65,69 @@ pub fn tiny_model_bytes(spec: &ModelSpec, weights: &[[f32; 3]], bias: &[f32]) ->
         metadata_props: vec![StringStringEntryProto {
             key: SPEC_METADATA_KEY.into(),
             value: spec.to_json(),
+        }],
+        ..Default::default()
+    }
+    .encode_to_vec()
+}
+
+/// A file as other tools write them, for model-card tests: no segtool metadata, input
+/// `input` f32 `[N, in_ch, H, W]`, a 1x1 `Conv` with fixed weights, then output `out`:
+/// f32 `[N, classes, H, W]`, or with `argmax` an int64 class map `[N, H, W]` (ArgMax over
+/// the classes).
+pub fn foreign_model_bytes(in_ch: i64, classes: i64, argmax: bool) -> Vec<u8> {
+    let dims = |c: Option<i64>| {
+        let mut d = vec![Dim::Named("N")];
+        if let Some(c) = c {
+            d.push(Dim::Fixed(c));
+        }
+        d.extend([Dim::Named("H"), Dim::Named("W")]);
+        d
+    };
+    let w: Vec<f32> = (0..classes * in_ch)
+        .map(|i| 0.5 - 0.3 * (i % 5) as f32)
+        .collect();
+    let mut node = vec![NodeProto {
+        input: vec!["input".into(), "W".into()],
+        output: vec![if argmax {
+            "scores".into()
+        } else {
+            "out".into()
+        }],
+        op_type: "Conv".into(),
+        ..Default::default()
+    }];
+    let output = if argmax {
+        node.push(NodeProto {
+            input: vec!["scores".into()],
+            output: vec!["out".into()],
+            op_type: "ArgMax".into(),
+            attribute: vec![attr_int("axis", 1), attr_int("keepdims", 0)],
+            ..Default::default()
+        });
+        tensor_value_info("out", DataType::Int64, &dims(None))
+    } else {
+        tensor_value_info("out", DataType::Float, &dims(Some(classes)))
+    };
+    let graph = GraphProto {
+        name: "plain".into(),
+        node,
+        initializer: vec![tensor_f32("W", &[classes, in_ch, 1, 1], &w)],
+        input: vec![tensor_value_info(
+            "input",
+            DataType::Float,
+            &dims(Some(in_ch)),
+        )],
+        output: vec![output],
+        ..Default::default()
+    };
+    ModelProto {
+        ir_version: 8,
+        producer_name: "pytorch".into(),
+        graph: Some(graph),
+        opset_import: vec![OperatorSetIdProto {
+            domain: String::new(),
+            version: 17,
         }],
         ..Default::default()
     }

@@ -78,7 +78,19 @@ impl TractEngine {
     pub fn open_with(path: impl AsRef<Path>, options: &TractOptions) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
         ensure_exists(&path)?;
-        let model = load(&path)?;
+        let mut model = load(&path)?;
+        if let Some((input, output)) = &options.io_names {
+            let invalid = |e: tract_onnx::prelude::TractError| {
+                RuntimeError::File(ModelFileError::Invalid {
+                    path: path.clone(),
+                    message: format!("the card's input {input:?} / output {output:?}: {e:#}"),
+                })
+            };
+            model = model
+                .with_input_names([input])
+                .and_then(|m| m.with_outputs_by_name([output]))
+                .map_err(invalid)?;
+        }
         let fact = model.input_fact(0).map_err(|e| {
             RuntimeError::File(ModelFileError::Invalid {
                 path: path.clone(),
@@ -104,7 +116,7 @@ impl TractEngine {
             .ok()
             .and_then(|f| f.datum_type.concretize())
             .map(|t| match t {
-                DatumType::U8 | DatumType::I64 => OutputKind::Mask,
+                DatumType::U8 | DatumType::I32 | DatumType::I64 => OutputKind::Mask,
                 _ => OutputKind::Logits,
             });
         let threads = options.resolved_threads();
@@ -319,11 +331,15 @@ impl Engine for TractEngine {
         };
         let out = &self.execute(given, tensor, (n, h, w))?;
         match out.datum_type() {
-            DatumType::U8 | DatumType::I64 => {
-                let mask = if out.datum_type() == DatumType::U8 {
-                    mask_to_u8(out.to_plain_array_view::<u8>().expect("u8 tensor"))?
-                } else {
-                    mask_to_u8(out.to_plain_array_view::<i64>().expect("i64 tensor"))?
+            DatumType::U8 | DatumType::I32 | DatumType::I64 => {
+                let mask = match out.datum_type() {
+                    DatumType::U8 => {
+                        mask_to_u8(out.to_plain_array_view::<u8>().expect("u8 tensor"))?
+                    }
+                    DatumType::I32 => {
+                        mask_to_u8(out.to_plain_array_view::<i32>().expect("i32 tensor"))?
+                    }
+                    _ => mask_to_u8(out.to_plain_array_view::<i64>().expect("i64 tensor"))?,
                 };
                 check_mask_shape(n, mask.shape())?;
                 Ok(EngineOutput::Mask(mask))

@@ -7,6 +7,9 @@ pub struct TractOptions {
     /// Threads of the engine's pool; `None` (default): all cores
     /// (`std::thread::available_parallelism`). 1 runs on the calling thread alone.
     pub threads: Option<usize>,
+    /// The graph input to feed and output to read (a model card's); `None`: the first
+    /// of each.
+    pub io_names: Option<(String, String)>,
 }
 
 impl TractOptions {
@@ -18,6 +21,12 @@ impl TractOptions {
     /// `n` threads for this engine's pool (0 means the default, all cores).
     pub fn with_threads(mut self, n: usize) -> Self {
         self.threads = (n > 0).then_some(n);
+        self
+    }
+
+    /// Feeds input `input` and reads output `output` (a model card's names).
+    pub fn with_io_names(mut self, input: impl Into<String>, output: impl Into<String>) -> Self {
+        self.io_names = Some((input.into(), output.into()));
         self
     }
 

@@ -4,7 +4,10 @@
 use std::path::Path;
 
 use anyhow::Result;
+use segtool_runtime::card::CardRequest;
 use segtool_runtime::{EngineKind, Segmenter, SegmenterBuilder};
+
+use crate::args::card::CardArgs;
 
 /// `--engine`: which inference engine runs the model.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -52,6 +55,9 @@ pub struct EngineFlags {
     /// error instead of a reported fallback to CPU.
     #[arg(long)]
     pub strict: bool,
+    /// What an ONNX file from elsewhere needs beside its graph.
+    #[command(flatten)]
+    pub card: CardArgs,
 }
 
 impl EngineFlags {
@@ -63,6 +69,7 @@ impl EngineFlags {
             threads: self.threads,
             strict: self.strict,
             fixed_size,
+            card: self.card.request(),
         }
     }
 }
@@ -77,6 +84,8 @@ pub struct EngineRequest<'a> {
     pub strict: bool,
     /// `(height, width)` every input will have, for ONNX Runtime's memory plan.
     pub fixed_size: Option<(usize, usize)>,
+    /// The model card flags (files from elsewhere).
+    pub card: CardRequest,
 }
 
 impl EngineRequest<'_> {
@@ -85,7 +94,8 @@ impl EngineRequest<'_> {
     pub fn builder(&self, model: &Path) -> Result<SegmenterBuilder> {
         let mut b = Segmenter::builder(model)
             .engine(self.engine.into())
-            .strict(self.strict);
+            .strict(self.strict)
+            .card(self.card.clone());
         #[cfg(feature = "ort")]
         {
             let providers = self

@@ -3,6 +3,7 @@
 //! opening ([`data`]), the device flag, the progress bar the training commands draw
 //! ([`progress`]), the inference engine flags ([`engine`]) and image sizes ([`size`]).
 
+pub mod card;
 pub mod data;
 pub mod engine;
 #[cfg(feature = "train")]

@@ -4,6 +4,7 @@
 pub mod bench;
 #[cfg(feature = "ort")]
 pub mod calibrate;
+pub mod card;
 #[cfg(feature = "ort")]
 pub mod compare;
 #[cfg(feature = "train")]

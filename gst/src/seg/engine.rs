@@ -9,6 +9,7 @@ use image::RgbImage;
 use ndarray::{Array2, Axis};
 use segtool_runtime::accuracy::{self, AccuracyOptions};
 use segtool_runtime::batching::{LatestStream, LiveFrame, Output};
+use segtool_runtime::card::CardRequest;
 use segtool_runtime::{
     resize_nearest, BatchConfig, BatchServer, Engine, InputLayout, Segmenter, TemporalSmoother,
 };
@@ -106,7 +107,15 @@ pub fn open(settings: &Settings) -> Result<Opened, OpenError> {
     if settings.threads > 0 {
         builder = builder.threads(settings.threads as usize);
     }
+    if let Some(card) = &settings.card {
+        builder = builder.card(CardRequest::new().card_file(card));
+    }
     let seg = builder.open().map_err(|e| bad(e.to_string()))?;
+    if accuracy.is_some() && seg.is_foreign() {
+        return Err(bad(format!(
+            "accuracy mode (protocol) serves segtool exports; {path} is driven by its model card"
+        )));
+    }
     let spec = seg.spec().clone();
     let provider = format!("{}/{}", seg.engine().name(), seg.engine().provider());
     let fallbacks = seg.fallbacks().iter().map(ToString::to_string).collect();

@@ -58,6 +58,8 @@ pub enum OutputMode {
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub model: Option<String>,
+    /// A model card (TOML) for an ONNX file segtool did not write.
+    pub card: Option<String>,
     pub engine: EngineChoice,
     pub providers: String,
     pub threads: u32,
@@ -74,6 +76,7 @@ impl Default for Settings {
     fn default() -> Self {
         Self {
             model: None,
+            card: None,
             engine: EngineChoice::Auto,
             providers: String::new(),
             threads: 0,
@@ -121,6 +124,14 @@ pub fn specs() -> Vec<glib::ParamSpec> {
         glib::ParamSpecString::builder("model")
             .nick("Model")
             .blurb("Path of the exported model (.onnx written by `segtool export`)")
+            .build(),
+        glib::ParamSpecString::builder("card")
+            .nick("Model card")
+            .blurb(
+                "A model card (TOML) for an ONNX file segtool did not write: input \
+                 normalisation, channel order, output kind, classes (default: the file's \
+                 own metadata, or MODEL.segtool.toml beside it)",
+            )
             .build(),
         glib::ParamSpecEnum::builder_with_default("engine", d.engine)
             .nick("Engine")
@@ -198,6 +209,7 @@ pub fn specs() -> Vec<glib::ParamSpec> {
 pub fn set(settings: &mut Settings, name: &str, value: &glib::Value) {
     match name {
         "model" => settings.model = value.get::<Option<String>>().expect("type checked"),
+        "card" => settings.card = value.get::<Option<String>>().expect("type checked"),
         "engine" => settings.engine = value.get().expect("type checked"),
         "providers" => {
             settings.providers = value
@@ -226,6 +238,7 @@ pub fn set(settings: &mut Settings, name: &str, value: &glib::Value) {
 pub fn get(settings: &Settings, name: &str) -> Option<glib::Value> {
     Some(match name {
         "model" => settings.model.to_value(),
+        "card" => settings.card.to_value(),
         "engine" => settings.engine.to_value(),
         "providers" => settings.providers.to_value(),
         "threads" => settings.threads.to_value(),

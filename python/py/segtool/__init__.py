@@ -132,6 +132,11 @@ class Segmenter:
     exp scores) or ``"mmseg"``, with ``base_size``, ``scales``, ``flip``, ``mode``
     (``"sliding"`` / ``"whole"``), ``crop``, ``stride``, ``batch_size`` (windows per run),
     as ``segtool infer`` and ``segtool eval`` take them.
+
+    ``card``: a model card (TOML) for an ONNX file segtool did not write (torchvision,
+    Hugging Face, a plain ``torch.onnx.export``): the input's normalisation and channel
+    order, the output's kind and the classes (README, "Models from elsewhere"). Without
+    it the file's own metadata and a ``MODEL.segtool.toml`` beside it are read.
     """
 
     def __init__(
@@ -151,6 +156,7 @@ class Segmenter:
         stride: Optional[int] = None,
         batch_size: int = 1,
         fixed_size: Optional[Tuple[int, int]] = None,
+        card: Optional[PathLike] = None,
     ) -> None:
         if isinstance(providers, str):
             providers = (providers,)
@@ -170,6 +176,7 @@ class Segmenter:
             stride=stride,
             batch_size=batch_size,
             fixed_size=fixed_size,
+            card=None if card is None else os.fspath(card),
         )
         self.fallbacks: List[Fallback] = [Fallback(k, r) for k, r in self._native.fallbacks]
         for f in self.fallbacks:

@@ -49,6 +49,7 @@ class Segmenter:
         stride: Optional[int] = ...,
         batch_size: int = ...,
         fixed_size: Optional[Tuple[int, int]] = ...,
+        card: Optional[str] = ...,
     ) -> None: ...
     def segment(self, img: npt.NDArray[Any], color: str = ..., scores: bool = ...) -> Segmentation: ...
     def segment_batch(

@@ -109,7 +109,7 @@ use image::RgbImage;
 use ndarray::{Array2, Array3};
 
 use crate::error::RuntimeError;
-use crate::Segmentation;
+use crate::io_contract::Segmentation;
 
 pub use handle::Handle;
 pub use latest::{DropReason, LatestStats, LatestStream, LiveFrame, LiveOutcome};

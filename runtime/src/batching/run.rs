@@ -9,12 +9,12 @@ use ndarray::{s, Array4, ArrayView4};
 use segtool_spec::ModelSpec;
 
 use super::Input;
+use crate::contract_adapter::ContractAdapter;
 use crate::engine::Engine;
 use crate::error::{Result, RuntimeError};
-use crate::contract_adapter::ContractAdapter;
+use crate::io_contract::Segmentation;
 use crate::io_contract::{EngineInput, EngineOutput, EngineTensor, InputLayout, IoContract};
 use crate::preprocess::normalise;
-use crate::Segmentation;
 
 /// Decodes an engine's output for a batch: checks it against the spec (batch size, class
 /// count), then one [`Segmentation`] per image, its mask resized (nearest) to `sizes[i]`
@@ -104,7 +104,11 @@ impl Inputs {
 
     /// The normalised tensor of mixed image and tensor inputs (all of them, or input
     /// `only` alone).
-    fn mixed_tensor(inputs: &[Input], only: Option<usize>, spec: &ModelSpec) -> Result<Array4<f32>> {
+    fn mixed_tensor(
+        inputs: &[Input],
+        only: Option<usize>,
+        spec: &ModelSpec,
+    ) -> Result<Array4<f32>> {
         let picked: Vec<&Input> = match only {
             None => inputs.iter().collect(),
             Some(i) => vec![&inputs[i]],

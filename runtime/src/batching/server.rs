@@ -41,8 +41,25 @@ impl BatchServer {
     ) -> Result<Self, BatchError> {
         let spec = match segmenters.first() {
             Some(s) => s.spec().clone(),
-            None => return Err(BatchError::InvalidConfig("no segmenters (workers) given".into())),
+            None => {
+                return Err(BatchError::InvalidConfig(
+                    "no segmenters (workers) given".into(),
+                ))
+            }
         };
+        if let Some(s) = segmenters.iter().find(|s| s.is_foreign()) {
+            let file = s
+                .card()
+                .path
+                .as_ref()
+                .map_or_else(|| "the model".into(), |p| p.display().to_string());
+            return Err(BatchError::InvalidConfig(format!(
+                "{file} is driven by a model card (an ONNX file segtool did not write): the \
+                 batch server and live streams serve segtool exports only so far; segment \
+                 with Segmenter::segment_batch (segtool infer without --devices / \
+                 --cpu-sessions / --live)"
+            )));
+        }
         if let Some(i) = segmenters.iter().position(|s| *s.spec() != spec) {
             return Err(BatchError::InvalidConfig(format!(
                 "segmenter {i} has another model spec than segmenter 0: one server serves one model"
@@ -320,7 +337,9 @@ impl Worker {
     ) -> Result<Vec<Segmentation>, BatchError> {
         let (engine, spec, keep) = (self.engine.as_mut(), &*self.spec, self.keep_logits);
         let contract = self.contract;
-        match catch_unwind(AssertUnwindSafe(|| inputs.run(only, engine, contract, spec, keep))) {
+        match catch_unwind(AssertUnwindSafe(|| {
+            inputs.run(only, engine, contract, spec, keep)
+        })) {
             Ok(result) => result.map_err(BatchError::from),
             Err(payload) => Err(BatchError::EnginePanicked(
                 payload

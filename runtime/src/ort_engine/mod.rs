@@ -81,6 +81,9 @@ pub struct OrtOptions {
     /// a timestamp); [`OrtEngine::end_profiling`] closes it and says which provider ran
     /// each node.
     pub profiling: Option<PathBuf>,
+    /// The graph input to feed and output to read (a model card's); `None`: the first
+    /// input, and the output named `logits` or `mask`, else the first.
+    pub io_names: Option<(String, String)>,
 }
 
 impl OrtOptions {
@@ -88,6 +91,12 @@ impl OrtOptions {
     /// [`dylib_candidates`] lists, the model's dynamic input size.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Feeds input `input` and reads output `output` (a model card's names).
+    pub fn with_io_names(mut self, input: impl Into<String>, output: impl Into<String>) -> Self {
+        self.io_names = Some((input.into(), output.into()));
+        self
     }
 
     /// Threads inside one operator ([`OrtOptions::intra_threads`]).
@@ -217,7 +226,13 @@ impl OrtEngine {
                 Ok(session) => {
                     release_freed_heap();
                     let fallback = (!failures.is_empty()).then(|| failures.join("; "));
-                    return Self::from_session(session, path, provider.to_string(), fallback);
+                    return Self::from_session(
+                        session,
+                        path,
+                        provider.to_string(),
+                        fallback,
+                        options.io_names.as_ref(),
+                    );
                 }
                 // The model itself is broken: every provider would say the same.
                 Err(e) if *provider == Provider::Cpu && last => {
@@ -246,6 +261,7 @@ impl OrtEngine {
         path: PathBuf,
         provider: String,
         fallback: Option<String>,
+        io_names: Option<&(String, String)>,
     ) -> Result<Self> {
         let invalid = |message: String| {
             RuntimeError::File(ModelFileError::Invalid {
@@ -253,10 +269,28 @@ impl OrtEngine {
                 message,
             })
         };
-        let input = session
-            .inputs()
-            .first()
-            .ok_or_else(|| invalid("model has no input".into()))?;
+        let named = |names: Vec<&str>, want: &str, what: &str| {
+            invalid(format!(
+                "the card's {what} {want:?} is not in the graph (its {what}s: {names:?})"
+            ))
+        };
+        let input = match io_names {
+            Some((want, _)) => session
+                .inputs()
+                .iter()
+                .find(|i| i.name() == want)
+                .ok_or_else(|| {
+                    named(
+                        session.inputs().iter().map(|i| i.name()).collect(),
+                        want,
+                        "input",
+                    )
+                })?,
+            None => session
+                .inputs()
+                .first()
+                .ok_or_else(|| invalid("model has no input".into()))?,
+        };
         let declared = match input.dtype().tensor_shape() {
             Some(shape) => shape.iter().map(|&d| usize::try_from(d).ok()).collect(),
             None => vec![None; 4],
@@ -267,23 +301,32 @@ impl OrtEngine {
         };
         let input_name = input.name().to_string();
         let outputs = session.outputs();
-        let output = outputs
-            .iter()
-            .find(|o| o.name() == "logits" || o.name() == "mask")
-            .or_else(|| outputs.first())
-            .ok_or_else(|| invalid("model has no output".into()))?;
+        let output = match io_names {
+            Some((_, want)) => outputs
+                .iter()
+                .find(|o| o.name() == want)
+                .ok_or_else(|| named(outputs.iter().map(|o| o.name()).collect(), want, "output"))?,
+            None => outputs
+                .iter()
+                .find(|o| o.name() == "logits" || o.name() == "mask")
+                .or_else(|| outputs.first())
+                .ok_or_else(|| invalid("model has no output".into()))?,
+        };
         let output_kind = match (
             output.dtype().tensor_type(),
             output.dtype().tensor_shape().map(|s| s.len()),
         ) {
             (Some(TensorElementType::Float32), _) => OutputKind::Logits,
-            (Some(TensorElementType::Uint8 | TensorElementType::Int64), Some(3)) => {
-                OutputKind::Mask
-            }
+            (
+                Some(
+                    TensorElementType::Uint8 | TensorElementType::Int32 | TensorElementType::Int64,
+                ),
+                Some(3 | 4),
+            ) => OutputKind::Mask,
             (ty, rank) => {
                 return Err(invalid(format!(
                     "output {:?} is {ty:?} of rank {rank:?}: expected f32 logits \
-                     [N, classes, H, W] or a uint8/int64 class map [N, H, W]",
+                     [N, classes, H, W] or a uint8/int32/int64 class map [N, H, W] or [N, 1, H, W]",
                     output.name()
                 )))
             }
@@ -479,14 +522,17 @@ impl Engine for OrtEngine {
         .map_err(|e| RuntimeError::Ort(format!("running {}: {e}", self.path.display())))?;
         let value = &outputs[self.output_name.as_str()];
         if self.contract.output == OutputKind::Mask {
-            let mask = match value.try_extract_array::<u8>() {
-                Ok(m) => mask_to_u8(m)?,
-                Err(_) => mask_to_u8(value.try_extract_array::<i64>().map_err(|e| {
+            let mask = if let Ok(m) = value.try_extract_array::<u8>() {
+                mask_to_u8(m)?
+            } else if let Ok(m) = value.try_extract_array::<i32>() {
+                mask_to_u8(m)?
+            } else {
+                mask_to_u8(value.try_extract_array::<i64>().map_err(|e| {
                     RuntimeError::OutputShape {
-                        expected: "a uint8 or int64 class map".into(),
+                        expected: "a uint8, int32 or int64 class map".into(),
                         got: e.to_string(),
                     }
-                })?)?,
+                })?)?
             };
             check_mask_shape(n, mask.shape())?;
             return Ok(EngineOutput::Mask(mask));

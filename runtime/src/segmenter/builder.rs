@@ -11,6 +11,7 @@ use std::str::FromStr;
 use segtool_onnx::ModelFile;
 
 use super::Segmenter;
+use crate::card::{self, CardRequest};
 use crate::engine::Engine;
 use crate::error::{Result, RuntimeError};
 #[cfg(feature = "ort")]
@@ -92,7 +93,11 @@ impl fmt::Display for Fallback {
                 "ONNX Runtime cannot be loaded (tried: {}); using tract",
                 tried.join("; ")
             ),
-            Fallback::Provider { requested, running, reason } => {
+            Fallback::Provider {
+                requested,
+                running,
+                reason,
+            } => {
                 write!(f, "{requested} requested, running on {running}: {reason}")
             }
             Fallback::TractCpuOnly { requested } => {
@@ -114,6 +119,7 @@ pub struct SegmenterBuilder {
     strict: bool,
     fixed_size: Option<(usize, usize)>,
     logits: bool,
+    card: CardRequest,
 }
 
 impl SegmenterBuilder {
@@ -127,7 +133,17 @@ impl SegmenterBuilder {
             strict: false,
             fixed_size: None,
             logits: false,
+            card: CardRequest::new(),
         }
+    }
+
+    /// What an ONNX file segtool did not write needs beside its graph: a card file and
+    /// fields of the caller's own (see [`crate::card`]; the file's own metadata, a sidecar
+    /// and mmdeploy / Hugging Face folder files are read anyway). A segtool export's spec
+    /// says everything; a card request does not change how it runs.
+    pub fn card(mut self, request: CardRequest) -> Self {
+        self.card = request;
+        self
     }
 
     /// The engine (default [`EngineKind::Auto`]).
@@ -190,28 +206,47 @@ impl SegmenterBuilder {
         self
     }
 
-    /// Reads the model once and builds the engine.
+    /// Reads the model's card (a segtool export's spec, or the card of a file from
+    /// elsewhere: [`card`](Self::card)) and builds the engine.
     pub fn open(self) -> Result<Segmenter> {
-        let model = ModelFile::read(&self.path)?;
+        let resolved = card::resolve(&self.path, &self.card)?;
+        let (model, names) = if resolved.segtool_export {
+            (Some(ModelFile::read(&self.path)?), None)
+        } else {
+            let c = &resolved.card;
+            (None, Some((c.input.name.clone(), c.output.name.clone())))
+        };
         let mut fallbacks = Vec::new();
-        let engine = self.build_engine(&model, &mut fallbacks)?;
+        let engine = self.build_engine(model.as_ref(), names, &mut fallbacks)?;
         if let Some(first) = fallbacks.first().filter(|_| self.strict) {
             return Err(RuntimeError::FallbackRefused {
                 path: self.path.clone(),
                 fallback: first.to_string(),
             });
         }
-        Ok(Segmenter::assemble(engine, model, fallbacks).with_logits(self.logits))
+        let segmenter = match model {
+            Some(model) => Segmenter::assemble(engine, model, fallbacks),
+            None => Segmenter::assemble_foreign(engine, resolved, fallbacks),
+        };
+        Ok(segmenter.with_logits(self.logits))
     }
 
-    fn build_engine(&self, model: &ModelFile, fallbacks: &mut Vec<Fallback>) -> Result<Box<dyn Engine>> {
+    /// `model`: a segtool export as read; `None` for a file from elsewhere, whose card
+    /// names the graph input and output to use (`names`).
+    fn build_engine(
+        &self,
+        model: Option<&ModelFile>,
+        names: Option<(String, String)>,
+        fallbacks: &mut Vec<Fallback>,
+    ) -> Result<Box<dyn Engine>> {
+        let model = Opened { model, names };
         match self.engine {
-            EngineKind::Tract => self.tract(model, fallbacks),
-            EngineKind::Ort => self.ort(model, fallbacks),
-            EngineKind::Auto => match self.ort(model, fallbacks) {
+            EngineKind::Tract => self.tract(&model, fallbacks),
+            EngineKind::Ort => self.ort(&model, fallbacks),
+            EngineKind::Auto => match self.ort(&model, fallbacks) {
                 Err(RuntimeError::OrtLibraryNotFound { tried }) if cfg!(feature = "tract") => {
                     fallbacks.push(Fallback::OrtLibraryMissing { tried });
-                    self.tract(model, fallbacks)
+                    self.tract(&model, fallbacks)
                 }
                 other => other,
             },
@@ -219,15 +254,21 @@ impl SegmenterBuilder {
     }
 
     #[cfg(feature = "ort")]
-    fn ort(&self, model: &ModelFile, fallbacks: &mut Vec<Fallback>) -> Result<Box<dyn Engine>> {
+    fn ort(&self, model: &Opened<'_>, fallbacks: &mut Vec<Fallback>) -> Result<Box<dyn Engine>> {
         let mut options = self.ort.clone();
+        if let Some((input, output)) = &model.names {
+            options = options.with_io_names(input.clone(), output.clone());
+        }
         if let Some(n) = self.threads {
             options = options.with_intra_threads(n);
         }
         if let Some((h, w)) = self.fixed_size {
             options = options.with_fixed_input_size(h, w);
         }
-        let engine = OrtEngine::open_model(model, &options)?;
+        let engine = match model.model {
+            Some(model) => OrtEngine::open_model(model, &options)?,
+            None => OrtEngine::open(&self.path, &options)?,
+        };
         if let Some(reason) = engine.fallback_reason() {
             let requested = options
                 .execution_providers
@@ -243,12 +284,12 @@ impl SegmenterBuilder {
     }
 
     #[cfg(not(feature = "ort"))]
-    fn ort(&self, _: &ModelFile, _: &mut Vec<Fallback>) -> Result<Box<dyn Engine>> {
+    fn ort(&self, _: &Opened<'_>, _: &mut Vec<Fallback>) -> Result<Box<dyn Engine>> {
         Err(RuntimeError::BackendUnavailable("ort"))
     }
 
     #[cfg(feature = "tract")]
-    fn tract(&self, model: &ModelFile, fallbacks: &mut Vec<Fallback>) -> Result<Box<dyn Engine>> {
+    fn tract(&self, model: &Opened<'_>, fallbacks: &mut Vec<Fallback>) -> Result<Box<dyn Engine>> {
         #[cfg(feature = "ort")]
         {
             let gpu: Vec<String> = self
@@ -259,7 +300,9 @@ impl SegmenterBuilder {
                 .map(Provider::to_string)
                 .collect();
             if !gpu.is_empty() {
-                fallbacks.push(Fallback::TractCpuOnly { requested: gpu.join(", ") });
+                fallbacks.push(Fallback::TractCpuOnly {
+                    requested: gpu.join(", "),
+                });
             }
         }
         #[cfg(not(feature = "ort"))]
@@ -268,11 +311,21 @@ impl SegmenterBuilder {
         if let Some(n) = self.threads {
             options = options.with_threads(n);
         }
-        Ok(Box::new(TractEngine::open_with(&model.path, &options)?))
+        if let Some((input, output)) = &model.names {
+            options = options.with_io_names(input.clone(), output.clone());
+        }
+        Ok(Box::new(TractEngine::open_with(&self.path, &options)?))
     }
 
     #[cfg(not(feature = "tract"))]
-    fn tract(&self, _: &ModelFile, _: &mut Vec<Fallback>) -> Result<Box<dyn Engine>> {
+    fn tract(&self, _: &Opened<'_>, _: &mut Vec<Fallback>) -> Result<Box<dyn Engine>> {
         Err(RuntimeError::BackendUnavailable("tract"))
     }
+}
+
+/// What the engine is opened from: a segtool export as read, or a file from elsewhere
+/// with its card's input and output names.
+struct Opened<'a> {
+    model: Option<&'a ModelFile>,
+    names: Option<(String, String)>,
 }

@@ -196,6 +196,12 @@ impl Args {
 }
 
 pub fn run(args: Args) -> Result<()> {
+    // A file from elsewhere is driven by its card: resolved (or refused, saying what is
+    // missing) before anything else.
+    let card = segtool_runtime::card::resolve(&args.model, &args.engine.card.request())?;
+    if !card.segtool_export {
+        refuse_for_card_models(&args)?;
+    }
     if args.live {
         return raw::run_live(&args);
     }
@@ -224,7 +230,11 @@ pub fn run(args: Args) -> Result<()> {
             files
         }
     };
-    let fixed_size = args.fixed_input_size(&files, accuracy_opts.is_some());
+    // A card's resize or padding decides the tensor's size, not the images'.
+    let fixed_size = match card.segtool_export {
+        true => args.fixed_input_size(&files, accuracy_opts.is_some()),
+        false => None,
+    };
     let fixed_desc = fixed_size
         .map(|(h, w)| format!(", fixed {h}x{w}"))
         .unwrap_or_default();
@@ -255,7 +265,8 @@ pub fn run(args: Args) -> Result<()> {
             seg.engine().name(),
             seg.engine().provider()
         );
-        let prepare = Some((spec.clone(), contract.input));
+        // A card-driven model prepares its own input on the engine stage.
+        let prepare = (!seg.is_foreign()).then(|| (spec.clone(), contract.input));
         let stage = Stage::Single {
             seg: Box::new(seg),
             accuracy: accuracy_opts,
@@ -441,6 +452,35 @@ pub fn run(args: Args) -> Result<()> {
 
 /// `processed 7 images, 2 failed: a.png, b.png` (the first few failed files named; each
 /// was reported with its reason when it was skipped).
+/// What does not run on a card-driven model yet, refused before any work.
+fn refuse_for_card_models(args: &Args) -> Result<()> {
+    let what = if args.live {
+        Some("--live")
+    } else if !args.devices.is_empty() || args.cpu_sessions.is_some() {
+        Some("--devices / --cpu-sessions (the batch server)")
+    } else if args.protocol.is_some()
+        || args.mode.is_some()
+        || args.crop.is_some()
+        || args.stride.is_some()
+        || args.flip
+        || args.scales.is_some()
+        || args.ms
+        || args.base_size.is_some()
+    {
+        Some("accuracy mode (--protocol/--mode/--crop/--stride/--flip/--scales/--ms)")
+    } else {
+        None
+    };
+    match what {
+        Some(what) => bail!(
+            "{what} serves segtool exports only so far; {} is driven by its model card \
+             (segment it without {what})",
+            args.model.display()
+        ),
+        None => Ok(()),
+    }
+}
+
 fn skipped_summary(processed: usize, skipped: &[Failure]) -> String {
     const NAMED: usize = 10;
     let plural = |n: usize| if n == 1 { "image" } else { "images" };

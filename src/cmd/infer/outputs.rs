@@ -163,6 +163,10 @@ pub(super) fn write_results(
                     .collect::<Result<_>>()?;
                 (Vec::new(), answers)
             }
+            Results::Segmented(segs) => (
+                Vec::new(),
+                segs.into_iter().map(|s| (s.mask, s.logits)).collect(),
+            ),
         };
         let mut slots: Vec<Option<Slot<'_>>> = (0..n).map(|_| None).collect();
         for (members, out) in &groups {

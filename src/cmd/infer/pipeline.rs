@@ -14,7 +14,9 @@ use rayon::prelude::*;
 use segtool_core::ModelSpec;
 use segtool_runtime::accuracy::{self, AccuracyOptions};
 use segtool_runtime::batching::Handle;
-use segtool_runtime::{BatchServer, EngineOutput, EngineTensor, InputLayout, Segmenter};
+use segtool_runtime::{
+    BatchServer, EngineOutput, EngineTensor, InputLayout, Segmentation, Segmenter,
+};
 
 /// Images of one batch plus their engine inputs, one per distinct size (none when the
 /// batch goes through a `BatchServer`, which prepares its own).
@@ -39,6 +41,8 @@ pub(super) enum Results {
     Groups(Vec<(Vec<usize>, EngineOutput)>),
     /// One handle per image, answered by the batch server.
     Pending(Vec<Handle>),
+    /// Per image, segmented already (a model driven by its card).
+    Segmented(Vec<Segmentation>),
 }
 
 /// A batch after the engine.
@@ -137,6 +141,10 @@ pub(super) enum Stage {
 impl Stage {
     pub(super) fn run(&mut self, batch: &mut Batch, spec: &ModelSpec) -> Result<Results> {
         match self {
+            // A card-driven model prepares and decodes by its card.
+            Stage::Single { seg, .. } if seg.is_foreign() => {
+                Ok(Results::Segmented(seg.segment_batch(&batch.images)?))
+            }
             Stage::Single { seg, accuracy } => {
                 let groups = std::mem::take(&mut batch.groups);
                 let mut out = Vec::with_capacity(groups.len());

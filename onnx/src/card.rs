@@ -1,0 +1,374 @@
+//! The model card: what a deployment needs to know about a segmentation model that its
+//! graph does not say (how pixels become the input tensor, what the output means, the
+//! class names and colours), for ONNX files segtool did not write.
+//!
+//! A segtool export carries all of it in its spec; a `torch.onnx.export` of torchvision's
+//! FCN, a Hugging Face SegFormer or an mmdeploy `end2end.onnx` carries none of it. The
+//! card is the one description every source fills in (the file's own metadata under
+//! [`CARD_METADATA_KEY`], a sidecar TOML, the mmdeploy and Hugging Face folder files,
+//! command-line flags) and every front end reads. [`ModelCard::check_graph`] refuses a
+//! card that contradicts the graph, naming both sides; where the graph tells (rank, dtype,
+//! fixed dims), the graph wins.
+//!
+//! Its serialised form (JSON in the metadata, TOML in a sidecar) uses the field names
+//! below; unknown fields are refused so that a typo is not silently ignored.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::proto::DataType;
+use crate::read::{ModelIo, TensorInfo};
+
+/// Key of the model card (JSON) in `metadata_props`: `segtool card M --out M2.onnx`
+/// writes it, and a file that has it describes itself.
+pub const CARD_METADATA_KEY: &str = "segtool.card";
+
+/// How the input tensor's axes are ordered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Layout {
+    /// `[N, C, H, W]` (PyTorch exports).
+    Nchw,
+    /// `[N, H, W, C]` (segtool's `--preprocess`, TensorFlow exports).
+    Nhwc,
+}
+
+/// The input tensor's element type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Dtype {
+    /// float32: the card's scale, mean and std are applied before the graph.
+    Float32,
+    /// uint8 pixels: the graph normalises (scale, mean and std must be absent or neutral).
+    Uint8,
+}
+
+/// The order of the colour channels the model was trained on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ChannelOrder {
+    /// Red, green, blue (PIL, torchvision, Hugging Face).
+    Rgb,
+    /// Blue, green, red (OpenCV; mmdeploy without `to_rgb`, DeepStream's
+    /// `model-color-format=1`).
+    Bgr,
+}
+
+/// How an image of any size is made acceptable to a graph with a size divisor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Fit {
+    /// Pad bottom and right up to the next multiple (zeros after normalisation); the
+    /// output is cropped back.
+    Pad,
+    /// Resize (bilinear) to the nearest multiple; the output is resized back.
+    Resize,
+}
+
+/// What the output tensor holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OutputKind {
+    /// Per-class scores `[N, K, h, w]` at any resolution (upsampled bilinearly to the
+    /// input with the card's `align_corners`, then argmax).
+    Logits,
+    /// Per-class probabilities `[N, K, h, w]`: treated as logits (argmax is the same).
+    Probabilities,
+    /// Class ids `[N, H, W]` or `[N, 1, H, W]` (int64, int32 or uint8).
+    ClassMap,
+    /// One probability channel `[N, 1, h, w]`: class 1 above the threshold, background
+    /// at or below it.
+    Binary,
+}
+
+impl OutputKind {
+    /// The serialised name.
+    pub fn name(self) -> &'static str {
+        match self {
+            OutputKind::Logits => "logits",
+            OutputKind::Probabilities => "probabilities",
+            OutputKind::ClassMap => "class_map",
+            OutputKind::Binary => "binary",
+        }
+    }
+}
+
+impl fmt::Display for OutputKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The input half of a card.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InputCard {
+    /// The graph input to feed.
+    pub name: String,
+    /// Axis order.
+    pub layout: Layout,
+    /// Element type.
+    pub dtype: Dtype,
+    /// Colour order.
+    pub channels: ChannelOrder,
+    /// 0-255 pixel values are multiplied by this first (1/255, or 1 for none).
+    pub scale: f32,
+    /// Subtracted after scaling, per channel in the card's channel order (one value for
+    /// a one-channel input).
+    pub mean: Vec<f32>,
+    /// Divided by after subtracting the mean, per channel.
+    pub std: Vec<f32>,
+    /// A fixed `[height, width]`: every image is resized to it and results back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<[usize; 2]>,
+    /// Dynamic sizes must be multiples of this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size_divisor: Option<usize>,
+    /// How images are brought to a multiple of `size_divisor`.
+    #[serde(default = "default_fit")]
+    pub fit: Fit,
+}
+
+fn default_fit() -> Fit {
+    Fit::Pad
+}
+
+/// The output half of a card.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutputCard {
+    /// The graph output to read.
+    pub name: String,
+    /// What it holds.
+    pub kind: OutputKind,
+    /// `align_corners` of the bilinear upsampling of logits to the input.
+    #[serde(default)]
+    pub align_corners: bool,
+    /// `binary` only: the probability at which a pixel is the class.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threshold: Option<f32>,
+}
+
+/// Everything a deployment needs beside the graph.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelCard {
+    /// How pixels become the input tensor.
+    pub input: InputCard,
+    /// What the output means.
+    pub output: OutputCard,
+    /// Class names, one per class id.
+    pub classes: Vec<String>,
+    /// One RGB colour per class.
+    pub palette: Vec<[u8; 3]>,
+}
+
+impl ModelCard {
+    /// The JSON value stored under [`CARD_METADATA_KEY`].
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("a plain struct serialises")
+    }
+
+    /// Parses [`ModelCard::to_json`]'s form; the error names the field.
+    pub fn from_json(json: &str) -> Result<Self, String> {
+        let card: Self = serde_json::from_str(json).map_err(|e| e.to_string())?;
+        card.check_self()?;
+        Ok(card)
+    }
+
+    /// The number of classes a mask can hold.
+    pub fn num_classes(&self) -> usize {
+        self.classes.len()
+    }
+
+    /// The card's own consistency: normalisation lengths, class and palette counts,
+    /// positive std and scale, a threshold exactly for `binary`.
+    pub fn check_self(&self) -> Result<(), String> {
+        let i = &self.input;
+        if i.mean.len() != i.std.len() || !matches!(i.mean.len(), 1 | 3) {
+            return Err(format!(
+                "input.mean has {} values and input.std {}: give 3 of each (1 for a \
+                 one-channel input)",
+                i.mean.len(),
+                i.std.len()
+            ));
+        }
+        if let Some(s) = i.std.iter().find(|s| !(s.is_finite() && **s > 0.0)) {
+            return Err(format!("input.std {s} is not a positive number"));
+        }
+        if !(i.scale.is_finite() && i.scale > 0.0) {
+            return Err(format!("input.scale {} is not a positive number", i.scale));
+        }
+        if matches!(i.size, Some([h, w]) if h == 0 || w == 0) {
+            return Err("input.size must be two positive numbers [height, width]".into());
+        }
+        if i.size_divisor == Some(0) {
+            return Err("input.size_divisor must be at least 1".into());
+        }
+        if self.classes.is_empty() {
+            return Err("classes: the card names no class".into());
+        }
+        if self.palette.len() != self.classes.len() {
+            return Err(format!(
+                "palette has {} colours for {} classes",
+                self.palette.len(),
+                self.classes.len()
+            ));
+        }
+        match (self.output.kind, self.output.threshold) {
+            (OutputKind::Binary, None) => Err("output.kind binary needs output.threshold".into()),
+            (OutputKind::Binary, Some(_)) if self.classes.len() != 2 => Err(format!(
+                "output.kind binary has 2 classes (background and one), the card names {}",
+                self.classes.len()
+            )),
+            (OutputKind::Binary, Some(t)) if !(t.is_finite() && (0.0..=1.0).contains(&t)) => Err(
+                format!("output.threshold {t} is not a probability in [0, 1]"),
+            ),
+            (k, Some(_)) if k != OutputKind::Binary => {
+                Err(format!("output.threshold applies to kind binary, not {k}"))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Refuses a card that contradicts the graph, naming both sides: an input or output
+    /// name the graph lacks, a dtype or rank the graph does not have, a channel count
+    /// that differs from the normalisation's, a class count that differs from the
+    /// output's channels, a class map declared as logits (or the reverse), a fixed size
+    /// the graph's fixed dims contradict.
+    pub fn check_graph(&self, io: &ModelIo) -> Result<(), String> {
+        self.check_self()?;
+        let input = find(&io.inputs, &self.input.name, "input")?;
+        let output = find(&io.outputs, &self.output.name, "output")?;
+        let (i, o) = (&self.input, &self.output);
+        let dtype = match i.dtype {
+            Dtype::Float32 => DataType::Float,
+            Dtype::Uint8 => DataType::Uint8,
+        };
+        if input.elem_type != 0 && input.elem_type != dtype as i32 {
+            return Err(format!(
+                "the card says input {:?} is {:?}, the graph declares element type {}",
+                i.name,
+                i.dtype,
+                type_name(input.elem_type)
+            ));
+        }
+        if !input.dims.is_empty() && input.dims.len() != 4 {
+            return Err(format!(
+                "input {:?} has rank {} in the graph; the card describes a 4-D image batch",
+                i.name,
+                input.dims.len()
+            ));
+        }
+        let (c_axis, h_axis, w_axis) = match i.layout {
+            Layout::Nchw => (1, 2, 3),
+            Layout::Nhwc => (3, 1, 2),
+        };
+        if let Some(Some(c)) = input.dims.get(c_axis) {
+            if *c as usize != i.mean.len() {
+                return Err(format!(
+                    "the card gives {} mean/std values, the graph's input {:?} has {c} \
+                     channel(s) on the {:?} channel axis",
+                    i.mean.len(),
+                    i.name,
+                    i.layout
+                ));
+            }
+        }
+        if let (Some([h, w]), Some(Some(gh)), Some(Some(gw))) =
+            (i.size, input.dims.get(h_axis), input.dims.get(w_axis))
+        {
+            if (h as i64, w as i64) != (*gh, *gw) {
+                return Err(format!(
+                    "the card's input size is {h}x{w}, the graph's input {:?} is fixed at \
+                     {gh}x{gw}",
+                    i.name
+                ));
+            }
+        }
+        let integer = matches!(
+            output.elem_type,
+            t if t == DataType::Int64 as i32 || t == DataType::Int32 as i32 || t == DataType::Uint8 as i32
+        );
+        let float = output.elem_type == DataType::Float as i32;
+        match o.kind {
+            OutputKind::ClassMap if float => {
+                return Err(format!(
+                    "the card says output {:?} is a class map, the graph declares float32 \
+                     (scores: use kind logits, probabilities or binary)",
+                    o.name
+                ))
+            }
+            OutputKind::Logits | OutputKind::Probabilities | OutputKind::Binary if integer => {
+                return Err(format!(
+                    "the card says output {:?} is {}, the graph declares {} (a class map: use \
+                     kind class_map)",
+                    o.name,
+                    o.kind,
+                    type_name(output.elem_type)
+                ))
+            }
+            _ => {}
+        }
+        let rank = output.dims.len();
+        let channels = match (o.kind, rank) {
+            (_, 0) => None,
+            (OutputKind::ClassMap, 3) => None,
+            (_, 4) => Some(output.dims[1]),
+            (k, r) => {
+                return Err(format!(
+                    "output {:?} has rank {r} in the graph; kind {k} is [N, K, h, w]{}",
+                    o.name,
+                    match k {
+                        OutputKind::ClassMap => " or [N, H, W]",
+                        _ => "",
+                    }
+                ))
+            }
+        };
+        match (o.kind, channels) {
+            (OutputKind::ClassMap, Some(Some(c))) if c != 1 => Err(format!(
+                "output {:?} is a class map with {c} channels in the graph; a class map has one",
+                o.name
+            )),
+            (OutputKind::Binary, Some(Some(c))) if c != 1 => Err(format!(
+                "the card says output {:?} is one probability channel (binary), the graph \
+                 gives {c} channels (use kind logits with {c} classes)",
+                o.name
+            )),
+            (OutputKind::Logits | OutputKind::Probabilities, Some(Some(c)))
+                if c as usize != self.classes.len() =>
+            {
+                Err(format!(
+                    "the card names {} classes, the graph's output {:?} has {c} channels",
+                    self.classes.len(),
+                    o.name
+                ))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+fn find<'a>(list: &'a [TensorInfo], name: &str, what: &str) -> Result<&'a TensorInfo, String> {
+    list.iter().find(|t| t.name == name).ok_or_else(|| {
+        let names: Vec<&str> = list.iter().map(|t| t.name.as_str()).collect();
+        format!("the card's {what} {name:?} is not in the graph (its {what}s: {names:?})")
+    })
+}
+
+/// ONNX's name of an element type number, for messages.
+pub fn type_name(elem_type: i32) -> String {
+    match elem_type {
+        1 => "float32".into(),
+        2 => "uint8".into(),
+        3 => "int8".into(),
+        6 => "int32".into(),
+        7 => "int64".into(),
+        10 => "float16".into(),
+        11 => "float64".into(),
+        0 => "no element type".into(),
+        t => format!("element type {t}"),
+    }
+}

@@ -1,0 +1,112 @@
+"""A model segtool did not write, served from Python by its model card: a small conv net
+written with onnx's own helpers (BGR input, its own input/output names, logits at half
+the input resolution), a card file naming all of that, and onnxruntime-Python on the same
+preprocessing as the reference. Masks must match pixel for pixel except at near-ties of
+the upsampled logits (gap under 1e-4; the logits span about 10)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+import segtool
+
+MEAN = [110.0, 120.0, 130.0]  # BGR order, on 0-255 pixels
+STD = [50.0, 60.0, 70.0]
+CLASSES = ["sky", "road", "car"]
+
+
+def write_model(path: Path) -> None:
+    rng = np.random.default_rng(3)
+    w = (rng.standard_normal((len(CLASSES), 3, 3, 3)) * 2.0).astype(np.float32)
+    nodes = [
+        helper.make_node("Conv", ["pixels", "W"], ["scores"], strides=[2, 2], pads=[1, 1, 1, 1]),
+    ]
+    graph = helper.make_graph(
+        nodes, "foreign",
+        [helper.make_tensor_value_info("pixels", TensorProto.FLOAT, ["N", 3, "H", "W"])],
+        [helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["N", len(CLASSES), "h", "w"])],
+        [helper.make_tensor("W", TensorProto.FLOAT, w.shape, w.flatten().tolist())],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+
+
+def reference(model: Path, rgb: npt.NDArray[np.uint8]) -> npt.NDArray[np.uint8]:
+    """onnxruntime on the card's preprocessing, logits upsampled like PyTorch's
+    F.interpolate(bilinear, align_corners=False), argmax."""
+    bgr = rgb[:, :, ::-1].astype(np.float32)
+    x = ((bgr - np.array(MEAN, np.float32)) / np.array(STD, np.float32)).transpose(2, 0, 1)[None]
+    sess = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    logits = sess.run(["scores"], {"pixels": x})[0][0]
+    mask: npt.NDArray[np.uint8] = upsample(logits, rgb.shape[0], rgb.shape[1]).argmax(axis=0).astype(np.uint8)
+    return mask
+
+
+def upsample(x: npt.NDArray[np.float32], h: int, w: int) -> npt.NDArray[np.float32]:
+    """PyTorch's bilinear resize with align_corners=False (half-pixel centres)."""
+    c, ih, iw = x.shape
+
+    def taps(n_in: int, n_out: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.float32]]:
+        src = np.maximum((np.arange(n_out) + 0.5) * n_in / n_out - 0.5, 0.0)
+        i0 = np.minimum(np.floor(src).astype(np.int64), n_in - 1)
+        i1 = np.minimum(i0 + 1, n_in - 1)
+        return i0, i1, (src - i0).astype(np.float32)
+
+    y0, y1, fy = taps(ih, h)
+    x0, x1, fx = taps(iw, w)
+    top = x[:, y0][:, :, x0] * (1 - fx) + x[:, y0][:, :, x1] * fx
+    bottom = x[:, y1][:, :, x0] * (1 - fx) + x[:, y1][:, :, x1] * fx
+    out: npt.NDArray[np.float32] = (top * (1 - fy)[None, :, None] + bottom * fy[None, :, None]).astype(np.float32)
+    return out
+
+
+@pytest.fixture(scope="module")
+def foreign(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    d = tmp_path_factory.mktemp("foreign")
+    model = d / "plain.onnx"
+    write_model(model)
+    card = d / "card.toml"
+    card.write_text(
+        f"classes = {CLASSES!r}\n".replace("'", '"')
+        + "[input]\nname = \"pixels\"\nchannels = \"bgr\"\nscale = 1.0\n"
+        + f"mean = {MEAN}\nstd = {STD}\n"
+        + "[output]\nname = \"scores\"\nkind = \"logits\"\n"
+    )
+    return model, card
+
+
+@pytest.mark.parametrize("engine", ["ort", "tract"])
+def test_a_foreign_model_is_served_by_its_card(foreign: tuple[Path, Path], engine: str) -> None:
+    model, card = foreign
+    seg = segtool.Segmenter(str(model), engine=engine, card=str(card))
+    assert seg.spec["classes"] == CLASSES
+    rng = np.random.default_rng(5)
+    img = rng.integers(0, 256, size=(37, 50, 3), dtype=np.uint8)
+    got = seg.segment(img, scores=True)
+    want = reference(model, img)
+    assert got.mask.shape == want.shape
+    assert got.scores is not None
+    scores = np.asarray(got.scores)
+    top2 = np.sort(scores, axis=0)[-2:]
+    differ = got.mask != want
+    assert np.all(top2[1][differ] - top2[0][differ] < 1e-4), int(differ.sum())
+    assert differ.mean() <= 1e-3
+    # BGR frames handed in as such give the same mask.
+    again = seg.segment(np.ascontiguousarray(img[:, :, ::-1]), color="bgr")
+    assert np.array_equal(again.mask, got.mask)
+
+
+def test_a_foreign_model_without_a_card_says_what_is_missing(foreign: tuple[Path, Path]) -> None:
+    model, _ = foreign
+    with pytest.raises(Exception) as info:
+        segtool.Segmenter(str(model), engine="ort")
+    message = str(info.value)
+    assert "input.mean" in message and "plain.onnx" in message, message

@@ -1,0 +1,640 @@
+//! Where a model's card comes from, field by field, and what each field's source was.
+//!
+//! Sources, first found wins for each field:
+//! 1. the file's own metadata: a segtool export's spec (everything), or a card written
+//!    into the file by `segtool card --out` ([`CARD_METADATA_KEY`]);
+//! 2. a sidecar `M.segtool.toml` next to the model, or a card file given explicitly
+//!    ([`CardRequest::card_file`]), in the card's TOML form ([`sidecar`]);
+//! 3. the folder conventions of Hugging Face (`config.json` + `preprocessor_config.json`,
+//!    [`huggingface`]);
+//! 4. the caller's own fields ([`CardRequest::fields`]: the command line's `--mean`,
+//!    `--classes`, ...).
+//!
+//! Then the graph: its input and output names, element types and fixed dims fill what no
+//! source gave (and win over a source that contradicts them: [`ModelCard::check_graph`]
+//! refuses such a card, naming both sides). A field nothing gives and nothing can default
+//! (the normalisation of a float input) is an error naming what is missing and the ways
+//! to give it.
+
+pub mod huggingface;
+pub mod pipeline;
+pub mod sidecar;
+#[cfg(test)]
+mod tests;
+
+use std::path::{Path, PathBuf};
+
+pub use segtool_onnx::card::{
+    ChannelOrder, Dtype, Fit, InputCard, Layout, ModelCard, OutputCard, OutputKind,
+    CARD_METADATA_KEY,
+};
+use segtool_onnx::{read_io, read_props, Metadata, ModelIo};
+use segtool_spec::{palette::default_palette, SPEC_METADATA_KEY};
+use serde::Deserialize;
+
+use crate::error::{Result, RuntimeError};
+
+/// Every card field, each optional: what one source says.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CardFields {
+    /// The input's fields.
+    #[serde(default)]
+    pub input: InputFields,
+    /// The output's fields.
+    #[serde(default)]
+    pub output: OutputFields,
+    /// Class names.
+    pub classes: Option<Vec<String>>,
+    /// A class count, when there are no names (classes are then `class_0`, ...).
+    pub num_classes: Option<usize>,
+    /// One RGB colour per class (default: the VOC-style palette segtool uses).
+    pub palette: Option<Vec<[u8; 3]>>,
+}
+
+/// [`InputCard`]'s fields, each optional.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InputFields {
+    /// [`InputCard::name`].
+    pub name: Option<String>,
+    /// [`InputCard::layout`].
+    pub layout: Option<Layout>,
+    /// [`InputCard::dtype`].
+    pub dtype: Option<Dtype>,
+    /// [`InputCard::channels`].
+    pub channels: Option<ChannelOrder>,
+    /// [`InputCard::scale`].
+    pub scale: Option<f32>,
+    /// [`InputCard::mean`].
+    pub mean: Option<Vec<f32>>,
+    /// [`InputCard::std`].
+    pub std: Option<Vec<f32>>,
+    /// [`InputCard::size`].
+    pub size: Option<[usize; 2]>,
+    /// [`InputCard::size_divisor`].
+    pub size_divisor: Option<usize>,
+    /// [`InputCard::fit`].
+    pub fit: Option<Fit>,
+}
+
+/// [`OutputCard`]'s fields, each optional.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutputFields {
+    /// [`OutputCard::name`].
+    pub name: Option<String>,
+    /// [`OutputCard::kind`].
+    pub kind: Option<OutputKind>,
+    /// [`OutputCard::align_corners`].
+    pub align_corners: Option<bool>,
+    /// [`OutputCard::threshold`].
+    pub threshold: Option<f32>,
+}
+
+/// Where a field's value came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CardSource {
+    /// A segtool export's spec and I/O contract (`segtool.spec`).
+    SegtoolSpec,
+    /// A card in the file's metadata (`segtool.card`).
+    Metadata,
+    /// A sidecar `M.segtool.toml`.
+    Sidecar(PathBuf),
+    /// A card file given by the caller (`--card FILE`).
+    CardFile(PathBuf),
+    /// A Hugging Face folder (`config.json`, `preprocessor_config.json`).
+    HuggingFace(PathBuf),
+    /// The caller's fields (command-line flags, a front end's options).
+    Caller,
+    /// The graph itself (names, element types, fixed dims).
+    Graph,
+    /// A default, with why it applies.
+    Default(&'static str),
+}
+
+impl std::fmt::Display for CardSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CardSource::SegtoolSpec => write!(f, "the file's segtool spec ({SPEC_METADATA_KEY})"),
+            CardSource::Metadata => write!(f, "the file's metadata ({CARD_METADATA_KEY})"),
+            CardSource::Sidecar(p) => write!(f, "sidecar {}", p.display()),
+            CardSource::CardFile(p) => write!(f, "card file {}", p.display()),
+            CardSource::HuggingFace(p) => write!(f, "Hugging Face folder {}", p.display()),
+            CardSource::Caller => f.write_str("command line"),
+            CardSource::Graph => f.write_str("the graph"),
+            CardSource::Default(why) => write!(f, "default ({why})"),
+        }
+    }
+}
+
+/// What the caller adds to the model file: a card file and fields of its own.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CardRequest {
+    /// A card file in TOML (`--card FILE`), in place of the sidecar.
+    pub card_file: Option<PathBuf>,
+    /// Fields given directly (lowest priority: they fill what the files leave open).
+    pub fields: CardFields,
+}
+
+impl CardRequest {
+    /// No card file, no fields: the model file and its folder must say everything.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Reads the card from `path` (TOML) instead of looking for a sidecar.
+    pub fn card_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.card_file = Some(path.into());
+        self
+    }
+
+    /// Fields of the caller's own.
+    pub fn fields(mut self, fields: CardFields) -> Self {
+        self.fields = fields;
+        self
+    }
+}
+
+/// A card with the source of each field.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ResolvedCard {
+    /// The model file the card describes (`None` for a card made from a spec alone).
+    pub path: Option<PathBuf>,
+    /// The card.
+    pub card: ModelCard,
+    /// `(field, source)` for every field, in the card's order.
+    pub sources: Vec<(&'static str, CardSource)>,
+    /// A segtool export (its spec is the card's origin): the runtime drives it as before.
+    pub segtool_export: bool,
+}
+
+impl ResolvedCard {
+    /// Where `field` (`input.mean`, `classes`, ...) came from.
+    pub fn source_of(&self, field: &str) -> Option<&CardSource> {
+        self.sources
+            .iter()
+            .find(|(f, _)| *f == field)
+            .map(|(_, s)| s)
+    }
+}
+
+/// Writes a copy of `model` at `out` with `card` in its metadata ([`CARD_METADATA_KEY`]),
+/// checked against the graph first; the copy describes itself from then on.
+pub fn write_card(model: &Path, out: &Path, card: &ModelCard) -> Result<()> {
+    let io = read_io(model)?;
+    card.check_graph(&io)
+        .map_err(|message| RuntimeError::Card {
+            path: model.to_path_buf(),
+            message: format!("the card contradicts the graph: {message}"),
+        })?;
+    let entries = [(CARD_METADATA_KEY.to_string(), card.to_json())];
+    Ok(segtool_onnx::copy_with_metadata(model, out, &entries)?)
+}
+
+/// The sidecar a model's card is looked for in: `model.onnx` -> `model.segtool.toml`.
+pub fn sidecar_path(model: &Path) -> PathBuf {
+    model.with_extension("segtool.toml")
+}
+
+/// Resolves the card of the model at `path` (see the module docs); the error names the
+/// file, what is missing or contradictory, and the ways to give it.
+pub fn resolve(path: &Path, request: &CardRequest) -> Result<ResolvedCard> {
+    let err = |message: String| RuntimeError::Card {
+        path: path.to_path_buf(),
+        message,
+    };
+    let props = read_props(path)?;
+    let io = read_io(path)?;
+    let has = |key: &str| props.iter().any(|(k, _)| k == key);
+    if has(SPEC_METADATA_KEY) {
+        let metadata = Metadata::from_props(path, &props)?;
+        return Ok(ResolvedCard {
+            path: Some(path.to_path_buf()),
+            ..from_segtool_export(&metadata, &io)
+        });
+    }
+    let mut layers: Vec<(CardFields, CardSource)> = Vec::new();
+    if let Some((_, json)) = props.iter().find(|(k, _)| k == CARD_METADATA_KEY) {
+        let card = ModelCard::from_json(json)
+            .map_err(|e| err(format!("metadata {CARD_METADATA_KEY} is malformed: {e}")))?;
+        layers.push((fields_of(&card), CardSource::Metadata));
+    }
+    match &request.card_file {
+        Some(file) => layers.push((sidecar::read(file)?, CardSource::CardFile(file.clone()))),
+        None => {
+            let side = sidecar_path(path);
+            if side.is_file() {
+                layers.push((sidecar::read(&side)?, CardSource::Sidecar(side)));
+            }
+        }
+    }
+    let folder = path.parent().unwrap_or(Path::new("."));
+    if let Some(fields) = huggingface::read_folder(folder)? {
+        layers.push((fields, CardSource::HuggingFace(folder.to_path_buf())));
+    }
+    layers.push((request.fields.clone(), CardSource::Caller));
+    let resolved = ResolvedCard {
+        path: Some(path.to_path_buf()),
+        ..merge(&layers, &io).map_err(err)?
+    };
+    resolved
+        .card
+        .check_graph(&io)
+        .map_err(|e| err(format!("the card contradicts the graph: {e}")))?;
+    Ok(resolved)
+}
+
+/// The card a segtool export's spec and I/O contract amount to.
+pub fn from_segtool_export(metadata: &Metadata, io: &ModelIo) -> ResolvedCard {
+    let contract = segtool_onnx::IoContract::resolve(metadata.contract, io.contract());
+    from_spec(
+        &metadata.spec,
+        contract,
+        &io.inputs[0].name,
+        &io.outputs[0].name,
+    )
+}
+
+/// The card of a segtool model with `spec` and `contract`, whose graph input and output
+/// are named `input` and `output`.
+pub fn from_spec(
+    spec: &segtool_spec::ModelSpec,
+    contract: segtool_onnx::IoContract,
+    input: &str,
+    output: &str,
+) -> ResolvedCard {
+    let uint8 = contract.input == segtool_onnx::InputLayout::NhwcU8;
+    let card = ModelCard {
+        input: InputCard {
+            name: input.to_string(),
+            layout: if uint8 { Layout::Nhwc } else { Layout::Nchw },
+            dtype: if uint8 { Dtype::Uint8 } else { Dtype::Float32 },
+            channels: ChannelOrder::Rgb,
+            scale: if uint8 { 1.0 } else { 1.0 / 255.0 },
+            mean: if uint8 {
+                vec![0.0; 3]
+            } else {
+                spec.mean.to_vec()
+            },
+            std: if uint8 {
+                vec![1.0; 3]
+            } else {
+                spec.std.to_vec()
+            },
+            size: None,
+            size_divisor: None,
+            fit: Fit::Pad,
+        },
+        output: OutputCard {
+            name: output.to_string(),
+            kind: match contract.output {
+                segtool_onnx::OutputKind::Logits => OutputKind::Logits,
+                segtool_onnx::OutputKind::Mask => OutputKind::ClassMap,
+            },
+            align_corners: spec.align_corners,
+            threshold: None,
+        },
+        classes: spec.classes.clone(),
+        palette: spec.palette.clone(),
+    };
+    let sources = FIELDS
+        .iter()
+        .map(|f| (*f, CardSource::SegtoolSpec))
+        .collect();
+    ResolvedCard {
+        path: None,
+        card,
+        sources,
+        segtool_export: true,
+    }
+}
+
+/// What the runtime's spec-based code (palettes, class names, the batch server) knows of
+/// a model from elsewhere: classes, palette, `align_corners`, and the normalisation as
+/// RGB in 0-1 (`(x * scale - mean) / std` on 0-255 pixels is `(x / 255 - mean / (255 *
+/// scale)) / (std / (255 * scale))`, channels put in RGB order). The architecture fields
+/// are placeholders (`arch` `"external"`, the tiny backbone).
+pub fn spec_of(card: &ModelCard) -> segtool_spec::ModelSpec {
+    let mut spec = segtool_spec::ModelSpec::new(
+        "unknown (model card)",
+        segtool_spec::BackboneSpec::tiny(),
+        card.classes.clone(),
+    );
+    spec.arch = "external".into();
+    spec.palette = card.palette.clone();
+    spec.align_corners = card.output.align_corners;
+    let i = &card.input;
+    if i.mean.len() == 3 && i.dtype == Dtype::Float32 {
+        let k = 255.0 * i.scale;
+        let order: [usize; 3] = match i.channels {
+            ChannelOrder::Rgb => [0, 1, 2],
+            ChannelOrder::Bgr => [2, 1, 0],
+        };
+        for c in 0..3 {
+            spec.mean[c] = i.mean[order[c]] / k;
+            spec.std[c] = i.std[order[c]] / k;
+        }
+    }
+    spec
+}
+
+/// The card's fields, in order (the names `segtool card --show` prints).
+pub const FIELDS: [&str; 16] = [
+    "input.name",
+    "input.layout",
+    "input.dtype",
+    "input.channels",
+    "input.scale",
+    "input.mean",
+    "input.std",
+    "input.size",
+    "input.size_divisor",
+    "input.fit",
+    "output.name",
+    "output.kind",
+    "output.align_corners",
+    "output.threshold",
+    "classes",
+    "palette",
+];
+
+fn fields_of(card: &ModelCard) -> CardFields {
+    let (i, o) = (&card.input, &card.output);
+    CardFields {
+        input: InputFields {
+            name: Some(i.name.clone()),
+            layout: Some(i.layout),
+            dtype: Some(i.dtype),
+            channels: Some(i.channels),
+            scale: Some(i.scale),
+            mean: Some(i.mean.clone()),
+            std: Some(i.std.clone()),
+            size: i.size,
+            size_divisor: i.size_divisor,
+            fit: Some(i.fit),
+        },
+        output: OutputFields {
+            name: Some(o.name.clone()),
+            kind: Some(o.kind),
+            align_corners: Some(o.align_corners),
+            threshold: o.threshold,
+        },
+        classes: Some(card.classes.clone()),
+        num_classes: None,
+        palette: Some(card.palette.clone()),
+    }
+}
+
+/// The first layer that has a field wins it; returns the value and its source.
+fn pick<T: Clone>(
+    layers: &[(CardFields, CardSource)],
+    get: impl Fn(&CardFields) -> Option<T>,
+) -> Option<(T, CardSource)> {
+    layers
+        .iter()
+        .find_map(|(f, s)| get(f).map(|v| (v, s.clone())))
+}
+
+/// Merges the layers over the graph's defaults.
+fn merge(
+    layers: &[(CardFields, CardSource)],
+    io: &ModelIo,
+) -> std::result::Result<ResolvedCard, String> {
+    let mut sources = Vec::new();
+    let mut note = |field: &'static str, source: CardSource| sources.push((field, source));
+    // Everything missing is reported at once.
+    let mut missing: Vec<&str> = Vec::new();
+    let graph_input = &io.inputs[0];
+    let graph_output = &io.outputs[0];
+
+    let (input_name, s) = pick(layers, |f| f.input.name.clone())
+        .unwrap_or((graph_input.name.clone(), CardSource::Graph));
+    note("input.name", s);
+    let input_info = io
+        .inputs
+        .iter()
+        .find(|t| t.name == input_name)
+        .unwrap_or(graph_input);
+    let (dtype, s) = match input_info.elem_type {
+        2 => (Dtype::Uint8, CardSource::Graph),
+        1 => (Dtype::Float32, CardSource::Graph),
+        _ => pick(layers, |f| f.input.dtype).unwrap_or((
+            Dtype::Float32,
+            CardSource::Default("the graph declares no element type"),
+        )),
+    };
+    note("input.dtype", s);
+    let (layout, s) = pick(layers, |f| f.input.layout).unwrap_or_else(|| {
+        let dims = &input_info.dims;
+        let channels_last =
+            dims.len() == 4 && matches!(dims[3], Some(1 | 3)) && !matches!(dims[1], Some(1 | 3));
+        if channels_last {
+            (Layout::Nhwc, CardSource::Graph)
+        } else if dims.len() == 4 && matches!(dims[1], Some(1 | 3)) {
+            (Layout::Nchw, CardSource::Graph)
+        } else if dtype == Dtype::Uint8 {
+            (
+                Layout::Nhwc,
+                CardSource::Default("uint8 images are channels-last"),
+            )
+        } else {
+            (
+                Layout::Nchw,
+                CardSource::Default("float images are channels-first"),
+            )
+        }
+    });
+    note("input.layout", s);
+    let (channels, s) = pick(layers, |f| f.input.channels)
+        .unwrap_or((ChannelOrder::Rgb, CardSource::Default("RGB")));
+    note("input.channels", s);
+
+    let (mean, std, scale) = if dtype == Dtype::Uint8 {
+        let mean = pick(layers, |f| f.input.mean.clone());
+        let std = pick(layers, |f| f.input.std.clone());
+        let neutral = CardSource::Default("a uint8 input: the graph normalises");
+        let width = input_channels(input_info, layout).unwrap_or(3);
+        (
+            mean.unwrap_or((vec![0.0; width], neutral.clone())),
+            std.unwrap_or((vec![1.0; width], neutral.clone())),
+            pick(layers, |f| f.input.scale).unwrap_or((1.0, neutral)),
+        )
+    } else {
+        let mean = pick(layers, |f| f.input.mean.clone());
+        let std = pick(layers, |f| f.input.std.clone());
+        let (mean, std) = match (mean, std) {
+            (Some(mean), Some(std)) => (mean, std),
+            _ => {
+                missing.push(
+                    "the input's normalisation (input.mean and input.std, and input.scale \
+                     unless the mean is in 0-1 units)",
+                );
+                let gap = || (Vec::new(), CardSource::Default("missing"));
+                (gap(), gap())
+            }
+        };
+        let scale = pick(layers, |f| f.input.scale).unwrap_or_else(|| {
+            if mean.0.iter().chain(&std.0).all(|v| *v <= 1.0) {
+                (
+                    1.0 / 255.0,
+                    CardSource::Default("mean and std <= 1: pixels scaled to 0-1"),
+                )
+            } else {
+                (
+                    1.0,
+                    CardSource::Default("mean or std > 1: pixels kept at 0-255"),
+                )
+            }
+        });
+        (mean, std, scale)
+    };
+    note("input.scale", scale.1);
+    note("input.mean", mean.1);
+    note("input.std", std.1);
+
+    let fixed_dims = match layout {
+        Layout::Nchw => (
+            input_info.dims.get(2).copied().flatten(),
+            input_info.dims.get(3).copied().flatten(),
+        ),
+        Layout::Nhwc => (
+            input_info.dims.get(1).copied().flatten(),
+            input_info.dims.get(2).copied().flatten(),
+        ),
+    };
+    let size = match fixed_dims {
+        (Some(h), Some(w)) if h > 0 && w > 0 => Some(([h as usize, w as usize], CardSource::Graph)),
+        _ => pick(layers, |f| f.input.size),
+    };
+    note(
+        "input.size",
+        size.as_ref()
+            .map_or(CardSource::Default("any size"), |s| s.1.clone()),
+    );
+    let divisor = pick(layers, |f| f.input.size_divisor);
+    note(
+        "input.size_divisor",
+        divisor
+            .as_ref()
+            .map_or(CardSource::Default("none"), |s| s.1.clone()),
+    );
+    let (fit, s) = pick(layers, |f| f.input.fit).unwrap_or((Fit::Pad, CardSource::Default("pad")));
+    note("input.fit", s);
+
+    let (output_name, s) = pick(layers, |f| f.output.name.clone())
+        .unwrap_or((graph_output.name.clone(), CardSource::Graph));
+    note("output.name", s);
+    let output_info = io
+        .outputs
+        .iter()
+        .find(|t| t.name == output_name)
+        .unwrap_or(graph_output);
+    let integer = matches!(output_info.elem_type, 2 | 6 | 7);
+    let (kind, s) = pick(layers, |f| f.output.kind).unwrap_or(if integer {
+        (OutputKind::ClassMap, CardSource::Graph)
+    } else {
+        (
+            OutputKind::Logits,
+            CardSource::Default("a float output is per-class scores"),
+        )
+    });
+    note("output.kind", s);
+    let (align_corners, s) = pick(layers, |f| f.output.align_corners).unwrap_or((
+        false,
+        CardSource::Default("false, as PyTorch's and ONNX's resize"),
+    ));
+    note("output.align_corners", s);
+    let threshold = pick(layers, |f| f.output.threshold);
+    note(
+        "output.threshold",
+        threshold
+            .as_ref()
+            .map_or(CardSource::Default("none"), |t| t.1.clone()),
+    );
+
+    let graph_classes = match (kind, output_info.dims.get(1)) {
+        (OutputKind::Binary, _) => Some(2),
+        (OutputKind::Logits | OutputKind::Probabilities, Some(Some(c))) if *c > 0 => {
+            Some(*c as usize)
+        }
+        _ => None,
+    };
+    let (classes, s) = match pick(layers, |f| f.classes.clone()) {
+        Some(named) => named,
+        None => match pick(layers, |f| f.num_classes)
+            .or_else(|| graph_classes.map(|n| (n, CardSource::Graph)))
+        {
+            Some((n, s)) => ((0..n).map(|i| format!("class_{i}")).collect(), s),
+            None => {
+                missing.push(
+                    "the classes (classes or num_classes: the graph's output does not say how \
+                     many)",
+                );
+                (Vec::new(), CardSource::Default("missing"))
+            }
+        },
+    };
+    if !missing.is_empty() {
+        return Err(format!(
+            "no segtool spec or card, and {} missing: {}; {WAYS}",
+            if missing.len() == 1 {
+                "this is"
+            } else {
+                "these are"
+            },
+            missing.join("; ")
+        ));
+    }
+    note("classes", s);
+    let (palette, s) = pick(layers, |f| f.palette.clone()).unwrap_or_else(|| {
+        (
+            default_palette(classes.len()),
+            CardSource::Default("segtool's palette"),
+        )
+    });
+    note("palette", s);
+
+    let card = ModelCard {
+        input: InputCard {
+            name: input_name,
+            layout,
+            dtype,
+            channels,
+            scale: scale.0,
+            mean: mean.0,
+            std: std.0,
+            size: size.map(|s| s.0),
+            size_divisor: divisor.map(|d| d.0),
+            fit,
+        },
+        output: OutputCard {
+            name: output_name,
+            kind,
+            align_corners,
+            threshold: threshold.map(|t| t.0),
+        },
+        classes,
+        palette,
+    };
+    sources.sort_by_key(|(f, _)| FIELDS.iter().position(|x| x == f));
+    Ok(ResolvedCard {
+        path: None,
+        card,
+        sources,
+        segtool_export: false,
+    })
+}
+
+fn input_channels(info: &segtool_onnx::TensorInfo, layout: Layout) -> Option<usize> {
+    let axis = match layout {
+        Layout::Nchw => 1,
+        Layout::Nhwc => 3,
+    };
+    info.dims.get(axis).copied().flatten().map(|c| c as usize)
+}
+
+const WAYS: &str = "give them in a sidecar MODEL.segtool.toml next to the model, a card \
+                    file (--card FILE), a Hugging Face folder (preprocessor_config.json), or \
+                    flags (--mean, --std, --scale, --classes, --num-classes, ...); or export \
+                    the model with `segtool export`";

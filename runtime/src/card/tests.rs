@@ -1,0 +1,269 @@
+//! Card resolution on files the way other tools write them: no segtool metadata, their own
+//! input and output names. The graphs are tiny but real ONNX (a 1x1 Conv, or a Conv then
+//! ArgMax for a class-map output).
+
+use std::path::{Path, PathBuf};
+
+use super::*;
+use crate::testing::{foreign_model_bytes, tiny_model_bytes, tiny_spec};
+
+/// [`foreign_model_bytes`] written to `dir/name`.
+fn foreign(dir: &Path, name: &str, in_ch: i64, classes: i64, argmax: bool) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, foreign_model_bytes(in_ch, classes, argmax)).unwrap();
+    path
+}
+
+fn message(e: RuntimeError) -> String {
+    e.to_string()
+}
+
+#[test]
+fn a_foreign_file_without_a_card_names_what_is_missing_and_how_to_give_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = foreign(dir.path(), "plain.onnx", 3, 5, false);
+    let e = message(resolve(&model, &CardRequest::new()).unwrap_err());
+    assert!(e.contains("plain.onnx"), "{e}");
+    for what in [
+        "input.mean",
+        "input.std",
+        "segtool.toml",
+        "--card",
+        "--mean",
+        "segtool export",
+    ] {
+        assert!(e.contains(what), "{what} not in: {e}");
+    }
+    // Both gaps at once: the normalisation, and (a class map says no count) the classes.
+    let classmap = foreign(dir.path(), "argmax.onnx", 3, 4, true);
+    let e = message(resolve(&classmap, &CardRequest::new()).unwrap_err());
+    for what in ["input.mean", "num_classes"] {
+        assert!(e.contains(what), "{what} not in: {e}");
+    }
+}
+
+#[test]
+fn the_graph_fills_names_types_and_class_count_and_flags_fill_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = foreign(dir.path(), "plain.onnx", 3, 5, false);
+    let mut fields = CardFields::default();
+    fields.input.mean = Some(vec![0.485, 0.456, 0.406]);
+    fields.input.std = Some(vec![0.229, 0.224, 0.225]);
+    let r = resolve(&model, &CardRequest::new().fields(fields)).unwrap();
+    let c = &r.card;
+    assert_eq!(
+        (c.input.name.as_str(), c.output.name.as_str()),
+        ("input", "out")
+    );
+    assert_eq!(
+        (c.input.layout, c.input.dtype),
+        (Layout::Nchw, Dtype::Float32)
+    );
+    assert_eq!(c.output.kind, OutputKind::Logits);
+    assert_eq!(
+        c.classes,
+        ["class_0", "class_1", "class_2", "class_3", "class_4"]
+    );
+    assert_eq!(c.palette.len(), 5);
+    assert!((c.input.scale - 1.0 / 255.0).abs() < 1e-9);
+    assert_eq!(r.source_of("input.mean"), Some(&CardSource::Caller));
+    assert_eq!(r.source_of("input.name"), Some(&CardSource::Graph));
+    assert_eq!(r.source_of("classes"), Some(&CardSource::Graph));
+    assert!(matches!(
+        r.source_of("input.scale"),
+        Some(CardSource::Default(_))
+    ));
+    assert_eq!(r.sources.len(), FIELDS.len());
+    assert!(!r.segtool_export);
+}
+
+#[test]
+fn the_sidecar_wins_over_flags_and_a_card_file_replaces_the_sidecar() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = foreign(dir.path(), "m.onnx", 3, 2, false);
+    std::fs::write(
+        sidecar_path(&model),
+        "classes = [\"road\", \"car\"]\n[input]\nmean = [123.675, 116.28, 103.53]\n\
+         std = [58.395, 57.12, 57.375]\nchannels = \"bgr\"\nsize_divisor = 32\n",
+    )
+    .unwrap();
+    let mut fields = CardFields::default();
+    fields.input.mean = Some(vec![0.0; 3]);
+    fields.input.std = Some(vec![1.0; 3]);
+    fields.output.align_corners = Some(true);
+    let r = resolve(&model, &CardRequest::new().fields(fields.clone())).unwrap();
+    assert_eq!(r.card.input.mean, [123.675, 116.28, 103.53]);
+    assert_eq!(r.card.input.scale, 1.0, "means above 1 are on 0-255 pixels");
+    assert_eq!(r.card.input.channels, ChannelOrder::Bgr);
+    assert_eq!(r.card.input.size_divisor, Some(32));
+    assert_eq!(r.card.classes, ["road", "car"]);
+    assert!(
+        r.card.output.align_corners,
+        "what the sidecar leaves open, flags fill"
+    );
+    assert_eq!(
+        r.source_of("input.mean"),
+        Some(&CardSource::Sidecar(sidecar_path(&model)))
+    );
+    assert_eq!(
+        r.source_of("output.align_corners"),
+        Some(&CardSource::Caller)
+    );
+
+    let other = dir.path().join("other.toml");
+    std::fs::write(&other, "num_classes = 2\n").unwrap();
+    let r = resolve(&model, &CardRequest::new().card_file(&other).fields(fields)).unwrap();
+    assert_eq!(
+        r.card.input.mean, [0.0; 3],
+        "the sidecar is not read when a card file is given"
+    );
+    assert_eq!(r.source_of("classes"), Some(&CardSource::CardFile(other)));
+}
+
+#[test]
+fn cards_that_contradict_the_graph_are_refused_naming_both_sides() {
+    let dir = tempfile::tempdir().unwrap();
+    let grey = foreign(dir.path(), "grey.onnx", 1, 2, false);
+    let logits = foreign(dir.path(), "logits21.onnx", 3, 21, false);
+    let classmap = foreign(dir.path(), "argmax.onnx", 3, 4, true);
+    let card = |text: &str| {
+        let f = dir.path().join("card.toml");
+        std::fs::write(&f, text).unwrap();
+        CardRequest::new().card_file(f)
+    };
+    let norm = "[input]\nmean = [0.5, 0.5, 0.5]\nstd = [0.5, 0.5, 0.5]\n";
+    let e = message(resolve(&grey, &card(norm)).unwrap_err());
+    assert!(
+        e.contains("3 mean/std values") && e.contains("1 channel"),
+        "{e}"
+    );
+    let names: Vec<String> = (0..19).map(|i| format!("\"c{i}\"")).collect();
+    let e = message(
+        resolve(
+            &logits,
+            &card(&format!("classes = [{}]\n{norm}", names.join(","))),
+        )
+        .unwrap_err(),
+    );
+    assert!(e.contains("19 classes") && e.contains("21 channels"), "{e}");
+    let e = message(
+        resolve(
+            &classmap,
+            &card(&format!(
+                "num_classes = 4\n{norm}[output]\nkind = \"logits\"\n"
+            )),
+        )
+        .unwrap_err(),
+    );
+    assert!(
+        e.contains("logits") && e.contains("int64") && e.contains("class_map"),
+        "{e}"
+    );
+    let e =
+        message(resolve(&logits, &card(&format!("{norm}[output]\nname = \"aux\"\n"))).unwrap_err());
+    assert!(e.contains("\"aux\"") && e.contains("\"out\""), "{e}");
+    let e = message(resolve(&logits, &card("[input]\nmaen = [0.5]\n")).unwrap_err());
+    assert!(e.contains("maen"), "an unknown field is named: {e}");
+    // A class map needs no normalisation guess for its classes, but it does need a count.
+    let e = message(resolve(&classmap, &card(norm)).unwrap_err());
+    assert!(e.contains("the classes (classes or num_classes"), "{e}");
+    assert!(
+        !e.contains("normalisation"),
+        "only what is missing is named: {e}"
+    );
+    let ok = resolve(&classmap, &card(&format!("num_classes = 4\n{norm}"))).unwrap();
+    assert_eq!(ok.card.output.kind, OutputKind::ClassMap);
+    assert_eq!(ok.source_of("output.kind"), Some(&CardSource::Graph));
+}
+
+#[test]
+fn a_card_written_into_a_copy_describes_the_copy() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = foreign(dir.path(), "plain.onnx", 3, 2, false);
+    let mut fields = CardFields::default();
+    fields.input.mean = Some(vec![0.5; 3]);
+    fields.input.std = Some(vec![0.25; 3]);
+    fields.classes = Some(vec!["bg".into(), "fg".into()]);
+    let r = resolve(&model, &CardRequest::new().fields(fields)).unwrap();
+    let copy = dir.path().join("sub/described.onnx");
+    write_card(&model, &copy, &r.card).unwrap();
+    let again = resolve(&copy, &CardRequest::new()).unwrap();
+    assert_eq!(again.card, r.card);
+    for field in [
+        "input.layout",
+        "input.mean",
+        "input.std",
+        "output.name",
+        "classes",
+        "palette",
+    ] {
+        assert_eq!(
+            again.source_of(field),
+            Some(&CardSource::Metadata),
+            "{field}"
+        );
+    }
+    // Nothing but the metadata changed: the graph reads the same, and writing the card
+    // again replaces the entry instead of adding one.
+    assert_eq!(read_io(&copy).unwrap(), read_io(&model).unwrap());
+    let twice = dir.path().join("twice.onnx");
+    write_card(&copy, &twice, &r.card).unwrap();
+    let props = read_props(&twice).unwrap();
+    assert_eq!(
+        props.iter().filter(|(k, _)| k == CARD_METADATA_KEY).count(),
+        1
+    );
+    // A segtool export describes itself through its spec.
+    let own = dir.path().join("own.onnx");
+    std::fs::write(
+        &own,
+        tiny_model_bytes(&tiny_spec(2), &[[1.0; 3], [0.0; 3]], &[0.0, 0.0]),
+    )
+    .unwrap();
+    let r = resolve(&own, &CardRequest::new()).unwrap();
+    assert!(r.segtool_export);
+    assert_eq!(r.card.classes, ["c0", "c1"]);
+    assert_eq!(
+        (r.card.input.name.as_str(), r.card.output.name.as_str()),
+        ("image", "logits")
+    );
+    // A card that does not fit is not written.
+    let mut bad = r.card.clone();
+    bad.classes.push("c2".into());
+    bad.palette.push([1, 2, 3]);
+    bad.input.name = "input".into();
+    bad.output.name = "out".into();
+    let e = message(write_card(&model, &dir.path().join("bad.onnx"), &bad).unwrap_err());
+    assert!(e.contains("3 classes") && e.contains("2 channels"), "{e}");
+    assert!(!dir.path().join("bad.onnx").exists());
+}
+
+#[test]
+fn a_hugging_face_folder_gives_size_scale_normalisation_and_class_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = foreign(dir.path(), "model.onnx", 3, 3, false);
+    std::fs::write(
+        dir.path().join(huggingface::PREPROCESSOR_CONFIG),
+        r#"{"do_normalize": true, "do_reduce_labels": false, "do_rescale": true,
+            "do_resize": true, "image_mean": [0.485, 0.456, 0.406],
+            "image_processor_type": "SegformerImageProcessor",
+            "image_std": [0.229, 0.224, 0.225], "resample": 2,
+            "rescale_factor": 0.00392156862745098, "size": {"height": 64, "width": 96}}"#,
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join(huggingface::CONFIG),
+        r#"{"id2label": {"1": "person", "0": "wall", "2": "sky"}, "model_type": "segformer"}"#,
+    )
+    .unwrap();
+    let r = resolve(&model, &CardRequest::new()).unwrap();
+    assert_eq!(r.card.classes, ["wall", "person", "sky"]);
+    assert_eq!(r.card.input.size, Some([64, 96]));
+    assert_eq!(r.card.input.fit, Fit::Resize);
+    assert!((r.card.input.scale - 1.0 / 255.0).abs() < 1e-9);
+    assert!(!r.card.output.align_corners);
+    assert_eq!(
+        r.source_of("classes"),
+        Some(&CardSource::HuggingFace(dir.path().to_path_buf()))
+    );
+}

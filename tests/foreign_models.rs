@@ -1,0 +1,259 @@
+//! Models from elsewhere, served through their model card, against the tools that made
+//! them: torchvision's fcn_resnet50, deeplabv3_mobilenet_v3_large and
+//! lraspp_mobilenet_v3_large (random weights with batch-norm statistics recalibrated,
+//! exported by `torch.onnx.export` with outputs `out` and `aux`;
+//! tests/reference/torchvision_ref.py). segtool's masks must equal the argmax of `out`
+//! from onnxruntime-Python on torchvision's own preprocessing, pixel for pixel, except
+//! where the top two logits are closer than 1e-3 (float32 noise: segtool scales pixels
+//! by 1/255 where torchvision divides by 255, a 1-ulp difference; logits here span more
+//! than 1, so such near-ties are rare), and at most 0.1% of pixels even there.
+//!
+//! Each model gets its card another way: flags, a sidecar `M.segtool.toml`, and a card
+//! written into a copy by `segtool card --out`; each runs on ONNX Runtime and on tract.
+
+mod common;
+
+use std::path::Path;
+
+use common::{p, segtool};
+use serde_json::Value;
+
+fn reference(dir: &Path) -> Value {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/reference/torchvision_ref.py");
+    let out = common::python()
+        .arg(script)
+        .args(["--out", p(dir)])
+        .output()
+        .expect("python runs (SEGTOOL_PYTHON)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// A `.npy` array of little-endian `<f4` or `|u1` values, flattened.
+fn npy(path: &Path) -> (Vec<usize>, Vec<f32>) {
+    let bytes = std::fs::read(path).unwrap();
+    assert_eq!(&bytes[..6], b"\x93NUMPY", "{}", path.display());
+    let header_len = u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
+    let header = std::str::from_utf8(&bytes[10..10 + header_len]).unwrap();
+    let shape: Vec<usize> = header
+        .split("'shape': (")
+        .nth(1)
+        .unwrap()
+        .split(')')
+        .next()
+        .unwrap()
+        .split(',')
+        .filter_map(|d| d.trim().parse().ok())
+        .collect();
+    let data = &bytes[10 + header_len..];
+    let values = if header.contains("'<f4'") {
+        data.chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect()
+    } else {
+        assert!(header.contains("'|u1'"), "{header}");
+        data.iter().map(|&v| f32::from(v)).collect()
+    };
+    (shape, values)
+}
+
+fn ok(out: std::process::Output) -> String {
+    assert!(
+        out.status.success(),
+        "segtool failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+const MEAN: &str = "0.485,0.456,0.406";
+const STD: &str = "0.229,0.224,0.225";
+
+#[test]
+fn torchvision_exports_served_by_their_card_match_onnxruntime_on_torchvisions_preprocessing() {
+    let dir = tempfile::tempdir().unwrap();
+    let report = reference(dir.path());
+    let classes = report["classes"].as_u64().unwrap() as usize;
+    let images = dir.path().join("images");
+    for (i, model) in [
+        "fcn_resnet50",
+        "deeplabv3_mobilenet_v3_large",
+        "lraspp_mobilenet_v3_large",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let range = report["models"][model]["logit_range"].as_f64().unwrap();
+        assert!(range > 1.0, "{model}: recalibrated logits span {range}");
+        let onnx = dir.path().join(format!("{model}.onnx"));
+        let mut card_flags: Vec<String> = Vec::new();
+        let served = match i {
+            0 => {
+                card_flags = ["--mean", MEAN, "--std", STD, "--num-classes", "6"]
+                    .map(String::from)
+                    .to_vec();
+                onnx.clone()
+            }
+            1 => {
+                let names: Vec<String> = (0..classes).map(|c| format!("\"c{c}\"")).collect();
+                std::fs::write(
+                    onnx.with_extension("segtool.toml"),
+                    format!(
+                        "classes = [{}]\n[input]\nmean = [{MEAN}]\nstd = [{STD}]\n[output]\nname = \"out\"\n",
+                        names.join(", ")
+                    ),
+                )
+                .unwrap();
+                onnx.clone()
+            }
+            _ => {
+                let copy = dir.path().join(format!("{model}.described.onnx"));
+                let shown = segtool(&[
+                    "card",
+                    p(&onnx),
+                    "--show",
+                    "--out",
+                    p(&copy),
+                    "--mean",
+                    MEAN,
+                    "--std",
+                    STD,
+                    "--num-classes",
+                    "6",
+                ]);
+                assert!(
+                    shown.status.success(),
+                    "{}",
+                    String::from_utf8_lossy(&shown.stderr)
+                );
+                let table = String::from_utf8_lossy(&shown.stdout);
+                assert!(
+                    table.contains("input.mean") && table.contains("command line"),
+                    "{table}"
+                );
+                assert!(
+                    table.contains("output.name") && table.contains("the graph"),
+                    "{table}"
+                );
+                copy
+            }
+        };
+        for engine in ["ort", "tract"] {
+            let out = dir.path().join(format!("out-{model}-{engine}"));
+            let mut args: Vec<String> = [
+                "infer",
+                "--model",
+                p(&served),
+                "--input",
+                p(&images),
+                "--out",
+                p(&out),
+            ]
+            .map(String::from)
+            .to_vec();
+            args.extend(
+                ["--labels", "--no-overlay", "--quiet", "--engine", engine].map(String::from),
+            );
+            args.extend(card_flags.iter().cloned());
+            let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+            ok(segtool(&refs));
+            for image in ["a", "b"] {
+                let ours = image::open(out.join(format!("{image}_labels.png")))
+                    .unwrap()
+                    .to_luma8();
+                let ref_dir = dir.path().join("ref").join(model);
+                let (shape, want) = npy(&ref_dir.join(format!("{image}.npy")));
+                let (_, margin) = npy(&ref_dir.join(format!("{image}.margin.npy")));
+                assert_eq!(
+                    (ours.height() as usize, ours.width() as usize),
+                    (shape[0], shape[1]),
+                    "{model} {engine} {image}: mask size"
+                );
+                let mut differ = 0;
+                for ((&got, &want), &gap) in ours.as_raw().iter().zip(&want).zip(&margin) {
+                    if f32::from(got) != want {
+                        assert!(
+                            gap < 1e-3,
+                            "{model} on {engine}, image {image}: class {got} where onnxruntime-Python \
+                             says {want}, with a top-2 logit gap of {gap} (not a near-tie)"
+                        );
+                        differ += 1;
+                    }
+                }
+                assert!(
+                    differ * 1000 <= want.len(),
+                    "{model} on {engine}, image {image}: {differ} near-tie pixels differ"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_foreign_file_without_a_card_names_what_is_missing_and_contradictions_name_both_sides() {
+    let dir = tempfile::tempdir().unwrap();
+    reference(dir.path());
+    let onnx = dir.path().join("lraspp_mobilenet_v3_large.onnx");
+    let images = dir.path().join("images");
+    let out = dir.path().join("out");
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "infer",
+            "--model",
+            p(&onnx),
+            "--input",
+            p(&images),
+            "--out",
+            p(&out),
+        ];
+        args.extend_from_slice(extra);
+        segtool(&args)
+    };
+    let failed = run(&[]);
+    assert!(!failed.status.success());
+    let e = String::from_utf8_lossy(&failed.stderr);
+    for what in [
+        "lraspp_mobilenet_v3_large.onnx",
+        "input.mean",
+        "num_classes",
+        "segtool.toml",
+        "--card",
+        "--mean",
+    ] {
+        assert!(e.contains(what), "{what} not in: {e}");
+    }
+    assert!(!out.exists(), "nothing written for a refused model");
+    let failed = run(&["--mean", "0.5", "--std", "0.5", "--num-classes", "6"]);
+    let e = String::from_utf8_lossy(&failed.stderr);
+    assert!(
+        !failed.status.success() && e.contains("1 mean/std values") && e.contains("3 channel"),
+        "{e}"
+    );
+    // The exporter left the output's channel count symbolic: the contradiction shows when
+    // the model answers.
+    let failed = run(&["--mean", MEAN, "--std", STD, "--classes", "a,b,c"]);
+    let e = String::from_utf8_lossy(&failed.stderr);
+    assert!(
+        !failed.status.success() && e.contains("3 class channels") && e.contains("6"),
+        "{e}"
+    );
+    let failed = run(&[
+        "--mean",
+        MEAN,
+        "--std",
+        STD,
+        "--num-classes",
+        "6",
+        "--output-kind",
+        "class_map",
+    ]);
+    let e = String::from_utf8_lossy(&failed.stderr);
+    assert!(
+        !failed.status.success() && e.contains("class map") && e.contains("float32"),
+        "{e}"
+    );
+}
