@@ -267,3 +267,61 @@ fn a_hugging_face_folder_gives_size_scale_normalisation_and_class_names() {
         Some(&CardSource::HuggingFace(dir.path().to_path_buf()))
     );
 }
+
+/// A pixelwise model (1x1 conv) gives the same mask whether the input is padded to a
+/// size divisor or not (the padding is cropped away), on tract and on ONNX Runtime with
+/// its memory planned for the padded size; with `fit = "resize"` the mask still comes
+/// back at the image's size.
+#[test]
+fn padding_and_fixed_sizes_follow_the_card() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = foreign(dir.path(), "pixelwise.onnx", 3, 3, false);
+    let img = image::RgbImage::from_fn(50, 37, |x, y| {
+        image::Rgb([(x * 5) as u8, (y * 7) as u8, ((x + y) * 3) as u8])
+    });
+    let card = |extra: &str| {
+        let f = dir.path().join(format!("card{}.toml", extra.len()));
+        std::fs::write(
+            &f,
+            format!("num_classes = 3\n[input]\nmean = [0.5, 0.5, 0.5]\nstd = [0.25, 0.25, 0.25]\n{extra}"),
+        )
+        .unwrap();
+        CardRequest::new().card_file(f)
+    };
+    let open = |request: CardRequest, kind: crate::EngineKind, fixed: bool| {
+        let mut b = crate::Segmenter::builder(&model)
+            .engine(kind)
+            .threads(1)
+            .card(request);
+        if fixed {
+            b = b.fixed_size(37, 50);
+        }
+        b.open().unwrap()
+    };
+    let plain = open(card(""), crate::EngineKind::Tract, false)
+        .segment(&img)
+        .unwrap()
+        .mask;
+    assert!(plain.iter().any(|&c| c != plain[[0, 0]]), "several classes");
+    let mut padded = open(card("size_divisor = 8\n"), crate::EngineKind::Tract, false);
+    assert_eq!(padded.card().card.input.size_divisor, Some(8));
+    assert_eq!(padded.segment(&img).unwrap().mask, plain);
+    #[cfg(feature = "ort")]
+    {
+        let mut ort = open(card("size_divisor = 8\n"), crate::EngineKind::Ort, true);
+        assert_eq!(
+            ort.segment(&img).unwrap().mask,
+            plain,
+            "ORT, planned for 40x56"
+        );
+    }
+    let resized = open(
+        card("size_divisor = 16\nfit = \"resize\"\n"),
+        crate::EngineKind::Tract,
+        false,
+    )
+    .segment(&img)
+    .unwrap()
+    .mask;
+    assert_eq!(resized.dim(), (37, 50));
+}

@@ -139,7 +139,7 @@ impl SegmenterBuilder {
 
     /// What an ONNX file segtool did not write needs beside its graph: a card file and
     /// fields of the caller's own (see [`crate::card`]; the file's own metadata, a sidecar
-    /// and mmdeploy / Hugging Face folder files are read anyway). A segtool export's spec
+    /// and a Hugging Face folder's files are read anyway). A segtool export's spec
     /// says everything; a card request does not change how it runs.
     pub fn card(mut self, request: CardRequest) -> Self {
         self.card = request;
@@ -210,14 +210,19 @@ impl SegmenterBuilder {
     /// elsewhere: [`card`](Self::card)) and builds the engine.
     pub fn open(self) -> Result<Segmenter> {
         let resolved = card::resolve(&self.path, &self.card)?;
-        let (model, names) = if resolved.segtool_export {
-            (Some(ModelFile::read(&self.path)?), None)
-        } else {
-            let c = &resolved.card;
-            (None, Some((c.input.name.clone(), c.output.name.clone())))
+        let model = match resolved.segtool_export {
+            true => Some(ModelFile::read(&self.path)?),
+            false => None,
         };
+        let card = (!resolved.segtool_export).then_some(&resolved.card);
         let mut fallbacks = Vec::new();
-        let engine = self.build_engine(model.as_ref(), names, &mut fallbacks)?;
+        let engine = self.build_engine(
+            Opened {
+                model: model.as_ref(),
+                card,
+            },
+            &mut fallbacks,
+        )?;
         if let Some(first) = fallbacks.first().filter(|_| self.strict) {
             return Err(RuntimeError::FallbackRefused {
                 path: self.path.clone(),
@@ -231,15 +236,11 @@ impl SegmenterBuilder {
         Ok(segmenter.with_logits(self.logits))
     }
 
-    /// `model`: a segtool export as read; `None` for a file from elsewhere, whose card
-    /// names the graph input and output to use (`names`).
     fn build_engine(
         &self,
-        model: Option<&ModelFile>,
-        names: Option<(String, String)>,
+        model: Opened<'_>,
         fallbacks: &mut Vec<Fallback>,
     ) -> Result<Box<dyn Engine>> {
-        let model = Opened { model, names };
         match self.engine {
             EngineKind::Tract => self.tract(&model, fallbacks),
             EngineKind::Ort => self.ort(&model, fallbacks),
@@ -256,13 +257,18 @@ impl SegmenterBuilder {
     #[cfg(feature = "ort")]
     fn ort(&self, model: &Opened<'_>, fallbacks: &mut Vec<Fallback>) -> Result<Box<dyn Engine>> {
         let mut options = self.ort.clone();
-        if let Some((input, output)) = &model.names {
-            options = options.with_io_names(input.clone(), output.clone());
+        if let Some(card) = model.card {
+            options = options.with_io_names(card.input.name.clone(), card.output.name.clone());
         }
         if let Some(n) = self.threads {
             options = options.with_intra_threads(n);
         }
         if let Some((h, w)) = self.fixed_size {
+            // A card's resize or padding decides the tensor's size, not the image's.
+            let (h, w) = match model.card {
+                Some(card) => crate::card::pipeline::Geometry::of(card, (h, w)).tensor,
+                None => (h, w),
+            };
             options = options.with_fixed_input_size(h, w);
         }
         let engine = match model.model {
@@ -311,8 +317,8 @@ impl SegmenterBuilder {
         if let Some(n) = self.threads {
             options = options.with_threads(n);
         }
-        if let Some((input, output)) = &model.names {
-            options = options.with_io_names(input.clone(), output.clone());
+        if let Some(card) = model.card {
+            options = options.with_io_names(card.input.name.clone(), card.output.name.clone());
         }
         Ok(Box::new(TractEngine::open_with(&self.path, &options)?))
     }
@@ -324,8 +330,9 @@ impl SegmenterBuilder {
 }
 
 /// What the engine is opened from: a segtool export as read, or a file from elsewhere
-/// with its card's input and output names.
+/// with its card (which names the graph input and output to use).
+#[derive(Clone, Copy)]
 struct Opened<'a> {
     model: Option<&'a ModelFile>,
-    names: Option<(String, String)>,
+    card: Option<&'a crate::card::ModelCard>,
 }
