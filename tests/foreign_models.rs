@@ -13,24 +13,36 @@
 
 mod common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use common::{p, segtool};
 use serde_json::Value;
 
-fn reference(dir: &Path) -> Value {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/reference/torchvision_ref.py");
-    let out = common::python()
-        .arg(script)
-        .args(["--out", p(dir)])
-        .output()
-        .expect("python runs (SEGTOOL_PYTHON)");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+/// The exports and references, made once for both tests (exporting three models is most
+/// of this file's time) in cargo's temporary folder for tests (target/tmp, replaced on
+/// every run): the folder and the script's report.
+fn reference() -> &'static (PathBuf, Value) {
+    static MADE: OnceLock<(PathBuf, Value)> = OnceLock::new();
+    MADE.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("foreign_models");
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let script =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/reference/torchvision_ref.py");
+        let out = common::python()
+            .arg(script)
+            .args(["--out", p(&dir)])
+            .output()
+            .expect("python runs (SEGTOOL_PYTHON)");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let report = serde_json::from_slice(&out.stdout).unwrap();
+        (dir, report)
+    })
 }
 
 /// A `.npy` array of little-endian `<f4` or `|u1` values, flattened.
@@ -75,10 +87,9 @@ const STD: &str = "0.229,0.224,0.225";
 
 #[test]
 fn torchvision_exports_served_by_their_card_match_onnxruntime_on_torchvisions_preprocessing() {
-    let dir = tempfile::tempdir().unwrap();
-    let report = reference(dir.path());
+    let (dir, report) = reference();
     let classes = report["classes"].as_u64().unwrap() as usize;
-    let images = dir.path().join("images");
+    let images = dir.join("images");
     for (i, model) in [
         "fcn_resnet50",
         "deeplabv3_mobilenet_v3_large",
@@ -89,7 +100,7 @@ fn torchvision_exports_served_by_their_card_match_onnxruntime_on_torchvisions_pr
     {
         let range = report["models"][model]["logit_range"].as_f64().unwrap();
         assert!(range > 1.0, "{model}: recalibrated logits span {range}");
-        let onnx = dir.path().join(format!("{model}.onnx"));
+        let onnx = dir.join(format!("{model}.onnx"));
         let mut card_flags: Vec<String> = Vec::new();
         let served = match i {
             0 => {
@@ -111,7 +122,7 @@ fn torchvision_exports_served_by_their_card_match_onnxruntime_on_torchvisions_pr
                 onnx.clone()
             }
             _ => {
-                let copy = dir.path().join(format!("{model}.described.onnx"));
+                let copy = dir.join(format!("{model}.described.onnx"));
                 let shown = segtool(&[
                     "card",
                     p(&onnx),
@@ -143,7 +154,7 @@ fn torchvision_exports_served_by_their_card_match_onnxruntime_on_torchvisions_pr
             }
         };
         for engine in ["ort", "tract"] {
-            let out = dir.path().join(format!("out-{model}-{engine}"));
+            let out = dir.join(format!("out-{model}-{engine}"));
             let mut args: Vec<String> = [
                 "infer",
                 "--model",
@@ -165,7 +176,7 @@ fn torchvision_exports_served_by_their_card_match_onnxruntime_on_torchvisions_pr
                 let ours = image::open(out.join(format!("{image}_labels.png")))
                     .unwrap()
                     .to_luma8();
-                let ref_dir = dir.path().join("ref").join(model);
+                let ref_dir = dir.join("ref").join(model);
                 let (shape, want) = npy(&ref_dir.join(format!("{image}.npy")));
                 let (_, margin) = npy(&ref_dir.join(format!("{image}.margin.npy")));
                 assert_eq!(
@@ -195,11 +206,10 @@ fn torchvision_exports_served_by_their_card_match_onnxruntime_on_torchvisions_pr
 
 #[test]
 fn a_foreign_file_without_a_card_names_what_is_missing_and_contradictions_name_both_sides() {
-    let dir = tempfile::tempdir().unwrap();
-    reference(dir.path());
-    let onnx = dir.path().join("lraspp_mobilenet_v3_large.onnx");
-    let images = dir.path().join("images");
-    let out = dir.path().join("out");
+    let (dir, _) = reference();
+    let onnx = dir.join("lraspp_mobilenet_v3_large.onnx");
+    let images = dir.join("images");
+    let out = dir.join("out");
     let run = |extra: &[&str]| {
         let mut args = vec![
             "infer",

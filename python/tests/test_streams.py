@@ -214,14 +214,20 @@ def test_ctrl_c_interrupts_a_long_batch(models: Dict[str, Path]) -> None:
         if full >= 0.5 or len(batch) >= 96:
             break
         batch = batch + batch
-    main = threading.get_ident()
-    timer = threading.Timer(0.1, lambda: signal.pthread_kill(main, signal.SIGINT))
-    t0 = time.perf_counter()
-    timer.start()
-    with pytest.raises(KeyboardInterrupt):
-        seg.segment_batch(batch)
-    interrupted = time.perf_counter() - t0
-    timer.join()
+    # Python turns SIGINT into KeyboardInterrupt only when it started with SIGINT's default
+    # disposition; a test run started in the background (SIGINT ignored) would not.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        main = threading.get_ident()
+        timer = threading.Timer(0.1, lambda: signal.pthread_kill(main, signal.SIGINT))
+        t0 = time.perf_counter()
+        timer.start()
+        with pytest.raises(KeyboardInterrupt):
+            seg.segment_batch(batch)
+        interrupted = time.perf_counter() - t0
+        timer.join()
+    finally:
+        signal.signal(signal.SIGINT, previous)
     # Raised while the batch was still running (it finishes in the background).
     assert interrupted < 0.6 * full, (interrupted, full)
     # The segmenter is usable afterwards.
