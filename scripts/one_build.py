@@ -105,8 +105,8 @@ def splits(found):
 def describe(split):
     lines = []
     for (name, version, registry), configs in sorted(split.items()):
-        where = "" if registry else " (a workspace crate: its dependents' manifests must ask " \
-            "for the same features; the workspace hack cannot)"
+        where = "" if registry else " (a workspace crate, which the workspace hack cannot " \
+            "unify: its dependents' features and the profiles must agree)"
         lines.append(f"  {name} {version}{where}:")
         for (features, opt, debug, asserts), commands in sorted(configs.items()):
             lines.append(f"    {', '.join(sorted(commands))}: features [{', '.join(features)}], "
