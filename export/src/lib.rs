@@ -21,6 +21,7 @@ mod builder;
 mod conv;
 mod doc;
 mod error;
+mod export_provider;
 pub mod external;
 mod fold;
 mod head;
@@ -49,10 +50,10 @@ pub use segtool_onnx::proto;
 
 pub use attention::PAM_QUERY_BLOCKS;
 pub use error::ExportError;
+pub use export_provider::ExportProvider;
 pub use external::{ExternalData, ExternalDataFile};
 pub use options::{
-    AttentionForm, ExportOptions, ExportProvider, ExportTarget, DEFAULT_EXTERNAL_THRESHOLD,
-    TRACT_CONV_SPLIT_DEPTH,
+    AttentionForm, ExportOptions, ExportTarget, DEFAULT_EXTERNAL_THRESHOLD, TRACT_CONV_SPLIT_DEPTH,
 };
 pub use provider::{AttentionChoice, TargetRequest};
 

@@ -180,49 +180,6 @@ impl std::str::FromStr for ExportTarget {
     }
 }
 
-/// The ONNX Runtime execution provider an [`ExportTarget::Ort`] export is meant for
-/// (`segtool export --provider`); it picks the attention forms, nothing else.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum ExportProvider {
-    /// `CPUExecutionProvider`: PAM in query blocks, CAM decomposed (measured fastest).
-    Cpu,
-    /// `CUDAExecutionProvider`: PAM as `com.microsoft.MultiHeadAttention` (fused, no
-    /// N x N), CAM decomposed.
-    Cuda,
-}
-
-impl ExportProvider {
-    /// Every provider, in CLI listing order.
-    pub const ALL: [ExportProvider; 2] = [ExportProvider::Cpu, ExportProvider::Cuda];
-
-    /// CLI / metadata spelling: `cpu`, `cuda`.
-    pub fn name(self) -> &'static str {
-        match self {
-            ExportProvider::Cpu => "cpu",
-            ExportProvider::Cuda => "cuda",
-        }
-    }
-}
-
-impl std::fmt::Display for ExportProvider {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl std::str::FromStr for ExportProvider {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "cpu" => Ok(ExportProvider::Cpu),
-            "cuda" => Ok(ExportProvider::Cuda),
-            _ => Err(format!(
-                "unknown execution provider `{s}` (expected cpu or cuda)"
-            )),
-        }
-    }
-}
-
 /// Fields of [`ExportOptions::to_json`] that readers of the recorded choice use
 /// ([`crate::AttentionChoice`]).
 pub(crate) const TARGET_FIELD: &str = "target";
@@ -247,7 +204,7 @@ pub struct ExportOptions {
     pub target: ExportTarget,
     /// ONNX Runtime execution provider an `ort` export is for (recorded in metadata when
     /// set; see [`crate::ExportProvider`]); `None`: the target's default.
-    pub provider: Option<ExportProvider>,
+    pub provider: Option<crate::ExportProvider>,
     /// Form of the position attention module (`head.sa`).
     pub pam: AttentionForm,
     /// Form of the channel attention module (`head.sc`).

@@ -11,8 +11,8 @@
 //! H*W/64, past the fused kernels' limit (1024) above 256x256 inputs, and its C x C energy
 //! is 1 MiB at C = 512. None of this was timed on a GPU.
 //!
-//! [`ExportProvider`] itself lives with the options that carry it (`options.rs`); this
-//! module builds on both. Also here: [`TargetRequest`], the one place a user's request (target, provider, GPU
+//! [`ExportProvider`] itself is a value of the options (`export_provider.rs`); this module
+//! builds on both. Also here: [`TargetRequest`], the one place a user's request (target, provider, GPU
 //! serving) becomes a target, and [`AttentionChoice`], an export's recorded choice read
 //! back from its metadata to say when it was not made for CUDA.
 

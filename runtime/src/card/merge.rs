@@ -1,0 +1,264 @@
+//! Merging the sources' fields into one card: the first layer that has a field wins it,
+//! the graph fills names, types and fixed dims, defaults fill the rest (each with why),
+//! and everything still missing is reported at once with the ways to give it.
+
+use segtool_onnx::ModelIo;
+use segtool_spec::palette::default_palette;
+
+use super::{
+    CardFields, CardSource, ChannelOrder, Dtype, Fit, InputCard, Layout, ModelCard, OutputCard,
+    OutputKind, ResolvedCard, FIELDS,
+};
+
+/// The first layer that has a field wins it; returns the value and its source.
+fn pick<T: Clone>(
+    layers: &[(CardFields, CardSource)],
+    get: impl Fn(&CardFields) -> Option<T>,
+) -> Option<(T, CardSource)> {
+    layers
+        .iter()
+        .find_map(|(f, s)| get(f).map(|v| (v, s.clone())))
+}
+
+/// Merges the layers over the graph's defaults.
+pub(super) fn merge(
+    layers: &[(CardFields, CardSource)],
+    io: &ModelIo,
+) -> std::result::Result<ResolvedCard, String> {
+    let mut sources = Vec::new();
+    let mut note = |field: &'static str, source: CardSource| sources.push((field, source));
+    // Everything missing is reported at once.
+    let mut missing: Vec<&str> = Vec::new();
+    let graph_input = &io.inputs[0];
+    let graph_output = &io.outputs[0];
+
+    let (input_name, s) = pick(layers, |f| f.input.name.clone())
+        .unwrap_or((graph_input.name.clone(), CardSource::Graph));
+    note("input.name", s);
+    let input_info = io
+        .inputs
+        .iter()
+        .find(|t| t.name == input_name)
+        .unwrap_or(graph_input);
+    let (dtype, s) = match input_info.elem_type {
+        2 => (Dtype::Uint8, CardSource::Graph),
+        1 => (Dtype::Float32, CardSource::Graph),
+        _ => pick(layers, |f| f.input.dtype).unwrap_or((
+            Dtype::Float32,
+            CardSource::Default("the graph declares no element type"),
+        )),
+    };
+    note("input.dtype", s);
+    let (layout, s) = pick(layers, |f| f.input.layout).unwrap_or_else(|| {
+        let dims = &input_info.dims;
+        let channels_last =
+            dims.len() == 4 && matches!(dims[3], Some(1 | 3)) && !matches!(dims[1], Some(1 | 3));
+        if channels_last {
+            (Layout::Nhwc, CardSource::Graph)
+        } else if dims.len() == 4 && matches!(dims[1], Some(1 | 3)) {
+            (Layout::Nchw, CardSource::Graph)
+        } else if dtype == Dtype::Uint8 {
+            (
+                Layout::Nhwc,
+                CardSource::Default("uint8 images are channels-last"),
+            )
+        } else {
+            (
+                Layout::Nchw,
+                CardSource::Default("float images are channels-first"),
+            )
+        }
+    });
+    note("input.layout", s);
+    let (channels, s) = pick(layers, |f| f.input.channels)
+        .unwrap_or((ChannelOrder::Rgb, CardSource::Default("RGB")));
+    note("input.channels", s);
+
+    let (mean, std, scale) = if dtype == Dtype::Uint8 {
+        let mean = pick(layers, |f| f.input.mean.clone());
+        let std = pick(layers, |f| f.input.std.clone());
+        let neutral = CardSource::Default("a uint8 input: the graph normalises");
+        let width = input_channels(input_info, layout).unwrap_or(3);
+        (
+            mean.unwrap_or((vec![0.0; width], neutral.clone())),
+            std.unwrap_or((vec![1.0; width], neutral.clone())),
+            pick(layers, |f| f.input.scale).unwrap_or((1.0, neutral)),
+        )
+    } else {
+        let mean = pick(layers, |f| f.input.mean.clone());
+        let std = pick(layers, |f| f.input.std.clone());
+        let (mean, std) = match (mean, std) {
+            (Some(mean), Some(std)) => (mean, std),
+            _ => {
+                missing.push(
+                    "the input's normalisation (input.mean and input.std, and input.scale \
+                     unless the mean is in 0-1 units)",
+                );
+                let gap = || (Vec::new(), CardSource::Default("missing"));
+                (gap(), gap())
+            }
+        };
+        let scale = pick(layers, |f| f.input.scale).unwrap_or_else(|| {
+            if mean.0.iter().chain(&std.0).all(|v| *v <= 1.0) {
+                (
+                    1.0 / 255.0,
+                    CardSource::Default("mean and std <= 1: pixels scaled to 0-1"),
+                )
+            } else {
+                (
+                    1.0,
+                    CardSource::Default("mean or std > 1: pixels kept at 0-255"),
+                )
+            }
+        });
+        (mean, std, scale)
+    };
+    note("input.scale", scale.1);
+    note("input.mean", mean.1);
+    note("input.std", std.1);
+
+    let fixed_dims = match layout {
+        Layout::Nchw => (
+            input_info.dims.get(2).copied().flatten(),
+            input_info.dims.get(3).copied().flatten(),
+        ),
+        Layout::Nhwc => (
+            input_info.dims.get(1).copied().flatten(),
+            input_info.dims.get(2).copied().flatten(),
+        ),
+    };
+    let size = match fixed_dims {
+        (Some(h), Some(w)) if h > 0 && w > 0 => Some(([h as usize, w as usize], CardSource::Graph)),
+        _ => pick(layers, |f| f.input.size),
+    };
+    note(
+        "input.size",
+        size.as_ref()
+            .map_or(CardSource::Default("any size"), |s| s.1.clone()),
+    );
+    let divisor = pick(layers, |f| f.input.size_divisor);
+    note(
+        "input.size_divisor",
+        divisor
+            .as_ref()
+            .map_or(CardSource::Default("none"), |s| s.1.clone()),
+    );
+    let (fit, s) = pick(layers, |f| f.input.fit).unwrap_or((Fit::Pad, CardSource::Default("pad")));
+    note("input.fit", s);
+
+    let (output_name, s) = pick(layers, |f| f.output.name.clone())
+        .unwrap_or((graph_output.name.clone(), CardSource::Graph));
+    note("output.name", s);
+    let output_info = io
+        .outputs
+        .iter()
+        .find(|t| t.name == output_name)
+        .unwrap_or(graph_output);
+    let integer = matches!(output_info.elem_type, 2 | 6 | 7);
+    let (kind, s) = pick(layers, |f| f.output.kind).unwrap_or(if integer {
+        (OutputKind::ClassMap, CardSource::Graph)
+    } else {
+        (
+            OutputKind::Logits,
+            CardSource::Default("a float output is per-class scores"),
+        )
+    });
+    note("output.kind", s);
+    let (align_corners, s) = pick(layers, |f| f.output.align_corners).unwrap_or((
+        false,
+        CardSource::Default("false, as PyTorch's and ONNX's resize"),
+    ));
+    note("output.align_corners", s);
+    let threshold = pick(layers, |f| f.output.threshold);
+    note(
+        "output.threshold",
+        threshold
+            .as_ref()
+            .map_or(CardSource::Default("none"), |t| t.1.clone()),
+    );
+
+    let graph_classes = match (kind, output_info.dims.get(1)) {
+        (OutputKind::Binary, _) => Some(2),
+        (OutputKind::Logits | OutputKind::Probabilities, Some(Some(c))) if *c > 0 => {
+            Some(*c as usize)
+        }
+        _ => None,
+    };
+    let (classes, s) = match pick(layers, |f| f.classes.clone()) {
+        Some(named) => named,
+        None => match pick(layers, |f| f.num_classes)
+            .or_else(|| graph_classes.map(|n| (n, CardSource::Graph)))
+        {
+            Some((n, s)) => ((0..n).map(|i| format!("class_{i}")).collect(), s),
+            None => {
+                missing.push(
+                    "the classes (classes or num_classes: the graph's output does not say how \
+                     many)",
+                );
+                (Vec::new(), CardSource::Default("missing"))
+            }
+        },
+    };
+    if !missing.is_empty() {
+        return Err(format!(
+            "no segtool spec or card, and {} missing: {}; {WAYS}",
+            if missing.len() == 1 {
+                "this is"
+            } else {
+                "these are"
+            },
+            missing.join("; ")
+        ));
+    }
+    note("classes", s);
+    let (palette, s) = pick(layers, |f| f.palette.clone()).unwrap_or_else(|| {
+        (
+            default_palette(classes.len()),
+            CardSource::Default("segtool's palette"),
+        )
+    });
+    note("palette", s);
+
+    let card = ModelCard {
+        input: InputCard {
+            name: input_name,
+            layout,
+            dtype,
+            channels,
+            scale: scale.0,
+            mean: mean.0,
+            std: std.0,
+            size: size.map(|s| s.0),
+            size_divisor: divisor.map(|d| d.0),
+            fit,
+        },
+        output: OutputCard {
+            name: output_name,
+            kind,
+            align_corners,
+            threshold: threshold.map(|t| t.0),
+        },
+        classes,
+        palette,
+    };
+    sources.sort_by_key(|(f, _)| FIELDS.iter().position(|x| x == f));
+    Ok(ResolvedCard {
+        path: None,
+        card,
+        sources,
+        segtool_export: false,
+    })
+}
+
+fn input_channels(info: &segtool_onnx::TensorInfo, layout: Layout) -> Option<usize> {
+    let axis = match layout {
+        Layout::Nchw => 1,
+        Layout::Nhwc => 3,
+    };
+    info.dims.get(axis).copied().flatten().map(|c| c as usize)
+}
+
+const WAYS: &str = "give them in a sidecar MODEL.segtool.toml next to the model, a card \
+                    file (--card FILE), a Hugging Face folder (preprocessor_config.json), or \
+                    flags (--mean, --std, --scale, --classes, --num-classes, ...); or export \
+                    the model with `segtool export`";
