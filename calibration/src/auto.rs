@@ -26,12 +26,12 @@ use prost::Message;
 use segtool_core::metrics::ConfusionMatrix;
 use segtool_onnx::proto::ModelProto;
 
-use crate::report::{argmax_classes, CompareOptions};
+use crate::report::CompareOptions;
 use crate::session::OrtModel;
 mod table;
 
 use crate::{
-    calibrate, model_spec, qdq, read_image, rewrite_with, trt_cache, CalibrationError,
+    calibrate, qdq, read_image, rewrite_with, trt_cache, CalibrationError, Feed,
     CalibrationOptions,
 };
 
@@ -195,6 +195,7 @@ struct Evaluator {
     reference: Vec<Vec<u8>>,
     labels: Option<Vec<Vec<u8>>>,
     classes: usize,
+    feed: Feed,
     threads: Option<usize>,
     miou_fp32: Option<f64>,
 }
@@ -204,15 +205,24 @@ impl Evaluator {
         fp32: &[u8],
         images: &[PathBuf],
         labels: Option<&Path>,
-        spec: &segtool_core::ModelSpec,
+        feed: &Feed,
         threads: Option<usize>,
     ) -> Result<Self, CalibrationError> {
         let inputs: Vec<Array4<f32>> = images
             .iter()
-            .map(|p| Ok(segtool_runtime::normalise(&read_image(p)?, spec)))
+            .map(|p| feed.tensor(&read_image(p)?))
             .collect::<Result<_, CalibrationError>>()?;
         let labels = match labels {
             None => None,
+            // Scores of a card model come out at the model's own resolution, not the
+            // labels'; its mIoU would need the card's decoding in the loop.
+            Some(_) if matches!(feed, Feed::Card(_)) => {
+                return Err(CalibrationError::Input(
+                    "--labels (mIoU) is for segtool exports; a model from elsewhere is \
+                     searched by --min-agreement"
+                        .into(),
+                ))
+            }
             Some(dir) => Some(
                 images
                     .iter()
@@ -236,7 +246,8 @@ impl Evaluator {
             inputs,
             reference: Vec::new(),
             labels,
-            classes: spec.classes.len(),
+            classes: feed.classes(),
+            feed: feed.clone(),
             threads,
             miou_fp32: None,
         };
@@ -252,10 +263,14 @@ impl Evaluator {
         let mut cm = ConfusionMatrix::new(self.classes);
         for (i, x) in self.inputs.iter().enumerate() {
             let o = ort.run(x.view(), &[])?;
-            let logits = o.values().next().ok_or_else(|| {
+            let scores = match self.feed.output() {
+                Some(name) => o.get(name),
+                None => o.values().next(),
+            };
+            let scores = scores.ok_or_else(|| {
                 CalibrationError::Model("the model has no float output (logits)".into())
             })?;
-            let pred = argmax_classes(logits);
+            let pred = self.feed.decisions(scores);
             if let Some(l) = &self.labels {
                 cm.update(&l[i], &pred, 255);
             }
@@ -320,7 +335,7 @@ pub fn auto_calibrate(
         }
         _ => {}
     }
-    let spec = model_spec(model)?;
+    let feed = Feed::of_model(model, calib.card.as_ref())?;
     let fp32_bytes = model.encode_to_vec();
     let val_images = &val_images[..val_images.len().min(auto.val_samples.max(1))];
 
@@ -334,7 +349,7 @@ pub fn auto_calibrate(
         &cal.model,
         &cal.plan.layer_outputs,
         calib_images,
-        &spec,
+        &feed,
         calib.method.name(),
         &CompareOptions {
             samples: auto.snr_samples.max(1),
@@ -379,7 +394,7 @@ pub fn auto_calibrate(
         &fp32_bytes,
         val_images,
         auto.labels.as_deref(),
-        &spec,
+        &feed,
         calib.threads,
     )?;
     let meets = |agreement: f64, miou: Option<f64>| match auto.target {

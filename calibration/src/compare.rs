@@ -14,14 +14,13 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 
 use prost::Message;
-use segtool_core::ModelSpec;
 use segtool_onnx::proto::{
     type_proto, AttributeProto, DataType, GraphProto, ModelProto, NodeProto, ValueInfoProto,
 };
 
 use crate::session::OrtModel;
 use crate::similarity::Similarity;
-use crate::{for_each_batch, qdq, CalibrationError};
+use crate::{for_each_batch, qdq, CalibrationError, Feed};
 
 /// Element type of every value of `g` that can be told from the graph alone: inputs,
 /// initialisers, value_info, then per node (Cast's `to`, Shape/ArgMax int64,
@@ -198,13 +197,13 @@ pub struct Comparison {
     pub only_b: usize,
 }
 
-/// Runs `a` and `b` on the first `opts.samples` of `images` (normalised for `spec`, one
+/// Runs `a` and `b` on the first `opts.samples` of `images` (prepared by `feed`, one
 /// image per run) with every shared float tensor exposed.
 pub fn compare_models(
     a: &ModelProto,
     b: &ModelProto,
     images: &[PathBuf],
-    spec: &ModelSpec,
+    feed: &Feed,
     opts: &CompareOptions,
 ) -> Result<Comparison, CalibrationError> {
     let shared = shared_tensors(a, b)?;
@@ -230,7 +229,7 @@ pub fn compare_models(
     let mut acc: Vec<Similarity> = names.iter().map(|_| Similarity::default()).collect();
     let mut shapes: Vec<Option<Vec<usize>>> = vec![None; names.len()];
     let mut mismatch: BTreeMap<String, (Vec<usize>, Vec<usize>)> = BTreeMap::new();
-    for_each_batch(images, spec, 1, |x, _| {
+    for_each_batch(images, feed, 1, |x, _| {
         let oa = sa.run(x.view(), &[])?;
         let ob = sb.run(x.view(), &[])?;
         for (i, t) in names.iter().enumerate() {

@@ -13,6 +13,7 @@
 pub mod auto;
 pub mod calibrators;
 pub mod compare;
+pub mod feed;
 pub mod plot;
 pub mod qdq;
 pub mod report;
@@ -30,8 +31,10 @@ use ndarray::{Array4, Axis};
 use prost::Message;
 use segtool_core::progress::Reporter;
 use segtool_core::{ModelSpec, SPEC_METADATA_KEY};
+use segtool_runtime::card::{ModelCard, CARD_METADATA_KEY};
 use segtool_onnx::proto::ModelProto;
 
+pub use feed::Feed;
 use session::OrtModel;
 use stats::{Histogram, Range, TensorStats, DEFAULT_BINS};
 
@@ -133,6 +136,10 @@ pub struct CalibrationOptions {
     pub threads: Option<usize>,
     /// Where the statistics passes report their progress (one step per image).
     pub progress: Reporter,
+    /// The card of a model from elsewhere (`None`: the model's own segtool spec). It
+    /// prepares the images ([`Feed`]) and is written into the calibrated file's metadata,
+    /// so that the INT8 file describes itself.
+    pub card: Option<ModelCard>,
 }
 
 impl Default for CalibrationOptions {
@@ -148,6 +155,7 @@ impl Default for CalibrationOptions {
             bins: DEFAULT_BINS,
             threads: None,
             progress: Reporter::default(),
+            card: None,
         }
     }
 }
@@ -215,7 +223,7 @@ pub fn read_label(path: &Path) -> Result<image::GrayImage, CalibrationError> {
 /// does. Loads one batch at a time.
 pub fn for_each_batch(
     images: &[PathBuf],
-    spec: &ModelSpec,
+    feed: &Feed,
     batch: usize,
     mut f: impl FnMut(Array4<f32>, usize) -> Result<(), CalibrationError>,
 ) -> Result<(), CalibrationError> {
@@ -234,7 +242,7 @@ pub fn for_each_batch(
         f(x, n)
     };
     for path in images {
-        let x = segtool_runtime::normalise(&read_image(path)?, spec);
+        let x = feed.tensor(&read_image(path)?)?;
         if pending
             .first()
             .is_some_and(|p| p.shape() != x.shape() || pending.len() >= batch.max(1))
@@ -252,7 +260,7 @@ pub fn collect_stats(
     model: &ModelProto,
     tensors: &[String],
     images: &[PathBuf],
-    spec: &ModelSpec,
+    feed: &Feed,
     opts: &CalibrationOptions,
     histograms: bool,
 ) -> Result<BTreeMap<String, TensorStats>, CalibrationError> {
@@ -287,7 +295,7 @@ pub fn collect_stats(
     };
     let progress = &opts.progress;
     progress.start("range", images.len() as u64, 0);
-    for_each_batch(images, spec, opts.batch_size, |x, n| {
+    for_each_batch(images, feed, opts.batch_size, |x, n| {
         visit(&mut ort, &x, &mut |t, v| {
             ranges.get_mut(t).unwrap().update(v)
         })?;
@@ -302,7 +310,7 @@ pub fn collect_stats(
             .map(|(t, r)| (t.clone(), Histogram::new(opts.bins, r.absmax())))
             .collect();
         progress.start("histogram", images.len() as u64, 0);
-        for_each_batch(images, spec, opts.batch_size, |x, n| {
+        for_each_batch(images, feed, opts.batch_size, |x, n| {
             visit(&mut ort, &x, &mut |t, v| hists.get_mut(t).unwrap().add(v))?;
             progress.advance(n as u64);
             Ok(())
@@ -335,14 +343,14 @@ pub fn calibrate(
             opts.percentile
         )));
     }
-    let spec = model_spec(model)?;
+    let feed = Feed::of_model(model, opts.card.as_ref())?;
     let images = &images[..images.len().min(opts.samples)];
     let plan = qdq::plan(model, &opts.keep_float)?;
     let stats = collect_stats(
         model,
         &plan.activations,
         images,
-        &spec,
+        &feed,
         opts,
         opts.method.needs_histogram(),
     )?;
@@ -392,14 +400,23 @@ pub fn rewrite_with(
     if opts.method == Method::Percentile {
         meta["percentile"] = serde_json::json!(opts.percentile);
     }
-    qdq::rewrite(
+    let mut q = qdq::rewrite(
         model,
         plan,
         thresholds,
         opts.per_channel,
         opts.weight_range,
         (CALIBRATION_METADATA_KEY, meta.to_string()),
-    )
+    )?;
+    if let Some(card) = &opts.card {
+        let json = card.to_json();
+        q.metadata_props.retain(|p| p.key != CARD_METADATA_KEY);
+        q.metadata_props.push(segtool_onnx::proto::StringStringEntryProto {
+            key: CARD_METADATA_KEY.to_string(),
+            value: json,
+        });
+    }
+    Ok(q)
 }
 
 /// Writes `bytes` to `path` atomically ([`segtool_core::io::write_atomic`]: a temp file

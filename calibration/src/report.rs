@@ -9,12 +9,11 @@ use std::time::Instant;
 use ndarray::ArrayD;
 use prost::Message;
 use segtool_core::metrics::ConfusionMatrix;
-use segtool_core::ModelSpec;
 use segtool_onnx::proto::ModelProto;
 
 use crate::session::OrtModel;
 use crate::similarity::Similarity;
-use crate::{for_each_batch, qdq, CalibrationError};
+use crate::{for_each_batch, qdq, CalibrationError, Feed};
 
 /// One layer's agreement.
 #[derive(Clone, Debug, PartialEq)]
@@ -97,17 +96,20 @@ pub fn compare(
     int8: &[u8],
     layers: &[String],
     images: &[PathBuf],
-    spec: &ModelSpec,
+    feed: &Feed,
     method: &str,
     opts: &CompareOptions,
 ) -> Result<Report, CalibrationError> {
     let int8_model =
         ModelProto::decode(int8).map_err(|e| CalibrationError::Model(e.to_string()))?;
-    let output = qdq::graph(fp32)?
-        .output
-        .first()
-        .map(|o| o.name.clone())
-        .ok_or_else(|| CalibrationError::Model("the model has no output".into()))?;
+    let output = match feed.output() {
+        Some(name) => name.to_string(),
+        None => qdq::graph(fp32)?
+            .output
+            .first()
+            .map(|o| o.name.clone())
+            .ok_or_else(|| CalibrationError::Model("the model has no output".into()))?,
+    };
     let mut names: Vec<String> = layers.to_vec();
     names.push(output.clone());
     let mut a = OrtModel::new(
@@ -124,10 +126,10 @@ pub fn compare(
         .map(|l| (l.clone(), Similarity::default()))
         .collect();
     let (mut same, mut pixels) = (0u64, 0u64);
-    let classes = spec.classes.len();
+    let classes = feed.classes();
     let mut cm = (ConfusionMatrix::new(classes), ConfusionMatrix::new(classes));
     let mut index = 0usize;
-    for_each_batch(images, spec, 1, |x, _| {
+    for_each_batch(images, feed, 1, |x, _| {
         let oa = a.run(x.view(), &names)?;
         let ob = b.run(x.view(), &names)?;
         for l in layers {
@@ -139,7 +141,7 @@ pub fn compare(
             }
         }
         if let (Some(u), Some(v)) = (oa.get(&output), ob.get(&output)) {
-            let (ma, mb) = (argmax_classes(u), argmax_classes(v));
+            let (ma, mb) = (feed.decisions(u), feed.decisions(v));
             same += ma.iter().zip(&mb).filter(|(p, q)| p == q).count() as u64;
             pixels += ma.len() as u64;
             if let Some(dir) = &opts.labels {
@@ -172,7 +174,7 @@ pub fn compare(
         .collect();
     let (mut lat_a, mut lat_b) = (0.0, 0.0);
     if opts.latency_runs > 0 {
-        let x = segtool_runtime::normalise(&crate::read_image(&images[0])?, spec);
+        let x = feed.tensor(&crate::read_image(&images[0])?)?;
         drop((a, b));
         let mut pa = OrtModel::new(&fp32.encode_to_vec(), opts.threads)?;
         lat_a = median_ms(&mut pa, x.view(), opts.latency_runs)?;

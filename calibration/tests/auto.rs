@@ -11,7 +11,7 @@ use prost::Message;
 use segtool_calibration::auto::{auto_calibrate, holdout_split, AutoOptions, RowKind, Target};
 use segtool_calibration::compare::{compare_models, CompareOptions};
 use segtool_calibration::session::OrtModel;
-use segtool_calibration::{calibrate, model_spec, CalibrationOptions, Method};
+use segtool_calibration::{calibrate, model_spec, CalibrationOptions, Feed, Method};
 use segtool_onnx::proto::{
     tensor_value_info, DataType, Dim, GraphProto, ModelProto, NodeProto, OperatorSetIdProto,
     StringStringEntryProto, TensorProto,
@@ -333,7 +333,7 @@ fn compare_reports_every_shared_layer_in_graph_order() {
     let dir = tempfile::tempdir().unwrap();
     let model = chain_model();
     let images = write_images(dir.path(), 4);
-    let spec = model_spec(&model).unwrap();
+    let spec = Feed::Spec(model_spec(&model).unwrap());
     // A model against itself: every layer exact.
     let same = compare_models(&model, &model, &images, &spec, &CompareOptions::default()).unwrap();
     let names: Vec<&str> = same.layers.iter().map(|l| l.name.as_str()).collect();

@@ -230,3 +230,88 @@ fn calibrate_refuses_a_tensor_name_onnx_runtime_would_misread() {
         "{msg}"
     );
 }
+
+/// A model from elsewhere is calibrated through its card: its images prepared as the card
+/// says (here BGR, its own mean and std), the report measured on the card's output, and
+/// the card written into the INT8 file so that it describes itself. Without a card, the
+/// error says how to give one.
+#[test]
+fn a_model_from_elsewhere_is_calibrated_through_its_card() {
+    use segtool_runtime::card::{resolve, CardRequest, CARD_METADATA_KEY};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("foreign.onnx");
+    std::fs::write(
+        &path,
+        segtool_runtime::testing::foreign_model_bytes(3, 4, false),
+    )
+    .unwrap();
+    let card_file = dir.path().join("card.toml");
+    std::fs::write(
+        &card_file,
+        "num_classes = 4\n[input]\nchannels = \"bgr\"\nmean = [0.4, 0.5, 0.6]\nstd = [0.2, 0.25, 0.3]\n",
+    )
+    .unwrap();
+    let card = resolve(&path, &CardRequest::new().card_file(&card_file))
+        .unwrap()
+        .card;
+    let model = ModelProto::decode(std::fs::read(&path).unwrap().as_slice()).unwrap();
+    let images = write_images(dir.path(), 3);
+    let base = CalibrationOptions {
+        method: Method::MinMax,
+        samples: 3,
+        threads: Some(1),
+        ..Default::default()
+    };
+    let err = calibrate(&model, &images, &base).unwrap_err().to_string();
+    assert!(err.contains("card") && err.contains("segtool.spec"), "{err}");
+
+    let opts = CalibrationOptions {
+        card: Some(card.clone()),
+        ..base
+    };
+    let cal = calibrate(&model, &images, &opts).unwrap();
+    // The input's statistics are those of the card's normalisation: the BGR, per-channel
+    // range of the images, not RGB in 0-1.
+    let feed = segtool_calibration::Feed::card(card.clone()).unwrap();
+    let mut absmax = 0f32;
+    for p in &images {
+        let x = feed
+            .tensor(&image::open(p).unwrap().to_rgb8())
+            .unwrap();
+        absmax = x.iter().fold(absmax, |m, v| m.max(v.abs()));
+    }
+    let input = &model.graph.as_ref().unwrap().input[0].name;
+    assert_eq!(cal.stats[input].range.absmax(), absmax);
+    let q = ModelProto::decode(cal.model.as_slice()).unwrap();
+    let written = q
+        .metadata_props
+        .iter()
+        .find(|p| p.key == CARD_METADATA_KEY)
+        .expect("the card travels with the INT8 file");
+    assert_eq!(
+        segtool_runtime::card::ModelCard::from_json(&written.value).unwrap(),
+        card
+    );
+    // And the INT8 file opens by itself, its card read from its metadata.
+    let int8 = dir.path().join("int8.onnx");
+    std::fs::write(&int8, &cal.model).unwrap();
+    let again = resolve(&int8, &CardRequest::new()).unwrap();
+    assert!(!again.segtool_export);
+    assert_eq!(again.card, card);
+    let report = segtool_calibration::report::compare(
+        &model,
+        &cal.model,
+        &cal.plan.layer_outputs,
+        &images,
+        &feed,
+        "minmax",
+        &segtool_calibration::report::CompareOptions {
+            samples: 3,
+            labels: None,
+            latency_runs: 0,
+            threads: Some(1),
+        },
+    )
+    .unwrap();
+    assert!(report.argmax_agreement > 0.9, "{}", report.to_text());
+}

@@ -48,6 +48,12 @@ pub struct segtool_options {
     /// refuses other sizes with `SEGTOOL_ERR_INVALID_ARGUMENT`. Ignored by tract.
     pub fixed_height: u32,
     pub fixed_width: u32,
+    /// Path of a model card (TOML) for an ONNX file segtool did not write: its input's
+    /// normalisation, resize and output kind (see the README's "Models from elsewhere").
+    /// NULL (default): the file's own metadata, then a sidecar `MODEL.segtool.toml`, then
+    /// a Hugging Face folder's JSON files. A file with no card fails to open with
+    /// `SEGTOOL_ERR_INVALID_MODEL`, naming what is missing.
+    pub card: *const c_char,
 }
 
 // ---------------------------------------------------------------------------------------
@@ -74,5 +80,6 @@ pub extern "C" fn segtool_options_default() -> segtool_options {
         ort_library: ptr::null(),
         fixed_height: 0,
         fixed_width: 0,
+        card: ptr::null(),
     }
 }

@@ -82,6 +82,10 @@ pub(crate) fn builder(path: &Path, opts: &segtool_options) -> Result<SegmenterBu
     if let Some(lib) = unsafe { opt_str(opts.ort_library, "ort_library") }?.filter(|p| !p.is_empty()) {
         builder = builder.ort_library(lib);
     }
+    // SAFETY: as above.
+    if let Some(card) = unsafe { opt_str(opts.card, "card") }?.filter(|p| !p.is_empty()) {
+        builder = builder.card(segtool_runtime::card::CardRequest::new().card_file(card));
+    }
     Ok(builder)
 }
 

@@ -84,7 +84,8 @@ impl From<RuntimeError> for Error {
             RuntimeError::File(ModelFileError::Invalid { .. })
             | RuntimeError::File(ModelFileError::MissingSpec { .. })
             | RuntimeError::File(ModelFileError::InvalidSpec { .. })
-            | RuntimeError::File(ModelFileError::Metadata { .. }) => SEGTOOL_ERR_INVALID_MODEL,
+            | RuntimeError::File(ModelFileError::Metadata { .. })
+            | RuntimeError::Card { .. } => SEGTOOL_ERR_INVALID_MODEL,
             RuntimeError::InputShape { .. } => SEGTOOL_ERR_INVALID_ARGUMENT,
             RuntimeError::FallbackRefused { .. } => SEGTOOL_ERR_PROVIDER_UNAVAILABLE,
             RuntimeError::OrtLibraryNotFound { .. } | RuntimeError::BackendUnavailable(_) => {

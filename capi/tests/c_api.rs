@@ -8,8 +8,9 @@ use std::process::{Command, Output};
 use std::sync::OnceLock;
 
 use image::{Rgb, RgbImage};
-use segtool_runtime::testing::{tiny_model_bytes, tiny_spec};
-use segtool_runtime::{Backend, Segmenter};
+use segtool_runtime::card::CardRequest;
+use segtool_runtime::testing::{foreign_model_bytes, tiny_model_bytes, tiny_spec};
+use segtool_runtime::{EngineKind, Segmenter};
 
 mod common;
 use common::{lib_dir, show};
@@ -34,6 +35,19 @@ fn synthetic_image() -> RgbImage {
     })
 }
 
+/// A model from elsewhere (no segtool metadata: `foreign.onnx`) and its card, in `dir`.
+fn foreign_model(dir: &Path) -> (PathBuf, PathBuf) {
+    let model = dir.join("foreign.onnx");
+    std::fs::write(&model, foreign_model_bytes(3, 3, false)).unwrap();
+    let card = dir.join("card.toml");
+    std::fs::write(
+        &card,
+        "num_classes = 3\n[input]\nchannels = \"bgr\"\nmean = [0.5, 0.5, 0.5]\nstd = [0.25, 0.25, 0.25]\n",
+    )
+    .unwrap();
+    (model, card)
+}
+
 /// A temp dir with `rgb.onnx` (class = dominant normalised channel) and `garbage.onnx`.
 fn models() -> (tempfile::TempDir, PathBuf, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
@@ -50,8 +64,8 @@ fn models() -> (tempfile::TempDir, PathBuf, PathBuf) {
 }
 
 /// The class map `Segmenter::segment` (tract) computes for the synthetic image.
-fn rust_class_map(model: &Path) -> Vec<u8> {
-    let mut seg = Segmenter::open(model, Backend::Tract).unwrap();
+fn rust_class_map(builder: segtool_runtime::SegmenterBuilder) -> Vec<u8> {
+    let mut seg = builder.engine(EngineKind::Tract).open().unwrap();
     let mask = seg.segment(&synthetic_image()).unwrap().mask;
     assert_eq!(mask.dim(), (H as usize, W as usize));
     mask.iter().copied().collect()
@@ -68,6 +82,8 @@ fn c_program() -> &'static Path {
 fn run_c(wrapper: &[&str], engine: &str) -> (Output, Option<Vec<u8>>) {
     let (dir, model, garbage) = models();
     let map_path = dir.path().join("map.bin");
+    let (foreign, card) = foreign_model(dir.path());
+    let foreign_map_path = dir.path().join("foreign-map.bin");
     let mut cmd = match wrapper.split_first() {
         Some((first, rest)) => {
             let mut c = Command::new(first);
@@ -89,20 +105,33 @@ fn run_c(wrapper: &[&str], engine: &str) -> (Output, Option<Vec<u8>>) {
         .arg(&garbage)
         .arg(engine)
         .arg(&map_path)
+        .args([&foreign, &card, &foreign_map_path])
         .output()
         .unwrap();
-    let map = std::fs::read(&map_path).ok().map(|bytes| {
-        let header = format!("{W} {H}\n");
-        assert!(bytes.starts_with(header.as_bytes()), "map header");
-        bytes[header.len()..].to_vec()
-    });
+    let read_map = |path: &Path| {
+        std::fs::read(path).ok().map(|bytes| {
+            let header = format!("{W} {H}\n");
+            assert!(bytes.starts_with(header.as_bytes()), "map header");
+            bytes[header.len()..].to_vec()
+        })
+    };
+    let map = read_map(&map_path);
     if output.status.success() {
         // Only compare when the program got that far.
-        let expected = rust_class_map(&model);
+        let expected = rust_class_map(Segmenter::builder(&model));
         assert_eq!(
             map.as_deref(),
             Some(expected.as_slice()),
             "C class map differs from Segmenter::segment"
+        );
+        // The card through the C ABI: the builder's own result, nothing added.
+        let expected = rust_class_map(
+            Segmenter::builder(&foreign).card(CardRequest::new().card_file(&card)),
+        );
+        assert_eq!(
+            read_map(&foreign_map_path).as_deref(),
+            Some(expected.as_slice()),
+            "C class map of the card-driven model differs from Segmenter::segment"
         );
     }
     (output, map)

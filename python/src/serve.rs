@@ -49,13 +49,6 @@ fn server_over(
     let first = segmenters
         .first()
         .ok_or_else(|| errors::input("at least one Segmenter", "an empty list"))?;
-    if let Some(s) = segmenters.iter().find(|s| s.model.foreign) {
-        return Err(errors::input(
-            "segmenters of segtool exports (the batch server and live streams do not drive \
-             models by their card yet; use Segmenter.segment_batch)",
-            format!("a model driven by its card: {}", s.path.display()),
-        ));
-    }
     let spec = first.model.spec.clone();
     let engines = segmenters
         .iter()
@@ -73,7 +66,21 @@ fn server_over(
             format!("segmenter {i} has another model spec than segmenter 0"),
         ));
     }
-    segtool_runtime::BatchServer::new(config, spec, engines).map_err(errors::batch)
+    if !first.model.foreign {
+        return segtool_runtime::BatchServer::new(config, spec, engines).map_err(errors::batch);
+    }
+    // Models from elsewhere: the workers prepare and decode as the card says.
+    let card = lock(&first.model.seg).card().card.clone();
+    if let Some(i) = segmenters
+        .iter()
+        .position(|s| !s.model.foreign || lock(&s.model.seg).card().card != card)
+    {
+        return Err(errors::input(
+            "segmenters of one model (the same model card)",
+            format!("segmenter {i} has another model card than segmenter 0"),
+        ));
+    }
+    segtool_runtime::BatchServer::with_card(config, card, engines).map_err(errors::batch)
 }
 
 fn output_segmentation(py: Python<'_>, out: Output, scores: bool) -> PyResult<Py<Segmentation>> {

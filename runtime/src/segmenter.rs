@@ -241,9 +241,8 @@ impl Segmenter {
         for ((w, h), members) in groups {
             let batch: Vec<RgbImage> = members.iter().map(|&i| imgs[i].clone()).collect();
             if self.is_foreign() {
-                let (input, geometry) = pipeline::prepare(&batch, &self.card.card)?;
-                let out = self.engine.run(input.view())?;
-                let segs = pipeline::decode(out, &self.card.card, geometry, self.keep_logits)?;
+                let segs =
+                    pipeline::run(self.engine.as_mut(), &self.card.card, &batch, self.keep_logits)?;
                 for (i, seg) in members.into_iter().zip(segs) {
                     results[i] = Some(seg);
                 }

@@ -5,15 +5,18 @@ use segtool_calibration::auto::{auto_calibrate, holdout_split, AutoOptions, Targ
 use segtool_calibration::qdq::WeightRange;
 use segtool_calibration::report::{compare, CompareOptions};
 use segtool_calibration::{
-    calibrate, list_images, load_model, model_spec, write_atomic, CalibrationOptions, Method,
+    calibrate, list_images, load_model, write_atomic, CalibrationOptions, Feed, Method,
 };
 use segtool_core::progress::Reporter;
 
+use crate::args::card::CardArgs;
 use crate::args::progress::Bar;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Float ONNX model (a `segtool export`).
+    /// Float ONNX model: a `segtool export`, or a file from elsewhere with its model card
+    /// (the card flags below, a sidecar MODEL.segtool.toml or --card FILE; the card is
+    /// written into the INT8 file).
     #[arg(long)]
     pub model: PathBuf,
     /// Folder of calibration images (png, jpg, jpeg), used in name order.
@@ -99,6 +102,9 @@ pub struct Args {
     /// --auto: latency rounds over all the table's models (each --latency-runs runs).
     #[arg(long, default_value_t = 3)]
     pub latency_rounds: usize,
+    /// What an ONNX file from elsewhere needs beside its graph.
+    #[command(flatten)]
+    pub card: CardArgs,
 }
 
 fn parse_method(s: &str) -> Result<Method, String> {
@@ -110,9 +116,10 @@ pub fn run(args: Args) -> Result<()> {
         return run_auto(args);
     }
     let model = load_model(&args.model)?;
-    let spec = model_spec(&model).with_context(|| args.model.display().to_string())?;
+    let opts = calibration_options(&args)?;
+    let feed = Feed::of_model(&model, opts.card.as_ref())
+        .with_context(|| args.model.display().to_string())?;
     let images = list_images(&args.images)?;
-    let opts = calibration_options(&args);
     let cal = calibrate(&model, &images, &opts)
         .with_context(|| format!("calibrating {}", args.model.display()))?;
     write_atomic(&args.out, &cal.model)?;
@@ -139,7 +146,7 @@ pub fn run(args: Args) -> Result<()> {
         &cal.model,
         &cal.plan.layer_outputs,
         &images,
-        &spec,
+        &feed,
         args.method.name(),
         &CompareOptions {
             samples: args.report_samples,
@@ -170,8 +177,8 @@ pub fn run(args: Args) -> Result<()> {
     Ok(())
 }
 
-fn calibration_options(args: &Args) -> CalibrationOptions {
-    CalibrationOptions {
+fn calibration_options(args: &Args) -> Result<CalibrationOptions> {
+    Ok(CalibrationOptions {
         method: args.method,
         percentile: args.percentile,
         samples: args.samples,
@@ -189,8 +196,18 @@ fn calibration_options(args: &Args) -> CalibrationOptions {
         } else {
             Reporter::new(std::sync::Arc::new(Bar::default()))
         },
+        card: foreign_card(&args.model, &args.card)?,
         ..Default::default()
-    }
+    })
+}
+
+/// The card of a model from elsewhere, `None` for a segtool export (its spec says all).
+pub(crate) fn foreign_card(
+    model: &std::path::Path,
+    card: &CardArgs,
+) -> Result<Option<segtool_runtime::card::ModelCard>> {
+    let resolved = segtool_runtime::card::resolve(model, &card.request())?;
+    Ok((!resolved.segtool_export).then_some(resolved.card))
 }
 
 /// `<out without .onnx>.auto.<ext>`.
@@ -217,7 +234,7 @@ fn run_auto(args: Args) -> Result<()> {
         Some(dir) => (images, list_images(dir)?),
         None => holdout_split(&images),
     };
-    let opts = calibration_options(&args);
+    let opts = calibration_options(&args)?;
     let auto = AutoOptions {
         target,
         labels: args.labels.clone(),

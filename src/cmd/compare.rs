@@ -5,7 +5,9 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use segtool_calibration::compare::{compare_models, CompareOptions};
-use segtool_calibration::{list_images, load_model, model_spec, write_atomic};
+use segtool_calibration::{list_images, load_model, write_atomic, Feed};
+
+use crate::args::card::CardArgs;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -13,7 +15,8 @@ pub struct Args {
     pub a: PathBuf,
     /// Model compared against it (INT8 QDQ, fp16, another target's export).
     pub b: PathBuf,
-    /// Folder of images (png, jpg, jpeg), used in name order, normalised as A's spec says.
+    /// Folder of images (png, jpg, jpeg), used in name order, prepared as A's spec (or,
+    /// for a file from elsewhere, its model card) says.
     #[arg(long)]
     pub images: PathBuf,
     /// Images compared.
@@ -35,12 +38,16 @@ pub struct Args {
     /// ONNX Runtime intra-op threads (default: ONNX Runtime's choice).
     #[arg(long)]
     pub threads: Option<usize>,
+    /// A's model card, for a file from elsewhere.
+    #[command(flatten)]
+    pub card: CardArgs,
 }
 
 pub fn run(args: Args) -> Result<()> {
     let a = load_model(&args.a)?;
     let b = load_model(&args.b)?;
-    let spec = model_spec(&a).with_context(|| args.a.display().to_string())?;
+    let card = super::calibrate::foreign_card(&args.a, &args.card)?;
+    let feed = Feed::of_model(&a, card.as_ref()).with_context(|| args.a.display().to_string())?;
     let images = list_images(&args.images)?;
     let opts = CompareOptions {
         samples: args.samples,
@@ -55,7 +62,7 @@ pub fn run(args: Args) -> Result<()> {
         min_cosine: args.min_cosine,
         threads: args.threads,
     };
-    let c = compare_models(&a, &b, &images, &spec, &opts)
+    let c = compare_models(&a, &b, &images, &feed, &opts)
         .with_context(|| format!("comparing {} with {}", args.a.display(), args.b.display()))?;
     print!("{}", c.to_text());
     if let Some(path) = &args.json {

@@ -2,7 +2,11 @@
  * Exercises the segtool C API the way a C/ROS user would; driven by tests/c_api.rs.
  *
  *   segment <model.onnx> <garbage.onnx> <engine: tract|ort|auto> <class-map-out>
+ *           [<foreign.onnx> <card.toml> <foreign-class-map-out>]
  *
+ * With the optional three: a file segtool did not write is refused without its card
+ * (SEGTOOL_ERR_INVALID_MODEL, the message naming the card) and segmented with it
+ * (`segtool_options.card`); its class map goes to <foreign-class-map-out>.
  * Segments a synthetic padded 7x5 RGB image, checks the rows whose classes are obvious,
  * writes "width height" plus the raw class map to <class-map-out> for the Rust side to
  * compare with segtool_runtime::Segmenter, then walks through the error paths. Exits 0
@@ -176,9 +180,44 @@ static void fixed_size(const char *model, const segtool_options *base, const uin
     segtool_close(seg);
 }
 
+static void write_map(const char *path, const segtool_result *res) {
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL, "open %s", path);
+    if (f) {
+        fprintf(f, "%u %u\n", segtool_result_width(res), segtool_result_height(res));
+        fwrite(segtool_result_class_map(res), 1,
+               (size_t)segtool_result_width(res) * segtool_result_height(res), f);
+        fclose(f);
+    }
+}
+
+/* A model from elsewhere: refused without its card, segmented with it. */
+static void foreign_with_card(const char *model, const char *card, const segtool_options *base,
+                              const uint8_t *img, const char *out_path) {
+    segtool_options opts = *base;
+    segtool_segmenter *seg = (segtool_segmenter *)0x1;
+    segtool_status st = segtool_open(model, &opts, &seg);
+    CHECK(st == SEGTOOL_ERR_INVALID_MODEL && seg == NULL, "no card: status %d", st);
+    CHECK(strstr(segtool_last_error(), "card") != NULL, "no card: message names the card");
+    opts.card = card;
+    st = segtool_open(model, &opts, &seg);
+    CHECK(st == SEGTOOL_OK, "open with card: status %d", st);
+    if (st != SEGTOOL_OK) return;
+    CHECK(segtool_num_classes(seg) == 3, "card classes: %u", segtool_num_classes(seg));
+    segtool_result *res = NULL;
+    CHECK(segtool_segment(seg, img, W, H, STRIDE, &res) == SEGTOOL_OK, "segment by card");
+    if (res) {
+        write_map(out_path, res);
+        segtool_result_free(res);
+    }
+    segtool_close(seg);
+}
+
 int main(int argc, char **argv) {
-    if (argc != 5) {
-        fprintf(stderr, "usage: %s <model> <garbage> <tract|ort|auto> <out>\n", argv[0]);
+    if (argc != 5 && argc != 8) {
+        fprintf(stderr,
+                "usage: %s <model> <garbage> <tract|ort|auto> <out> [<foreign> <card> <out>]\n",
+                argv[0]);
         return 2;
     }
     const char *model = argv[1], *garbage = argv[2], *out_path = argv[4];
@@ -230,13 +269,7 @@ int main(int argc, char **argv) {
         for (int y = 0; y < 3; y++)
             for (int x = 0; x < W; x++)
                 CHECK(map[y * W + x] == y, "pixel (%d,%d) is class %d", x, y, map[y * W + x]);
-        FILE *f = fopen(out_path, "wb");
-        CHECK(f != NULL, "open %s", out_path);
-        if (f) {
-            fprintf(f, "%u %u\n", segtool_result_width(res), segtool_result_height(res));
-            fwrite(map, 1, (size_t)W * H, f);
-            fclose(f);
-        }
+        write_map(out_path, res);
         /* A result outlives its segmenter's next call. */
         segtool_result *again = NULL;
         CHECK(segtool_segment(seg, img, W, H, STRIDE, &again) == SEGTOOL_OK, "second run");
@@ -249,6 +282,7 @@ int main(int argc, char **argv) {
     }
 
     fixed_size(model, &opts, img);
+    if (argc == 8) foreign_with_card(argv[5], argv[6], &opts, img, argv[7]);
     error_paths(model, garbage, &opts, seg);
     segtool_close(seg);
 

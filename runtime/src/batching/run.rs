@@ -9,6 +9,7 @@ use ndarray::{s, Array4, ArrayView4};
 use segtool_spec::ModelSpec;
 
 use super::Input;
+use crate::card::{pipeline, ModelCard};
 use crate::contract_adapter::ContractAdapter;
 use crate::engine::Engine;
 use crate::error::{Result, RuntimeError};
@@ -138,8 +139,12 @@ impl Inputs {
         engine: &mut dyn Engine,
         contract: IoContract,
         spec: &ModelSpec,
+        card: Option<&ModelCard>,
         keep_logits: bool,
     ) -> Result<Vec<Segmentation>> {
+        if let Some(card) = card {
+            return self.run_by_card(only, engine, card, keep_logits);
+        }
         let sizes: Vec<(usize, usize)> = match only {
             None => (0..self.len()).map(|i| self.size(i)).collect(),
             Some(i) => vec![self.size(i)],
@@ -159,5 +164,27 @@ impl Inputs {
                 run_normalised(engine, contract, spec, tensor.view(), &sizes, keep_logits)
             }
         }
+    }
+
+    /// A model from elsewhere: images through its card's pipeline, as
+    /// [`Segmenter::segment_batch`](crate::Segmenter::segment_batch) runs them.
+    fn run_by_card(
+        &self,
+        only: Option<usize>,
+        engine: &mut dyn Engine,
+        card: &ModelCard,
+        keep_logits: bool,
+    ) -> Result<Vec<Segmentation>> {
+        let Inputs::Images(imgs) = self else {
+            return Err(RuntimeError::InputShape {
+                expected: "images: a model driven by its card prepares its own input".into(),
+                got: "a normalised tensor".into(),
+            });
+        };
+        let imgs = match only {
+            None => &imgs[..],
+            Some(i) => std::slice::from_ref(&imgs[i]),
+        };
+        pipeline::run(engine, card, imgs, keep_logits)
     }
 }

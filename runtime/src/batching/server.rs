@@ -14,6 +14,7 @@ use super::{
     BatchConfig, BatchError, Input, LatestStream, OrderedStream, Output, QueueFull, Stats,
     WorkerStats,
 };
+use crate::card::ModelCard;
 use crate::engine::Engine;
 use crate::error::Result;
 use crate::io_contract::IoContract;
@@ -47,22 +48,21 @@ impl BatchServer {
                 ))
             }
         };
-        if let Some(s) = segmenters.iter().find(|s| s.is_foreign()) {
-            let file = s
-                .card()
-                .path
-                .as_ref()
-                .map_or_else(|| "the model".into(), |p| p.display().to_string());
-            return Err(BatchError::InvalidConfig(format!(
-                "{file} is driven by a model card (an ONNX file segtool did not write): the \
-                 batch server and live streams serve segtool exports only so far; segment \
-                 with Segmenter::segment_batch (segtool infer without --devices / \
-                 --cpu-sessions / --live)"
-            )));
-        }
         if let Some(i) = segmenters.iter().position(|s| *s.spec() != spec) {
             return Err(BatchError::InvalidConfig(format!(
                 "segmenter {i} has another model spec than segmenter 0: one server serves one model"
+            )));
+        }
+        // A model from elsewhere is driven by its card (resize, normalisation, decoding).
+        let card = segmenters[0]
+            .is_foreign()
+            .then(|| Arc::new(segmenters[0].card().card.clone()));
+        if let Some(i) = segmenters
+            .iter()
+            .position(|s| s.is_foreign().then(|| &s.card().card) != card.as_deref())
+        {
+            return Err(BatchError::InvalidConfig(format!(
+                "segmenter {i} has another model card than segmenter 0: one server serves one model"
             )));
         }
         let engines = segmenters
@@ -72,7 +72,7 @@ impl BatchServer {
                 (s.into_engine(), contract)
             })
             .collect();
-        Self::start(config, spec, engines)
+        Self::start(config, spec, card, engines)
     }
 
     /// One worker thread per engine; `spec` gives the normalisation and the class count
@@ -91,12 +91,29 @@ impl BatchServer {
                 (e, contract)
             })
             .collect();
-        Self::start(config, spec, engines)
+        Self::start(config, spec, None, engines)
+    }
+
+    /// One worker thread per engine, each running a model from elsewhere as `card` says
+    /// (prepare, run, decode: [`crate::card::pipeline::run`]). Every engine must run the
+    /// card's model.
+    pub fn with_card(
+        config: BatchConfig,
+        card: ModelCard,
+        engines: Vec<Box<dyn Engine>>,
+    ) -> Result<Self, BatchError> {
+        let spec = crate::card::spec_of(&card);
+        let engines = engines
+            .into_iter()
+            .map(|e| (e, IoContract::default()))
+            .collect();
+        Self::start(config, spec, Some(Arc::new(card)), engines)
     }
 
     fn start(
         config: BatchConfig,
         spec: ModelSpec,
+        card: Option<Arc<ModelCard>>,
         engines: Vec<(Box<dyn Engine>, IoContract)>,
     ) -> Result<Self, BatchError> {
         config.validate()?;
@@ -126,6 +143,7 @@ impl BatchServer {
                 contract,
                 queue: queue.clone(),
                 spec: spec.clone(),
+                card: card.clone(),
                 keep_logits: config.keep_logits,
             };
             let spawned = std::thread::Builder::new()
@@ -273,6 +291,8 @@ struct Worker {
     contract: IoContract,
     queue: Arc<Queue>,
     spec: Arc<ModelSpec>,
+    /// The card of a model from elsewhere (it prepares and decodes instead of `spec`).
+    card: Option<Arc<ModelCard>>,
     keep_logits: bool,
 }
 
@@ -336,9 +356,9 @@ impl Worker {
         only: Option<usize>,
     ) -> Result<Vec<Segmentation>, BatchError> {
         let (engine, spec, keep) = (self.engine.as_mut(), &*self.spec, self.keep_logits);
-        let contract = self.contract;
+        let (contract, card) = (self.contract, self.card.as_deref());
         match catch_unwind(AssertUnwindSafe(|| {
-            inputs.run(only, engine, contract, spec, keep)
+            inputs.run(only, engine, contract, spec, card, keep)
         })) {
             Ok(result) => result.map_err(BatchError::from),
             Err(payload) => Err(BatchError::EnginePanicked(

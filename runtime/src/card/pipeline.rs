@@ -21,6 +21,7 @@ use ndarray::{s, Array4, Axis};
 use segtool_onnx::card::{ChannelOrder, Dtype, Fit, Layout, ModelCard, OutputKind};
 use segtool_spec::protocol::resize::resize_linear_u8;
 
+use crate::engine::Engine;
 use crate::error::{Result, RuntimeError};
 use crate::io_contract::{EngineOutput, EngineTensor, Segmentation};
 use crate::postprocess::{argmax, resize_bilinear, resize_nearest};
@@ -203,6 +204,18 @@ pub fn decode(
             },
         }),
     }
+}
+
+/// Same-size `imgs` through `engine` under `card`: [`prepare`], one run, [`decode`].
+pub fn run(
+    engine: &mut dyn Engine,
+    card: &ModelCard,
+    imgs: &[RgbImage],
+    keep_logits: bool,
+) -> Result<Vec<Segmentation>> {
+    let (input, geometry) = prepare(imgs, card)?;
+    let out = engine.run(input.view())?;
+    decode(out, card, geometry, keep_logits)
 }
 
 /// Scores `[N, K, h, w]` at the image's size (see the module docs).

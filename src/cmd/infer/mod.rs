@@ -454,31 +454,23 @@ pub fn run(args: Args) -> Result<()> {
 /// was reported with its reason when it was skipped).
 /// What does not run on a card-driven model yet, refused before any work.
 fn refuse_for_card_models(args: &Args) -> Result<()> {
-    let what = if args.live {
-        Some("--live")
-    } else if !args.devices.is_empty() || args.cpu_sessions.is_some() {
-        Some("--devices / --cpu-sessions (the batch server)")
-    } else if args.protocol.is_some()
+    let accuracy = args.protocol.is_some()
         || args.mode.is_some()
         || args.crop.is_some()
         || args.stride.is_some()
         || args.flip
         || args.scales.is_some()
         || args.ms
-        || args.base_size.is_some()
-    {
-        Some("accuracy mode (--protocol/--mode/--crop/--stride/--flip/--scales/--ms)")
-    } else {
-        None
-    };
-    match what {
-        Some(what) => bail!(
-            "{what} serves segtool exports only so far; {} is driven by its model card \
-             (segment it without {what})",
+        || args.base_size.is_some();
+    if accuracy {
+        bail!(
+            "accuracy mode (--protocol/--mode/--crop/--stride/--flip/--scales/--ms) tiles \
+             normalised tensors as a segtool export's spec says; {} is driven by its model \
+             card, which decides its own resize and padding (segment it without these options)",
             args.model.display()
-        ),
-        None => Ok(()),
+        );
     }
+    Ok(())
 }
 
 fn skipped_summary(processed: usize, skipped: &[Failure]) -> String {
