@@ -144,7 +144,7 @@ fi
 # --- torchvision, the reference of the foreign-model tests (own stamp; --no-deps keeps torch) ---
 models_stamp="$venv/.segtool-models-$(sha256sum "$root/requirements-models.txt" | cut -c1-12)"
 if [ ! -f "$models_stamp" ]; then
-    begin "torchvision, the foreign-model tests' reference (pip; about 10 s)"
+    begin "torchvision, transformers, mmdeploy, rapidocr: the foreign-model tests' references (pip; about 40 s)"
     "$py" -m pip install -q --no-deps -r "$root/requirements-models.txt" >&2
     rm -f "$venv"/.segtool-models-*
     touch "$models_stamp"

@@ -16,7 +16,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use common::{p, segtool};
+use common::{npy, p, segtool};
 use serde_json::Value;
 
 /// The exports and references, made once for both tests (exporting three models is most
@@ -43,34 +43,6 @@ fn reference() -> &'static (PathBuf, Value) {
         let report = serde_json::from_slice(&out.stdout).unwrap();
         (dir, report)
     })
-}
-
-/// A `.npy` array of little-endian `<f4` or `|u1` values, flattened.
-fn npy(path: &Path) -> (Vec<usize>, Vec<f32>) {
-    let bytes = std::fs::read(path).unwrap();
-    assert_eq!(&bytes[..6], b"\x93NUMPY", "{}", path.display());
-    let header_len = u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
-    let header = std::str::from_utf8(&bytes[10..10 + header_len]).unwrap();
-    let shape: Vec<usize> = header
-        .split("'shape': (")
-        .nth(1)
-        .unwrap()
-        .split(')')
-        .next()
-        .unwrap()
-        .split(',')
-        .filter_map(|d| d.trim().parse().ok())
-        .collect();
-    let data = &bytes[10 + header_len..];
-    let values = if header.contains("'<f4'") {
-        data.chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect()
-    } else {
-        assert!(header.contains("'|u1'"), "{header}");
-        data.iter().map(|&v| f32::from(v)).collect()
-    };
-    (shape, values)
 }
 
 fn ok(out: std::process::Output) -> String {
@@ -184,20 +156,11 @@ fn torchvision_exports_served_by_their_card_match_onnxruntime_on_torchvisions_pr
                     (shape[0], shape[1]),
                     "{model} {engine} {image}: mask size"
                 );
-                let mut differ = 0;
-                for ((&got, &want), &gap) in ours.as_raw().iter().zip(&want).zip(&margin) {
-                    if f32::from(got) != want {
-                        assert!(
-                            gap < 1e-3,
-                            "{model} on {engine}, image {image}: class {got} where onnxruntime-Python \
-                             says {want}, with a top-2 logit gap of {gap} (not a near-tie)"
-                        );
-                        differ += 1;
-                    }
-                }
-                assert!(
-                    differ * 1000 <= want.len(),
-                    "{model} on {engine}, image {image}: {differ} near-tie pixels differ"
+                common::assert_masks_match(
+                    ours.as_raw(),
+                    &want,
+                    &margin,
+                    &format!("{model} on {engine}, image {image}"),
                 );
             }
         }

@@ -26,6 +26,7 @@
 mod dispatch;
 pub mod mmseg;
 mod options;
+pub mod antialias;
 pub mod resize;
 pub mod stitch;
 

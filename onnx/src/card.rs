@@ -66,6 +66,32 @@ pub enum Fit {
     Resize,
 }
 
+/// Whose bilinear resize brings images to the network's size: models are trained behind
+/// one, and the others give other pixels (most of all when shrinking).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ResizeFilter {
+    /// OpenCV's `INTER_LINEAR` (mmcv, mmdeploy, PaddleOCR, DeepStream-style pipelines).
+    #[default]
+    Opencv,
+    /// torchvision's `F.resize(..., antialias=True)` on uint8 (Hugging Face image
+    /// processors since transformers 5).
+    Torchvision,
+    /// Pillow's `Image.resize(..., BILINEAR)` (older Hugging Face processors).
+    Pillow,
+}
+
+impl ResizeFilter {
+    /// The serialised name.
+    pub fn name(self) -> &'static str {
+        match self {
+            ResizeFilter::Opencv => "opencv",
+            ResizeFilter::Torchvision => "torchvision",
+            ResizeFilter::Pillow => "pillow",
+        }
+    }
+}
+
 /// What the output tensor holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -122,6 +148,18 @@ pub struct InputCard {
     /// A fixed `[height, width]`: every image is resized to it and results back.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub size: Option<[usize; 2]>,
+    /// Resize keeping the aspect ratio to the largest size inside this box (long side and
+    /// short side, in either order), as mmcv's and mmdeploy's `Resize(keep_ratio=True)`:
+    /// `f = min(long / max(h, w), short / min(h, w))`, sides `int(side * f + 0.5)`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_ratio: Option<[usize; 2]>,
+    /// Images whose short side is below this are scaled up (aspect kept, sides
+    /// truncated) until it is, as PaddleOCR's detectors (`limit_type: min`) do.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_short_side: Option<usize>,
+    /// Whose bilinear resize to use for any of the above.
+    #[serde(default)]
+    pub resize_filter: ResizeFilter,
     /// Dynamic sizes must be multiples of this.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub size_divisor: Option<usize>,
@@ -205,6 +243,24 @@ impl ModelCard {
         }
         if i.size_divisor == Some(0) {
             return Err("input.size_divisor must be at least 1".into());
+        }
+        if matches!(i.keep_ratio, Some([a, b]) if a == 0 || b == 0) {
+            return Err("input.keep_ratio must be two positive numbers [long, short]".into());
+        }
+        if i.min_short_side == Some(0) {
+            return Err("input.min_short_side must be at least 1".into());
+        }
+        let resizes = [
+            i.size.map(|_| "input.size"),
+            i.keep_ratio.map(|_| "input.keep_ratio"),
+            i.min_short_side.map(|_| "input.min_short_side"),
+        ];
+        let given: Vec<&str> = resizes.into_iter().flatten().collect();
+        if given.len() > 1 {
+            return Err(format!(
+                "{} each decide the resized size: give one",
+                given.join(" and ")
+            ));
         }
         if self.classes.is_empty() {
             return Err("classes: the card names no class".into());

@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 
 use segtool_runtime::card::{CardFields, CardRequest};
-use segtool_runtime::card::{ChannelOrder, Fit, OutputKind};
+use segtool_runtime::card::{ChannelOrder, Fit, OutputKind, ResizeFilter};
 
 #[derive(clap::Args, Clone, Debug, Default)]
 pub struct CardArgs {
@@ -58,6 +58,17 @@ pub struct CardArgs {
     /// pad (default) or resize, to a multiple of --size-divisor.
     #[arg(long, value_parser = parse_fit, value_name = "HOW")]
     pub fit: Option<Fit>,
+    /// Resize keeping the aspect ratio into this box (long,short), as mmcv's
+    /// Resize(keep_ratio=True).
+    #[arg(long, value_delimiter = ',', num_args = 2, value_name = "LONG,SHORT")]
+    pub keep_ratio: Option<Vec<usize>>,
+    /// Scale images whose short side is below this up to it (PaddleOCR's limit_type min).
+    #[arg(long, value_name = "PIXELS")]
+    pub min_short_side: Option<usize>,
+    /// Whose bilinear resize the model was trained behind: opencv (default), torchvision
+    /// (antialiased; Hugging Face) or pillow.
+    #[arg(long, value_parser = parse_filter, value_name = "FILTER")]
+    pub resize_filter: Option<ResizeFilter>,
 }
 
 impl CardArgs {
@@ -73,6 +84,9 @@ impl CardArgs {
         fields.input.name = self.input_name.clone();
         fields.input.size_divisor = self.size_divisor;
         fields.input.fit = self.fit;
+        fields.input.keep_ratio = self.keep_ratio.as_deref().map(|k| [k[0], k[1]]);
+        fields.input.min_short_side = self.min_short_side;
+        fields.input.resize_filter = self.resize_filter;
         fields.output.name = self.output_name.clone();
         fields.output.kind = self.output_kind;
         fields.output.threshold = self.threshold;
@@ -118,4 +132,9 @@ fn parse_kind(s: &str) -> Result<OutputKind, String> {
 fn parse_fit(s: &str) -> Result<Fit, String> {
     serde_json::from_value(serde_json::Value::String(s.to_string()))
         .map_err(|_| format!("`{s}`: expected pad or resize"))
+}
+
+fn parse_filter(s: &str) -> Result<ResizeFilter, String> {
+    serde_json::from_value(serde_json::Value::String(s.to_string()))
+        .map_err(|_| format!("`{s}`: expected opencv, torchvision or pillow"))
 }

@@ -1,6 +1,8 @@
 //! `segtool card`: the model card of an ONNX file — what the runtime will feed it and how
 //! it reads its output — with the source of every field (`--show`), or written into a
-//! copy of the file's metadata so that the copy describes itself (`--out`).
+//! copy of the file's metadata so that the copy describes itself (`--out`), or as a Triton
+//! model repository whose model carries its card (`--triton DIR`): Triton runs the graph,
+//! and a client reads the card from the served file's metadata to prepare and decode.
 
 use std::path::PathBuf;
 
@@ -19,37 +21,93 @@ pub struct Args {
     /// Write a copy of the model with the card in its metadata (`segtool.card`).
     #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,
+    /// Write a Triton model repository here: DIR/<name>/config.pbtxt (I/O from the graph)
+    /// and DIR/<name>/1/model.onnx, the model with its card in its metadata.
+    #[arg(long, value_name = "DIR")]
+    pub triton: Option<PathBuf>,
+    /// Triton model name (default: the ONNX file's stem).
+    #[arg(long, requires = "triton")]
+    pub triton_model_name: Option<String>,
+    /// Triton max_batch_size (0: no batching); dynamic batching is configured when > 0.
+    #[arg(long, default_value_t = 8, requires = "triton")]
+    pub triton_max_batch: u32,
     #[command(flatten)]
     pub card: CardArgs,
 }
 
 pub fn run(args: Args) -> Result<()> {
-    if !args.show && args.out.is_none() {
-        bail!("say what to do: --show (print the card) or --out FILE (write it into a copy)");
+    if !args.show && args.out.is_none() && args.triton.is_none() {
+        bail!(
+            "say what to do: --show (print the card), --out FILE (write it into a copy) or \
+             --triton DIR (a Triton repository of the described model)"
+        );
     }
     let resolved = card::resolve(&args.model, &args.card.request())?;
+    let model = card::model_file(&args.model)?;
     if args.show {
         print!("{}", describe(&args.model, &resolved));
     }
+    if (args.out.is_some() || args.triton.is_some()) && resolved.segtool_export {
+        bail!(
+            "{} is a segtool export: its spec already describes it (no card needed; \
+             `segtool export --triton` writes its repository)",
+            args.model.display()
+        );
+    }
     if let Some(out) = &args.out {
-        if resolved.segtool_export {
-            bail!(
-                "{} is a segtool export: its spec already describes it (no card needed)",
-                args.model.display()
-            );
-        }
-        if out == &args.model {
+        if out == &model {
             bail!(
                 "--out {} is the model itself: write the copy elsewhere",
                 out.display()
             );
         }
-        card::write_card(&args.model, out, &resolved.card)
+        card::write_card(&model, out, &resolved.card)
             .with_context(|| format!("writing {}", out.display()))?;
         eprintln!(
             "wrote {} (card in metadata key {CARD_METADATA_KEY})",
             out.display()
         );
+    }
+    if let Some(dir) = &args.triton {
+        write_triton(&args, &model, dir, &resolved)?;
+    }
+    Ok(())
+}
+
+/// `--triton DIR`: the described copy, staged beside the repository, as a repository.
+fn write_triton(
+    args: &Args,
+    model: &std::path::Path,
+    dir: &std::path::Path,
+    resolved: &ResolvedCard,
+) -> Result<()> {
+    use segtool_runtime::triton::{write_repository, TritonOptions};
+    let stem = args
+        .triton_model_name
+        .clone()
+        // The folder's name for an SDK or Hugging Face folder, else the file's stem.
+        .or_else(|| args.model.file_stem().map(|s| s.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "model".into());
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let described = dir.join(format!(".{stem}.described.onnx"));
+    card::write_card(model, &described, &resolved.card)?;
+    let options = TritonOptions::new()
+        .with_max_batch_size(args.triton_max_batch)
+        .with_model_name(stem);
+    let report = write_repository(&described, dir, &options);
+    let _ = std::fs::remove_file(&described);
+    let report =
+        report.with_context(|| format!("writing the Triton repository {}", dir.display()))?;
+    eprintln!(
+        "wrote Triton model {:?}: {} and {} (max_batch_size {}; card in metadata key \
+         {CARD_METADATA_KEY})",
+        report.model_name,
+        report.config_path.display(),
+        report.model_path.display(),
+        report.max_batch_size
+    );
+    for note in report.notes {
+        eprintln!("note: {note}");
     }
     Ok(())
 }

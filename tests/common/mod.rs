@@ -121,3 +121,53 @@ pub fn test_image(seed: u32, w: u32, h: u32) -> image::RgbImage {
         ])
     })
 }
+
+/// A `.npy` array of little-endian `<f4` or `|u1` values, flattened.
+pub fn npy(path: &Path) -> (Vec<usize>, Vec<f32>) {
+    let bytes = std::fs::read(path).unwrap();
+    assert_eq!(&bytes[..6], b"\x93NUMPY", "{}", path.display());
+    let header_len = u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
+    let header = std::str::from_utf8(&bytes[10..10 + header_len]).unwrap();
+    let shape: Vec<usize> = header
+        .split("'shape': (")
+        .nth(1)
+        .unwrap()
+        .split(')')
+        .next()
+        .unwrap()
+        .split(',')
+        .filter_map(|d| d.trim().parse().ok())
+        .collect();
+    let data = &bytes[10 + header_len..];
+    let values = if header.contains("'<f4'") {
+        data.chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect()
+    } else {
+        assert!(header.contains("'|u1'"), "{header}");
+        data.iter().map(|&v| f32::from(v)).collect()
+    };
+    (shape, values)
+}
+
+/// A mask against a reference's, both flattened: equal wherever the reference's top-two
+/// gap (`margin`: logits, or a probability's distance to its threshold) is at least 1e-3,
+/// float32 noise aside; near-ties may differ, on at most 0.1% of the pixels.
+pub fn assert_masks_match(ours: &[u8], want: &[f32], margin: &[f32], what: &str) {
+    assert_eq!(ours.len(), want.len(), "{what}: mask size");
+    let mut differ = 0;
+    for ((&got, &want), &gap) in ours.iter().zip(want).zip(margin) {
+        if f32::from(got) != want {
+            assert!(
+                gap < 1e-3,
+                "{what}: class {got} where the reference says {want}, with a margin of {gap} \
+                 (not a near-tie)"
+            );
+            differ += 1;
+        }
+    }
+    assert!(
+        differ * 1000 <= want.len(),
+        "{what}: {differ} near-tie pixels differ"
+    );
+}

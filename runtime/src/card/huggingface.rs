@@ -9,7 +9,8 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::{CardFields, Fit, OutputKind};
+use super::json::{floats, read_json};
+use super::{CardFields, Fit, OutputKind, ResizeFilter};
 use crate::error::{Result, RuntimeError};
 
 /// The image processor's file.
@@ -50,6 +51,17 @@ pub fn read_folder(folder: &Path) -> Result<Option<CardFields>> {
         };
         f.input.size = Some([h, w]);
         f.input.fit = Some(Fit::Resize);
+        // transformers 5 resizes with torchvision (antialiased, on uint8) whatever the
+        // saved processor type, unless the folder asks for its Pillow backend.
+        let pil = pre
+            .get("image_processor_type")
+            .and_then(Value::as_str)
+            .is_some_and(|t| t.ends_with("Pil"));
+        f.input.resize_filter = Some(if pil {
+            ResizeFilter::Pillow
+        } else {
+            ResizeFilter::Torchvision
+        });
     }
     f.input.scale = Some(if flag("do_rescale", true) {
         pre.get("rescale_factor")
@@ -93,29 +105,6 @@ pub fn read_folder(folder: &Path) -> Result<Option<CardFields>> {
     Ok(Some(f))
 }
 
-fn read_json(path: &Path) -> Result<Value> {
-    let err = |message: String| RuntimeError::Card {
-        path: path.to_path_buf(),
-        message,
-    };
-    let text = std::fs::read_to_string(path).map_err(|e| err(format!("cannot read: {e}")))?;
-    serde_json::from_str(&text).map_err(|e| err(format!("not JSON: {e}")))
-}
-
 fn as_usize(v: &Value) -> Option<usize> {
     v.as_u64().filter(|n| *n > 0).map(|n| n as usize)
-}
-
-fn floats(v: &Value, key: &str) -> std::result::Result<Vec<f32>, String> {
-    let list = v
-        .get(key)
-        .and_then(Value::as_array)
-        .ok_or_else(|| format!("{key} is missing"))?;
-    list.iter()
-        .map(|x| {
-            x.as_f64()
-                .map(|f| f as f32)
-                .ok_or_else(|| format!("{key} holds {x}, not a number"))
-        })
-        .collect()
 }

@@ -7,7 +7,7 @@ use segtool_spec::palette::default_palette;
 
 use super::{
     CardFields, CardSource, ChannelOrder, Dtype, Fit, InputCard, Layout, ModelCard, OutputCard,
-    OutputKind, ResolvedCard, FIELDS,
+    OutputKind, ResizeFilter, ResolvedCard, FIELDS,
 };
 
 /// The first layer that has a field wins it; returns the value and its source.
@@ -145,6 +145,23 @@ pub(super) fn merge(
     );
     let (fit, s) = pick(layers, |f| f.input.fit).unwrap_or((Fit::Pad, CardSource::Default("pad")));
     note("input.fit", s);
+    let keep_ratio = pick(layers, |f| f.input.keep_ratio);
+    note(
+        "input.keep_ratio",
+        keep_ratio
+            .as_ref()
+            .map_or(CardSource::Default("none"), |s| s.1.clone()),
+    );
+    let min_short_side = pick(layers, |f| f.input.min_short_side);
+    note(
+        "input.min_short_side",
+        min_short_side
+            .as_ref()
+            .map_or(CardSource::Default("none"), |s| s.1.clone()),
+    );
+    let (resize_filter, s) = pick(layers, |f| f.input.resize_filter)
+        .unwrap_or((ResizeFilter::Opencv, CardSource::Default("opencv")));
+    note("input.resize_filter", s);
 
     let (output_name, s) = pick(layers, |f| f.output.name.clone())
         .unwrap_or((graph_output.name.clone(), CardSource::Graph));
@@ -231,6 +248,9 @@ pub(super) fn merge(
             size: size.map(|s| s.0),
             size_divisor: divisor.map(|d| d.0),
             fit,
+            keep_ratio: keep_ratio.map(|k| k.0),
+            min_short_side: min_short_side.map(|m| m.0),
+            resize_filter,
         },
         output: OutputCard {
             name: output_name,

@@ -5,8 +5,8 @@
 //!    into the file by `segtool card --out` ([`CARD_METADATA_KEY`]);
 //! 2. a sidecar `M.segtool.toml` next to the model, or a card file given explicitly
 //!    ([`CardRequest::card_file`]), in the card's TOML form ([`sidecar`]);
-//! 3. the folder conventions of Hugging Face (`config.json` + `preprocessor_config.json`,
-//!    [`huggingface`]);
+//! 3. the folder conventions of mmdeploy (`deploy.json` + `pipeline.json`, [`mmdeploy`])
+//!    and Hugging Face (`config.json` + `preprocessor_config.json`, [`huggingface`]);
 //! 4. the caller's own fields ([`CardRequest::fields`]: the command line's `--mean`,
 //!    `--classes`, ...).
 //!
@@ -17,7 +17,9 @@
 //! to give it.
 
 pub mod huggingface;
+mod json;
 mod merge;
+pub mod mmdeploy;
 pub mod pipeline;
 pub mod sidecar;
 #[cfg(test)]
@@ -27,7 +29,7 @@ use std::path::{Path, PathBuf};
 
 pub use segtool_onnx::card::{
     ChannelOrder, Dtype, Fit, InputCard, Layout, ModelCard, OutputCard, OutputKind,
-    CARD_METADATA_KEY,
+    ResizeFilter, CARD_METADATA_KEY,
 };
 use segtool_onnx::{read_io, read_props, Metadata, ModelIo};
 use segtool_spec::SPEC_METADATA_KEY;
@@ -77,6 +79,12 @@ pub struct InputFields {
     pub size_divisor: Option<usize>,
     /// [`InputCard::fit`].
     pub fit: Option<Fit>,
+    /// [`InputCard::keep_ratio`].
+    pub keep_ratio: Option<[usize; 2]>,
+    /// [`InputCard::min_short_side`].
+    pub min_short_side: Option<usize>,
+    /// [`InputCard::resize_filter`].
+    pub resize_filter: Option<ResizeFilter>,
 }
 
 /// [`OutputCard`]'s fields, each optional.
@@ -104,6 +112,8 @@ pub enum CardSource {
     Sidecar(PathBuf),
     /// A card file given by the caller (`--card FILE`).
     CardFile(PathBuf),
+    /// An mmdeploy SDK folder (`deploy.json`, `pipeline.json`).
+    Mmdeploy(PathBuf),
     /// A Hugging Face folder (`config.json`, `preprocessor_config.json`).
     HuggingFace(PathBuf),
     /// The caller's fields (command-line flags, a front end's options).
@@ -121,6 +131,7 @@ impl std::fmt::Display for CardSource {
             CardSource::Metadata => write!(f, "the file's metadata ({CARD_METADATA_KEY})"),
             CardSource::Sidecar(p) => write!(f, "sidecar {}", p.display()),
             CardSource::CardFile(p) => write!(f, "card file {}", p.display()),
+            CardSource::Mmdeploy(p) => write!(f, "mmdeploy SDK folder {}", p.display()),
             CardSource::HuggingFace(p) => write!(f, "Hugging Face folder {}", p.display()),
             CardSource::Caller => f.write_str("command line"),
             CardSource::Graph => f.write_str("the graph"),
@@ -198,9 +209,51 @@ pub fn sidecar_path(model: &Path) -> PathBuf {
     model.with_extension("segtool.toml")
 }
 
-/// Resolves the card of the model at `path` (see the module docs); the error names the
-/// file, what is missing or contradictory, and the ways to give it.
+/// The ONNX file a model path names: the file itself, or in a folder the network of an
+/// mmdeploy SDK (`deploy.json`'s `net`) or a Hugging Face export's `model.onnx` (at the
+/// top, or under `onnx/`).
+pub fn model_file(path: &Path) -> Result<PathBuf> {
+    if !path.is_dir() {
+        return Ok(path.to_path_buf());
+    }
+    if let Some(net) = mmdeploy::model_file(path)? {
+        return Ok(net);
+    }
+    for candidate in ["model.onnx", "onnx/model.onnx"] {
+        if path.join(candidate).is_file() {
+            return Ok(path.join(candidate));
+        }
+    }
+    Err(RuntimeError::Card {
+        path: path.to_path_buf(),
+        message: "a folder with no model in it: an mmdeploy SDK folder has deploy.json, a \
+                  Hugging Face export model.onnx (or onnx/model.onnx)"
+            .into(),
+    })
+}
+
+/// The folder of `model` whose convention files apply: its own, or for a Hugging Face
+/// `onnx/model.onnx` the folder above.
+fn convention_folder(model: &Path) -> PathBuf {
+    let folder = model.parent().unwrap_or(Path::new("."));
+    let has_files = |f: &Path| {
+        [mmdeploy::PIPELINE, huggingface::PREPROCESSOR_CONFIG]
+            .iter()
+            .any(|name| f.join(name).is_file())
+    };
+    match folder.parent() {
+        Some(up) if !has_files(folder) && folder.ends_with("onnx") && has_files(up) => {
+            up.to_path_buf()
+        }
+        _ => folder.to_path_buf(),
+    }
+}
+
+/// Resolves the card of the model at `path` (a file, or a folder [`model_file`] finds the
+/// model in; see the module docs); the error names the file, what is missing or
+/// contradictory, and the ways to give it.
 pub fn resolve(path: &Path, request: &CardRequest) -> Result<ResolvedCard> {
+    let path = &model_file(path)?;
     let err = |message: String| RuntimeError::Card {
         path: path.to_path_buf(),
         message,
@@ -230,9 +283,12 @@ pub fn resolve(path: &Path, request: &CardRequest) -> Result<ResolvedCard> {
             }
         }
     }
-    let folder = path.parent().unwrap_or(Path::new("."));
-    if let Some(fields) = huggingface::read_folder(folder)? {
-        layers.push((fields, CardSource::HuggingFace(folder.to_path_buf())));
+    let folder = convention_folder(path);
+    if let Some(fields) = mmdeploy::read_folder(&folder)? {
+        layers.push((fields, CardSource::Mmdeploy(folder.clone())));
+    }
+    if let Some(fields) = huggingface::read_folder(&folder)? {
+        layers.push((fields, CardSource::HuggingFace(folder)));
     }
     layers.push((request.fields.clone(), CardSource::Caller));
     let resolved = ResolvedCard {
@@ -286,6 +342,9 @@ pub fn from_spec(
             size: None,
             size_divisor: None,
             fit: Fit::Pad,
+            keep_ratio: None,
+            min_short_side: None,
+            resize_filter: ResizeFilter::Opencv,
         },
         output: OutputCard {
             name: output.to_string(),
@@ -341,7 +400,7 @@ pub fn spec_of(card: &ModelCard) -> segtool_spec::ModelSpec {
 }
 
 /// The card's fields, in order (the names `segtool card --show` prints).
-pub const FIELDS: [&str; 16] = [
+pub const FIELDS: [&str; 19] = [
     "input.name",
     "input.layout",
     "input.dtype",
@@ -352,6 +411,9 @@ pub const FIELDS: [&str; 16] = [
     "input.size",
     "input.size_divisor",
     "input.fit",
+    "input.keep_ratio",
+    "input.min_short_side",
+    "input.resize_filter",
     "output.name",
     "output.kind",
     "output.align_corners",
@@ -374,6 +436,9 @@ fn fields_of(card: &ModelCard) -> CardFields {
             size: i.size,
             size_divisor: i.size_divisor,
             fit: Some(i.fit),
+            keep_ratio: i.keep_ratio,
+            min_short_side: i.min_short_side,
+            resize_filter: Some(i.resize_filter),
         },
         output: OutputFields {
             name: Some(o.name.clone()),

@@ -1,9 +1,11 @@
 //! Driving a model by its card: same-size RGB images to the input tensor the card
 //! describes, and the output back to one class map per image at the image's size.
 //!
-//! Before the graph, in this order: a resize (bilinear, OpenCV's `INTER_LINEAR` bit for
-//! bit) to the card's fixed size, or to the nearest multiple of its size divisor with
-//! `fit = "resize"`; the channel order; `(pixel * scale - mean) / std`; zero padding (after
+//! Before the graph, in this order: a resize to the card's fixed size, its keep-ratio box
+//! (mmdeploy) or its minimum short side (PaddleOCR), then to the nearest multiple of its
+//! size divisor with `fit = "resize"`, bilinear with the card's filter (OpenCV's
+//! `INTER_LINEAR`, or torchvision's and Pillow's antialiased resize, each bit for bit);
+//! the channel order; `(pixel * scale - mean) / std`; zero padding (after
 //! normalisation, as mmsegmentation pads) at the bottom and right up to the next multiple
 //! of the divisor with `fit = "pad"`. uint8 inputs get the pixels as they are (the graph
 //! normalises).
@@ -18,8 +20,11 @@
 
 use image::RgbImage;
 use ndarray::{s, Array4, Axis};
-use segtool_onnx::card::{ChannelOrder, Dtype, Fit, Layout, ModelCard, OutputKind};
-use segtool_spec::protocol::resize::resize_linear_u8;
+use segtool_onnx::card::{
+    ChannelOrder, Dtype, Fit, Layout, ModelCard, OutputKind, ResizeFilter,
+};
+use segtool_spec::protocol::antialias::{resize_antialias_u8, Antialias};
+use segtool_spec::protocol::resize::{keep_ratio_size, resize_linear_u8};
 
 use crate::engine::Engine;
 use crate::error::{Result, RuntimeError};
@@ -38,13 +43,22 @@ pub struct Geometry {
 }
 
 impl Geometry {
-    /// The geometry of an image of `(h, w)` under `card`.
+    /// The geometry of an image of `(h, w)` under `card`: its resize (a fixed size, a
+    /// keep-ratio box, or a minimum short side), rounded to the nearest multiple of the
+    /// divisor with `fit = "resize"`, padded up to the next one with `fit = "pad"`.
     pub fn of(card: &ModelCard, (h, w): (usize, usize)) -> Self {
         let i = &card.input;
-        let content = match (i.size, i.size_divisor, i.fit) {
+        let resized = match (i.size, i.keep_ratio, i.min_short_side) {
             (Some([sh, sw]), _, _) => (sh, sw),
-            (None, Some(d), Fit::Resize) => (nearest_multiple(h, d), nearest_multiple(w, d)),
+            (None, Some(scale), _) => keep_ratio_size(h, w, scale),
+            (None, None, Some(min)) => min_short_side_size(h, w, min),
             _ => (h, w),
+        };
+        let content = match (i.size, i.size_divisor, i.fit) {
+            (None, Some(d), Fit::Resize) => {
+                (nearest_multiple(resized.0, d), nearest_multiple(resized.1, d))
+            }
+            _ => resized,
         };
         let tensor = match (i.size, i.size_divisor, i.fit) {
             (None, Some(d), Fit::Pad) => (content.0.div_ceil(d) * d, content.1.div_ceil(d) * d),
@@ -62,8 +76,36 @@ impl Geometry {
     }
 }
 
+/// `v` rounded to the nearest multiple of `d` (ties to even, as Python's `round`, which
+/// PaddleOCR's pipeline uses), at least `d`.
 fn nearest_multiple(v: usize, d: usize) -> usize {
-    (((v as f64) / (d as f64)).round() as usize).max(1) * d
+    (((v as f64) / (d as f64)).round_ties_even() as usize).max(1) * d
+}
+
+/// PaddleOCR's `limit_type: min`: a short side below `min` is scaled up to it, the other
+/// side by the same ratio; sides truncated.
+fn min_short_side_size(h: usize, w: usize, min: usize) -> (usize, usize) {
+    let short = h.min(w);
+    if short >= min {
+        return (h, w);
+    }
+    let ratio = min as f64 / short as f64;
+    let side = |len: usize| ((len as f64 * ratio) as usize).max(1);
+    (side(h), side(w))
+}
+
+/// An image's interleaved RGB pixels resized to `(h, w)` with the card's filter.
+fn resize_pixels(img: &RgbImage, (h, w): (usize, usize), filter: ResizeFilter) -> Vec<u8> {
+    let (iw, ih) = (img.width() as usize, img.height() as usize);
+    match filter {
+        ResizeFilter::Opencv => resize_linear_u8(img.as_raw(), ih, iw, 3, h, w),
+        ResizeFilter::Torchvision => {
+            resize_antialias_u8(img.as_raw(), ih, iw, 3, h, w, Antialias::Torchvision)
+        }
+        ResizeFilter::Pillow => {
+            resize_antialias_u8(img.as_raw(), ih, iw, 3, h, w, Antialias::Pillow)
+        }
+    }
 }
 
 /// The input tensor of same-size `imgs` under `card`, and where they sit in it.
@@ -85,7 +127,7 @@ pub fn prepare(imgs: &[RgbImage], card: &ModelCard) -> Result<(EngineTensor, Geo
     let i = &card.input;
     let pixels: Vec<Vec<u8>> = imgs
         .iter()
-        .map(|img| resize_linear_u8(img.as_raw(), h as usize, w as usize, 3, ch, cw))
+        .map(|img| resize_pixels(img, (ch, cw), i.resize_filter))
         .collect();
     let order: [usize; 3] = match i.channels {
         ChannelOrder::Rgb => [0, 1, 2],

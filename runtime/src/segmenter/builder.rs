@@ -208,7 +208,9 @@ impl SegmenterBuilder {
 
     /// Reads the model's card (a segtool export's spec, or the card of a file from
     /// elsewhere: [`card`](Self::card)) and builds the engine.
-    pub fn open(self) -> Result<Segmenter> {
+    pub fn open(mut self) -> Result<Segmenter> {
+        // A folder (mmdeploy SDK, Hugging Face export) names the model inside it.
+        self.path = card::model_file(&self.path)?;
         let resolved = card::resolve(&self.path, &self.card)?;
         let model = match resolved.segtool_export {
             true => Some(ModelFile::read(&self.path)?),

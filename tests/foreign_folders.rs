@@ -1,0 +1,222 @@
+//! Models from elsewhere in the folders and files their tools write, served by segtool
+//! and checked against those tools themselves:
+//! - an mmdeploy SDK folder for mmsegmentation's DANet, written by mmdeploy 1.3.1's own
+//!   converter, against `mmdeploy_runtime.Segmentor` (tests/reference/mmdeploy_ref.py);
+//! - a Hugging Face SegFormer folder (`model.onnx`, `config.json`,
+//!   `preprocessor_config.json`) against `SegformerImageProcessor` and its
+//!   `post_process_semantic_segmentation` (tests/reference/segformer_ref.py);
+//! - PP-OCRv4's text detector as the PyPI package rapidocr-onnxruntime ships it, with a
+//!   card, against rapidocr's own preprocessing and threshold on a real photo
+//!   (tests/reference/rapidocr_ref.py), then calibrated to INT8 through its card.
+//!
+//! Masks must equal the reference's except at near-ties (top-two logit gap, or distance of
+//! the probability to the threshold, below 1e-3; float32 noise: the references run
+//! onnxruntime-Python, and normalise with their own float order), and on at most 0.1% of
+//! the pixels even there. Each folder runs on ONNX Runtime and on tract.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::{npy, p, segtool};
+use serde_json::Value;
+
+/// Runs `script` (tests/reference/) into a fresh folder under cargo's test temp dir.
+fn reference(script: &str, name: &str) -> (PathBuf, Value) {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/reference")
+        .join(script);
+    let out = common::python()
+        .arg(script)
+        .args(["--out", p(&dir)])
+        .output()
+        .expect("python runs (SEGTOOL_PYTHON)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report = serde_json::from_slice(&out.stdout).unwrap();
+    (dir, report)
+}
+
+fn ok(out: std::process::Output) -> String {
+    assert!(
+        out.status.success(),
+        "segtool failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// `segtool infer` of `model` on `dir/images` with `extra` flags, on `engine`, compared
+/// with `dir/ref/<image>.npy` for every image.
+fn serve_and_compare(dir: &Path, model: &Path, engine: &str, extra: &[&str], what: &str) {
+    let out = dir.join(format!("out-{}-{engine}", what.replace(' ', "_")));
+    let images = dir.join("images");
+    let mut args = vec![
+        "infer",
+        "--model",
+        p(model),
+        "--input",
+        p(&images),
+        "--out",
+        p(&out),
+        "--labels",
+        "--no-overlay",
+        "--quiet",
+        "--engine",
+        engine,
+    ];
+    args.extend_from_slice(extra);
+    ok(segtool(&args));
+    let mut compared = 0;
+    for entry in std::fs::read_dir(dir.join("images")).unwrap() {
+        let stem = entry.unwrap().path().file_stem().unwrap().to_string_lossy().into_owned();
+        let ours = image::open(out.join(format!("{stem}_labels.png")))
+            .unwrap()
+            .to_luma8();
+        let (shape, want) = npy(&dir.join("ref").join(format!("{stem}.npy")));
+        let (_, margin) = npy(&dir.join("ref").join(format!("{stem}.margin.npy")));
+        assert_eq!(
+            (ours.height() as usize, ours.width() as usize),
+            (shape[0], shape[1]),
+            "{what} on {engine}, image {stem}: mask size"
+        );
+        common::assert_masks_match(
+            ours.as_raw(),
+            &want,
+            &margin,
+            &format!("{what} on {engine}, image {stem}"),
+        );
+        compared += 1;
+    }
+    assert!(compared > 0, "{what}: no images");
+}
+
+#[test]
+fn mmdeploy_sdk_folder_matches_mmdeploy_runtime_segmentor() {
+    let (dir, report) = reference("mmdeploy_ref.py", "foreign_mmdeploy");
+    let sdk = dir.join("danet_sdk");
+    // The card comes from the folder: keep-ratio resize, BGR -> RGB, 0-255 mean and std,
+    // the class map the graph's ArgMax gives and ResizeMask's class count.
+    let shown = segtool(&["card", p(&sdk), "--show"]);
+    let table = String::from_utf8_lossy(&shown.stdout);
+    assert!(shown.status.success(), "{}", String::from_utf8_lossy(&shown.stderr));
+    for line in ["input.keep_ratio", "output.kind            class_map", "mmdeploy SDK folder"] {
+        assert!(table.contains(line), "{line} not in:\n{table}");
+    }
+    let resized = &report["images"]["a"]["resized"];
+    assert_eq!(resized, &serde_json::json!([96, 130]), "{report}");
+    for engine in ["ort", "tract"] {
+        serve_and_compare(&dir, &sdk, engine, &[], "mmdeploy DANet");
+    }
+}
+
+#[test]
+fn hugging_face_segformer_folder_matches_its_image_processor_and_post_processing() {
+    let (dir, report) = reference("segformer_ref.py", "foreign_segformer");
+    assert_eq!(report["backend"], "torchvision", "{report}");
+    let folder = dir.join("segformer");
+    for engine in ["ort", "tract"] {
+        serve_and_compare(&dir, &folder, engine, &[], "SegFormer");
+    }
+    // A Triton repository of the folder: its model carries the card, so that the served
+    // file alone says how to feed it (here: segtool itself reads it back).
+    let triton = dir.join("triton");
+    ok(segtool(&["card", p(&folder), "--triton", p(&triton)]));
+    let config = std::fs::read_to_string(triton.join("segformer/config.pbtxt")).unwrap();
+    assert!(config.contains("name: \"pixel_values\"") && config.contains("name: \"logits\""), "{config}");
+    let served = triton.join("segformer/1/model.onnx");
+    serve_and_compare(&dir, &served, "ort", &[], "SegFormer from its Triton repository");
+}
+
+#[test]
+fn rapidocr_text_detector_with_a_card_matches_rapidocr_and_calibrates_through_it() {
+    let (dir, report) = reference("rapidocr_ref.py", "foreign_rapidocr");
+    let images = dir.join("images");
+    let image = &report["images"]["grace_hopper"];
+    assert_eq!(image["resized_hw"], serde_json::json!([864, 736]), "{report}");
+    let model = dir.join("ppocr_det.onnx");
+    // The card, as a sidecar: PaddleOCR's detector preprocessing and DBNet's threshold.
+    std::fs::write(
+        model.with_extension("segtool.toml"),
+        "classes = [\"background\", \"text\"]\n\
+         [input]\nchannels = \"bgr\"\nscale = 0.00392156862745098\n\
+         mean = [0.5, 0.5, 0.5]\nstd = [0.5, 0.5, 0.5]\n\
+         min_short_side = 736\nsize_divisor = 32\nfit = \"resize\"\n\
+         [output]\nkind = \"binary\"\nthreshold = 0.3\n",
+    )
+    .unwrap();
+    for engine in ["ort", "tract"] {
+        serve_and_compare(&dir, &model, engine, &[], "PP-OCRv4 det");
+    }
+
+    // INT8 of the foreign model: images prepared by its card, the card written into the
+    // INT8 file, which then opens by itself and agrees with the float model.
+    let int8 = dir.join("int8").join("ppocr_det.int8.onnx");
+    std::fs::create_dir_all(int8.parent().unwrap()).unwrap();
+    let text = ok(segtool(&[
+        "calibrate",
+        "--model",
+        p(&model),
+        "--images",
+        p(&images),
+        "--out",
+        p(&int8),
+        "--method",
+        "minmax",
+        "--samples",
+        "1",
+        "--report-samples",
+        "1",
+        "--latency-runs",
+        "0",
+        "--quiet",
+    ]));
+    assert!(text.contains("wrote"), "{text}");
+    let out = dir.join("out-int8");
+    ok(segtool(&[
+        "infer",
+        "--model",
+        p(&int8),
+        "--input",
+        p(&images),
+        "--out",
+        p(&out),
+        "--labels",
+        "--no-overlay",
+        "--quiet",
+    ]));
+    let ours = image::open(out.join("grace_hopper_labels.png")).unwrap().to_luma8();
+    let (_, want) = npy(&dir.join("ref/grace_hopper.npy"));
+    let same = ours
+        .as_raw()
+        .iter()
+        .zip(&want)
+        .filter(|(a, b)| f32::from(**a) == **b)
+        .count();
+    let agreement = same as f64 / want.len() as f64;
+    eprintln!("INT8 PP-OCRv4 det: {agreement:.4} of pixels agree with rapidocr's fp32 mask");
+    assert!(agreement > 0.95, "INT8 agreement {agreement}");
+    // compare, through the card: per-layer differences of the two files.
+    let compared = segtool(&[
+        "compare",
+        p(&model),
+        p(&int8),
+        "--images",
+        p(&images),
+        "--samples",
+        "1",
+        "--min-snr",
+        "0",
+    ]);
+    assert!(
+        compared.status.success(),
+        "{}",
+        String::from_utf8_lossy(&compared.stderr)
+    );
+}
