@@ -325,3 +325,82 @@ fn padding_and_fixed_sizes_follow_the_card() {
     .mask;
     assert_eq!(resized.dim(), (37, 50));
 }
+
+/// An mmdeploy SDK folder: the model named by deploy.json, the card from pipeline.json
+/// (keep-ratio box, `to_rgb`, 0-255 normalisation, ResizeMask's classes and argmax); a
+/// transform segtool does not understand is refused by name, not skipped.
+#[test]
+fn an_mmdeploy_folder_gives_its_network_resize_normalisation_and_classes() {
+    let dir = tempfile::tempdir().unwrap();
+    let sdk = dir.path().join("sdk");
+    std::fs::create_dir(&sdk).unwrap();
+    foreign(&sdk, "end2end.onnx", 3, 4, true);
+    std::fs::write(
+        sdk.join("deploy.json"),
+        r#"{"version": "1.3.1", "task": "Segmentor", "models": [{"name": "da", "net": "end2end.onnx"}]}"#,
+    )
+    .unwrap();
+    let pipeline = |transform: &str| {
+        format!(
+            r#"{{"pipeline": {{"tasks": [
+              {{"module": "Transform", "transforms": [{{"type": "LoadImageFromFile"}},
+                {{"type": "Resize", "keep_ratio": true, "size": [160, 96]}},
+                {{"type": "Normalize", "mean": [123.675, 116.28, 103.53],
+                  "std": [58.395, 57.12, 57.375], "to_rgb": true}}{transform},
+                {{"type": "ImageToTensor", "keys": ["img"]}}]}},
+              {{"module": "Net", "input_map": {{"img": "input"}}}},
+              {{"module": "mmseg", "component": "ResizeMask",
+                "params": {{"num_classes": 4, "with_argmax": true}}}}]}}}}"#
+        )
+    };
+    std::fs::write(sdk.join("pipeline.json"), pipeline("")).unwrap();
+    assert_eq!(model_file(&sdk).unwrap(), sdk.join("end2end.onnx"));
+    let r = resolve(&sdk, &CardRequest::new()).unwrap();
+    let i = &r.card.input;
+    assert_eq!(i.keep_ratio, Some([160, 96]));
+    assert_eq!((i.channels, i.scale), (ChannelOrder::Rgb, 1.0));
+    assert_eq!(i.mean, [123.675, 116.28, 103.53]);
+    assert_eq!(r.card.output.kind, OutputKind::ClassMap);
+    assert_eq!(r.card.num_classes(), 4);
+    assert_eq!(r.source_of("input.keep_ratio"), Some(&CardSource::Mmdeploy(sdk.clone())));
+    // 97x131 into (160, 96): f = min(160/131, 96/97), as mmcv and the SDK compute it.
+    let g = pipeline::Geometry::of(&r.card, (97, 131));
+    assert_eq!((g.content, g.tensor), ((96, 130), (96, 130)));
+
+    std::fs::write(
+        sdk.join("pipeline.json"),
+        pipeline(r#", {"type": "RandomFlip", "prob": 0.5}"#),
+    )
+    .unwrap();
+    let e = message(resolve(&sdk, &CardRequest::new()).unwrap_err());
+    assert!(e.contains("RandomFlip") && e.contains("pipeline.json"), "{e}");
+    let e = message(model_file(dir.path()).unwrap_err());
+    assert!(e.contains("deploy.json") && e.contains("model.onnx"), "{e}");
+}
+
+/// PaddleOCR's detector resize (short side up to 736, sides to the nearest multiple of
+/// 32, ties to even as Python rounds) and one resize rule per card.
+#[test]
+fn a_minimum_short_side_rounds_like_paddleocr_and_resize_rules_are_exclusive() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = foreign(dir.path(), "det.onnx", 3, 2, false);
+    let card = |extra: &str| {
+        let f = dir.path().join(format!("card{}.toml", extra.len()));
+        std::fs::write(
+            &f,
+            format!("num_classes = 2\n[input]\nmean = [0.5, 0.5, 0.5]\nstd = [0.5, 0.5, 0.5]\n{extra}"),
+        )
+        .unwrap();
+        resolve(&model, &CardRequest::new().card_file(f))
+    };
+    let c = card("min_short_side = 736\nsize_divisor = 32\nfit = \"resize\"\n").unwrap();
+    // 512 wide: ratio 1.4375; 600 * 1.4375 = 862.5 -> 862 -> 26.94 -> 27 * 32 = 864.
+    assert_eq!(pipeline::Geometry::of(&c.card, (600, 512)).tensor, (864, 736));
+    // Already large enough: only snapped to multiples (1000/32 = 31.25 -> 992).
+    assert_eq!(pipeline::Geometry::of(&c.card, (1000, 1200)).tensor, (992, 1216));
+    // Ties go to even, as Python's round: 80/32 = 2.5 -> 64, 112/32 = 3.5 -> 128.
+    let snap = card("size_divisor = 32\nfit = \"resize\"\n").unwrap();
+    assert_eq!(pipeline::Geometry::of(&snap.card, (80, 112)).tensor, (64, 128));
+    let e = message(card("min_short_side = 736\nkeep_ratio = [100, 50]\n").unwrap_err());
+    assert!(e.contains("input.keep_ratio") && e.contains("input.min_short_side"), "{e}");
+}
