@@ -150,6 +150,16 @@ if [ ! -f "$models_stamp" ]; then
     touch "$models_stamp"
     done_step
 fi
+# --- ROS 2 peers: Cyclone DDS (the DDS behind rmw_cyclonedds), rosbags and mcap-ros2 ---
+# The ROS 2 node's and bag converter's tests (ros2/tests) run against them; no ROS 2 install.
+ros2_stamp="$venv/.segtool-ros2-$(sha256sum "$root/requirements-ros2.txt" | cut -c1-12)"
+if [ ! -f "$ros2_stamp" ]; then
+    begin "cyclonedds, rosbags, mcap-ros2-support: the ROS 2 tests' peers (pip; about 15 s)"
+    "$py" -m pip install -q --no-deps -r "$root/requirements-ros2.txt" >&2
+    rm -f "$venv"/.segtool-ros2-*
+    touch "$ros2_stamp"
+    done_step
+fi
 # --- mmsegmentation, the reference of the mmseg import/eval/recipe tests (own stamp) ---
 mmseg_stamp="$venv/.segtool-mmseg-$(sha256sum "$root/requirements-mmseg.txt" | cut -c1-12)"
 if [ ! -f "$mmseg_stamp" ]; then

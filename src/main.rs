@@ -42,6 +42,9 @@ enum Command {
     /// Per-layer cosine / SNR / max |diff| of two exports of one checkpoint (fp32 vs INT8, fp16, another target).
     #[cfg(feature = "ort")]
     Compare(cmd::compare::Args),
+    /// ROS 2 without ROS 2: `ros2 node` (a segmentation node on the DDS bus), `ros2 bag`
+    /// (a bag of camera frames into a bag of masks). Runs the segtool-ros2 binary.
+    Ros2(cmd::ros2::Args),
     /// Latency/throughput of an exported model per batch size (pre, engine, post timed apart).
     Bench(cmd::bench::Args),
     /// Generate shapes, train a tiny DANet, export, and compare tch / ORT / tract.
@@ -70,6 +73,7 @@ fn main() {
         Command::Export(args) => cmd::export::run(args),
         Command::Infer(args) => cmd::infer::run(args),
         Command::Card(args) => cmd::card::run(args),
+        Command::Ros2(args) => cmd::ros2::run(args),
         Command::Doctor(args) => cmd::doctor::run(args),
         Command::Bench(args) => cmd::bench::run(args),
         #[cfg(feature = "ort")]

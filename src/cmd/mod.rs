@@ -21,5 +21,6 @@ pub mod infer;
 pub mod model_info;
 #[cfg(feature = "train")]
 pub mod report;
+pub mod ros2;
 #[cfg(feature = "train")]
 pub mod train;

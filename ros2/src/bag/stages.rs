@@ -1,0 +1,242 @@
+//! The three stages of a conversion, joined by bounded channels: reading and decoding
+//! (a thread), the model (the caller's thread, where the segmenter was built), rendering
+//! and writing (a thread). Everything moves in input order; the masks of a frame follow it.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender};
+use std::time::{Duration, Instant};
+
+use image::RgbImage;
+use ndarray::Array2;
+use segtool_runtime::Segmenter;
+use segtool_spec::progress::Progress;
+
+use super::read::InputBag;
+use super::write::{MaskChannels, OutputBag};
+use super::{BadFrames, BagError, ConvertOptions};
+use crate::frames::{self, BadFrame};
+use crate::msgs::{self, CompressedImage, Header, Image, RosMessage};
+
+/// A message of the input, in file order, as the segmenting stage needs it.
+pub(super) enum Input {
+    /// A frame of the camera topic: its header and image, or (cause, detail).
+    Frame {
+        message: mcap::Message<'static>,
+        frame: Result<(Header, RgbImage), (String, String)>,
+    },
+    /// A message of another topic, to be copied.
+    Other(mcap::Message<'static>),
+}
+
+/// What the writing stage writes, in order.
+pub(super) enum Output {
+    Copy(mcap::Message<'static>),
+    Masks {
+        message: mcap::Message<'static>,
+        header: Header,
+        image: RgbImage,
+        mask: Array2<u8>,
+    },
+}
+
+/// Reads the bag and decodes the camera's frames. Ends at the first error (sent on) or
+/// when the segmenting stage hangs up.
+pub(super) fn read_stage(
+    bag: &InputBag,
+    topic: &str,
+    copy_input: bool,
+    tx: SyncSender<Result<Input, BagError>>,
+) {
+    for message in bag.messages() {
+        let item = match message {
+            Ok(m) if m.channel.topic == topic => {
+                let schema = m.channel.schema.as_ref().map_or("", |s| s.name.as_str());
+                let frame = decode_frame(schema, &m.data);
+                Ok(Input::Frame { message: m, frame })
+            }
+            Ok(_) if !copy_input => continue,
+            Ok(m) => Ok(Input::Other(m)),
+            Err(e) => Err(e),
+        };
+        let failed = item.is_err();
+        if tx.send(item).is_err() || failed {
+            return;
+        }
+    }
+}
+
+/// A camera message to its header and RGB image, or (cause, detail).
+fn decode_frame(schema: &str, data: &[u8]) -> Result<(Header, RgbImage), (String, String)> {
+    let bad = |e: BadFrame| (e.cause().to_string(), e.to_string());
+    let cdr = |e: msgs::CdrError| ("undecodable CDR".to_string(), e.to_string());
+    if schema == CompressedImage::NAME {
+        let msg: CompressedImage = msgs::decode(data).map_err(cdr)?;
+        let rgb = frames::compressed_to_rgb(&msg).map_err(bad)?;
+        Ok((msg.header, rgb))
+    } else {
+        let msg: Image = msgs::decode(data).map_err(cdr)?;
+        let rgb = frames::image_to_rgb(&msg).map_err(bad)?;
+        Ok((msg.header, rgb))
+    }
+}
+
+/// Counts of the run.
+#[derive(Default)]
+pub(super) struct Tally {
+    pub(super) frames: u64,
+    pub(super) segmented: u64,
+    pub(super) copied: u64,
+    pub(super) segmenting: Duration,
+    /// cause -> (count, first example).
+    pub(super) bad: BTreeMap<String, (u64, String)>,
+}
+
+impl Tally {
+    pub(super) fn bad(&self) -> Vec<BadFrames> {
+        let mut bad: Vec<BadFrames> = self
+            .bad
+            .iter()
+            .map(|(cause, (count, first))| BadFrames {
+                cause: cause.clone(),
+                count: *count,
+                first: first.clone(),
+            })
+            .collect();
+        bad.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.cause.cmp(&b.cause)));
+        bad
+    }
+}
+
+/// The segmenting stage's state.
+pub(super) struct Run<'a> {
+    pub(super) options: &'a ConvertOptions,
+    pub(super) total: u64,
+    pub(super) progress: &'a dyn Progress,
+    pub(super) stop: &'a AtomicBool,
+    pub(super) tally: Tally,
+}
+
+impl Run<'_> {
+    /// Runs the model on each frame, in order. Returns `Ok` early when the writing stage
+    /// hangs up (its error is the one reported).
+    pub(super) fn segment_stage(
+        &mut self,
+        segmenter: &mut Segmenter,
+        rx: Receiver<Result<Input, BagError>>,
+        tx: SyncSender<Output>,
+    ) -> Result<(), BagError> {
+        for item in rx {
+            if self.stop.load(Ordering::Relaxed) {
+                return Err(BagError::Stopped {
+                    done: self.tally.frames,
+                    total: self.total,
+                    output: self.options.output.clone(),
+                });
+            }
+            let (message, frame) = match item? {
+                Input::Other(m) => {
+                    self.tally.copied += 1;
+                    if tx.send(Output::Copy(m)).is_err() {
+                        return Ok(());
+                    }
+                    continue;
+                }
+                Input::Frame { message, frame } => (message, frame),
+            };
+            let index = self.tally.frames;
+            self.tally.frames += 1;
+            if self.options.copy_input {
+                self.tally.copied += 1;
+            }
+            let output = match frame {
+                Ok((header, image)) => {
+                    let started = Instant::now();
+                    let seg = segmenter
+                        .segment(&image)
+                        .map_err(|source| BagError::Segment {
+                            topic: self.options.topic.clone(),
+                            index,
+                            log_time: message.log_time,
+                            source,
+                        })?;
+                    self.tally.segmenting += started.elapsed();
+                    self.tally.segmented += 1;
+                    Some(Output::Masks {
+                        message,
+                        header,
+                        image,
+                        mask: seg.mask,
+                    })
+                }
+                Err((cause, detail)) => {
+                    self.count_bad(index, message.log_time, cause, detail);
+                    self.options.copy_input.then_some(Output::Copy(message))
+                }
+            };
+            if let Some(output) = output {
+                if tx.send(output).is_err() {
+                    return Ok(());
+                }
+            }
+            self.progress.advance(1);
+        }
+        Ok(())
+    }
+
+    fn count_bad(&mut self, index: u64, log_time: u64, cause: String, detail: String) {
+        let progress = self.progress;
+        let entry = self.tally.bad.entry(cause).or_insert_with(|| {
+            let first = format!("frame {index} (log time {log_time} ns): {detail}");
+            progress.line(format!("bad frame: {first}"));
+            (0, first)
+        });
+        entry.0 += 1;
+        let bad: u64 = self.tally.bad.values().map(|(n, _)| n).sum();
+        self.progress.message(format!("{bad} bad"));
+    }
+}
+
+/// How masks are drawn and whether frames are copied before them.
+pub(super) struct Render {
+    pub(super) classes: usize,
+    pub(super) palette: Vec<[u8; 3]>,
+    pub(super) alpha: f32,
+    pub(super) copy_frames: bool,
+}
+
+/// Renders and writes, in the order received: copies as they are, each frame (when
+/// copied) then its three masks.
+pub(super) fn write_stage(
+    out: &mut OutputBag,
+    channels: &MaskChannels,
+    render: &Render,
+    rx: Receiver<Output>,
+) -> Result<(), BagError> {
+    for item in rx {
+        match item {
+            Output::Copy(message) => out.copy(&message)?,
+            Output::Masks {
+                message,
+                header,
+                image,
+                mask,
+            } => {
+                if render.copy_frames {
+                    out.copy(&message)?;
+                }
+                let class_mask = frames::class_mask(&header, &mask, render.classes);
+                let color = segtool_runtime::colorize(mask.view(), &render.palette);
+                let overlay =
+                    segtool_runtime::overlay(&image, mask.view(), &render.palette, render.alpha);
+                let masks = [
+                    msgs::encode(&class_mask),
+                    msgs::encode(&frames::rgb_message(&header, &color)),
+                    msgs::encode(&frames::rgb_message(&header, &overlay)),
+                ];
+                out.write_masks(channels, &message, &masks)?;
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,60 @@
+//! The model and engine flags both commands take, turned into the runtime's builder.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use segtool_runtime::card::CardRequest;
+use segtool_runtime::{EngineKind, Provider, Segmenter};
+
+#[derive(clap::Args, Clone, Debug)]
+pub struct ModelArgs {
+    /// The model: a segtool export, or a file from elsewhere with its model card (a
+    /// sidecar MODEL.segtool.toml, --card, an mmdeploy or Hugging Face folder). After
+    /// --ros-args, `-p model:=PATH` gives it too.
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+    /// A model card (TOML) for a file segtool did not write.
+    #[arg(long, value_name = "FILE")]
+    pub card: Option<PathBuf>,
+    /// auto (ONNX Runtime when its library loads, else tract), ort or tract.
+    #[arg(long, default_value = "auto", value_parser = parse_engine)]
+    pub engine: EngineKind,
+    /// ONNX Runtime execution providers in preference order, e.g. `cuda,cpu` (CPU is the
+    /// last resort; a provider that does not load is reported in the diagnostics).
+    #[arg(long, value_delimiter = ',')]
+    pub providers: Vec<Provider>,
+    /// Engine threads (default: the engine's choice).
+    #[arg(long)]
+    pub threads: Option<usize>,
+}
+
+fn parse_engine(s: &str) -> Result<EngineKind, String> {
+    match s {
+        "auto" => Ok(EngineKind::Auto),
+        "ort" => Ok(EngineKind::Ort),
+        "tract" => Ok(EngineKind::Tract),
+        _ => Err(format!("`{s}`: expected auto, ort or tract")),
+    }
+}
+
+impl ModelArgs {
+    /// Opens the model (`param` is `-p model:=...` when given).
+    pub fn open(&self, param: Option<&str>) -> Result<(PathBuf, Segmenter)> {
+        let model = match (&self.model, param) {
+            (Some(m), _) => m.clone(),
+            (None, Some(p)) => PathBuf::from(p),
+            (None, None) => anyhow::bail!("no model: --model PATH, or -p model:=PATH after --ros-args"),
+        };
+        let mut b = Segmenter::builder(&model)
+            .engine(self.engine)
+            .providers(self.providers.clone());
+        if let Some(n) = self.threads {
+            b = b.threads(n);
+        }
+        if let Some(card) = &self.card {
+            b = b.card(CardRequest::new().card_file(card));
+        }
+        let seg = b.open().with_context(|| format!("opening {}", model.display()))?;
+        Ok((model, seg))
+    }
+}

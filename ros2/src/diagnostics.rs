@@ -1,0 +1,154 @@
+//! The node's counters and their `/diagnostics` message: rate, latency p50/p99,
+//! answered, dropped, bad messages (in all and per cause), provider, fallbacks and why.
+//! The figures a robot's `diagnostic_aggregator` or `rqt_runtime_monitor` shows.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use crate::msgs::{DiagnosticArray, DiagnosticStatus, Header, KeyValue, Time};
+
+/// What the node has done so far.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NodeStats {
+    /// Camera messages taken off the bus (good and bad).
+    pub received: u64,
+    /// Frames handed to the engine (received minus bad).
+    pub sent: u64,
+    /// Frames whose masks were published.
+    pub answered: u64,
+    /// Frames replaced by a newer one while the engine was busy.
+    pub dropped: u64,
+    /// Frames the engine failed on.
+    pub failed: u64,
+    /// Bad messages per cause (see [`crate::frames::BadFrame::cause`]).
+    pub bad: BTreeMap<String, u64>,
+    /// Masks per second over the last period.
+    pub rate_hz: f64,
+    /// Camera-message-to-published-mask latency over the last period, milliseconds.
+    pub latency_p50_ms: f64,
+    pub latency_p99_ms: f64,
+}
+
+impl NodeStats {
+    /// Bad messages of every cause.
+    pub fn bad_total(&self) -> u64 {
+        self.bad.values().sum()
+    }
+}
+
+/// The latencies of one period, and when it began.
+#[derive(Debug)]
+pub(crate) struct Window {
+    started: Instant,
+    latencies_ms: Vec<f64>,
+}
+
+impl Window {
+    pub(crate) fn new() -> Self {
+        Self {
+            started: Instant::now(),
+            latencies_ms: Vec::new(),
+        }
+    }
+
+    pub(crate) fn add(&mut self, latency: Duration) {
+        self.latencies_ms.push(latency.as_secs_f64() * 1e3);
+    }
+
+    /// Closes the period: its rate and percentiles into `stats`, then starts anew.
+    pub(crate) fn close(&mut self, stats: &mut NodeStats) {
+        let secs = self.started.elapsed().as_secs_f64().max(1e-9);
+        stats.rate_hz = self.latencies_ms.len() as f64 / secs;
+        self.latencies_ms.sort_by(f64::total_cmp);
+        let pick = |q: f64| -> f64 {
+            match self.latencies_ms.len() {
+                0 => 0.0,
+                n => self.latencies_ms[((q * (n - 1) as f64).round() as usize).min(n - 1)],
+            }
+        };
+        stats.latency_p50_ms = pick(0.50);
+        stats.latency_p99_ms = pick(0.99);
+        *self = Self::new();
+    }
+}
+
+/// The node's `/diagnostics` message at `now`.
+pub fn message(
+    node: &str,
+    stats: &NodeStats,
+    provider: &str,
+    fallbacks: Option<&str>,
+    now: Time,
+) -> DiagnosticArray {
+    let kv = |key: &str, value: String| KeyValue {
+        key: key.into(),
+        value,
+    };
+    let mut values = vec![
+        kv("rate_hz", format!("{:.2}", stats.rate_hz)),
+        kv("latency_p50_ms", format!("{:.2}", stats.latency_p50_ms)),
+        kv("latency_p99_ms", format!("{:.2}", stats.latency_p99_ms)),
+        kv("received", stats.received.to_string()),
+        kv("sent", stats.sent.to_string()),
+        kv("answered", stats.answered.to_string()),
+        kv("dropped", stats.dropped.to_string()),
+        kv("failed", stats.failed.to_string()),
+        kv("bad_messages", stats.bad_total().to_string()),
+        kv("provider", provider.to_string()),
+        kv("fallbacks", fallbacks.unwrap_or("none").to_string()),
+    ];
+    values.extend(
+        stats
+            .bad
+            .iter()
+            .map(|(cause, n)| kv(&format!("bad: {cause}"), n.to_string())),
+    );
+    let (level, message) = match (stats.failed, stats.bad_total(), fallbacks) {
+        (f, _, _) if f > 0 => (DiagnosticStatus::ERROR, format!("{f} frame(s) failed")),
+        (_, b, _) if b > 0 => (DiagnosticStatus::WARN, format!("{b} bad message(s)")),
+        (_, _, Some(why)) => (DiagnosticStatus::WARN, format!("fallback: {why}")),
+        _ => (DiagnosticStatus::OK, "segmenting".to_string()),
+    };
+    DiagnosticArray {
+        header: Header {
+            stamp: now,
+            frame_id: String::new(),
+        },
+        status: vec![DiagnosticStatus {
+            level,
+            name: format!("{node}: segmentation"),
+            message,
+            hardware_id: provider.to_string(),
+            values,
+        }],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_message_carries_every_figure_and_warns_on_bad_messages() {
+        let mut stats = NodeStats {
+            answered: 9,
+            dropped: 3,
+            ..Default::default()
+        };
+        let mut w = Window::new();
+        for ms in [10, 20, 30, 40] {
+            w.add(Duration::from_millis(ms));
+        }
+        w.close(&mut stats);
+        assert_eq!((stats.latency_p50_ms, stats.latency_p99_ms), (30.0, 40.0));
+        stats.bad.insert("unknown encoding".into(), 2);
+        let m = message("/seg/segtool", &stats, "cpu", None, Time::default());
+        let s = &m.status[0];
+        assert_eq!(s.level, DiagnosticStatus::WARN);
+        let get = |k: &str| s.values.iter().find(|v| v.key == k).unwrap().value.clone();
+        assert_eq!(get("answered"), "9");
+        assert_eq!(get("dropped"), "3");
+        assert_eq!(get("bad: unknown encoding"), "2");
+        assert_eq!(get("provider"), "cpu");
+    }
+}

@@ -1,0 +1,208 @@
+//! Camera messages to RGB images, and class maps to the three mask messages.
+//!
+//! Accepts `sensor_msgs/Image` in `rgb8`, `bgr8`, `rgba8`, `bgra8` and `mono8` (grey,
+//! expanded to RGB), with rows `step` bytes apart (padding ignored), and
+//! `sensor_msgs/CompressedImage` holding a JPEG or PNG. Refuses, each with its cause
+//! ([`BadFrame`]): another encoding (`bayer_rggb8`, `yuv422`, 16-bit, ...), a step shorter
+//! than a row, data shorter than `step * height`, an empty image, the big-endian flag on an
+//! 8-bit encoding (no sender sets it on bytes; a set flag means a corrupt or foreign
+//! header), a corrupt or unsupported compressed image.
+//!
+//! Out: `class_mask` mono8 class ids at the image's size (mono16 little-endian above 255
+//! classes), `color_mask` rgb8 in the model's palette, `overlay` rgb8; each with the
+//! input's header.
+
+use image::RgbImage;
+use ndarray::Array2;
+
+use crate::msgs::{Bytes, CompressedImage, Header, Image};
+
+/// Why a camera message is not a frame: what the diagnostics count and the log names.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BadFrame {
+    #[error("encoding {0:?} is not rgb8, bgr8, rgba8, bgra8 or mono8")]
+    Encoding(String),
+    #[error("step {step} is shorter than a row of {width} x {channels} bytes")]
+    Step { step: u32, width: u32, channels: u32 },
+    #[error("{got} data bytes, step x height needs {need}")]
+    Short { got: usize, need: usize },
+    #[error("an empty {0}x{1} image")]
+    Empty(u32, u32),
+    #[error("is_bigendian set on 8-bit encoding {0:?}")]
+    BigEndian(String),
+    #[error("compressed image ({format:?}): {reason}")]
+    Compressed { format: String, reason: String },
+}
+
+impl BadFrame {
+    /// A short name of the cause (the diagnostics' key, one log line per cause).
+    pub fn cause(&self) -> &'static str {
+        match self {
+            BadFrame::Encoding(_) => "unknown encoding",
+            BadFrame::Step { .. } => "step shorter than a row",
+            BadFrame::Short { .. } => "data shorter than step x height",
+            BadFrame::Empty(..) => "empty image",
+            BadFrame::BigEndian(_) => "big-endian flag",
+            BadFrame::Compressed { .. } => "corrupt compressed image",
+        }
+    }
+}
+
+/// Bytes per pixel and the RGB channel of each output channel (`None`: grey).
+fn layout(encoding: &str) -> Option<(u32, Option<[usize; 3]>)> {
+    Some(match encoding {
+        "rgb8" => (3, Some([0, 1, 2])),
+        "bgr8" => (3, Some([2, 1, 0])),
+        "rgba8" => (4, Some([0, 1, 2])),
+        "bgra8" => (4, Some([2, 1, 0])),
+        "mono8" | "8UC1" => (1, None),
+        _ => return None,
+    })
+}
+
+/// The RGB image an `Image` message holds.
+pub fn image_to_rgb(msg: &Image) -> Result<RgbImage, BadFrame> {
+    let (channels, order) =
+        layout(&msg.encoding).ok_or_else(|| BadFrame::Encoding(msg.encoding.clone()))?;
+    if msg.is_bigendian != 0 {
+        return Err(BadFrame::BigEndian(msg.encoding.clone()));
+    }
+    let (w, h) = (msg.width, msg.height);
+    if w == 0 || h == 0 {
+        return Err(BadFrame::Empty(w, h));
+    }
+    let row = w as usize * channels as usize;
+    if (msg.step as usize) < row {
+        return Err(BadFrame::Step {
+            step: msg.step,
+            width: w,
+            channels,
+        });
+    }
+    let need = msg.step as usize * h as usize;
+    let data = &msg.data.0;
+    if data.len() < need {
+        return Err(BadFrame::Short {
+            got: data.len(),
+            need,
+        });
+    }
+    let mut out = Vec::with_capacity(w as usize * h as usize * 3);
+    for y in 0..h as usize {
+        let line = &data[y * msg.step as usize..y * msg.step as usize + row];
+        match order {
+            Some([r, g, b]) => {
+                for px in line.chunks_exact(channels as usize) {
+                    out.extend_from_slice(&[px[r], px[g], px[b]]);
+                }
+            }
+            None => line.iter().for_each(|&v| out.extend_from_slice(&[v, v, v])),
+        }
+    }
+    Ok(RgbImage::from_raw(w, h, out).expect("w x h x 3 bytes"))
+}
+
+/// The RGB image a `CompressedImage` holds (JPEG or PNG, told by its bytes; `format` is
+/// only named in errors, as senders write it in several ways).
+pub fn compressed_to_rgb(msg: &CompressedImage) -> Result<RgbImage, BadFrame> {
+    let err = |reason: String| BadFrame::Compressed {
+        format: msg.format.clone(),
+        reason,
+    };
+    let format = image::guess_format(&msg.data.0).map_err(|e| err(e.to_string()))?;
+    if !matches!(format, image::ImageFormat::Jpeg | image::ImageFormat::Png) {
+        return Err(err(format!("{format:?} is not JPEG or PNG")));
+    }
+    let img = image::load_from_memory_with_format(&msg.data.0, format)
+        .map_err(|e| err(e.to_string()))?;
+    Ok(img.to_rgb8())
+}
+
+/// `class_mask`: class ids at the image's size, mono8 (mono16 above 255 classes).
+pub fn class_mask(header: &Header, mask: &Array2<u8>, classes: usize) -> Image {
+    let (h, w) = mask.dim();
+    let (encoding, step, data) = if classes > 256 {
+        let data = mask.iter().flat_map(|&c| u16::from(c).to_le_bytes()).collect();
+        ("mono16", w * 2, data)
+    } else {
+        ("mono8", w, mask.iter().copied().collect())
+    };
+    Image {
+        header: header.clone(),
+        height: h as u32,
+        width: w as u32,
+        encoding: encoding.into(),
+        is_bigendian: 0,
+        step: step as u32,
+        data: Bytes(data),
+    }
+}
+
+/// An rgb8 message of `img`.
+pub fn rgb_message(header: &Header, img: &RgbImage) -> Image {
+    Image {
+        header: header.clone(),
+        height: img.height(),
+        width: img.width(),
+        encoding: "rgb8".into(),
+        is_bigendian: 0,
+        step: img.width() * 3,
+        data: Bytes(img.as_raw().clone()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msg(encoding: &str, w: u32, h: u32, step: u32, data: Vec<u8>) -> Image {
+        Image {
+            encoding: encoding.into(),
+            width: w,
+            height: h,
+            step,
+            data: Bytes(data),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn every_accepted_encoding_gives_the_same_rgb() {
+        // One red and one grey-ish pixel, rows padded to 8 bytes.
+        let rgb = image_to_rgb(&msg("rgb8", 2, 1, 8, vec![200, 10, 20, 7, 8, 9, 0, 0])).unwrap();
+        assert_eq!(rgb.as_raw(), &[200, 10, 20, 7, 8, 9]);
+        let bgr = image_to_rgb(&msg("bgr8", 2, 1, 6, vec![20, 10, 200, 9, 8, 7])).unwrap();
+        assert_eq!(bgr, rgb);
+        let bgra = image_to_rgb(&msg("bgra8", 2, 1, 8, vec![20, 10, 200, 255, 9, 8, 7, 0])).unwrap();
+        assert_eq!(bgra, rgb);
+        let mono = image_to_rgb(&msg("mono8", 2, 1, 2, vec![3, 250])).unwrap();
+        assert_eq!(mono.as_raw(), &[3, 3, 3, 250, 250, 250]);
+    }
+
+    #[test]
+    fn bad_messages_name_their_cause() {
+        let e = |m: Image| image_to_rgb(&m).unwrap_err();
+        assert_eq!(e(msg("bayer_rggb8", 2, 1, 2, vec![0; 2])).cause(), "unknown encoding");
+        assert_eq!(e(msg("rgb8", 2, 1, 5, vec![0; 6])).cause(), "step shorter than a row");
+        assert_eq!(e(msg("rgb8", 2, 2, 6, vec![0; 11])).cause(), "data shorter than step x height");
+        let mut big = msg("rgb8", 1, 1, 3, vec![0; 3]);
+        big.is_bigendian = 1;
+        assert_eq!(e(big).cause(), "big-endian flag");
+        let jpeg = CompressedImage {
+            format: "jpeg".into(),
+            data: Bytes(vec![0xff, 0xd8, 0xff, 0xe0, 1, 2, 3]),
+            ..Default::default()
+        };
+        assert_eq!(compressed_to_rgb(&jpeg).unwrap_err().cause(), "corrupt compressed image");
+    }
+
+    #[test]
+    fn masks_above_255_classes_are_mono16() {
+        let mask = Array2::from_shape_vec((1, 2), vec![1u8, 7]).unwrap();
+        let m8 = class_mask(&Header::default(), &mask, 19);
+        assert_eq!((m8.encoding.as_str(), m8.step, m8.data.0.clone()), ("mono8", 2, vec![1, 7]));
+        let m16 = class_mask(&Header::default(), &mask, 300);
+        assert_eq!((m16.encoding.as_str(), m16.step), ("mono16", 4));
+        assert_eq!(m16.data.0, vec![1, 0, 7, 0]);
+    }
+}

@@ -1,0 +1,376 @@
+//! The live node: camera messages off the DDS bus into the runtime's newest-frame stream,
+//! masks back onto the bus.
+//!
+//! - Subscribes `image` (`sensor_msgs/msg/Image`), or `image/compressed`
+//!   (`sensor_msgs/msg/CompressedImage`) with [`Transport::Compressed`]; names resolved in
+//!   the node's namespace after remapping ([`crate::ros_args`]); the compressed topic is
+//!   the remapped image topic plus `/compressed`, as image_transport names it.
+//! - Publishes `class_mask`, `color_mask` and `overlay` (see [`crate::frames`]), each with
+//!   the camera message's header, and `/diagnostics` once a period
+//!   ([`crate::diagnostics`]).
+//! - QoS: sensor data (best effort, keep last 5, volatile) by default, reliable (keep
+//!   last 10) when asked, for the camera and the masks alike; `/diagnostics` reliable.
+//! - Newest frame wins: the runtime's [`LatestStream`] with one slot. A frame that waits
+//!   while the engine is busy is replaced by the next and counted as dropped; nothing
+//!   queues without bound.
+//! - A bad message is counted under its cause, reported once per cause through the event
+//!   callback, and never stops later frames.
+//!
+//! The node adds no segmentation logic: the masks are the [`Segmenter`]'s.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use image::RgbImage;
+use ros2_client::dds::rustdds::mio1::{Events, Interest, Poll, Token};
+use ros2_client::dds::{Context, ContextOptions, Node, Publisher, Subscription};
+use ros2_client::qos::{Durability, History, Reliability, WhenFull};
+use ros2_client::{MessageTypeName, Name, NodeName, NodeOptions, QosProfile};
+use segtool_runtime::batching::{BatchConfig, LatestStream, LiveOutcome};
+use segtool_runtime::{colorize, overlay, BatchServer, Segmenter, DEFAULT_ALPHA};
+
+use crate::diagnostics::{self, NodeStats, Window};
+use crate::frames::{self, BadFrame};
+use crate::msgs::{split_name, CompressedImage, DiagnosticArray, Header, Image, RosMessage, Time};
+use crate::ros_args::RosArgs;
+
+/// Which camera topic the node takes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Transport {
+    /// `image`, `sensor_msgs/msg/Image`.
+    #[default]
+    Raw,
+    /// `image/compressed`, `sensor_msgs/msg/CompressedImage` (JPEG or PNG).
+    Compressed,
+}
+
+/// How the node runs.
+#[derive(Clone, Debug)]
+pub struct NodeConfig {
+    /// The node's name (`__node:=` overrides it).
+    pub name: String,
+    /// `--ros-args`: namespace, remaps.
+    pub ros: RosArgs,
+    /// The DDS domain (`ROS_DOMAIN_ID`).
+    pub domain_id: u16,
+    pub transport: Transport,
+    /// Reliable QoS instead of sensor data.
+    pub reliable: bool,
+    /// How often `/diagnostics` is published.
+    pub diagnostics_period: Duration,
+}
+
+impl Default for NodeConfig {
+    fn default() -> Self {
+        Self {
+            name: "segtool".into(),
+            ros: RosArgs::default(),
+            domain_id: 0,
+            transport: Transport::Raw,
+            reliable: false,
+            diagnostics_period: Duration::from_secs(1),
+        }
+    }
+}
+
+/// What the node reports while it runs.
+#[derive(Clone, Debug)]
+pub enum NodeEvent {
+    /// Subscribed and publishing: the resolved topic names.
+    Started {
+        node: String,
+        input: String,
+        outputs: [String; 3],
+        domain_id: u16,
+    },
+    /// The first bad message of a cause (later ones are only counted).
+    BadMessage {
+        topic: String,
+        cause: &'static str,
+        reason: String,
+    },
+    /// The figures just published on `/diagnostics`.
+    Diagnostics(NodeStats),
+}
+
+/// Why the node could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    #[error("DDS: {0}")]
+    Dds(String),
+    #[error("topic name {name:?}: {reason}")]
+    Name { name: String, reason: String },
+    #[error(transparent)]
+    Batch(#[from] segtool_runtime::batching::BatchError),
+}
+
+fn dds(e: impl std::fmt::Debug) -> NodeError {
+    NodeError::Dds(format!("{e:?}"))
+}
+
+/// A frame waiting for its mask: its header and pixels (for the overlay).
+type Waiting = Mutex<HashMap<u64, (Header, RgbImage)>>;
+
+/// The three mask publishers.
+struct Outputs {
+    class_mask: Publisher<Image>,
+    color_mask: Publisher<Image>,
+    overlay: Publisher<Image>,
+}
+
+fn qos(reliable: bool) -> QosProfile {
+    let base = QosProfile::subscription_default().durability(Durability::Volatile);
+    if reliable {
+        base.reliability(Reliability::Reliable {
+            when_full: WhenFull::DEFAULT,
+        })
+        .history(History::KeepLast { depth: 10 })
+    } else {
+        base.history(History::KeepLast { depth: 5 })
+    }
+}
+
+fn now() -> Time {
+    let d = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    Time::from_nanos(d.as_nanos() as u64)
+}
+
+fn topic<M: RosMessage>(
+    node: &mut Node,
+    name: &str,
+    qos: &QosProfile,
+) -> Result<ros2_client::dds::rustdds::Topic, NodeError> {
+    let parsed = Name::parse(name).map_err(|e| NodeError::Name {
+        name: name.into(),
+        reason: format!("{e:?}"),
+    })?;
+    let (package, ty) = split_name(M::NAME);
+    node.create_topic(&parsed, MessageTypeName::new(package, ty), qos)
+        .map_err(dds)
+}
+
+/// The camera subscription, of either transport.
+enum Camera {
+    Raw(Subscription<Image>),
+    Compressed(Subscription<CompressedImage>),
+}
+
+impl Camera {
+    /// The next message as a frame: `None` when none is waiting.
+    fn take(&self) -> Option<(Header, Result<RgbImage, BadFrame>)> {
+        let taken = match self {
+            Camera::Raw(s) => s
+                .take()
+                .map(|m| m.map(|(msg, _)| (msg.header.clone(), frames::image_to_rgb(&msg)))),
+            Camera::Compressed(s) => s
+                .take()
+                .map(|m| m.map(|(msg, _)| (msg.header.clone(), frames::compressed_to_rgb(&msg)))),
+        };
+        match taken {
+            Ok(m) => m,
+            // A sample that does not deserialise as the type: counted like a bad frame.
+            Err(e) => Some((
+                Header::default(),
+                Err(BadFrame::Compressed {
+                    format: "CDR".into(),
+                    reason: format!("undecodable message: {e:?}"),
+                }),
+            )),
+        }
+    }
+
+    fn register(&mut self, poll: &Poll) -> std::io::Result<()> {
+        match self {
+            Camera::Raw(s) => poll.registry().register(s, Token(0), Interest::READABLE),
+            Camera::Compressed(s) => poll.registry().register(s, Token(0), Interest::READABLE),
+        }
+    }
+}
+
+/// Runs the node until `stop` is set; returns the final figures.
+pub fn run(
+    segmenter: Segmenter,
+    config: &NodeConfig,
+    stop: &AtomicBool,
+    on_event: &mut dyn FnMut(NodeEvent),
+) -> Result<NodeStats, NodeError> {
+    let ros = &config.ros;
+    let name = ros.node_name.clone().unwrap_or_else(|| config.name.clone());
+    let context =
+        Context::with_options(ContextOptions::new().domain_id(config.domain_id)).map_err(dds)?;
+    let node_name = NodeName::new(ros.namespace(), &name).map_err(|e| NodeError::Name {
+        name: name.clone(),
+        reason: format!("{e:?}"),
+    })?;
+    let full_node_name = node_name.fully_qualified_name();
+    let mut node = context
+        .new_node(node_name, NodeOptions::new().enable_rosout(false))
+        .map_err(dds)?;
+    let qos = qos(config.reliable);
+    // image_transport's convention: the compressed topic is the (remapped) image topic
+    // plus `/compressed`.
+    let input = match config.transport {
+        Transport::Raw => ros.resolve(&name, "image"),
+        Transport::Compressed => format!("{}/compressed", ros.resolve(&name, "image")),
+    };
+    let mut camera = match config.transport {
+        Transport::Raw => {
+            let t = topic::<Image>(&mut node, &input, &qos)?;
+            Camera::Raw(node.create_subscription(&t, None).map_err(dds)?)
+        }
+        Transport::Compressed => {
+            let t = topic::<CompressedImage>(&mut node, &input, &qos)?;
+            Camera::Compressed(node.create_subscription(&t, None).map_err(dds)?)
+        }
+    };
+    let names = ["class_mask", "color_mask", "overlay"].map(|n| ros.resolve(&name, n));
+    let mut publisher = |n: &str| -> Result<Publisher<Image>, NodeError> {
+        let t = topic::<Image>(&mut node, n, &qos)?;
+        node.create_publisher(&t, None).map_err(dds)
+    };
+    let outputs = Outputs {
+        class_mask: publisher(&names[0])?,
+        color_mask: publisher(&names[1])?,
+        overlay: publisher(&names[2])?,
+    };
+    let diag_qos = qos_reliable_diagnostics();
+    let diag_topic = topic::<DiagnosticArray>(&mut node, &ros.resolve(&name, "/diagnostics"), &diag_qos)?;
+    let diagnostics_pub: Publisher<DiagnosticArray> =
+        node.create_publisher(&diag_topic, None).map_err(dds)?;
+
+    let provider = segmenter.engine().provider().to_string();
+    let fallbacks = segmenter.fallback_summary();
+    let spec = segmenter.spec().clone();
+    let classes = spec.num_classes();
+    let palette = spec.palette.clone();
+    let server = BatchServer::from_segmenters(
+        BatchConfig::new()
+            .with_max_batch(1)
+            .with_max_wait(Duration::ZERO)
+            .with_queue_capacity(2),
+        vec![segmenter],
+    )?;
+    let stream = Arc::new(server.latest_stream(1));
+    let waiting: Arc<Waiting> = Arc::default();
+    let window = Arc::new(Mutex::new(Window::new()));
+    on_event(NodeEvent::Started {
+        node: full_node_name.clone(),
+        input: input.clone(),
+        outputs: names.clone(),
+        domain_id: config.domain_id,
+    });
+
+    let publisher_thread = {
+        let (stream, waiting, window) = (stream.clone(), waiting.clone(), window.clone());
+        std::thread::Builder::new()
+            .name("segtool-ros2-publish".into())
+            .spawn(move || publish_masks(&stream, &waiting, &window, &outputs, classes, &palette))
+            .map_err(|e| NodeError::Dds(format!("cannot start the publishing thread: {e}")))?
+    };
+
+    let mut poll = Poll::new().map_err(dds)?;
+    camera.register(&poll).map_err(dds)?;
+    let mut events = Events::with_capacity(8);
+    let mut stats = NodeStats::default();
+    let mut next_diagnostics = Instant::now() + config.diagnostics_period;
+    while !stop.load(Ordering::Relaxed) {
+        let wait = next_diagnostics
+            .saturating_duration_since(Instant::now())
+            .min(Duration::from_millis(100));
+        match poll.poll(&mut events, Some(wait)) {
+            // A signal (SIGINT ends the node): the loop condition decides.
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            other => other.map_err(dds)?,
+        }
+        // Edge-triggered: take everything that has arrived (also after a timeout, in case
+        // an edge came between takes).
+        while let Some((header, frame)) = camera.take() {
+            stats.received += 1;
+            match frame {
+                Ok(img) => {
+                    let copy = img.clone();
+                    // Under the lock, so that the publisher never sees the answer first.
+                    let mut w = waiting.lock().unwrap_or_else(|e| e.into_inner());
+                    let index = stream.submit(img);
+                    w.insert(index, (header, copy));
+                    stats.sent += 1;
+                }
+                Err(bad) => {
+                    let count = stats.bad.entry(bad.cause().to_string()).or_insert(0);
+                    *count += 1;
+                    if *count == 1 {
+                        on_event(NodeEvent::BadMessage {
+                            topic: input.clone(),
+                            cause: bad.cause(),
+                            reason: bad.to_string(),
+                        });
+                    }
+                }
+            }
+        }
+        if Instant::now() >= next_diagnostics {
+            next_diagnostics += config.diagnostics_period;
+            refresh(&mut stats, &stream, &window);
+            let msg = diagnostics::message(&full_node_name, &stats, &provider, fallbacks.as_deref(), now());
+            // A full send window is not worth stopping the camera for.
+            let _ = diagnostics_pub.publish(msg);
+            on_event(NodeEvent::Diagnostics(stats.clone()));
+        }
+    }
+    stream.finish();
+    let _ = publisher_thread.join();
+    refresh(&mut stats, &stream, &window);
+    drop(server);
+    Ok(stats)
+}
+
+fn qos_reliable_diagnostics() -> QosProfile {
+    QosProfile::publisher_default().history(History::KeepLast { depth: 10 })
+}
+
+/// Answered, dropped and failed from the stream; rate and latency from the window.
+fn refresh(stats: &mut NodeStats, stream: &LatestStream, window: &Mutex<Window>) {
+    let s = stream.stats();
+    stats.answered = s.answered;
+    stats.dropped = s.dropped();
+    stats.failed = s.failed;
+    window
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .close(stats);
+}
+
+/// The publishing thread: each answered frame's three masks, with its header.
+fn publish_masks(
+    stream: &LatestStream,
+    waiting: &Waiting,
+    window: &Mutex<Window>,
+    outputs: &Outputs,
+    classes: usize,
+    palette: &[[u8; 3]],
+) {
+    while let Some(frame) = stream.next() {
+        let entry = waiting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&frame.frame);
+        let (LiveOutcome::Answered(out), Some((header, img))) = (frame.outcome, entry) else {
+            continue;
+        };
+        let mask = out.mask;
+        let color = colorize(mask.view(), palette);
+        let blended = overlay(&img, mask.view(), palette, DEFAULT_ALPHA);
+        // Best effort: a reader that cannot keep up loses masks, not the node.
+        let _ = outputs.class_mask.publish(frames::class_mask(&header, &mask, classes));
+        let _ = outputs.color_mask.publish(frames::rgb_message(&header, &color));
+        let _ = outputs.overlay.publish(frames::rgb_message(&header, &blended));
+        window
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .add(frame.submitted.elapsed());
+    }
+}

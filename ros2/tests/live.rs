@@ -1,0 +1,208 @@
+//! The live node against Eclipse Cyclone DDS (PyPI `cyclonedds`, the DDS behind ROS 2's
+//! rmw_cyclonedds) in another process, playing the camera and the viewer
+//! (tests/reference/ros2_camera.py): ROS 2 type names on `rt/...` topics, XCDR1.
+//!
+//! - Every mask the viewer receives equals the runtime's `Segmenter` on the same frame
+//!   (the library `segtool infer` runs), stamp and frame_id carried through.
+//! - answered + dropped = sent, by the node's own `/diagnostics`, which arrive.
+//! - Each bad message (unknown encodings, short step, short data, big-endian flag; a
+//!   corrupt JPEG) is counted under its cause, and the node keeps answering.
+//! - Compressed input works; a camera on another domain id reaches nothing.
+//! - SIGINT ends the node within a second, exit 0.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use segtool_runtime::testing::{tiny_model_bytes, tiny_spec};
+use segtool_runtime::{EngineKind, Segmenter};
+use serde_json::Value;
+
+/// A 3-class pixelwise model (class = dominant colour) in `dir`.
+fn model(dir: &Path) -> PathBuf {
+    let path = dir.join("rgb.onnx");
+    let w = [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]];
+    std::fs::write(&path, tiny_model_bytes(&tiny_spec(3), &w, &[0.0; 3])).unwrap();
+    path
+}
+
+/// A domain id of this test process's own (tests run in parallel, and other runs may
+/// share the machine's loopback); ROS 2 domain ids stop at 232.
+fn domain(offset: u32) -> u32 {
+    20 + (std::process::id() % 90) * 2 + offset
+}
+
+struct NodeProcess(Child);
+
+impl NodeProcess {
+    fn start(model: &Path, domain: u32, extra: &[&str]) -> Self {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_segtool-ros2"));
+        cmd.args(["node", "--model"])
+            .arg(model)
+            .args(["--engine", "tract", "--threads", "1", "--diagnostics-period", "0.5"])
+            .args(extra)
+            .args(["--ros-args", "-r", "__ns:=/seg", "-r", "image:=/cam/image_raw"])
+            .env("ROS_DOMAIN_ID", domain.to_string())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        Self(cmd.spawn().expect("segtool-ros2 runs"))
+    }
+
+    /// SIGINT, then the exit status and stderr; the node must be gone within a second.
+    fn interrupt(mut self) -> (bool, String, Duration) {
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGINT) };
+        let t0 = Instant::now();
+        let out = std::mem::replace(&mut self.0, Command::new("true").spawn().unwrap())
+            .wait_with_output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+            t0.elapsed(),
+        )
+    }
+}
+
+impl Drop for NodeProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn camera(out: &Path, domain: u32, extra: &[&str]) -> Value {
+    let python = std::env::var("SEGTOOL_PYTHON").unwrap_or_else(|_| "python3".into());
+    let script =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/reference/ros2_camera.py");
+    let run = Command::new(python)
+        .arg(script)
+        .args(["--out"])
+        .arg(out)
+        .args(["--domain", &domain.to_string(), "--reliable"])
+        .args(extra)
+        .output()
+        .expect("python runs (SEGTOOL_PYTHON)");
+    assert!(
+        run.status.success(),
+        "camera failed: {}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    serde_json::from_slice(&run.stdout).unwrap()
+}
+
+/// `.npy` of uint8 `[h, w]`.
+fn npy_u8(path: &Path) -> (usize, usize, Vec<u8>) {
+    let bytes = std::fs::read(path).unwrap();
+    let header_len = u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
+    let header = std::str::from_utf8(&bytes[10..10 + header_len]).unwrap();
+    let dims: Vec<usize> = header
+        .split("'shape': (")
+        .nth(1)
+        .unwrap()
+        .split(')')
+        .next()
+        .unwrap()
+        .split(',')
+        .filter_map(|d| d.trim().parse().ok())
+        .collect();
+    (dims[0], dims[1], bytes[10 + header_len..].to_vec())
+}
+
+/// Every received mask against the Segmenter on its frame; returns how many.
+fn check_masks(dir: &Path, summary: &Value, model: &Path, ext: &str) -> usize {
+    let mut seg = Segmenter::builder(model)
+        .engine(EngineKind::Tract)
+        .threads(1)
+        .open()
+        .unwrap();
+    let received = summary["received"].as_array().unwrap();
+    for r in received {
+        let (sec, nanosec) = (r["sec"].as_i64().unwrap(), r["nanosec"].as_i64().unwrap());
+        let i = sec - 1000;
+        assert_eq!(nanosec, i, "stamp carried through: {r}");
+        assert_eq!(r["frame_id"], "camera", "{r}");
+        assert_eq!(r["encoding"], "mono8", "{r}");
+        let frame = image::open(dir.join(format!("frames/{i}.{ext}")))
+            .unwrap()
+            .to_rgb8();
+        let want = seg.segment(&frame).unwrap().mask;
+        let (h, w, got) = npy_u8(&dir.join(format!("masks/{sec}_{nanosec}.npy")));
+        assert_eq!((h, w), want.dim(), "mask size of frame {i}");
+        assert_eq!(got, want.iter().copied().collect::<Vec<_>>(), "mask of frame {i}");
+    }
+    received.len()
+}
+
+fn count(summary: &Value, key: &str) -> u64 {
+    summary["diagnostics"][key]
+        .as_str()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("diagnostics lack {key}: {summary}"))
+}
+
+#[test]
+fn raw_frames_and_bad_messages_over_cyclone_dds() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = model(tmp.path());
+    let d = domain(0);
+    let node = NodeProcess::start(&model, d, &["--reliable"]);
+    let out = tmp.path().join("raw");
+    let summary = camera(&out, d, &["--frames", "12", "--bad", "--rate", "30"]);
+    assert_eq!(summary["matched"], true, "discovery: {summary}");
+    let sent = summary["sent"].as_u64().unwrap();
+    let answered = check_masks(&out, &summary, &model, "png");
+    assert!(answered > 0, "{summary}");
+    assert!(summary["diagnostics_messages"].as_u64().unwrap() >= 1);
+    assert_eq!(count(&summary, "answered") + count(&summary, "dropped"), sent, "{summary}");
+    assert_eq!(count(&summary, "answered") as usize, answered, "{summary}");
+    for cause in [
+        "unknown encoding",
+        "step shorter than a row",
+        "data shorter than step x height",
+        "big-endian flag",
+    ] {
+        let n: u64 = summary["diagnostics"][format!("bad: {cause}")]
+            .as_str()
+            .unwrap_or("0")
+            .parse()
+            .unwrap();
+        assert!(n >= 1, "{cause} not counted: {summary}");
+    }
+    assert_eq!(count(&summary, "bad_messages"), summary["bad_sent"].as_u64().unwrap());
+    let (ok, stderr, took) = node.interrupt();
+    assert!(ok, "exit status after SIGINT: {stderr}");
+    assert!(took < Duration::from_secs(1), "SIGINT took {took:?}");
+    assert!(stderr.contains("bad message on /cam/image_raw (unknown encoding)"), "{stderr}");
+    assert_eq!(stderr.matches("(unknown encoding)").count(), 1, "logged once: {stderr}");
+}
+
+#[test]
+fn compressed_frames_and_other_domains() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = model(tmp.path());
+    let d = domain(1);
+    let node = NodeProcess::start(&model, d, &["--reliable", "--transport", "compressed"]);
+    // A camera on another domain reaches nothing (and sees no node).
+    let other = camera(
+        &tmp.path().join("other"),
+        d + 20,
+        &["--frames", "3", "--compressed", "--listen-s", "2", "--discovery-s", "2"],
+    );
+    assert_eq!(other["matched"], false, "{other}");
+    assert_eq!(other["received"].as_array().unwrap().len(), 0, "{other}");
+    let out = tmp.path().join("compressed");
+    let summary = camera(&out, d, &["--frames", "6", "--compressed", "--bad"]);
+    assert_eq!(summary["matched"], true, "{summary}");
+    let answered = check_masks(&out, &summary, &model, "jpg");
+    assert!(answered > 0, "{summary}");
+    assert_eq!(
+        count(&summary, "answered") + count(&summary, "dropped"),
+        summary["sent"].as_u64().unwrap()
+    );
+    assert_eq!(
+        summary["diagnostics"]["bad: corrupt compressed image"], "1",
+        "{summary}"
+    );
+    let (ok, stderr, _) = node.interrupt();
+    assert!(ok, "{stderr}");
+}
