@@ -10,7 +10,8 @@ The model defaults to the random-weight DANet-R18 of bench/infer_vs_python_ort.p
 (built once, cached in --work). Both sides run ONNX Runtime's CPU provider with the same
 threads on the same smooth 640x480 frames:
   * in process: `segtool.Segmenter(model, engine="ort", threads=N).segment(frame)`;
-  * over DDS:   `segtool-ros2 node` (reliable QoS) in its own process; Cyclone DDS in this
+  * over DDS:   `segtool-ros2 node` (--qos: best effort, the node's default, or reliable)
+                in its own process; Cyclone DDS in this
                 one publishes each frame as `sensor_msgs/Image` and waits for its
                 `class_mask` before the next (one frame in flight: nothing dropped).
 The Python peer's own (de)serialisation of the 900 KB image and the mask is measured
@@ -67,13 +68,15 @@ def main():
     ap.add_argument("--frames", type=int, default=40)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--domain", type=int, default=42)
+    ap.add_argument("--qos", choices=["reliable", "best-effort"], default="best-effort")
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
     model = a.model or default_model(a.work)
     w, h = (int(v) for v in a.size.split("x"))
     rng = np.random.default_rng(3)
     frames = [cam.smooth_frame(rng, h, w) for _ in range(a.frames)]
-    print(f"CPU: {cpu_model()}; model {model}; {w}x{h}; {a.threads} ORT threads; {a.frames} frames")
+    print(f"CPU: {cpu_model()}; model {model}; {w}x{h}; {a.threads} ORT threads; {a.frames} frames; "
+          f"QoS {a.qos}; load average {os.getloadavg()[0]:.2f}")
 
     seg = segtool.Segmenter(model, engine="ort", threads=a.threads)
     inproc = []
@@ -88,11 +91,11 @@ def main():
     env = dict(os.environ, ROS_DOMAIN_ID=str(a.domain))
     node = subprocess.Popen(
         [node_bin, "node", "--model", model, "--engine", "ort", "--threads", str(a.threads),
-         "--reliable", "--ros-args", "-r", "__ns:=/seg", "-r", "image:=/cam/image_raw"],
+         *(["--reliable"] if a.qos == "reliable" else []), "--ros-args", "-r", "__ns:=/seg", "-r", "image:=/cam/image_raw"],
         env=env, stderr=subprocess.PIPE, text=True)
     try:
         dp = DomainParticipant(a.domain)
-        q = cam.qos(True, 4)
+        q = cam.qos(a.qos == "reliable", 4)
         writer = DataWriter(dp, Topic(dp, "rt/cam/image_raw", cam.Image), qos=q)
         masks = DataReader(dp, Topic(dp, "rt/seg/class_mask", cam.Image), qos=q)
         diag = DataReader(dp, Topic(dp, "rt/diagnostics", cam.DiagnosticArray), qos=cam.qos(True, 16))

@@ -8,7 +8,7 @@ use std::sync::Mutex;
 
 use anyhow::Result;
 use indicatif::{ProgressBar, ProgressStyle};
-use segtool_ros2::bag::{self, Compression, ConvertOptions};
+use segtool_ros2::bag::{Compression, Conversion, ConvertOptions};
 use segtool_spec::progress::Progress;
 
 use crate::cmd_engine::ModelArgs;
@@ -67,7 +67,6 @@ pub fn run(args: Args) -> Result<()> {
     if !(0.0..=1.0).contains(&args.alpha) {
         anyhow::bail!("--alpha {}: expected 0 to 1", args.alpha);
     }
-    let (model, mut segmenter) = args.model.open(None)?;
     let options = ConvertOptions {
         input: args.input,
         topic: args.topic,
@@ -77,6 +76,9 @@ pub fn run(args: Args) -> Result<()> {
         compression: args.compression,
         alpha: args.alpha,
     };
+    // The bag's mistakes before the model's load, which can take minutes (TensorRT).
+    let conversion = Conversion::prepare(options.clone())?;
+    let (model, mut segmenter) = args.model.open(None)?;
     let handler = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
     // SAFETY: the handler stores to an atomic and resets its own disposition.
     unsafe {
@@ -84,17 +86,19 @@ pub fn run(args: Args) -> Result<()> {
         libc::signal(libc::SIGTERM, handler);
     }
     eprintln!(
-        "{} {} -> {} ({}: {} on {})",
+        "{} {} ({} frames) -> {} ({}: {} on {})",
         options.input.display(),
         options.topic,
+        conversion.frames(),
         options.output.display(),
         model.display(),
         segmenter.engine().name(),
         segmenter.engine().provider()
     );
     let bar = Bar::default();
-    let report = bag::convert(&options, &mut segmenter, &bar, &STOP)?;
+    let result = conversion.run(&mut segmenter, &bar, &STOP);
     bar.clear();
+    let report = result?;
 
     let secs = report.elapsed.as_secs_f64();
     let model_share = report.segmenting.as_secs_f64() / secs.max(1e-9);
@@ -161,6 +165,10 @@ impl Progress for Bar {
     }
 
     fn line(&self, text: String) {
-        self.with(|b| b.println(text));
+        // No terminal (CI logs, pipes): indicatif draws nothing, the lines stand in.
+        self.with(|b| match b.is_hidden() {
+            true => eprintln!("{text}"),
+            false => b.println(text),
+        });
     }
 }

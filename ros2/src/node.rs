@@ -104,6 +104,8 @@ pub enum NodeError {
     Name { name: String, reason: String },
     #[error(transparent)]
     Batch(#[from] segtool_runtime::batching::BatchError),
+    #[error("{0} classes: the runtime's masks hold class ids up to 255 (256 classes)")]
+    TooManyClasses(usize),
 }
 
 fn dds(e: impl std::fmt::Debug) -> NodeError {
@@ -246,6 +248,9 @@ pub fn run(
     let fallbacks = segmenter.fallback_summary();
     let spec = segmenter.spec().clone();
     let classes = spec.num_classes();
+    if classes > 256 {
+        return Err(NodeError::TooManyClasses(classes));
+    }
     let palette = spec.palette.clone();
     let server = BatchServer::from_segmenters(
         BatchConfig::new()

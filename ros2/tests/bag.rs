@@ -10,252 +10,17 @@
 //! Needs the venv python (`SEGTOOL_PYTHON`, scripts/setup.sh) with rosbags and
 //! mcap-ros2-support; skipped with a message when `SEGTOOL_PYTHON` is not set.
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::sync::OnceLock;
+mod bag_support;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use image::RgbImage;
-use ndarray::Array2;
-use segtool_ros2::msgs::{self, Bytes, CompressedImage, Header, RosMessage, Time};
-use segtool_runtime::testing::{tiny_model_bytes, tiny_spec};
-use segtool_runtime::{EngineKind, Segmenter};
-use serde_json::Value;
+use segtool_ros2::frames;
+use segtool_ros2::msgs::{self, Bytes, Header};
 
-const SCRIPT: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../tests/reference/ros2_bags.py"
-);
-const BIN: &str = env!("CARGO_BIN_EXE_segtool-ros2");
-const FRAMES: usize = 12;
-
-/// What ros2_bags.py wrote, once per test binary.
-struct Fixture {
-    dir: PathBuf,
-    model: PathBuf,
-    /// The decoded frames (RGB), as the Image topics carry them.
-    frames: Vec<RgbImage>,
-    /// The JPEG bytes of the compressed topic.
-    jpegs: Vec<Vec<u8>>,
-    written: Value,
-}
-
-impl Fixture {
-    fn bag(&self) -> PathBuf {
-        self.dir.join("bag")
-    }
-
-    fn bag_file(&self) -> PathBuf {
-        self.dir.join("bag/bag.mcap")
-    }
-
-    fn times(&self, key: &str) -> Vec<u64> {
-        self.written[key]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_u64().unwrap())
-            .collect()
-    }
-}
-
-fn python() -> Option<String> {
-    match std::env::var("SEGTOOL_PYTHON") {
-        Ok(p) => Some(p),
-        Err(_) => {
-            eprintln!("SEGTOOL_PYTHON not set (scripts/setup.sh): skipping");
-            None
-        }
-    }
-}
-
-fn show(out: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
-fn fixture() -> Option<&'static Fixture> {
-    static FIXTURE: OnceLock<Fixture> = OnceLock::new();
-    let py = python()?;
-    Some(FIXTURE.get_or_init(|| {
-        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("ros2_bag_fixture");
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let out = Command::new(&py)
-            .args([SCRIPT, "write"])
-            .arg(&dir)
-            .args(["--frames", &FRAMES.to_string()])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "ros2_bags.py write (needs rosbags==0.11.9 in the venv): {}",
-            show(&out)
-        );
-        let model = dir.join("tiny.onnx");
-        // Class = the dominant normalised channel: masks follow the picture.
-        let identity = [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]];
-        std::fs::write(
-            &model,
-            tiny_model_bytes(&tiny_spec(3), &identity, &[0.0; 3]),
-        )
-        .unwrap();
-        let frame = |i: usize, ext: &str| dir.join(format!("frames/{i:04}.{ext}"));
-        let frames = (0..FRAMES)
-            .map(|i| image::open(frame(i, "png")).unwrap().to_rgb8())
-            .collect();
-        let jpegs = (0..FRAMES)
-            .map(|i| std::fs::read(frame(i, "jpg")).unwrap())
-            .collect();
-        let written =
-            serde_json::from_str(&std::fs::read_to_string(dir.join("written.json")).unwrap())
-                .unwrap();
-        Fixture {
-            dir,
-            model,
-            frames,
-            jpegs,
-            written,
-        }
-    }))
-}
-
-/// `segtool-ros2 bag --engine tract --model M ARGS`.
-fn bag_command(fx: &Fixture, args: &[&str]) -> Command {
-    let mut c = Command::new(BIN);
-    c.args(["bag", "--engine", "tract", "--model"])
-        .arg(&fx.model)
-        .args(args);
-    c
-}
-
-fn run_bag(fx: &Fixture, args: &[&str]) -> Output {
-    bag_command(fx, args).output().unwrap()
-}
-
-/// ros2_bags.py's `read` of `mcap` (with the raw dump of `input` when given).
-fn read_back(out_mcap: &Path, input: Option<&Path>) -> (Value, PathBuf) {
-    let dump = out_mcap.with_extension("dump");
-    let mut c = Command::new(python().unwrap());
-    c.args([SCRIPT, "read"]).arg(out_mcap).arg(&dump);
-    if let Some(input) = input {
-        c.arg("--input").arg(input);
-    }
-    let out = c.output().unwrap();
-    assert!(out.status.success(), "ros2_bags.py read: {}", show(&out));
-    let json = std::fs::read_to_string(dump.join("read.json")).unwrap();
-    (serde_json::from_str(&json).unwrap(), dump)
-}
-
-fn u64s(v: &Value) -> Vec<u64> {
-    v.as_array()
-        .unwrap_or_else(|| panic!("not a list: {v}"))
-        .iter()
-        .map(|x| x.as_u64().unwrap())
-        .collect()
-}
-
-/// The image data of `topic` as read back, split per message.
-fn images(read: &Value, dump: &Path, topic: &str) -> Vec<(u32, u32, String, Vec<u8>)> {
-    let t = &read["topics"][topic];
-    let data = std::fs::read(dump.join(t["data_file"].as_str().unwrap())).unwrap();
-    let mut offset = 0;
-    t["sizes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| {
-            let (h, w, step) = (
-                s[0].as_u64().unwrap(),
-                s[1].as_u64().unwrap(),
-                s[2].as_u64().unwrap(),
-            );
-            let bytes = data[offset..offset + (h * step) as usize].to_vec();
-            offset += (h * step) as usize;
-            (
-                w as u32,
-                h as u32,
-                s[3].as_str().unwrap().to_string(),
-                bytes,
-            )
-        })
-        .collect()
-}
-
-fn segmenter(fx: &Fixture) -> Segmenter {
-    Segmenter::builder(&fx.model)
-        .engine(EngineKind::Tract)
-        .open()
-        .unwrap()
-}
-
-/// The three masks the runtime itself makes of `frame`: class ids, colours, overlay.
-fn expected(seg: &mut Segmenter, frame: &RgbImage) -> [Vec<u8>; 3] {
-    let mask: Array2<u8> = seg.segment(frame).unwrap().mask;
-    let palette = seg.spec().palette.clone();
-    [
-        mask.iter().copied().collect(),
-        segtool_runtime::colorize(mask.view(), &palette).into_raw(),
-        segtool_runtime::overlay(frame, mask.view(), &palette, segtool_runtime::DEFAULT_ALPHA)
-            .into_raw(),
-    ]
-}
-
-/// The mask topics under `ns` hold the runtime's masks of `frames`, at `stamps`/`logs`.
-fn check_masks(
-    read: &Value,
-    dump: &Path,
-    ns: &str,
-    frames: &[&RgbImage],
-    stamps: &[u64],
-    logs: &[u64],
-    seg: &mut Segmenter,
-) {
-    let want: Vec<[Vec<u8>; 3]> = frames.iter().map(|f| expected(seg, f)).collect();
-    for (k, (name, encoding)) in [
-        ("class_mask", "mono8"),
-        ("color_mask", "rgb8"),
-        ("overlay", "rgb8"),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let topic = format!("{ns}/{name}");
-        let t = &read["topics"][&topic];
-        assert_eq!(t["type"], "sensor_msgs/msg/Image", "{topic}: {t}");
-        assert_eq!(t["schema_encoding"], "ros2msg", "{topic}");
-        assert_eq!(t["message_encoding"], "cdr", "{topic}");
-        assert_eq!(t["count"].as_u64(), Some(frames.len() as u64), "{topic}");
-        assert_eq!(
-            u64s(&t["stamps_ns"]),
-            stamps,
-            "{topic}: header stamps are the frames'"
-        );
-        assert_eq!(
-            u64s(&t["log_times_ns"]),
-            logs,
-            "{topic}: log times are the frames'"
-        );
-        assert_eq!(
-            u64s(&t["publish_times_ns"]),
-            logs,
-            "{topic}: publish times are the frames'"
-        );
-        for (i, (w, h, enc, data)) in images(read, dump, &topic).into_iter().enumerate() {
-            assert_eq!(
-                (w, h, enc.as_str()),
-                (frames[i].width(), frames[i].height(), encoding),
-                "{topic} #{i}"
-            );
-            assert!(data == want[i][k], "{topic} #{i}: not the runtime's {name}");
-        }
-    }
-}
+use bag_support::*;
 
 #[test]
 fn every_frame_is_segmented_as_the_runtime_does_and_the_input_is_copied_byte_for_byte() {
@@ -263,18 +28,7 @@ fn every_frame_is_segmented_as_the_runtime_does_and_the_input_is_copied_byte_for
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("masks.mcap");
     let bag = fx.bag();
-    let o = run_bag(
-        fx,
-        &[
-            "--input",
-            bag.to_str().unwrap(),
-            "--topic",
-            "/cam/image_raw",
-            "--out",
-            out.to_str().unwrap(),
-            "--copy-input",
-        ],
-    );
+    let o = run_bag(fx, &bag, "/cam/image_raw", &out, &["--copy-input"]);
     assert!(o.status.success(), "{}", show(&o));
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(
@@ -340,16 +94,10 @@ fn compressed_frames_go_beside_the_base_topic_and_bad_frames_are_counted_not_fat
     let file = fx.bag_file();
     let o = run_bag(
         fx,
-        &[
-            "-i",
-            file.to_str().unwrap(),
-            "-t",
-            "/cam/image_raw/compressed",
-            "-o",
-            out.to_str().unwrap(),
-            "--compression",
-            "lz4",
-        ],
+        &file,
+        "/cam/image_raw/compressed",
+        &out,
+        &["--compression", "lz4"],
     );
     assert!(o.status.success(), "{}", show(&o));
     let (read, dump) = read_back(&out, None);
@@ -377,19 +125,7 @@ fn compressed_frames_go_beside_the_base_topic_and_bad_frames_are_counted_not_fat
     // bgr8 rows padded to a 16-byte step, frames 5 (yuv422) and 8 (cut short) bad.
     let out = tmp.path().join("bgr.mcap");
     let bag = fx.bag();
-    let o = run_bag(
-        fx,
-        &[
-            "-i",
-            bag.to_str().unwrap(),
-            "-t",
-            "/cam_bgr/image_raw",
-            "-o",
-            out.to_str().unwrap(),
-            "--prefix",
-            "/seg",
-        ],
-    );
+    let o = run_bag(fx, &bag, "/cam_bgr/image_raw", &out, &["--prefix", "/seg"]);
     assert!(
         o.status.success(),
         "bad frames are reported, not fatal: {}",
@@ -418,22 +154,13 @@ fn compressed_frames_go_beside_the_base_topic_and_bad_frames_are_counted_not_fat
     );
 }
 
-fn no_output_in(dir: &Path) -> Vec<String> {
-    dir.read_dir()
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.contains("out.mcap"))
-        .collect()
-}
-
 #[test]
 fn refusals_name_the_file_and_what_to_do() {
     let Some(fx) = fixture() else { return };
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("out.mcap");
-    let out = out.to_str().unwrap();
     let refuse = |input: &Path, topic: &str, needles: &[&str]| {
-        let o = run_bag(fx, &["-i", input.to_str().unwrap(), "-t", topic, "-o", out]);
+        let o = run_bag(fx, input, topic, &out, &[]);
         assert!(!o.status.success(), "{}", show(&o));
         let stderr = String::from_utf8_lossy(&o.stderr);
         for needle in needles {
@@ -446,13 +173,13 @@ fn refusals_name_the_file_and_what_to_do() {
         );
     };
     let db3 = fx.dir.join("bag_db3");
-    let db3_shown = db3.display().to_string();
     let convert = [
         "ros2 bag convert -i",
         "storage_id: mcap",
         "rosbags-convert --src",
         "--dst-storage mcap",
     ];
+    let db3_shown = db3.display().to_string();
     refuse(
         &db3,
         "/chatter",
@@ -490,21 +217,48 @@ fn refusals_name_the_file_and_what_to_do() {
             "carries std_msgs/msg/String, not sensor_msgs/msg/Image",
         ],
     );
-    let o = run_bag(
-        fx,
-        &[
-            "-i",
-            fx.bag_file().to_str().unwrap(),
-            "-t",
-            "/cam/image_raw",
-            "-o",
-            fx.bag_file().to_str().unwrap(),
-        ],
-    );
+    let o = run_bag(fx, &fx.bag_file(), "/cam/image_raw", &fx.bag_file(), &[]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(stderr.contains("would overwrite the input"), "{}", show(&o));
+
+    // The bag is checked before the model loads: its mistake is the one reported.
+    let o = Command::new(BIN)
+        .args(["bag", "--model", "/no/such/model.onnx", "-i"])
+        .arg(fx.bag())
+        .args(["-t", "/camera/image", "-o"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(
-        String::from_utf8_lossy(&o.stderr).contains("would overwrite the input"),
-        "{}",
-        show(&o)
+        !o.status.success() && stderr.contains("topic /camera/image is not in"),
+        "{stderr}"
+    );
+
+    // A topic of bad frames only: an error with the causes, not an empty bag.
+    let bayer = tmp.path().join("bayer.mcap");
+    bag_of(
+        mcap::WriteOptions::new(),
+        &bayer,
+        "/cam/image_raw",
+        0..3,
+        |_, header| msgs::Image {
+            header,
+            height: 2,
+            width: 2,
+            encoding: "bayer_rggb8".into(),
+            step: 2,
+            data: Bytes(vec![0; 4]),
+            ..Default::default()
+        },
+    );
+    refuse(
+        &bayer,
+        "/cam/image_raw",
+        &[
+            "no frame of /cam/image_raw could be segmented",
+            "3 x unknown encoding; first: frame 0",
+        ],
     );
 }
 
@@ -536,18 +290,7 @@ fn a_run_that_fails_midway_leaves_the_previous_output_and_no_temporary_file() {
     bag_with_a_bad_last_chunk(fx, &bad);
     let out = tmp.path().join("out.mcap");
     std::fs::write(&out, "the previous run's bag").unwrap();
-    let o = run_bag(
-        fx,
-        &[
-            "-i",
-            bad.to_str().unwrap(),
-            "-t",
-            "/cam/image_raw",
-            "-o",
-            out.to_str().unwrap(),
-            "--copy-input",
-        ],
-    );
+    let o = run_bag(fx, &bad, "/cam/image_raw", &out, &["--copy-input"]);
     assert!(!o.status.success(), "{}", show(&o));
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(
@@ -565,45 +308,6 @@ fn a_run_that_fails_midway_leaves_the_previous_output_and_no_temporary_file() {
     assert_eq!(no_output_in(tmp.path()), ["out.mcap"]);
 }
 
-/// A long bag: `n` CompressedImage frames (the fixture's JPEGs in turn), 30 per second.
-fn long_jpeg_bag(fx: &Fixture, path: &Path, n: usize) {
-    let file = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
-    let mut w = mcap::WriteOptions::new()
-        .profile("ros2")
-        .create(file)
-        .unwrap();
-    let schema = w
-        .add_schema(
-            CompressedImage::NAME,
-            "ros2msg",
-            CompressedImage::schema().as_bytes(),
-        )
-        .unwrap();
-    let channel = w
-        .add_channel(schema, "/cam/image_raw/compressed", "cdr", &BTreeMap::new())
-        .unwrap();
-    for i in 0..n {
-        let t = 1_700_000_000_000_000_000 + i as u64 * 33_333_333;
-        let msg = CompressedImage {
-            header: Header {
-                stamp: Time::from_nanos(t),
-                frame_id: "camera".into(),
-            },
-            format: "jpeg".into(),
-            data: Bytes(fx.jpegs[i % fx.jpegs.len()].clone()),
-        };
-        let header = mcap::records::MessageHeader {
-            channel_id: channel,
-            sequence: i as u32,
-            log_time: t,
-            publish_time: t,
-        };
-        w.write_to_known_channel(&header, &msgs::encode(&msg))
-            .unwrap();
-    }
-    w.finish().unwrap();
-}
-
 #[test]
 fn ctrl_c_stops_without_an_output_and_a_killed_runs_leftovers_go_next_time() {
     let Some(fx) = fixture() else { return };
@@ -611,20 +315,10 @@ fn ctrl_c_stops_without_an_output_and_a_killed_runs_leftovers_go_next_time() {
     let long = tmp.path().join("long.mcap");
     long_jpeg_bag(fx, &long, 3000);
     let out = tmp.path().join("out.mcap");
-    let mut child = bag_command(
-        fx,
-        &[
-            "-i",
-            long.to_str().unwrap(),
-            "-t",
-            "/cam/image_raw/compressed",
-            "-o",
-            out.to_str().unwrap(),
-        ],
-    )
-    .stderr(Stdio::piped())
-    .spawn()
-    .unwrap();
+    let mut child = bag_command(fx, &long, "/cam/image_raw/compressed", &out, &[])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     let temp = tmp.path().join(format!(".out.mcap.tmp-{}", child.id()));
     let started = Instant::now();
     while !temp.exists() {
@@ -666,17 +360,135 @@ fn ctrl_c_stops_without_an_output_and_a_killed_runs_leftovers_go_next_time() {
     dead.wait().unwrap();
     let stale = tmp.path().join(format!(".out.mcap.tmp-{dead_pid}"));
     std::fs::write(&stale, "half a bag").unwrap();
-    let o = run_bag(
-        fx,
-        &[
-            "-i",
-            fx.bag_file().to_str().unwrap(),
-            "-t",
-            "/cam/image_raw",
-            "-o",
-            out.to_str().unwrap(),
-        ],
-    );
+    let o = run_bag(fx, &fx.bag_file(), "/cam/image_raw", &out, &[]);
     assert!(o.status.success(), "{}", show(&o));
     assert_eq!(no_output_in(tmp.path()), ["out.mcap"]);
+}
+
+/// Frames per second of `segtool-ros2 bag` (each chunk compression) against the same
+/// frames through the `Segmenter` alone (tract, the tiny model), at the fixture's size and
+/// at 1280x544: `cargo test -p segtool-ros2 --test bag -- --ignored --nocapture`.
+#[test]
+#[ignore = "a measurement, not a check"]
+fn throughput_against_the_segmenter_alone() {
+    let Some(fx) = fixture() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    for (w, h, n) in [(320, 136, 600), (1280, 544, 300)] {
+        let frames: Vec<RgbImage> = fx
+            .frames
+            .iter()
+            .map(|f| image::imageops::resize(f, w, h, image::imageops::FilterType::Triangle))
+            .collect();
+        let bag = tmp.path().join(format!("long_{w}.mcap"));
+        long_bag(&bag, "/cam/image_raw", n, |i, header| {
+            frames::rgb_message(&header, &frames[i % frames.len()])
+        });
+        let mut seg = segmenter(fx);
+        let started = Instant::now();
+        for i in 0..n {
+            seg.segment(&frames[i % frames.len()]).unwrap();
+        }
+        let alone = n as f64 / started.elapsed().as_secs_f64();
+        eprintln!("{w}x{h}, {n} frames: Segmenter alone {alone:.1} frames/s");
+        for compression in ["zstd", "lz4", "none"] {
+            let out = tmp.path().join("out.mcap");
+            let started = Instant::now();
+            let o = run_bag(
+                fx,
+                &bag,
+                "/cam/image_raw",
+                &out,
+                &["--compression", compression],
+            );
+            let wall = started.elapsed().as_secs_f64();
+            assert!(o.status.success(), "{}", show(&o));
+            let stderr = String::from_utf8_lossy(&o.stderr);
+            let line = stderr
+                .lines()
+                .find(|l| l.contains("frames segmented"))
+                .unwrap_or("");
+            let summary = line.split_once(" in ").map_or(line, |(_, s)| s);
+            eprintln!(
+                "  bag --compression {compression}: {:.1} frames/s with process start and model \
+                 load; {summary}; {} MB",
+                n as f64 / wall,
+                std::fs::metadata(&out).unwrap().len() / 1_000_000
+            );
+        }
+    }
+}
+
+#[test]
+fn split_bags_are_read_in_their_order_and_unindexed_files_are_scanned() {
+    let Some(fx) = fixture() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let split = tmp.path().join("split");
+    std::fs::create_dir(&split).unwrap();
+    let frame = |i: usize, header: Header| frames::rgb_message(&header, &fx.frames[i % FRAMES]);
+    // Three files named so that name order is not number order; the last without a
+    // summary section (as a recorder killed before closing it, then `mcap recover`ed, or
+    // a writer told not to index).
+    let parts = [
+        ("s_2.mcap", 0..5),
+        ("s_10.mcap", 5..9),
+        ("s_11.mcap", 9..FRAMES),
+    ];
+    for (k, (name, range)) in parts.iter().enumerate() {
+        let options = mcap::WriteOptions::new();
+        let options = match k {
+            2 => options
+                .emit_summary_records(false)
+                .emit_statistics(false)
+                .emit_summary_offsets(false),
+            _ => options,
+        };
+        bag_of(
+            options,
+            &split.join(name),
+            "/cam/image_raw",
+            range.clone(),
+            frame,
+        );
+    }
+    std::fs::write(
+        split.join("metadata.yaml"),
+        "rosbag2_bagfile_information:\n  version: 5\n  storage_identifier: mcap\n  \
+         relative_file_paths:\n  - s_2.mcap\n  - s_10.mcap\n  - s_11.mcap\n  \
+         compression_mode: ''\n",
+    )
+    .unwrap();
+    let mut seg = segmenter(fx);
+    let want: Vec<(u64, Vec<u8>)> = (0..FRAMES)
+        .map(|i| {
+            let t = 1_700_000_000_000_000_000 + i as u64 * 33_333_333;
+            (t, expected(&mut seg, &fx.frames[i])[0].clone())
+        })
+        .collect();
+    let out = tmp.path().join("out.mcap");
+    let o = run_bag(fx, &split, "/cam/image_raw", &out, &[]);
+    assert!(o.status.success(), "{}", show(&o));
+    assert!(
+        class_masks(&out, "/cam/class_mask") == want,
+        "the files in metadata.yaml's order"
+    );
+
+    // Without metadata.yaml: the .mcap files, numbers compared as numbers (2, 10, 11).
+    std::fs::remove_file(split.join("metadata.yaml")).unwrap();
+    let o = run_bag(fx, &split, "/cam/image_raw", &out, &[]);
+    assert!(o.status.success(), "{}", show(&o));
+    assert!(
+        class_masks(&out, "/cam/class_mask") == want,
+        "the files in number order"
+    );
+
+    // The unindexed file alone: its topics come from a scan.
+    let o = run_bag(fx, &split.join("s_11.mcap"), "/nope", &out, &[]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "/cam/image_raw  sensor_msgs/msg/Image  ({} messages)",
+            FRAMES - 9
+        )),
+        "{stderr}"
+    );
 }

@@ -1,5 +1,6 @@
 //! Bags in, bags out: every camera frame of one topic of a ROS 2 bag segmented into an
-//! MCAP bag of masks, offline, frame by frame, none dropped.
+//! MCAP bag of masks, offline, frame by frame, none dropped, in the order the bag holds
+//! them (rosbag2 writes messages as they arrive; a split bag's files one after the other).
 //!
 //! Accepts an MCAP file (`.mcap`) or a rosbag2 folder whose `metadata.yaml` names MCAP
 //! files (several, for a split bag: read in the order listed); a folder without
@@ -51,7 +52,7 @@ use std::time::{Duration, Instant};
 use segtool_runtime::{RuntimeError, Segmenter};
 use segtool_spec::progress::Progress;
 
-use stages::{read_stage, write_stage, Render, Run, Tally};
+use stages::{read_stage, render_stage, write_stage, Render, Run, Tally};
 
 pub use read::{InputBag, TopicInfo};
 
@@ -121,26 +122,30 @@ impl OutputTopics {
         let valid = ns.split('/').skip(1).all(|level| {
             !level.is_empty() && level.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
         });
-        if !valid {
-            return Err(BagError::Prefix(namespace.to_string()));
+        match valid {
+            true => Ok(Self::in_namespace(&ns)),
+            false => Err(BagError::Prefix(namespace.to_string())),
         }
-        Ok(Self {
-            class_mask: format!("{ns}/class_mask"),
-            color_mask: format!("{ns}/color_mask"),
-            overlay: format!("{ns}/overlay"),
-        })
     }
 
     /// Beside the camera's topic: under its parent namespace (`/cam/image_raw` ->
     /// `/cam/class_mask`). A compressed topic is image_transport's `BASE/compressed`, so
     /// its masks go beside `BASE` (`/cam/image_raw/compressed` -> `/cam/class_mask`).
-    pub fn for_input(topic: &str, compressed: bool) -> Result<Self, BagError> {
+    pub fn for_input(topic: &str, compressed: bool) -> Self {
         let mut base = topic.trim_end_matches('/');
         if compressed {
             base = base.strip_suffix("/compressed").unwrap_or(base);
         }
         let parent = base.rsplit_once('/').map_or("", |(parent, _)| parent);
-        Self::under(parent)
+        Self::in_namespace(parent)
+    }
+
+    fn in_namespace(ns: &str) -> Self {
+        Self {
+            class_mask: format!("{ns}/class_mask"),
+            color_mask: format!("{ns}/color_mask"),
+            overlay: format!("{ns}/overlay"),
+        }
     }
 
     /// The three names, in writing order.
@@ -152,7 +157,7 @@ impl OutputTopics {
 /// Frames with one cause of failure.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BadFrames {
-    /// [`BadFrame::cause`], or `undecodable CDR`.
+    /// [`BadFrame::cause`](crate::frames::BadFrame::cause), or `undecodable CDR`.
     pub cause: String,
     pub count: u64,
     /// The first one: its index among the topic's messages, its log time and the detail.
@@ -277,83 +282,171 @@ fn list_bad(bad: &[BadFrames]) -> String {
     lines.join("\n")
 }
 
-/// Segments every frame of `options.topic` with `segmenter` into `options.output`.
-///
-/// Three stages overlap: a thread reads the bag and decodes the frames, the caller's
-/// thread runs the model (the segmenter stays where it was built), a thread renders the
-/// masks and writes them. Progress: one loop `bag` over the topic's frames, a status
-/// message counting bad frames, a line at the first bad frame of each cause. `stop` is
-/// polled between frames.
+/// Segments every frame of `options.topic` with `segmenter` into `options.output`:
+/// [`Conversion::prepare`], then [`Conversion::run`].
 pub fn convert(
     options: &ConvertOptions,
     segmenter: &mut Segmenter,
     progress: &dyn Progress,
     stop: &AtomicBool,
 ) -> Result<Report, BagError> {
-    let started = Instant::now();
-    let bag = InputBag::open(&options.input)?;
-    let topic = bag.image_topic(&options.topic)?;
-    let topics = match &options.prefix {
-        Some(prefix) => OutputTopics::under(prefix)?,
-        None => OutputTopics::for_input(&topic.name, topic.is_compressed())?,
-    };
-    if options.copy_input {
-        if let Some(clash) = topics.all().into_iter().find(|t| bag.topic(t).is_some()) {
-            return Err(BagError::TopicClash(clash.to_string()));
-        }
-    }
-    bag.refuse_as_output(&options.output)?;
-    let mut out = write::OutputBag::create(&options.output, options.compression)?;
-    let channels = out.mask_channels(&topics)?;
-    let render = Render {
-        classes: segmenter.spec().classes.len(),
-        palette: segmenter.spec().palette.clone(),
-        alpha: options.alpha,
-        copy_frames: options.copy_input,
-    };
+    Conversion::prepare(options.clone())?.run(segmenter, progress, stop)
+}
 
-    let total = topic.messages;
-    progress.start("bag", total, 0);
-    let mut run = Run {
-        options,
-        total,
-        progress,
-        stop,
-        tally: Tally::default(),
-    };
-    std::thread::scope(|scope| -> Result<(), BagError> {
-        let (input_tx, input_rx) = sync_channel(4);
-        let (output_tx, output_rx) = sync_channel(4);
-        scope.spawn(|| read_stage(&bag, &options.topic, options.copy_input, input_tx));
-        let writer = scope.spawn(|| write_stage(&mut out, &channels, &render, output_rx));
-        let segmented = run.segment_stage(segmenter, input_rx, output_tx);
-        // A failed write ends the segmenting stage too: the writer's error is the cause.
-        let written = writer.join().expect("the writing stage does not panic");
-        written.and(segmented)
-    })?;
-    let tally = run.tally;
-    let bad = tally.bad();
-    if tally.segmented == 0 {
-        return Err(BagError::NoGoodFrame {
-            topic: options.topic.clone(),
-            bad,
-        });
+/// A conversion checked before any model is loaded: the bag opened, the topic found to
+/// be a camera's, the output topics named and the output path allowed.
+#[derive(Debug)]
+pub struct Conversion {
+    options: ConvertOptions,
+    bag: InputBag,
+    topics: OutputTopics,
+    frames: u64,
+}
+
+impl Conversion {
+    /// Opens the bag and checks everything that does not need the model.
+    pub fn prepare(options: ConvertOptions) -> Result<Self, BagError> {
+        let bag = InputBag::open(&options.input)?;
+        let topic = bag.image_topic(&options.topic)?;
+        let topics = match &options.prefix {
+            Some(prefix) => OutputTopics::under(prefix)?,
+            None => OutputTopics::for_input(&topic.name, topic.is_compressed()),
+        };
+        if options.copy_input {
+            if let Some(clash) = topics.all().into_iter().find(|t| bag.topic(t).is_some()) {
+                return Err(BagError::TopicClash(clash.to_string()));
+            }
+        }
+        bag.refuse_as_output(&options.output)?;
+        let frames = topic.messages;
+        Ok(Self {
+            options,
+            bag,
+            topics,
+            frames,
+        })
     }
-    out.finish()?;
-    progress.finish(Some(format!("{} frames segmented", tally.segmented)));
-    Ok(Report {
-        output: options.output.clone(),
-        topics,
-        frames: tally.frames,
-        segmented: tally.segmented,
-        bad,
-        copied: tally.copied,
-        elapsed: started.elapsed(),
-        segmenting: tally.segmenting,
-    })
+
+    pub fn bag(&self) -> &InputBag {
+        &self.bag
+    }
+
+    pub fn topics(&self) -> &OutputTopics {
+        &self.topics
+    }
+
+    /// Messages on the camera topic, as the bag's index counts them.
+    pub fn frames(&self) -> u64 {
+        self.frames
+    }
+
+    /// Segments every frame. Four stages overlap: a thread reads the bag and decodes the
+    /// frames, the caller's thread runs the model (the segmenter stays where it was
+    /// built), a thread draws and serialises the masks, a thread writes them. Progress:
+    /// one loop `bag` over the topic's frames, a status message counting bad frames, a
+    /// line at the first bad frame of each cause. `stop` is polled between frames.
+    pub fn run(
+        self,
+        segmenter: &mut Segmenter,
+        progress: &dyn Progress,
+        stop: &AtomicBool,
+    ) -> Result<Report, BagError> {
+        let started = Instant::now();
+        let Self {
+            options,
+            bag,
+            topics,
+            frames: total,
+        } = self;
+        let options = &options;
+        let mut out = write::OutputBag::create(&options.output, options.compression)?;
+        let channels = out.mask_channels(&topics)?;
+        let render = Render {
+            classes: segmenter.spec().classes.len(),
+            palette: segmenter.spec().palette.clone(),
+            alpha: options.alpha,
+        };
+        progress.start("bag", total, 0);
+        let mut run = Run {
+            options,
+            total,
+            progress,
+            stop,
+            tally: Tally::default(),
+        };
+        let copy = options.copy_input;
+        std::thread::scope(|scope| -> Result<(), BagError> {
+            let (input_tx, input_rx) = sync_channel(4);
+            let (segmented_tx, segmented_rx) = sync_channel(4);
+            let (rendered_tx, rendered_rx) = sync_channel(4);
+            scope.spawn(|| read_stage(&bag, &options.topic, copy, stop, input_tx));
+            scope.spawn(|| render_stage(&render, segmented_rx, rendered_tx));
+            let writer = scope.spawn(|| write_stage(&mut out, &channels, copy, rendered_rx));
+            let segmented = run.segment_stage(segmenter, input_rx, segmented_tx);
+            // A failed write ends the segmenting stage too: the writer's error is the cause.
+            let written = writer.join().expect("the writing stage does not panic");
+            written.and(segmented)
+        })?;
+        let tally = run.tally;
+        let bad = tally.bad();
+        if tally.segmented == 0 {
+            return Err(BagError::NoGoodFrame {
+                topic: options.topic.clone(),
+                bad,
+            });
+        }
+        out.finish()?;
+        progress.finish(Some(format!("{} frames segmented", tally.segmented)));
+        Ok(Report {
+            output: options.output.clone(),
+            topics,
+            frames: tally.frames,
+            segmented: tally.segmented,
+            bad,
+            copied: tally.copied,
+            elapsed: started.elapsed(),
+            segmenting: tally.segmenting,
+        })
+    }
 }
 
 /// `dir/.NAME.tmp-PID`: the output's temporary sibling for this process.
 pub(crate) fn temp_path(output: &Path) -> PathBuf {
     segtool_spec::io::temp_path(output)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn masks_go_beside_the_camera_or_under_the_prefix() {
+        let names = |t: OutputTopics| t.all().map(String::from);
+        assert_eq!(
+            names(OutputTopics::for_input("/cam/image_raw", false)),
+            ["/cam/class_mask", "/cam/color_mask", "/cam/overlay"]
+        );
+        let compressed = OutputTopics::for_input("/cam/image_raw/compressed", true);
+        assert_eq!(compressed.class_mask, "/cam/class_mask");
+        // Only image_transport's suffix is taken off, and only from a compressed topic.
+        assert_eq!(
+            OutputTopics::for_input("/a/compressed", false).overlay,
+            "/a/overlay"
+        );
+        assert_eq!(
+            OutputTopics::for_input("/image", false).class_mask,
+            "/class_mask"
+        );
+        assert_eq!(
+            OutputTopics::under("seg/").unwrap().color_mask,
+            "/seg/color_mask"
+        );
+        assert_eq!(OutputTopics::under("/").unwrap().class_mask, "/class_mask");
+        for bad in ["/a//b", "/a b", "/cam-1"] {
+            assert!(
+                matches!(OutputTopics::under(bad), Err(BagError::Prefix(_))),
+                "{bad}"
+            );
+        }
+    }
 }

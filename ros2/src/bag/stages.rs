@@ -1,6 +1,7 @@
-//! The three stages of a conversion, joined by bounded channels: reading and decoding
-//! (a thread), the model (the caller's thread, where the segmenter was built), rendering
-//! and writing (a thread). Everything moves in input order; the masks of a frame follow it.
+//! The four stages of a conversion, joined by bounded channels: reading and decoding (a
+//! thread), the model (the caller's thread, where the segmenter was built), drawing and
+//! serialising the masks (a thread), writing and compressing (a thread). Everything moves
+//! in input order; the masks of a frame follow it.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -29,8 +30,8 @@ pub(super) enum Input {
     Other(mcap::Message<'static>),
 }
 
-/// What the writing stage writes, in order.
-pub(super) enum Output {
+/// What the segmenting stage hands on, in order.
+pub(super) enum Segmented {
     Copy(mcap::Message<'static>),
     Masks {
         message: mcap::Message<'static>,
@@ -40,15 +41,19 @@ pub(super) enum Output {
     },
 }
 
-/// Reads the bag and decodes the camera's frames. Ends at the first error (sent on) or
-/// when the segmenting stage hangs up.
+/// Reads the bag and decodes the camera's frames. Ends at the first error (sent on), on
+/// `stop`, or when the segmenting stage hangs up.
 pub(super) fn read_stage(
     bag: &InputBag,
     topic: &str,
     copy_input: bool,
+    stop: &AtomicBool,
     tx: SyncSender<Result<Input, BagError>>,
 ) {
     for message in bag.messages() {
+        if stop.load(Ordering::Relaxed) {
+            return;
+        }
         let item = match message {
             Ok(m) if m.channel.topic == topic => {
                 let schema = m.channel.schema.as_ref().map_or("", |s| s.name.as_str());
@@ -124,20 +129,14 @@ impl Run<'_> {
         &mut self,
         segmenter: &mut Segmenter,
         rx: Receiver<Result<Input, BagError>>,
-        tx: SyncSender<Output>,
+        tx: SyncSender<Segmented>,
     ) -> Result<(), BagError> {
         for item in rx {
-            if self.stop.load(Ordering::Relaxed) {
-                return Err(BagError::Stopped {
-                    done: self.tally.frames,
-                    total: self.total,
-                    output: self.options.output.clone(),
-                });
-            }
+            self.check_stop()?;
             let (message, frame) = match item? {
                 Input::Other(m) => {
                     self.tally.copied += 1;
-                    if tx.send(Output::Copy(m)).is_err() {
+                    if tx.send(Segmented::Copy(m)).is_err() {
                         return Ok(());
                     }
                     continue;
@@ -162,7 +161,7 @@ impl Run<'_> {
                         })?;
                     self.tally.segmenting += started.elapsed();
                     self.tally.segmented += 1;
-                    Some(Output::Masks {
+                    Some(Segmented::Masks {
                         message,
                         header,
                         image,
@@ -171,7 +170,7 @@ impl Run<'_> {
                 }
                 Err((cause, detail)) => {
                     self.count_bad(index, message.log_time, cause, detail);
-                    self.options.copy_input.then_some(Output::Copy(message))
+                    self.options.copy_input.then_some(Segmented::Copy(message))
                 }
             };
             if let Some(output) = output {
@@ -181,7 +180,19 @@ impl Run<'_> {
             }
             self.progress.advance(1);
         }
-        Ok(())
+        // The reading stage also ends on a stop, before the bag's end.
+        self.check_stop()
+    }
+
+    fn check_stop(&self) -> Result<(), BagError> {
+        match self.stop.load(Ordering::Relaxed) {
+            false => Ok(()),
+            true => Err(BagError::Stopped {
+                done: self.tally.frames,
+                total: self.total,
+                output: self.options.output.clone(),
+            }),
+        }
     }
 
     fn count_bad(&mut self, index: u64, log_time: u64, cause: String, detail: String) {
@@ -197,34 +208,35 @@ impl Run<'_> {
     }
 }
 
-/// How masks are drawn and whether frames are copied before them.
+/// How masks are drawn.
 pub(super) struct Render {
     pub(super) classes: usize,
     pub(super) palette: Vec<[u8; 3]>,
     pub(super) alpha: f32,
-    pub(super) copy_frames: bool,
 }
 
-/// Renders and writes, in the order received: copies as they are, each frame (when
-/// copied) then its three masks.
-pub(super) fn write_stage(
-    out: &mut OutputBag,
-    channels: &MaskChannels,
-    render: &Render,
-    rx: Receiver<Output>,
-) -> Result<(), BagError> {
+/// What the writing stage writes, in order.
+pub(super) enum Rendered {
+    Copy(mcap::Message<'static>),
+    /// A frame's message and its class, colour and overlay messages (CDR).
+    Masks {
+        message: mcap::Message<'static>,
+        masks: [Vec<u8>; 3],
+    },
+}
+
+/// Draws the colour mask and the overlay and serialises the three masks, in order.
+/// Ends when either side hangs up.
+pub(super) fn render_stage(render: &Render, rx: Receiver<Segmented>, tx: SyncSender<Rendered>) {
     for item in rx {
-        match item {
-            Output::Copy(message) => out.copy(&message)?,
-            Output::Masks {
+        let rendered = match item {
+            Segmented::Copy(message) => Rendered::Copy(message),
+            Segmented::Masks {
                 message,
                 header,
                 image,
                 mask,
             } => {
-                if render.copy_frames {
-                    out.copy(&message)?;
-                }
                 let class_mask = frames::class_mask(&header, &mask, render.classes);
                 let color = segtool_runtime::colorize(mask.view(), &render.palette);
                 let overlay =
@@ -234,6 +246,30 @@ pub(super) fn write_stage(
                     msgs::encode(&frames::rgb_message(&header, &color)),
                     msgs::encode(&frames::rgb_message(&header, &overlay)),
                 ];
+                Rendered::Masks { message, masks }
+            }
+        };
+        if tx.send(rendered).is_err() {
+            return;
+        }
+    }
+}
+
+/// Writes, in the order received: copies as they are, each frame (when `copy_frames`)
+/// then its three masks.
+pub(super) fn write_stage(
+    out: &mut OutputBag,
+    channels: &MaskChannels,
+    copy_frames: bool,
+    rx: Receiver<Rendered>,
+) -> Result<(), BagError> {
+    for item in rx {
+        match item {
+            Rendered::Copy(message) => out.copy(&message)?,
+            Rendered::Masks { message, masks } => {
+                if copy_frames {
+                    out.copy(&message)?;
+                }
                 out.write_masks(channels, &message, &masks)?;
             }
         }

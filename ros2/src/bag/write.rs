@@ -12,7 +12,7 @@ use mcap::records::MessageHeader;
 use super::{BagError, Compression, OutputTopics};
 use crate::msgs::{Image, RosMessage};
 
-/// The temporary file until [`TempFile::keep`]: removed when dropped.
+/// The temporary file: removed when dropped, unless `kept` (renamed to the output).
 struct TempFile {
     path: PathBuf,
     kept: bool,
