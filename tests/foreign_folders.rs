@@ -16,41 +16,9 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use common::{npy, p, segtool};
-use serde_json::Value;
-
-/// Runs `script` (tests/reference/) into a fresh folder under cargo's test temp dir.
-fn reference(script: &str, name: &str) -> (PathBuf, Value) {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/reference")
-        .join(script);
-    let out = common::python()
-        .arg(script)
-        .args(["--out", p(&dir)])
-        .output()
-        .expect("python runs (SEGTOOL_PYTHON)");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report = serde_json::from_slice(&out.stdout).unwrap();
-    (dir, report)
-}
-
-fn ok(out: std::process::Output) -> String {
-    assert!(
-        out.status.success(),
-        "segtool failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
 
 /// `segtool infer` of `model` on `dir/images` with `extra` flags, on `engine`, compared
 /// with `dir/ref/<image>.npy` for every image.
@@ -72,10 +40,16 @@ fn serve_and_compare(dir: &Path, model: &Path, engine: &str, extra: &[&str], wha
         engine,
     ];
     args.extend_from_slice(extra);
-    ok(segtool(&args));
+    common::ok(segtool(&args));
     let mut compared = 0;
     for entry in std::fs::read_dir(dir.join("images")).unwrap() {
-        let stem = entry.unwrap().path().file_stem().unwrap().to_string_lossy().into_owned();
+        let stem = entry
+            .unwrap()
+            .path()
+            .file_stem()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
         let ours = image::open(out.join(format!("{stem}_labels.png")))
             .unwrap()
             .to_luma8();
@@ -99,14 +73,22 @@ fn serve_and_compare(dir: &Path, model: &Path, engine: &str, extra: &[&str], wha
 
 #[test]
 fn mmdeploy_sdk_folder_matches_mmdeploy_runtime_segmentor() {
-    let (dir, report) = reference("mmdeploy_ref.py", "foreign_mmdeploy");
+    let (dir, report) = common::reference("mmdeploy_ref.py", "foreign_mmdeploy");
     let sdk = dir.join("danet_sdk");
     // The card comes from the folder: keep-ratio resize, BGR -> RGB, 0-255 mean and std,
     // the class map the graph's ArgMax gives and ResizeMask's class count.
     let shown = segtool(&["card", p(&sdk), "--show"]);
     let table = String::from_utf8_lossy(&shown.stdout);
-    assert!(shown.status.success(), "{}", String::from_utf8_lossy(&shown.stderr));
-    for line in ["input.keep_ratio", "output.kind            class_map", "mmdeploy SDK folder"] {
+    assert!(
+        shown.status.success(),
+        "{}",
+        String::from_utf8_lossy(&shown.stderr)
+    );
+    for line in [
+        "input.keep_ratio",
+        "output.kind            class_map",
+        "mmdeploy SDK folder",
+    ] {
         assert!(table.contains(line), "{line} not in:\n{table}");
     }
     let resized = &report["images"]["a"]["resized"];
@@ -118,7 +100,7 @@ fn mmdeploy_sdk_folder_matches_mmdeploy_runtime_segmentor() {
 
 #[test]
 fn hugging_face_segformer_folder_matches_its_image_processor_and_post_processing() {
-    let (dir, report) = reference("segformer_ref.py", "foreign_segformer");
+    let (dir, report) = common::reference("segformer_ref.py", "foreign_segformer");
     assert_eq!(report["backend"], "torchvision", "{report}");
     let folder = dir.join("segformer");
     for engine in ["ort", "tract"] {
@@ -127,19 +109,32 @@ fn hugging_face_segformer_folder_matches_its_image_processor_and_post_processing
     // A Triton repository of the folder: its model carries the card, so that the served
     // file alone says how to feed it (here: segtool itself reads it back).
     let triton = dir.join("triton");
-    ok(segtool(&["card", p(&folder), "--triton", p(&triton)]));
+    common::ok(segtool(&["card", p(&folder), "--triton", p(&triton)]));
     let config = std::fs::read_to_string(triton.join("segformer/config.pbtxt")).unwrap();
-    assert!(config.contains("name: \"pixel_values\"") && config.contains("name: \"logits\""), "{config}");
+    assert!(
+        config.contains("name: \"pixel_values\"") && config.contains("name: \"logits\""),
+        "{config}"
+    );
     let served = triton.join("segformer/1/model.onnx");
-    serve_and_compare(&dir, &served, "ort", &[], "SegFormer from its Triton repository");
+    serve_and_compare(
+        &dir,
+        &served,
+        "ort",
+        &[],
+        "SegFormer from its Triton repository",
+    );
 }
 
 #[test]
 fn rapidocr_text_detector_with_a_card_matches_rapidocr_and_calibrates_through_it() {
-    let (dir, report) = reference("rapidocr_ref.py", "foreign_rapidocr");
+    let (dir, report) = common::reference("rapidocr_ref.py", "foreign_rapidocr");
     let images = dir.join("images");
     let image = &report["images"]["grace_hopper"];
-    assert_eq!(image["resized_hw"], serde_json::json!([864, 736]), "{report}");
+    assert_eq!(
+        image["resized_hw"],
+        serde_json::json!([864, 736]),
+        "{report}"
+    );
     let model = dir.join("ppocr_det.onnx");
     // The card, as a sidecar: PaddleOCR's detector preprocessing and DBNet's threshold.
     std::fs::write(
@@ -159,7 +154,7 @@ fn rapidocr_text_detector_with_a_card_matches_rapidocr_and_calibrates_through_it
     // INT8 file, which then opens by itself and agrees with the float model.
     let int8 = dir.join("int8").join("ppocr_det.int8.onnx");
     std::fs::create_dir_all(int8.parent().unwrap()).unwrap();
-    let text = ok(segtool(&[
+    let text = common::ok(segtool(&[
         "calibrate",
         "--model",
         p(&model),
@@ -179,7 +174,7 @@ fn rapidocr_text_detector_with_a_card_matches_rapidocr_and_calibrates_through_it
     ]));
     assert!(text.contains("wrote"), "{text}");
     let out = dir.join("out-int8");
-    ok(segtool(&[
+    common::ok(segtool(&[
         "infer",
         "--model",
         p(&int8),
@@ -191,7 +186,9 @@ fn rapidocr_text_detector_with_a_card_matches_rapidocr_and_calibrates_through_it
         "--no-overlay",
         "--quiet",
     ]));
-    let ours = image::open(out.join("grace_hopper_labels.png")).unwrap().to_luma8();
+    let ours = image::open(out.join("grace_hopper_labels.png"))
+        .unwrap()
+        .to_luma8();
     let (_, want) = npy(&dir.join("ref/grace_hopper.npy"));
     let same = ours
         .as_raw()

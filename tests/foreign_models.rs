@@ -13,7 +13,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use common::{npy, p, segtool};
@@ -24,34 +24,7 @@ use serde_json::Value;
 /// every run): the folder and the script's report.
 fn reference() -> &'static (PathBuf, Value) {
     static MADE: OnceLock<(PathBuf, Value)> = OnceLock::new();
-    MADE.get_or_init(|| {
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("foreign_models");
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let script =
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/reference/torchvision_ref.py");
-        let out = common::python()
-            .arg(script)
-            .args(["--out", p(&dir)])
-            .output()
-            .expect("python runs (SEGTOOL_PYTHON)");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let report = serde_json::from_slice(&out.stdout).unwrap();
-        (dir, report)
-    })
-}
-
-fn ok(out: std::process::Output) -> String {
-    assert!(
-        out.status.success(),
-        "segtool failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stderr).into_owned()
+    MADE.get_or_init(|| common::reference("torchvision_ref.py", "foreign_models"))
 }
 
 const MEAN: &str = "0.485,0.456,0.406";
@@ -143,7 +116,7 @@ fn torchvision_exports_served_by_their_card_match_onnxruntime_on_torchvisions_pr
             );
             args.extend(card_flags.iter().cloned());
             let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-            ok(segtool(&refs));
+            common::ok(segtool(&refs));
             for image in ["a", "b"] {
                 let ours = image::open(out.join(format!("{image}_labels.png")))
                     .unwrap()

@@ -31,8 +31,7 @@ use crate::session::OrtModel;
 mod table;
 
 use crate::{
-    calibrate, qdq, read_image, rewrite_with, trt_cache, CalibrationError, Feed,
-    CalibrationOptions,
+    calibrate, qdq, read_image, rewrite_with, trt_cache, CalibrationError, CalibrationOptions, Feed,
 };
 
 /// What the mix must reach on the validation images.

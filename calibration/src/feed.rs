@@ -31,7 +31,10 @@ pub enum Feed {
 
 impl Feed {
     /// `model`'s own spec, or `card` when given (a model from elsewhere).
-    pub fn of_model(model: &ModelProto, card: Option<&ModelCard>) -> Result<Self, CalibrationError> {
+    pub fn of_model(
+        model: &ModelProto,
+        card: Option<&ModelCard>,
+    ) -> Result<Self, CalibrationError> {
         match card {
             None => model_spec(model).map(Feed::Spec).map_err(|e| {
                 CalibrationError::Model(format!(
@@ -105,7 +108,28 @@ impl Feed {
                 let t = card.output.threshold.unwrap_or(0.5);
                 out.iter().map(|&p| u8::from(p > t)).collect()
             }
-            _ => crate::report::argmax_classes(out),
+            _ => argmax_classes(out),
         }
     }
+}
+
+/// `[N, C, H, W]` scores -> N*H*W class indices, image-major.
+fn argmax_classes(logits: &ArrayD<f32>) -> Vec<u8> {
+    let s = logits.shape();
+    let (n, c, hw) = (s[0], s[1], s[2..].iter().product::<usize>());
+    let v = logits.as_slice().expect("standard layout");
+    let mut out = Vec::with_capacity(n * hw);
+    for i in 0..n {
+        for p in 0..hw {
+            let mut best = (f32::NEG_INFINITY, 0u8);
+            for k in 0..c {
+                let x = v[(i * c + k) * hw + p];
+                if x > best.0 {
+                    best = (x, k as u8);
+                }
+            }
+            out.push(best.1);
+        }
+    }
+    out
 }

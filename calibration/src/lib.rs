@@ -31,8 +31,8 @@ use ndarray::{Array4, Axis};
 use prost::Message;
 use segtool_core::progress::Reporter;
 use segtool_core::{ModelSpec, SPEC_METADATA_KEY};
-use segtool_runtime::card::{ModelCard, CARD_METADATA_KEY};
 use segtool_onnx::proto::ModelProto;
+use segtool_runtime::card::{ModelCard, CARD_METADATA_KEY};
 
 pub use feed::Feed;
 use session::OrtModel;
@@ -411,10 +411,11 @@ pub fn rewrite_with(
     if let Some(card) = &opts.card {
         let json = card.to_json();
         q.metadata_props.retain(|p| p.key != CARD_METADATA_KEY);
-        q.metadata_props.push(segtool_onnx::proto::StringStringEntryProto {
-            key: CARD_METADATA_KEY.to_string(),
-            value: json,
-        });
+        q.metadata_props
+            .push(segtool_onnx::proto::StringStringEntryProto {
+                key: CARD_METADATA_KEY.to_string(),
+                value: json,
+            });
     }
     Ok(q)
 }

@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use ndarray::ArrayD;
 use prost::Message;
 use segtool_core::metrics::ConfusionMatrix;
 use segtool_onnx::proto::ModelProto;
@@ -37,27 +36,6 @@ pub struct Report {
     pub size_int8: u64,
     pub latency_fp32_ms: f64,
     pub latency_int8_ms: f64,
-}
-
-pub(crate) fn argmax_classes(logits: &ArrayD<f32>) -> Vec<u8> {
-    // [N, C, H, W] -> N*H*W class indices, image-major.
-    let s = logits.shape();
-    let (n, c, hw) = (s[0], s[1], s[2..].iter().product::<usize>());
-    let v = logits.as_slice().expect("standard layout");
-    let mut out = Vec::with_capacity(n * hw);
-    for i in 0..n {
-        for p in 0..hw {
-            let mut best = (f32::NEG_INFINITY, 0u8);
-            for k in 0..c {
-                let x = v[(i * c + k) * hw + p];
-                if x > best.0 {
-                    best = (x, k as u8);
-                }
-            }
-            out.push(best.1);
-        }
-    }
-    out
 }
 
 pub(crate) fn median_ms(

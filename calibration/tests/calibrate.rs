@@ -263,7 +263,10 @@ fn a_model_from_elsewhere_is_calibrated_through_its_card() {
         ..Default::default()
     };
     let err = calibrate(&model, &images, &base).unwrap_err().to_string();
-    assert!(err.contains("card") && err.contains("segtool.spec"), "{err}");
+    assert!(
+        err.contains("card") && err.contains("segtool.spec"),
+        "{err}"
+    );
 
     let opts = CalibrationOptions {
         card: Some(card.clone()),
@@ -275,9 +278,7 @@ fn a_model_from_elsewhere_is_calibrated_through_its_card() {
     let feed = segtool_calibration::Feed::card(card.clone()).unwrap();
     let mut absmax = 0f32;
     for p in &images {
-        let x = feed
-            .tensor(&image::open(p).unwrap().to_rgb8())
-            .unwrap();
+        let x = feed.tensor(&image::open(p).unwrap().to_rgb8()).unwrap();
         absmax = x.iter().fold(absmax, |m, v| m.max(v.abs()));
     }
     let input = &model.graph.as_ref().unwrap().input[0].name;

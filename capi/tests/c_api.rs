@@ -125,9 +125,8 @@ fn run_c(wrapper: &[&str], engine: &str) -> (Output, Option<Vec<u8>>) {
             "C class map differs from Segmenter::segment"
         );
         // The card through the C ABI: the builder's own result, nothing added.
-        let expected = rust_class_map(
-            Segmenter::builder(&foreign).card(CardRequest::new().card_file(&card)),
-        );
+        let expected =
+            rust_class_map(Segmenter::builder(&foreign).card(CardRequest::new().card_file(&card)));
         assert_eq!(
             read_map(&foreign_map_path).as_deref(),
             Some(expected.as_slice()),

@@ -43,7 +43,9 @@ impl ModelArgs {
         let model = match (&self.model, param) {
             (Some(m), _) => m.clone(),
             (None, Some(p)) => PathBuf::from(p),
-            (None, None) => anyhow::bail!("no model: --model PATH, or -p model:=PATH after --ros-args"),
+            (None, None) => {
+                anyhow::bail!("no model: --model PATH, or -p model:=PATH after --ros-args")
+            }
         };
         let mut b = Segmenter::builder(&model)
             .engine(self.engine)
@@ -54,7 +56,9 @@ impl ModelArgs {
         if let Some(card) = &self.card {
             b = b.card(CardRequest::new().card_file(card));
         }
-        let seg = b.open().with_context(|| format!("opening {}", model.display()))?;
+        let seg = b
+            .open()
+            .with_context(|| format!("opening {}", model.display()))?;
         Ok((model, seg))
     }
 }

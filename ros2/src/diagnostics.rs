@@ -24,7 +24,8 @@ pub struct NodeStats {
     pub bad: BTreeMap<String, u64>,
     /// Masks per second over the last period.
     pub rate_hz: f64,
-    /// Camera-message-to-published-mask latency over the last period, milliseconds.
+    /// Camera message taken off the bus to its class mask published, over the last
+    /// period, milliseconds.
     pub latency_p50_ms: f64,
     pub latency_p99_ms: f64,
 }

@@ -23,7 +23,11 @@ pub enum BadFrame {
     #[error("encoding {0:?} is not rgb8, bgr8, rgba8, bgra8 or mono8")]
     Encoding(String),
     #[error("step {step} is shorter than a row of {width} x {channels} bytes")]
-    Step { step: u32, width: u32, channels: u32 },
+    Step {
+        step: u32,
+        width: u32,
+        channels: u32,
+    },
     #[error("{got} data bytes, step x height needs {need}")]
     Short { got: usize, need: usize },
     #[error("an empty {0}x{1} image")]
@@ -91,6 +95,8 @@ pub fn image_to_rgb(msg: &Image) -> Result<RgbImage, BadFrame> {
     for y in 0..h as usize {
         let line = &data[y * msg.step as usize..y * msg.step as usize + row];
         match order {
+            // Already RGB, tightly packed per pixel: the row as it is.
+            Some([0, 1, 2]) if channels == 3 => out.extend_from_slice(line),
             Some([r, g, b]) => {
                 for px in line.chunks_exact(channels as usize) {
                     out.extend_from_slice(&[px[r], px[g], px[b]]);
@@ -113,8 +119,8 @@ pub fn compressed_to_rgb(msg: &CompressedImage) -> Result<RgbImage, BadFrame> {
     if !matches!(format, image::ImageFormat::Jpeg | image::ImageFormat::Png) {
         return Err(err(format!("{format:?} is not JPEG or PNG")));
     }
-    let img = image::load_from_memory_with_format(&msg.data.0, format)
-        .map_err(|e| err(e.to_string()))?;
+    let img =
+        image::load_from_memory_with_format(&msg.data.0, format).map_err(|e| err(e.to_string()))?;
     Ok(img.to_rgb8())
 }
 
@@ -122,7 +128,10 @@ pub fn compressed_to_rgb(msg: &CompressedImage) -> Result<RgbImage, BadFrame> {
 pub fn class_mask(header: &Header, mask: &Array2<u8>, classes: usize) -> Image {
     let (h, w) = mask.dim();
     let (encoding, step, data) = if classes > 256 {
-        let data = mask.iter().flat_map(|&c| u16::from(c).to_le_bytes()).collect();
+        let data = mask
+            .iter()
+            .flat_map(|&c| u16::from(c).to_le_bytes())
+            .collect();
         ("mono16", w * 2, data)
     } else {
         ("mono8", w, mask.iter().copied().collect())
@@ -173,7 +182,8 @@ mod tests {
         assert_eq!(rgb.as_raw(), &[200, 10, 20, 7, 8, 9]);
         let bgr = image_to_rgb(&msg("bgr8", 2, 1, 6, vec![20, 10, 200, 9, 8, 7])).unwrap();
         assert_eq!(bgr, rgb);
-        let bgra = image_to_rgb(&msg("bgra8", 2, 1, 8, vec![20, 10, 200, 255, 9, 8, 7, 0])).unwrap();
+        let bgra =
+            image_to_rgb(&msg("bgra8", 2, 1, 8, vec![20, 10, 200, 255, 9, 8, 7, 0])).unwrap();
         assert_eq!(bgra, rgb);
         let mono = image_to_rgb(&msg("mono8", 2, 1, 2, vec![3, 250])).unwrap();
         assert_eq!(mono.as_raw(), &[3, 3, 3, 250, 250, 250]);
@@ -182,9 +192,18 @@ mod tests {
     #[test]
     fn bad_messages_name_their_cause() {
         let e = |m: Image| image_to_rgb(&m).unwrap_err();
-        assert_eq!(e(msg("bayer_rggb8", 2, 1, 2, vec![0; 2])).cause(), "unknown encoding");
-        assert_eq!(e(msg("rgb8", 2, 1, 5, vec![0; 6])).cause(), "step shorter than a row");
-        assert_eq!(e(msg("rgb8", 2, 2, 6, vec![0; 11])).cause(), "data shorter than step x height");
+        assert_eq!(
+            e(msg("bayer_rggb8", 2, 1, 2, vec![0; 2])).cause(),
+            "unknown encoding"
+        );
+        assert_eq!(
+            e(msg("rgb8", 2, 1, 5, vec![0; 6])).cause(),
+            "step shorter than a row"
+        );
+        assert_eq!(
+            e(msg("rgb8", 2, 2, 6, vec![0; 11])).cause(),
+            "data shorter than step x height"
+        );
         let mut big = msg("rgb8", 1, 1, 3, vec![0; 3]);
         big.is_bigendian = 1;
         assert_eq!(e(big).cause(), "big-endian flag");
@@ -193,14 +212,20 @@ mod tests {
             data: Bytes(vec![0xff, 0xd8, 0xff, 0xe0, 1, 2, 3]),
             ..Default::default()
         };
-        assert_eq!(compressed_to_rgb(&jpeg).unwrap_err().cause(), "corrupt compressed image");
+        assert_eq!(
+            compressed_to_rgb(&jpeg).unwrap_err().cause(),
+            "corrupt compressed image"
+        );
     }
 
     #[test]
     fn masks_above_255_classes_are_mono16() {
         let mask = Array2::from_shape_vec((1, 2), vec![1u8, 7]).unwrap();
         let m8 = class_mask(&Header::default(), &mask, 19);
-        assert_eq!((m8.encoding.as_str(), m8.step, m8.data.0.clone()), ("mono8", 2, vec![1, 7]));
+        assert_eq!(
+            (m8.encoding.as_str(), m8.step, m8.data.0.clone()),
+            ("mono8", 2, vec![1, 7])
+        );
         let m16 = class_mask(&Header::default(), &mask, 300);
         assert_eq!((m16.encoding.as_str(), m16.step), ("mono16", 4));
         assert_eq!(m16.data.0, vec![1, 0, 7, 0]);

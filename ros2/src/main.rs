@@ -9,7 +9,11 @@ mod cmd_node;
 use clap::Parser;
 
 #[derive(Parser)]
-#[command(name = "segtool-ros2", version, about = "segtool's ROS 2 node and bag converter")]
+#[command(
+    name = "segtool-ros2",
+    version,
+    about = "segtool's ROS 2 node and bag converter"
+)]
 enum Cli {
     /// A live segmentation node: subscribes `image` (or `image/compressed`), publishes
     /// `class_mask`, `color_mask`, `overlay` and `/diagnostics`. ROS 2's own arguments go

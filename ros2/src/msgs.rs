@@ -250,10 +250,7 @@ mod tests {
     fn an_image_round_trips_and_its_bytes_are_ros2s_layout() {
         let img = Image {
             header: Header {
-                stamp: Time {
-                    sec: 7,
-                    nanosec: 9,
-                },
+                stamp: Time { sec: 7, nanosec: 9 },
                 frame_id: "cam".into(),
             },
             height: 1,
@@ -270,7 +267,10 @@ mod tests {
         assert_eq!(&bytes[12..20], &[4, 0, 0, 0, b'c', b'a', b'm', 0]);
         assert_eq!(&bytes[bytes.len() - 6..], &[2, 0, 0, 0, 5, 6]);
         assert_eq!(decode::<Image>(&bytes).unwrap(), img);
-        assert!(matches!(decode::<Image>(&bytes[..3]), Err(CdrError::Short(3))));
+        assert!(matches!(
+            decode::<Image>(&bytes[..3]),
+            Err(CdrError::Short(3))
+        ));
         assert!(decode::<Image>(&bytes[..bytes.len() - 1]).is_err());
     }
 
@@ -278,7 +278,11 @@ mod tests {
     fn schemas_name_their_dependencies() {
         let s = DiagnosticArray::schema();
         assert!(s.starts_with("std_msgs/Header header\n"));
-        for dep in ["MSG: std_msgs/Header", "MSG: builtin_interfaces/Time", "MSG: diagnostic_msgs/KeyValue"] {
+        for dep in [
+            "MSG: std_msgs/Header",
+            "MSG: builtin_interfaces/Time",
+            "MSG: diagnostic_msgs/KeyValue",
+        ] {
             assert!(s.contains(dep), "{dep}");
         }
         assert_eq!(split_name(Image::NAME), ("sensor_msgs", "Image"));

@@ -240,7 +240,8 @@ pub fn run(
         overlay: publisher(&names[2])?,
     };
     let diag_qos = qos_reliable_diagnostics();
-    let diag_topic = topic::<DiagnosticArray>(&mut node, &ros.resolve(&name, "/diagnostics"), &diag_qos)?;
+    let diag_topic =
+        topic::<DiagnosticArray>(&mut node, &ros.resolve(&name, "/diagnostics"), &diag_qos)?;
     let diagnostics_pub: Publisher<DiagnosticArray> =
         node.create_publisher(&diag_topic, None).map_err(dds)?;
 
@@ -320,7 +321,13 @@ pub fn run(
         if Instant::now() >= next_diagnostics {
             next_diagnostics += config.diagnostics_period;
             refresh(&mut stats, &stream, &window);
-            let msg = diagnostics::message(&full_node_name, &stats, &provider, fallbacks.as_deref(), now());
+            let msg = diagnostics::message(
+                &full_node_name,
+                &stats,
+                &provider,
+                fallbacks.as_deref(),
+                now(),
+            );
             // A full send window is not worth stopping the camera for.
             let _ = diagnostics_pub.publish(msg);
             on_event(NodeEvent::Diagnostics(stats.clone()));
@@ -367,15 +374,23 @@ fn publish_masks(
             continue;
         };
         let mask = out.mask;
+        // The class mask first (what a robot acts on), then the pictures. Best effort: a
+        // reader that cannot keep up loses masks, not the node.
+        let _ = outputs
+            .class_mask
+            .publish(frames::class_mask(&header, &mask, classes));
+        let latency = frame.submitted.elapsed();
         let color = colorize(mask.view(), palette);
+        let _ = outputs
+            .color_mask
+            .publish(frames::rgb_message(&header, &color));
         let blended = overlay(&img, mask.view(), palette, DEFAULT_ALPHA);
-        // Best effort: a reader that cannot keep up loses masks, not the node.
-        let _ = outputs.class_mask.publish(frames::class_mask(&header, &mask, classes));
-        let _ = outputs.color_mask.publish(frames::rgb_message(&header, &color));
-        let _ = outputs.overlay.publish(frames::rgb_message(&header, &blended));
+        let _ = outputs
+            .overlay
+            .publish(frames::rgb_message(&header, &blended));
         window
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .add(frame.submitted.elapsed());
+            .add(latency);
     }
 }

@@ -85,7 +85,11 @@ fn absolute_namespace(ns: &str) -> Result<String, String> {
         format!("/{ns}")
     };
     let trimmed = ns.trim_end_matches('/');
-    Ok(if trimmed.is_empty() { "/".into() } else { trimmed.into() })
+    Ok(if trimmed.is_empty() {
+        "/".into()
+    } else {
+        trimmed.into()
+    })
 }
 
 impl RosArgs {
@@ -136,8 +140,20 @@ mod tests {
     #[test]
     fn ros_args_remap_rename_and_set_parameters() {
         let (own, ros) = split(&strings(&[
-            "--model", "m.onnx", "--ros-args", "-r", "image:=/cam/image_raw", "-r", "__ns:=/seg",
-            "-r", "__node:=segmenter", "-p", "model:=other.onnx", "--log-level", "info", "--",
+            "--model",
+            "m.onnx",
+            "--ros-args",
+            "-r",
+            "image:=/cam/image_raw",
+            "-r",
+            "__ns:=/seg",
+            "-r",
+            "__node:=segmenter",
+            "-p",
+            "model:=other.onnx",
+            "--log-level",
+            "info",
+            "--",
             "--reliable",
         ]))
         .unwrap();
@@ -149,13 +165,24 @@ mod tests {
         assert_eq!(ros.resolve("segmenter", "class_mask"), "/seg/class_mask");
         assert_eq!(ros.resolve("segmenter", "/diagnostics"), "/diagnostics");
         assert_eq!(ros.resolve("segmenter", "~/state"), "/seg/segmenter/state");
-        assert!(split(&strings(&["--ros-args", "-x"])).unwrap_err().contains("-x"));
-        assert!(split(&strings(&["--ros-args", "-r", "image"])).unwrap_err().contains(":="));
+        assert!(split(&strings(&["--ros-args", "-x"]))
+            .unwrap_err()
+            .contains("-x"));
+        assert!(split(&strings(&["--ros-args", "-r", "image"]))
+            .unwrap_err()
+            .contains(":="));
     }
 
     #[test]
     fn a_remap_matches_the_resolved_name_too() {
-        let (_, ros) = split(&strings(&["--ros-args", "-r", "__ns:=/a", "-r", "/a/image:=raw"])).unwrap();
+        let (_, ros) = split(&strings(&[
+            "--ros-args",
+            "-r",
+            "__ns:=/a",
+            "-r",
+            "/a/image:=raw",
+        ]))
+        .unwrap();
         assert_eq!(ros.resolve("n", "image"), "/a/raw");
     }
 }

@@ -39,9 +39,22 @@ impl NodeProcess {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_segtool-ros2"));
         cmd.args(["node", "--model"])
             .arg(model)
-            .args(["--engine", "tract", "--threads", "1", "--diagnostics-period", "0.5"])
+            .args([
+                "--engine",
+                "tract",
+                "--threads",
+                "1",
+                "--diagnostics-period",
+                "0.5",
+            ])
             .args(extra)
-            .args(["--ros-args", "-r", "__ns:=/seg", "-r", "image:=/cam/image_raw"])
+            .args([
+                "--ros-args",
+                "-r",
+                "__ns:=/seg",
+                "-r",
+                "image:=/cam/image_raw",
+            ])
             .env("ROS_DOMAIN_ID", domain.to_string())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
@@ -72,8 +85,7 @@ impl Drop for NodeProcess {
 
 fn camera(out: &Path, domain: u32, extra: &[&str]) -> Value {
     let python = std::env::var("SEGTOOL_PYTHON").unwrap_or_else(|_| "python3".into());
-    let script =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/reference/ros2_camera.py");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/reference/ros2_camera.py");
     let run = Command::new(python)
         .arg(script)
         .args(["--out"])
@@ -128,7 +140,11 @@ fn check_masks(dir: &Path, summary: &Value, model: &Path, ext: &str) -> usize {
         let want = seg.segment(&frame).unwrap().mask;
         let (h, w, got) = npy_u8(&dir.join(format!("masks/{sec}_{nanosec}.npy")));
         assert_eq!((h, w), want.dim(), "mask size of frame {i}");
-        assert_eq!(got, want.iter().copied().collect::<Vec<_>>(), "mask of frame {i}");
+        assert_eq!(
+            got,
+            want.iter().copied().collect::<Vec<_>>(),
+            "mask of frame {i}"
+        );
     }
     received.len()
 }
@@ -153,7 +169,11 @@ fn raw_frames_and_bad_messages_over_cyclone_dds() {
     let answered = check_masks(&out, &summary, &model, "png");
     assert!(answered > 0, "{summary}");
     assert!(summary["diagnostics_messages"].as_u64().unwrap() >= 1);
-    assert_eq!(count(&summary, "answered") + count(&summary, "dropped"), sent, "{summary}");
+    assert_eq!(
+        count(&summary, "answered") + count(&summary, "dropped"),
+        sent,
+        "{summary}"
+    );
     assert_eq!(count(&summary, "answered") as usize, answered, "{summary}");
     for cause in [
         "unknown encoding",
@@ -168,12 +188,22 @@ fn raw_frames_and_bad_messages_over_cyclone_dds() {
             .unwrap();
         assert!(n >= 1, "{cause} not counted: {summary}");
     }
-    assert_eq!(count(&summary, "bad_messages"), summary["bad_sent"].as_u64().unwrap());
+    assert_eq!(
+        count(&summary, "bad_messages"),
+        summary["bad_sent"].as_u64().unwrap()
+    );
     let (ok, stderr, took) = node.interrupt();
     assert!(ok, "exit status after SIGINT: {stderr}");
     assert!(took < Duration::from_secs(1), "SIGINT took {took:?}");
-    assert!(stderr.contains("bad message on /cam/image_raw (unknown encoding)"), "{stderr}");
-    assert_eq!(stderr.matches("(unknown encoding)").count(), 1, "logged once: {stderr}");
+    assert!(
+        stderr.contains("bad message on /cam/image_raw (unknown encoding)"),
+        "{stderr}"
+    );
+    assert_eq!(
+        stderr.matches("(unknown encoding)").count(),
+        1,
+        "logged once: {stderr}"
+    );
 }
 
 #[test]
@@ -186,7 +216,15 @@ fn compressed_frames_and_other_domains() {
     let other = camera(
         &tmp.path().join("other"),
         d + 20,
-        &["--frames", "3", "--compressed", "--listen-s", "2", "--discovery-s", "2"],
+        &[
+            "--frames",
+            "3",
+            "--compressed",
+            "--listen-s",
+            "2",
+            "--discovery-s",
+            "2",
+        ],
     );
     assert_eq!(other["matched"], false, "{other}");
     assert_eq!(other["received"].as_array().unwrap().len(), 0, "{other}");

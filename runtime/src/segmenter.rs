@@ -241,8 +241,12 @@ impl Segmenter {
         for ((w, h), members) in groups {
             let batch: Vec<RgbImage> = members.iter().map(|&i| imgs[i].clone()).collect();
             if self.is_foreign() {
-                let segs =
-                    pipeline::run(self.engine.as_mut(), &self.card.card, &batch, self.keep_logits)?;
+                let segs = pipeline::run(
+                    self.engine.as_mut(),
+                    &self.card.card,
+                    &batch,
+                    self.keep_logits,
+                )?;
                 for (i, seg) in members.into_iter().zip(segs) {
                     results[i] = Some(seg);
                 }

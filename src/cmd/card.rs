@@ -86,7 +86,11 @@ fn write_triton(
         .triton_model_name
         .clone()
         // The folder's name for an SDK or Hugging Face folder, else the file's stem.
-        .or_else(|| args.model.file_stem().map(|s| s.to_string_lossy().into_owned()))
+        .or_else(|| {
+            args.model
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+        })
         .unwrap_or_else(|| "model".into());
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let described = dir.join(format!(".{stem}.described.onnx"));

@@ -171,3 +171,35 @@ pub fn assert_masks_match(ours: &[u8], want: &[f32], margin: &[f32], what: &str)
         "{what}: {differ} near-tie pixels differ"
     );
 }
+
+/// Runs `script` (tests/reference/) with `--out` a fresh folder `name` under cargo's test
+/// temp dir; returns the folder and the JSON line the script printed.
+pub fn reference(script: &str, name: &str) -> (PathBuf, serde_json::Value) {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/reference")
+        .join(script);
+    let out = python()
+        .arg(script)
+        .args(["--out", p(&dir)])
+        .output()
+        .expect("python runs (SEGTOOL_PYTHON)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (dir, serde_json::from_slice(&out.stdout).unwrap())
+}
+
+/// A successful segtool run's stderr (the run's stderr in the failure message otherwise).
+pub fn ok(out: Output) -> String {
+    assert!(
+        out.status.success(),
+        "segtool failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}

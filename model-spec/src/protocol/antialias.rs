@@ -44,7 +44,9 @@ fn axis(n: usize, m: usize, kind: Antialias) -> Axis {
     for i in 0..m {
         let center = scale * (i as f64 + 0.5);
         let xmin = ((center - support + 0.5).trunc() as i64).max(0) as usize;
-        let xmax = ((center + support + 0.5).trunc() as i64).min(n as i64).max(0) as usize;
+        let xmax = ((center + support + 0.5).trunc() as i64)
+            .min(n as i64)
+            .max(0) as usize;
         let size = xmax.saturating_sub(xmin).min(max_taps);
         let mut w: Vec<f64> = (0..size)
             .map(|j| (1.0 - (((j + xmin) as f64 - center + 0.5) * inv).abs()).max(0.0))

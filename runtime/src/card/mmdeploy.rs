@@ -89,7 +89,11 @@ fn transform(t: &Value, f: &mut CardFields) -> std::result::Result<(), String> {
                 .or_else(|| t.get("scale"))
                 .and_then(Value::as_array)
                 .and_then(|s| {
-                    let v: Vec<usize> = s.iter().filter_map(|x| x.as_u64()).map(|x| x as usize).collect();
+                    let v: Vec<usize> = s
+                        .iter()
+                        .filter_map(|x| x.as_u64())
+                        .map(|x| x as usize)
+                        .collect();
                     (v.len() == 2 && v.iter().all(|&x| x > 0)).then(|| [v[0], v[1]])
                 })
                 .ok_or_else(|| format!("Resize without a size [w, h]: {t}"))?;

@@ -28,8 +28,8 @@ mod tests;
 use std::path::{Path, PathBuf};
 
 pub use segtool_onnx::card::{
-    ChannelOrder, Dtype, Fit, InputCard, Layout, ModelCard, OutputCard, OutputKind,
-    ResizeFilter, CARD_METADATA_KEY,
+    ChannelOrder, Dtype, Fit, InputCard, Layout, ModelCard, OutputCard, OutputKind, ResizeFilter,
+    CARD_METADATA_KEY,
 };
 use segtool_onnx::{read_io, read_props, Metadata, ModelIo};
 use segtool_spec::SPEC_METADATA_KEY;

@@ -20,9 +20,7 @@
 
 use image::RgbImage;
 use ndarray::{s, Array4, Axis};
-use segtool_onnx::card::{
-    ChannelOrder, Dtype, Fit, Layout, ModelCard, OutputKind, ResizeFilter,
-};
+use segtool_onnx::card::{ChannelOrder, Dtype, Fit, Layout, ModelCard, OutputKind, ResizeFilter};
 use segtool_spec::protocol::antialias::{resize_antialias_u8, Antialias};
 use segtool_spec::protocol::resize::{keep_ratio_size, resize_linear_u8};
 
@@ -55,9 +53,10 @@ impl Geometry {
             _ => (h, w),
         };
         let content = match (i.size, i.size_divisor, i.fit) {
-            (None, Some(d), Fit::Resize) => {
-                (nearest_multiple(resized.0, d), nearest_multiple(resized.1, d))
-            }
+            (None, Some(d), Fit::Resize) => (
+                nearest_multiple(resized.0, d),
+                nearest_multiple(resized.1, d),
+            ),
             _ => resized,
         };
         let tensor = match (i.size, i.size_divisor, i.fit) {

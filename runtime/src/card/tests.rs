@@ -362,7 +362,10 @@ fn an_mmdeploy_folder_gives_its_network_resize_normalisation_and_classes() {
     assert_eq!(i.mean, [123.675, 116.28, 103.53]);
     assert_eq!(r.card.output.kind, OutputKind::ClassMap);
     assert_eq!(r.card.num_classes(), 4);
-    assert_eq!(r.source_of("input.keep_ratio"), Some(&CardSource::Mmdeploy(sdk.clone())));
+    assert_eq!(
+        r.source_of("input.keep_ratio"),
+        Some(&CardSource::Mmdeploy(sdk.clone()))
+    );
     // 97x131 into (160, 96): f = min(160/131, 96/97), as mmcv and the SDK compute it.
     let g = pipeline::Geometry::of(&r.card, (97, 131));
     assert_eq!((g.content, g.tensor), ((96, 130), (96, 130)));
@@ -373,7 +376,10 @@ fn an_mmdeploy_folder_gives_its_network_resize_normalisation_and_classes() {
     )
     .unwrap();
     let e = message(resolve(&sdk, &CardRequest::new()).unwrap_err());
-    assert!(e.contains("RandomFlip") && e.contains("pipeline.json"), "{e}");
+    assert!(
+        e.contains("RandomFlip") && e.contains("pipeline.json"),
+        "{e}"
+    );
     let e = message(model_file(dir.path()).unwrap_err());
     assert!(e.contains("deploy.json") && e.contains("model.onnx"), "{e}");
 }
@@ -388,19 +394,33 @@ fn a_minimum_short_side_rounds_like_paddleocr_and_resize_rules_are_exclusive() {
         let f = dir.path().join(format!("card{}.toml", extra.len()));
         std::fs::write(
             &f,
-            format!("num_classes = 2\n[input]\nmean = [0.5, 0.5, 0.5]\nstd = [0.5, 0.5, 0.5]\n{extra}"),
+            format!(
+                "num_classes = 2\n[input]\nmean = [0.5, 0.5, 0.5]\nstd = [0.5, 0.5, 0.5]\n{extra}"
+            ),
         )
         .unwrap();
         resolve(&model, &CardRequest::new().card_file(f))
     };
     let c = card("min_short_side = 736\nsize_divisor = 32\nfit = \"resize\"\n").unwrap();
     // 512 wide: ratio 1.4375; 600 * 1.4375 = 862.5 -> 862 -> 26.94 -> 27 * 32 = 864.
-    assert_eq!(pipeline::Geometry::of(&c.card, (600, 512)).tensor, (864, 736));
+    assert_eq!(
+        pipeline::Geometry::of(&c.card, (600, 512)).tensor,
+        (864, 736)
+    );
     // Already large enough: only snapped to multiples (1000/32 = 31.25 -> 992).
-    assert_eq!(pipeline::Geometry::of(&c.card, (1000, 1200)).tensor, (992, 1216));
+    assert_eq!(
+        pipeline::Geometry::of(&c.card, (1000, 1200)).tensor,
+        (992, 1216)
+    );
     // Ties go to even, as Python's round: 80/32 = 2.5 -> 64, 112/32 = 3.5 -> 128.
     let snap = card("size_divisor = 32\nfit = \"resize\"\n").unwrap();
-    assert_eq!(pipeline::Geometry::of(&snap.card, (80, 112)).tensor, (64, 128));
+    assert_eq!(
+        pipeline::Geometry::of(&snap.card, (80, 112)).tensor,
+        (64, 128)
+    );
     let e = message(card("min_short_side = 736\nkeep_ratio = [100, 50]\n").unwrap_err());
-    assert!(e.contains("input.keep_ratio") && e.contains("input.min_short_side"), "{e}");
+    assert!(
+        e.contains("input.keep_ratio") && e.contains("input.min_short_side"),
+        "{e}"
+    );
 }
