@@ -151,7 +151,9 @@ def test_a_hugging_face_folder_matches_its_image_processor(tmp_path: Path) -> No
     for image in sorted((tmp_path / "images").glob("*.png")):
         import cv2
 
-        rgb = np.ascontiguousarray(cv2.imread(str(image), cv2.IMREAD_COLOR)[:, :, ::-1])
+        bgr = cv2.imread(str(image), cv2.IMREAD_COLOR)
+        assert bgr is not None, image
+        rgb = np.ascontiguousarray(bgr[:, :, ::-1])
         got = seg.segment(rgb).mask
         want = np.load(tmp_path / "ref" / f"{image.stem}.npy")
         margin = np.load(tmp_path / "ref" / f"{image.stem}.margin.npy")

@@ -9,7 +9,7 @@ use std::sync::Mutex;
 use anyhow::Result;
 use indicatif::{ProgressBar, ProgressStyle};
 use segtool_ros2::bag::{Compression, Conversion, ConvertOptions};
-use segtool_spec::progress::Progress;
+use segtool_runtime::progress::Progress;
 
 use crate::cmd_engine::ModelArgs;
 

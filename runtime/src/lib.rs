@@ -87,6 +87,9 @@ pub use preprocess::{prepare, PrepareOptions, Prepared};
 pub use segmenter::{EngineKind, Fallback, Segmenter, SegmenterBuilder};
 /// The exported file's reader and typed metadata.
 pub use segtool_onnx::{Metadata, ModelFile, ModelFileError, TrtProfileHint};
+/// segtool's progress reporting and atomic file writing, for crates built over the runtime
+/// alone (segtool-ros2's bag converter).
+pub use segtool_spec::{io, progress};
 pub use temporal::{FlickerMeter, TemporalSmoother};
 #[cfg(feature = "tract")]
 pub use tract_engine::TractEngine;

@@ -30,7 +30,7 @@
 //! A model failure, a read or write error, or a stop request fails the run.
 //!
 //! Nothing half-written is left under the output's name: the bag is written to
-//! `.NAME.tmp-PID` beside it (the project's temporary name, see [`segtool_spec::io`]),
+//! `.NAME.tmp-PID` beside it (the project's temporary name, see [`segtool_runtime::io`]),
 //! synced, and renamed over the output only when complete; an error or a stop removes it,
 //! and temporary files of the same output left by a killed run are removed at the next
 //! start. A stop request ([`convert`]'s `stop` flag, which the binary sets on Ctrl-C) is
@@ -50,7 +50,7 @@ use std::sync::mpsc::sync_channel;
 use std::time::{Duration, Instant};
 
 use segtool_runtime::{RuntimeError, Segmenter};
-use segtool_spec::progress::Progress;
+use segtool_runtime::progress::Progress;
 
 use stages::{read_stage, render_stage, write_stage, Render, Run, Tally};
 
@@ -412,7 +412,7 @@ impl Conversion {
 
 /// `dir/.NAME.tmp-PID`: the output's temporary sibling for this process.
 pub(crate) fn temp_path(output: &Path) -> PathBuf {
-    segtool_spec::io::temp_path(output)
+    segtool_runtime::io::temp_path(output)
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use image::RgbImage;
 use ndarray::Array2;
 use segtool_runtime::Segmenter;
-use segtool_spec::progress::Progress;
+use segtool_runtime::progress::Progress;
 
 use super::read::InputBag;
 use super::write::{MaskChannels, OutputBag};
