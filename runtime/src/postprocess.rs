@@ -51,7 +51,20 @@ pub fn resize_nearest(mask: ArrayView2<u8>, height: usize, width: usize) -> Arra
     let src =
         |dst: usize, src_len: usize, dst_len: usize| ((dst * src_len) / dst_len).min(src_len - 1);
     let cols: Vec<usize> = (0..width).map(|x| src(x, w, width)).collect();
-    Array2::from_shape_fn((height, width), |(y, x)| mask[[src(y, h, height), cols[x]]])
+    let mut out: Vec<u8> = Vec::with_capacity(height * width);
+    let mut previous: Option<usize> = None;
+    for y in 0..height {
+        let sy = src(y, h, height);
+        if previous == Some(sy) {
+            // Upscaling repeats source rows: copy the row just written.
+            out.extend_from_within(out.len() - width..);
+            continue;
+        }
+        let row = mask.row(sy);
+        out.extend(cols.iter().map(|&x| row[x]));
+        previous = Some(sy);
+    }
+    Array2::from_shape_vec((height, width), out).expect("height x width labels")
 }
 
 /// How logits reach another size before the argmax.
@@ -288,6 +301,22 @@ mod tests {
         assert_eq!(masks.len(), 2);
         assert_eq!(masks[0], arr2(&[[2, 1]]));
         assert_eq!(masks[1], arr2(&[[1, 2]]));
+    }
+
+    /// Row reuse when upscaling gives what the index formula gives, up and down.
+    #[test]
+    fn resize_nearest_follows_the_index_formula() {
+        let m = Array2::from_shape_fn((7, 11), |(y, x)| (y * 11 + x) as u8);
+        for (h, w) in [(20, 33), (3, 4), (7, 30), (15, 5)] {
+            let got = resize_nearest(m.view(), h, w);
+            for ((y, x), &v) in got.indexed_iter() {
+                assert_eq!(
+                    v,
+                    m[[(y * 7 / h).min(6), (x * 11 / w).min(10)]],
+                    "{h}x{w} ({y}, {x})"
+                );
+            }
+        }
     }
 
     #[test]
