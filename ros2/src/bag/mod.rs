@@ -49,8 +49,8 @@ use std::sync::atomic::AtomicBool;
 use std::sync::mpsc::sync_channel;
 use std::time::{Duration, Instant};
 
-use segtool_runtime::{RuntimeError, Segmenter};
 use segtool_runtime::progress::Progress;
+use segtool_runtime::{RuntimeError, Segmenter};
 
 use stages::{read_stage, render_stage, write_stage, Render, Run, Tally};
 

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use image::RgbImage;
 use ndarray::Array2;
-use segtool_runtime::Segmenter;
 use segtool_runtime::progress::Progress;
+use segtool_runtime::Segmenter;
 
 use super::read::InputBag;
 use super::write::{MaskChannels, OutputBag};
