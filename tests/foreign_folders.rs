@@ -4,7 +4,8 @@
 //!   converter, against `mmdeploy_runtime.Segmentor` (tests/reference/mmdeploy_ref.py);
 //! - a Hugging Face SegFormer folder (`model.onnx`, `config.json`,
 //!   `preprocessor_config.json`) against `SegformerImageProcessor` and its
-//!   `post_process_semantic_segmentation` (tests/reference/segformer_ref.py);
+//!   `post_process_semantic_segmentation` (tests/reference/segformer_ref.py), also from
+//!   its Triton repository and as raw frames through the batch server and `--live`;
 //! - PP-OCRv4's text detector as the PyPI package rapidocr-onnxruntime ships it, with a
 //!   card, against rapidocr's own preprocessing and threshold on a real photo
 //!   (tests/reference/rapidocr_ref.py), then calibrated to INT8 through its card.
@@ -123,6 +124,39 @@ fn hugging_face_segformer_folder_matches_its_image_processor_and_post_processing
         &[],
         "SegFormer from its Triton repository",
     );
+
+    // Raw frames through the batch server (two sessions) and the newest-frame stream: the
+    // card drives them too, with the reference's masks.
+    let img = image::open(dir.join("images/up.png")).unwrap().to_rgb8();
+    let (w, h) = img.dimensions();
+    let (_, want) = npy(&dir.join("ref/up.npy"));
+    let (_, margin) = npy(&dir.join("ref/up.margin.npy"));
+    let frames: Vec<u8> = (0..3).flat_map(|_| img.as_raw().clone()).collect();
+    let size = format!("{w}x{h}");
+    for mode in [&["--cpu-sessions", "2"][..], &["--live"][..]] {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_segtool"))
+            .args(["infer", "--model", p(&folder), "--raw", &size, "--out", "-"])
+            .args(mode)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::io::Write::write_all(&mut child.stdin.take().unwrap(), &frames).unwrap();
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{mode:?}: {stderr}");
+        // --live prefixes each class map with its frame index (8 bytes).
+        let record = (w * h) as usize + if mode[0] == "--live" { 8 } else { 0 };
+        assert!(
+            !out.stdout.is_empty() && out.stdout.len() % record == 0,
+            "{mode:?}"
+        );
+        for map in out.stdout.chunks(record) {
+            let mask = &map[record - (w * h) as usize..];
+            common::assert_masks_match(mask, &want, &margin, &format!("{mode:?}"));
+        }
+    }
 }
 
 #[test]
