@@ -6,11 +6,13 @@
 //!    plan, so any mix is a [`crate::qdq::rewrite`] with the same thresholds.
 //! 2. Rank the quantised layers by their SNR against fp32 (the calibration report's
 //!    ranking, on the calibration images); the `candidates` worst are the search space.
-//! 3. Greedy forward selection on the validation images (never the calibration ones):
-//!    at each step, measure the target metric (argmax agreement with fp32, or mIoU
-//!    against labels) of the current set plus each remaining candidate, keep the one that
-//!    helps most (ties: worse SNR first), stop at the first step that meets the target.
-//!    Step 1 is each candidate's own measured effect.
+//! 3. Search on the validation images (never the calibration ones), measuring the target
+//!    metric (argmax agreement with fp32, or mIoU against labels) of mixes that leave the
+//!    k worst candidates float: all of them first (if even that misses, no mix meets the
+//!    target), then bisection over k for the smallest k that meets it, then a refinement
+//!    that returns each chosen layer to INT8, least harmful first, when the target still
+//!    holds without it. At most [`search_bound`] evaluations: 1 + ceil(log2 N) + (k - 1)
+//!    for N candidates and k chosen, against a greedy search's N(N+1)/2.
 //! 4. Time fp32, all-INT8 and every step's model in ONNX Runtime (CPU), interleaved in
 //!    rounds, medians.
 //!
@@ -67,8 +69,8 @@ pub struct AutoOptions {
     /// Masks of the validation images (`<image stem>.png`, class per pixel, 255
     /// ignored): mIoU in the table; required by [`Target::MaxMiouDrop`].
     pub labels: Option<PathBuf>,
-    /// Worst layers by SNR searched (the bound on the search: at most
-    /// `candidates * (candidates + 1) / 2` evaluations).
+    /// Worst layers by SNR searched (at most [`search_bound`]`(candidates)` evaluations
+    /// after the all-INT8 one).
     pub candidates: usize,
     /// Validation images used (the first of the list).
     pub val_samples: usize,
@@ -102,7 +104,8 @@ impl Default for AutoOptions {
 pub enum RowKind {
     Fp32,
     Int8,
-    /// Step `k` (1-based) of the search: `k` layers float.
+    /// A mix the search measured: `k` layers float (the first step row is the chosen mix
+    /// when one meets the target).
     Step(usize),
 }
 
@@ -125,15 +128,21 @@ impl Row {
         match self.kind {
             RowKind::Fp32 => "fp32".into(),
             RowKind::Int8 => "int8".into(),
-            RowKind::Step(k) => format!("step {k}: +{}", self.float_layers[k - 1]),
+            RowKind::Step(k) => match self.float_layers.last() {
+                Some(last) if k > 1 => format!("{k} float: {}..{last}", self.float_layers[0]),
+                Some(only) => format!("1 float: {only}"),
+                None => "0 float".into(),
+            },
         }
     }
 }
 
-/// One candidate tried at one step.
+/// One evaluation of the search, in order.
 #[derive(Clone, Debug)]
 pub struct Trial {
+    /// 1-based evaluation number.
     pub step: usize,
+    /// The mix measured (`"3 float"`, `"2 float, without conv_x"`).
     pub layer: String,
     pub agreement: f64,
     pub miou: Option<f64>,
@@ -166,6 +175,26 @@ pub struct AutoResult {
     pub calibration_images: usize,
     pub validation_images: usize,
     pub quantised_layers: usize,
+}
+
+/// One evaluated mix.
+struct Measured {
+    float: Vec<String>,
+    agreement: f64,
+    miou: Option<f64>,
+    ok: bool,
+    bytes: Vec<u8>,
+}
+
+/// The most evaluations the search makes over `candidates` layers (beyond the all-INT8
+/// one): all candidates float, the bisection's `ceil(log2(candidates))`, and at most one
+/// refinement trial per chosen layer but the last.
+pub fn search_bound(candidates: usize) -> usize {
+    if candidates == 0 {
+        return 0;
+    }
+    let bisection = (usize::BITS - (candidates - 1).leading_zeros()) as usize;
+    1 + bisection + candidates.saturating_sub(1)
 }
 
 /// The deterministic hold-out split used when no validation folder is given: of the
@@ -438,43 +467,121 @@ pub fn auto_calibrate(
     let mut models: Vec<Vec<u8>> = vec![fp32_bytes.clone(), cal.model.clone()];
     let mut trials = Vec::new();
     let mut chosen = rows[1].meets_target.then_some(1);
-    let mut float: Vec<String> = Vec::new();
-    let mut remaining: Vec<&Candidate> = candidates.iter().collect();
-    while chosen.is_none() && !remaining.is_empty() {
-        let step = float.len() + 1;
-        let mut best: Option<(usize, f64, f64, Option<f64>, Vec<u8>)> = None;
-        for (i, c) in remaining.iter().enumerate() {
-            let mut set = float.clone();
-            set.push(c.node.clone());
-            let bytes = mix(&set)?;
+    if chosen.is_none() && !candidates.is_empty() {
+        let progress = &calib.progress;
+        let bound = search_bound(candidates.len());
+        progress.start("search", bound as u64, 0);
+        let started = Instant::now();
+        let mut measure = |set: &[String], what: String| -> Result<Measured, CalibrationError> {
+            let bytes = mix(set)?;
             let (agreement, miou) = ev.evaluate(&bytes)?;
+            let ok = meets(agreement, miou);
             trials.push(Trial {
-                step,
-                layer: c.node.clone(),
+                step: trials.len() + 1,
+                layer: what.clone(),
                 agreement,
                 miou,
             });
-            let m = metric(agreement, miou);
-            if best.as_ref().is_none_or(|b| m > b.1) {
-                best = Some((i, m, agreement, miou, bytes));
+            let done = trials.len();
+            let elapsed = started.elapsed().as_secs_f64();
+            let left = elapsed / done as f64 * bound.saturating_sub(done) as f64;
+            progress.advance(1);
+            progress.message(format!(
+                "{what}: {} {:.4}",
+                auto.target.metric_name(),
+                metric(agreement, miou)
+            ));
+            progress.line(format!(
+                "evaluation {done} (at most {bound}): {what}, {} {:.4}{}; {elapsed:.0} s, at most ~{left:.0} s left",
+                auto.target.metric_name(),
+                metric(agreement, miou),
+                if ok { ", meets the target" } else { "" },
+            ));
+            Ok(Measured {
+                float: set.to_vec(),
+                agreement,
+                miou,
+                ok,
+                bytes,
+            })
+        };
+        let prefix =
+            |k: usize| -> Vec<String> { candidates[..k].iter().map(|c| c.node.clone()).collect() };
+        // Bisection over k, the number of worst-SNR candidates left float: the metric
+        // grows (nearly) monotonically with k, so the smallest k that meets the target
+        // takes log2(candidates) evaluations instead of a greedy search's quadratic count.
+        let mut measured: Vec<Measured> = Vec::new();
+        let all = measure(
+            &prefix(candidates.len()),
+            format!("{} float", candidates.len()),
+        )?;
+        let reachable = all.ok;
+        measured.push(all);
+        if reachable {
+            let (mut lo, mut hi) = (0usize, candidates.len());
+            let mut best = measured.len() - 1;
+            while hi - lo > 1 {
+                let mid = (lo + hi) / 2;
+                let m = measure(&prefix(mid), format!("{mid} float"))?;
+                let ok = m.ok;
+                measured.push(m);
+                if ok {
+                    hi = mid;
+                    best = measured.len() - 1;
+                } else {
+                    lo = mid;
+                }
             }
+            // Refinement: each chosen layer, least harmful first (the best SNR of the set),
+            // goes back to INT8 if the target still holds without it. A set already
+            // measured is not measured again (the bisection's k - 1 is known to miss).
+            let key = |set: &[String]| {
+                let mut k = set.to_vec();
+                k.sort();
+                k
+            };
+            let mut known: Vec<(Vec<String>, bool)> =
+                measured.iter().map(|m| (key(&m.float), m.ok)).collect();
+            known.push((Vec::new(), false));
+            let mut set = measured[best].float.clone();
+            for layer in set.clone().into_iter().rev() {
+                let trial: Vec<String> = set.iter().filter(|l| **l != layer).cloned().collect();
+                if let Some((_, ok)) = known.iter().find(|(k, _)| *k == key(&trial)) {
+                    if *ok {
+                        best = measured
+                            .iter()
+                            .position(|m| key(&m.float) == key(&trial))
+                            .expect("a set known to meet the target was measured");
+                        set = trial;
+                    }
+                    continue;
+                }
+                let m = measure(&trial, format!("{} float, without {layer}", trial.len()))?;
+                known.push((key(&trial), m.ok));
+                if m.ok {
+                    set = trial;
+                    measured.push(m);
+                    best = measured.len() - 1;
+                }
+            }
+            let chosen_mix = measured.remove(best);
+            measured.insert(0, chosen_mix);
         }
-        let (i, _, agreement, miou, bytes) = best.expect("remaining is not empty");
-        float.push(remaining.remove(i).node.clone());
-        let ok = meets(agreement, miou);
-        rows.push(Row {
-            kind: RowKind::Step(step),
-            float_layers: float.clone(),
-            agreement,
-            miou,
-            latency_ms: 0.0,
-            size_bytes: bytes.len() as u64,
-            meets_target: ok,
-        });
-        models.push(bytes);
-        if ok {
-            chosen = Some(rows.len() - 1);
+        progress.finish(None);
+        // Rows: the chosen mix first among the steps when one meets the target.
+        for m in measured {
+            rows.push(Row {
+                kind: RowKind::Step(m.float.len()),
+                float_layers: m.float,
+                agreement: m.agreement,
+                miou: m.miou,
+                latency_ms: 0.0,
+                size_bytes: m.bytes.len() as u64,
+                meets_target: m.ok,
+            });
+            models.push(m.bytes);
         }
+        chosen = reachable.then_some(2);
     }
 
     // 4. Latency, interleaved over the models in rounds.
@@ -505,6 +612,7 @@ pub fn auto_calibrate(
         }
     }
 
+    // No mix meets the target: the most float one measured (all candidates) is written.
     let pick = chosen.unwrap_or(rows.len() - 1);
     let plan = qdq::plan(model, &{
         let mut k = calib.keep_float.clone();

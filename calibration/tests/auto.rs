@@ -266,22 +266,38 @@ fn auto_keeps_the_fewest_float_layers_that_meet_the_target() {
     set.sort_by_key(|l| layers.iter().position(|x| x == l));
     let independent = by_subset.iter().find(|(s, _)| *s == set).unwrap().1;
     assert_eq!(row.agreement, independent);
-    // Step 1 took the single layer that helps most (conv_b: the x1000 outlier).
-    assert_eq!(r.rows[2].float_layers, ["conv_b"]);
-    assert_eq!(r.rows[2].agreement, one);
-    // Rows: fp32, int8, step 1, step 2; all-INT8's figure is the table's.
-    assert_eq!(r.rows.len(), 4);
+    // The chosen mix is the first step row, then the other mixes measured: all three
+    // candidates float (reachable), the bisection's k = 1 (conv_b alone, the worst SNR:
+    // too little) and k = 2 (chosen); the refinement's trial without the second layer
+    // failed, so it has no row.
+    assert_eq!(chosen, 2);
     assert_eq!(r.rows[1].kind, RowKind::Int8);
     assert_eq!(r.rows[1].agreement, int8);
+    let kinds: Vec<RowKind> = r.rows.iter().map(|x| x.kind).collect();
+    assert_eq!(
+        kinds,
+        [
+            RowKind::Fp32,
+            RowKind::Int8,
+            RowKind::Step(2),
+            RowKind::Step(3),
+            RowKind::Step(1)
+        ]
+    );
+    assert_eq!(r.rows[4].float_layers, ["conv_b"]);
+    assert_eq!(r.rows[4].agreement, one);
     assert!(r
         .rows
         .iter()
         .all(|x| x.latency_ms > 0.0 && x.size_bytes > 0));
-    // Step 1 measured every candidate alone (3), step 2 the two left.
-    assert_eq!(r.trials.len(), 5);
+    // Evaluations: 3 float, 1 float, 2 float, then 1 refinement trial; within the bound
+    // (the greedy search took 5 here, and N(N+1)/2 in general).
+    assert_eq!(r.trials.len(), 4, "{:?}", r.trials);
+    assert!(r.trials.len() <= segtool_calibration::auto::search_bound(3));
+    assert_eq!(segtool_calibration::auto::search_bound(24), 1 + 5 + 23);
     let csv = r.csv();
-    assert_eq!(csv.lines().count(), 5, "{csv}");
-    assert!(csv.lines().nth(4).unwrap().ends_with(",true,true"), "{csv}");
+    assert_eq!(csv.lines().count(), 6, "{csv}");
+    assert!(csv.lines().nth(3).unwrap().ends_with(",true,true"), "{csv}");
     let json = r.to_json();
     assert_eq!(json["chosen"], row.label());
     let png = segtool_calibration::plot::tradeoff_png_bytes(&r).unwrap();
