@@ -23,18 +23,20 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use ndarray::Array4;
 use prost::Message;
-use segtool_core::metrics::ConfusionMatrix;
 use segtool_onnx::proto::ModelProto;
+
+mod evaluator;
+mod search;
+mod table;
+
+use evaluator::Evaluator;
+pub use search::search_bound;
+use search::{search, Measured, Search};
 
 use crate::report::CompareOptions;
 use crate::session::OrtModel;
-mod table;
-
-use crate::{
-    calibrate, qdq, read_image, rewrite_with, trt_cache, CalibrationError, CalibrationOptions, Feed,
-};
+use crate::{calibrate, qdq, rewrite_with, trt_cache, CalibrationError, CalibrationOptions, Feed};
 
 /// What the mix must reach on the validation images.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -177,26 +179,6 @@ pub struct AutoResult {
     pub quantised_layers: usize,
 }
 
-/// One evaluated mix.
-struct Measured {
-    float: Vec<String>,
-    agreement: f64,
-    miou: Option<f64>,
-    ok: bool,
-    bytes: Vec<u8>,
-}
-
-/// The most evaluations the search makes over `candidates` layers (beyond the all-INT8
-/// one): all candidates float, the bisection's `ceil(log2(candidates))`, and at most one
-/// refinement trial per chosen layer but the last.
-pub fn search_bound(candidates: usize) -> usize {
-    if candidates == 0 {
-        return 0;
-    }
-    let bisection = (usize::BITS - (candidates - 1).leading_zeros()) as usize;
-    1 + bisection + candidates.saturating_sub(1)
-}
-
 /// The deterministic hold-out split used when no validation folder is given: of the
 /// images in name order, those at odd positions are held out for validation, the rest
 /// calibrate.
@@ -215,108 +197,6 @@ pub fn holdout_split(images: &[PathBuf]) -> (Vec<PathBuf>, Vec<PathBuf>) {
 
 fn canonical(p: &Path) -> PathBuf {
     std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf())
-}
-
-/// The validation images and their fp32 reference, preloaded.
-struct Evaluator {
-    inputs: Vec<Array4<f32>>,
-    reference: Vec<Vec<u8>>,
-    labels: Option<Vec<Vec<u8>>>,
-    classes: usize,
-    feed: Feed,
-    threads: Option<usize>,
-    miou_fp32: Option<f64>,
-}
-
-impl Evaluator {
-    fn new(
-        fp32: &[u8],
-        images: &[PathBuf],
-        labels: Option<&Path>,
-        feed: &Feed,
-        threads: Option<usize>,
-    ) -> Result<Self, CalibrationError> {
-        let inputs: Vec<Array4<f32>> = images
-            .iter()
-            .map(|p| feed.tensor(&read_image(p)?))
-            .collect::<Result<_, CalibrationError>>()?;
-        let labels = match labels {
-            None => None,
-            // Scores of a card model come out at the model's own resolution, not the
-            // labels'; its mIoU would need the card's decoding in the loop.
-            Some(_) if matches!(feed, Feed::Card(_)) => {
-                return Err(CalibrationError::Input(
-                    "--labels (mIoU) is for segtool exports; a model from elsewhere is \
-                     searched by --min-agreement"
-                        .into(),
-                ))
-            }
-            Some(dir) => Some(
-                images
-                    .iter()
-                    .zip(&inputs)
-                    .map(|(p, x)| {
-                        let stem = p.file_stem().unwrap_or_default().to_string_lossy();
-                        let path = dir.join(format!("{stem}.png"));
-                        let l = crate::read_label(&path)?;
-                        if l.len() != x.shape()[2] * x.shape()[3] {
-                            return Err(CalibrationError::Input(format!(
-                                "{}: label size differs from the image's",
-                                path.display()
-                            )));
-                        }
-                        Ok(l.into_raw())
-                    })
-                    .collect::<Result<Vec<_>, CalibrationError>>()?,
-            ),
-        };
-        let mut ev = Self {
-            inputs,
-            reference: Vec::new(),
-            labels,
-            classes: feed.classes(),
-            feed: feed.clone(),
-            threads,
-            miou_fp32: None,
-        };
-        let (pred, miou) = ev.predict(fp32)?;
-        ev.reference = pred;
-        ev.miou_fp32 = miou;
-        Ok(ev)
-    }
-
-    fn predict(&self, model: &[u8]) -> Result<(Vec<Vec<u8>>, Option<f64>), CalibrationError> {
-        let mut ort = OrtModel::new(model, self.threads)?;
-        let mut out = Vec::with_capacity(self.inputs.len());
-        let mut cm = ConfusionMatrix::new(self.classes);
-        for (i, x) in self.inputs.iter().enumerate() {
-            let o = ort.run(x.view(), &[])?;
-            let scores = match self.feed.output() {
-                Some(name) => o.get(name),
-                None => o.values().next(),
-            };
-            let scores = scores.ok_or_else(|| {
-                CalibrationError::Model("the model has no float output (logits)".into())
-            })?;
-            let pred = self.feed.decisions(scores);
-            if let Some(l) = &self.labels {
-                cm.update(&l[i], &pred, 255);
-            }
-            out.push(pred);
-        }
-        Ok((out, self.labels.as_ref().map(|_| cm.mean_iou())))
-    }
-
-    /// (agreement with fp32, mIoU against labels).
-    fn evaluate(&self, model: &[u8]) -> Result<(f64, Option<f64>), CalibrationError> {
-        let (pred, miou) = self.predict(model)?;
-        let (mut same, mut total) = (0u64, 0u64);
-        for (p, r) in pred.iter().zip(&self.reference) {
-            same += p.iter().zip(r).filter(|(a, b)| a == b).count() as u64;
-            total += p.len() as u64;
-        }
-        Ok((same as f64 / total.max(1) as f64, miou))
-    }
 }
 
 /// The search (module docs). `calib_images` calibrate (the first `calib.samples`);
@@ -417,7 +297,7 @@ pub fn auto_calibrate(
         .take(auto.candidates)
         .collect();
 
-    // 3. Greedy search on the validation images.
+    // 3. Search on the validation images.
     let ev = Evaluator::new(
         &fp32_bytes,
         val_images,
@@ -505,68 +385,11 @@ pub fn auto_calibrate(
                 bytes,
             })
         };
-        let prefix =
-            |k: usize| -> Vec<String> { candidates[..k].iter().map(|c| c.node.clone()).collect() };
-        // Bisection over k, the number of worst-SNR candidates left float: the metric
-        // grows (nearly) monotonically with k, so the smallest k that meets the target
-        // takes log2(candidates) evaluations instead of a greedy search's quadratic count.
-        let mut measured: Vec<Measured> = Vec::new();
-        let all = measure(
-            &prefix(candidates.len()),
-            format!("{} float", candidates.len()),
-        )?;
-        let reachable = all.ok;
-        measured.push(all);
-        if reachable {
-            let (mut lo, mut hi) = (0usize, candidates.len());
-            let mut best = measured.len() - 1;
-            while hi - lo > 1 {
-                let mid = (lo + hi) / 2;
-                let m = measure(&prefix(mid), format!("{mid} float"))?;
-                let ok = m.ok;
-                measured.push(m);
-                if ok {
-                    hi = mid;
-                    best = measured.len() - 1;
-                } else {
-                    lo = mid;
-                }
-            }
-            // Refinement: each chosen layer, least harmful first (the best SNR of the set),
-            // goes back to INT8 if the target still holds without it. A set already
-            // measured is not measured again (the bisection's k - 1 is known to miss).
-            let key = |set: &[String]| {
-                let mut k = set.to_vec();
-                k.sort();
-                k
-            };
-            let mut known: Vec<(Vec<String>, bool)> =
-                measured.iter().map(|m| (key(&m.float), m.ok)).collect();
-            known.push((Vec::new(), false));
-            let mut set = measured[best].float.clone();
-            for layer in set.clone().into_iter().rev() {
-                let trial: Vec<String> = set.iter().filter(|l| **l != layer).cloned().collect();
-                if let Some((_, ok)) = known.iter().find(|(k, _)| *k == key(&trial)) {
-                    if *ok {
-                        best = measured
-                            .iter()
-                            .position(|m| key(&m.float) == key(&trial))
-                            .expect("a set known to meet the target was measured");
-                        set = trial;
-                    }
-                    continue;
-                }
-                let m = measure(&trial, format!("{} float, without {layer}", trial.len()))?;
-                known.push((key(&trial), m.ok));
-                if m.ok {
-                    set = trial;
-                    measured.push(m);
-                    best = measured.len() - 1;
-                }
-            }
-            let chosen_mix = measured.remove(best);
-            measured.insert(0, chosen_mix);
-        }
+        let names: Vec<String> = candidates.iter().map(|c| c.node.clone()).collect();
+        let Search {
+            measured,
+            reachable,
+        } = search(&names, &mut measure)?;
         progress.finish(None);
         // Rows: the chosen mix first among the steps when one meets the target.
         for m in measured {
