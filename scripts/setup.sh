@@ -33,6 +33,20 @@ log() { echo "[setup] $*" >&2; }
 step_started=0
 begin() { step_started=$(date +%s); log "$*"; }
 done_step() { log "  done in $(($(date +%s) - step_started)) s"; }
+# pip_stamped NAME FILE WHAT [PIP ARGS...]: installs requirements FILE into the venv once
+# per content of FILE (stamp $venv/.segtool-NAME-<sha>; editing the list keeps the venv).
+pip_stamped() {
+    local name="$1" file="$2" what="$3"
+    shift 3
+    local stamp
+    stamp="$venv/.segtool-$name-$(sha256sum "$root/$file" | cut -c1-12)"
+    [ -f "$stamp" ] && return 0
+    begin "$what"
+    "$py" -m pip install -q "$@" -r "$root/$file" >&2
+    rm -f "$venv"/.segtool-"$name"-*
+    touch "$stamp"
+    done_step
+}
 
 mkdir -p "$home"
 
@@ -133,42 +147,14 @@ fi
 # --- Telemetry test tools (issue 16; own stamp: editing the list keeps the venv) -------
 # requirements-telemetry.txt: the `tensorboard` package, whose event reader checks the
 # event files a run writes (train/tests/tensorboard.rs).
-telemetry_stamp="$venv/.segtool-telemetry-$(sha256sum "$root/requirements-telemetry.txt" | cut -c1-12)"
-if [ ! -f "$telemetry_stamp" ]; then
-    begin "4/4 tensorboard, the event-file reader the tests use (pip; about 15 s)"
-    "$py" -m pip install -q -r "$root/requirements-telemetry.txt" >&2
-    rm -f "$venv"/.segtool-telemetry-*
-    touch "$telemetry_stamp"
-    done_step
-fi
-# --- torchvision, the reference of the foreign-model tests (own stamp; --no-deps keeps torch) ---
-models_stamp="$venv/.segtool-models-$(sha256sum "$root/requirements-models.txt" | cut -c1-12)"
-if [ ! -f "$models_stamp" ]; then
-    begin "torchvision, transformers, mmdeploy, rapidocr: the foreign-model tests' references (pip; about 40 s)"
-    "$py" -m pip install -q --no-deps -r "$root/requirements-models.txt" >&2
-    rm -f "$venv"/.segtool-models-*
-    touch "$models_stamp"
-    done_step
-fi
+pip_stamped telemetry requirements-telemetry.txt "4/4 tensorboard, the event-file reader the tests use (pip; about 15 s)"
+# --- foreign-model references: torchvision, transformers, mmdeploy, rapidocr (--no-deps keeps torch) ---
+pip_stamped models requirements-models.txt "torchvision, transformers, mmdeploy, rapidocr: the foreign-model tests' references (pip; about 40 s)" --no-deps
 # --- ROS 2 peers: Cyclone DDS (the DDS behind rmw_cyclonedds), rosbags and mcap-ros2 ---
 # The ROS 2 node's and bag converter's tests (ros2/tests) run against them; no ROS 2 install.
-ros2_stamp="$venv/.segtool-ros2-$(sha256sum "$root/requirements-ros2.txt" | cut -c1-12)"
-if [ ! -f "$ros2_stamp" ]; then
-    begin "cyclonedds, rosbags, mcap-ros2-support: the ROS 2 tests' peers (pip; about 15 s)"
-    "$py" -m pip install -q --no-deps -r "$root/requirements-ros2.txt" >&2
-    rm -f "$venv"/.segtool-ros2-*
-    touch "$ros2_stamp"
-    done_step
-fi
+pip_stamped ros2 requirements-ros2.txt "cyclonedds, rosbags, mcap-ros2-support: the ROS 2 tests' peers (pip; about 15 s)" --no-deps
 # --- mmsegmentation, the reference of the mmseg import/eval/recipe tests (own stamp) ---
-mmseg_stamp="$venv/.segtool-mmseg-$(sha256sum "$root/requirements-mmseg.txt" | cut -c1-12)"
-if [ ! -f "$mmseg_stamp" ]; then
-    begin "mmsegmentation, mmcv-lite, mmengine: the mmseg parity tests' reference (pip; about 35 s)"
-    "$py" -m pip install -q -r "$root/requirements-mmseg.txt" >&2
-    rm -f "$venv"/.segtool-mmseg-*
-    touch "$mmseg_stamp"
-    done_step
-fi
+pip_stamped mmseg requirements-mmseg.txt "mmsegmentation, mmcv-lite, mmengine: the mmseg parity tests' reference (pip; about 35 s)"
 # --- Benchmark tools (issue 15; SEGTOOL_BENCH=1 only; own stamp) -----------------------
 # requirements-bench.txt: `onnxslim`, the peer graph of bench/cpu_table.py
 # (torch.onnx.export then onnxslim). Not needed by the build or the tests.
