@@ -9,6 +9,7 @@ pub mod engine;
 #[cfg(feature = "train")]
 pub mod progress;
 pub mod size;
+pub mod triton;
 
 #[cfg(feature = "train")]
 pub use data::open_dataset;

@@ -10,6 +10,7 @@ use anyhow::{bail, Context, Result};
 use segtool_runtime::card::{self, ResolvedCard, CARD_METADATA_KEY};
 
 use crate::args::card::CardArgs;
+use crate::args::triton::TritonArgs;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -21,22 +22,15 @@ pub struct Args {
     /// Write a copy of the model with the card in its metadata (`segtool.card`).
     #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,
-    /// Write a Triton model repository here: DIR/<name>/config.pbtxt (I/O from the graph)
-    /// and DIR/<name>/1/model.onnx, the model with its card in its metadata.
-    #[arg(long, value_name = "DIR")]
-    pub triton: Option<PathBuf>,
-    /// Triton model name (default: the ONNX file's stem).
-    #[arg(long, requires = "triton")]
-    pub triton_model_name: Option<String>,
-    /// Triton max_batch_size (0: no batching); dynamic batching is configured when > 0.
-    #[arg(long, default_value_t = 8, requires = "triton")]
-    pub triton_max_batch: u32,
+    /// `--triton DIR`: the model, with its card in its metadata, as a Triton repository.
+    #[command(flatten)]
+    pub triton: TritonArgs,
     #[command(flatten)]
     pub card: CardArgs,
 }
 
 pub fn run(args: Args) -> Result<()> {
-    if !args.show && args.out.is_none() && args.triton.is_none() {
+    if !args.show && args.out.is_none() && args.triton.triton.is_none() {
         bail!(
             "say what to do: --show (print the card), --out FILE (write it into a copy) or \
              --triton DIR (a Triton repository of the described model)"
@@ -47,7 +41,7 @@ pub fn run(args: Args) -> Result<()> {
     if args.show {
         print!("{}", describe(&args.model, &resolved));
     }
-    if (args.out.is_some() || args.triton.is_some()) && resolved.segtool_export {
+    if (args.out.is_some() || args.triton.triton.is_some()) && resolved.segtool_export {
         bail!(
             "{} is a segtool export: its spec already describes it (no card needed; \
              `segtool export --triton` writes its repository)",
@@ -68,51 +62,31 @@ pub fn run(args: Args) -> Result<()> {
             out.display()
         );
     }
-    if let Some(dir) = &args.triton {
+    if let Some(dir) = &args.triton.triton {
         write_triton(&args, &model, dir, &resolved)?;
     }
     Ok(())
 }
 
-/// `--triton DIR`: the described copy, staged beside the repository, as a repository.
+/// `--triton DIR`: the described copy, staged beside the repository, as a repository
+/// named after the model (a folder's name for an SDK or Hugging Face folder).
 fn write_triton(
     args: &Args,
     model: &std::path::Path,
     dir: &std::path::Path,
     resolved: &ResolvedCard,
 ) -> Result<()> {
-    use segtool_runtime::triton::{write_repository, TritonOptions};
     let stem = args
-        .triton_model_name
-        .clone()
-        // The folder's name for an SDK or Hugging Face folder, else the file's stem.
-        .or_else(|| {
-            args.model
-                .file_stem()
-                .map(|s| s.to_string_lossy().into_owned())
-        })
-        .unwrap_or_else(|| "model".into());
+        .model
+        .file_stem()
+        .map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned());
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let described = dir.join(format!(".{stem}.described.onnx"));
     card::write_card(model, &described, &resolved.card)?;
-    let options = TritonOptions::new()
-        .with_max_batch_size(args.triton_max_batch)
-        .with_model_name(stem);
-    let report = write_repository(&described, dir, &options);
+    let written = args.triton.write(&described, Some(stem));
     let _ = std::fs::remove_file(&described);
-    let report =
-        report.with_context(|| format!("writing the Triton repository {}", dir.display()))?;
-    eprintln!(
-        "wrote Triton model {:?}: {} and {} (max_batch_size {}; card in metadata key \
-         {CARD_METADATA_KEY})",
-        report.model_name,
-        report.config_path.display(),
-        report.model_path.display(),
-        report.max_batch_size
-    );
-    for note in report.notes {
-        eprintln!("note: {note}");
-    }
+    written?;
+    eprintln!("the repository's model carries its card (metadata key {CARD_METADATA_KEY})");
     Ok(())
 }
 

@@ -6,6 +6,8 @@ use segtool_export::{
     TargetRequest,
 };
 
+use crate::args::triton::TritonArgs;
+
 #[derive(clap::Args)]
 pub struct Args {
     /// Checkpoint (.safetensors written by `segtool train`).
@@ -82,41 +84,8 @@ pub struct Args {
     /// tolerance (fp32: 1e-4 * max(1, max|logit|); fp16: argmax agreement >= 99.5%).
     #[arg(long)]
     pub verify: bool,
-    /// Also write a Triton Inference Server model repository for the export:
-    /// DIR/<name>/config.pbtxt (platform onnxruntime_onnx, I/O from the model) and
-    /// DIR/<name>/1/model.onnx.
-    #[arg(long, value_name = "DIR")]
-    pub triton: Option<PathBuf>,
-    /// Triton model name (default: the ONNX file's stem).
-    #[arg(long, requires = "triton")]
-    pub triton_model_name: Option<String>,
-    /// Triton max_batch_size (0: no batching); dynamic batching is configured when > 0.
-    /// A static-batch export is written with 0.
-    #[arg(long, default_value_t = 8, requires = "triton")]
-    pub triton_max_batch: u32,
-    /// Dynamic batcher queue delay in microseconds.
-    #[arg(long, default_value_t = 100, requires = "triton")]
-    pub triton_queue_delay_us: u64,
-    /// GPUs for Triton instances, e.g. `0,1` (one KIND_GPU instance group per GPU);
-    /// empty (the default): CPU instances.
-    #[arg(long, default_value = "", value_parser = parse_gpus, requires = "triton")]
-    pub triton_gpus: GpuList,
-}
-
-/// `--triton-gpus` value: comma-separated GPU indices, possibly none.
-#[derive(Clone, Debug, Default)]
-pub struct GpuList(pub Vec<u32>);
-
-fn parse_gpus(s: &str) -> Result<GpuList, String> {
-    s.split(',')
-        .map(str::trim)
-        .filter(|g| !g.is_empty())
-        .map(|g| {
-            g.parse::<u32>()
-                .map_err(|_| format!("`{s}`: expected GPU indices like 0,1"))
-        })
-        .collect::<Result<Vec<_>, _>>()
-        .map(GpuList)
+    #[command(flatten)]
+    pub triton: TritonArgs,
 }
 
 /// `HxW` as the exporter's `(height, width)` dims (ONNX dims are int64).
@@ -147,7 +116,7 @@ impl Args {
         TargetRequest {
             target: self.target,
             provider: self.provider,
-            gpu_serving: self.triton.is_some() && !self.triton_gpus.0.is_empty(),
+            gpu_serving: self.triton.triton.is_some() && !self.triton.triton_gpus.0.is_empty(),
         }
     }
 
@@ -239,43 +208,13 @@ pub fn run(args: Args) -> Result<()> {
     if args.verify {
         verify(&args, &opts)?;
     }
-    if let Some(dir) = &args.triton {
-        write_triton(&args, dir)?;
-        if !args.triton_gpus.0.is_empty() {
+    if args.triton.triton.is_some() {
+        args.triton.write(&args.onnx, None)?;
+        if !args.triton.triton_gpus.0.is_empty() {
             if let Some(note) = opts.attention_choice().cuda_note() {
                 eprintln!("note: Triton GPU instances: {note}");
             }
         }
-    }
-    Ok(())
-}
-
-/// `--triton DIR`: the model repository next to the export.
-fn write_triton(args: &Args, dir: &std::path::Path) -> Result<()> {
-    use segtool_runtime::triton::{write_repository, TritonOptions};
-    let mut options = TritonOptions::new()
-        .with_max_batch_size(args.triton_max_batch)
-        .with_max_queue_delay_us(args.triton_queue_delay_us)
-        .with_gpus(args.triton_gpus.0.clone());
-    if let Some(name) = &args.triton_model_name {
-        options = options.with_model_name(name.clone());
-    }
-    let report = write_repository(&args.onnx, dir, &options)
-        .with_context(|| format!("writing the Triton repository {}", dir.display()))?;
-    println!(
-        "wrote Triton model {:?}: {} and {} (max_batch_size {}, {})",
-        report.model_name,
-        report.config_path.display(),
-        report.model_path.display(),
-        report.max_batch_size,
-        if options.gpus.is_empty() {
-            "CPU instances".to_string()
-        } else {
-            format!("GPUs {:?}", options.gpus)
-        }
-    );
-    for note in report.notes {
-        eprintln!("note: {note}");
     }
     Ok(())
 }
