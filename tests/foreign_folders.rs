@@ -21,55 +21,18 @@ use std::path::Path;
 
 use common::{npy, p, segtool};
 
-/// `segtool infer` of `model` on `dir/images` with `extra` flags, on `engine`, compared
-/// with `dir/ref/<image>.npy` for every image.
+/// `segtool infer` of `model` on `dir/images` on `engine`, against `dir/ref`.
 fn serve_and_compare(dir: &Path, model: &Path, engine: &str, extra: &[&str], what: &str) {
     let out = dir.join(format!("out-{}-{engine}", what.replace(' ', "_")));
-    let images = dir.join("images");
-    let mut args = vec![
-        "infer",
-        "--model",
-        p(model),
-        "--input",
-        p(&images),
-        "--out",
-        p(&out),
-        "--labels",
-        "--no-overlay",
-        "--quiet",
-        "--engine",
+    common::serve_and_compare(
+        &dir.join("images"),
+        &dir.join("ref"),
+        &out,
+        model,
         engine,
-    ];
-    args.extend_from_slice(extra);
-    common::ok(segtool(&args));
-    let mut compared = 0;
-    for entry in std::fs::read_dir(dir.join("images")).unwrap() {
-        let stem = entry
-            .unwrap()
-            .path()
-            .file_stem()
-            .unwrap()
-            .to_string_lossy()
-            .into_owned();
-        let ours = image::open(out.join(format!("{stem}_labels.png")))
-            .unwrap()
-            .to_luma8();
-        let (shape, want) = npy(&dir.join("ref").join(format!("{stem}.npy")));
-        let (_, margin) = npy(&dir.join("ref").join(format!("{stem}.margin.npy")));
-        assert_eq!(
-            (ours.height() as usize, ours.width() as usize),
-            (shape[0], shape[1]),
-            "{what} on {engine}, image {stem}: mask size"
-        );
-        common::assert_masks_match(
-            ours.as_raw(),
-            &want,
-            &margin,
-            &format!("{what} on {engine}, image {stem}"),
-        );
-        compared += 1;
-    }
-    assert!(compared > 0, "{what}: no images");
+        extra,
+        what,
+    );
 }
 
 #[test]

@@ -16,7 +16,7 @@ mod common;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use common::{npy, p, segtool};
+use common::{p, segtool};
 use serde_json::Value;
 
 /// The exports and references, made once for both tests (exporting three models is most
@@ -98,44 +98,17 @@ fn torchvision_exports_served_by_their_card_match_onnxruntime_on_torchvisions_pr
                 copy
             }
         };
+        let flags: Vec<&str> = card_flags.iter().map(String::as_str).collect();
         for engine in ["ort", "tract"] {
-            let out = dir.join(format!("out-{model}-{engine}"));
-            let mut args: Vec<String> = [
-                "infer",
-                "--model",
-                p(&served),
-                "--input",
-                p(&images),
-                "--out",
-                p(&out),
-            ]
-            .map(String::from)
-            .to_vec();
-            args.extend(
-                ["--labels", "--no-overlay", "--quiet", "--engine", engine].map(String::from),
+            common::serve_and_compare(
+                &images,
+                &dir.join("ref").join(model),
+                &dir.join(format!("out-{model}-{engine}")),
+                &served,
+                engine,
+                &flags,
+                model,
             );
-            args.extend(card_flags.iter().cloned());
-            let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-            common::ok(segtool(&refs));
-            for image in ["a", "b"] {
-                let ours = image::open(out.join(format!("{image}_labels.png")))
-                    .unwrap()
-                    .to_luma8();
-                let ref_dir = dir.join("ref").join(model);
-                let (shape, want) = npy(&ref_dir.join(format!("{image}.npy")));
-                let (_, margin) = npy(&ref_dir.join(format!("{image}.margin.npy")));
-                assert_eq!(
-                    (ours.height() as usize, ours.width() as usize),
-                    (shape[0], shape[1]),
-                    "{model} {engine} {image}: mask size"
-                );
-                common::assert_masks_match(
-                    ours.as_raw(),
-                    &want,
-                    &margin,
-                    &format!("{model} on {engine}, image {image}"),
-                );
-            }
         }
     }
 }

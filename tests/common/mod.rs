@@ -203,3 +203,62 @@ pub fn ok(out: Output) -> String {
     );
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
+
+/// `segtool infer` of `model` on every image of `images` with `extra` flags, on `engine`,
+/// writing into `out`; each `<image>_labels.png` against `refs/<image>.npy` (and its
+/// `.margin.npy`) with [`assert_masks_match`].
+#[allow(clippy::too_many_arguments)]
+pub fn serve_and_compare(
+    images: &Path,
+    refs: &Path,
+    out: &Path,
+    model: &Path,
+    engine: &str,
+    extra: &[&str],
+    what: &str,
+) {
+    let mut args = vec![
+        "infer",
+        "--model",
+        p(model),
+        "--input",
+        p(images),
+        "--out",
+        p(out),
+        "--labels",
+        "--no-overlay",
+        "--quiet",
+        "--engine",
+        engine,
+    ];
+    args.extend_from_slice(extra);
+    ok(segtool(&args));
+    let mut compared = 0;
+    for entry in std::fs::read_dir(images).unwrap() {
+        let stem = entry
+            .unwrap()
+            .path()
+            .file_stem()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        let ours = image::open(out.join(format!("{stem}_labels.png")))
+            .unwrap()
+            .to_luma8();
+        let (shape, want) = npy(&refs.join(format!("{stem}.npy")));
+        let (_, margin) = npy(&refs.join(format!("{stem}.margin.npy")));
+        assert_eq!(
+            (ours.height() as usize, ours.width() as usize),
+            (shape[0], shape[1]),
+            "{what} on {engine}, image {stem}: mask size"
+        );
+        assert_masks_match(
+            ours.as_raw(),
+            &want,
+            &margin,
+            &format!("{what} on {engine}, image {stem}"),
+        );
+        compared += 1;
+    }
+    assert!(compared > 0, "{what}: no images");
+}
