@@ -6,7 +6,8 @@
 //! ([`BadFrame`]): another encoding (`bayer_rggb8`, `yuv422`, 16-bit, ...), a step shorter
 //! than a row, data shorter than `step * height`, an empty image, the big-endian flag on an
 //! 8-bit encoding (no sender sets it on bytes; a set flag means a corrupt or foreign
-//! header), a corrupt or unsupported compressed image.
+//! header), a corrupt or unsupported compressed image, and (counted by the callers that
+//! decode CDR) a sample that is not CDR of the topic's type.
 //!
 //! Out: `class_mask` mono8 class ids at the image's size (mono16 little-endian above 255
 //! classes), `color_mask` rgb8 in the model's palette, `overlay` rgb8; each with the
@@ -36,6 +37,8 @@ pub enum BadFrame {
     BigEndian(String),
     #[error("compressed image ({format:?}): {reason}")]
     Compressed { format: String, reason: String },
+    #[error("not CDR of the topic's type: {0}")]
+    Undecodable(String),
 }
 
 impl BadFrame {
@@ -48,6 +51,7 @@ impl BadFrame {
             BadFrame::Empty(..) => "empty image",
             BadFrame::BigEndian(_) => "big-endian flag",
             BadFrame::Compressed { .. } => "corrupt compressed image",
+            BadFrame::Undecodable(_) => "undecodable CDR",
         }
     }
 }

@@ -174,13 +174,10 @@ impl Camera {
         };
         match taken {
             Ok(m) => m,
-            // A sample that does not deserialise as the type: counted like a bad frame.
+            // A sample that does not deserialise as the type: a bad frame like the others.
             Err(e) => Some((
                 Header::default(),
-                Err(BadFrame::Compressed {
-                    format: "CDR".into(),
-                    reason: format!("undecodable message: {e:?}"),
-                }),
+                Err(BadFrame::Undecodable(format!("{e:?}"))),
             )),
         }
     }

@@ -157,7 +157,7 @@ impl OutputTopics {
 /// Frames with one cause of failure.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BadFrames {
-    /// [`BadFrame::cause`](crate::frames::BadFrame::cause), or `undecodable CDR`.
+    /// [`BadFrame::cause`](crate::frames::BadFrame::cause).
     pub cause: String,
     pub count: u64,
     /// The first one: its index among the topic's messages, its log time and the detail.

@@ -74,7 +74,7 @@ pub(super) fn read_stage(
 /// A camera message to its header and RGB image, or (cause, detail).
 fn decode_frame(schema: &str, data: &[u8]) -> Result<(Header, RgbImage), (String, String)> {
     let bad = |e: BadFrame| (e.cause().to_string(), e.to_string());
-    let cdr = |e: msgs::CdrError| ("undecodable CDR".to_string(), e.to_string());
+    let cdr = |e: msgs::CdrError| bad(BadFrame::Undecodable(e.to_string()));
     if schema == CompressedImage::NAME {
         let msg: CompressedImage = msgs::decode(data).map_err(cdr)?;
         let rgb = frames::compressed_to_rgb(&msg).map_err(bad)?;
