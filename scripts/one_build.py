@@ -37,13 +37,15 @@ HACK_DIR = os.path.join(ROOT, "workspace-hack")
 HACK_TOML = os.path.join(HACK_DIR, "Cargo.toml")
 HACK_PACKAGE = "segtool-workspace-hack"
 
-# The commands whose builds must share every artefact: the demo's build, the test build
+# The commands whose builds must share every artefact: the demo's build (every front end
+# but the Python extension), the CLI alone (`cargo build --bin segtool`), the test build
 # (as scripts/run_tests.py runs it), and the wheel's build, both as `cargo rustc -p
 # segtool-python --crate-type cdylib` and exactly as maturin 1.16 runs it
 # (scripts/python_tests.sh; maturin also sets PYO3_* variables, which only the PyO3
 # chain reads, and only the wheel builds that chain).
 COMMANDS = {
-    "demo build": ["build", "--bin", "segtool"],
+    "demo build": ["build", "--workspace", "--exclude", "segtool-python"],
+    "CLI build": ["build", "--bin", "segtool"],
     "test build": ["test", "--workspace", "--no-run"],
     "wheel build": ["rustc", "-p", "segtool-python", "--lib", "--crate-type", "cdylib",
                     "--profile", "dev"],

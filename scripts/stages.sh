@@ -59,7 +59,12 @@ case "$what" in
         fetch_in_background
         stage "set-up (apt, pip)" setup
         wait_for_fetch
-        stage "build (cargo build --bin segtool)" cargo build --bin segtool
+        # Every front end but the Python extension (maturin builds that, with PyO3's
+        # variables): the crates the ROS 2 node and the GStreamer plugin add compile
+        # beside tract-core, which holds one core for most of a cold build.
+        timings=()
+        [ "${SEGTOOL_CARGO_TIMINGS:-0}" = 1 ] && timings=(--timings)
+        stage "build (cargo build --workspace)" cargo build --workspace --exclude segtool-python "${timings[@]}"
         stage "demo (data, train, export, compare)" "${CARGO_TARGET_DIR:-target}/debug/segtool" demo --out out/demo
         ;;
     test)
