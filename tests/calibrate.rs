@@ -147,3 +147,126 @@ fn calibrate_every_method_runs_in_ort_and_tract_and_is_deterministic() {
     assert_eq!(std::fs::read(&a).unwrap(), std::fs::read(&b).unwrap());
     assert_eq!(std::fs::read(&ac).unwrap(), std::fs::read(&bc).unwrap());
 }
+
+/// The ORT CPU layout against onnxruntime's own quantiser on the same model and images:
+/// ORT's optimiser must turn as many of our nodes into int8 kernels (Conv, Add,
+/// MaxPool) as of its best configuration's (uint8 asymmetric; Conv, Add, Relu and
+/// MaxPool only), but for the logits Conv, which stays float by design (its output is
+/// the scores; quantising it costs agreement for a fraction of a millisecond); our
+/// Relus fold into the quantised range where the portable layout's stay float. `segtool
+/// compare` shows the kernels from ORT's profile.
+#[test]
+fn the_ort_cpu_layout_fuses_at_least_what_onnxruntimes_quantiser_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (_, _, ckpt) = common::tiny_checkpoint(d, 3);
+    let fp32 = d.join("m.onnx");
+    ok(segtool(&[
+        "export",
+        "--checkpoint",
+        p(&ckpt),
+        "--onnx",
+        p(&fp32),
+    ]));
+    let data = d.join("data");
+    ok(segtool(&[
+        "generate",
+        "--out",
+        p(&data),
+        "--size",
+        "48",
+        "--train-count",
+        "8",
+        "--val-count",
+        "4",
+    ]));
+    let (calib, val) = (data.join("images/train"), data.join("images/val"));
+    let ours: Vec<_> = ["portable", "ort-cpu"]
+        .iter()
+        .map(|layout| {
+            let out = d.join(format!("m.{layout}.onnx"));
+            ok(segtool(&[
+                "calibrate",
+                "--model",
+                p(&fp32),
+                "--images",
+                p(&calib),
+                "--method",
+                "minmax",
+                "--samples",
+                "8",
+                "--per-channel",
+                "--layout",
+                layout,
+                "--latency-runs",
+                "0",
+                "--quiet",
+                "-o",
+                p(&out),
+            ]));
+            out
+        })
+        .collect();
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/reference/qdq_fusions.py"
+    );
+    let o = ok(common::python()
+        .args([
+            script,
+            p(&fp32),
+            p(&calib),
+            p(&val),
+            p(&ours[0]),
+            p(&ours[1]),
+        ])
+        .output()
+        .unwrap());
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    eprintln!("{r:#}");
+    let ops = |file: &str, op: &str| r[file]["ops"][op].as_u64().unwrap_or(0);
+    let (portable, ort_cpu) = (p(&ours[0]), p(&ours[1]));
+    let best = "quantize_static uint8 CNN ops";
+    let float_convs = |f: &str| ops(f, "Conv") + ops(f, "FusedConv");
+    assert_eq!(float_convs(ort_cpu), 1, "only the logits Conv stays float");
+    assert!(ops(ort_cpu, "QLinearConv") + 1 >= ops(best, "QLinearConv").max(2));
+    assert!(ops(ort_cpu, "QLinearAdd") >= ops(best, "QLinearAdd").max(1));
+    assert!(ops(ort_cpu, "NhwcMaxPool") >= ops(best, "NhwcMaxPool"));
+    assert!(ops(ort_cpu, "Relu") < ops(portable, "Relu"));
+    for file in [portable, ort_cpu] {
+        let a = r[file]["agreement"].as_f64().unwrap();
+        assert!(a >= RANDOM_MODEL_MIN_AGREEMENT, "{file}: agreement {a}");
+    }
+    // tract reads the uint8 zero points too.
+    let imgs = read_images(&val);
+    let reference = Segmenter::open(&fp32, Backend::Ort(OrtOptions::new()))
+        .unwrap()
+        .segment_batch(&imgs)
+        .unwrap();
+    let tract = Segmenter::open(&ours[1], Backend::Tract)
+        .unwrap()
+        .segment_batch(&imgs)
+        .unwrap();
+    assert!(agreement(&tract, &reference) >= RANDOM_MODEL_MIN_AGREEMENT);
+
+    let c = ok(segtool(&[
+        "compare",
+        p(&fp32),
+        ort_cpu,
+        "--images",
+        p(&val),
+        "--samples",
+        "2",
+        "--min-snr",
+        "0",
+    ]));
+    let text = String::from_utf8_lossy(&c.stdout);
+    assert!(
+        text.contains(&format!("ONNX Runtime CPU kernels of {ort_cpu}")),
+        "{text}"
+    );
+    assert!(
+        text.contains("int8 (") && text.contains("QLinearConv"),
+        "{text}"
+    );
+}

@@ -6,14 +6,20 @@
 //!    plan, so any mix is a [`crate::qdq::rewrite`] with the same thresholds.
 //! 2. Rank the quantised layers by their SNR against fp32 (the calibration report's
 //!    ranking, on the calibration images); the `candidates` worst are the search space.
-//! 3. Search on the validation images (never the calibration ones), measuring the target
-//!    metric (argmax agreement with fp32, or mIoU against labels) of mixes that leave the
-//!    k worst candidates float: all of them first (if even that misses, no mix meets the
+//! 3. Search on the search part of the validation images (never the calibration ones),
+//!    measuring the target metric (argmax agreement with fp32, or mIoU against labels) of
+//!    mixes that leave the k worst candidates float. An agreement target is met when the
+//!    lower confidence bound of the mean per-image agreement meets it (`confidence`), so
+//!    that the choice carries a margin for images the search did not see: all of them first (if even that misses, no mix meets the
 //!    target), then bisection over k for the smallest k that meets it, then a refinement
 //!    that returns each chosen layer to INT8, least harmful first, when the target still
 //!    holds without it. At most [`search_bound`] evaluations: 1 + ceil(log2 N) + (k - 1)
 //!    for N candidates and k chosen, against a greedy search's N(N+1)/2.
-//! 4. Time fp32, all-INT8 and every step's model in ONNX Runtime (CPU), interleaved in
+//! 4. The final check: the chosen mix on the validation images held out from the search
+//!    (`final_check`, a fraction spread evenly over the list), reported beside the
+//!    search's figure. It chooses nothing: it says whether the target held on images that
+//!    had no say in the choice.
+//! 5. Time fp32, all-INT8 and every step's model in ONNX Runtime (CPU), interleaved in
 //!    rounds, medians.
 //!
 //! Everything but the latencies is deterministic: same images, options and thread count
@@ -30,7 +36,8 @@ mod evaluator;
 mod search;
 mod table;
 
-use evaluator::Evaluator;
+pub use evaluator::lower_bound;
+use evaluator::{Evaluator, Score};
 pub use search::search_bound;
 use search::{search, Measured, Search};
 
@@ -76,6 +83,11 @@ pub struct AutoOptions {
     pub candidates: usize,
     /// Validation images used (the first of the list).
     pub val_samples: usize,
+    /// Fraction of those held out of the search for the final check (0: none).
+    pub final_check: f64,
+    /// One-sided confidence level of the per-image agreement bound an agreement target
+    /// is measured by (0: the pooled agreement itself).
+    pub confidence: f64,
     /// Calibration images the SNR ranking runs on.
     pub snr_samples: usize,
     /// Timed runs per model per round (0: no timing).
@@ -93,6 +105,8 @@ impl Default for AutoOptions {
             labels: None,
             candidates: 8,
             val_samples: 200,
+            final_check: 0.25,
+            confidence: 0.95,
             snr_samples: 8,
             latency_runs: 10,
             latency_rounds: 3,
@@ -118,6 +132,8 @@ pub struct Row {
     /// Layers (node names) left in float (beyond `--keep-float`), in the order added.
     pub float_layers: Vec<String>,
     pub agreement: f64,
+    /// Lower confidence bound of the mean per-image agreement (see [`AutoOptions`]).
+    pub agreement_bound: f64,
     pub miou: Option<f64>,
     /// Median ORT CPU latency of one validation image (0 when not timed).
     pub latency_ms: f64,
@@ -147,7 +163,19 @@ pub struct Trial {
     /// The mix measured (`"3 float"`, `"2 float, without conv_x"`).
     pub layer: String,
     pub agreement: f64,
+    pub agreement_bound: f64,
     pub miou: Option<f64>,
+}
+
+/// The chosen mix measured on the validation images the search did not use.
+#[derive(Clone, Debug)]
+pub struct FinalCheck {
+    pub images: usize,
+    pub agreement: f64,
+    pub miou: Option<f64>,
+    /// fp32's mIoU on those images (the drop is measured against it).
+    pub miou_fp32: Option<f64>,
+    pub meets_target: bool,
 }
 
 /// A candidate layer: its node, its output and SNR in the all-INT8 model.
@@ -175,8 +203,38 @@ pub struct AutoResult {
     pub target: Target,
     pub min_speedup: Option<f64>,
     pub calibration_images: usize,
+    /// Validation images the search measured on.
     pub validation_images: usize,
+    /// The chosen mix (or the last step's) on held-out validation images; None when
+    /// `final_check` is 0 or too few images were given to hold any out.
+    pub final_check: Option<FinalCheck>,
+    /// [`AutoOptions::confidence`].
+    pub confidence: f64,
     pub quantised_layers: usize,
+}
+
+/// Splits the validation images into the search's and the final check's: `fraction` of
+/// them, spread evenly over the list, are held out (at least one when `fraction > 0`
+/// and there are two images or more; the search always keeps one).
+pub fn final_check_split(images: &[PathBuf], fraction: f64) -> (Vec<PathBuf>, Vec<PathBuf>) {
+    let n = images.len();
+    let f = fraction.clamp(0.0, 1.0);
+    let held = if n < 2 || f == 0.0 {
+        0
+    } else {
+        ((n as f64 * f).round() as usize).clamp(1, n - 1)
+    };
+    let mut search = Vec::new();
+    let mut check = Vec::new();
+    for (i, p) in images.iter().enumerate() {
+        // Image i is held out when the running count of held-out images steps up.
+        if (i + 1) * held / n > i * held / n {
+            check.push(p.clone());
+        } else {
+            search.push(p.clone());
+        }
+    }
+    (search, check)
 }
 
 /// The deterministic hold-out split used when no validation folder is given: of the
@@ -243,9 +301,17 @@ pub fn auto_calibrate(
         }
         _ => {}
     }
+    if !(0.0..1.0).contains(&auto.final_check) || !(0.0..1.0).contains(&auto.confidence) {
+        return Err(CalibrationError::Input(format!(
+            "--final-check {} and --confidence {} must be fractions in [0, 1)",
+            auto.final_check, auto.confidence
+        )));
+    }
     let feed = Feed::of_model(model, calib.card.as_ref())?;
     let fp32_bytes = model.encode_to_vec();
     let val_images = &val_images[..val_images.len().min(auto.val_samples.max(1))];
+    let (val_images, check_images) = final_check_split(val_images, auto.final_check);
+    let val_images = &val_images[..];
 
     // 1. One calibration: thresholds for every tensor of the full plan.
     let cal = calibrate(model, calib_images, calib)?;
@@ -298,37 +364,42 @@ pub fn auto_calibrate(
         .collect();
 
     // 3. Search on the validation images.
-    let ev = Evaluator::new(
-        &fp32_bytes,
-        val_images,
-        auto.labels.as_deref(),
-        &feed,
-        calib.threads,
-    )?;
-    let meets = |agreement: f64, miou: Option<f64>| match auto.target {
-        Target::MinAgreement(a) => agreement >= a,
-        Target::MaxMiouDrop(p) => match (ev.miou_fp32, miou) {
+    let evaluator = |images: &[PathBuf]| {
+        Evaluator::new(
+            &fp32_bytes,
+            images,
+            auto.labels.as_deref(),
+            &feed,
+            calib.threads,
+            auto.confidence,
+        )
+    };
+    let ev = evaluator(val_images)?;
+    let meets = |s: &Score| match auto.target {
+        Target::MinAgreement(a) => s.bound >= a,
+        Target::MaxMiouDrop(p) => match (ev.miou_fp32, s.miou) {
             (Some(f), Some(m)) => (f - m) * 100.0 <= p + 1e-12,
             _ => false,
         },
     };
-    let metric = |agreement: f64, miou: Option<f64>| match auto.target {
-        Target::MinAgreement(_) => agreement,
-        Target::MaxMiouDrop(_) => miou.unwrap_or(f64::NEG_INFINITY),
+    let metric = |s: &Score| match auto.target {
+        Target::MinAgreement(_) => s.bound,
+        Target::MaxMiouDrop(_) => s.miou.unwrap_or(f64::NEG_INFINITY),
     };
     let mix = |float: &[String]| -> Result<Vec<u8>, CalibrationError> {
         let mut keep = calib.keep_float.clone();
         keep.extend(float.iter().cloned());
-        let plan = qdq::plan(model, &keep)?;
+        let plan = qdq::plan(model, &keep, calib.layout)?;
         Ok(rewrite_with(model, &plan, &cal.thresholds, calib, cal.samples, &keep)?.encode_to_vec())
     };
 
-    let (int8_agreement, int8_miou) = ev.evaluate(&cal.model)?;
+    let int8 = ev.evaluate(&cal.model)?;
     let mut rows = vec![
         Row {
             kind: RowKind::Fp32,
             float_layers: Vec::new(),
             agreement: 1.0,
+            agreement_bound: 1.0,
             miou: ev.miou_fp32,
             latency_ms: 0.0,
             size_bytes: fp32_bytes.len() as u64,
@@ -337,11 +408,12 @@ pub fn auto_calibrate(
         Row {
             kind: RowKind::Int8,
             float_layers: Vec::new(),
-            agreement: int8_agreement,
-            miou: int8_miou,
+            agreement: int8.agreement,
+            agreement_bound: int8.bound,
+            miou: int8.miou,
             latency_ms: 0.0,
             size_bytes: cal.model.len() as u64,
-            meets_target: meets(int8_agreement, int8_miou),
+            meets_target: meets(&int8),
         },
     ];
     let mut models: Vec<Vec<u8>> = vec![fp32_bytes.clone(), cal.model.clone()];
@@ -354,13 +426,14 @@ pub fn auto_calibrate(
         let started = Instant::now();
         let mut measure = |set: &[String], what: String| -> Result<Measured, CalibrationError> {
             let bytes = mix(set)?;
-            let (agreement, miou) = ev.evaluate(&bytes)?;
-            let ok = meets(agreement, miou);
+            let score = ev.evaluate(&bytes)?;
+            let ok = meets(&score);
             trials.push(Trial {
                 step: trials.len() + 1,
                 layer: what.clone(),
-                agreement,
-                miou,
+                agreement: score.agreement,
+                agreement_bound: score.bound,
+                miou: score.miou,
             });
             let done = trials.len();
             let elapsed = started.elapsed().as_secs_f64();
@@ -369,18 +442,19 @@ pub fn auto_calibrate(
             progress.message(format!(
                 "{what}: {} {:.4}",
                 auto.target.metric_name(),
-                metric(agreement, miou)
+                metric(&score)
             ));
             progress.line(format!(
                 "evaluation {done} (at most {bound}): {what}, {} {:.4}{}; {elapsed:.0} s, at most ~{left:.0} s left",
-                auto.target.metric_name(),
-                metric(agreement, miou),
+                metric_label(auto),
+                metric(&score),
                 if ok { ", meets the target" } else { "" },
             ));
             Ok(Measured {
                 float: set.to_vec(),
-                agreement,
-                miou,
+                agreement: score.agreement,
+                agreement_bound: score.bound,
+                miou: score.miou,
                 ok,
                 bytes,
             })
@@ -397,6 +471,7 @@ pub fn auto_calibrate(
                 kind: RowKind::Step(m.float.len()),
                 float_layers: m.float,
                 agreement: m.agreement,
+                agreement_bound: m.agreement_bound,
                 miou: m.miou,
                 latency_ms: 0.0,
                 size_bytes: m.bytes.len() as u64,
@@ -407,7 +482,31 @@ pub fn auto_calibrate(
         chosen = reachable.then_some(2);
     }
 
-    // 4. Latency, interleaved over the models in rounds.
+    // 4. The final check of the chosen mix (or the most float one measured) on the
+    // images the search did not use.
+    let pick = chosen.unwrap_or(rows.len() - 1);
+    let final_check = if check_images.is_empty() {
+        None
+    } else {
+        let check = evaluator(&check_images)?;
+        let s = check.evaluate(&models[pick])?;
+        let meets_target = match auto.target {
+            Target::MinAgreement(a) => s.agreement >= a,
+            Target::MaxMiouDrop(p) => match (check.miou_fp32, s.miou) {
+                (Some(f), Some(m)) => (f - m) * 100.0 <= p + 1e-12,
+                _ => false,
+            },
+        };
+        Some(FinalCheck {
+            images: check.len(),
+            agreement: s.agreement,
+            miou: s.miou,
+            miou_fp32: check.miou_fp32,
+            meets_target,
+        })
+    };
+
+    // 5. Latency, interleaved over the models in rounds.
     if auto.latency_runs > 0 {
         let x = &ev.inputs[0];
         let mut sessions = models
@@ -436,12 +535,15 @@ pub fn auto_calibrate(
     }
 
     // No mix meets the target: the most float one measured (all candidates) is written.
-    let pick = chosen.unwrap_or(rows.len() - 1);
-    let plan = qdq::plan(model, &{
-        let mut k = calib.keep_float.clone();
-        k.extend(rows[pick].float_layers.iter().cloned());
-        k
-    })?;
+    let plan = qdq::plan(
+        model,
+        &{
+            let mut k = calib.keep_float.clone();
+            k.extend(rows[pick].float_layers.iter().cloned());
+            k
+        },
+        calib.layout,
+    )?;
     let kept_thresholds: BTreeMap<String, f32> = cal
         .thresholds
         .iter()
@@ -466,6 +568,18 @@ pub fn auto_calibrate(
         min_speedup: auto.min_speedup,
         calibration_images: cal.samples,
         validation_images: val_images.len(),
+        final_check,
+        confidence: auto.confidence,
         quantised_layers: cal.plan.nodes.len(),
     })
+}
+
+/// What the search's log lines call the metric.
+fn metric_label(auto: &AutoOptions) -> String {
+    match auto.target {
+        Target::MinAgreement(_) if auto.confidence > 0.0 => {
+            format!("agreement ({:.0}% lower bound)", auto.confidence * 100.0)
+        }
+        t => t.metric_name().to_string(),
+    }
 }

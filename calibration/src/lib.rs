@@ -14,6 +14,7 @@ pub mod auto;
 pub mod calibrators;
 pub mod compare;
 pub mod feed;
+pub mod kernels;
 pub mod plot;
 pub mod qdq;
 pub mod report;
@@ -127,6 +128,8 @@ pub struct CalibrationOptions {
     pub per_channel: bool,
     /// Integer range of the weights (see [`qdq::WeightRange`]).
     pub weight_range: qdq::WeightRange,
+    /// Activation type and placement (see [`qdq::Layout`]).
+    pub layout: qdq::Layout,
     /// Nodes left in float.
     pub keep_float: Vec<String>,
     /// Same-size images per ORT run.
@@ -150,6 +153,7 @@ impl Default for CalibrationOptions {
             samples: 100,
             per_channel: true,
             weight_range: qdq::WeightRange::for_this_cpu(),
+            layout: qdq::Layout::Portable,
             keep_float: Vec::new(),
             batch_size: 4,
             bins: DEFAULT_BINS,
@@ -345,7 +349,7 @@ pub fn calibrate(
     }
     let feed = Feed::of_model(model, opts.card.as_ref())?;
     let images = &images[..images.len().min(opts.samples)];
-    let plan = qdq::plan(model, &opts.keep_float)?;
+    let plan = qdq::plan(model, &opts.keep_float, opts.layout)?;
     let stats = collect_stats(
         model,
         &plan.activations,
@@ -393,6 +397,7 @@ pub fn rewrite_with(
         "samples": samples,
         "per_channel": opts.per_channel,
         "weight_range": opts.weight_range.name(),
+        "layout": plan.layout.name(),
         "bins": opts.bins,
         "tensors": plan.activations.len(),
         "keep_float": keep_float,

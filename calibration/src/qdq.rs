@@ -8,13 +8,15 @@
 //! - weights are int8 behind DequantizeLinear (per output channel, axis 0, or per
 //!   tensor), Conv biases int32 with scale `input_scale * weight_scale`, zero point 0 (as
 //!   ONNX Runtime's quantiser and TensorRT do);
-//! - every consumer of a quantised activation gets its own Q/DQ pair (same scale): ORT's
-//!   x86 kernels take uint8 activations, and its int8 -> uint8 rewrite
-//!   (QDQS8ToU8Transformer) only converts a QuantizeLinear with a single DequantizeLinear
-//!   consumer; a shared pair leaves the consumers as DQ + float Conv.
+//! - in the portable layout, every consumer of a quantised activation gets its own Q/DQ
+//!   pair (same scale): ORT's x86 kernels take uint8 activations, and its int8 -> uint8
+//!   rewrite (QDQS8ToU8Transformer) only converts a QuantizeLinear with a single
+//!   DequantizeLinear consumer; a shared pair leaves the consumers as DQ + float Conv.
+//!   The ORT CPU layout writes uint8 itself: one pair per tensor, Relus folded into the
+//!   quantised range, Adds quantised ([`Layout`]).
 //!
-//! Attention energies and softmax, Resize, ArgMax and the logits stay float. Also builds
-//! the statistics model (the same graph with the calibrated tensors as extra outputs).
+//! What is quantised is the [`plan`]'s choice. Also builds the statistics model (the same
+//! graph with the calibrated tensors as extra outputs).
 //!
 //! Names are derived from the tensor names (`<t>_quantized[_k]`, `<t>_dequantized[_k]`,
 //! `<t>_scale`, `<t>_zero_point`) and nodes are emitted in a fixed order, so the same
@@ -24,248 +26,22 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use segtool_onnx::builders::{self, attr_int, tensor_f32, tensor_i32, tensor_i8};
 use segtool_onnx::proto::{
-    DataType, GraphProto, ModelProto, NodeProto, TensorProto,
-    TypeProto, ValueInfoProto,
+    DataType, ModelProto, NodeProto, TensorProto, TypeProto, ValueInfoProto,
 };
 
 use crate::CalibrationError;
 
+mod layout;
+mod plan;
 mod quantise;
 
+pub use layout::Layout;
+use plan::{consumers, is_default_domain};
+pub use plan::{graph, plan, Plan, FLOAT_ONLY};
 pub use quantise::{quantise_bias, quantise_weights, scale_of, WeightRange};
 
 /// Opset needed by per-axis DequantizeLinear.
 pub const MIN_QDQ_OPSET: i64 = 13;
-
-/// Ops whose outputs only rearrange their input (followed back to find softmax).
-const SHAPE_OPS: &[&str] = &[
-    "Reshape",
-    "Transpose",
-    "Flatten",
-    "Squeeze",
-    "Unsqueeze",
-    "Identity",
-    "Cast",
-];
-
-/// Consumers whose inputs stay float: a Conv output that reaches one of them (directly
-/// or through [`SHAPE_OPS`]) is not quantised.
-pub const FLOAT_ONLY: &[&str] = &[
-    "Resize",
-    "ArgMax",
-    "Softmax",
-    "LogSoftmax",
-    "MultiHeadAttention",
-    "Attention",
-];
-
-/// What gets quantised.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Plan {
-    /// Activation tensors to calibrate, in graph order (quantised inputs, and the
-    /// tensors whose thresholds give the scales of quantised outputs).
-    pub activations: Vec<String>,
-    /// Indices of the nodes whose inputs are rewritten.
-    pub nodes: Vec<usize>,
-    /// Outputs of the quantised nodes (the per-layer comparison points of the report).
-    pub layer_outputs: Vec<String>,
-    /// Conv outputs quantised after their producer: (tensor, tensor whose threshold
-    /// gives its scale: itself, or the output of the Relu that is its only consumer).
-    pub outputs: Vec<(String, String)>,
-}
-
-fn is_default_domain(n: &NodeProto) -> bool {
-    n.domain.is_empty() || n.domain == "ai.onnx"
-}
-
-pub fn graph(model: &ModelProto) -> Result<&GraphProto, CalibrationError> {
-    model
-        .graph
-        .as_ref()
-        .ok_or_else(|| CalibrationError::Model("the model has no graph".into()))
-}
-
-/// Consumers of every tensor: (node index, input slot), in graph order.
-fn consumers(g: &GraphProto) -> HashMap<&str, Vec<(usize, usize)>> {
-    let mut c: HashMap<&str, Vec<(usize, usize)>> = HashMap::new();
-    for (i, n) in g.node.iter().enumerate() {
-        for (slot, t) in n.input.iter().enumerate() {
-            if !t.is_empty() {
-                c.entry(t.as_str()).or_default().push((i, slot));
-            }
-        }
-    }
-    c
-}
-
-/// Whether `t` is a graph output or reaches a [`FLOAT_ONLY`] op (through [`SHAPE_OPS`]).
-fn reaches_float_only(g: &GraphProto, cons: &HashMap<&str, Vec<(usize, usize)>>, t: &str) -> bool {
-    let outputs: HashSet<&str> = g.output.iter().map(|o| o.name.as_str()).collect();
-    let mut stack = vec![t.to_string()];
-    let mut seen = HashSet::new();
-    while let Some(t) = stack.pop() {
-        if !seen.insert(t.clone()) {
-            continue;
-        }
-        if outputs.contains(t.as_str()) {
-            return true;
-        }
-        for &(i, _) in cons.get(t.as_str()).map(Vec::as_slice).unwrap_or(&[]) {
-            let n = &g.node[i];
-            if FLOAT_ONLY.contains(&n.op_type.as_str()) {
-                return true;
-            }
-            if SHAPE_OPS.contains(&n.op_type.as_str()) {
-                stack.extend(n.output.iter().cloned());
-            }
-        }
-    }
-    false
-}
-
-/// Element-wise steps between an attention energy and its softmax (CAM's
-/// `max(E) - E`, scaling): a MatMul whose output reaches a Softmax through these and
-/// [`SHAPE_OPS`] computes energies, which stay float.
-const ENERGY_OPS: &[&str] = &[
-    "Sub",
-    "Neg",
-    "Mul",
-    "Div",
-    "Add",
-    "ReduceMax",
-    "Max",
-    "Expand",
-];
-
-/// Whether `t` feeds a Softmax through [`SHAPE_OPS`] and [`ENERGY_OPS`] only.
-fn reaches_softmax(g: &GraphProto, cons: &HashMap<&str, Vec<(usize, usize)>>, t: &str) -> bool {
-    let mut stack = vec![t.to_string()];
-    let mut seen = HashSet::new();
-    while let Some(t) = stack.pop() {
-        if !seen.insert(t.clone()) {
-            continue;
-        }
-        for &(i, _) in cons.get(t.as_str()).map(Vec::as_slice).unwrap_or(&[]) {
-            let op = g.node[i].op_type.as_str();
-            if op == "Softmax" || op == "LogSoftmax" {
-                return true;
-            }
-            if SHAPE_OPS.contains(&op) || ENERGY_OPS.contains(&op) {
-                stack.extend(g.node[i].output.iter().cloned());
-            }
-        }
-    }
-    false
-}
-
-/// Chooses the tensors to quantise. `keep_float` names nodes left alone.
-pub fn plan(model: &ModelProto, keep_float: &[String]) -> Result<Plan, CalibrationError> {
-    let g = graph(model)?;
-    let inits: HashMap<&str, &TensorProto> =
-        g.initializer.iter().map(|t| (t.name.as_str(), t)).collect();
-    if let Some(t) = g.initializer.iter().find(|t| !t.external_data.is_empty()) {
-        return Err(CalibrationError::Model(format!(
-            "initialiser {:?} is stored as external data, which calibration does not read",
-            t.name
-        )));
-    }
-    if let Some(t) = g
-        .initializer
-        .iter()
-        .find(|t| t.data_type != DataType::Float as i32 && t.dims.len() >= 2)
-    {
-        return Err(CalibrationError::Model(format!(
-            "weight {:?} is not float32 (fp16 exports cannot be calibrated: export fp32)",
-            t.name
-        )));
-    }
-    let keep: HashSet<&str> = keep_float.iter().map(String::as_str).collect();
-    let names: HashSet<&str> = g.node.iter().map(|n| n.name.as_str()).collect();
-    if let Some(missing) = keep_float.iter().find(|k| !names.contains(k.as_str())) {
-        return Err(CalibrationError::Model(format!(
-            "--keep-float names node {missing:?}, which is not in the graph"
-        )));
-    }
-    let producer: HashMap<&str, &NodeProto> = g
-        .node
-        .iter()
-        .flat_map(|n| n.output.iter().map(move |o| (o.as_str(), n)))
-        .collect();
-    let cons = consumers(g);
-    let from_softmax = |t: &str| {
-        let mut t = t.to_string();
-        loop {
-            match producer.get(t.as_str()) {
-                Some(n) if n.op_type == "Softmax" || n.op_type == "LogSoftmax" => return true,
-                Some(n) if SHAPE_OPS.contains(&n.op_type.as_str()) && !n.input.is_empty() => {
-                    t = n.input[0].clone()
-                }
-                _ => return false,
-            }
-        }
-    };
-    let mut plan = Plan::default();
-    let mut seen = HashSet::new();
-    for (idx, n) in g.node.iter().enumerate() {
-        if !is_default_domain(n) || keep.contains(n.name.as_str()) {
-            continue;
-        }
-        let acts: Vec<&str> = match n.op_type.as_str() {
-            "Conv" if n.input.len() >= 2 && inits.contains_key(n.input[1].as_str()) => {
-                vec![n.input[0].as_str()]
-            }
-            "MatMul" if n.input.len() == 2 => {
-                // Attention stays float: the energies (into a softmax) and the
-                // attention-weighted sum (out of one).
-                if n.input.iter().any(|i| from_softmax(i))
-                    || reaches_softmax(g, &cons, &n.output[0])
-                {
-                    continue;
-                }
-                n.input
-                    .iter()
-                    .map(String::as_str)
-                    .filter(|i| !inits.contains_key(i))
-                    .collect()
-            }
-            _ => continue,
-        };
-        plan.nodes.push(idx);
-        plan.layer_outputs.push(n.output[0].clone());
-        for a in acts {
-            if seen.insert(a.to_string()) {
-                plan.activations.push(a.to_string());
-            }
-        }
-        if n.op_type != "Conv" {
-            continue;
-        }
-        // The output: through a Relu that is its only consumer, unless it ends float.
-        let out = n.output[0].as_str();
-        let users = cons.get(out).map(Vec::as_slice).unwrap_or(&[]);
-        let source = match users {
-            [(r, 0)]
-                if g.node[*r].op_type == "Relu"
-                    && is_default_domain(&g.node[*r])
-                    && !g.output.iter().any(|o| o.name == out) =>
-            {
-                g.node[*r].output[0].as_str()
-            }
-            _ => out,
-        };
-        if users.is_empty()
-            || reaches_float_only(g, &cons, out)
-            || reaches_float_only(g, &cons, source)
-        {
-            continue;
-        }
-        plan.outputs.push((out.to_string(), source.to_string()));
-        if seen.insert(source.to_string()) {
-            plan.activations.push(source.to_string());
-        }
-    }
-    Ok(plan)
-}
 
 /// A graph output declaring a float32 tensor of any shape.
 pub(crate) fn float_output(name: &str) -> ValueInfoProto {
@@ -312,7 +88,10 @@ fn node(op: &str, name: String, inputs: [&str; 3], output: String, axis: Option<
 /// The float values of an initialiser (raw_data or float_data).
 pub fn float_values(t: &TensorProto) -> Result<Vec<f32>, CalibrationError> {
     builders::float_values(t).ok_or_else(|| {
-        CalibrationError::Model(format!("{:?} is not float32 (or its raw data is cut)", t.name))
+        CalibrationError::Model(format!(
+            "{:?} is not float32 (or its raw data is cut)",
+            t.name
+        ))
     })
 }
 
@@ -331,6 +110,15 @@ pub fn rewrite(
     let quantised_nodes: BTreeSet<usize> = plan.nodes.iter().copied().collect();
     let acts: HashSet<&str> = plan.activations.iter().map(String::as_str).collect();
     let cons = consumers(g);
+    let layout = plan.layout;
+    // Tensors that cannot be negative: Relu outputs (and, in the ORT CPU layout, what a
+    // MaxPool makes of one; see below).
+    let mut relu_output: HashSet<&str> = g
+        .node
+        .iter()
+        .filter(|n| n.op_type == "Relu" && is_default_domain(n))
+        .flat_map(|n| n.output.iter().map(String::as_str))
+        .collect();
     let threshold = |t: &str| {
         thresholds
             .get(t)
@@ -342,17 +130,39 @@ pub fn rewrite(
     // Node index -> input slots read through a dedicated Q/DQ pair.
     let mut slots: BTreeMap<usize, BTreeSet<usize>> = BTreeMap::new();
     for (t, src) in &plan.outputs {
-        scale_source.insert(t.as_str(), src.as_str());
-        for &(i, slot) in cons.get(t.as_str()).map(Vec::as_slice).unwrap_or(&[]) {
+        // Portable: `Conv -> Q -> DQ -> Relu` (exact: zero point 0). ORT CPU: `Conv ->
+        // Relu -> Q` over [0, T], which ORT fuses into the Conv.
+        let t = match layout {
+            Layout::Portable => t.as_str(),
+            Layout::OrtCpu => src.as_str(),
+        };
+        scale_source.insert(t, src.as_str());
+        for &(i, slot) in cons.get(t).map(Vec::as_slice).unwrap_or(&[]) {
             slots.entry(i).or_default().insert(slot);
         }
     }
     for &idx in &quantised_nodes {
         let n = &g.node[idx];
         for (slot, name) in n.input.iter().enumerate() {
-            if acts.contains(name.as_str()) && (slot == 0 || n.op_type == "MatMul") {
+            if acts.contains(name.as_str())
+                && (slot == 0 || n.op_type == "MatMul" || n.op_type == "Add")
+            {
                 scale_source.entry(name.as_str()).or_insert(name.as_str());
                 slots.entry(idx).or_default().insert(slot);
+            }
+        }
+    }
+    // ORT CPU: a MaxPool between two quantised tensors gets its input's scale and zero
+    // point on its output too, so that ORT runs `DQ -> MaxPool -> Q` as a uint8 MaxPool
+    // (max commutes with a shared monotone quantisation: exact).
+    if layout == Layout::OrtCpu {
+        for n in g.node.iter().filter(|n| n.op_type == "MaxPool" && is_default_domain(n)) {
+            let (input, output) = (n.input[0].as_str(), n.output[0].as_str());
+            if let (Some(&src), true) = (scale_source.get(input), acts.contains(output)) {
+                scale_source.insert(output, src);
+                if relu_output.contains(input) {
+                    relu_output.insert(output);
+                }
             }
         }
     }
@@ -365,6 +175,8 @@ pub fn rewrite(
     let mut nodes: Vec<NodeProto> = Vec::new();
     // Activation scale/zero point initialisers written, and pairs per tensor so far.
     let mut pairs: BTreeMap<String, usize> = BTreeMap::new();
+    // The ORT CPU layout's one pair per tensor: its DQ output and scale.
+    let mut shared: HashMap<String, (String, f32)> = HashMap::new();
 
     for (idx, n) in g.node.iter().enumerate() {
         let mut n = n.clone();
@@ -379,6 +191,11 @@ pub fn rewrite(
                 n.input[slot] = deq.clone();
                 continue;
             }
+            if let Some(pair) = shared.get(&name) {
+                n.input[slot] = pair.0.clone();
+                rewired.insert(name, pair.clone());
+                continue;
+            }
             let src = scale_source
                 .get(name.as_str())
                 .copied()
@@ -389,14 +206,16 @@ pub fn rewrite(
             } else {
                 format!("_{k}")
             };
-            let scale = f32::from_bits(scale_of(threshold(src)?).to_bits() + *k as u32);
             let (s, z) = (
                 format!("{name}_scale{suffix}"),
                 format!("{name}_zero_point"),
             );
+            let (scale, zero_point) =
+                layout.activation(threshold(src)?, relu_output.contains(name.as_str()), &z);
+            let scale = f32::from_bits(scale.to_bits() + *k as u32);
             new_inits.push(tensor_f32(s.clone(), &[], &[scale]));
             if *k == 0 {
-                new_inits.push(tensor_i8(z.clone(), &[], &[0]));
+                new_inits.push(zero_point);
             }
             *k += 1;
             let qn = format!("{name}_quantized{suffix}");
@@ -415,6 +234,9 @@ pub fn rewrite(
                 deq.clone(),
                 None,
             ));
+            if !layout.pair_per_consumer() {
+                shared.insert(name.clone(), (deq.clone(), scale));
+            }
             rewired.insert(name, (deq.clone(), scale));
             n.input[slot] = deq;
         }
@@ -548,47 +370,4 @@ pub fn rewrite(
             value,
         });
     Ok(m)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn node(op: &str, name: &str, inputs: &[&str], outputs: &[&str]) -> NodeProto {
-        NodeProto {
-            op_type: op.into(),
-            name: name.into(),
-            input: inputs.iter().map(|s| s.to_string()).collect(),
-            output: outputs.iter().map(|s| s.to_string()).collect(),
-            ..Default::default()
-        }
-    }
-
-    #[test]
-    fn attention_matmuls_stay_float() {
-        // CAM-like: E = X X^T, max(E) - E, softmax, A X; then a projection MatMul.
-        let graph = GraphProto {
-            node: vec![
-                node("MatMul", "energy", &["x", "xt"], &["e"]),
-                node("ReduceMax", "max", &["e"], &["m"]),
-                node("Sub", "flip", &["m", "e"], &["d"]),
-                node("Softmax", "softmax", &["d"], &["a"]),
-                node("MatMul", "weighted", &["a", "x"], &["y"]),
-                node("MatMul", "project", &["y", "p"], &["out"]),
-            ],
-            output: vec![float_output("out")],
-            ..Default::default()
-        };
-        let model = ModelProto {
-            graph: Some(graph),
-            ..Default::default()
-        };
-        let plan = plan(&model, &[]).unwrap();
-        let names: Vec<&str> = plan
-            .nodes
-            .iter()
-            .map(|&i| model.graph.as_ref().unwrap().node[i].name.as_str())
-            .collect();
-        assert_eq!(names, ["project"]);
-    }
 }

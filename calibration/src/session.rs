@@ -30,10 +30,36 @@ pub struct OrtModel {
 
 impl OrtModel {
     pub fn new(bytes: &[u8], threads: Option<usize>) -> Result<Self, CalibrationError> {
+        Self::build(bytes, threads, None)
+    }
+
+    /// A session that records ONNX Runtime's profile (one event per kernel run) into a
+    /// file starting with `prefix`; [`OrtModel::end_profiling`] closes it.
+    pub fn profiled(
+        bytes: &[u8],
+        threads: Option<usize>,
+        prefix: &std::path::Path,
+    ) -> Result<Self, CalibrationError> {
+        Self::build(bytes, threads, Some(prefix))
+    }
+
+    /// Stops profiling; the path of the profile ONNX Runtime wrote.
+    pub fn end_profiling(&mut self) -> Result<String, CalibrationError> {
+        self.session.end_profiling().map_err(ort_err)
+    }
+
+    fn build(
+        bytes: &[u8],
+        threads: Option<usize>,
+        profile: Option<&std::path::Path>,
+    ) -> Result<Self, CalibrationError> {
         let env = environment()?;
         let mut b = Session::builder(&env).map_err(ort_err)?;
         if let Some(n) = threads {
             b = b.with_intra_threads(n).map_err(ort_err)?;
+        }
+        if let Some(prefix) = profile {
+            b = b.with_profiling(prefix).map_err(ort_err)?;
         }
         let session = b.commit_from_memory(bytes).map_err(ort_err)?;
         let input = session

@@ -8,7 +8,9 @@
 use std::path::{Path, PathBuf};
 
 use prost::Message;
-use segtool_calibration::auto::{auto_calibrate, holdout_split, AutoOptions, RowKind, Target};
+use segtool_calibration::auto::{
+    auto_calibrate, final_check_split, holdout_split, AutoOptions, RowKind, Target,
+};
 use segtool_calibration::compare::{compare_models, CompareOptions};
 use segtool_calibration::session::OrtModel;
 use segtool_calibration::{calibrate, model_spec, CalibrationOptions, Feed, Method};
@@ -246,12 +248,16 @@ fn auto_keeps_the_fewest_float_layers_that_meet_the_target() {
     );
 
     // A target between the best single layer and the best pair: two layers needed.
+    // The search alone: every validation image searched, the pooled agreement as the
+    // criterion (the margin is tested below).
     let target = (one + two) / 2.0;
     let auto = AutoOptions {
         target: Target::MinAgreement(target),
         candidates: 3,
         latency_runs: 1,
         latency_rounds: 1,
+        final_check: 0.0,
+        confidence: 0.0,
         ..Default::default()
     };
     let r = auto_calibrate(&model, &calib, &val, &opts(), &auto).unwrap();
@@ -342,6 +348,78 @@ fn auto_keeps_the_fewest_float_layers_that_meet_the_target() {
         err.to_string().contains("also a calibration image"),
         "{err}"
     );
+}
+
+#[test]
+fn auto_searches_by_the_lower_bound_and_checks_on_held_out_images() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = chain_model();
+    let fp32 = model.encode_to_vec();
+    let images = write_images(dir.path(), 16);
+    let (calib, val) = holdout_split(&images);
+    // A quarter of the 8 validation images, spread evenly, held out of the search.
+    let (search, check) = final_check_split(&val, 0.25);
+    assert_eq!(check, [val[3].clone(), val[7].clone()]);
+    assert_eq!(search.len(), 6);
+    assert_eq!(final_check_split(&val, 0.0).1.len(), 0);
+    assert_eq!(final_check_split(&val[..1], 0.5).1.len(), 0);
+    assert_eq!(final_check_split(&val, 0.99).0.len(), 1);
+
+    let target = 0.999;
+    let auto = AutoOptions {
+        target: Target::MinAgreement(target),
+        candidates: 3,
+        latency_runs: 0,
+        ..Default::default()
+    };
+    assert_eq!((auto.final_check, auto.confidence), (0.25, 0.95));
+    let r = auto_calibrate(&model, &calib, &val, &opts(), &auto).unwrap();
+    eprintln!("{}", r.to_text());
+    assert_eq!(r.validation_images, 6);
+
+    // The all-INT8 row's bound, from its per-image agreements on the search images and
+    // the printed t table (0.95, 5 degrees of freedom: 2.015048).
+    let reference = argmax(&fp32, &search);
+    let int8 = argmax(&calibrate(&model, &calib, &opts()).unwrap().model, &search);
+    let per_image: Vec<f64> = int8
+        .iter()
+        .zip(&reference)
+        .map(|(a, b)| agreement(&[a.clone()], &[b.clone()]))
+        .collect();
+    let mean = per_image.iter().sum::<f64>() / 6.0;
+    let sd = (per_image.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / 5.0).sqrt();
+    let want = mean - 2.015048 * sd / 6f64.sqrt();
+    let got = r.rows[1].agreement_bound;
+    assert!(
+        sd > 0.0,
+        "the images should differ in agreement: {per_image:?}"
+    );
+    assert!(
+        (got - want).abs() <= 3e-3 * (mean - want),
+        "bound {got}, table {want}"
+    );
+    assert_eq!(r.rows[1].agreement, agreement(&int8, &reference));
+    // Every row is judged by its bound.
+    for row in &r.rows[1..] {
+        assert!(row.agreement_bound <= row.agreement + 1e-12, "{row:?}");
+        assert_eq!(row.meets_target, row.agreement_bound >= target, "{row:?}");
+    }
+
+    // The final check: the model written, on the two held-out images, against fp32.
+    let f = r.final_check.as_ref().expect("a final check");
+    assert_eq!(f.images, 2);
+    let held_out = agreement(&argmax(&r.model, &check), &argmax(&fp32, &check));
+    assert_eq!(f.agreement, held_out);
+    assert_eq!(f.meets_target, held_out >= target);
+    let text = r.to_text();
+    assert!(
+        text.contains("final check on 2 validation images the search did not use"),
+        "{text}"
+    );
+    assert!(text.contains("95% lower confidence bound"), "{text}");
+    let json = r.to_json();
+    assert_eq!(json["final_check"]["images"], 2);
+    assert_eq!(json["confidence"], 0.95);
 }
 
 #[test]

@@ -2,7 +2,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use segtool_calibration::auto::{auto_calibrate, holdout_split, AutoOptions, Target};
-use segtool_calibration::qdq::WeightRange;
+use segtool_calibration::qdq::{Layout, WeightRange};
 use segtool_calibration::report::{compare, CompareOptions};
 use segtool_calibration::{
     calibrate, list_images, load_model, write_atomic, CalibrationOptions, Feed, Method,
@@ -42,6 +42,13 @@ pub struct Args {
     /// when this CPU lacks VNNI (x86_64), else full. Recorded in the model's metadata.
     #[arg(long, value_enum, default_value = "auto")]
     pub weight_range: WeightRangeArg,
+    /// Activation type and Q/DQ placement. portable: int8, zero point 0, one Q/DQ pair
+    /// per consumer (TensorRT, ONNX Runtime on any provider, tract). ort-cpu: uint8, one
+    /// pair per tensor, Relus folded into the quantised range and Adds quantised, which
+    /// ONNX Runtime's CPU provider fuses further (QLinearConv with the Relu, QLinearAdd);
+    /// TensorRT refuses its nonzero zero points. Recorded in the model's metadata.
+    #[arg(long, value_enum, default_value = "portable")]
+    pub layout: LayoutArg,
     /// Nodes left in float, comma-separated node names.
     #[arg(long, value_delimiter = ',')]
     pub keep_float: Vec<String>,
@@ -91,6 +98,16 @@ pub struct Args {
     /// --auto: validation images used (the first in name order).
     #[arg(long, default_value_t = 200)]
     pub val_samples: usize,
+    /// --auto: fraction of the validation images held out of the search, spread evenly
+    /// over them, for a final check of the chosen mix (reported; 0: no final check).
+    #[arg(long, default_value_t = 0.25)]
+    pub final_check: f64,
+    /// --auto with --min-agreement: the search counts a mix as meeting the target when
+    /// this one-sided lower confidence bound of its mean per-image agreement does
+    /// (Student's t over the search images), a margin for images it did not see (0: the
+    /// agreement itself).
+    #[arg(long, default_value_t = 0.95)]
+    pub confidence: f64,
     /// --auto: worst layers by SNR searched. Evaluations of the validation set, after the
     /// all-INT8 one: 1 + ceil(log2 N) for the bisection plus at most k - 1 for the
     /// refinement, k the layers chosen (N = 24: at most 6 + k - 1, against a greedy
@@ -190,6 +207,10 @@ fn calibration_options(args: &Args) -> Result<CalibrationOptions> {
             WeightRangeArg::Full => WeightRange::Full,
             WeightRangeArg::Reduced => WeightRange::Reduced,
         },
+        layout: match args.layout {
+            LayoutArg::Portable => Layout::Portable,
+            LayoutArg::OrtCpu => Layout::OrtCpu,
+        },
         keep_float: args.keep_float.clone(),
         batch_size: args.batch_size,
         threads: args.threads,
@@ -242,6 +263,8 @@ fn run_auto(args: Args) -> Result<()> {
         labels: args.labels.clone(),
         candidates: args.candidates,
         val_samples: args.val_samples,
+        final_check: args.final_check,
+        confidence: args.confidence,
         snr_samples: args.report_samples,
         latency_runs: args.latency_runs,
         latency_rounds: args.latency_rounds,
@@ -278,6 +301,12 @@ fn run_auto(args: Args) -> Result<()> {
         r.target.metric_name()
     );
     Ok(())
+}
+
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum LayoutArg {
+    Portable,
+    OrtCpu,
 }
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]

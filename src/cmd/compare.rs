@@ -1,11 +1,13 @@
 //! `segtool compare A.onnx B.onnx --images DIR`: per-layer differences of two exports of
-//! one checkpoint (the work is `segtool_calibration::compare`).
+//! one checkpoint (the work is `segtool_calibration::compare`), then which kernels ONNX
+//! Runtime ran for each file (`segtool_calibration::kernels`: int8, float, conversions).
 
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use segtool_calibration::compare::{compare_models, CompareOptions};
-use segtool_calibration::{list_images, load_model, write_atomic, Feed};
+use segtool_calibration::kernels::census;
+use segtool_calibration::{list_images, load_model, read_image, write_atomic, Feed};
 
 use crate::args::card::CardArgs;
 
@@ -65,10 +67,28 @@ pub fn run(args: Args) -> Result<()> {
     let c = compare_models(&a, &b, &images, &feed, &opts)
         .with_context(|| format!("comparing {} with {}", args.a.display(), args.b.display()))?;
     print!("{}", c.to_text());
+    // What each file ran as in ONNX Runtime (CPU): its profile of one run on the first
+    // image, after ORT's own graph optimisations.
+    let first = images.first().context("no images")?;
+    let x = feed.tensor(&read_image(first)?)?;
+    let mut kernels = serde_json::Map::new();
+    for (label, path) in [("a", &args.a), ("b", &args.b)] {
+        let bytes = std::fs::read(path).with_context(|| path.display().to_string())?;
+        let k = census(&bytes, x.view(), args.threads)
+            .with_context(|| format!("profiling {} in ONNX Runtime", path.display()))?;
+        print!(
+            "ONNX Runtime CPU kernels of {} (profile of one run, {}):\n{}",
+            path.display(),
+            first.display(),
+            k.summary()
+        );
+        kernels.insert(label.into(), k.to_json());
+    }
     if let Some(path) = &args.json {
         let mut json = c.to_json();
         json["a"] = args.a.display().to_string().into();
         json["b"] = args.b.display().to_string().into();
+        json["kernels"] = kernels.into();
         write_atomic(path, serde_json::to_string_pretty(&json)?.as_bytes())?;
     }
     Ok(())

@@ -8,6 +8,7 @@ use crate::CalibrationError;
 pub(super) struct Measured {
     pub(super) float: Vec<String>,
     pub(super) agreement: f64,
+    pub(super) agreement_bound: f64,
     pub(super) miou: Option<f64>,
     pub(super) ok: bool,
     pub(super) bytes: Vec<u8>,

@@ -19,6 +19,50 @@ impl AutoResult {
         }
     }
 
+    /// How the search decided that a mix meets the target.
+    pub fn criterion(&self) -> String {
+        match self.target {
+            Target::MinAgreement(_) if self.confidence > 0.0 => format!(
+                "the {:.0}% lower confidence bound of the mean per-image agreement on the {} search images",
+                self.confidence * 100.0,
+                self.validation_images
+            ),
+            Target::MinAgreement(_) => format!(
+                "the agreement on the {} search images",
+                self.validation_images
+            ),
+            Target::MaxMiouDrop(_) => {
+                format!("the mIoU on the {} search images", self.validation_images)
+            }
+        }
+    }
+
+    /// The final check in one sentence (or why there was none).
+    pub fn final_check_line(&self) -> String {
+        let Some(f) = &self.final_check else {
+            return "final check: none (no validation images held out of the search)".into();
+        };
+        let figure = match (self.target, f.miou, f.miou_fp32) {
+            (Target::MaxMiouDrop(_), Some(m), Some(fp)) => format!(
+                "mIoU {m:.4} against fp32's {fp:.4} ({:.2} points lost)",
+                (fp - m) * 100.0
+            ),
+            _ => format!("{:.3}% agreement", f.agreement * 100.0),
+        };
+        format!(
+            "final check on {} validation images the search did not use: {figure}: {}",
+            f.images,
+            if f.meets_target {
+                format!("meets {}", self.target.describe())
+            } else {
+                format!(
+                    "MISSES {} (the search's images were not representative enough: give more validation images, or raise --confidence)",
+                    self.target.describe()
+                )
+            }
+        )
+    }
+
     /// One sentence: what was chosen, or honestly that no mix meets the target(s).
     pub fn verdict(&self) -> String {
         let t = self.target.describe();
@@ -34,8 +78,16 @@ impl AutoResult {
                     .speedup(i)
                     .map(|s| format!(", {s:.2}x fp32's ORT CPU speed"))
                     .unwrap_or_default();
+                let bound = match self.target {
+                    Target::MinAgreement(_) if self.confidence > 0.0 => format!(
+                        " ({:.0}% lower bound {:.3}%)",
+                        self.confidence * 100.0,
+                        r.agreement_bound * 100.0
+                    ),
+                    _ => String::new(),
+                };
                 let mut s = format!(
-                    "chosen: {} ({} float layer(s)) meets {t} with {:.3}% agreement{}{speed}",
+                    "chosen: {} ({} float layer(s)) meets {t} with {:.3}% agreement{bound}{}{speed}",
                     r.label(),
                     r.float_layers.len(),
                     r.agreement * 100.0,
@@ -56,14 +108,15 @@ impl AutoResult {
 
     pub fn csv(&self) -> String {
         let mut s = String::from(
-            "row,float_layers,agreement,miou,latency_ms,speedup,size_bytes,meets_target,chosen\n",
+            "row,float_layers,agreement,agreement_bound,miou,latency_ms,speedup,size_bytes,meets_target,chosen\n",
         );
         for (i, r) in self.rows.iter().enumerate() {
             s += &format!(
-                "{},{},{:.6},{},{:.3},{},{},{},{}\n",
+                "{},{},{:.6},{:.6},{},{:.3},{},{},{},{}\n",
                 csv_field(&r.label()),
                 csv_field(&r.float_layers.join(" ")),
                 r.agreement,
+                r.agreement_bound,
                 r.miou.map(|m| format!("{m:.6}")).unwrap_or_default(),
                 r.latency_ms,
                 self.speedup(i)
@@ -87,6 +140,7 @@ impl AutoResult {
                     "row": r.label(),
                     "float_layers": r.float_layers,
                     "agreement": r.agreement,
+                    "agreement_bound": r.agreement_bound,
                     "miou": r.miou,
                     "latency_ms": r.latency_ms,
                     "speedup": self.speedup(i),
@@ -106,6 +160,12 @@ impl AutoResult {
             },
             "calibration_images": self.calibration_images,
             "validation_images": self.validation_images,
+            "criterion": self.criterion(),
+            "confidence": self.confidence,
+            "final_check": self.final_check.as_ref().map(|f| serde_json::json!({
+                "images": f.images, "agreement": f.agreement, "miou": f.miou,
+                "miou_fp32": f.miou_fp32, "meets_target": f.meets_target,
+            })),
             "quantised_layers": self.quantised_layers,
             "latency": "ONNX Runtime CPU, one validation image, median over rounds x runs interleaved across the models",
             "rows": rows,
@@ -116,7 +176,8 @@ impl AutoResult {
                 "node": c.node, "output": c.output, "snr_db": c.snr_db, "cosine": c.cosine,
             })).collect::<Vec<_>>(),
             "trials": self.trials.iter().map(|t| serde_json::json!({
-                "step": t.step, "layer": t.layer, "agreement": t.agreement, "miou": t.miou,
+                "step": t.step, "layer": t.layer, "agreement": t.agreement,
+                "agreement_bound": t.agreement_bound, "miou": t.miou,
             })).collect::<Vec<_>>(),
         })
     }
@@ -130,23 +191,24 @@ impl AutoResult {
             .unwrap_or(4)
             .clamp(4, 56);
         let mut s = format!(
-            "--auto: {} on {} validation images (calibrated on {}); {} of {} quantised layers searched, worst SNR first\n",
+            "--auto: {} by {} (calibrated on {} images); {} of {} quantised layers searched, worst SNR first\n",
             self.target.describe(),
-            self.validation_images,
+            self.criterion(),
             self.calibration_images,
             self.candidates.len(),
             self.quantised_layers
         );
         s += &format!(
-            "  {:<w$} {:>10} {:>8} {:>11} {:>8} {:>10}  target\n",
-            "model", "agreement", "mIoU", "latency ms", "speedup", "size KB"
+            "  {:<w$} {:>10} {:>11} {:>8} {:>11} {:>8} {:>10}  target\n",
+            "model", "agreement", "lower bound", "mIoU", "latency ms", "speedup", "size KB"
         );
         for (i, r) in self.rows.iter().enumerate() {
             let mark = if Some(i) == self.chosen { '*' } else { ' ' };
             s += &format!(
-                "{mark} {:<w$} {:>9.3}% {:>8} {:>11.3} {:>8} {:>10.1}  {}\n",
+                "{mark} {:<w$} {:>9.3}% {:>10.3}% {:>8} {:>11.3} {:>8} {:>10.1}  {}\n",
                 r.label(),
                 r.agreement * 100.0,
+                r.agreement_bound * 100.0,
                 r.miou
                     .map(|m| format!("{m:.4}"))
                     .unwrap_or_else(|| "-".into()),
@@ -159,6 +221,8 @@ impl AutoResult {
             );
         }
         s += &self.verdict();
+        s.push('\n');
+        s += &self.final_check_line();
         s.push('\n');
         s
     }
