@@ -23,7 +23,7 @@ accuracy-driven searches see), 40 held out (what the table's agreement is measur
 Contenders, each fed the same calibration PNGs (preprocessed as segtool's runtime does:
 tests/reference/model_input.normalise with the spec's mean/std):
   * segtool calibrate --per-channel --method minmax, --layout portable and ort-cpu;
-  * segtool calibrate --auto --min-agreement 0.99 / 0.995 (ort-cpu, 24 candidates);
+  * segtool calibrate --auto --min-agreement 0.99 / 0.995 (ort-cpu, every quantised layer a candidate);
     evaluations = the all-INT8 one + the search's trials (its .auto.json);
   * onnxruntime quantize_static: QDQ, per channel, MinMax, defaults otherwise (int8
     activations and weights); and its best CPU setting (uint8 asymmetric activations,
@@ -322,7 +322,7 @@ def segtool_calibrate(c, name, layout, auto=None):
         row["note"] = "portable: segtool has no --layout"
     if auto is not None:
         cmd += ["--auto", "--min-agreement", str(auto), "--val-images", c.val_dir,
-                "--candidates", "24"]
+                "--candidates", "1000"]
     log = os.path.join(c.qdir, f"{name}.log")
     t = time.perf_counter()
     with open(log, "w") as f:

@@ -15,11 +15,15 @@
 //!   queues without bound.
 //! - A bad message is counted under its cause, reported once per cause through the event
 //!   callback, and never stops later frames.
+//! - The pictures (`color_mask`, `overlay`) are drawn only while someone subscribes to
+//!   them, as ros_deep_learning's segnet does: on a small machine their drawing would
+//!   otherwise take CPU from the engine for images nobody looks at. ros2-client's spinner
+//!   (a thread of its own) keeps the count of matched subscribers.
 //!
 //! The node adds no segmentation logic: the masks are the [`Segmenter`]'s.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -120,6 +124,29 @@ struct Outputs {
     class_mask: Publisher<Image>,
     color_mask: Publisher<Image>,
     overlay: Publisher<Image>,
+    /// Which pictures someone subscribes to ([`COLOR`], [`OVERLAY`] bits), refreshed by
+    /// the main loop.
+    wanted: AtomicU8,
+}
+
+const COLOR: u8 = 1;
+const OVERLAY: u8 = 2;
+
+impl Outputs {
+    fn refresh_wanted(&self, node: &Node) {
+        let mut bits = 0;
+        if self.color_mask.get_subscription_count(node) > 0 {
+            bits |= COLOR;
+        }
+        if self.overlay.get_subscription_count(node) > 0 {
+            bits |= OVERLAY;
+        }
+        self.wanted.store(bits, Ordering::Relaxed);
+    }
+
+    fn wants(&self, bit: u8) -> bool {
+        self.wanted.load(Ordering::Relaxed) & bit != 0
+    }
 }
 
 fn qos(reliable: bool) -> QosProfile {
@@ -231,16 +258,25 @@ pub fn run(
         let t = topic::<Image>(&mut node, n, &qos)?;
         node.create_publisher(&t, None).map_err(dds)
     };
-    let outputs = Outputs {
+    let outputs = Arc::new(Outputs {
         class_mask: publisher(&names[0])?,
         color_mask: publisher(&names[1])?,
         overlay: publisher(&names[2])?,
-    };
+        wanted: AtomicU8::new(0),
+    });
     let diag_qos = qos_reliable_diagnostics();
     let diag_topic =
         topic::<DiagnosticArray>(&mut node, &ros.resolve(&name, "/diagnostics"), &diag_qos)?;
     let diagnostics_pub: Publisher<DiagnosticArray> =
         node.create_publisher(&diag_topic, None).map_err(dds)?;
+    // Matched subscribers are counted by the spinner; it stops when the node is dropped.
+    let spinner = node.spinner().map_err(dds)?;
+    std::thread::Builder::new()
+        .name("segtool-ros2-spin".into())
+        .spawn(move || {
+            let _ = futures::executor::block_on(spinner.spin());
+        })
+        .map_err(|e| NodeError::Dds(format!("cannot start the spinner thread: {e}")))?;
 
     let provider = segmenter.engine().provider().to_string();
     let fallbacks = segmenter.fallback_summary();
@@ -269,6 +305,7 @@ pub fn run(
 
     let publisher_thread = {
         let (stream, waiting, window) = (stream.clone(), waiting.clone(), window.clone());
+        let outputs = outputs.clone();
         std::thread::Builder::new()
             .name("segtool-ros2-publish".into())
             .spawn(move || publish_masks(&stream, &waiting, &window, &outputs, classes, &palette))
@@ -289,6 +326,7 @@ pub fn run(
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             other => other.map_err(dds)?,
         }
+        outputs.refresh_wanted(&node);
         // Edge-triggered: take everything that has arrived (also after a timeout, in case
         // an edge came between takes).
         while let Some((header, frame)) = camera.take() {
@@ -377,14 +415,18 @@ fn publish_masks(
             .class_mask
             .publish(frames::class_mask(&header, &mask, classes));
         let latency = frame.submitted.elapsed();
-        let color = colorize(mask.view(), palette);
-        let _ = outputs
-            .color_mask
-            .publish(frames::rgb_message(&header, &color));
-        let blended = overlay(&img, mask.view(), palette, DEFAULT_ALPHA);
-        let _ = outputs
-            .overlay
-            .publish(frames::rgb_message(&header, &blended));
+        if outputs.wants(COLOR) {
+            let color = colorize(mask.view(), palette);
+            let _ = outputs
+                .color_mask
+                .publish(frames::rgb_message(&header, &color));
+        }
+        if outputs.wants(OVERLAY) {
+            let blended = overlay(&img, mask.view(), palette, DEFAULT_ALPHA);
+            let _ = outputs
+                .overlay
+                .publish(frames::rgb_message(&header, &blended));
+        }
         window
             .lock()
             .unwrap_or_else(|e| e.into_inner())

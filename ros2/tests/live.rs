@@ -149,6 +149,27 @@ fn check_masks(dir: &Path, summary: &Value, model: &Path, ext: &str) -> usize {
     received.len()
 }
 
+/// Every answered frame's colour mask arrived (someone subscribes: the node draws it),
+/// with its stamp, and is the palette's colour of each class in its class mask.
+fn check_colors(dir: &Path, summary: &Value) {
+    let palette = tiny_spec(3).palette;
+    let colors = summary["colors"].as_array().unwrap();
+    assert_eq!(
+        colors.len(),
+        summary["received"].as_array().unwrap().len(),
+        "one colour mask per class mask: {summary}"
+    );
+    for c in colors {
+        assert_eq!(c["encoding"], "rgb8", "{c}");
+        let stamp = format!("{}_{}", c["sec"], c["nanosec"]);
+        let (h, w, classes) = npy_u8(&dir.join(format!("masks/{stamp}.npy")));
+        let (ch, cw, rgb) = npy_u8(&dir.join(format!("colors/{stamp}.npy")));
+        assert_eq!((ch, cw), (h, w * 3), "colour mask size of {stamp}");
+        let want: Vec<u8> = classes.iter().flat_map(|&k| palette[k as usize]).collect();
+        assert_eq!(rgb, want, "colour mask of {stamp}");
+    }
+}
+
 fn count(summary: &Value, key: &str) -> u64 {
     summary["diagnostics"][key]
         .as_str()
@@ -163,11 +184,24 @@ fn raw_frames_and_bad_messages_over_cyclone_dds() {
     let d = domain(0);
     let node = NodeProcess::start(&model, d, &["--reliable"]);
     let out = tmp.path().join("raw");
-    let summary = camera(&out, d, &["--frames", "12", "--bad", "--rate", "30"]);
+    let summary = camera(
+        &out,
+        d,
+        &[
+            "--frames",
+            "12",
+            "--bad",
+            "--rate",
+            "30",
+            "--colors",
+            "/seg/color_mask",
+        ],
+    );
     assert_eq!(summary["matched"], true, "discovery: {summary}");
     let sent = summary["sent"].as_u64().unwrap();
     let answered = check_masks(&out, &summary, &model, "png");
     assert!(answered > 0, "{summary}");
+    check_colors(&out, &summary);
     assert!(summary["diagnostics_messages"].as_u64().unwrap() >= 1);
     assert_eq!(
         count(&summary, "answered") + count(&summary, "dropped"),

@@ -118,6 +118,7 @@ def main():
     ap.add_argument("--domain", type=int, required=True)
     ap.add_argument("--topic", default="/cam/image_raw")
     ap.add_argument("--masks", default="/seg/class_mask")
+    ap.add_argument("--colors", help="also subscribe to this color_mask topic (rgb8)")
     ap.add_argument("--frames", type=int, default=8)
     ap.add_argument("--size", default="96x64")
     ap.add_argument("--rate", type=float, default=20.0)
@@ -134,6 +135,9 @@ def main():
     dp = DomainParticipant(a.domain)
     q = qos(a.reliable, 16)
     masks = DataReader(dp, Topic(dp, dds_name(a.masks), Image), qos=q)
+    colors = DataReader(dp, Topic(dp, dds_name(a.colors), Image), qos=q) if a.colors else None
+    if colors is not None:
+        os.makedirs(os.path.join(a.out, "colors"), exist_ok=True)
     diag = DataReader(dp, Topic(dp, "rt/diagnostics", DiagnosticArray),
                       qos=qos(True, 16))
     if a.compressed:
@@ -144,10 +148,13 @@ def main():
     # Wait until the node's reader and writer are matched (discovery on loopback).
     deadline = time.time() + a.discovery_s
     while time.time() < deadline:
-        if writer.get_matched_subscriptions() and masks.get_matched_publications():
+        if (writer.get_matched_subscriptions() and masks.get_matched_publications()
+                and (colors is None or colors.get_matched_publications())):
             break
         time.sleep(0.05)
     matched = bool(writer.get_matched_subscriptions())
+    if colors is not None:
+        time.sleep(0.5)  # the node counts its picture subscribers once a poll (<= 0.1 s)
 
     rng = np.random.default_rng(11)
     bad_sent = 0
@@ -187,6 +194,7 @@ def main():
         time.sleep(period)
 
     received = []
+    colored = []
     last_diag = {}
     diag_count = 0
     deadline = time.time() + a.listen_s
@@ -199,19 +207,27 @@ def main():
             received.append({"sec": m.header.stamp.sec, "nanosec": m.header.stamp.nanosec,
                              "frame_id": m.header.frame_id, "encoding": m.encoding,
                              "size": [m.height, m.width]})
+        for m in colors.take(N=64) if colors is not None else []:
+            if not isinstance(m, Image):
+                continue
+            arr = np.frombuffer(bytes(m.data), dtype=np.uint8).reshape(m.height, m.step)
+            np.save(os.path.join(a.out, "colors", f"{m.header.stamp.sec}_{m.header.stamp.nanosec}.npy"), arr)
+            colored.append({"sec": m.header.stamp.sec, "nanosec": m.header.stamp.nanosec,
+                            "encoding": m.encoding, "size": [m.height, m.width]})
         for d in diag.take(N=64):
             if isinstance(d, DiagnosticArray) and d.status:
                 diag_count += 1
                 last_diag = {kv.key: kv.value for kv in d.status[0].values}
         done = last_diag and int(last_diag.get("answered", 0)) + int(last_diag.get("dropped", 0)) >= sent
-        if done and len(received) >= int(last_diag.get("answered", 0)):
+        if done and len(received) >= int(last_diag.get("answered", 0)) and (
+                colors is None or len(colored) >= len(received)):
             break
         time.sleep(0.05)
-    print(json.dumps({"matched": matched, "sent": sent, "bad_sent": bad_sent, "received": received,
-                      "diagnostics_messages": diag_count, "diagnostics": last_diag}))
+    summary = {"matched": matched, "sent": sent, "bad_sent": bad_sent, "received": received,
+               "colors": colored, "diagnostics_messages": diag_count, "diagnostics": last_diag}
+    print(json.dumps(summary))
     with open(os.path.join(a.out, "summary.json"), "w") as f:
-        json.dump({"matched": matched, "sent": sent, "bad_sent": bad_sent, "received": received,
-                   "diagnostics_messages": diag_count, "diagnostics": last_diag}, f)
+        json.dump(summary, f)
 
 
 if __name__ == "__main__":
