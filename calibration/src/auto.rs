@@ -10,11 +10,12 @@
 //!    measuring the target metric (argmax agreement with fp32, or mIoU against labels) of
 //!    mixes that leave the k worst candidates float. An agreement target is met when the
 //!    lower confidence bound of the mean per-image agreement meets it (`confidence`), so
-//!    that the choice carries a margin for images the search did not see: all of them first (if even that misses, no mix meets the
-//!    target), then bisection over k for the smallest k that meets it, then a refinement
-//!    that returns each chosen layer to INT8, least harmful first, when the target still
-//!    holds without it. At most [`search_bound`] evaluations: 1 + ceil(log2 N) + (k - 1)
-//!    for N candidates and k chosen, against a greedy search's N(N+1)/2.
+//!    that the choice carries a margin for images the search did not see. All of them
+//!    first (if even that misses, no mix meets the target), then bisection over k for
+//!    the smallest k that meets it, then a refinement that returns the chosen layers to
+//!    INT8, least harmful first, when the target still holds without them. At most
+//!    [`search_bound`] evaluations: 1 + 2 ceil(log2 N) for N candidates, against a greedy
+//!    search's N(N+1)/2.
 //! 4. The final check: the chosen mix on the validation images held out from the search
 //!    (`final_check`, a fraction spread evenly over the list), reported beside the
 //!    search's figure. It chooses nothing: it says whether the target held on images that

@@ -300,7 +300,8 @@ fn auto_keeps_the_fewest_float_layers_that_meet_the_target() {
     // (the greedy search took 5 here, and N(N+1)/2 in general).
     assert_eq!(r.trials.len(), 4, "{:?}", r.trials);
     assert!(r.trials.len() <= segtool_calibration::auto::search_bound(3));
-    assert_eq!(segtool_calibration::auto::search_bound(24), 1 + 5 + 23);
+    assert_eq!(segtool_calibration::auto::search_bound(24), 1 + 5 + 5);
+    assert_eq!(segtool_calibration::auto::search_bound(39), 1 + 6 + 6);
     let csv = r.csv();
     assert_eq!(csv.lines().count(), 6, "{csv}");
     assert!(csv.lines().nth(3).unwrap().ends_with(",true,true"), "{csv}");

@@ -109,9 +109,8 @@ pub struct Args {
     #[arg(long, default_value_t = 0.95)]
     pub confidence: f64,
     /// --auto: worst layers by SNR searched. Evaluations of the validation set, after the
-    /// all-INT8 one: 1 + ceil(log2 N) for the bisection plus at most k - 1 for the
-    /// refinement, k the layers chosen (N = 24: at most 6 + k - 1, against a greedy
-    /// search's 300).
+    /// all-INT8 one: at most 1 + 2 ceil(log2 N), all N float, the bisection and as many
+    /// refinement trials (N = 24: at most 11, against a greedy search's 300).
     #[arg(long, default_value_t = 24)]
     pub candidates: usize,
     /// --auto: also require this speed-up over fp32 in ONNX Runtime CPU (e.g. 1.3);
