@@ -7,6 +7,7 @@ mod common;
 
 use common::{agreement, p, read_images, segtool};
 
+use std::path::{Path, PathBuf};
 use std::process::Output;
 
 use segtool_runtime::{Backend, OrtOptions, Segmenter};
@@ -26,10 +27,9 @@ fn ok(out: Output) -> Output {
 /// trained model, for which the target is 98%.
 const RANDOM_MODEL_MIN_AGREEMENT: f64 = 0.90;
 
-#[test]
-fn calibrate_every_method_runs_in_ort_and_tract_and_is_deterministic() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
+/// A random tiny DANet exported to `d/m.onnx`, and `d/data` with 8 training and 4
+/// validation images of 48x48 (`segtool generate`).
+fn tiny_model_and_images(d: &Path) -> (PathBuf, PathBuf) {
     let (_, _, ckpt) = common::tiny_checkpoint(d, 3);
     let fp32 = d.join("m.onnx");
     ok(segtool(&[
@@ -39,10 +39,6 @@ fn calibrate_every_method_runs_in_ort_and_tract_and_is_deterministic() {
         "--onnx",
         p(&fp32),
     ]));
-    // For bench/calibrate_vs_ort_quant.py: keep the random tiny model.
-    if let Some(keep) = std::env::var_os("SEGTOOL_CALIBRATE_KEEP_MODEL") {
-        std::fs::copy(&fp32, keep).unwrap();
-    }
     let data = d.join("data");
     ok(segtool(&[
         "generate",
@@ -55,6 +51,18 @@ fn calibrate_every_method_runs_in_ort_and_tract_and_is_deterministic() {
         "--val-count",
         "4",
     ]));
+    (fp32, data)
+}
+
+#[test]
+fn calibrate_every_method_runs_in_ort_and_tract_and_is_deterministic() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (fp32, data) = tiny_model_and_images(d);
+    // For bench/calibrate_vs_ort_quant.py: keep the random tiny model.
+    if let Some(keep) = std::env::var_os("SEGTOOL_CALIBRATE_KEEP_MODEL") {
+        std::fs::copy(&fp32, keep).unwrap();
+    }
     let calib_images = data.join("images/train");
     let val_images = data.join("images/val");
     let imgs = read_images(&val_images);
@@ -159,27 +167,7 @@ fn calibrate_every_method_runs_in_ort_and_tract_and_is_deterministic() {
 fn the_ort_cpu_layout_fuses_at_least_what_onnxruntimes_quantiser_does() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let (_, _, ckpt) = common::tiny_checkpoint(d, 3);
-    let fp32 = d.join("m.onnx");
-    ok(segtool(&[
-        "export",
-        "--checkpoint",
-        p(&ckpt),
-        "--onnx",
-        p(&fp32),
-    ]));
-    let data = d.join("data");
-    ok(segtool(&[
-        "generate",
-        "--out",
-        p(&data),
-        "--size",
-        "48",
-        "--train-count",
-        "8",
-        "--val-count",
-        "4",
-    ]));
+    let (fp32, data) = tiny_model_and_images(d);
     let (calib, val) = (data.join("images/train"), data.join("images/val"));
     let ours: Vec<_> = ["portable", "ort-cpu"]
         .iter()
