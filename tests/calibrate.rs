@@ -195,22 +195,10 @@ fn the_ort_cpu_layout_fuses_at_least_what_onnxruntimes_quantiser_does() {
             out
         })
         .collect();
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/reference/qdq_fusions.py"
+    let r = common::reference_json(
+        "qdq_fusions.py",
+        &[p(&fp32), p(&calib), p(&val), p(&ours[0]), p(&ours[1])],
     );
-    let o = ok(common::python()
-        .args([
-            script,
-            p(&fp32),
-            p(&calib),
-            p(&val),
-            p(&ours[0]),
-            p(&ours[1]),
-        ])
-        .output()
-        .unwrap());
-    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     eprintln!("{r:#}");
     let ops = |file: &str, op: &str| r[file]["ops"][op].as_u64().unwrap_or(0);
     let (portable, ort_cpu) = (p(&ours[0]), p(&ours[1]));

@@ -20,19 +20,11 @@ fn ok(out: Output) -> String {
 
 /// `tests/reference/eval_confusion.py` on the prediction and mask folders.
 fn numpy_metrics(pred: &Path, gt: &Path, classes: usize) -> Value {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/reference/eval_confusion.py");
-    let out = common::python()
-        .arg(script)
-        .args(["--pred", p(pred), "--gt", p(gt)])
-        .args(["--num-classes", &classes.to_string()])
-        .output()
-        .expect("python runs (SEGTOOL_PYTHON)");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    let classes = classes.to_string();
+    common::reference_json(
+        "eval_confusion.py",
+        &["--pred", p(pred), "--gt", p(gt), "--num-classes", &classes],
+    )
 }
 
 /// The paper's protocol in miniature: 48-pixel windows 32 apart over 64-pixel images

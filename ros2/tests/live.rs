@@ -10,6 +10,9 @@
 //! - Compressed input works; a camera on another domain id reaches nothing.
 //! - SIGINT ends the node within a second, exit 0.
 
+#[path = "../../tests/common/npy_file.rs"]
+mod npy_file;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -104,20 +107,9 @@ fn camera(out: &Path, domain: u32, extra: &[&str]) -> Value {
 
 /// `.npy` of uint8 `[h, w]`.
 fn npy_u8(path: &Path) -> (usize, usize, Vec<u8>) {
-    let bytes = std::fs::read(path).unwrap();
-    let header_len = u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
-    let header = std::str::from_utf8(&bytes[10..10 + header_len]).unwrap();
-    let dims: Vec<usize> = header
-        .split("'shape': (")
-        .nth(1)
-        .unwrap()
-        .split(')')
-        .next()
-        .unwrap()
-        .split(',')
-        .filter_map(|d| d.trim().parse().ok())
-        .collect();
-    (dims[0], dims[1], bytes[10 + header_len..].to_vec())
+    let a = npy_file::read(path);
+    assert!(a.header.contains("'|u1'"), "{}", a.header);
+    (a.shape[0], a.shape[1], a.data)
 }
 
 /// Every received mask against the Segmenter on its frame; returns how many.

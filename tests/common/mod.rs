@@ -1,6 +1,8 @@
 //! Fixtures shared by the binary's integration tests.
 #![allow(dead_code)]
 
+pub mod npy_file;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -124,30 +126,17 @@ pub fn test_image(seed: u32, w: u32, h: u32) -> image::RgbImage {
 
 /// A `.npy` array of little-endian `<f4` or `|u1` values, flattened.
 pub fn npy(path: &Path) -> (Vec<usize>, Vec<f32>) {
-    let bytes = std::fs::read(path).unwrap();
-    assert_eq!(&bytes[..6], b"\x93NUMPY", "{}", path.display());
-    let header_len = u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
-    let header = std::str::from_utf8(&bytes[10..10 + header_len]).unwrap();
-    let shape: Vec<usize> = header
-        .split("'shape': (")
-        .nth(1)
-        .unwrap()
-        .split(')')
-        .next()
-        .unwrap()
-        .split(',')
-        .filter_map(|d| d.trim().parse().ok())
-        .collect();
-    let data = &bytes[10 + header_len..];
-    let values = if header.contains("'<f4'") {
-        data.chunks_exact(4)
+    let a = npy_file::read(path);
+    let values = if a.header.contains("'<f4'") {
+        a.data
+            .chunks_exact(4)
             .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
             .collect()
     } else {
-        assert!(header.contains("'|u1'"), "{header}");
-        data.iter().map(|&v| f32::from(v)).collect()
+        assert!(a.header.contains("'|u1'"), "{}", a.header);
+        a.data.iter().map(|&v| f32::from(v)).collect()
     };
-    (shape, values)
+    (a.shape, values)
 }
 
 /// A mask against a reference's, both flattened: equal wherever the reference's top-two
@@ -172,26 +161,33 @@ pub fn assert_masks_match(ours: &[u8], want: &[f32], margin: &[f32], what: &str)
     );
 }
 
+/// Runs `tests/reference/<script>` with `args`; it must succeed, and its stdout is the
+/// JSON it printed.
+pub fn reference_json(script: &str, args: &[&str]) -> serde_json::Value {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/reference")
+        .join(script);
+    let out = python()
+        .arg(path)
+        .args(args)
+        .output()
+        .expect("python runs (SEGTOOL_PYTHON)");
+    assert!(
+        out.status.success(),
+        "{script} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 /// Runs `script` (tests/reference/) with `--out` a fresh folder `name` under cargo's test
 /// temp dir; returns the folder and the JSON line the script printed.
 pub fn reference(script: &str, name: &str) -> (PathBuf, serde_json::Value) {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/reference")
-        .join(script);
-    let out = python()
-        .arg(script)
-        .args(["--out", p(&dir)])
-        .output()
-        .expect("python runs (SEGTOOL_PYTHON)");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (dir, serde_json::from_slice(&out.stdout).unwrap())
+    let json = reference_json(script, &["--out", p(&dir)]);
+    (dir, json)
 }
 
 /// A successful segtool run's stderr (the run's stderr in the failure message otherwise).
