@@ -64,6 +64,18 @@ impl Target {
         }
     }
 
+    /// Whether `agreement` (a figure or its lower bound), or the mIoU against fp32's on
+    /// the same images, meets the target.
+    pub fn met_by(&self, agreement: f64, miou: Option<f64>, miou_fp32: Option<f64>) -> bool {
+        match *self {
+            Target::MinAgreement(a) => agreement >= a,
+            Target::MaxMiouDrop(p) => match (miou_fp32, miou) {
+                (Some(f), Some(m)) => (f - m) * 100.0 <= p + 1e-12,
+                _ => false,
+            },
+        }
+    }
+
     pub fn describe(&self) -> String {
         match self {
             Target::MinAgreement(a) => format!("argmax agreement with fp32 >= {:.2}%", a * 100.0),
@@ -376,13 +388,7 @@ pub fn auto_calibrate(
         )
     };
     let ev = evaluator(val_images)?;
-    let meets = |s: &Score| match auto.target {
-        Target::MinAgreement(a) => s.bound >= a,
-        Target::MaxMiouDrop(p) => match (ev.miou_fp32, s.miou) {
-            (Some(f), Some(m)) => (f - m) * 100.0 <= p + 1e-12,
-            _ => false,
-        },
-    };
+    let meets = |s: &Score| auto.target.met_by(s.bound, s.miou, ev.miou_fp32);
     let metric = |s: &Score| match auto.target {
         Target::MinAgreement(_) => s.bound,
         Target::MaxMiouDrop(_) => s.miou.unwrap_or(f64::NEG_INFINITY),
@@ -491,13 +497,7 @@ pub fn auto_calibrate(
     } else {
         let check = evaluator(&check_images)?;
         let s = check.evaluate(&models[pick])?;
-        let meets_target = match auto.target {
-            Target::MinAgreement(a) => s.agreement >= a,
-            Target::MaxMiouDrop(p) => match (check.miou_fp32, s.miou) {
-                (Some(f), Some(m)) => (f - m) * 100.0 <= p + 1e-12,
-                _ => false,
-            },
-        };
+        let meets_target = auto.target.met_by(s.agreement, s.miou, check.miou_fp32);
         Some(FinalCheck {
             images: check.len(),
             agreement: s.agreement,
