@@ -5,8 +5,8 @@
 #          target dir -> target/wheels/segtool-*.whl. The crates it compiles besides
 #          segtool-python are listed: none when the workspace build came first (see the
 #          feature-unification lines of python/Cargo.toml).
-#   test:  build, then a fresh venv (target/python-venv, re-created every run; pip's cache
-#          in $SEGTOOL_HOME/pip-cache) gets the wheel and python/requirements-test.txt;
+#   test:  build, then a fresh venv (target/python-venv, re-created every run by uv; its
+#          cache in $SEGTOOL_HOME/uv-cache) gets the wheel and python/requirements-test.txt;
 #          mypy checks the tests against the package's stubs, pytest runs them.
 #          Ray Data (python/requirements-ray.txt) and its test too; SEGTOOL_RAY=0 skips them.
 # Needs the environment of scripts/setup.sh (sourced by the Makefile / stages.sh).
@@ -55,15 +55,18 @@ case "$what" in
         build
         venv="$target/python-venv"
         t0=$(date +%s)
-        python3 -m venv --clear "$venv"
-        # --no-compile: no .pyc for the whole of sympy & co. up front (half the install
-        # time here); Python compiles what the tests import.
-        "$venv/bin/pip" install -q --no-compile "$target"/wheels/segtool-*.whl -r python/requirements-test.txt >&2
-        "$venv/bin/pip" install -q --no-compile --no-deps -r python/requirements-clip.txt >&2
+        # uv (python/requirements-build.txt): the same install as pip's, from a cache of
+        # unpacked wheels ($SEGTOOL_HOME/uv-cache) that it links instead of unpacking again.
+        export UV_CACHE_DIR="$home/uv-cache"
+        uv=("$tools/bin/uv" pip install -q --python "$venv/bin/python")
+        export UV_PYTHON_DOWNLOADS=never
+        "$tools/bin/uv" venv -q --clear --python "$(command -v python3)" "$venv"
+        "${uv[@]}" "$target"/wheels/segtool-*.whl -r python/requirements-test.txt >&2
+        "${uv[@]}" --no-deps -r python/requirements-clip.txt >&2
         # Ray Data too, for tests/test_ray.py (a local cluster, 2 actors; about a minute);
         # SEGTOOL_RAY=0 leaves it out (the test is then skipped).
         if [ "${SEGTOOL_RAY:-1}" = 1 ]; then
-            "$venv/bin/pip" install -q --no-compile -r python/requirements-ray.txt >&2
+            "${uv[@]}" -r python/requirements-ray.txt >&2
         fi
         log "fresh venv $venv in $(($(date +%s) - t0)) s"
         (cd python && "$venv/bin/python" -m mypy --no-error-summary tests) >&2

@@ -1,26 +1,43 @@
 #!/usr/bin/env python3
-"""Runs the workspace's tests as `cargo test --workspace --no-fail-fast` does, with progress.
+"""Runs the workspace's tests as `cargo test --workspace --no-fail-fast` does, in parallel,
+with progress, and the Python package's stage beside them.
 
-Cargo runs each test binary in turn and says nothing of how many remain, so this builds
-them first (`cargo test --no-run`, cargo's own output), then runs each one from its
-package's folder (cargo's working directory for tests), one line per binary:
+Cargo runs each test binary in turn and says nothing of how many remain, and one binary
+at a time leaves a core idle for much of the run (a test waiting on a reference script,
+a link, a DDP peer). So this builds them first (`cargo test --no-run`, cargo's own
+output), then runs them JOBS at a time (SEGTOOL_TEST_JOBS, default: the CPU count), each
+from its package's folder (cargo's working directory for tests), longest first by the
+previous run's times, one line per finished job:
 
-    [12/60] segtool-train tests/ddp.rs ... ok, 14 passed in 33.1 s | 5m10s elapsed, ~4m left
+    [12/70] segtool-train tests/ddp.rs ... ok, 14 passed in 33.1 s | 5m10s elapsed, ~4m left
 
-The estimate comes from the previous run's times (kept in $SEGTOOL_HOME/test-times.json),
-else from the mean so far. Doctests run last (`cargo test --doc`). A failing binary's
-output is printed in full; the exit status is non-zero when anything failed.
+The jobs besides the test binaries: the doctests (`cargo test --doc`) and the Python
+package (scripts/python_tests.sh test: the wheel, a fresh venv, mypy, pytest). Both run
+cargo, which locks the target folder, so they never run at the same time; nor do two
+binaries of a package whose tests share a fixture folder under CARGO_TARGET_TMPDIR (the
+GStreamer plugin's, the C ABI's, the ROS 2 bag's). Times are kept in
+$SEGTOOL_HOME/test-times.json; a fresh machine starts from scripts/test-times.json (this
+machine's, committed). A failing job's output is printed in full; the exit status is
+non-zero when anything failed.
 """
 import json
 import os
+import queue
+import re
 import subprocess
 import sys
+import threading
 import time
 
 # Exactly the test build scripts/one_build.py checks (a different package selection would
 # resolve features differently). segtool-python has no Rust tests (test = false): maturin
-# builds it (scripts/python_tests.sh, its own stage of `make test`) and pytest tests it.
+# builds it (scripts/python_tests.sh, a job here) and pytest tests it.
 CARGO_ARGS = ["--workspace"]
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SEED_TIMES = os.path.join(ROOT, "scripts", "test-times.json")
+# Packages whose test binaries share a fixture folder (see the module doc).
+SHARED_FIXTURES = {"segtool-gst", "segtool-capi", "segtool-ros2"}
+UNKNOWN_S = 30.0  # a job without a recorded time: started early rather than last
 
 
 def fmt(seconds):
@@ -28,8 +45,14 @@ def fmt(seconds):
     return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
 
 
+class Job:
+    def __init__(self, key, label, cmd, cwd, group=None):
+        self.key, self.label, self.cmd, self.cwd, self.group = key, label, cmd, cwd, group
+        self.started = None
+
+
 def test_binaries():
-    """(package, target name, kind, executable, package folder) of every test binary."""
+    """A Job per test binary, after building them all."""
     cmd = ["cargo", "test", *CARGO_ARGS, "--no-run", "--message-format=json-render-diagnostics"]
     if os.environ.get("SEGTOOL_CARGO_TIMINGS") == "1":
         cmd.append("--timings")  # target/cargo-timings/cargo-timing.html (first_run.sh)
@@ -50,87 +73,118 @@ def test_binaries():
         if "#" in package:
             tail = package.split("#", 1)[1]
             name = tail.split("@")[0] if "@" in tail else name
-        found.append((name, target["name"], target["kind"][0], msg["executable"],
-                      os.path.dirname(msg["manifest_path"])))
+        kind = target["kind"][0]
+        found.append(Job(
+            f"{name}/{kind}/{target['name']}",
+            f"{name} {'unit tests' if kind == 'lib' else kind + ' ' + target['name']}",
+            [msg["executable"]],
+            os.path.dirname(msg["manifest_path"]),
+            group=name if name in SHARED_FIXTURES else None,
+        ))
     if proc.wait() != 0:
         sys.exit(f"cargo test --no-run failed (exit {proc.returncode})")
     return found
 
 
 def summary_of(output):
-    """libtest's `test result: ok. 14 passed; ...` counts, summed over the binary."""
-    passed = failed = ignored = 0
+    """(passed, failed, ignored): libtest's `test result:` lines summed, else pytest's."""
+    counts = [0, 0, 0]
+    libtest = False
     for line in output.splitlines():
         if line.startswith("test result:"):
-            parts = line.replace(";", "").split()
-            for i, word in enumerate(parts):
-                if word == "passed":
-                    passed += int(parts[i - 1])
-                elif word == "failed":
-                    failed += int(parts[i - 1])
-                elif word == "ignored":
-                    ignored += int(parts[i - 1])
-    return passed, failed, ignored
+            libtest = True
+            for i, word in enumerate(("passed", "failed", "ignored")):
+                m = re.search(rf"(\d+) {word}", line)
+                counts[i] += int(m.group(1)) if m else 0
+    if not libtest:  # pytest's last line: "25 passed, 1 skipped, 3 warnings in 34.03s"
+        tail = output.strip().splitlines()[-1:] or [""]
+        for i, word in enumerate(("passed", "failed", "skipped")):
+            m = re.search(rf"(\d+) {word}", tail[0])
+            counts[i] += int(m.group(1)) if m else 0
+    return tuple(counts)
+
+
+def load_times(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+def run_job(job, done):
+    job.started = time.time()
+    proc = subprocess.run(job.cmd, cwd=job.cwd, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, errors="replace")
+    done.put((job, proc.returncode, proc.stdout, time.time() - job.started))
 
 
 def main():
     home = os.environ.get("SEGTOOL_HOME", os.path.expanduser("~/.cache/segtool"))
     times_path = os.path.join(home, "test-times.json")
-    try:
-        with open(times_path) as f:
-            previous = json.load(f)
-    except (OSError, ValueError):
-        previous = {}
+    previous = load_times(times_path) or load_times(SEED_TIMES)
+    slots = int(os.environ.get("SEGTOOL_TEST_JOBS") or os.cpu_count() or 1)
 
     t0 = time.time()
-    binaries = test_binaries()
-    print(f"built {len(binaries)} test binaries in {fmt(time.time() - t0)}", flush=True)
-    total = len(binaries) + 1  # + doctests
+    jobs = test_binaries()
+    print(f"built {len(jobs)} test binaries in {fmt(time.time() - t0)}", flush=True)
+    jobs.append(Job("doctests", "doctests", ["cargo", "test", *CARGO_ARGS, "--doc"], ROOT,
+                    group="cargo"))
+    if os.environ.get("SEGTOOL_PYTHON_TESTS", "1") == "1":
+        jobs.append(Job("python", "Python package (wheel, venv, mypy, pytest)",
+                        ["bash", "scripts/python_tests.sh", "test"], ROOT, group="cargo"))
+    expected = {j.key: previous.get(j.key, UNKNOWN_S) for j in jobs}
+    pending = sorted(jobs, key=lambda j: -expected[j.key])
+    total = len(jobs)
+    print(f"running {total} jobs, {slots} at a time, longest first", flush=True)
+
     started = time.time()
-    times, failures = {}, []
+    running, times, failures = [], {}, []
     counts = [0, 0, 0]
-    for i, (package, name, kind, exe, folder) in enumerate(binaries, 1):
-        key = f"{package}/{kind}/{name}"
-        label = f"{package} {'unit tests' if kind == 'lib' else kind + ' ' + name}"
-        print(f"[{i}/{total}] {label} ...", end="", flush=True)
-        t0 = time.time()
-        proc = subprocess.run([exe], cwd=folder, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True, errors="replace")
-        secs = time.time() - t0
-        times[key] = secs
-        passed, failed, ignored = summary_of(proc.stdout)
-        for j, v in enumerate((passed, failed, ignored)):
-            counts[j] += v
-        status = "ok" if proc.returncode == 0 else f"FAILED (exit {proc.returncode})"
-        remaining = [previous.get(f"{b[0]}/{b[2]}/{b[1]}") for b in binaries[i:]]
-        mean = (time.time() - started) / i
-        left = sum(r if r is not None else mean for r in remaining)
-        print(f" {status}, {passed} passed in {secs:.1f} s | {fmt(time.time() - started)} "
-              f"elapsed, ~{fmt(left)} left", flush=True)
-        if proc.returncode != 0:
-            failures.append(label)
-            print(proc.stdout)
-
-    print(f"[{total}/{total}] doctests ...", flush=True)
-    t0 = time.time()
-    doc = subprocess.run(["cargo", "test", *CARGO_ARGS, "--doc"], stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, text=True, errors="replace")
-    passed, failed, ignored = summary_of(doc.stdout)
-    for j, v in enumerate((passed, failed, ignored)):
-        counts[j] += v
-    print(f"[{total}/{total}] doctests ... {'ok' if doc.returncode == 0 else 'FAILED'}, "
-          f"{passed} passed in {time.time() - t0:.1f} s", flush=True)
-    if doc.returncode != 0:
-        failures.append("doctests")
-        print(doc.stdout)
+    done = queue.Queue()
+    finished = 0
+    while pending or running:
+        busy = {j.group for j in running if j.group}
+        for job in list(pending):
+            if len(running) >= slots:
+                break
+            if job.group and job.group in busy:
+                continue
+            pending.remove(job)
+            running.append(job)
+            busy.add(job.group)
+            threading.Thread(target=run_job, args=(job, done), daemon=True).start()
+        job, code, output, secs = done.get()
+        running.remove(job)
+        finished += 1
+        times[job.key] = secs
+        passed, failed, ignored = summary_of(output)
+        for i, v in enumerate((passed, failed, ignored)):
+            counts[i] += v
+        now = time.time()
+        left = (sum(expected[j.key] for j in pending)
+                + sum(max(0.0, expected[j.key] - (now - j.started)) for j in running)) / slots
+        status = "ok" if code == 0 else f"FAILED (exit {code})"
+        print(f"[{finished}/{total}] {job.label} ... {status}, {passed} passed in {secs:.1f} s"
+              f" | {fmt(now - started)} elapsed, ~{fmt(left)} left", flush=True)
+        if code != 0:
+            failures.append(job.label)
+            print(output, flush=True)
+        elif job.key == "python":
+            # The stage's own lines: the wheel's time and what it compiled (first_run.sh
+            # counts those crates), the venv's time.
+            for line in output.splitlines():
+                if line.startswith("[python]"):
+                    print("    " + line, flush=True)
 
     os.makedirs(home, exist_ok=True)
     tmp = times_path + f".tmp.{os.getpid()}"
     with open(tmp, "w") as f:
         json.dump(times, f, indent=1, sort_keys=True)
     os.replace(tmp, times_path)
-    print(f"\n{counts[0]} passed, {counts[1]} failed, {counts[2]} ignored in {total} test "
-          f"binaries ({fmt(time.time() - started)})")
+    print(f"\n{counts[0]} passed, {counts[1]} failed, {counts[2]} ignored/skipped in {total} "
+          f"jobs ({fmt(time.time() - started)}; {fmt(sum(times.values()))} if run one at a "
+          f"time)")
     if failures:
         print("failed: " + ", ".join(failures))
         sys.exit(1)

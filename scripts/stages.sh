@@ -2,7 +2,8 @@
 # `make demo` and `make test`, stage by stage: each stage says what it does as it starts
 # and how long it took as it ends, and a table of the wall time per stage closes the run.
 #   demo: set-up (apt, pip) -> build (cargo, the dev profile `make test` shares) -> demo
-#   test: set-up -> build the test binaries -> run them (with progress) and the doctests
+#   test: set-up -> checks -> build the test binaries -> run them, the doctests and the
+#         Python package's stage in parallel (scripts/run_tests.py, with progress)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -75,9 +76,9 @@ case "$what" in
         # the demo, test and wheel builds (workspace-hack/), no circles between source
         # files, no folder names that tools misread.
         stage "layout and one-build checks" check_layout_and_build
-        stage "build and run the tests" python3 scripts/run_tests.py
-        # The wheel, a fresh venv with it, mypy and pytest (scripts/python_tests.sh).
-        stage "Python package (wheel, venv, pytest)" bash scripts/python_tests.sh test
+        # The test binaries, the doctests and the Python package (the wheel, a fresh venv,
+        # mypy, pytest: scripts/python_tests.sh), as many at a time as there are cores.
+        stage "build and run the tests (Rust, Python)" python3 scripts/run_tests.py
         ;;
     *)
         echo "usage: stages.sh demo|test" >&2
