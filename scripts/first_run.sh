@@ -21,11 +21,13 @@ cd "$work/segtool"
 echo "commit $(git rev-parse --short HEAD); CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores" >&2
 
 seconds() { echo $((($(date +%s%N) - $1) / 1000000000)); }
+# A failing command still gets its tables and counts (then this exits non-zero).
+failed=()
 t0=$(date +%s%N)
-make demo 2>&1 | tee "$work/demo.log"
+make demo 2>&1 | tee "$work/demo.log" || failed+=("make demo")
 demo_s=$(seconds "$t0")
 t0=$(date +%s%N)
-make test 2>&1 | tee "$work/test.log"
+make test 2>&1 | tee "$work/test.log" || failed+=("make test")
 test_s=$(seconds "$t0")
 
 echo
@@ -53,3 +55,7 @@ print(f"crates.io crates compiled: {len(count)}; tract-core compiled {sum(tract)
 print("compiled more than once: " + (", ".join(f"{c} ({n}x)" for c, n in sorted(again.items())) or "none"))
 EOP
 echo "logs: $work/demo.log, $work/test.log (remove $work when done)"
+if [ ${#failed[@]} -gt 0 ]; then
+    echo "FAILED: ${failed[*]}" >&2
+    exit 1
+fi
