@@ -3,7 +3,8 @@
 //!    direct dependents as DEP_TCH_LIBTORCH_LIB.
 //! 2. Compiles the C++ shim csrc/pickle_load.cpp (libtorch's unpickler behind a C ABI, for
 //!    `segtool import`) against the headers beside that folder: the pip wheel has
-//!    `torch/lib` and `torch/include`, a libtorch download `lib` and `include`.
+//!    `torch/lib` and `torch/include`, a libtorch download `lib` and `include`. With
+//!    `SEGTOOL_SHIM_ASAN=1` (the fuzz build, fuzz/) under AddressSanitizer.
 //! 3. Compiles the C++ shim csrc/c10d_shim.cpp (c10d process groups and collectives for
 //!    `segtool_train::dist`) with `-DUSE_C10D_GLOO` against the same headers plus gloo's
 //!    (Debian libgloo-dev, /usr/include), and with `-DUSE_C10D_NCCL` (ProcessGroupNCCL,
@@ -31,7 +32,15 @@ fn main() {
         "no libtorch headers in {}",
         include.display()
     );
-    cc::Build::new()
+    let mut pickle = cc::Build::new();
+    // The fuzz crate (fuzz/, scripts/fuzz.sh) runs the pickle shim under AddressSanitizer:
+    // SEGTOOL_SHIM_ASAN=1 instruments it (the ASan runtime is the one rustc links for
+    // -Zsanitizer=address). Off by default.
+    println!("cargo:rerun-if-env-changed=SEGTOOL_SHIM_ASAN");
+    if std::env::var_os("SEGTOOL_SHIM_ASAN").is_some_and(|v| v == "1") {
+        pickle.flag("-fsanitize=address").flag("-fno-omit-frame-pointer");
+    }
+    pickle
         .cpp(true)
         .file("csrc/pickle_load.cpp")
         .include(&include)

@@ -13,7 +13,7 @@ pub mod visual;
 
 // The runtime-side half lives in segtool-spec (no training dependencies); re-exported
 // so every `segtool_core::spec::..` path keeps working.
-pub use segtool_spec::{images, io, palette, process, progress, protocol, size, spec};
+pub use segtool_spec::{images, io, palette, process, progress, protocol, raw_frames, size, spec};
 
 pub use metrics::ConfusionMatrix;
 pub use spec::{BackboneSpec, BlockKind, ModelSpec, SPEC_METADATA_KEY};

@@ -8,13 +8,15 @@
 //! of the frames answered, with the drop counts, latency and flicker in the summary.
 
 use std::collections::HashMap;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::sync::mpsc::{Receiver, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use image::RgbImage;
+use segtool_core::raw_frames::RawFrames;
+use segtool_core::size::Size;
 use segtool_runtime::batching::{LatestStream, LiveOutcome};
 use segtool_runtime::{BatchConfig, BatchServer, FlickerMeter, OutputKind, TemporalSmoother};
 
@@ -24,20 +26,6 @@ use super::sessions::check_contract;
 use super::Args;
 use crate::args::engine::{describe, Engine};
 
-/// Fills `buf` from `input`; returns the bytes read (less than `buf.len()` only at EOF).
-fn read_full(input: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
-    let mut filled = 0;
-    while filled < buf.len() {
-        match input.read(&mut buf[filled..]) {
-            Ok(0) => break,
-            Ok(n) => filled += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(filled)
-}
-
 pub(super) fn read_raw(
     w: u32,
     h: u32,
@@ -46,9 +34,13 @@ pub(super) fn read_raw(
     tx: SyncSender<Result<(Batch, Busy)>>,
     recycle: Receiver<Vec<u8>>,
 ) {
-    let frame_bytes = w as usize * h as usize * 3;
-    let mut stdin = std::io::stdin().lock();
-    let mut index = 0u64;
+    let mut frames = match RawFrames::new(Size::new(h, w), std::io::stdin().lock()) {
+        Ok(frames) => frames,
+        Err(e) => {
+            let _ = tx.send(Err(e.into()));
+            return;
+        }
+    };
     loop {
         let t0 = Instant::now();
         let mut images = Vec::with_capacity(batch_size);
@@ -56,31 +48,18 @@ pub(super) fn read_raw(
         let mut failure = None;
         let mut eof = false;
         while images.len() < batch_size {
-            let mut buf = recycle.try_recv().unwrap_or_default();
-            buf.resize(frame_bytes, 0);
-            match read_full(&mut stdin, &mut buf) {
-                Ok(n) if n == frame_bytes => {
-                    images.push(RgbImage::from_raw(w, h, buf).expect("buffer sized for frame"));
+            let index = frames.frames_read();
+            match frames.next_frame(recycle.try_recv().unwrap_or_default()) {
+                Ok(Some(img)) => {
+                    images.push(img);
                     names.push(format!("frame_{index:06}"));
-                    index += 1;
                 }
-                Ok(0) => {
+                Ok(None) => {
                     eof = true;
                     break;
                 }
-                Ok(n) => {
-                    failure = Some(anyhow::anyhow!(
-                        "stdin ended inside frame {index}: {n} of {frame_bytes} bytes \
-                         ({} bytes in all, not a multiple of the --raw {w}x{h} rgb24 frame \
-                         size {w}*{h}*3 = {frame_bytes}; wrong --raw size or pixel format?)",
-                        index * frame_bytes as u64 + n as u64
-                    ));
-                    break;
-                }
                 Err(e) => {
-                    failure = Some(
-                        anyhow::Error::new(e).context(format!("reading frame {index} from stdin")),
-                    );
+                    failure = Some(anyhow::Error::new(e));
                     break;
                 }
             }
@@ -108,38 +87,19 @@ fn feed_live(
     stream: &LatestStream,
     keep: Option<&Mutex<HashMap<u64, RgbImage>>>,
 ) -> Result<()> {
-    let frame_bytes = w as usize * h as usize * 3;
-    let mut stdin = std::io::stdin().lock();
-    let mut index = 0u64;
-    let outcome = loop {
-        let mut buf = vec![0u8; frame_bytes];
-        match read_full(&mut stdin, &mut buf) {
-            Ok(n) if n == frame_bytes => {
-                let img = RgbImage::from_raw(w, h, buf).expect("buffer sized for frame");
-                let copy = keep.map(|_| img.clone());
-                let frame = stream.submit(img);
-                if let (Some(keep), Some(copy)) = (keep, copy) {
-                    keep.lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .insert(frame, copy);
-                }
-                index += 1;
-            }
-            Ok(0) => break Ok(()),
-            Ok(n) => {
-                break Err(anyhow::anyhow!(
-                    "stdin ended inside frame {index}: {n} of {frame_bytes} bytes (not a \
-                     multiple of the --raw {w}x{h} rgb24 frame size; wrong --raw size or \
-                     pixel format?)"
-                ))
-            }
-            Err(e) => {
-                break Err(
-                    anyhow::Error::new(e).context(format!("reading frame {index} from stdin"))
-                )
+    let outcome = (|| -> Result<()> {
+        let mut frames = RawFrames::new(Size::new(h, w), std::io::stdin().lock())?;
+        while let Some(img) = frames.next_frame(Vec::new())? {
+            let copy = keep.map(|_| img.clone());
+            let frame = stream.submit(img);
+            if let (Some(keep), Some(copy)) = (keep, copy) {
+                keep.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(frame, copy);
             }
         }
-    };
+        Ok(())
+    })();
     stream.finish();
     outcome
 }

@@ -1,0 +1,3 @@
+#![no_main]
+// The body is targets/config.rs (replayed by the regression tests on stable).
+libfuzzer_sys::fuzz_target!(|data: &[u8]| targets::config::run(data));

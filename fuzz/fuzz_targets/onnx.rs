@@ -1,0 +1,3 @@
+#![no_main]
+// The body is targets/onnx.rs (replayed by the regression tests on stable).
+libfuzzer_sys::fuzz_target!(|data: &[u8]| targets::onnx::run(data));
