@@ -11,7 +11,8 @@ setup:
 # demo and test share one build: the dev profile (dependencies at opt-level 3), so `make
 # test` after `make demo` compiles only the test harnesses. scripts/stages.sh times each
 # stage and prints the table at the end; scripts/run_tests.py runs the test binaries with
-# progress (what `cargo test --workspace --no-fail-fast` runs, doctests included).
+# progress (what `cargo test --workspace --no-fail-fast` runs, doctests included), and the
+# Python package's tests beside them, one job per core.
 demo:
 	@bash scripts/stages.sh demo
 
@@ -33,3 +34,24 @@ wheel:
 .PHONY: test-gpu
 test-gpu:
 	@set -euo pipefail; source "$$(SEGTOOL_GPU=1 bash scripts/setup.sh)"; SEGTOOL_GPU_TESTS=1 cargo test --test gpu -- $(ARGS)
+
+# Coverage-guided fuzzing (fuzz/README.md; not part of `make test`, which replays the
+# regression corpus fuzz/corpus + fuzz/regressions on stable): builds the cargo-fuzz
+# targets (libFuzzer + AddressSanitizer, RUSTC_BOOTSTRAP=1 on stable rustc) and runs each
+# for FUZZ_S seconds (default 600), FUZZ_TARGETS=a,b to choose; prints executions,
+# coverage, new corpus entries and crashes per target (also in $SEGTOOL_HOME/fuzz-last.txt).
+.PHONY: fuzz
+fuzz:
+	@$(ENV); bash scripts/fuzz.sh
+
+# The soak (README, Reliability; a benchmark, not part of `make test`): each live path
+# (the --live pipe, the GStreamer element, Python's LiveStream, the ROS 2 node) at twice
+# the engine's rate, one after another, SOAK_S seconds each (default 1800), SOAK_PATHS
+# (default cli,gst,python,ros2); samples, figures and checks in out/soak/. It builds what
+# it runs first (the demo's build; the wheel when the Python path is in).
+.PHONY: soak
+soak:
+	@$(ENV); cargo build --workspace --exclude segtool-python; \
+	paths="$${SOAK_PATHS-cli,gst,python,ros2}"; \
+	if [[ ",$${paths// /}," == *,python,* ]]; then bash scripts/python_tests.sh wheel; fi; \
+	"$$SEGTOOL_PYTHON" bench/soak.py
