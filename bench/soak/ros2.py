@@ -13,18 +13,16 @@ Reliable QoS so that nothing is lost on the way (answered + dropped = sent is th
 accounting, not the network's)."""
 import io
 import os
+import sys
 import re
 import signal
 import subprocess
 import threading
 import time
-from dataclasses import dataclass
 
 from cyclonedds.core import InstanceState, Policy, Qos, ReadCondition, SampleState, ViewState, WaitSet
 from cyclonedds.domain import DomainParticipant
-from cyclonedds.idl import IdlStruct
 from cyclonedds.idl._machinery import BytesMachine
-from cyclonedds.idl.types import int32, sequence, uint8, uint32
 from cyclonedds.pub import DataWriter
 from cyclonedds.sub import DataReader
 from cyclonedds.topic import Topic
@@ -35,48 +33,9 @@ from . import common
 STOPPED = re.compile(r"stopped: received (\d+), answered (\d+), dropped (\d+), failed (\d+), bad (\d+)")
 
 
-@dataclass
-class Time(IdlStruct, typename="builtin_interfaces::msg::dds_::Time_"):
-    sec: int32
-    nanosec: uint32
-
-
-@dataclass
-class Header(IdlStruct, typename="std_msgs::msg::dds_::Header_"):
-    stamp: Time
-    frame_id: str
-
-
-@dataclass
-class Image(IdlStruct, typename="sensor_msgs::msg::dds_::Image_"):
-    header: Header
-    height: uint32
-    width: uint32
-    encoding: str
-    is_bigendian: uint8
-    step: uint32
-    data: sequence[uint8]
-
-
-@dataclass
-class KeyValue(IdlStruct, typename="diagnostic_msgs::msg::dds_::KeyValue_"):
-    key: str
-    value: str
-
-
-@dataclass
-class DiagnosticStatus(IdlStruct, typename="diagnostic_msgs::msg::dds_::DiagnosticStatus_"):
-    level: uint8
-    name: str
-    message: str
-    hardware_id: str
-    values: sequence[KeyValue]
-
-
-@dataclass
-class DiagnosticArray(IdlStruct, typename="diagnostic_msgs::msg::dds_::DiagnosticArray_"):
-    header: Header
-    status: sequence[DiagnosticStatus]
+# The ROS 2 messages as the tests publish them (tests/reference/ros2_camera.py).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "reference"))
+from ros2_camera import DiagnosticArray, Header, Image, Time  # noqa: E402
 
 
 def raw_data(idl_type):
