@@ -50,7 +50,7 @@ def test_ray_data_two_actors(models: Dict[str, Path], cluster: None) -> None:
     assert counts == Counter(range(len(imgs))), "no frame lost or duplicated"
     for row in out:
         np.testing.assert_array_equal(row["mask"], single.segment(imgs[int(row["index"])]).mask)
-    # Two actors ran (concurrency=2); which of them segmented what is Ray's choice: on a
+    # The pool has two actors (concurrency=2); which of them segments what is Ray's choice: on a
     # loaded machine the second one can start after the first has taken every block, so
     # the count of distinct actors in the output is 1 or 2, never more.
     assert 1 <= len({int(row["actor"]) for row in out}) <= 2, "at most the pool's two actors"
