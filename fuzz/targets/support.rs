@@ -233,6 +233,9 @@ fn remove_thread_scratch() {
 /// What a model's card drives once resolved: the card resolved for `model` (a file or an
 /// SDK / Hugging Face folder) as `Segmenter::open` resolves it, then one small image
 /// prepared under it (resize or pad, normalisation, layout) as `segment` prepares each.
+/// A card whose input tensor is legitimately large (over 4M pixels, up to the runtime's
+/// `MAX_INPUT_PIXELS`) is not prepared: that is a big allocation, not a bug, and would
+/// leave the fuzzer a few executions a second.
 pub fn resolve_and_prepare(model: &Path) {
     use segtool_runtime::card::{self, pipeline, CardRequest};
     let Ok(resolved) = card::resolve(model, &CardRequest::new()) else {
@@ -240,5 +243,18 @@ pub fn resolve_and_prepare(model: &Path) {
     };
     let _ = card::spec_of(&resolved.card);
     let img = image::RgbImage::from_fn(19, 13, |x, y| image::Rgb([x as u8 * 13, y as u8 * 19, 7]));
+    if too_big_to_fuzz(&resolved.card, (13, 19)) {
+        return;
+    }
     let _ = pipeline::prepare(&[img], &resolved.card);
+}
+
+/// The card's input tensor for an image of `(h, w)` is over 4M pixels but within what the
+/// runtime accepts (beyond that, `prepare` must refuse it: that is fed).
+pub fn too_big_to_fuzz(card: &segtool_runtime::card::ModelCard, hw: (usize, usize)) -> bool {
+    use segtool_runtime::card::pipeline::{Geometry, MAX_INPUT_PIXELS};
+    let g = Geometry::of(card, hw);
+    let px = |(h, w): (usize, usize)| h as u128 * w as u128;
+    let pixels = px(g.tensor).max(px(g.content));
+    pixels > 1 << 22 && pixels <= u128::from(MAX_INPUT_PIXELS)
 }

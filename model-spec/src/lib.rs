@@ -18,5 +18,6 @@ pub mod size;
 pub mod spec;
 
 pub use spec::{
-    AuxHeadSpec, BackboneSpec, BlockKind, ModelSpec, MmsegTestCfg, SpecError, SPEC_METADATA_KEY,
+    AuxHeadSpec, BackboneSpec, BlockKind, ModelSpec, MmsegTestCfg, SpecError, MAX_CLASSES,
+    SPEC_METADATA_KEY,
 };

@@ -56,16 +56,18 @@ impl<R: Read> RawFrames<R> {
     /// Frames of `size` from `reader`; refuses a frame size over [`MAX_DECODED_BYTES`].
     pub fn new(size: Size, reader: R) -> Result<Self, RawFrameError> {
         let (width, height) = (size.width, size.height);
-        let too_large = RawFrameError::TooLarge { width, height };
-        let bytes = u64::from(width) * u64::from(height) * 3;
-        if bytes > MAX_DECODED_BYTES {
-            return Err(too_large);
-        }
+        let too_large = || RawFrameError::TooLarge { width, height };
+        // Checked: u32::MAX x u32::MAX x 3 does not fit in a u64.
+        let bytes = u64::from(width)
+            .checked_mul(u64::from(height))
+            .and_then(|pixels| pixels.checked_mul(3))
+            .filter(|&bytes| bytes <= MAX_DECODED_BYTES)
+            .ok_or_else(too_large)?;
         Ok(Self {
             reader,
             width,
             height,
-            frame_bytes: usize::try_from(bytes).map_err(|_| too_large)?,
+            frame_bytes: usize::try_from(bytes).map_err(|_| too_large())?,
             index: 0,
         })
     }

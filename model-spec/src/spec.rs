@@ -9,6 +9,21 @@ use serde::{Deserialize, Serialize};
 /// Metadata key (safetensors header, ONNX `metadata_props`) holding the spec as JSON.
 pub const SPEC_METADATA_KEY: &str = "segtool.spec";
 
+/// Largest backbone `width` a spec may give (torchvision's ResNets have 64). The bounds
+/// keep every channel count and parameter count of the model far inside `i64`/`u64`, so a
+/// few bytes of JSON cannot overflow the arithmetic; whether the checkpoint holds the
+/// tensors of such a model is checked where it is loaded.
+pub const MAX_WIDTH: i64 = 1 << 12;
+/// Most blocks in one ResNet layer (ResNet-152 has 36 in layer3).
+pub const MAX_BLOCKS: usize = 1 << 10;
+/// Largest channel count of any other conv a spec names: the deep stem's, the head's
+/// (`head_channels`), the auxiliary head's.
+pub const MAX_CHANNELS: i64 = 1 << 16;
+/// Largest dilation `multi_grid` may give.
+pub const MAX_DILATION: i64 = 1 << 10;
+/// Most classes: class maps are `u8` (the runtime's masks, the C ABI's, mask PNGs).
+pub const MAX_CLASSES: usize = 256;
+
 #[derive(Debug, thiserror::Error)]
 pub enum SpecError {
     #[error("invalid model spec JSON: {0}")]
@@ -126,17 +141,25 @@ impl BackboneSpec {
                 "every layer needs a block and width > 0".into(),
             ));
         }
+        if self.width > MAX_WIDTH || self.layers.iter().any(|&n| n > MAX_BLOCKS) {
+            return Err(SpecError::Invalid(format!(
+                "width {} and layers {:?}: at most width {MAX_WIDTH} and {MAX_BLOCKS} blocks \
+                 a layer",
+                self.width, self.layers
+            )));
+        }
         if let Some(widths) = self.stem_widths {
-            if !self.deep_stem || widths.iter().any(|&w| w <= 0) {
+            if !self.deep_stem || widths.iter().any(|&w| w <= 0 || w > MAX_CHANNELS) {
                 return Err(SpecError::Invalid(format!(
                     "stem_widths {widths:?} need deep_stem and positive widths"
                 )));
             }
         }
         if let Some(grid) = &self.multi_grid {
-            if grid.len() != self.layers[3] || grid.iter().any(|&d| d <= 0) {
+            if grid.len() != self.layers[3] || grid.iter().any(|&d| d <= 0 || d > MAX_DILATION) {
                 return Err(SpecError::Invalid(format!(
-                    "multi_grid {grid:?} must give one positive dilation per layer4 block ({})",
+                    "multi_grid {grid:?} must give one dilation in 1..={MAX_DILATION} per \
+                     layer4 block ({})",
                     self.layers[3]
                 )));
             }
@@ -370,6 +393,19 @@ impl ModelSpec {
                 self.palette.len()
             )));
         }
+        if self.classes.len() > MAX_CLASSES {
+            return Err(SpecError::Invalid(format!(
+                "{} classes: a class map holds at most {MAX_CLASSES}",
+                self.classes.len()
+            )));
+        }
+        if let Some(hc) = self.head_channels {
+            if hc.iter().any(|&c| c <= 0 || c > MAX_CHANNELS) {
+                return Err(SpecError::Invalid(format!(
+                    "head_channels {hc:?}: each in 1..={MAX_CHANNELS}"
+                )));
+            }
+        }
         if self.qk_channels() == 0 {
             return Err(SpecError::Invalid(
                 "backbone too narrow: inter/8 is 0".into(),
@@ -379,7 +415,7 @@ impl ModelSpec {
             return Err(SpecError::Invalid("std must be positive".into()));
         }
         if let Some(aux) = &self.aux_head {
-            if !(1..=4).contains(&aux.in_layer) || aux.channels <= 0 {
+            if !(1..=4).contains(&aux.in_layer) || aux.channels <= 0 || aux.channels > MAX_CHANNELS {
                 return Err(SpecError::Invalid(format!(
                     "aux head on layer{} with {} channels: layer 1..=4, channels > 0",
                     aux.in_layer, aux.channels

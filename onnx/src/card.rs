@@ -24,6 +24,13 @@ use crate::read::{ModelIo, TensorInfo};
 /// writes it, and a file that has it describes itself.
 pub const CARD_METADATA_KEY: &str = "segtool.card";
 
+/// Most classes a card may name, as a spec: class maps are `u8`.
+pub use segtool_spec::MAX_CLASSES;
+
+/// Largest side a card's resize may ask for (`input.size`, `input.keep_ratio`,
+/// `input.min_short_side`, `input.size_divisor`): 16384, the C ABI's largest image side.
+pub const MAX_INPUT_SIDE: usize = 16384;
+
 /// How the input tensor's axes are ordered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -250,6 +257,17 @@ impl ModelCard {
         if i.min_short_side == Some(0) {
             return Err("input.min_short_side must be at least 1".into());
         }
+        let sides = [
+            ("input.size", i.size.map_or(0, |[h, w]| h.max(w))),
+            ("input.keep_ratio", i.keep_ratio.map_or(0, |[a, b]| a.max(b))),
+            ("input.min_short_side", i.min_short_side.unwrap_or(0)),
+            ("input.size_divisor", i.size_divisor.unwrap_or(0)),
+        ];
+        if let Some((key, side)) = sides.iter().find(|(_, side)| *side > MAX_INPUT_SIDE) {
+            return Err(format!(
+                "{key} asks for a side of {side} pixels, over the {MAX_INPUT_SIDE} accepted"
+            ));
+        }
         let resizes = [
             i.size.map(|_| "input.size"),
             i.keep_ratio.map(|_| "input.keep_ratio"),
@@ -264,6 +282,12 @@ impl ModelCard {
         }
         if self.classes.is_empty() {
             return Err("classes: the card names no class".into());
+        }
+        if self.classes.len() > MAX_CLASSES {
+            return Err(format!(
+                "{} classes: a class map holds at most {MAX_CLASSES}",
+                self.classes.len()
+            ));
         }
         if self.palette.len() != self.classes.len() {
             return Err(format!(

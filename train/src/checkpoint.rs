@@ -124,6 +124,11 @@ impl Checkpoint {
         Ok(Self { bytes, spec, info })
     }
 
+    /// Size of the file in bytes.
+    pub fn file_len(&self) -> u64 {
+        self.bytes.len() as u64
+    }
+
     /// The tensor `name` (f32), or `None` when the file has no such tensor.
     pub fn tensor(&self, name: &str) -> Result<Option<Tensor>> {
         let st = SafeTensors::deserialize(&self.bytes)?;

@@ -38,10 +38,27 @@ pub use trainer::{TrainConfig, Trainer};
 
 /// Builds a model for `spec` in a fresh VarStore on `device`, weights from `checkpoint`
 /// when given.
+///
+/// Refuses, before allocating anything, a spec whose model has more parameters than the
+/// file has bytes for (every parameter is stored as f32): a few bytes of edited spec would
+/// otherwise allocate, and initialise, a model of any size.
 pub fn load_model(
     checkpoint: &Checkpoint,
     device: tch::Device,
 ) -> anyhow::Result<(tch::nn::VarStore, DaNet)> {
+    let params: u64 = model::module_costs(&checkpoint.spec, 64, 64, model::AttentionImpl::Explicit)
+        .iter()
+        .map(|c| c.params)
+        .sum();
+    if params.saturating_mul(4) > checkpoint.file_len() {
+        anyhow::bail!(
+            "the checkpoint's spec describes a model of {params} parameters ({} MiB as f32), \
+             more than its {} bytes can hold: not the checkpoint of that spec (truncated, or \
+             the spec edited?)",
+            params.saturating_mul(4) >> 20,
+            checkpoint.file_len()
+        );
+    }
     let mut vs = tch::nn::VarStore::new(device);
     let model = DaNet::new(&vs.root(), &checkpoint.spec);
     checkpoint.load_into(&mut vs)?;

@@ -2,6 +2,7 @@
 //! the graph fills names, types and fixed dims, defaults fill the rest (each with why),
 //! and everything still missing is reported at once with the ways to give it.
 
+use segtool_onnx::card::MAX_CLASSES;
 use segtool_onnx::ModelIo;
 use segtool_spec::palette::default_palette;
 
@@ -206,6 +207,12 @@ pub(super) fn merge(
         None => match pick(layers, |f| f.num_classes)
             .or_else(|| graph_classes.map(|n| (n, CardSource::Graph)))
         {
+            Some((n, _)) if n > MAX_CLASSES => {
+                return Err(format!(
+                    "{n} classes (num_classes, or the graph's output channels): a class map \
+                     holds at most {MAX_CLASSES}"
+                ))
+            }
             Some((n, s)) => ((0..n).map(|i| format!("class_{i}")).collect(), s),
             None => {
                 missing.push(

@@ -29,6 +29,10 @@ use crate::error::{Result, RuntimeError};
 use crate::io_contract::{EngineOutput, EngineTensor, Segmentation};
 use crate::postprocess::{argmax, resize_bilinear, resize_nearest};
 
+/// Largest input tensor a card may make from an image, in pixels (16384 x 16384, the C
+/// ABI's largest image).
+pub const MAX_INPUT_PIXELS: u64 = 1 << 28;
+
 /// Where the image sits in the tensor the graph got.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Geometry {
@@ -123,6 +127,17 @@ pub fn prepare(imgs: &[RgbImage], card: &ModelCard) -> Result<(EngineTensor, Geo
     let geom = Geometry::of(card, (h as usize, w as usize));
     let (ch, cw) = geom.content;
     let (th, tw) = geom.tensor;
+    // Each card side is bounded (ModelCard::check_self), but a minimum short side scales
+    // the long side by the image's aspect ratio: bound the tensor itself.
+    let pixels = (th as u128 * tw as u128).max(ch as u128 * cw as u128);
+    if pixels > MAX_INPUT_PIXELS as u128 {
+        return Err(RuntimeError::InputShape {
+            expected: format!(
+                "at most {MAX_INPUT_PIXELS} pixels in the input tensor (16384 x 16384)"
+            ),
+            got: format!("{th}x{tw} for a {w}x{h} image under the card's resize"),
+        });
+    }
     let i = &card.input;
     let pixels: Vec<Vec<u8>> = imgs
         .iter()
