@@ -279,23 +279,27 @@ pub fn collect_stats(
         .iter()
         .map(|t| (t.clone(), Range::default()))
         .collect();
+    // Every tensor must come back (a missing one is a plan the model cannot serve).
     let visit = |ort: &mut OrtModel,
                  x: &Array4<f32>,
                  f: &mut dyn FnMut(&str, &[f32])|
      -> Result<(), CalibrationError> {
-        let outs = ort.run(x.view(), tensors)?;
-        for t in tensors {
-            if *t == input_name {
-                f(t, x.as_slice().expect("standard layout"));
-            } else if let Some(a) = outs.get(t) {
-                f(t, a.as_slice().expect("owned, standard layout"));
-            } else {
-                return Err(CalibrationError::Model(format!(
-                    "tensor {t:?} is not a float output of the statistics model"
-                )));
-            }
+        let mut seen = std::collections::HashSet::new();
+        ort.visit(x.view(), tensors, |t, v| {
+            f(t, v);
+            seen.insert(t.to_string());
+            Ok(())
+        })?;
+        if tensors.contains(&input_name) {
+            f(&input_name, x.as_slice().expect("standard layout"));
+            seen.insert(input_name.clone());
         }
-        Ok(())
+        match tensors.iter().find(|t| !seen.contains(*t)) {
+            Some(t) => Err(CalibrationError::Model(format!(
+                "tensor {t:?} is not a float output of the statistics model"
+            ))),
+            None => Ok(()),
+        }
     };
     let progress = &opts.progress;
     progress.start("range", images.len() as u64, 0);
