@@ -199,6 +199,20 @@ fn refusals_name_the_file_and_what_to_do() {
         "/x",
         &[&format!("{}: not an MCAP file", text.display())],
     );
+    // A record declaring 2^40 bytes in a 100-byte file: refused, not allocated (the fuzz
+    // regression input, less its selector byte).
+    let regression = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../fuzz/regressions/mcap_bag/record_len_2e40.mcap");
+    let huge = tmp.path().join("huge_record.mcap");
+    std::fs::write(&huge, &std::fs::read(regression).unwrap()[1..]).unwrap();
+    refuse(
+        &huge,
+        "/x",
+        &[
+            &format!("{}: truncated or corrupt MCAP", huge.display()),
+            "length exceeds limit: `1099511627776`",
+        ],
+    );
     refuse(
         &fx.bag(),
         "/camera/image",

@@ -3,7 +3,9 @@
 //!
 //! A file is checked by its first bytes (MCAP magic; a sqlite3 or zstd file is named as
 //! such). Topics come from each file's summary section; a file without one (written
-//! without an index) is scanned once for them. Chunk CRCs are checked where written.
+//! without an index) is scanned once for them. Chunk CRCs are checked where written; a
+//! record longer than [`MAX_RECORD_BYTES`] is refused as corrupt before anything is
+//! allocated for it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -20,6 +22,16 @@ use crate::msgs::{CompressedImage, Image, RosMessage};
 
 const SQLITE_MAGIC: &[u8] = b"SQLite format 3\0";
 const ZSTD_MAGIC: &[u8] = &[0x28, 0xb5, 0x2f, 0xfd];
+
+/// The longest record (a message, a chunk's decompressed content) a bag may hold. The
+/// reader allocates a record's declared length before reading it, so without a bound a
+/// corrupt length prefix in a 1 kB file asks for terabytes. No camera frame comes near it
+/// (8K RGB at 16 bits is 200 MB); a longer record is refused as corrupt.
+pub const MAX_RECORD_BYTES: usize = 1 << 30;
+
+fn linear_options() -> LinearReaderOptions {
+    LinearReaderOptions::default().with_record_length_limit(MAX_RECORD_BYTES)
+}
 
 /// One topic of a bag.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -203,7 +215,7 @@ impl Iterator for Messages<'_> {
                 Ok(f) => {
                     let reader = mcap::io::MessageReader::new_with_options(
                         BufReader::with_capacity(1 << 20, f),
-                        LinearReaderOptions::default().with_validate_chunk_crcs(true),
+                        linear_options().with_validate_chunk_crcs(true),
                     );
                     self.current = Some((path, reader));
                 }
@@ -319,7 +331,11 @@ fn file_topics(file: &Path) -> Result<Vec<(String, String, String, u64)>, BagErr
         source,
     })?;
     let mut seen: HashMap<u16, ((String, String, String), u64)> = HashMap::new();
-    for message in mcap::io::MessageReader::new(BufReader::with_capacity(1 << 20, f)) {
+    let reader = mcap::io::MessageReader::new_with_options(
+        BufReader::with_capacity(1 << 20, f),
+        linear_options(),
+    );
+    for message in reader {
         let m = message.map_err(|e| corrupt(file, e))?;
         seen.entry(m.channel.id)
             .or_insert_with(|| (channel_of(&m.channel), 0))
@@ -339,8 +355,11 @@ fn read_summary(file: &Path) -> Result<Option<mcap::Summary>, BagError> {
     };
     let mut f = File::open(file).map_err(io)?;
     let size = f.metadata().map_err(io)?.len();
-    let mut reader =
-        SummaryReader::new_with_options(SummaryReaderOptions::default().with_file_size(size));
+    let mut reader = SummaryReader::new_with_options(
+        SummaryReaderOptions::default()
+            .with_file_size(size)
+            .with_record_length_limit(MAX_RECORD_BYTES),
+    );
     while let Some(event) = reader.next_event() {
         match event.map_err(|e| corrupt(file, e))? {
             SummaryReadEvent::ReadRequest(n) => {
