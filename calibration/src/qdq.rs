@@ -156,8 +156,15 @@ pub fn rewrite(
     // point on its output too, so that ORT runs `DQ -> MaxPool -> Q` as a uint8 MaxPool
     // (max commutes with a shared monotone quantisation: exact).
     if layout == Layout::OrtCpu {
-        for n in g.node.iter().filter(|n| n.op_type == "MaxPool" && is_default_domain(n)) {
-            let (input, output) = (n.input[0].as_str(), n.output[0].as_str());
+        for n in g
+            .node
+            .iter()
+            .filter(|n| n.op_type == "MaxPool" && is_default_domain(n))
+        {
+            let (Some(input), Some(output)) = (n.input.first(), n.output.first()) else {
+                continue; // invalid ONNX; ONNX Runtime refused it before this runs
+            };
+            let (input, output) = (input.as_str(), output.as_str());
             if let (Some(&src), true) = (scale_source.get(input), acts.contains(output)) {
                 scale_source.insert(output, src);
                 if relu_output.contains(input) {

@@ -4,6 +4,10 @@
 //! ArgMax and the logits stay float: ORT's int8 softmax is slower than its float one,
 //! and quantising them costs agreement (both measured against onnxruntime's
 //! `quantize_static`, which quantises them).
+//!
+//! Refuses external-data and non-float32 weights and unknown `--keep-float` names. An
+//! invalid graph (nodes without outputs, a cycle of shape ops) gets a plan of what is
+//! well formed, never a panic or an endless walk: ONNX Runtime then names what is wrong.
 
 use std::collections::{HashMap, HashSet};
 
@@ -175,9 +179,11 @@ pub fn plan(
         .flat_map(|n| n.output.iter().map(move |o| (o.as_str(), n)))
         .collect();
     let cons = consumers(g);
+    // Walks producers back through shape ops; at most one step per node, so that a file
+    // whose shape ops form a cycle (no valid ONNX graph does) cannot loop forever.
     let from_softmax = |t: &str| {
         let mut t = t.to_string();
-        loop {
+        for _ in 0..=g.node.len() {
             match producer.get(t.as_str()) {
                 Some(n) if n.op_type == "Softmax" || n.op_type == "LogSoftmax" => return true,
                 Some(n) if SHAPE_OPS.contains(&n.op_type.as_str()) && !n.input.is_empty() => {
@@ -186,6 +192,7 @@ pub fn plan(
                 _ => return false,
             }
         }
+        false
     };
     let mut plan = Plan {
         layout,
@@ -193,7 +200,8 @@ pub fn plan(
     };
     let mut seen = HashSet::new();
     for (idx, n) in g.node.iter().enumerate() {
-        if !is_default_domain(n) || keep.contains(n.name.as_str()) {
+        // A node without outputs (invalid ONNX) has nothing to quantise.
+        if !is_default_domain(n) || keep.contains(n.name.as_str()) || n.output.is_empty() {
             continue;
         }
         let acts: Vec<&str> = match n.op_type.as_str() {
@@ -265,6 +273,7 @@ fn quantised_output(
         [(r, 0)]
             if g.node[*r].op_type == "Relu"
                 && is_default_domain(&g.node[*r])
+                && !g.node[*r].output.is_empty()
                 && !g.output.iter().any(|o| o.name == out) =>
         {
             g.node[*r].output[0].as_str()
@@ -318,5 +327,43 @@ mod tests {
             .map(|&i| model.graph.as_ref().unwrap().node[i].name.as_str())
             .collect();
         assert_eq!(names, ["project"]);
+    }
+
+    #[test]
+    fn invalid_graphs_end_in_a_plan_not_a_panic_or_a_hang() {
+        let weight = TensorProto {
+            name: "w".into(),
+            dims: vec![1, 1, 1, 1],
+            data_type: DataType::Float as i32,
+            float_data: vec![1.0],
+            ..Default::default()
+        };
+        let model = |nodes: Vec<NodeProto>| ModelProto {
+            graph: Some(GraphProto {
+                node: nodes,
+                initializer: vec![weight.clone()],
+                output: vec![float_output("y")],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        // A Conv without outputs; a Relu without outputs as a Conv's only consumer; a
+        // Reshape that is its own input, in front of a MatMul (the walk back to a Softmax).
+        let cases = [
+            vec![node("Conv", "c", &["x", "w"], &[])],
+            vec![
+                node("Conv", "c", &["x", "w"], &["c"]),
+                node("Relu", "r", &["c"], &[]),
+            ],
+            vec![
+                node("Reshape", "r", &["a", "s"], &["a"]),
+                node("MatMul", "m", &["a", "x"], &["y"]),
+            ],
+        ];
+        for nodes in cases {
+            for layout in [Layout::Portable, Layout::OrtCpu] {
+                assert!(plan(&model(nodes.clone()), &[], layout).is_ok());
+            }
+        }
     }
 }
