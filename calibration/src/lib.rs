@@ -286,8 +286,11 @@ pub fn collect_stats(
      -> Result<(), CalibrationError> {
         let mut seen = std::collections::HashSet::new();
         ort.visit(x.view(), tensors, |t, v| {
-            f(t, v);
-            seen.insert(t.to_string());
+            // The input is read from `x` below, once (were it also a graph output).
+            if t != input_name {
+                f(t, v);
+                seen.insert(t.to_string());
+            }
             Ok(())
         })?;
         if tensors.contains(&input_name) {

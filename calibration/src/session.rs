@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use ndarray::{ArrayD, ArrayView4};
+use ndarray::{ArrayD, ArrayView4, ArrayViewD};
 use ort::environment::Environment;
 use ort::session::Session;
 use ort::value::TensorRef;
@@ -78,21 +78,12 @@ impl OrtModel {
         x: ArrayView4<f32>,
         names: &[String],
     ) -> Result<BTreeMap<String, ArrayD<f32>>, CalibrationError> {
-        let x = x.as_standard_layout();
-        let t = TensorRef::from_array_view(&x).map_err(ort_err)?;
-        let outputs = self
-            .session
-            .run(ort::inputs![self.input.as_str() => t])
-            .map_err(ort_err)?;
         let mut out = BTreeMap::new();
-        for (name, value) in outputs.iter() {
-            if !names.is_empty() && !names.iter().any(|n| n == name) {
-                continue;
-            }
-            if let Ok(a) = value.try_extract_array::<f32>() {
-                out.insert(name.to_string(), a.to_owned());
-            }
-        }
+        let wanted = |n: &str| names.is_empty() || names.iter().any(|w| w == n);
+        self.each_float_output(x, wanted, |name, a| {
+            out.insert(name.to_string(), a.to_owned());
+            Ok(())
+        })?;
         Ok(out)
     }
 
@@ -106,6 +97,21 @@ impl OrtModel {
         names: &[String],
         mut f: impl FnMut(&str, &[f32]) -> Result<(), CalibrationError>,
     ) -> Result<(), CalibrationError> {
+        let wanted = |n: &str| names.iter().any(|w| w == n);
+        self.each_float_output(x, wanted, |name, a| match a.as_slice() {
+            Some(data) => f(name, data),
+            None => Err(CalibrationError::Ort(format!(
+                "output {name:?} is not contiguous"
+            ))),
+        })
+    }
+
+    fn each_float_output(
+        &mut self,
+        x: ArrayView4<f32>,
+        wanted: impl Fn(&str) -> bool,
+        mut f: impl FnMut(&str, ArrayViewD<'_, f32>) -> Result<(), CalibrationError>,
+    ) -> Result<(), CalibrationError> {
         let x = x.as_standard_layout();
         let t = TensorRef::from_array_view(&x).map_err(ort_err)?;
         let outputs = self
@@ -113,11 +119,11 @@ impl OrtModel {
             .run(ort::inputs![self.input.as_str() => t])
             .map_err(ort_err)?;
         for (name, value) in outputs.iter() {
-            if !names.iter().any(|n| n == name) {
+            if !wanted(name) {
                 continue;
             }
-            if let Ok((_, data)) = value.try_extract_tensor::<f32>() {
-                f(name, data)?;
+            if let Ok(a) = value.try_extract_array::<f32>() {
+                f(name, a)?;
             }
         }
         Ok(())
@@ -125,11 +131,6 @@ impl OrtModel {
 
     /// Runs `x` and discards the outputs (latency measurement).
     pub fn run_discard(&mut self, x: ArrayView4<f32>) -> Result<(), CalibrationError> {
-        let x = x.as_standard_layout();
-        let t = TensorRef::from_array_view(&x).map_err(ort_err)?;
-        self.session
-            .run(ort::inputs![self.input.as_str() => t])
-            .map_err(ort_err)?;
-        Ok(())
+        self.each_float_output(x, |_| false, |_, _| Ok(()))
     }
 }
