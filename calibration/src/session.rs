@@ -106,6 +106,9 @@ impl OrtModel {
         })
     }
 
+    /// Runs `x` once and hands `f` each float output that `wanted` names, in ONNX
+    /// Runtime's buffer: the one loop behind [`run`](Self::run), [`visit`](Self::visit)
+    /// and [`run_discard`](Self::run_discard).
     fn each_float_output(
         &mut self,
         x: ArrayView4<f32>,
