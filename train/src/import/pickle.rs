@@ -167,11 +167,20 @@ pub fn rewrite(data: &[u8], start: usize) -> Result<Rewritten, PickleError> {
     Err(PickleError::NoStop)
 }
 
+#[derive(Clone, Debug)]
+struct Memo {
+    written: u32,
+    kind: Kind,
+    depth: u32,
+}
+
 struct Machine {
     out: Vec<u8>,
     stack: Vec<Item>,
     marks: Vec<(usize, usize)>, // (stack depth, output offset of the MARK)
-    memo: HashMap<u32, (Kind, u32)>,
+    /// The file's memo id -> the id written out (dense: 0, 1, 2, ... in order of first
+    /// PUT), what it holds and its nesting depth.
+    memo: HashMap<u32, Memo>,
     storages: Vec<StorageRef>,
 }
 
@@ -340,9 +349,20 @@ impl Machine {
                     .stack
                     .last()
                     .ok_or(PickleError::Malformed(pos, "PUT on empty stack"))?;
-                self.memo.insert(id, (top.kind.clone(), top.depth));
+                // libtorch's unpickler sizes its memo table by the largest id it meets
+                // (a 20-byte file putting id 0x7e000000 asked for 32 GB): ids are
+                // renumbered densely, so the table never outgrows the number of PUTs.
+                let next = self.memo.len() as u32;
+                let entry = self.memo.entry(id).or_insert(Memo {
+                    written: next,
+                    kind: Kind::Other,
+                    depth: 0,
+                });
+                entry.kind = top.kind.clone();
+                entry.depth = top.depth;
+                let written = entry.written;
                 self.out.push(b'r');
-                self.out.extend_from_slice(&id.to_le_bytes());
+                self.out.extend_from_slice(&written.to_le_bytes());
             }
             b'h' | b'j' => {
                 let id = if code == b'h' {
@@ -350,12 +370,16 @@ impl Machine {
                 } else {
                     le_int(arg) as u32
                 };
-                let (kind, depth) = self
+                let Memo {
+                    written,
+                    kind,
+                    depth,
+                } = self
                     .memo
                     .get(&id)
                     .cloned()
                     .ok_or(PickleError::Malformed(pos, "GET of unset memo"))?;
-                self.emit_push(code, arg, kind);
+                self.emit_push(b'j', &written.to_le_bytes(), kind);
                 self.nest_top(depth, pos)?;
             }
             b'c' => {
@@ -517,6 +541,18 @@ mod tests {
             .position(|w| w == [0x8a, 8])
             .expect("LONG1 widened to 8 bytes");
         assert_eq!(&r.pickle[long1 + 2..long1 + 10], &65536i64.to_le_bytes());
+    }
+
+    #[test]
+    fn memo_ids_are_renumbered_densely() {
+        // EMPTY_DICT, LONG_BINPUT 0x7e000000, EMPTY_LIST, BINPUT 9, LONG_BINGET 0x7e000000,
+        // BINGET 9, TUPLE2, STOP: libtorch would size its memo table for 2^31 entries.
+        let p = b"\x80\x02}r\x00\x00\x00\x7e]q\x09j\x00\x00\x00\x7eh\x09\x86.";
+        let r = rewrite(p, 0).unwrap();
+        let mut want = vec![0x80, 2];
+        want.extend_from_slice(b"}r\x00\x00\x00\x00]r\x01\x00\x00\x00");
+        want.extend_from_slice(b"j\x00\x00\x00\x00j\x01\x00\x00\x00\x86.");
+        assert_eq!(r.pickle, want);
     }
 
     #[test]
