@@ -309,8 +309,8 @@ def rss_floors(cfg, warm):
 
 
 def evaluate(name, cfg, rec, fed, final, engine_fps, rate, extra=None):
-    """The summary and the issue's checks. `final`: the path's own counts once drained
-    (sent, answered, dropped; failed and observed where known)."""
+    """The summary and the checks. `final`: the path's own counts once drained (sent,
+    answered, dropped; failed, lost and observed where known)."""
     rows = fed["rows"]
     warm = [r for r in rows if r["t_s"] >= cfg.warmup_s - 1e-6] or rows[-1:]
     base, end, k = rss_floors(cfg, warm)
@@ -324,10 +324,13 @@ def evaluate(name, cfg, rec, fed, final, engine_fps, rate, extra=None):
     p99_first, p99_last = percentile(first, 99), percentile(last, 99)
     drift = 100.0 * (p99_last - p99_first) / p99_first if first and last else float("nan")
     sent, answered, dropped = final["sent"], final["answered"], final["dropped"]
-    failed = final.get("failed", 0)
+    failed, lost = final.get("failed", 0), final.get("lost", 0)
     observed, seen_dropped = final.get("observed"), final.get("seen_dropped")
-    counts_ok = (answered + dropped == sent == fed["sent"] and failed == 0 and rec.unknown == 0
-                 and observed in (None, answered) and seen_dropped in (None, dropped))
+    # `lost`: frames the path counted as never reaching it (the ROS 2 node's sequence gaps);
+    # what it did see (`sent`) plus those must be exactly what was fed.
+    counts_ok = (answered + dropped == sent and sent + lost == fed["sent"] and failed == 0
+                 and rec.unknown == 0 and observed in (None, answered)
+                 and seen_dropped in (None, dropped))
     checks = [
         ("feed", fed["rate_fed"] >= 0.97 * rate,
          f"fed {fed['rate_fed']:.1f} frames/s of {rate:.1f} asked ({rate / engine_fps:.1f}x the "
@@ -343,8 +346,9 @@ def evaluate(name, cfg, rec, fed, final, engine_fps, rate, extra=None):
          f"threads after {cfg.warmup_s:.0f} s: {threads['start']} -> {threads['end']} "
          f"(range {threads['min']}-{threads['max']})"),
         ("counts", counts_ok,
-         f"sent {fed['sent']} (path saw {sent}), answered {answered} + dropped {dropped} = "
-         f"{answered + dropped}; failed {failed}"
+         f"sent {fed['sent']} (path saw {sent}"
+         + ("" if "lost" not in final else f", counted {lost} lost before it")
+         + f"), answered {answered} + dropped {dropped} = {answered + dropped}; failed {failed}"
          + ("" if observed is None else f"; answers received {observed}")
          + ("" if seen_dropped is None else f"; drops reported {seen_dropped}")
          + (f"; {rec.unknown} answer(s) for frames never sent" if rec.unknown else "")),

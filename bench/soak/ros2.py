@@ -9,8 +9,10 @@ half a million ints per frame (21 ms of a core per frame to write, more to read 
 these rates; the peer shares the cores with the node under test). Latency: the peer's, frame
 written to its class_mask taken. Counts: the node's own (/diagnostics while it runs, its
 final `stopped:` line after SIGINT). Process under test: segtool-ros2 (not the peer).
-Reliable QoS so that nothing is lost on the way (answered + dropped = sent is the node's
-accounting, not the network's)."""
+Reliable QoS, keep last 8 on the publisher, as a camera driver's: a sample the node's reader
+has not acknowledged when 8 newer ones are written is overwritten, which the node counts as
+lost (a gap in the publisher's sequence numbers). The counts check: the node's received plus
+its lost equal the frames written, and its answered plus dropped equal its received."""
 import io
 import os
 import sys
@@ -30,7 +32,8 @@ from cyclonedds.util import duration
 
 from . import common
 
-STOPPED = re.compile(r"stopped: received (\d+), answered (\d+), dropped (\d+), failed (\d+), bad (\d+)")
+STOPPED = re.compile(r"stopped: received (\d+), answered (\d+), dropped (\d+), failed (\d+), bad (\d+), "
+                     r"lost (\d+)")
 
 
 # The ROS 2 messages as the tests publish them (tests/reference/ros2_camera.py).
@@ -128,7 +131,7 @@ def run(cfg):
         # Drained: the node has accounted for every frame sent and its masks are here.
         deadline = time.time() + 60
         while time.time() < deadline:
-            done = int(diag.get("answered", 0)) + int(diag.get("dropped", 0)) + int(diag.get("failed", 0))
+            done = sum(int(diag.get(k, 0)) for k in ("answered", "dropped", "failed", "lost"))
             if done >= fed["sent"] and len(rec.answers) >= int(diag.get("answered", 0)):
                 break
             time.sleep(0.2)
@@ -146,8 +149,9 @@ def run(cfg):
     m = STOPPED.search(line)
     if rc != 0 or not m:
         raise RuntimeError(f"{name}: the node exited {rc}; last lines:\n" + "\n".join(err.tail))
-    received, answered, dropped, failed, bad = (int(g) for g in m.groups())
+    received, answered, dropped, failed, bad, lost = (int(g) for g in m.groups())
     final = {"sent": received, "answered": answered, "dropped": dropped, "failed": failed + bad,
+             "lost": lost,
              "observed": len(rec.answers), "node_sent": int(diag.get("sent", -1))}
     summary = common.evaluate(name, cfg, rec, fed, final, fps, rate,
                               {"own_summary": line, "last_diagnostics": diag,

@@ -135,12 +135,13 @@ pub fn run(args: Args, ros: RosArgs) -> Result<()> {
         ),
     })?;
     eprintln!(
-        "stopped: received {}, answered {}, dropped {}, failed {}, bad {}",
+        "stopped: received {}, answered {}, dropped {}, failed {}, bad {}, lost {}",
         stats.received,
         stats.answered,
         stats.dropped,
         stats.failed,
-        stats.bad_total()
+        stats.bad_total(),
+        stats.lost
     );
     Ok(())
 }

@@ -1,5 +1,5 @@
 //! The node's counters and their `/diagnostics` message: rate, latency p50/p99,
-//! answered, dropped, bad messages (in all and per cause), provider, fallbacks and why.
+//! answered, dropped, lost, bad messages (in all and per cause), provider, fallbacks and why.
 //! The figures a robot's `diagnostic_aggregator` or `rqt_runtime_monitor` shows.
 
 use std::collections::BTreeMap;
@@ -20,6 +20,9 @@ pub struct NodeStats {
     pub dropped: u64,
     /// Frames the engine failed on.
     pub failed: u64,
+    /// Camera messages the node never took: skipped in their publisher's sequence numbers
+    /// (lost on the way, or overwritten in a DDS history before the node took them).
+    pub lost: u64,
     /// Bad messages per cause (see [`crate::frames::BadFrame::cause`]).
     pub bad: BTreeMap<String, u64>,
     /// Masks per second over the last period.
@@ -94,6 +97,7 @@ pub fn message(
         kv("answered", stats.answered.to_string()),
         kv("dropped", stats.dropped.to_string()),
         kv("failed", stats.failed.to_string()),
+        kv("lost", stats.lost.to_string()),
         kv("bad_messages", stats.bad_total().to_string()),
         kv("provider", provider.to_string()),
         kv("fallbacks", fallbacks.unwrap_or("none").to_string()),
@@ -134,6 +138,7 @@ mod tests {
         let mut stats = NodeStats {
             answered: 9,
             dropped: 3,
+            lost: 2,
             ..Default::default()
         };
         let mut w = Window::new();
@@ -149,6 +154,7 @@ mod tests {
         let get = |k: &str| s.values.iter().find(|v| v.key == k).unwrap().value.clone();
         assert_eq!(get("answered"), "9");
         assert_eq!(get("dropped"), "3");
+        assert_eq!(get("lost"), "2");
         assert_eq!(get("bad: unknown encoding"), "2");
         assert_eq!(get("provider"), "cpu");
     }

@@ -15,3 +15,4 @@ pub mod frames;
 pub mod msgs;
 pub mod node;
 pub mod ros_args;
+mod sequence;

@@ -12,7 +12,9 @@
 //!   last 10) when asked, for the camera and the masks alike; `/diagnostics` reliable.
 //! - Newest frame wins: the runtime's [`LatestStream`] with one slot. A frame that waits
 //!   while the engine is busy is replaced by the next and counted as dropped; nothing
-//!   queues without bound.
+//!   queues without bound. Camera messages lost before the node took them (on the way,
+//!   or overwritten in a DDS history) are counted as lost, from the gaps in each
+//!   publisher's sequence numbers ([`crate::sequence`]).
 //! - A bad message is counted under its cause, reported once per cause through the event
 //!   callback, and never stops later frames.
 //! - The pictures (`color_mask`, `overlay`) are drawn only while someone subscribes to
@@ -31,7 +33,7 @@ use image::RgbImage;
 use ros2_client::dds::rustdds::mio1::{Events, Interest, Poll, Token};
 use ros2_client::dds::{Context, ContextOptions, Node, Publisher, Subscription};
 use ros2_client::qos::{Durability, History, Reliability, WhenFull};
-use ros2_client::{MessageTypeName, Name, NodeName, NodeOptions, QosProfile};
+use ros2_client::{MessageInfo, MessageTypeName, Name, NodeName, NodeOptions, QosProfile};
 use segtool_runtime::batching::{BatchConfig, LatestStream, LiveOutcome};
 use segtool_runtime::{colorize, overlay, BatchServer, Segmenter, DEFAULT_ALPHA};
 
@@ -39,6 +41,7 @@ use crate::diagnostics::{self, NodeStats, Window};
 use crate::frames::{self, BadFrame};
 use crate::msgs::{split_name, CompressedImage, DiagnosticArray, Header, Image, RosMessage, Time};
 use crate::ros_args::RosArgs;
+use crate::sequence::SequenceGaps;
 
 /// Which camera topic the node takes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -189,15 +192,29 @@ enum Camera {
 }
 
 impl Camera {
-    /// The next message as a frame: `None` when none is waiting.
-    fn take(&self) -> Option<(Header, Result<RgbImage, BadFrame>)> {
+    /// The next message as a frame: `None` when none is waiting. Its sequence number
+    /// goes to `gaps`, which adds the publisher's messages skipped before it to `lost`.
+    fn take(
+        &self,
+        gaps: &mut SequenceGaps,
+        lost: &mut u64,
+    ) -> Option<(Header, Result<RgbImage, BadFrame>)> {
+        let mut note = |info: &MessageInfo| {
+            *lost += gaps.observe(info.publisher_gid(), info.sequence_number());
+        };
         let taken = match self {
-            Camera::Raw(s) => s
-                .take()
-                .map(|m| m.map(|(msg, _)| (msg.header.clone(), frames::image_to_rgb(&msg)))),
-            Camera::Compressed(s) => s
-                .take()
-                .map(|m| m.map(|(msg, _)| (msg.header.clone(), frames::compressed_to_rgb(&msg)))),
+            Camera::Raw(s) => s.take().map(|m| {
+                m.map(|(msg, info)| {
+                    note(&info);
+                    (msg.header.clone(), frames::image_to_rgb(&msg))
+                })
+            }),
+            Camera::Compressed(s) => s.take().map(|m| {
+                m.map(|(msg, info)| {
+                    note(&info);
+                    (msg.header.clone(), frames::compressed_to_rgb(&msg))
+                })
+            }),
         };
         match taken {
             Ok(m) => m,
@@ -316,6 +333,7 @@ pub fn run(
     camera.register(&poll).map_err(dds)?;
     let mut events = Events::with_capacity(8);
     let mut stats = NodeStats::default();
+    let mut gaps = SequenceGaps::default();
     let mut next_diagnostics = Instant::now() + config.diagnostics_period;
     while !stop.load(Ordering::Relaxed) {
         let wait = next_diagnostics
@@ -329,7 +347,7 @@ pub fn run(
         outputs.refresh_wanted(&node);
         // Edge-triggered: take everything that has arrived (also after a timeout, in case
         // an edge came between takes).
-        while let Some((header, frame)) = camera.take() {
+        while let Some((header, frame)) = camera.take(&mut gaps, &mut stats.lost) {
             stats.received += 1;
             match frame {
                 Ok(img) => {

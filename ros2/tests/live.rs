@@ -201,6 +201,8 @@ fn raw_frames_and_bad_messages_over_cyclone_dds() {
         "{summary}"
     );
     assert_eq!(count(&summary, "answered") as usize, answered, "{summary}");
+    // Reliable QoS end to end: no gap in the camera's sequence numbers.
+    assert_eq!(count(&summary, "lost"), 0, "{summary}");
     for cause in [
         "unknown encoding",
         "step shorter than a row",
