@@ -6,7 +6,8 @@
 # table goes to $SEGTOOL_HOME/fuzz-last.txt.
 #
 #   FUZZ_S=600          seconds per target (default 600)
-#   FUZZ_TARGETS=a,b    the targets to run (default: all, `cargo fuzz list`)
+#   FUZZ_TARGETS=a,b    the targets to build and run (default: all, `cargo fuzz list`);
+#                       only their dependencies are compiled
 #   FUZZ_JOBS=1         libFuzzer processes per target (-fork=N; default 1)
 #   FUZZ_ARGS="..."     more libFuzzer flags
 #   FUZZ_NO_BUILD=1     use the binaries already built
@@ -26,23 +27,27 @@ bin_dir="$root/fuzz/target/x86_64-unknown-linux-gnu/release"
 log() { echo "[fuzz] $*" >&2; }
 cd "$root"
 
-if [ "${FUZZ_NO_BUILD:-0}" != 1 ]; then
-    command -v cargo-fuzz >/dev/null || {
-        log "installing cargo-fuzz (cargo install cargo-fuzz --locked; a few minutes)"
-        cargo install cargo-fuzz --locked >&2
-    }
-    log "building the fuzz targets (fuzz/target; the first build takes about an hour here)"
-    started=$(date +%s)
-    # NCCL is of no use to a parser: the c10d shim builds with gloo only (faster).
-    SEGTOOL_SHIM_ASAN=1 SEGTOOL_NO_NCCL=1 RUSTC_BOOTSTRAP=1 \
-        cargo fuzz build --codegen-units 16 >&2
-    log "  built in $(($(date +%s) - started)) s"
-fi
+command -v cargo-fuzz >/dev/null || {
+    log "installing cargo-fuzz (cargo install cargo-fuzz --locked; a few minutes)"
+    cargo install cargo-fuzz --locked >&2
+}
 
 if [ -n "${FUZZ_TARGETS:-}" ]; then
     IFS=', ' read -r -a targets <<<"$FUZZ_TARGETS"
+    # Only what these targets call is compiled (fuzz/Cargo.toml: a feature per target).
+    features=(--no-default-features --features "$(IFS=,; echo "${targets[*]}")")
 else
     mapfile -t targets < <(cargo fuzz list)
+    features=()
+fi
+
+if [ "${FUZZ_NO_BUILD:-0}" != 1 ]; then
+    log "building ${targets[*]} (fuzz/target; the first build of all of them takes about an hour here)"
+    started=$(date +%s)
+    # NCCL is of no use to a parser: the c10d shim builds with gloo only (faster).
+    SEGTOOL_SHIM_ASAN=1 SEGTOOL_NO_NCCL=1 RUSTC_BOOTSTRAP=1 \
+        cargo fuzz build --codegen-units 16 "${features[@]}" >&2
+    log "  built in $(($(date +%s) - started)) s"
 fi
 
 seeds="$home/fuzz-seeds"
