@@ -285,7 +285,16 @@ fn rename(state: StateDict) -> Result<StateDict> {
     for (key, t) in state.tensors {
         let key = strip_module(&key).to_string();
         match segtool_name(&key) {
-            Some(name) if name.ends_with(".gamma") => tensors.push((name, t.reshape([1]))),
+            Some(name) if name.ends_with(".gamma") => {
+                // tch's reshape panics on a size mismatch: a file's gamma of 2x3 is an error.
+                if t.numel() != 1 {
+                    bail!(
+                        "{key}: a Scale's gamma holds one value, the file's has shape {:?}",
+                        t.size()
+                    );
+                }
+                tensors.push((name, t.reshape([1])))
+            }
             Some(name) => tensors.push((name, t)),
             None if ["backbone.", "decode_head.", "auxiliary_head."]
                 .iter()
