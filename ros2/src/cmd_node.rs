@@ -124,15 +124,18 @@ pub fn run(args: Args, ros: RosArgs) -> Result<()> {
             cause,
             reason,
         } => eprintln!("bad message on {topic} ({cause}): {reason}; counting later ones"),
-        NodeEvent::Diagnostics(s) => eprintln!(
-            "{:.1} Hz, latency p50 {:.1} ms p99 {:.1} ms; answered {}, dropped {}, bad {}",
-            s.rate_hz,
-            s.latency_p50_ms,
-            s.latency_p99_ms,
-            s.answered,
-            s.dropped,
-            s.bad_total()
-        ),
+        NodeEvent::Diagnostics(s) => {
+            eprintln!(
+                "{:.1} Hz, latency p50 {:.1} ms p99 {:.1} ms; answered {}, dropped {}, lost {}, bad {}",
+                s.rate_hz,
+                s.latency_p50_ms,
+                s.latency_p99_ms,
+                s.answered,
+                s.dropped,
+                s.lost,
+                s.bad_total()
+            );
+        }
     })?;
     eprintln!(
         "stopped: received {}, answered {}, dropped {}, failed {}, bad {}, lost {}",

@@ -350,7 +350,7 @@ impl Machine {
                     .last()
                     .ok_or(PickleError::Malformed(pos, "PUT on empty stack"))?;
                 // libtorch's unpickler sizes its memo table by the largest id it meets
-                // (a 20-byte file putting id 0x7e000000 asked for 32 GB): ids are
+                // (a 12-byte pickle putting id 0x7e000000 asked for 32 GB): ids are
                 // renumbered densely, so the table never outgrows the number of PUTs.
                 let next = self.memo.len() as u32;
                 let entry = self.memo.entry(id).or_insert(Memo {
