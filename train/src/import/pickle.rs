@@ -352,15 +352,16 @@ impl Machine {
                 // libtorch's unpickler sizes its memo table by the largest id it meets
                 // (a 12-byte pickle putting id 0x7e000000 asked for 32 GB): ids are
                 // renumbered densely, so the table never outgrows the number of PUTs.
-                let next = self.memo.len() as u32;
-                let entry = self.memo.entry(id).or_insert(Memo {
-                    written: next,
-                    kind: Kind::Other,
-                    depth: 0,
-                });
-                entry.kind = top.kind.clone();
-                entry.depth = top.depth;
-                let written = entry.written;
+                let written = self
+                    .memo
+                    .get(&id)
+                    .map_or(self.memo.len() as u32, |m| m.written);
+                let memo = Memo {
+                    written,
+                    kind: top.kind.clone(),
+                    depth: top.depth,
+                };
+                self.memo.insert(id, memo);
                 self.out.push(b'r');
                 self.out.extend_from_slice(&written.to_le_bytes());
             }
