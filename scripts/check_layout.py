@@ -19,7 +19,8 @@ import sys
 
 ROOT = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(
     os.path.dirname(os.path.abspath(__file__)))
-SKIP = {"target", ".git", "node_modules", "fuzz-corpus"}
+# vendor/: upstream crates, patched (vendor/README.md); their layout is upstream's.
+SKIP = {"target", ".git", "node_modules", "fuzz-corpus", "vendor"}
 MISLEADING = {"spec", "dist", "build", "out", "target"}
 
 

@@ -9,6 +9,8 @@
 //!   corrupt JPEG) is counted under its cause, and the node keeps answering.
 //! - Compressed input works; a camera on another domain id reaches nothing.
 //! - SIGINT ends the node within a second, exit 0.
+//! - A node stopped and continued (SIGSTOP, SIGCONT: Ctrl-Z, a debugger) still
+//!   discovers and answers: its DDS threads survive the interrupted poll.
 
 #[path = "../../tests/common/npy_file.rs"]
 mod npy_file;
@@ -267,6 +269,70 @@ fn compressed_frames_and_other_domains() {
     );
     assert_eq!(
         summary["diagnostics"]["bad: corrupt compressed image"], "1",
+        "{summary}"
+    );
+    let (ok, stderr, _) = node.interrupt();
+    assert!(ok, "{stderr}");
+}
+
+/// The process's state letter from /proc (`T`: stopped).
+fn proc_state(pid: u32) -> char {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // After the parenthesised command name: " S ...".
+    stat.rsplit(')')
+        .next()
+        .unwrap()
+        .trim_start()
+        .chars()
+        .next()
+        .unwrap()
+}
+
+fn thread_count(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .count()
+}
+
+#[test]
+fn a_stopped_and_continued_node_still_answers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = model(tmp.path());
+    let d = domain(31);
+    let node = NodeProcess::start(&model, d, &["--reliable"]);
+    let pid = node.0.id();
+    // Up, with its DDS threads parked in their polls.
+    let t0 = Instant::now();
+    while thread_count(pid) < 4 && t0.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let threads = thread_count(pid);
+    unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
+    let t0 = Instant::now();
+    while proc_state(pid) != 'T' {
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "SIGSTOP did not stop the node"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    unsafe { libc::kill(pid as i32, libc::SIGCONT) };
+    std::thread::sleep(Duration::from_millis(300));
+    // RustDDS 0.15.1 as released ended its event loop and discovery threads here.
+    assert_eq!(thread_count(pid), threads, "threads lost across the stop");
+    let out = tmp.path().join("after-stop");
+    let summary = camera(&out, d, &["--frames", "6"]);
+    assert_eq!(
+        summary["matched"], true,
+        "no discovery after the stop: {summary}"
+    );
+    let answered = check_masks(&out, &summary, &model, "png");
+    assert!(answered > 0, "{summary}");
+    assert_eq!(
+        count(&summary, "answered") + count(&summary, "dropped"),
+        summary["sent"].as_u64().unwrap(),
         "{summary}"
     );
     let (ok, stderr, _) = node.interrupt();
