@@ -28,7 +28,8 @@ const SHAPE_OPS: &[&str] = &[
 ];
 
 /// Consumers whose inputs stay float: a Conv output that reaches one of them (directly
-/// or through [`SHAPE_OPS`]) is not quantised.
+/// or through ops that only rearrange their input: Reshape, Transpose, Flatten, Squeeze,
+/// Unsqueeze, Identity, Cast) is not quantised.
 pub const FLOAT_ONLY: &[&str] = &[
     "Resize",
     "ArgMax",
