@@ -52,6 +52,7 @@ pub mod engine;
 pub mod env_report;
 pub mod error;
 pub mod io_contract;
+pub mod memory;
 #[cfg(feature = "ort")]
 pub mod ort_engine;
 pub mod ort_report;

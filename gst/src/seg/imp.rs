@@ -38,6 +38,9 @@ pub(super) static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
 /// Drops are reported on the bus at most this often (and at EOS).
 pub(super) const DROP_REPORT_EVERY: Duration = Duration::from_secs(1);
 
+/// Freed memory goes back to the system at most this often, process-wide.
+const TRIM_EVERY: Duration = Duration::from_secs(30);
+
 pub(super) struct State {
     pub(super) opened: Opened,
     pub(super) model: String,
@@ -366,6 +369,9 @@ impl BaseTransformImpl for SegtoolSeg {
         }
         drop(guard);
         self.report_drops(false);
+        // A pipeline runs for days: freed frame buffers go back to the system every
+        // TRIM_EVERY, not kept at the worst burst's level (segtool_runtime::memory).
+        segtool_runtime::memory::release_freed_heap_every(TRIM_EVERY);
         Ok(gst::FlowSuccess::Ok)
     }
 

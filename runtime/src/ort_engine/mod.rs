@@ -224,7 +224,8 @@ impl OrtEngine {
             let last = i + 1 == requested.len();
             match build_session(&env, &path, options, &overrides, provider, hint.as_ref()) {
                 Ok(session) => {
-                    release_freed_heap();
+                    // The parsed model's weight buffers, freed once repacked (module docs).
+                    crate::memory::release_freed_heap();
                     let fallback = (!failures.is_empty()).then(|| failures.join("; "));
                     return Self::from_session(
                         session,
@@ -460,16 +461,6 @@ fn trt_hint(props: &[(String, String)], path: &Path) -> Result<Option<TrtProfile
         })
     })?;
     Ok(Some(TrtProfile::from(&hint)))
-}
-
-/// Returns the heap ONNX Runtime freed while building a session (the parsed model's
-/// weight buffers, replaced by repacked copies) to the OS; glibc would otherwise keep it.
-fn release_freed_heap() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim only releases free memory of the allocator; no pointers change.
-    unsafe {
-        libc::malloc_trim(0);
-    }
 }
 
 impl Engine for OrtEngine {
