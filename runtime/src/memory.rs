@@ -52,7 +52,10 @@ mod tests {
     #[test]
     fn trims_once_per_period_across_threads() {
         let period = Duration::from_millis(200);
-        assert!(!release_freed_heap_every(period), "not before a period has passed");
+        assert!(
+            !release_freed_heap_every(period),
+            "not before a period has passed"
+        );
         std::thread::sleep(Duration::from_millis(250));
         let trimmed: usize = (0..4)
             .map(|_| std::thread::spawn(move || release_freed_heap_every(period)))
