@@ -8,6 +8,7 @@ quantize_with_accuracy_control) on the same DANet exports and the same video fra
     python3 bench/int8_vs_quantizers.py --setup       # once: /root/.cache/segtool/venv-int8-bench
     /root/.cache/segtool/venv-int8-bench/bin/python bench/int8_vs_quantizers.py \
         [--threads 2] [--models r18 r50] [--rounds 5 --runs 10] [--quick] [--work target/bench-int8]
+        [--reuse]   # contenders already quantised in --work: measured again, not redone
 
 Models (built once by a $SEGTOOL_PYTHON subprocess, cached in --work): the PyTorch
 reference DANet (tests/reference/danet_ref.py, bench/bench_models.py::random_danet),
@@ -333,17 +334,22 @@ def segtool_calibrate(c, name, layout, auto=None):
         tail = open(log).read().strip().splitlines()[-6:]
         raise RuntimeError(f"exit {p.returncode}: " + " | ".join(tail))
     if auto is not None:
-        report = json.load(open(os.path.join(c.qdir, f"{name}.auto.json")))
-        row["evals"] = 1 + len(report["trials"])
-        row["auto"] = {k: report.get(k) for k in ("chosen", "final_check", "verdict",
-                                                  "validation_images", "quantised_layers")}
-        row["auto"]["trials"] = len(report["trials"])
-        # The model written: the chosen mix, else the last step's (or all-INT8).
-        kept = next((r for r in report["rows"] if r.get("chosen")), report["rows"][-1])
-        row["auto"]["float_layers"] = kept["float_layers"]
-        row["val_agreement"] = kept["agreement"]
+        row.update(auto_row(c.qdir, name))
     row["path"] = out
     return row
+
+
+def auto_row(qdir, name):
+    """The row's figures from `calibrate --auto`'s report (qdir/<name>.auto.json)."""
+    report = json.load(open(os.path.join(qdir, f"{name}.auto.json")))
+    auto = {k: report.get(k) for k in ("chosen", "final_check", "verdict",
+                                       "validation_images", "quantised_layers")}
+    auto["trials"] = len(report["trials"])
+    # The model written: the chosen mix, else the last step's (or all-INT8).
+    kept = next((r for r in report["rows"] if r.get("chosen")), report["rows"][-1])
+    auto["float_layers"] = kept["float_layers"]
+    return {"evals": 1 + len(report["trials"]), "auto": auto,
+            "val_agreement": kept["agreement"]}
 
 
 class CalibReader:
@@ -498,9 +504,19 @@ def bench_model(key, cfg, a, env, segtool, has_layout):
         if (a.only and k not in a.only) or k in (a.skip or []):
             continue
         row = {"name": label, "key": k}
+        record = os.path.join(qdir, f"{k}.row.json")
+        if a.reuse and os.path.exists(record):
+            row.update(json.load(open(record)))
+            row["reused"] = record
+            print(f"  {label}: {row['quant_s']:.1f} s (reused: {record})", flush=True)
+            rows.append(row)
+            continue
         try:
             row.update(fn(c))
             print(f"  {label}: {row['quant_s']:.1f} s", flush=True)
+            with open(record + ".tmp", "w") as f:  # what --reuse reads back
+                json.dump(row, f, indent=2, default=str)
+            os.replace(record + ".tmp", record)
         except Exception as e:  # a contender that fails is a row with its error
             row["error"] = f"{type(e).__name__}: {e}".strip()[:600]
             row["traceback"] = traceback.format_exc()
@@ -599,6 +615,10 @@ def main():
                     help="run only these contenders")
     ap.add_argument("--skip", nargs="+", metavar="KEY", choices=[k for _, k, _ in CONTENDERS],
                     help="leave these contenders out (e.g. nncf-ac: its search is the longest)")
+    ap.add_argument("--reuse", action="store_true",
+                    help="take a contender's quantised file and figures from an earlier run "
+                         "in --work (its <key>.row.json) instead of quantising again; "
+                         "agreement and latency are measured afresh")
     ap.add_argument("--work", default=os.path.join(ROOT, "target", "bench-int8"))
     ap.add_argument("--clip", default=CLIP)
     ap.add_argument("--segtool", help="binary [target/release/segtool, else target/debug]")
