@@ -301,13 +301,20 @@ fn a_stopped_and_continued_node_still_answers() {
     let d = domain(31);
     let node = NodeProcess::start(&model, d, &["--reliable"]);
     let pid = node.0.id();
-    // Up, with its DDS threads parked in their polls.
-    let t0 = Instant::now();
-    while thread_count(pid) < 4 && t0.elapsed() < Duration::from_secs(20) {
-        std::thread::sleep(Duration::from_millis(50));
+    // Up, with its DDS threads parked in their polls: at least 4 threads, and no new
+    // one for a second (the node starts its spinner and publisher after DDS).
+    let (t0, mut threads, mut steady) = (Instant::now(), 0, Instant::now());
+    while !(threads >= 4 && steady.elapsed() >= Duration::from_secs(1)) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "the node did not start"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+        let now = thread_count(pid);
+        if now != threads {
+            (threads, steady) = (now, Instant::now());
+        }
     }
-    std::thread::sleep(Duration::from_millis(500));
-    let threads = thread_count(pid);
     unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
     let t0 = Instant::now();
     while proc_state(pid) != 'T' {
