@@ -17,6 +17,10 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+mod steps;
+
+pub use steps::{Resample, Restore};
+
 use crate::proto::DataType;
 use crate::read::{ModelIo, TensorInfo};
 
@@ -71,6 +75,25 @@ pub enum Fit {
     Pad,
     /// Resize (bilinear) to the nearest multiple; the output is resized back.
     Resize,
+    /// Resize up to the next multiple (MaskFormer's and Mask2Former's `size_divisor`).
+    #[serde(rename = "resize_up")]
+    ResizeUp,
+    /// Pad to the next multiple, the padding split between both sides (top gets the
+    /// smaller half), as DPT's `do_pad`.
+    #[serde(rename = "pad_centre")]
+    PadCentre,
+}
+
+impl Fit {
+    /// The serialised name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Fit::Pad => "pad",
+            Fit::Resize => "resize",
+            Fit::ResizeUp => "resize_up",
+            Fit::PadCentre => "pad_centre",
+        }
+    }
 }
 
 /// Whose bilinear resize brings images to the network's size: models are trained behind
@@ -113,6 +136,11 @@ pub enum OutputKind {
     /// One probability channel `[N, 1, h, w]`: class 1 above the threshold, background
     /// at or below it.
     Binary,
+    /// A mask-classification head (MaskFormer, Mask2Former, OneFormer): class logits
+    /// `[N, Q, K + 1]` (`output.class_output`, the last class "no object") and mask logits
+    /// `[N, Q, h, w]` (`output.name`); per class, `sum_q softmax(class)[q, k] *
+    /// sigmoid(mask)[q]`, as transformers' `post_process_semantic_segmentation`.
+    MaskClassification,
 }
 
 impl OutputKind {
@@ -123,6 +151,7 @@ impl OutputKind {
             OutputKind::Probabilities => "probabilities",
             OutputKind::ClassMap => "class_map",
             OutputKind::Binary => "binary",
+            OutputKind::MaskClassification => "mask_classification",
         }
     }
 }
@@ -173,6 +202,31 @@ pub struct InputCard {
     /// How images are brought to a multiple of `size_divisor`.
     #[serde(default = "default_fit")]
     pub fit: Fit,
+    /// The kernel of every resize (with the `resize_filter`'s implementation).
+    #[serde(default)]
+    pub resample: Resample,
+    /// Resize so that the short side is this long, aspect kept (the long side truncated),
+    /// as transformers' `size = {"shortest_edge"}` (torchvision's `F.resize(img, s)`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shortest_edge: Option<usize>,
+    /// With `shortest_edge`: the long side may not exceed this (transformers'
+    /// `get_size_with_aspect_ratio`, as MaskFormer's `{"shortest_edge", "longest_edge"}`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub longest_edge: Option<usize>,
+    /// With `size`: scale both sides by the one factor that changes the image least (DPT's
+    /// `keep_aspect_ratio`).
+    #[serde(default, skip_serializing_if = "steps::is_false")]
+    pub keep_aspect_ratio: bool,
+    /// With `size`: each side rounded to a multiple of this (DPT's `ensure_multiple_of`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ensure_multiple_of: Option<usize>,
+    /// `[height, width]` cut from the centre after the resize (the image padded with black
+    /// first where it is smaller), as the processors' `do_center_crop`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub center_crop: Option<[usize; 2]>,
+    /// Pad bottom and right (zeros after normalisation) to this `[height, width]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pad_size: Option<[usize; 2]>,
 }
 
 fn default_fit() -> Fit {
@@ -193,6 +247,17 @@ pub struct OutputCard {
     /// `binary` only: the probability at which a pixel is the class.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub threshold: Option<f32>,
+    /// How the scores come back to the image.
+    #[serde(default)]
+    pub restore: Restore,
+    /// `mask_classification`: the class logits `[N, Q, K + 1]` (the output `name` is then
+    /// the mask logits `[N, Q, h, w]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class_output: Option<String>,
+    /// `mask_classification`: the mask logits are first resized (bilinear) to this
+    /// `[height, width]` (Mask2Former's post-processing resizes them to 384 x 384).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mask_size: Option<[usize; 2]>,
 }
 
 /// Everything a deployment needs beside the graph.
@@ -272,6 +337,7 @@ impl ModelCard {
             i.size.map(|_| "input.size"),
             i.keep_ratio.map(|_| "input.keep_ratio"),
             i.min_short_side.map(|_| "input.min_short_side"),
+            i.shortest_edge.map(|_| "input.shortest_edge"),
         ];
         let given: Vec<&str> = resizes.into_iter().flatten().collect();
         if given.len() > 1 {
@@ -296,6 +362,7 @@ impl ModelCard {
                 self.classes.len()
             ));
         }
+        steps::check(self)?;
         match (self.output.kind, self.output.threshold) {
             (OutputKind::Binary, None) => Err("output.kind binary needs output.threshold".into()),
             (OutputKind::Binary, Some(_)) if self.classes.len() != 2 => Err(format!(
@@ -391,6 +458,9 @@ impl ModelCard {
             }
             _ => {}
         }
+        if o.kind == OutputKind::MaskClassification {
+            return self.check_mask_head(io, output);
+        }
         let rank = output.dims.len();
         let channels = match (o.kind, rank) {
             (_, 0) => None,
@@ -428,6 +498,46 @@ impl ModelCard {
             }
             _ => Ok(()),
         }
+    }
+}
+
+impl ModelCard {
+    /// A mask-classification head: mask logits `[N, Q, h, w]`, class logits `[N, Q, K + 1]`
+    /// with `K` the card's classes, the same `Q`.
+    fn check_mask_head(&self, io: &ModelIo, masks: &TensorInfo) -> Result<(), String> {
+        let name = self.output.class_output.as_deref().unwrap_or_default();
+        let classes = find(&io.outputs, name, "output")?;
+        let rank = |t: &TensorInfo, want: usize, what: &str| match t.dims.len() {
+            0 => Ok(()),
+            r if r == want => Ok(()),
+            r => Err(format!(
+                "output {:?} has rank {r} in the graph; the {what} of a mask-classification \
+                 head have rank {want}",
+                t.name
+            )),
+        };
+        rank(masks, 4, "mask logits [N, Q, h, w]")?;
+        rank(classes, 3, "class logits [N, Q, K + 1]")?;
+        if let Some(Some(k1)) = classes.dims.get(2) {
+            if *k1 as usize != self.classes.len() + 1 {
+                return Err(format!(
+                    "the card names {} classes, the class logits {:?} have {k1} (K + 1 with \
+                     \"no object\" last: {} classes)",
+                    self.classes.len(),
+                    classes.name,
+                    k1 - 1
+                ));
+            }
+        }
+        if let (Some(Some(q1)), Some(Some(q2))) = (masks.dims.get(1), classes.dims.get(1)) {
+            if q1 != q2 {
+                return Err(format!(
+                    "the mask logits {:?} have {q1} queries, the class logits {:?} {q2}",
+                    masks.name, classes.name
+                ));
+            }
+        }
+        Ok(())
     }
 }
 

@@ -49,4 +49,4 @@ mod tests;
 pub use error::{ModelFileError, Result};
 pub use metadata::{InputLayout, IoContract, Metadata, OutputKind, TrtProfileHint};
 pub use read::{read_io, read_props, ModelFile, ModelIo, TensorInfo};
-pub use rewrite::copy_with_metadata;
+pub use rewrite::{copy_with_graph_additions, copy_with_metadata, default_opset};

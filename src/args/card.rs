@@ -69,6 +69,11 @@ pub struct CardArgs {
     /// (antialiased; Hugging Face) or pillow.
     #[arg(long, value_parser = parse_filter, value_name = "FILTER")]
     pub resize_filter: Option<ResizeFilter>,
+    /// A well-known pipeline's preprocessing in one word, under every other flag:
+    /// `torchvision[:SIZE]` is torchvision's `SemanticSegmentation(resize_size=520)`
+    /// (short side to SIZE, antialiased bilinear, ImageNet mean and std).
+    #[arg(long, value_parser = segtool_runtime::card::preset::preset, value_name = "NAME")]
+    pub preset: Option<CardFields>,
 }
 
 impl CardArgs {
@@ -91,6 +96,9 @@ impl CardArgs {
         fields.output.kind = self.output_kind;
         fields.output.threshold = self.threshold;
         fields.output.align_corners = self.align_corners.then_some(true);
+        if let Some(preset) = &self.preset {
+            fields = segtool_runtime::card::preset::fill(fields, preset.clone());
+        }
         let request = CardRequest::new().fields(fields);
         match &self.card {
             Some(file) => request.card_file(file),
@@ -126,12 +134,14 @@ fn parse_scale(s: &str) -> Result<f32, String> {
 
 fn parse_kind(s: &str) -> Result<OutputKind, String> {
     serde_json::from_value(serde_json::Value::String(s.to_string()))
-        .map_err(|_| format!("`{s}`: expected logits, probabilities, class_map or binary"))
+        .map_err(|_| {
+            format!("`{s}`: expected logits, probabilities, class_map, binary or mask_classification")
+        })
 }
 
 fn parse_fit(s: &str) -> Result<Fit, String> {
     serde_json::from_value(serde_json::Value::String(s.to_string()))
-        .map_err(|_| format!("`{s}`: expected pad or resize"))
+        .map_err(|_| format!("`{s}`: expected pad, resize, resize_up or pad_centre"))
 }
 
 fn parse_filter(s: &str) -> Result<ResizeFilter, String> {

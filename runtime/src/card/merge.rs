@@ -8,7 +8,7 @@ use segtool_spec::palette::default_palette;
 
 use super::{
     CardFields, CardSource, ChannelOrder, Dtype, Fit, InputCard, Layout, ModelCard, OutputCard,
-    OutputKind, ResizeFilter, ResolvedCard, FIELDS,
+    OutputKind, Resample, ResizeFilter, ResolvedCard, Restore, FIELDS,
 };
 
 /// The first layer that has a field wins it; returns the value and its source.
@@ -163,6 +163,24 @@ pub(super) fn merge(
     let (resize_filter, s) = pick(layers, |f| f.input.resize_filter)
         .unwrap_or((ResizeFilter::Opencv, CardSource::Default("opencv")));
     note("input.resize_filter", s);
+    let (resample, s) = pick(layers, |f| f.input.resample)
+        .unwrap_or((Resample::Bilinear, CardSource::Default("bilinear")));
+    note("input.resample", s);
+    let mut optional = |field: &'static str, found: Option<CardSource>| {
+        note(field, found.unwrap_or(CardSource::Default("none")));
+    };
+    let shortest_edge = pick(layers, |f| f.input.shortest_edge);
+    optional("input.shortest_edge", shortest_edge.as_ref().map(|v| v.1.clone()));
+    let longest_edge = pick(layers, |f| f.input.longest_edge);
+    optional("input.longest_edge", longest_edge.as_ref().map(|v| v.1.clone()));
+    let keep_aspect_ratio = pick(layers, |f| f.input.keep_aspect_ratio);
+    optional("input.keep_aspect_ratio", keep_aspect_ratio.as_ref().map(|v| v.1.clone()));
+    let ensure_multiple_of = pick(layers, |f| f.input.ensure_multiple_of);
+    optional("input.ensure_multiple_of", ensure_multiple_of.as_ref().map(|v| v.1.clone()));
+    let center_crop = pick(layers, |f| f.input.center_crop);
+    optional("input.center_crop", center_crop.as_ref().map(|v| v.1.clone()));
+    let pad_size = pick(layers, |f| f.input.pad_size);
+    optional("input.pad_size", pad_size.as_ref().map(|v| v.1.clone()));
 
     let (output_name, s) = pick(layers, |f| f.output.name.clone())
         .unwrap_or((graph_output.name.clone(), CardSource::Graph));
@@ -194,12 +212,36 @@ pub(super) fn merge(
             .as_ref()
             .map_or(CardSource::Default("none"), |t| t.1.clone()),
     );
+    let (restore, s) = pick(layers, |f| f.output.restore)
+        .unwrap_or((Restore::Undo, CardSource::Default("undo the input's geometry")));
+    note("output.restore", s);
+    let class_output = pick(layers, |f| f.output.class_output.clone());
+    note(
+        "output.class_output",
+        class_output
+            .as_ref()
+            .map_or(CardSource::Default("none"), |t| t.1.clone()),
+    );
+    let mask_size = pick(layers, |f| f.output.mask_size);
+    note(
+        "output.mask_size",
+        mask_size
+            .as_ref()
+            .map_or(CardSource::Default("none"), |t| t.1.clone()),
+    );
 
     let graph_classes = match (kind, output_info.dims.get(1)) {
         (OutputKind::Binary, _) => Some(2),
         (OutputKind::Logits | OutputKind::Probabilities, Some(Some(c))) if *c > 0 => {
             Some(*c as usize)
         }
+        // The class logits [N, Q, K + 1]: the last class is "no object".
+        (OutputKind::MaskClassification, _) => class_output
+            .as_ref()
+            .and_then(|(name, _)| io.outputs.iter().find(|t| &t.name == name))
+            .and_then(|t| t.dims.get(2).copied().flatten())
+            .filter(|k| *k > 1)
+            .map(|k| k as usize - 1),
         _ => None,
     };
     let (classes, s) = match pick(layers, |f| f.classes.clone()) {
@@ -258,12 +300,22 @@ pub(super) fn merge(
             keep_ratio: keep_ratio.map(|k| k.0),
             min_short_side: min_short_side.map(|m| m.0),
             resize_filter,
+            resample,
+            shortest_edge: shortest_edge.map(|v| v.0),
+            longest_edge: longest_edge.map(|v| v.0),
+            keep_aspect_ratio: keep_aspect_ratio.is_some_and(|v| v.0),
+            ensure_multiple_of: ensure_multiple_of.map(|v| v.0),
+            center_crop: center_crop.map(|v| v.0),
+            pad_size: pad_size.map(|v| v.0),
         },
         output: OutputCard {
             name: output_name,
             kind,
             align_corners,
             threshold: threshold.map(|t| t.0),
+            restore,
+            class_output: class_output.map(|t| t.0),
+            mask_size: mask_size.map(|t| t.0),
         },
         classes,
         palette,

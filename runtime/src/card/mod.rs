@@ -18,9 +18,11 @@
 
 pub mod huggingface;
 mod json;
+pub mod mask_head;
 mod merge;
 pub mod mmdeploy;
 pub mod pipeline;
+pub mod preset;
 pub mod sidecar;
 #[cfg(test)]
 mod tests;
@@ -28,8 +30,8 @@ mod tests;
 use std::path::{Path, PathBuf};
 
 pub use segtool_onnx::card::{
-    ChannelOrder, Dtype, Fit, InputCard, Layout, ModelCard, OutputCard, OutputKind, ResizeFilter,
-    CARD_METADATA_KEY,
+    ChannelOrder, Dtype, Fit, InputCard, Layout, ModelCard, OutputCard, OutputKind, Resample,
+    ResizeFilter, Restore, CARD_METADATA_KEY,
 };
 use segtool_onnx::{read_io, read_props, Metadata, ModelIo};
 use segtool_spec::SPEC_METADATA_KEY;
@@ -38,7 +40,7 @@ use serde::Deserialize;
 use crate::error::{Result, RuntimeError};
 
 /// Every card field, each optional: what one source says.
-#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct CardFields {
     /// The input's fields.
@@ -56,7 +58,7 @@ pub struct CardFields {
 }
 
 /// [`InputCard`]'s fields, each optional.
-#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct InputFields {
     /// [`InputCard::name`].
@@ -85,10 +87,24 @@ pub struct InputFields {
     pub min_short_side: Option<usize>,
     /// [`InputCard::resize_filter`].
     pub resize_filter: Option<ResizeFilter>,
+    /// [`InputCard::resample`].
+    pub resample: Option<Resample>,
+    /// [`InputCard::shortest_edge`].
+    pub shortest_edge: Option<usize>,
+    /// [`InputCard::longest_edge`].
+    pub longest_edge: Option<usize>,
+    /// [`InputCard::keep_aspect_ratio`].
+    pub keep_aspect_ratio: Option<bool>,
+    /// [`InputCard::ensure_multiple_of`].
+    pub ensure_multiple_of: Option<usize>,
+    /// [`InputCard::center_crop`].
+    pub center_crop: Option<[usize; 2]>,
+    /// [`InputCard::pad_size`].
+    pub pad_size: Option<[usize; 2]>,
 }
 
 /// [`OutputCard`]'s fields, each optional.
-#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct OutputFields {
     /// [`OutputCard::name`].
@@ -99,6 +115,12 @@ pub struct OutputFields {
     pub align_corners: Option<bool>,
     /// [`OutputCard::threshold`].
     pub threshold: Option<f32>,
+    /// [`OutputCard::restore`].
+    pub restore: Option<Restore>,
+    /// [`OutputCard::class_output`].
+    pub class_output: Option<String>,
+    /// [`OutputCard::mask_size`].
+    pub mask_size: Option<[usize; 2]>,
 }
 
 /// Where a field's value came from.
@@ -345,6 +367,13 @@ pub fn from_spec(
             keep_ratio: None,
             min_short_side: None,
             resize_filter: ResizeFilter::Opencv,
+            resample: Resample::Bilinear,
+            shortest_edge: None,
+            longest_edge: None,
+            keep_aspect_ratio: false,
+            ensure_multiple_of: None,
+            center_crop: None,
+            pad_size: None,
         },
         output: OutputCard {
             name: output.to_string(),
@@ -354,6 +383,9 @@ pub fn from_spec(
             },
             align_corners: spec.align_corners,
             threshold: None,
+            restore: Restore::Undo,
+            class_output: None,
+            mask_size: None,
         },
         classes: spec.classes.clone(),
         palette: spec.palette.clone(),
@@ -400,7 +432,7 @@ pub fn spec_of(card: &ModelCard) -> segtool_spec::ModelSpec {
 }
 
 /// The card's fields, in order (the names `segtool card --show` prints).
-pub const FIELDS: [&str; 19] = [
+pub const FIELDS: [&str; 29] = [
     "input.name",
     "input.layout",
     "input.dtype",
@@ -414,10 +446,20 @@ pub const FIELDS: [&str; 19] = [
     "input.keep_ratio",
     "input.min_short_side",
     "input.resize_filter",
+    "input.resample",
+    "input.shortest_edge",
+    "input.longest_edge",
+    "input.keep_aspect_ratio",
+    "input.ensure_multiple_of",
+    "input.center_crop",
+    "input.pad_size",
     "output.name",
     "output.kind",
     "output.align_corners",
     "output.threshold",
+    "output.restore",
+    "output.class_output",
+    "output.mask_size",
     "classes",
     "palette",
 ];
@@ -439,12 +481,22 @@ fn fields_of(card: &ModelCard) -> CardFields {
             keep_ratio: i.keep_ratio,
             min_short_side: i.min_short_side,
             resize_filter: Some(i.resize_filter),
+            resample: Some(i.resample),
+            shortest_edge: i.shortest_edge,
+            longest_edge: i.longest_edge,
+            keep_aspect_ratio: Some(i.keep_aspect_ratio),
+            ensure_multiple_of: i.ensure_multiple_of,
+            center_crop: i.center_crop,
+            pad_size: i.pad_size,
         },
         output: OutputFields {
             name: Some(o.name.clone()),
             kind: Some(o.kind),
             align_corners: Some(o.align_corners),
             threshold: o.threshold,
+            restore: Some(o.restore),
+            class_output: o.class_output.clone(),
+            mask_size: o.mask_size,
         },
         classes: Some(card.classes.clone()),
         num_classes: None,

@@ -1,27 +1,33 @@
 //! Driving a model by its card: same-size RGB images to the input tensor the card
 //! describes, and the output back to one class map per image at the image's size.
 //!
-//! Before the graph, in this order: a resize to the card's fixed size, its keep-ratio box
-//! (mmdeploy) or its minimum short side (PaddleOCR), then to the nearest multiple of its
-//! size divisor with `fit = "resize"`, bilinear with the card's filter (OpenCV's
-//! `INTER_LINEAR`, or torchvision's and Pillow's antialiased resize, each bit for bit);
-//! the channel order; `(pixel * scale - mean) / std`; zero padding (after
-//! normalisation, as mmsegmentation pads) at the bottom and right up to the next multiple
-//! of the divisor with `fit = "pad"`. uint8 inputs get the pixels as they are (the graph
+//! Before the graph, in this order: a resize to the card's fixed size (with DPT's aspect
+//! keeping and multiple), its shortest edge (transformers), its keep-ratio box (mmdeploy)
+//! or its minimum short side (PaddleOCR), then to the nearest multiple of its size divisor
+//! with `fit = "resize"` or the next one up with `"resize_up"`, with the card's filter
+//! (OpenCV's bilinear `INTER_LINEAR`, or torchvision's and Pillow's resizes with the card's
+//! `resample` kernel, each bit for bit); a centre crop; the channel order; `(pixel * scale
+//! - mean) / std`; zero padding (after normalisation, as mmsegmentation and transformers
+//! pad) up to the next multiple of the divisor, at the bottom and right with `fit = "pad"`
+//! or on both sides with `"pad_centre"`, and up to `pad_size`. uint8 inputs get the pixels as they are (the graph
 //! normalises).
 //!
 //! After it: scores at any resolution are upsampled bilinearly (PyTorch's
-//! `F.interpolate`, the card's `align_corners`) to the image when nothing was padded (as
-//! Hugging Face's `post_process_semantic_segmentation` does from a resized input), or to
-//! the padded input, cropped and, if the input was resized, brought to the image; then
-//! argmax. A class map is cropped and resized by nearest neighbour; a binary map is
+//! `F.interpolate`, the card's `align_corners`) to the image when nothing was padded or
+//! when `output.restore = "stretch"` (as Hugging Face's `post_process_semantic_segmentation`
+//! does, whatever the crop or padding before the model), or else to the padded input,
+//! cropped and, if the input was resized, brought to the image; then argmax. A
+//! mask-classification head's semantic scores ([`super::mask_head`]) go the same way. A class map is cropped and resized by nearest neighbour; a binary map is
 //! upsampled like scores, then thresholded (class 1 where the probability is above the
 //! threshold, as DBNet's and mmsegmentation's binary heads decide).
 
 use image::RgbImage;
 use ndarray::{s, Array4, Axis};
-use segtool_onnx::card::{ChannelOrder, Dtype, Fit, Layout, ModelCard, OutputKind, ResizeFilter};
-use segtool_spec::protocol::antialias::{resize_antialias_u8, Antialias};
+use segtool_onnx::card::{
+    ChannelOrder, Dtype, Fit, InputCard, Layout, ModelCard, OutputKind, Resample, ResizeFilter,
+    Restore,
+};
+use segtool_spec::protocol::antialias::{resize_kernel_u8, resize_nearest_u8, Antialias, Kernel};
 use segtool_spec::protocol::resize::{keep_ratio_size, resize_linear_u8};
 
 use crate::engine::Engine;
@@ -38,39 +44,62 @@ pub const MAX_INPUT_PIXELS: u64 = 1 << 28;
 pub struct Geometry {
     /// The images' own `(height, width)`.
     pub image: (usize, usize),
-    /// The resized image inside the tensor (`image` when not resized).
+    /// The image after the resize, before a centre crop.
+    pub resized: (usize, usize),
+    /// What the tensor holds of the image: `resized`, or the centre crop's size.
     pub content: (usize, usize),
     /// The tensor's spatial size (`content` plus padding).
     pub tensor: (usize, usize),
+    /// `(top, left)` of the content in the tensor (centre padding).
+    pub offset: (usize, usize),
 }
 
 impl Geometry {
-    /// The geometry of an image of `(h, w)` under `card`: its resize (a fixed size, a
-    /// keep-ratio box, or a minimum short side), rounded to the nearest multiple of the
-    /// divisor with `fit = "resize"`, padded up to the next one with `fit = "pad"`.
+    /// The geometry of an image of `(h, w)` under `card`: its resize (a fixed size, DPT's
+    /// aspect-keeping fixed size, the shortest edge, a keep-ratio box, or a minimum short
+    /// side), rounded to a multiple of the divisor with `fit = "resize"` (nearest) or
+    /// `"resize_up"`, a centre crop, then padding up to the next multiple with `fit =
+    /// "pad"` (bottom and right) or `"pad_centre"`, and up to `pad_size`.
     pub fn of(card: &ModelCard, (h, w): (usize, usize)) -> Self {
         let i = &card.input;
-        let resized = match (i.size, i.keep_ratio, i.min_short_side) {
-            (Some([sh, sw]), _, _) => (sh, sw),
-            (None, Some(scale), _) => keep_ratio_size(h, w, scale),
-            (None, None, Some(min)) => min_short_side_size(h, w, min),
+        let resized = match (i.size, i.shortest_edge, i.keep_ratio, i.min_short_side) {
+            (Some(size), ..) if i.keep_aspect_ratio || i.ensure_multiple_of.is_some() => {
+                dpt_size((h, w), size, i.keep_aspect_ratio, i.ensure_multiple_of.unwrap_or(1))
+            }
+            (Some([sh, sw]), ..) => (sh, sw),
+            (None, Some(short), ..) => shortest_edge_size((h, w), short, i.longest_edge),
+            (None, None, Some(scale), _) => keep_ratio_size(h, w, scale),
+            (None, None, None, Some(min)) => min_short_side_size(h, w, min),
             _ => (h, w),
         };
-        let content = match (i.size, i.size_divisor, i.fit) {
+        let resized = match (i.size, i.size_divisor, i.fit) {
             (None, Some(d), Fit::Resize) => (
                 nearest_multiple(resized.0, d),
                 nearest_multiple(resized.1, d),
             ),
+            (_, Some(d), Fit::ResizeUp) => (resized.0.div_ceil(d) * d, resized.1.div_ceil(d) * d),
             _ => resized,
         };
+        let content = i.center_crop.map_or(resized, |[ch, cw]| (ch, cw));
         let tensor = match (i.size, i.size_divisor, i.fit) {
-            (None, Some(d), Fit::Pad) => (content.0.div_ceil(d) * d, content.1.div_ceil(d) * d),
+            (None, Some(d), Fit::Pad) | (_, Some(d), Fit::PadCentre) => {
+                (content.0.div_ceil(d) * d, content.1.div_ceil(d) * d)
+            }
             _ => content,
+        };
+        let tensor = i
+            .pad_size
+            .map_or(tensor, |[ph, pw]| (tensor.0.max(ph), tensor.1.max(pw)));
+        let offset = match i.fit {
+            Fit::PadCentre => ((tensor.0 - content.0) / 2, (tensor.1 - content.1) / 2),
+            _ => (0, 0),
         };
         Self {
             image: (h, w),
+            resized,
             content,
             tensor,
+            offset,
         }
     }
 
@@ -97,18 +126,99 @@ fn min_short_side_size(h: usize, w: usize, min: usize) -> (usize, usize) {
     (side(h), side(w))
 }
 
-/// An image's interleaved RGB pixels resized to `(h, w)` with the card's filter.
-fn resize_pixels(img: &RgbImage, (h, w): (usize, usize), filter: ResizeFilter) -> Vec<u8> {
-    let (iw, ih) = (img.width() as usize, img.height() as usize);
-    match filter {
-        ResizeFilter::Opencv => resize_linear_u8(img.as_raw(), ih, iw, 3, h, w),
-        ResizeFilter::Torchvision => {
-            resize_antialias_u8(img.as_raw(), ih, iw, 3, h, w, Antialias::Torchvision)
-        }
-        ResizeFilter::Pillow => {
-            resize_antialias_u8(img.as_raw(), ih, iw, 3, h, w, Antialias::Pillow)
+/// transformers' resize by `{"shortest_edge"}` (`get_resize_output_image_size` with
+/// `default_to_square=False`: the long side `int(short * long / short_side)`) and by
+/// `{"shortest_edge", "longest_edge"}` (`get_size_with_aspect_ratio`: the short side
+/// shrinks to `round(longest * short / long)` when the long side would exceed `longest`).
+fn shortest_edge_size((h, w): (usize, usize), short: usize, longest: Option<usize>) -> (usize, usize) {
+    let (hf, wf) = (h as f64, w as f64);
+    let Some(max_size) = longest else {
+        let (s, l) = if w <= h { (wf, hf) } else { (hf, wf) };
+        let long = ((short as f64 * l / s) as usize).max(1);
+        return if w <= h { (long, short) } else { (short, long) };
+    };
+    let (min_side, max_side) = (hf.min(wf), hf.max(wf));
+    let mut size = short;
+    let mut raw = None;
+    if max_side / min_side * short as f64 > max_size as f64 {
+        let r = max_size as f64 * min_side / max_side;
+        raw = Some(r);
+        size = r.round_ties_even() as usize;
+    }
+    let scaled = |len: f64, by: f64| -> usize {
+        (match raw {
+            Some(r) => r * len / by,
+            None => size as f64 * len / by,
+        } as usize)
+            .max(1)
+    };
+    if (h <= w && h == size) || (w <= h && w == size) {
+        (h, w)
+    } else if w < h {
+        (scaled(hf, wf), size)
+    } else {
+        (size, scaled(wf, hf))
+    }
+}
+
+/// DPT's resize to `size` with `keep_aspect_ratio` (the scale that changes the image
+/// least, for both sides) and `ensure_multiple_of` (each side `round(v / m) * m`, Python's
+/// ties to even, at least `m`).
+fn dpt_size((h, w): (usize, usize), [sh, sw]: [usize; 2], keep: bool, multiple: usize) -> (usize, usize) {
+    let (mut scale_h, mut scale_w) = (sh as f64 / h as f64, sw as f64 / w as f64);
+    if keep {
+        if (1.0 - scale_w).abs() < (1.0 - scale_h).abs() {
+            scale_h = scale_w;
+        } else {
+            scale_w = scale_h;
         }
     }
+    let m = multiple.max(1) as f64;
+    let constrain = |v: f64| -> usize {
+        let x = (v / m).round_ties_even() * m;
+        (if x < m { (v / m).ceil() * m } else { x }).max(m) as usize
+    };
+    (constrain(scale_h * h as f64), constrain(scale_w * w as f64))
+}
+
+/// An image's interleaved RGB pixels resized to `(h, w)` with the card's filter and kernel.
+fn resize_pixels(img: &RgbImage, (h, w): (usize, usize), i: &InputCard) -> Vec<u8> {
+    let (iw, ih) = (img.width() as usize, img.height() as usize);
+    let kind = match i.resize_filter {
+        ResizeFilter::Opencv => return resize_linear_u8(img.as_raw(), ih, iw, 3, h, w),
+        ResizeFilter::Torchvision => Antialias::Torchvision,
+        ResizeFilter::Pillow => Antialias::Pillow,
+    };
+    let kernel = match i.resample {
+        Resample::Nearest => return resize_nearest_u8(img.as_raw(), (ih, iw), 3, (h, w), kind),
+        Resample::Bilinear => Kernel::Bilinear,
+        Resample::Bicubic => Kernel::Bicubic,
+        Resample::Lanczos => Kernel::Lanczos,
+    };
+    resize_kernel_u8(img.as_raw(), (ih, iw), 3, (h, w), kind, kernel)
+}
+
+/// The centre `(ch, cw)` of interleaved RGB `pixels` of `(h, w)`, as torchvision's
+/// `center_crop` in transformers: where the crop is larger the image is first padded with
+/// black (left and top get the smaller half), then the crop starts at `floor((H - ch) /
+/// 2)`.
+fn center_crop(pixels: &[u8], (h, w): (usize, usize), (ch, cw): (usize, usize)) -> Vec<u8> {
+    let (ph, pw) = (h.max(ch), w.max(cw));
+    let (pad_top, pad_left) = ((ph - h) / 2, (pw - w) / 2);
+    let (top, left) = ((ph - ch) / 2, (pw - cw) / 2);
+    let mut out = vec![0u8; ch * cw * 3];
+    for y in 0..ch {
+        let Some(sy) = (y + top).checked_sub(pad_top).filter(|&sy| sy < h) else {
+            continue;
+        };
+        for x in 0..cw {
+            if let Some(sx) = (x + left).checked_sub(pad_left).filter(|&sx| sx < w) {
+                let (d, s) = ((y * cw + x) * 3, (sy * w + sx) * 3);
+                out[d..d + 3].copy_from_slice(&pixels[s..s + 3]);
+            }
+        }
+    }
+    out
 }
 
 /// The input tensor of same-size `imgs` under `card`, and where they sit in it.
@@ -129,7 +239,10 @@ pub fn prepare(imgs: &[RgbImage], card: &ModelCard) -> Result<(EngineTensor, Geo
     let (th, tw) = geom.tensor;
     // Each card side is bounded (ModelCard::check_self), but a minimum short side scales
     // the long side by the image's aspect ratio: bound the tensor itself.
-    let pixels = (th as u128 * tw as u128).max(ch as u128 * cw as u128);
+    let (rh, rw) = geom.resized;
+    let pixels = (th as u128 * tw as u128)
+        .max(ch as u128 * cw as u128)
+        .max(rh as u128 * rw as u128);
     if pixels > MAX_INPUT_PIXELS as u128 {
         return Err(RuntimeError::InputShape {
             expected: format!(
@@ -139,10 +252,25 @@ pub fn prepare(imgs: &[RgbImage], card: &ModelCard) -> Result<(EngineTensor, Geo
         });
     }
     let i = &card.input;
+    if let Some([ph, pw]) = i.pad_size {
+        if ch > ph || cw > pw {
+            return Err(RuntimeError::InputShape {
+                expected: format!("an image that fits input.pad_size {ph}x{pw} once resized"),
+                got: format!("{ch}x{cw} for a {w}x{h} image under the card's resize"),
+            });
+        }
+    }
     let pixels: Vec<Vec<u8>> = imgs
         .iter()
-        .map(|img| resize_pixels(img, (ch, cw), i.resize_filter))
+        .map(|img| {
+            let resized = resize_pixels(img, geom.resized, i);
+            match i.center_crop {
+                Some(_) => center_crop(&resized, geom.resized, geom.content),
+                None => resized,
+            }
+        })
         .collect();
+    let (oy, ox) = geom.offset;
     let order: [usize; 3] = match i.channels {
         ChannelOrder::Rgb => [0, 1, 2],
         ChannelOrder::Bgr => [2, 1, 0],
@@ -164,7 +292,8 @@ pub fn prepare(imgs: &[RgbImage], card: &ModelCard) -> Result<(EngineTensor, Geo
                 for (p, px) in buf.chunks_exact(3).enumerate() {
                     let (y, xx) = (p / cw, p % cw);
                     for c in 0..channels {
-                        x[[n, c, y, xx]] = (value(px, c) * i.scale - i.mean[c]) / i.std[c];
+                        x[[n, c, y + oy, xx + ox]] =
+                            (value(px, c) * i.scale - i.mean[c]) / i.std[c];
                     }
                 }
             }
@@ -175,7 +304,7 @@ pub fn prepare(imgs: &[RgbImage], card: &ModelCard) -> Result<(EngineTensor, Geo
             for (n, buf) in pixels.iter().enumerate() {
                 for (p, px) in buf.chunks_exact(3).enumerate() {
                     for c in 0..3 {
-                        x[[n, p / cw, p % cw, c]] = px[order[c]];
+                        x[[n, p / cw + oy, p % cw + ox, c]] = px[order[c]];
                     }
                 }
             }
@@ -204,17 +333,25 @@ pub fn decode(
         (OutputKind::ClassMap, EngineOutput::Mask(m)) => Ok(m
             .outer_iter()
             .map(|plane| {
-                let plane = plane.slice(s![
-                    ..geom.content.0.min(plane.dim().0),
-                    ..geom.content.1.min(plane.dim().1)
-                ]);
+                let (oy, ox) = geom.offset;
+                let plane = match card.output.restore {
+                    Restore::Stretch => plane,
+                    Restore::Undo => plane.slice_move(s![
+                        oy.min(plane.dim().0)..(oy + geom.content.0).min(plane.dim().0),
+                        ox.min(plane.dim().1)..(ox + geom.content.1).min(plane.dim().1)
+                    ]),
+                };
                 Segmentation {
                     mask: resize_nearest(plane, h, w),
                     logits: None,
                 }
             })
             .collect()),
-        (OutputKind::Logits | OutputKind::Probabilities, EngineOutput::Logits(l)) => {
+        // A mask-classification head arrives as its semantic scores (card::mask_head).
+        (
+            OutputKind::Logits | OutputKind::Probabilities | OutputKind::MaskClassification,
+            EngineOutput::Logits(l),
+        ) => {
             if l.dim().1 != classes {
                 return Err(RuntimeError::OutputShape {
                     expected: format!("{classes} class channels (the card's classes)"),
@@ -278,12 +415,13 @@ pub fn run(
 fn to_image(scores: Array4<f32>, card: &ModelCard, geom: Geometry) -> Array4<f32> {
     let ac = card.output.align_corners;
     let (h, w) = geom.image;
-    if !geom.padded() {
+    if !geom.padded() || card.output.restore == Restore::Stretch {
         return resize_bilinear(scores.view(), h, w, ac);
     }
     let (th, tw) = geom.tensor;
     let (ch, cw) = geom.content;
+    let (oy, ox) = geom.offset;
     let full = resize_bilinear(scores.view(), th, tw, ac);
-    let cropped = full.slice(s![.., .., ..ch, ..cw]);
+    let cropped = full.slice(s![.., .., oy..oy + ch, ox..ox + cw]);
     resize_bilinear(cropped, h, w, ac)
 }

@@ -259,7 +259,8 @@ fn a_hugging_face_folder_gives_size_scale_normalisation_and_class_names() {
     let r = resolve(&model, &CardRequest::new()).unwrap();
     assert_eq!(r.card.classes, ["wall", "person", "sky"]);
     assert_eq!(r.card.input.size, Some([64, 96]));
-    assert_eq!(r.card.input.fit, Fit::Resize);
+    assert_eq!(r.card.input.resize_filter, crate::card::ResizeFilter::Torchvision);
+    assert_eq!(r.card.output.restore, crate::card::Restore::Stretch);
     assert!((r.card.input.scale - 1.0 / 255.0).abs() < 1e-9);
     assert!(!r.card.output.align_corners);
     assert_eq!(
@@ -423,4 +424,87 @@ fn a_minimum_short_side_rounds_like_paddleocr_and_resize_rules_are_exclusive() {
         e.contains("input.keep_ratio") && e.contains("input.min_short_side"),
         "{e}"
     );
+}
+
+/// A key that changes preprocessing and is not understood is refused by name; a key of no
+/// effect is listed with its reason; a missing key takes its own class's default.
+#[test]
+fn hugging_face_keys_are_applied_listed_or_refused() {
+    use huggingface::keys::KeyRule;
+    let dir = tempfile::tempdir().unwrap();
+    let model = foreign(dir.path(), "model.onnx", 3, 3, false);
+    let write = |json: &str| std::fs::write(dir.path().join(huggingface::PREPROCESSOR_CONFIG), json).unwrap();
+    write(r#"{"image_processor_type": "SegformerImageProcessor", "do_magic_warp": 3}"#);
+    let e = message(resolve(&model, &CardRequest::new()).unwrap_err());
+    assert!(e.contains("do_magic_warp"), "{e}");
+    // MobileViT: no do_normalize key, and its processor never normalises; BGR; bicubic
+    // default; shortest edge then centre crop.
+    write(r#"{"image_processor_type": "MobileViTImageProcessor", "do_reduce_labels": true,
+              "size": {"shortest_edge": 40}, "crop_size": {"height": 32, "width": 32}}"#);
+    let r = resolve(&model, &CardRequest::new()).unwrap();
+    let i = &r.card.input;
+    assert_eq!(i.channels, ChannelOrder::Bgr);
+    assert_eq!((i.mean.clone(), i.std.clone()), (vec![0.0; 3], vec![1.0; 3]));
+    assert_eq!(i.resample, crate::card::Resample::Bicubic);
+    assert_eq!((i.shortest_edge, i.center_crop), (Some(40), Some([32, 32])));
+    let report = huggingface::key_report(dir.path()).unwrap().unwrap();
+    assert!(report.keys.iter().any(|(k, r)| k == "do_reduce_labels" && matches!(r, KeyRule::NoEffect(_))));
+    // An unknown class is refused by name, a known-but-unread one with its reason.
+    write(r#"{"image_processor_type": "EomtImageProcessor"}"#);
+    let e = message(resolve(&model, &CardRequest::new()).unwrap_err());
+    assert!(e.contains("EomtImageProcessor") && e.contains("do_split_image"), "{e}");
+}
+
+#[test]
+fn transformers_geometry_shortest_edge_dpt_crop_and_padding() {
+    use crate::card::pipeline::Geometry;
+    let card = |f: &dyn Fn(&mut ModelCard)| {
+        let mut c = crate::card::from_spec(
+            &crate::testing::tiny_spec(2),
+            segtool_onnx::IoContract::default(),
+            "input",
+            "output",
+        )
+        .card;
+        f(&mut c);
+        c
+    };
+    // torchvision's F.resize(img, 224) on 300x400 (h x w): 224 x int(224 * 400 / 300).
+    let c = card(&|c| c.input.shortest_edge = Some(224));
+    assert_eq!(Geometry::of(&c, (300, 400)).resized, (224, 298));
+    // get_size_with_aspect_ratio(800, 1333) of 100x1000: the long side caps, size =
+    // round(1333 * 100 / 1000) = 133, the long side int(133.3 * 1000 / 100) = 1333.
+    let c = card(&|c| {
+        c.input.shortest_edge = Some(800);
+        c.input.longest_edge = Some(1333);
+        c.input.size_divisor = Some(32);
+        c.input.fit = Fit::ResizeUp;
+    });
+    assert_eq!(Geometry::of(&c, (100, 1000)).resized, (160, 1344));
+    // DPT: 256x256 keeping the aspect of 272x640 (scale 256/272 changes it least), to
+    // multiples of 32: 256 x round(602.35 / 32) * 32 = 608.
+    let c = card(&|c| {
+        c.input.size = Some([256, 256]);
+        c.input.keep_aspect_ratio = true;
+        c.input.ensure_multiple_of = Some(32);
+    });
+    assert_eq!(Geometry::of(&c, (272, 640)).resized, (256, 608));
+    // Centre padding to 32: 61 -> 64, top 1.
+    let c = card(&|c| {
+        c.input.size_divisor = Some(32);
+        c.input.fit = Fit::PadCentre;
+    });
+    let g = Geometry::of(&c, (61, 97));
+    assert_eq!((g.tensor, g.offset), ((64, 128), (1, 15)));
+    // A centre crop larger than the image pads it with black around.
+    let c = card(&|c| {
+        c.input.size = Some([4, 4]);
+        c.input.center_crop = Some([6, 2]);
+        c.output.restore = crate::card::Restore::Stretch;
+    });
+    assert_eq!(Geometry::of(&c, (9, 9)).content, (6, 2));
+    assert!(c.check_self().is_ok());
+    let mut undo = c.clone();
+    undo.output.restore = crate::card::Restore::Undo;
+    assert!(undo.check_self().unwrap_err().contains("center_crop"));
 }

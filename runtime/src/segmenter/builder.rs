@@ -217,11 +217,25 @@ impl SegmenterBuilder {
             false => None,
         };
         let card = (!resolved.segtool_export).then_some(&resolved.card);
+        // A mask-classification head runs as a copy with its semantic scores appended.
+        let served = match card {
+            Some(card) => card::mask_head::served_model(&self.path, card)?,
+            None => self.path.clone(),
+        };
+        let output = match card {
+            Some(c) if c.output.kind == card::OutputKind::MaskClassification => {
+                Some(card::mask_head::SCORES_OUTPUT.to_string())
+            }
+            Some(c) => Some(c.output.name.clone()),
+            None => None,
+        };
         let mut fallbacks = Vec::new();
         let engine = self.build_engine(
             Opened {
                 model: model.as_ref(),
                 card,
+                path: &served,
+                output,
             },
             &mut fallbacks,
         )?;
@@ -259,8 +273,8 @@ impl SegmenterBuilder {
     #[cfg(feature = "ort")]
     fn ort(&self, model: &Opened<'_>, fallbacks: &mut Vec<Fallback>) -> Result<Box<dyn Engine>> {
         let mut options = self.ort.clone();
-        if let Some(card) = model.card {
-            options = options.with_io_names(card.input.name.clone(), card.output.name.clone());
+        if let (Some(card), Some(output)) = (model.card, &model.output) {
+            options = options.with_io_names(card.input.name.clone(), output.clone());
         }
         if let Some(n) = self.threads {
             options = options.with_intra_threads(n);
@@ -275,7 +289,7 @@ impl SegmenterBuilder {
         }
         let engine = match model.model {
             Some(model) => OrtEngine::open_model(model, &options)?,
-            None => OrtEngine::open(&self.path, &options)?,
+            None => OrtEngine::open(model.path, &options)?,
         };
         if let Some(reason) = engine.fallback_reason() {
             let requested = options
@@ -319,10 +333,10 @@ impl SegmenterBuilder {
         if let Some(n) = self.threads {
             options = options.with_threads(n);
         }
-        if let Some(card) = model.card {
-            options = options.with_io_names(card.input.name.clone(), card.output.name.clone());
+        if let (Some(card), Some(output)) = (model.card, &model.output) {
+            options = options.with_io_names(card.input.name.clone(), output.clone());
         }
-        Ok(Box::new(TractEngine::open_with(&self.path, &options)?))
+        Ok(Box::new(TractEngine::open_with(model.path, &options)?))
     }
 
     #[cfg(not(feature = "tract"))]
@@ -332,9 +346,11 @@ impl SegmenterBuilder {
 }
 
 /// What the engine is opened from: a segtool export as read, or a file from elsewhere
-/// with its card (which names the graph input and output to use).
-#[derive(Clone, Copy)]
+/// with its card (which names the graph input), the file to run and the output to read.
+#[derive(Clone)]
 struct Opened<'a> {
     model: Option<&'a ModelFile>,
     card: Option<&'a crate::card::ModelCard>,
+    path: &'a std::path::Path,
+    output: Option<String>,
 }

@@ -1,0 +1,262 @@
+//! What each `preprocessor_config.json` key of a transformers 5 image processor does in
+//! segtool: applied to the card, of no effect on inference (with the reason), or refused
+//! (with the card field that would replace it). A key in none of the lists is refused by
+//! name too: a wrong mask that looks right is worse than no mask.
+//!
+//! The processors segtool reads, and the defaults each class gives a key its folder leaves
+//! out (transformers 5.25's `Class().to_dict()` and the class attributes it omits, read
+//! there; a key absent from the folder takes its class's default, not SegFormer's).
+
+use serde_json::{json, Value};
+
+/// An image processor class segtool reads (`image_processor_type`, with or without the
+/// `Pil` suffix of its Pillow backend or the `Fast` suffix of transformers 4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Processor {
+    /// `SegformerImageProcessor` (SegFormer, UperNet).
+    Segformer,
+    /// `MobileViTImageProcessor` (MobileViT, MobileViTV2): shortest edge, centre crop, BGR.
+    MobileVit,
+    /// `DPTImageProcessor`: aspect-keeping resize to a multiple, centre padding.
+    Dpt,
+    /// `BeitImageProcessor` (BEiT, Data2Vec-Vision).
+    Beit,
+    /// `MobileNetV2ImageProcessor` (DeepLabV3-MobileNetV2).
+    MobileNetV2,
+    /// `MaskFormerImageProcessor`: a mask-classification head.
+    MaskFormer,
+    /// `Mask2FormerImageProcessor`: a mask-classification head, masks resized to 384.
+    Mask2Former,
+    /// `OneFormerImageProcessor` (semantic task): a mask-classification head.
+    OneFormer,
+}
+
+/// Every processor segtool reads.
+pub const PROCESSORS: [Processor; 8] = [
+    Processor::Segformer,
+    Processor::MobileVit,
+    Processor::Dpt,
+    Processor::Beit,
+    Processor::MobileNetV2,
+    Processor::MaskFormer,
+    Processor::Mask2Former,
+    Processor::OneFormer,
+];
+
+/// Classes transformers maps for segmentation that segtool does not read yet, with why.
+pub const NOT_READ: [(&str, &str); 5] = [
+    ("DetrImageProcessor", "DETR's panoptic head post-processes boxes and masks"),
+    ("EomtImageProcessor", "EoMT splits images into overlapping crops (do_split_image)"),
+    ("Sapiens2ImageProcessor", "not yet checked against transformers"),
+    ("Tipsv2DptImageProcessor", "not yet checked against transformers"),
+    ("VideomtImageProcessor", "a video model"),
+];
+
+impl Processor {
+    /// The torchvision-backend class name.
+    pub fn class(self) -> &'static str {
+        match self {
+            Processor::Segformer => "SegformerImageProcessor",
+            Processor::MobileVit => "MobileViTImageProcessor",
+            Processor::Dpt => "DPTImageProcessor",
+            Processor::Beit => "BeitImageProcessor",
+            Processor::MobileNetV2 => "MobileNetV2ImageProcessor",
+            Processor::MaskFormer => "MaskFormerImageProcessor",
+            Processor::Mask2Former => "Mask2FormerImageProcessor",
+            Processor::OneFormer => "OneFormerImageProcessor",
+        }
+    }
+
+    /// The processor a class name (`image_processor_type`, or transformers 4's
+    /// `feature_extractor_type`) names, and whether it is the Pillow backend.
+    pub fn from_class(name: &str) -> Option<(Self, bool)> {
+        let (base, pil) = match name.strip_suffix("Pil") {
+            Some(base) => (base.to_string(), true),
+            None => (name.trim_end_matches("Fast").replace("FeatureExtractor", "ImageProcessor"), false),
+        };
+        PROCESSORS.iter().find(|p| p.class() == base).map(|p| (*p, pil))
+    }
+
+    /// The processor `config.json`'s `model_type` uses (transformers'
+    /// `IMAGE_PROCESSOR_MAPPING_NAMES`), for folders that name no processor class.
+    pub fn from_model_type(model_type: &str) -> Option<Self> {
+        Some(match model_type {
+            "segformer" | "upernet" => Processor::Segformer,
+            "mobilevit" | "mobilevitv2" => Processor::MobileVit,
+            "dpt" => Processor::Dpt,
+            "beit" | "data2vec-vision" => Processor::Beit,
+            "mobilenet_v2" => Processor::MobileNetV2,
+            "maskformer" => Processor::MaskFormer,
+            "mask2former" => Processor::Mask2Former,
+            "oneformer" => Processor::OneFormer,
+            _ => return None,
+        })
+    }
+
+    /// Whether a plain number `size` means a square (`default_to_square`), or else the
+    /// shortest edge.
+    pub fn int_size_is_square(self) -> bool {
+        matches!(self, Processor::Segformer | Processor::Dpt | Processor::Beit)
+    }
+
+    /// Whether the head is mask classification (class and mask logits).
+    pub fn mask_classification(self) -> bool {
+        matches!(
+            self,
+            Processor::MaskFormer | Processor::Mask2Former | Processor::OneFormer
+        )
+    }
+
+    /// The class's defaults, as `to_dict()` writes them plus the attributes it leaves out
+    /// (`null`: unset, which the class reads as false).
+    pub fn defaults(self) -> Value {
+        let imagenet = json!({"image_mean": [0.485, 0.456, 0.406], "image_std": [0.229, 0.224, 0.225]});
+        let half = json!({"image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5]});
+        let common = json!({"do_resize": true, "do_rescale": true,
+            "rescale_factor": 1.0 / 255.0, "do_reduce_labels": false});
+        let own = match self {
+            Processor::Segformer => json!({"resample": 2, "do_normalize": true,
+                "size": {"height": 512, "width": 512}}),
+            Processor::MobileVit => json!({"resample": 3, "do_normalize": null,
+                "do_center_crop": true, "do_flip_channel_order": true,
+                "size": {"shortest_edge": 224}, "crop_size": {"height": 256, "width": 256}}),
+            Processor::Dpt => json!({"resample": 3, "do_normalize": true, "do_pad": false,
+                "ensure_multiple_of": 1, "keep_aspect_ratio": false, "do_center_crop": null,
+                "size": {"height": 384, "width": 384}}),
+            Processor::Beit => json!({"resample": 3, "do_normalize": true,
+                "do_center_crop": false, "size": {"height": 224, "width": 224},
+                "crop_size": {"height": 224, "width": 224}}),
+            Processor::MobileNetV2 => json!({"resample": 2, "do_normalize": true,
+                "do_center_crop": true, "size": {"shortest_edge": 256},
+                "crop_size": {"height": 224, "width": 224}}),
+            Processor::MaskFormer | Processor::Mask2Former => json!({"resample": 2,
+                "do_normalize": true, "size_divisor": 32,
+                "size": {"shortest_edge": 800, "longest_edge": 1333}}),
+            Processor::OneFormer => json!({"resample": 2, "do_normalize": true,
+                "size": {"shortest_edge": 800, "longest_edge": 1333}}),
+        };
+        let means = match self {
+            Processor::Segformer
+            | Processor::MaskFormer
+            | Processor::Mask2Former
+            | Processor::OneFormer => imagenet,
+            _ => half,
+        };
+        let mut all = common;
+        for extra in [own, means] {
+            if let (Some(all), Value::Object(extra)) = (all.as_object_mut(), extra) {
+                all.extend(extra);
+            }
+        }
+        all
+    }
+}
+
+/// What a key does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyRule {
+    /// It shapes the card.
+    Applied,
+    /// It changes nothing at inference, for this reason.
+    NoEffect(&'static str),
+    /// segtool refuses a folder that has it (unless it holds its neutral value); the card
+    /// field that would replace it.
+    Refused(&'static str),
+}
+
+/// Keys that shape the card (for the processors that take them; see [`rule`]).
+pub const APPLIED: [&str; 22] = [
+    "image_processor_type",
+    "feature_extractor_type",
+    "do_resize",
+    "size",
+    "max_size",
+    "resample",
+    "do_rescale",
+    "rescale_factor",
+    "do_normalize",
+    "image_mean",
+    "image_std",
+    "do_center_crop",
+    "crop_size",
+    "do_flip_channel_order",
+    "keep_aspect_ratio",
+    "ensure_multiple_of",
+    "do_pad",
+    "size_divisor",
+    "pad_size",
+    "do_convert_rgb",
+    "data_format",
+    "default_to_square",
+];
+
+/// Keys that change nothing at inference, with why.
+pub const NO_EFFECT: [(&str, &str); 11] = [
+    ("do_reduce_labels", "maps training labels only"),
+    ("reduce_labels", "maps training labels only (transformers 4's name)"),
+    ("ignore_index", "the label of ignored pixels in training targets"),
+    ("num_labels", "sizes training targets; the class count comes from the graph"),
+    ("processor_class", "names the processor that wraps the image processor"),
+    ("class_info_file", "OneFormer's class names for training targets"),
+    ("repo_path", "where OneFormer's class_info_file is fetched from"),
+    ("num_text", "OneFormer's text queries, used in training only"),
+    ("metadata", "OneFormer's class metadata for training targets"),
+    ("do_convert_annotations", "converts training annotations only"),
+    ("_processor_class", "names the processor that wraps the image processor"),
+];
+
+/// Keys transformers knows that change preprocessing in ways segtool does not follow,
+/// with the card field (or way) that replaces them.
+pub const REFUSED: [(&str, &str); 6] = [
+    ("do_split_image", "no card field: EoMT's sliding crops are not supported"),
+    ("crop_pct", "input.center_crop with the crop in pixels"),
+    ("input_data_format", "input.layout"),
+    ("auto_map", "a card file (--card): custom processor code cannot be followed"),
+    ("format", "no card field: annotation formats are for detection training"),
+    ("image_seq_length", "no card field"),
+];
+
+/// Keys that a processor's own code ignores (so they change nothing, whatever the value).
+fn ignored_by(p: Processor, key: &str) -> Option<&'static str> {
+    match (p, key) {
+        (Processor::MobileVit, "do_normalize" | "image_mean" | "image_std") => {
+            Some("MobileViT's processor never normalises (it only rescales)")
+        }
+        _ => None,
+    }
+}
+
+/// Keys that only some processors take.
+fn taken_by(p: Processor, key: &str) -> bool {
+    match key {
+        "do_flip_channel_order" => p == Processor::MobileVit,
+        "keep_aspect_ratio" | "ensure_multiple_of" => p == Processor::Dpt,
+        "size_divisor" => matches!(p, Processor::Dpt | Processor::MaskFormer | Processor::Mask2Former),
+        "max_size" => p.mask_classification(),
+        "do_center_crop" | "crop_size" => {
+            matches!(p, Processor::MobileVit | Processor::Dpt | Processor::Beit | Processor::MobileNetV2)
+        }
+        _ => true,
+    }
+}
+
+/// What `key` does in a folder of processor `p`.
+pub fn rule(p: Processor, key: &str) -> KeyRule {
+    if let Some(why) = ignored_by(p, key) {
+        return KeyRule::NoEffect(why);
+    }
+    if APPLIED.contains(&key) {
+        return if taken_by(p, key) {
+            KeyRule::Applied
+        } else {
+            KeyRule::Refused("a card file (--card): this processor does not take the key")
+        };
+    }
+    if let Some((_, why)) = NO_EFFECT.iter().find(|(k, _)| *k == key) {
+        return KeyRule::NoEffect(why);
+    }
+    match REFUSED.iter().find(|(k, _)| *k == key) {
+        Some((_, instead)) => KeyRule::Refused(instead),
+        None => KeyRule::Refused("a card file (--card) that says what the key does"),
+    }
+}

@@ -1,0 +1,296 @@
+//! The card of a Hugging Face folder (`transformers` / Optimum exports): the image
+//! processor's `preprocessor_config.json` read as transformers 5 reads it, and
+//! `config.json`'s `id2label`.
+//!
+//! The processor class comes from `image_processor_type` (or transformers 4's
+//! `feature_extractor_type`, or else `config.json`'s `model_type`); a key the folder
+//! leaves out takes that class's default ([`keys::Processor::defaults`]). Every key the
+//! folder holds is applied, listed as having no effect on inference, or refused by name
+//! ([`keys::rule`]). transformers 5 runs the torchvision backend unless the class name
+//! ends in `Pil`: the resize is torchvision's (or Pillow's) with the processor's
+//! `resample` kernel. Outputs come back as `post_process_semantic_segmentation` brings
+//! them: the whole output resized to the image (`output.restore = "stretch"`, whatever
+//! the crop or padding before the model), `align_corners=False`; MaskFormer,
+//! Mask2Former and OneFormer answer a mask-classification head.
+
+pub mod keys;
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use self::keys::{rule, KeyRule, Processor, NOT_READ};
+use super::json::{floats, read_json};
+use super::{CardFields, ChannelOrder, Fit, OutputKind, Resample, ResizeFilter, Restore};
+use crate::error::{Result, RuntimeError};
+
+/// The image processor's file.
+pub const PREPROCESSOR_CONFIG: &str = "preprocessor_config.json";
+/// The model's configuration (class names).
+pub const CONFIG: &str = "config.json";
+
+/// Mask2Former's post-processing resizes the mask logits to this first.
+const MASK2FORMER_MASK_SIZE: [usize; 2] = [384, 384];
+
+/// A folder's processor and what each key of its `preprocessor_config.json` does.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KeyReport {
+    /// The processor class (torchvision name) and whether its Pillow backend runs.
+    pub processor: Processor,
+    /// The Pillow backend (`...Pil`).
+    pub pillow: bool,
+    /// Each key of the file, in the file's order, with its rule.
+    pub keys: Vec<(String, KeyRule)>,
+}
+
+/// The fields `folder` gives, `None` when it has no `preprocessor_config.json`.
+pub fn read_folder(folder: &Path) -> Result<Option<CardFields>> {
+    Ok(read(folder)?.map(|(fields, _)| fields))
+}
+
+/// The processor and the rule of every key of `folder`'s `preprocessor_config.json`
+/// (`None` without one); an error for a key it refuses.
+pub fn key_report(folder: &Path) -> Result<Option<KeyReport>> {
+    Ok(read(folder)?.map(|(_, report)| report))
+}
+
+fn read(folder: &Path) -> Result<Option<(CardFields, KeyReport)>> {
+    let pre_path = folder.join(PREPROCESSOR_CONFIG);
+    if !pre_path.is_file() {
+        return Ok(None);
+    }
+    let pre = read_json(&pre_path)?;
+    let err = |message: String| RuntimeError::Card {
+        path: pre_path.clone(),
+        message,
+    };
+    let Some(own) = pre.as_object() else {
+        return Err(err("not a JSON object".into()));
+    };
+    let config_path = folder.join(CONFIG);
+    let config = match config_path.is_file() {
+        true => Some(read_json(&config_path)?),
+        false => None,
+    };
+    let (processor, pillow) = processor_of(&pre, config.as_ref()).map_err(err)?;
+    let mut report = KeyReport {
+        processor,
+        pillow,
+        keys: Vec::new(),
+    };
+    for (key, value) in own {
+        let r = rule(processor, key);
+        if let KeyRule::Refused(instead) = r {
+            if !neutral(value) {
+                return Err(err(format!(
+                    "key {key:?} ({value}) changes preprocessing in a way segtool does not \
+                     follow for {}: give {instead}",
+                    processor.class()
+                )));
+            }
+        }
+        report.keys.push((key.clone(), r));
+    }
+    let mut merged = processor.defaults();
+    if let Some(m) = merged.as_object_mut() {
+        m.extend(own.iter().map(|(k, v)| (k.clone(), v.clone())));
+    }
+    let mut f = fields_of(&merged, processor, pillow).map_err(err)?;
+    if let Some(config) = &config {
+        f.classes = classes(config).map_err(|message| RuntimeError::Card {
+            path: config_path.clone(),
+            message,
+        })?;
+    }
+    Ok(Some((f, report)))
+}
+
+/// A value that asks for nothing: absent, `null`, `false`.
+fn neutral(v: &Value) -> bool {
+    matches!(v, Value::Null | Value::Bool(false))
+}
+
+/// The processor class a folder names, and whether its Pillow backend runs.
+fn processor_of(pre: &Value, config: Option<&Value>) -> std::result::Result<(Processor, bool), String> {
+    let named = ["image_processor_type", "feature_extractor_type"]
+        .iter()
+        .find_map(|k| pre.get(*k).and_then(Value::as_str));
+    if let Some(name) = named {
+        if let Some(found) = Processor::from_class(name) {
+            return Ok(found);
+        }
+        let base = name.trim_end_matches("Pil").trim_end_matches("Fast");
+        return Err(match NOT_READ.iter().find(|(class, _)| *class == base) {
+            Some((_, why)) => format!("image processor {name} is not read by segtool ({why}): give a card file (--card)"),
+            None => format!(
+                "image processor {name} is unknown to segtool (it reads {}): give a card file (--card)",
+                keys::PROCESSORS.map(Processor::class).join(", ")
+            ),
+        });
+    }
+    let model_type = config.and_then(|c| c.get("model_type")).and_then(Value::as_str);
+    model_type
+        .and_then(Processor::from_model_type)
+        .map(|p| (p, false))
+        .ok_or_else(|| {
+            format!(
+                "names no image_processor_type, and config.json's model_type {} names none \
+                 segtool reads: give a card file (--card)",
+                model_type.unwrap_or("(absent)")
+            )
+        })
+}
+
+fn truthy(v: &Value, key: &str) -> bool {
+    v.get(key).and_then(Value::as_bool).unwrap_or(false)
+}
+
+fn positive(v: &Value) -> Option<usize> {
+    v.as_u64().filter(|n| *n > 0).map(|n| n as usize)
+}
+
+/// `{"height", "width"}` or a plain number (a square).
+fn height_width(v: &Value, key: &str) -> std::result::Result<[usize; 2], String> {
+    if let Some(s) = positive(v) {
+        return Ok([s, s]);
+    }
+    match (v.get("height").and_then(positive), v.get("width").and_then(positive)) {
+        (Some(h), Some(w)) => Ok([h, w]),
+        _ => Err(format!("{key} {v} is not {{\"height\", \"width\"}} in positive integers")),
+    }
+}
+
+/// The card fields of a processor's merged configuration.
+fn fields_of(m: &Value, p: Processor, pillow: bool) -> std::result::Result<CardFields, String> {
+    let mut f = CardFields::default();
+    if truthy(m, "do_resize") {
+        resize_fields(m, p, &mut f)?;
+    }
+    let i = &mut f.input;
+    i.resize_filter = Some(if pillow { ResizeFilter::Pillow } else { ResizeFilter::Torchvision });
+    i.resample = Some(match m.get("resample").and_then(Value::as_u64) {
+        Some(0) => Resample::Nearest,
+        Some(1) => Resample::Lanczos,
+        Some(2) | None => Resample::Bilinear,
+        Some(3) => Resample::Bicubic,
+        Some(other) => {
+            return Err(format!(
+                "resample {other} (box or hamming) is not followed: give input.resample \
+                 (nearest, bilinear, bicubic, lanczos) in a card file"
+            ))
+        }
+    });
+    i.scale = Some(if truthy(m, "do_rescale") {
+        m.get("rescale_factor").and_then(Value::as_f64).unwrap_or(1.0 / 255.0) as f32
+    } else {
+        1.0
+    });
+    let normalise = truthy(m, "do_normalize") && p != Processor::MobileVit;
+    (i.mean, i.std) = if normalise {
+        (Some(floats(m, "image_mean")?), Some(floats(m, "image_std")?))
+    } else {
+        (Some(vec![0.0; 3]), Some(vec![1.0; 3]))
+    };
+    if truthy(m, "do_center_crop") {
+        let crop = m.get("crop_size").ok_or("do_center_crop without crop_size")?;
+        i.center_crop = Some(height_width(crop, "crop_size")?);
+    }
+    let flip = p == Processor::MobileVit && truthy(m, "do_flip_channel_order");
+    i.channels = Some(if flip { ChannelOrder::Bgr } else { ChannelOrder::Rgb });
+    let divisor = m.get("size_divisor").and_then(positive);
+    match p {
+        Processor::Dpt if truthy(m, "do_pad") => {
+            i.size_divisor = Some(divisor.ok_or("do_pad without a positive size_divisor")?);
+            i.fit = Some(Fit::PadCentre);
+        }
+        Processor::MaskFormer | Processor::Mask2Former if truthy(m, "do_resize") => {
+            i.size_divisor = divisor;
+            i.fit = divisor.map(|_| Fit::ResizeUp);
+        }
+        _ => {}
+    }
+    let pads = p.mask_classification() || (p != Processor::Dpt && truthy(m, "do_pad"));
+    if let Some(pad) = m.get("pad_size").filter(|v| !v.is_null() && pads) {
+        i.pad_size = Some(height_width(pad, "pad_size")?);
+    }
+    match m.get("data_format").and_then(Value::as_str) {
+        None | Some("channels_first") => {}
+        Some(other) => return Err(format!("data_format {other:?}: segtool feeds channels_first")),
+    }
+    let o = &mut f.output;
+    o.align_corners = Some(false);
+    o.restore = Some(Restore::Stretch);
+    if p.mask_classification() {
+        o.kind = Some(OutputKind::MaskClassification);
+        o.name = Some("masks_queries_logits".into());
+        o.class_output = Some("class_queries_logits".into());
+        o.mask_size = (p == Processor::Mask2Former).then_some(MASK2FORMER_MASK_SIZE);
+    } else {
+        o.kind = Some(OutputKind::Logits);
+    }
+    Ok(f)
+}
+
+/// `size` (and MaskFormer's `max_size`): a fixed size, the shortest edge, or the
+/// shortest and longest edge, with DPT's aspect keeping.
+fn resize_fields(m: &Value, p: Processor, f: &mut CardFields) -> std::result::Result<(), String> {
+    let i = &mut f.input;
+    let size = m.get("size").filter(|v| !v.is_null()).ok_or("do_resize without size")?;
+    let max_size = m.get("max_size").and_then(positive);
+    let square = m
+        .get("default_to_square")
+        .and_then(Value::as_bool)
+        .unwrap_or(p.int_size_is_square());
+    if let Some(s) = positive(size) {
+        if square {
+            i.size = Some([s, s]);
+        } else {
+            i.shortest_edge = Some(s);
+            i.longest_edge = max_size;
+        }
+    } else if let (Some(h), Some(w)) = (size.get("height"), size.get("width")) {
+        i.size = Some(height_width(&serde_json::json!({"height": h, "width": w}), "size")?);
+    } else if let Some(short) = size.get("shortest_edge").and_then(positive) {
+        i.shortest_edge = Some(short);
+        i.longest_edge = size.get("longest_edge").and_then(positive).or(max_size);
+    } else {
+        return Err(format!(
+            "size {size} is not {{\"height\", \"width\"}}, {{\"shortest_edge\"}} or \
+             {{\"shortest_edge\", \"longest_edge\"}}: give input.size or input.shortest_edge \
+             in a card file"
+        ));
+    }
+    if p.mask_classification() && i.shortest_edge.is_some() && i.longest_edge.is_none() {
+        return Err(format!(
+            "size {size}: {} resizes by the shortest and the longest edge; the longest is missing",
+            p.class()
+        ));
+    }
+    if p == Processor::Dpt {
+        if i.size.is_none() {
+            return Err(format!("size {size}: DPT's processor takes {{\"height\", \"width\"}}"));
+        }
+        i.keep_aspect_ratio = Some(truthy(m, "keep_aspect_ratio"));
+        i.ensure_multiple_of = m.get("ensure_multiple_of").and_then(positive).filter(|&k| k > 1);
+    }
+    Ok(())
+}
+
+/// `id2label`'s names in id order (`None` without it).
+fn classes(config: &Value) -> std::result::Result<Option<Vec<String>>, String> {
+    let Some(map) = config.get("id2label").and_then(Value::as_object) else {
+        return Ok(None);
+    };
+    let mut pairs: Vec<(usize, String)> = Vec::new();
+    for (k, v) in map {
+        let id = k
+            .parse::<usize>()
+            .map_err(|_| format!("id2label key {k:?} is not a class id"))?;
+        pairs.push((id, v.as_str().unwrap_or_default().to_string()));
+    }
+    pairs.sort();
+    if pairs.iter().enumerate().any(|(i, (id, _))| i != *id) {
+        return Err("id2label's ids are not 0, 1, 2, ... without gaps".into());
+    }
+    Ok(Some(pairs.into_iter().map(|(_, name)| name).collect()))
+}
