@@ -214,3 +214,137 @@ fn rapidocr_text_detector_with_a_card_matches_rapidocr_and_calibrates_through_it
         String::from_utf8_lossy(&compared.stderr)
     );
 }
+
+/// Every transformers 5 image processor segtool reads, each in a folder written by
+/// transformers' own `save_pretrained` with its canonical checkpoint's configuration
+/// (tests/reference/hf_processors_ref.py: a small random model per folder, logits O(1-10),
+/// four real photos cut from bikes.mp4 at several aspect ratios, some smaller and some
+/// larger than the model's size), against the processor + onnxruntime +
+/// `post_process_semantic_segmentation` pipeline: equal on every pixel but near-ties
+/// (margin below 1e-3), at most 0.1% of each photo. ONNX Runtime for every folder; tract
+/// too for the SegFormer (Pillow backend) and DPT (aspect kept, multiple of 32) folders.
+#[test]
+fn hugging_face_processors_match_transformers() {
+    let (dir, report) = common::reference("hf_processors_ref.py", "foreign_hf_processors");
+    let cases = report["cases"].as_object().expect("cases");
+    for case in [
+        "segformer", "upernet", "mobilevit", "mobilevitv2", "dpt", "dpt_keep", "dpt_pad",
+        "beit", "beit_crop", "data2vec", "mobilenetv2", "maskformer", "mask2former",
+        "oneformer", "segformer_pil", "beit_pil",
+    ] {
+        assert!(cases.contains_key(case), "{case} missing from {report}");
+    }
+    for case in cases.keys() {
+        let folder = dir.join(case);
+        if case.ends_with("_pil") {
+            // transformers' Pillow backend (backend="pil" in code; the folder cannot say
+            // it): a sidecar card names Pillow's resize.
+            std::fs::write(
+                folder.join("model.segtool.toml"),
+                "[input]\nresize_filter = \"pillow\"\n",
+            )
+            .unwrap();
+        }
+        let engines: &[&str] = match case.as_str() {
+            "segformer_pil" | "dpt_keep" => &["ort", "tract"],
+            _ => &["ort"],
+        };
+        for engine in engines {
+            common::serve_and_compare(
+                &dir.join("images"),
+                &folder.join("ref"),
+                &dir.join(format!("out-{case}-{engine}")),
+                &folder,
+                engine,
+                &[],
+                case,
+            );
+        }
+    }
+    // INT8 of one processor's folder (BEiT's bicubic resize and centre crop): calibrated
+    // through the folder's card, which the INT8 file then carries, agreeing with
+    // transformers' fp32 masks.
+    let model = dir.join("beit_crop/model.onnx");
+    let int8 = dir.join("int8/beit_crop.int8.onnx");
+    std::fs::create_dir_all(int8.parent().unwrap()).unwrap();
+    common::ok(segtool(&[
+        "calibrate", "--model", p(&model), "--images", p(&dir.join("images")), "--out",
+        p(&int8), "--method", "minmax", "--samples", "4", "--report-samples", "1",
+        "--latency-runs", "0", "--quiet",
+    ]));
+    let out = dir.join("out-int8");
+    common::ok(segtool(&[
+        "infer", "--model", p(&int8), "--input", p(&dir.join("images")), "--out", p(&out),
+        "--labels", "--no-overlay", "--quiet",
+    ]));
+    for photo in ["wide", "tall", "small", "square"] {
+        let ours = image::open(out.join(format!("{photo}_labels.png"))).unwrap().to_luma8();
+        let (_, want) = npy(&dir.join(format!("beit_crop/ref/{photo}.npy")));
+        let same = ours.as_raw().iter().zip(&want).filter(|(a, b)| f32::from(**a) == **b).count();
+        let agreement = same as f64 / want.len() as f64;
+        eprintln!("INT8 BEiT folder, {photo}: {agreement:.4} of pixels agree with transformers' fp32");
+        // A random tiny net with many near-ties: INT8 flips them (0.65-0.81 here); six
+        // classes put chance near 0.17. The check is that the card travels and serves.
+        assert!(agreement > 0.6, "INT8 agreement {agreement} on {photo}");
+    }
+    let shown = common::ok(segtool(&["card", p(&int8), "--show"]));
+    let shown = shown + &String::from_utf8_lossy(&segtool(&["card", p(&int8), "--show"]).stdout);
+    for line in ["input.center_crop", "[224,224]", "bicubic", "stretch"] {
+        assert!(shown.contains(line), "{line} not in the INT8 file's card:\n{shown}");
+    }
+    // A key that changes preprocessing and that segtool does not know is refused by name.
+    let odd = dir.join("segformer_odd");
+    std::fs::create_dir_all(&odd).unwrap();
+    for file in ["model.onnx", "config.json"] {
+        std::fs::copy(dir.join("segformer").join(file), odd.join(file)).unwrap();
+    }
+    let pre = std::fs::read_to_string(dir.join("segformer/preprocessor_config.json")).unwrap();
+    let mut pre: serde_json::Value = serde_json::from_str(&pre).unwrap();
+    pre["do_warp_to_polar"] = serde_json::json!(true);
+    std::fs::write(odd.join("preprocessor_config.json"), pre.to_string()).unwrap();
+    let out = segtool(&["card", p(&odd), "--show"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("do_warp_to_polar"), "{stderr}");
+}
+
+/// Every key that each supported processor's `to_dict()` writes in transformers 5.25
+/// (tests/reference/hf_processor_keys.py) is in exactly one of segtool's lists: applied,
+/// no effect (with a reason), refused (with the card field that replaces it); every other
+/// class transformers maps for segmentation is listed as not read, with why.
+#[test]
+fn every_transformers_processor_key_has_exactly_one_rule() {
+    use segtool_runtime::card::huggingface::keys::{
+        rule, KeyRule, Processor, APPLIED, NOT_READ, NO_EFFECT, REFUSED,
+    };
+    let lists: Vec<&str> = APPLIED
+        .iter()
+        .copied()
+        .chain(NO_EFFECT.iter().map(|(k, _)| *k))
+        .chain(REFUSED.iter().map(|(k, _)| *k))
+        .collect();
+    for key in &lists {
+        let n = lists.iter().filter(|k| *k == key).count();
+        assert_eq!(n, 1, "{key} is in {n} lists");
+    }
+    let report = common::reference_json("hf_processor_keys.py", &[]);
+    let classes = report["processors"].as_object().expect("processors");
+    assert!(classes.len() >= 20, "{classes:?}");
+    for (class, info) in classes {
+        let Some((processor, _)) = Processor::from_class(class) else {
+            let base = class.trim_end_matches("Pil");
+            assert!(
+                NOT_READ.iter().any(|(c, _)| *c == base),
+                "{class} is neither read nor listed as not read"
+            );
+            continue;
+        };
+        let keys = info["keys"].as_array().expect("keys");
+        for key in keys.iter().map(|k| k.as_str().unwrap()) {
+            assert!(lists.contains(&key), "{class}: key {key} is in no list");
+            assert!(
+                !matches!(rule(processor, key), KeyRule::Refused(_)),
+                "{class}: its own key {key} is refused"
+            );
+        }
+    }
+}

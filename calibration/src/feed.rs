@@ -56,6 +56,14 @@ impl Feed {
                 i.name, i.dtype, i.layout
             )));
         }
+        if card.output.kind == OutputKind::MaskClassification {
+            return Err(CalibrationError::Model(format!(
+                "the card's output {:?} is a mask-classification head: calibration measures \
+                 agreement on per-class scores and does not combine class and mask logits \
+                 yet; calibrate a per-pixel model, or serve this one in float",
+                card.output.name
+            )));
+        }
         if card.output.kind == OutputKind::ClassMap {
             return Err(CalibrationError::Model(format!(
                 "the card's output {:?} is a class map: calibration measures agreement on \

@@ -95,7 +95,9 @@ struct Axis {
     precision: u32,
 }
 
-fn axis(n: usize, m: usize, kind: Antialias, kernel: Kernel) -> Axis {
+/// Per destination of an axis of `n` sources and `m` destinations: the first source and
+/// the normalised float weights (module docs).
+fn float_taps(n: usize, m: usize, kernel: Kernel) -> (Vec<usize>, Vec<Vec<f64>>) {
     let scale = n as f64 / m as f64;
     let filter_scale = scale.max(1.0);
     let support = kernel.support() * filter_scale;
@@ -120,6 +122,11 @@ fn axis(n: usize, m: usize, kind: Antialias, kernel: Kernel) -> Axis {
         start.push(xmin);
         float_weights.push(w);
     }
+    (start, float_weights)
+}
+
+fn axis(n: usize, m: usize, kind: Antialias, kernel: Kernel) -> Axis {
+    let (start, float_weights) = float_taps(n, m, kernel);
     let precision = match kind {
         Antialias::Pillow => 22,
         Antialias::Torchvision => {
@@ -234,6 +241,46 @@ pub fn resize_nearest_u8(
         let row = index(y, h, dst_h) * w * channels;
         for &x in &cols {
             out.extend_from_slice(&src[row + x * channels..row + (x + 1) * channels]);
+        }
+    }
+    out
+}
+
+/// Planes of float32 values (`planes` x `h` x `w`, row-major) resized to `(dst_h, dst_w)`
+/// with the antialiased bilinear filter, as torch's `interpolate(..., mode="bilinear",
+/// antialias=True)` on float tensors (torchvision's `F.resize` default): the same taps as
+/// the uint8 resize, in floating point, the horizontal pass first.
+pub fn resize_antialias_f32(
+    src: &[f32],
+    planes: usize,
+    (h, w): (usize, usize),
+    (dst_h, dst_w): (usize, usize),
+) -> Vec<f32> {
+    assert_eq!(src.len(), planes * h * w, "plane buffer size");
+    let (xs, xw) = float_taps(w, dst_w, Kernel::Bilinear);
+    let (ys, yw) = float_taps(h, dst_h, Kernel::Bilinear);
+    let mut out = Vec::with_capacity(planes * dst_h * dst_w);
+    let mut rows = vec![0f64; h * dst_w];
+    for p in 0..planes {
+        let plane = &src[p * h * w..(p + 1) * h * w];
+        for y in 0..h {
+            for (x, (x0, wts)) in xs.iter().zip(&xw).enumerate() {
+                rows[y * dst_w + x] = wts
+                    .iter()
+                    .enumerate()
+                    .map(|(j, wt)| wt * f64::from(plane[y * w + x0 + j]))
+                    .sum();
+            }
+        }
+        for (y0, wts) in ys.iter().zip(&yw) {
+            for x in 0..dst_w {
+                let v: f64 = wts
+                    .iter()
+                    .enumerate()
+                    .map(|(j, wt)| wt * rows[(y0 + j) * dst_w + x])
+                    .sum();
+                out.push(v as f32);
+            }
         }
     }
     out

@@ -49,6 +49,10 @@ pub enum Restore {
     /// transformers' `post_process_semantic_segmentation` does (it knows nothing of the
     /// preprocessing).
     Stretch,
+    /// As `stretch`, with torchvision's antialiased bilinear resize (OneFormer's
+    /// post-processing resizes with `F.resize`, antialiased when it shrinks).
+    #[serde(rename = "stretch_antialias")]
+    StretchAntialias,
 }
 
 pub(super) fn is_false(b: &bool) -> bool {

@@ -27,7 +27,9 @@ use segtool_onnx::card::{
     ChannelOrder, Dtype, Fit, InputCard, Layout, ModelCard, OutputKind, Resample, ResizeFilter,
     Restore,
 };
-use segtool_spec::protocol::antialias::{resize_kernel_u8, resize_nearest_u8, Antialias, Kernel};
+use segtool_spec::protocol::antialias::{
+    resize_antialias_f32, resize_kernel_u8, resize_nearest_u8, Antialias, Kernel,
+};
 use segtool_spec::protocol::resize::{keep_ratio_size, resize_linear_u8};
 
 use crate::engine::Engine;
@@ -335,7 +337,7 @@ pub fn decode(
             .map(|plane| {
                 let (oy, ox) = geom.offset;
                 let plane = match card.output.restore {
-                    Restore::Stretch => plane,
+                    Restore::Stretch | Restore::StretchAntialias => plane,
                     Restore::Undo => plane.slice_move(s![
                         oy.min(plane.dim().0)..(oy + geom.content.0).min(plane.dim().0),
                         ox.min(plane.dim().1)..(ox + geom.content.1).min(plane.dim().1)
@@ -415,8 +417,11 @@ pub fn run(
 fn to_image(scores: Array4<f32>, card: &ModelCard, geom: Geometry) -> Array4<f32> {
     let ac = card.output.align_corners;
     let (h, w) = geom.image;
-    if !geom.padded() || card.output.restore == Restore::Stretch {
-        return resize_bilinear(scores.view(), h, w, ac);
+    match card.output.restore {
+        Restore::StretchAntialias => return resize_antialias(scores, (h, w)),
+        Restore::Stretch => return resize_bilinear(scores.view(), h, w, ac),
+        Restore::Undo if !geom.padded() => return resize_bilinear(scores.view(), h, w, ac),
+        Restore::Undo => {}
     }
     let (th, tw) = geom.tensor;
     let (ch, cw) = geom.content;
@@ -424,4 +429,16 @@ fn to_image(scores: Array4<f32>, card: &ModelCard, geom: Geometry) -> Array4<f32
     let full = resize_bilinear(scores.view(), th, tw, ac);
     let cropped = full.slice(s![.., .., oy..oy + ch, ox..ox + cw]);
     resize_bilinear(cropped, h, w, ac)
+}
+
+/// `[N, K, h, w]` scores resized to `(h, w)` with torchvision's antialiased bilinear.
+fn resize_antialias(scores: Array4<f32>, (h, w): (usize, usize)) -> Array4<f32> {
+    let (n, k, sh, sw) = scores.dim();
+    if (sh, sw) == (h, w) {
+        return scores;
+    }
+    let flat = scores.as_standard_layout();
+    let src = flat.as_slice().expect("standard layout");
+    let out = resize_antialias_f32(src, n * k, (sh, sw), (h, w));
+    Array4::from_shape_vec((n, k, h, w), out).expect("sized")
 }

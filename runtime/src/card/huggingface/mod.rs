@@ -6,9 +6,11 @@
 //! `feature_extractor_type`, or else `config.json`'s `model_type`); a key the folder
 //! leaves out takes that class's default ([`keys::Processor::defaults`]). Every key the
 //! folder holds is applied, listed as having no effect on inference, or refused by name
-//! ([`keys::rule`]). transformers 5 runs the torchvision backend unless the class name
-//! ends in `Pil`: the resize is torchvision's (or Pillow's) with the processor's
-//! `resample` kernel. Outputs come back as `post_process_semantic_segmentation` brings
+//! ([`keys::rule`]). transformers 5.25's `AutoImageProcessor.from_pretrained` runs the
+//! torchvision backend whatever the folder says (a `...Pil` class name included; the
+//! Pillow backend takes `backend="pil"` in code), so the resize is torchvision's with the
+//! processor's `resample` kernel; a deployment behind the Pillow backend says so with
+//! `input.resize_filter = "pillow"` in a sidecar or card file, which wins over the folder. Outputs come back as `post_process_semantic_segmentation` brings
 //! them: the whole output resized to the image (`output.restore = "stretch"`, whatever
 //! the crop or padding before the model), `align_corners=False`; MaskFormer,
 //! Mask2Former and OneFormer answer a mask-classification head.
@@ -37,7 +39,8 @@ const MASK2FORMER_MASK_SIZE: [usize; 2] = [384, 384];
 pub struct KeyReport {
     /// The processor class (torchvision name) and whether its Pillow backend runs.
     pub processor: Processor,
-    /// The Pillow backend (`...Pil`).
+    /// The folder names the Pillow backend's class (`...Pil`); transformers' loader still
+    /// runs the torchvision one, and so does segtool.
     pub pillow: bool,
     /// Each key of the file, in the file's order, with its rule.
     pub keys: Vec<(String, KeyRule)>,
@@ -167,7 +170,8 @@ fn fields_of(m: &Value, p: Processor, pillow: bool) -> std::result::Result<CardF
         resize_fields(m, p, &mut f)?;
     }
     let i = &mut f.input;
-    i.resize_filter = Some(if pillow { ResizeFilter::Pillow } else { ResizeFilter::Torchvision });
+    let _ = pillow; // AutoImageProcessor loads the torchvision class even for a `...Pil` name
+    i.resize_filter = Some(ResizeFilter::Torchvision);
     i.resample = Some(match m.get("resample").and_then(Value::as_u64) {
         Some(0) => Resample::Nearest,
         Some(1) => Resample::Lanczos,
@@ -219,7 +223,12 @@ fn fields_of(m: &Value, p: Processor, pillow: bool) -> std::result::Result<CardF
     }
     let o = &mut f.output;
     o.align_corners = Some(false);
-    o.restore = Some(Restore::Stretch);
+    // OneFormer resizes its scores with torchvision's F.resize (antialiased), the others
+    // with F.interpolate.
+    o.restore = Some(match p {
+        Processor::OneFormer => Restore::StretchAntialias,
+        _ => Restore::Stretch,
+    });
     if p.mask_classification() {
         o.kind = Some(OutputKind::MaskClassification);
         o.name = Some("masks_queries_logits".into());
