@@ -228,9 +228,22 @@ fn hugging_face_processors_match_transformers() {
     let (dir, report) = common::reference("hf_processors_ref.py", "foreign_hf_processors");
     let cases = report["cases"].as_object().expect("cases");
     for case in [
-        "segformer", "upernet", "mobilevit", "mobilevitv2", "dpt", "dpt_keep", "dpt_pad",
-        "beit", "beit_crop", "data2vec", "mobilenetv2", "maskformer", "mask2former",
-        "oneformer", "segformer_pil", "beit_pil",
+        "segformer",
+        "upernet",
+        "mobilevit",
+        "mobilevitv2",
+        "dpt",
+        "dpt_keep",
+        "dpt_pad",
+        "beit",
+        "beit_crop",
+        "data2vec",
+        "mobilenetv2",
+        "maskformer",
+        "mask2former",
+        "oneformer",
+        "segformer_pil",
+        "beit_pil",
     ] {
         assert!(cases.contains_key(case), "{case} missing from {report}");
     }
@@ -268,21 +281,51 @@ fn hugging_face_processors_match_transformers() {
     let int8 = dir.join("int8/beit_crop.int8.onnx");
     std::fs::create_dir_all(int8.parent().unwrap()).unwrap();
     common::ok(segtool(&[
-        "calibrate", "--model", p(&model), "--images", p(&dir.join("images")), "--out",
-        p(&int8), "--method", "minmax", "--samples", "4", "--report-samples", "1",
-        "--latency-runs", "0", "--quiet",
+        "calibrate",
+        "--model",
+        p(&model),
+        "--images",
+        p(&dir.join("images")),
+        "--out",
+        p(&int8),
+        "--method",
+        "minmax",
+        "--samples",
+        "4",
+        "--report-samples",
+        "1",
+        "--latency-runs",
+        "0",
+        "--quiet",
     ]));
     let out = dir.join("out-int8");
     common::ok(segtool(&[
-        "infer", "--model", p(&int8), "--input", p(&dir.join("images")), "--out", p(&out),
-        "--labels", "--no-overlay", "--quiet",
+        "infer",
+        "--model",
+        p(&int8),
+        "--input",
+        p(&dir.join("images")),
+        "--out",
+        p(&out),
+        "--labels",
+        "--no-overlay",
+        "--quiet",
     ]));
     for photo in ["wide", "tall", "small", "square"] {
-        let ours = image::open(out.join(format!("{photo}_labels.png"))).unwrap().to_luma8();
+        let ours = image::open(out.join(format!("{photo}_labels.png")))
+            .unwrap()
+            .to_luma8();
         let (_, want) = npy(&dir.join(format!("beit_crop/ref/{photo}.npy")));
-        let same = ours.as_raw().iter().zip(&want).filter(|(a, b)| f32::from(**a) == **b).count();
+        let same = ours
+            .as_raw()
+            .iter()
+            .zip(&want)
+            .filter(|(a, b)| f32::from(**a) == **b)
+            .count();
         let agreement = same as f64 / want.len() as f64;
-        eprintln!("INT8 BEiT folder, {photo}: {agreement:.4} of pixels agree with transformers' fp32");
+        eprintln!(
+            "INT8 BEiT folder, {photo}: {agreement:.4} of pixels agree with transformers' fp32"
+        );
         // A random tiny net with many near-ties: INT8 flips them (0.65-0.81 here); six
         // classes put chance near 0.17. The check is that the card travels and serves.
         assert!(agreement > 0.6, "INT8 agreement {agreement} on {photo}");
@@ -290,7 +333,10 @@ fn hugging_face_processors_match_transformers() {
     let shown = common::ok(segtool(&["card", p(&int8), "--show"]));
     let shown = shown + &String::from_utf8_lossy(&segtool(&["card", p(&int8), "--show"]).stdout);
     for line in ["input.center_crop", "[224,224]", "bicubic", "stretch"] {
-        assert!(shown.contains(line), "{line} not in the INT8 file's card:\n{shown}");
+        assert!(
+            shown.contains(line),
+            "{line} not in the INT8 file's card:\n{shown}"
+        );
     }
     // A key that changes preprocessing and that segtool does not know is refused by name.
     let odd = dir.join("segformer_odd");
@@ -304,7 +350,10 @@ fn hugging_face_processors_match_transformers() {
     std::fs::write(odd.join("preprocessor_config.json"), pre.to_string()).unwrap();
     let out = segtool(&["card", p(&odd), "--show"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && stderr.contains("do_warp_to_polar"), "{stderr}");
+    assert!(
+        !out.status.success() && stderr.contains("do_warp_to_polar"),
+        "{stderr}"
+    );
 }
 
 /// Every key that each supported processor's `to_dict()` writes in transformers 5.25

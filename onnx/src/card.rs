@@ -324,7 +324,10 @@ impl ModelCard {
         }
         let sides = [
             ("input.size", i.size.map_or(0, |[h, w]| h.max(w))),
-            ("input.keep_ratio", i.keep_ratio.map_or(0, |[a, b]| a.max(b))),
+            (
+                "input.keep_ratio",
+                i.keep_ratio.map_or(0, |[a, b]| a.max(b)),
+            ),
             ("input.min_short_side", i.min_short_side.unwrap_or(0)),
             ("input.size_divisor", i.size_divisor.unwrap_or(0)),
         ];

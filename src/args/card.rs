@@ -133,10 +133,9 @@ fn parse_scale(s: &str) -> Result<f32, String> {
 }
 
 fn parse_kind(s: &str) -> Result<OutputKind, String> {
-    serde_json::from_value(serde_json::Value::String(s.to_string()))
-        .map_err(|_| {
-            format!("`{s}`: expected logits, probabilities, class_map, binary or mask_classification")
-        })
+    serde_json::from_value(serde_json::Value::String(s.to_string())).map_err(|_| {
+        format!("`{s}`: expected logits, probabilities, class_map, binary or mask_classification")
+    })
 }
 
 fn parse_fit(s: &str) -> Result<Fit, String> {

@@ -169,7 +169,14 @@ pub fn resize_antialias_u8(
     dst_w: usize,
     kind: Antialias,
 ) -> Vec<u8> {
-    resize_kernel_u8(src, (h, w), channels, (dst_h, dst_w), kind, Kernel::Bilinear)
+    resize_kernel_u8(
+        src,
+        (h, w),
+        channels,
+        (dst_h, dst_w),
+        kind,
+        Kernel::Bilinear,
+    )
 }
 
 /// [`resize_antialias_u8`] with any [`Kernel`]: `(h, w)` to `(dst_h, dst_w)`.
@@ -314,8 +321,14 @@ mod tests {
         assert_eq!(ax.start, [0, 1]);
         // Upscaling's largest weight is 1 (a source hit exactly is not, but close): torch
         // then keeps 14 bits, Pillow 22.
-        assert_eq!(axis(3, 7, Antialias::Torchvision, Kernel::Bilinear).precision, 14);
-        assert_eq!(axis(3, 7, Antialias::Pillow, Kernel::Bilinear).precision, 22);
+        assert_eq!(
+            axis(3, 7, Antialias::Torchvision, Kernel::Bilinear).precision,
+            14
+        );
+        assert_eq!(
+            axis(3, 7, Antialias::Pillow, Kernel::Bilinear).precision,
+            22
+        );
     }
 
     #[test]
@@ -324,7 +337,10 @@ mod tests {
         for kind in [Antialias::Torchvision, Antialias::Pillow] {
             for kernel in [Kernel::Bilinear, Kernel::Bicubic, Kernel::Lanczos] {
                 let out = resize_kernel_u8(&img, (6, 9), 3, (13, 4), kind, kernel);
-                assert!(out.iter().all(|&v| v.abs_diff(90) <= 1), "{kind:?} {kernel:?}");
+                assert!(
+                    out.iter().all(|&v| v.abs_diff(90) <= 1),
+                    "{kind:?} {kernel:?}"
+                );
             }
         }
         let row: Vec<u8> = (0..5).collect();

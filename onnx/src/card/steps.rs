@@ -86,7 +86,9 @@ pub(super) fn check(card: &ModelCard) -> Result<(), String> {
     ] {
         match pair {
             Some([h, w]) if h == 0 || w == 0 => {
-                return Err(format!("{key} must be two positive numbers [height, width]"))
+                return Err(format!(
+                    "{key} must be two positive numbers [height, width]"
+                ))
             }
             Some([h, w]) if h.max(w) > MAX_INPUT_SIDE => {
                 return Err(format!(

@@ -19,9 +19,7 @@ use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 
 use segtool_onnx::builders::{attr_int, attr_string, tensor_f32, tensor_i64};
-use segtool_onnx::proto::{
-    type_proto, DataType, GraphProto, NodeProto, TypeProto, ValueInfoProto,
-};
+use segtool_onnx::proto::{type_proto, DataType, GraphProto, NodeProto, TypeProto, ValueInfoProto};
 
 use super::{ModelCard, OutputKind};
 use crate::error::{Result, RuntimeError};
@@ -32,7 +30,12 @@ pub const SCORES_OUTPUT: &str = "segtool_mask_head/semantic_scores";
 /// The opset `Einsum` appeared in.
 const MIN_OPSET: i64 = 12;
 
-fn node(op: &str, inputs: &[&str], output: &str, attrs: Vec<segtool_onnx::proto::AttributeProto>) -> NodeProto {
+fn node(
+    op: &str,
+    inputs: &[&str],
+    output: &str,
+    attrs: Vec<segtool_onnx::proto::AttributeProto>,
+) -> NodeProto {
     NodeProto {
         input: inputs.iter().map(|s| s.to_string()).collect(),
         output: vec![output.to_string()],
@@ -66,8 +69,18 @@ pub fn head_graph(card: &ModelCard, opset: i64) -> GraphProto {
         };
         g.node.extend([
             node("Shape", &[&masks], &n("shape"), vec![]),
-            node("Slice", &[&n("shape"), &n("zero"), &n("two")], &n("nq"), vec![]),
-            node("Concat", &[&n("nq"), &n("mask_hw")], &n("sizes"), vec![attr_int("axis", 0)]),
+            node(
+                "Slice",
+                &[&n("shape"), &n("zero"), &n("two")],
+                &n("nq"),
+                vec![],
+            ),
+            node(
+                "Concat",
+                &[&n("nq"), &n("mask_hw")],
+                &n("sizes"),
+                vec![attr_int("axis", 0)],
+            ),
             node(
                 "Resize",
                 &[&masks, &empty, &empty, &n("sizes")],
@@ -87,7 +100,12 @@ pub fn head_graph(card: &ModelCard, opset: i64) -> GraphProto {
     ]);
     g.node.extend([
         node("Sigmoid", &[&masks], &n("mask_probs"), vec![]),
-        node("Softmax", &[class_logits], &n("class_probs"), vec![attr_int("axis", -1)]),
+        node(
+            "Softmax",
+            &[class_logits],
+            &n("class_probs"),
+            vec![attr_int("axis", -1)],
+        ),
         node(
             "Slice",
             &[&n("class_probs"), &n("start"), &n("end"), &n("axis")],
@@ -142,11 +160,22 @@ pub fn served_model(model: &Path, card: &ModelCard) -> Result<PathBuf> {
         .hash(&mut hasher);
     meta.len().hash(&mut hasher);
     meta.modified().ok().hash(&mut hasher);
-    (&card.output.name, &card.output.class_output, card.output.mask_size).hash(&mut hasher);
+    (
+        &card.output.name,
+        &card.output.class_output,
+        card.output.mask_size,
+    )
+        .hash(&mut hasher);
     let dir = std::env::temp_dir().join("segtool-mask-heads");
-    std::fs::create_dir_all(&dir)
-        .map_err(|e| refuse(format!("cannot create the cache folder {}: {e}", dir.display())))?;
-    let stem = model.file_stem().map_or("model".into(), |s| s.to_string_lossy());
+    std::fs::create_dir_all(&dir).map_err(|e| {
+        refuse(format!(
+            "cannot create the cache folder {}: {e}",
+            dir.display()
+        ))
+    })?;
+    let stem = model
+        .file_stem()
+        .map_or("model".into(), |s| s.to_string_lossy());
     let served = dir.join(format!("{stem}-{:016x}.onnx", hasher.finish()));
     if !served.is_file() {
         segtool_onnx::copy_with_graph_additions(model, &served, &head_graph(card, opset))?;

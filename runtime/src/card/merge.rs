@@ -170,15 +170,30 @@ pub(super) fn merge(
         note(field, found.unwrap_or(CardSource::Default("none")));
     };
     let shortest_edge = pick(layers, |f| f.input.shortest_edge);
-    optional("input.shortest_edge", shortest_edge.as_ref().map(|v| v.1.clone()));
+    optional(
+        "input.shortest_edge",
+        shortest_edge.as_ref().map(|v| v.1.clone()),
+    );
     let longest_edge = pick(layers, |f| f.input.longest_edge);
-    optional("input.longest_edge", longest_edge.as_ref().map(|v| v.1.clone()));
+    optional(
+        "input.longest_edge",
+        longest_edge.as_ref().map(|v| v.1.clone()),
+    );
     let keep_aspect_ratio = pick(layers, |f| f.input.keep_aspect_ratio);
-    optional("input.keep_aspect_ratio", keep_aspect_ratio.as_ref().map(|v| v.1.clone()));
+    optional(
+        "input.keep_aspect_ratio",
+        keep_aspect_ratio.as_ref().map(|v| v.1.clone()),
+    );
     let ensure_multiple_of = pick(layers, |f| f.input.ensure_multiple_of);
-    optional("input.ensure_multiple_of", ensure_multiple_of.as_ref().map(|v| v.1.clone()));
+    optional(
+        "input.ensure_multiple_of",
+        ensure_multiple_of.as_ref().map(|v| v.1.clone()),
+    );
     let center_crop = pick(layers, |f| f.input.center_crop);
-    optional("input.center_crop", center_crop.as_ref().map(|v| v.1.clone()));
+    optional(
+        "input.center_crop",
+        center_crop.as_ref().map(|v| v.1.clone()),
+    );
     let pad_size = pick(layers, |f| f.input.pad_size);
     optional("input.pad_size", pad_size.as_ref().map(|v| v.1.clone()));
 
@@ -212,8 +227,10 @@ pub(super) fn merge(
             .as_ref()
             .map_or(CardSource::Default("none"), |t| t.1.clone()),
     );
-    let (restore, s) = pick(layers, |f| f.output.restore)
-        .unwrap_or((Restore::Undo, CardSource::Default("undo the input's geometry")));
+    let (restore, s) = pick(layers, |f| f.output.restore).unwrap_or((
+        Restore::Undo,
+        CardSource::Default("undo the input's geometry"),
+    ));
     note("output.restore", s);
     let class_output = pick(layers, |f| f.output.class_output.clone());
     note(

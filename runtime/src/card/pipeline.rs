@@ -6,18 +6,19 @@
 //! or its minimum short side (PaddleOCR), then to the nearest multiple of its size divisor
 //! with `fit = "resize"` or the next one up with `"resize_up"`, with the card's filter
 //! (OpenCV's bilinear `INTER_LINEAR`, or torchvision's and Pillow's resizes with the card's
-//! `resample` kernel, each bit for bit); a centre crop; the channel order; `(pixel * scale
-//! - mean) / std`; zero padding (after normalisation, as mmsegmentation and transformers
-//! pad) up to the next multiple of the divisor, at the bottom and right with `fit = "pad"`
-//! or on both sides with `"pad_centre"`, and up to `pad_size`. uint8 inputs get the pixels as they are (the graph
-//! normalises).
+//! `resample` kernel, each bit for bit); a centre crop; the channel order;
+//! `(pixel * scale - mean) / std`; zero padding (after normalisation, as mmsegmentation and
+//! transformers pad) up to the next multiple of the divisor, at the bottom and right with
+//! `fit = "pad"` or on both sides with `"pad_centre"`, and up to `pad_size`. uint8 inputs
+//! get the pixels as they are (the graph normalises).
 //!
 //! After it: scores at any resolution are upsampled bilinearly (PyTorch's
 //! `F.interpolate`, the card's `align_corners`) to the image when nothing was padded or
 //! when `output.restore = "stretch"` (as Hugging Face's `post_process_semantic_segmentation`
 //! does, whatever the crop or padding before the model), or else to the padded input,
 //! cropped and, if the input was resized, brought to the image; then argmax. A
-//! mask-classification head's semantic scores ([`super::mask_head`]) go the same way. A class map is cropped and resized by nearest neighbour; a binary map is
+//! mask-classification head's semantic scores ([`super::mask_head`]) go the same way. A
+//! class map is cropped and resized by nearest neighbour; a binary map is
 //! upsampled like scores, then thresholded (class 1 where the probability is above the
 //! threshold, as DBNet's and mmsegmentation's binary heads decide).
 
@@ -65,9 +66,12 @@ impl Geometry {
     pub fn of(card: &ModelCard, (h, w): (usize, usize)) -> Self {
         let i = &card.input;
         let resized = match (i.size, i.shortest_edge, i.keep_ratio, i.min_short_side) {
-            (Some(size), ..) if i.keep_aspect_ratio || i.ensure_multiple_of.is_some() => {
-                dpt_size((h, w), size, i.keep_aspect_ratio, i.ensure_multiple_of.unwrap_or(1))
-            }
+            (Some(size), ..) if i.keep_aspect_ratio || i.ensure_multiple_of.is_some() => dpt_size(
+                (h, w),
+                size,
+                i.keep_aspect_ratio,
+                i.ensure_multiple_of.unwrap_or(1),
+            ),
             (Some([sh, sw]), ..) => (sh, sw),
             (None, Some(short), ..) => shortest_edge_size((h, w), short, i.longest_edge),
             (None, None, Some(scale), _) => keep_ratio_size(h, w, scale),
@@ -132,7 +136,11 @@ fn min_short_side_size(h: usize, w: usize, min: usize) -> (usize, usize) {
 /// `default_to_square=False`: the long side `int(short * long / short_side)`) and by
 /// `{"shortest_edge", "longest_edge"}` (`get_size_with_aspect_ratio`: the short side
 /// shrinks to `round(longest * short / long)` when the long side would exceed `longest`).
-fn shortest_edge_size((h, w): (usize, usize), short: usize, longest: Option<usize>) -> (usize, usize) {
+fn shortest_edge_size(
+    (h, w): (usize, usize),
+    short: usize,
+    longest: Option<usize>,
+) -> (usize, usize) {
     let (hf, wf) = (h as f64, w as f64);
     let Some(max_size) = longest else {
         let (s, l) = if w <= h { (wf, hf) } else { (hf, wf) };
@@ -166,7 +174,12 @@ fn shortest_edge_size((h, w): (usize, usize), short: usize, longest: Option<usiz
 /// DPT's resize to `size` with `keep_aspect_ratio` (the scale that changes the image
 /// least, for both sides) and `ensure_multiple_of` (each side `round(v / m) * m`, Python's
 /// ties to even, at least `m`).
-fn dpt_size((h, w): (usize, usize), [sh, sw]: [usize; 2], keep: bool, multiple: usize) -> (usize, usize) {
+fn dpt_size(
+    (h, w): (usize, usize),
+    [sh, sw]: [usize; 2],
+    keep: bool,
+    multiple: usize,
+) -> (usize, usize) {
     let (mut scale_h, mut scale_w) = (sh as f64 / h as f64, sw as f64 / w as f64);
     if keep {
         if (1.0 - scale_w).abs() < (1.0 - scale_h).abs() {

@@ -57,18 +57,15 @@ pub fn fill(fields: CardFields, fallback: CardFields) -> CardFields {
 }
 
 fn merge_json(top: &mut serde_json::Value, bottom: serde_json::Value) {
-    match (top, bottom) {
-        (serde_json::Value::Object(t), serde_json::Value::Object(b)) => {
-            for (k, v) in b {
-                match t.get_mut(&k) {
-                    Some(existing) if !existing.is_null() => merge_json(existing, v),
-                    _ => {
-                        t.insert(k, v);
-                    }
+    if let (serde_json::Value::Object(t), serde_json::Value::Object(b)) = (top, bottom) {
+        for (k, v) in b {
+            match t.get_mut(&k) {
+                Some(existing) if !existing.is_null() => merge_json(existing, v),
+                _ => {
+                    t.insert(k, v);
                 }
             }
         }
-        _ => {}
     }
 }
 
@@ -80,7 +77,10 @@ mod tests {
     fn torchvision_preset_and_fill() {
         let f = preset("torchvision").unwrap();
         assert_eq!(f.input.shortest_edge, Some(520));
-        assert_eq!(preset("torchvision:480").unwrap().input.shortest_edge, Some(480));
+        assert_eq!(
+            preset("torchvision:480").unwrap().input.shortest_edge,
+            Some(480)
+        );
         assert!(preset("torchvision:0").is_err());
         assert!(preset("mmseg").unwrap_err().contains("torchvision"));
         let mut mine = CardFields::default();

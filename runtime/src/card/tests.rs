@@ -259,7 +259,10 @@ fn a_hugging_face_folder_gives_size_scale_normalisation_and_class_names() {
     let r = resolve(&model, &CardRequest::new()).unwrap();
     assert_eq!(r.card.classes, ["wall", "person", "sky"]);
     assert_eq!(r.card.input.size, Some([64, 96]));
-    assert_eq!(r.card.input.resize_filter, crate::card::ResizeFilter::Torchvision);
+    assert_eq!(
+        r.card.input.resize_filter,
+        crate::card::ResizeFilter::Torchvision
+    );
     assert_eq!(r.card.output.restore, crate::card::Restore::Stretch);
     assert!((r.card.input.scale - 1.0 / 255.0).abs() < 1e-9);
     assert!(!r.card.output.align_corners);
@@ -433,26 +436,39 @@ fn hugging_face_keys_are_applied_listed_or_refused() {
     use huggingface::keys::KeyRule;
     let dir = tempfile::tempdir().unwrap();
     let model = foreign(dir.path(), "model.onnx", 3, 3, false);
-    let write = |json: &str| std::fs::write(dir.path().join(huggingface::PREPROCESSOR_CONFIG), json).unwrap();
+    let write = |json: &str| {
+        std::fs::write(dir.path().join(huggingface::PREPROCESSOR_CONFIG), json).unwrap()
+    };
     write(r#"{"image_processor_type": "SegformerImageProcessor", "do_magic_warp": 3}"#);
     let e = message(resolve(&model, &CardRequest::new()).unwrap_err());
     assert!(e.contains("do_magic_warp"), "{e}");
     // MobileViT: no do_normalize key, and its processor never normalises; BGR; bicubic
     // default; shortest edge then centre crop.
-    write(r#"{"image_processor_type": "MobileViTImageProcessor", "do_reduce_labels": true,
-              "size": {"shortest_edge": 40}, "crop_size": {"height": 32, "width": 32}}"#);
+    write(
+        r#"{"image_processor_type": "MobileViTImageProcessor", "do_reduce_labels": true,
+              "size": {"shortest_edge": 40}, "crop_size": {"height": 32, "width": 32}}"#,
+    );
     let r = resolve(&model, &CardRequest::new()).unwrap();
     let i = &r.card.input;
     assert_eq!(i.channels, ChannelOrder::Bgr);
-    assert_eq!((i.mean.clone(), i.std.clone()), (vec![0.0; 3], vec![1.0; 3]));
+    assert_eq!(
+        (i.mean.clone(), i.std.clone()),
+        (vec![0.0; 3], vec![1.0; 3])
+    );
     assert_eq!(i.resample, crate::card::Resample::Bicubic);
     assert_eq!((i.shortest_edge, i.center_crop), (Some(40), Some([32, 32])));
     let report = huggingface::key_report(dir.path()).unwrap().unwrap();
-    assert!(report.keys.iter().any(|(k, r)| k == "do_reduce_labels" && matches!(r, KeyRule::NoEffect(_))));
+    assert!(report
+        .keys
+        .iter()
+        .any(|(k, r)| k == "do_reduce_labels" && matches!(r, KeyRule::NoEffect(_))));
     // An unknown class is refused by name, a known-but-unread one with its reason.
     write(r#"{"image_processor_type": "EomtImageProcessor"}"#);
     let e = message(resolve(&model, &CardRequest::new()).unwrap_err());
-    assert!(e.contains("EomtImageProcessor") && e.contains("do_split_image"), "{e}");
+    assert!(
+        e.contains("EomtImageProcessor") && e.contains("do_split_image"),
+        "{e}"
+    );
 }
 
 #[test]

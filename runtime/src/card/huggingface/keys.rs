@@ -45,10 +45,22 @@ pub const PROCESSORS: [Processor; 8] = [
 
 /// Classes transformers maps for segmentation that segtool does not read yet, with why.
 pub const NOT_READ: [(&str, &str); 5] = [
-    ("DetrImageProcessor", "DETR's panoptic head post-processes boxes and masks"),
-    ("EomtImageProcessor", "EoMT splits images into overlapping crops (do_split_image)"),
-    ("Sapiens2ImageProcessor", "not yet checked against transformers"),
-    ("Tipsv2DptImageProcessor", "not yet checked against transformers"),
+    (
+        "DetrImageProcessor",
+        "DETR's panoptic head post-processes boxes and masks",
+    ),
+    (
+        "EomtImageProcessor",
+        "EoMT splits images into overlapping crops (do_split_image)",
+    ),
+    (
+        "Sapiens2ImageProcessor",
+        "not yet checked against transformers",
+    ),
+    (
+        "Tipsv2DptImageProcessor",
+        "not yet checked against transformers",
+    ),
     ("VideomtImageProcessor", "a video model"),
 ];
 
@@ -72,9 +84,16 @@ impl Processor {
     pub fn from_class(name: &str) -> Option<(Self, bool)> {
         let (base, pil) = match name.strip_suffix("Pil") {
             Some(base) => (base.to_string(), true),
-            None => (name.trim_end_matches("Fast").replace("FeatureExtractor", "ImageProcessor"), false),
+            None => (
+                name.trim_end_matches("Fast")
+                    .replace("FeatureExtractor", "ImageProcessor"),
+                false,
+            ),
         };
-        PROCESSORS.iter().find(|p| p.class() == base).map(|p| (*p, pil))
+        PROCESSORS
+            .iter()
+            .find(|p| p.class() == base)
+            .map(|p| (*p, pil))
     }
 
     /// The processor `config.json`'s `model_type` uses (transformers'
@@ -96,7 +115,10 @@ impl Processor {
     /// Whether a plain number `size` means a square (`default_to_square`), or else the
     /// shortest edge.
     pub fn int_size_is_square(self) -> bool {
-        matches!(self, Processor::Segformer | Processor::Dpt | Processor::Beit)
+        matches!(
+            self,
+            Processor::Segformer | Processor::Dpt | Processor::Beit
+        )
     }
 
     /// Whether the head is mask classification (class and mask logits).
@@ -110,7 +132,8 @@ impl Processor {
     /// The class's defaults, as `to_dict()` writes them plus the attributes it leaves out
     /// (`null`: unset, which the class reads as false).
     pub fn defaults(self) -> Value {
-        let imagenet = json!({"image_mean": [0.485, 0.456, 0.406], "image_std": [0.229, 0.224, 0.225]});
+        let imagenet =
+            json!({"image_mean": [0.485, 0.456, 0.406], "image_std": [0.229, 0.224, 0.225]});
         let half = json!({"image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5]});
         let common = json!({"do_resize": true, "do_rescale": true,
             "rescale_factor": 1.0 / 255.0, "do_reduce_labels": false});
@@ -193,26 +216,65 @@ pub const APPLIED: [&str; 22] = [
 /// Keys that change nothing at inference, with why.
 pub const NO_EFFECT: [(&str, &str); 11] = [
     ("do_reduce_labels", "maps training labels only"),
-    ("reduce_labels", "maps training labels only (transformers 4's name)"),
-    ("ignore_index", "the label of ignored pixels in training targets"),
-    ("num_labels", "sizes training targets; the class count comes from the graph"),
-    ("processor_class", "names the processor that wraps the image processor"),
-    ("class_info_file", "OneFormer's class names for training targets"),
-    ("repo_path", "where OneFormer's class_info_file is fetched from"),
-    ("num_text", "OneFormer's text queries, used in training only"),
-    ("metadata", "OneFormer's class metadata for training targets"),
-    ("do_convert_annotations", "converts training annotations only"),
-    ("_processor_class", "names the processor that wraps the image processor"),
+    (
+        "reduce_labels",
+        "maps training labels only (transformers 4's name)",
+    ),
+    (
+        "ignore_index",
+        "the label of ignored pixels in training targets",
+    ),
+    (
+        "num_labels",
+        "sizes training targets; the class count comes from the graph",
+    ),
+    (
+        "processor_class",
+        "names the processor that wraps the image processor",
+    ),
+    (
+        "class_info_file",
+        "OneFormer's class names for training targets",
+    ),
+    (
+        "repo_path",
+        "where OneFormer's class_info_file is fetched from",
+    ),
+    (
+        "num_text",
+        "OneFormer's text queries, used in training only",
+    ),
+    (
+        "metadata",
+        "OneFormer's class metadata for training targets",
+    ),
+    (
+        "do_convert_annotations",
+        "converts training annotations only",
+    ),
+    (
+        "_processor_class",
+        "names the processor that wraps the image processor",
+    ),
 ];
 
 /// Keys transformers knows that change preprocessing in ways segtool does not follow,
 /// with the card field (or way) that replaces them.
 pub const REFUSED: [(&str, &str); 6] = [
-    ("do_split_image", "no card field: EoMT's sliding crops are not supported"),
+    (
+        "do_split_image",
+        "no card field: EoMT's sliding crops are not supported",
+    ),
     ("crop_pct", "input.center_crop with the crop in pixels"),
     ("input_data_format", "input.layout"),
-    ("auto_map", "a card file (--card): custom processor code cannot be followed"),
-    ("format", "no card field: annotation formats are for detection training"),
+    (
+        "auto_map",
+        "a card file (--card): custom processor code cannot be followed",
+    ),
+    (
+        "format",
+        "no card field: annotation formats are for detection training",
+    ),
     ("image_seq_length", "no card field"),
 ];
 
@@ -231,10 +293,16 @@ fn taken_by(p: Processor, key: &str) -> bool {
     match key {
         "do_flip_channel_order" => p == Processor::MobileVit,
         "keep_aspect_ratio" | "ensure_multiple_of" => p == Processor::Dpt,
-        "size_divisor" => matches!(p, Processor::Dpt | Processor::MaskFormer | Processor::Mask2Former),
+        "size_divisor" => matches!(
+            p,
+            Processor::Dpt | Processor::MaskFormer | Processor::Mask2Former
+        ),
         "max_size" => p.mask_classification(),
         "do_center_crop" | "crop_size" => {
-            matches!(p, Processor::MobileVit | Processor::Dpt | Processor::Beit | Processor::MobileNetV2)
+            matches!(
+                p,
+                Processor::MobileVit | Processor::Dpt | Processor::Beit | Processor::MobileNetV2
+            )
         }
         _ => true,
     }

@@ -114,7 +114,10 @@ fn neutral(v: &Value) -> bool {
 }
 
 /// The processor class a folder names, and whether its Pillow backend runs.
-fn processor_of(pre: &Value, config: Option<&Value>) -> std::result::Result<(Processor, bool), String> {
+fn processor_of(
+    pre: &Value,
+    config: Option<&Value>,
+) -> std::result::Result<(Processor, bool), String> {
     let named = ["image_processor_type", "feature_extractor_type"]
         .iter()
         .find_map(|k| pre.get(*k).and_then(Value::as_str));
@@ -131,7 +134,9 @@ fn processor_of(pre: &Value, config: Option<&Value>) -> std::result::Result<(Pro
             ),
         });
     }
-    let model_type = config.and_then(|c| c.get("model_type")).and_then(Value::as_str);
+    let model_type = config
+        .and_then(|c| c.get("model_type"))
+        .and_then(Value::as_str);
     model_type
         .and_then(Processor::from_model_type)
         .map(|p| (p, false))
@@ -157,9 +162,14 @@ fn height_width(v: &Value, key: &str) -> std::result::Result<[usize; 2], String>
     if let Some(s) = positive(v) {
         return Ok([s, s]);
     }
-    match (v.get("height").and_then(positive), v.get("width").and_then(positive)) {
+    match (
+        v.get("height").and_then(positive),
+        v.get("width").and_then(positive),
+    ) {
         (Some(h), Some(w)) => Ok([h, w]),
-        _ => Err(format!("{key} {v} is not {{\"height\", \"width\"}} in positive integers")),
+        _ => Err(format!(
+            "{key} {v} is not {{\"height\", \"width\"}} in positive integers"
+        )),
     }
 }
 
@@ -185,22 +195,33 @@ fn fields_of(m: &Value, p: Processor, pillow: bool) -> std::result::Result<CardF
         }
     });
     i.scale = Some(if truthy(m, "do_rescale") {
-        m.get("rescale_factor").and_then(Value::as_f64).unwrap_or(1.0 / 255.0) as f32
+        m.get("rescale_factor")
+            .and_then(Value::as_f64)
+            .unwrap_or(1.0 / 255.0) as f32
     } else {
         1.0
     });
     let normalise = truthy(m, "do_normalize") && p != Processor::MobileVit;
     (i.mean, i.std) = if normalise {
-        (Some(floats(m, "image_mean")?), Some(floats(m, "image_std")?))
+        (
+            Some(floats(m, "image_mean")?),
+            Some(floats(m, "image_std")?),
+        )
     } else {
         (Some(vec![0.0; 3]), Some(vec![1.0; 3]))
     };
     if truthy(m, "do_center_crop") {
-        let crop = m.get("crop_size").ok_or("do_center_crop without crop_size")?;
+        let crop = m
+            .get("crop_size")
+            .ok_or("do_center_crop without crop_size")?;
         i.center_crop = Some(height_width(crop, "crop_size")?);
     }
     let flip = p == Processor::MobileVit && truthy(m, "do_flip_channel_order");
-    i.channels = Some(if flip { ChannelOrder::Bgr } else { ChannelOrder::Rgb });
+    i.channels = Some(if flip {
+        ChannelOrder::Bgr
+    } else {
+        ChannelOrder::Rgb
+    });
     let divisor = m.get("size_divisor").and_then(positive);
     match p {
         Processor::Dpt if truthy(m, "do_pad") => {
@@ -219,7 +240,11 @@ fn fields_of(m: &Value, p: Processor, pillow: bool) -> std::result::Result<CardF
     }
     match m.get("data_format").and_then(Value::as_str) {
         None | Some("channels_first") => {}
-        Some(other) => return Err(format!("data_format {other:?}: segtool feeds channels_first")),
+        Some(other) => {
+            return Err(format!(
+                "data_format {other:?}: segtool feeds channels_first"
+            ))
+        }
     }
     let o = &mut f.output;
     o.align_corners = Some(false);
@@ -244,7 +269,10 @@ fn fields_of(m: &Value, p: Processor, pillow: bool) -> std::result::Result<CardF
 /// shortest and longest edge, with DPT's aspect keeping.
 fn resize_fields(m: &Value, p: Processor, f: &mut CardFields) -> std::result::Result<(), String> {
     let i = &mut f.input;
-    let size = m.get("size").filter(|v| !v.is_null()).ok_or("do_resize without size")?;
+    let size = m
+        .get("size")
+        .filter(|v| !v.is_null())
+        .ok_or("do_resize without size")?;
     let max_size = m.get("max_size").and_then(positive);
     let square = m
         .get("default_to_square")
@@ -258,7 +286,10 @@ fn resize_fields(m: &Value, p: Processor, f: &mut CardFields) -> std::result::Re
             i.longest_edge = max_size;
         }
     } else if let (Some(h), Some(w)) = (size.get("height"), size.get("width")) {
-        i.size = Some(height_width(&serde_json::json!({"height": h, "width": w}), "size")?);
+        i.size = Some(height_width(
+            &serde_json::json!({"height": h, "width": w}),
+            "size",
+        )?);
     } else if let Some(short) = size.get("shortest_edge").and_then(positive) {
         i.shortest_edge = Some(short);
         i.longest_edge = size.get("longest_edge").and_then(positive).or(max_size);
@@ -277,10 +308,15 @@ fn resize_fields(m: &Value, p: Processor, f: &mut CardFields) -> std::result::Re
     }
     if p == Processor::Dpt {
         if i.size.is_none() {
-            return Err(format!("size {size}: DPT's processor takes {{\"height\", \"width\"}}"));
+            return Err(format!(
+                "size {size}: DPT's processor takes {{\"height\", \"width\"}}"
+            ));
         }
         i.keep_aspect_ratio = Some(truthy(m, "keep_aspect_ratio"));
-        i.ensure_multiple_of = m.get("ensure_multiple_of").and_then(positive).filter(|&k| k > 1);
+        i.ensure_multiple_of = m
+            .get("ensure_multiple_of")
+            .and_then(positive)
+            .filter(|&k| k > 1);
     }
     Ok(())
 }
