@@ -25,9 +25,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use segtool_onnx::builders::{self, attr_int, tensor_f32, tensor_i32, tensor_i8};
-use segtool_onnx::proto::{
-    DataType, ModelProto, NodeProto, TensorProto, TypeProto, ValueInfoProto,
-};
+use segtool_onnx::proto::{ModelProto, NodeProto, TensorProto};
 
 use crate::CalibrationError;
 
@@ -43,21 +41,7 @@ pub use quantise::{quantise_bias, quantise_weights, scale_of, WeightRange};
 /// Opset needed by per-axis DequantizeLinear.
 pub const MIN_QDQ_OPSET: i64 = 13;
 
-/// A graph output declaring a float32 tensor of any shape.
-pub(crate) fn float_output(name: &str) -> ValueInfoProto {
-    use segtool_onnx::proto::type_proto;
-    ValueInfoProto {
-        name: name.to_string(),
-        r#type: Some(TypeProto {
-            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
-                elem_type: DataType::Float as i32,
-                shape: None,
-            })),
-            denotation: String::new(),
-        }),
-        doc_string: String::new(),
-    }
-}
+pub(crate) use segtool_onnx::builders::float_output;
 
 /// A copy of `model` that also outputs `tensors` (graph inputs and existing outputs are
 /// skipped: the caller has them already).

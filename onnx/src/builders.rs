@@ -3,7 +3,9 @@
 //! `raw_data` (little-endian, row-major). Used by the exporter's graph builder and by the
 //! calibration's QDQ rewrite.
 
-use crate::proto::{AttributeProto, AttributeType, DataType, TensorProto};
+use crate::proto::{
+    type_proto, AttributeProto, AttributeType, DataType, TensorProto, TypeProto, ValueInfoProto,
+};
 
 /// An `INT` attribute (the value is written even when it is 0: proto2 presence).
 pub fn attr_int(name: &str, v: i64) -> AttributeProto {
@@ -46,7 +48,12 @@ pub fn attr_string(name: &str, v: &str) -> AttributeProto {
 }
 
 /// A tensor of element type `data_type` whose values are already encoded in `raw_data`.
-pub fn tensor_raw(name: impl Into<String>, dims: &[i64], data_type: DataType, raw_data: Vec<u8>) -> TensorProto {
+pub fn tensor_raw(
+    name: impl Into<String>,
+    dims: &[i64],
+    data_type: DataType,
+    raw_data: Vec<u8>,
+) -> TensorProto {
     TensorProto {
         dims: dims.to_vec(),
         data_type: data_type as i32,
@@ -76,7 +83,12 @@ pub fn tensor_i32(name: impl Into<String>, dims: &[i64], v: &[i32]) -> TensorPro
 
 /// An int8 tensor.
 pub fn tensor_i8(name: impl Into<String>, dims: &[i64], v: &[i8]) -> TensorProto {
-    tensor_raw(name, dims, DataType::Int8, v.iter().map(|&x| x as u8).collect())
+    tensor_raw(
+        name,
+        dims,
+        DataType::Int8,
+        v.iter().map(|&x| x as u8).collect(),
+    )
 }
 
 /// The values of a float32 tensor, from `raw_data` or `float_data`; `None` when the
@@ -110,11 +122,18 @@ mod tests {
         assert_eq!(float_values(&t).unwrap(), [1.5, -2.0]);
         assert_eq!(tensor_i8("q", &[2], &[-1, 3]).raw_data, [255, 3]);
         assert_eq!(tensor_i32("b", &[1], &[-2]).raw_data, (-2i32).to_le_bytes());
-        assert!(float_values(&tensor_i64("s", &[1], &[4])).is_none(), "not float");
+        assert!(
+            float_values(&tensor_i64("s", &[1], &[4])).is_none(),
+            "not float"
+        );
         let mut odd = t.clone();
         odd.raw_data.pop();
         assert!(float_values(&odd).is_none(), "3 bytes left over");
-        let inline = TensorProto { data_type: DataType::Float as i32, float_data: vec![0.25], ..Default::default() };
+        let inline = TensorProto {
+            data_type: DataType::Float as i32,
+            float_data: vec![0.25],
+            ..Default::default()
+        };
         assert_eq!(float_values(&inline).unwrap(), [0.25]);
     }
 
@@ -124,6 +143,24 @@ mod tests {
         assert_eq!(attr_int("axis", 0).r#type, AttributeType::Int as i32);
         assert_eq!(attr_float("alpha", 0.5).f, Some(0.5));
         assert_eq!(attr_ints("pads", &[1, 1]).ints, [1, 1]);
-        assert_eq!(attr_string("mode", "linear").s.as_deref(), Some(&b"linear"[..]));
+        assert_eq!(
+            attr_string("mode", "linear").s.as_deref(),
+            Some(&b"linear"[..])
+        );
+    }
+}
+
+/// A graph output declaring a float32 tensor of any shape.
+pub fn float_output(name: &str) -> ValueInfoProto {
+    ValueInfoProto {
+        name: name.to_string(),
+        r#type: Some(TypeProto {
+            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+                elem_type: DataType::Float as i32,
+                shape: None,
+            })),
+            denotation: String::new(),
+        }),
+        doc_string: String::new(),
     }
 }

@@ -18,8 +18,8 @@
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 
-use segtool_onnx::builders::{attr_int, attr_string, tensor_f32, tensor_i64};
-use segtool_onnx::proto::{type_proto, DataType, GraphProto, NodeProto, TypeProto, ValueInfoProto};
+use segtool_onnx::builders::{attr_int, attr_string, float_output, tensor_f32, tensor_i64};
+use segtool_onnx::proto::{GraphProto, NodeProto};
 
 use super::{ModelCard, OutputKind};
 use crate::error::{Result, RuntimeError};
@@ -119,17 +119,7 @@ pub fn head_graph(card: &ModelCard, opset: i64) -> GraphProto {
             vec![attr_string("equation", "bqc,bqhw->bchw")],
         ),
     ]);
-    g.output.push(ValueInfoProto {
-        name: SCORES_OUTPUT.into(),
-        r#type: Some(TypeProto {
-            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
-                elem_type: DataType::Float as i32,
-                shape: None,
-            })),
-            denotation: String::new(),
-        }),
-        doc_string: String::new(),
-    });
+    g.output.push(float_output(SCORES_OUTPUT));
     g
 }
 

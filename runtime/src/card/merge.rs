@@ -21,6 +21,22 @@ fn pick<T: Clone>(
         .find_map(|(f, s)| get(f).map(|v| (v, s.clone())))
 }
 
+/// An optional field: the first layer's value, noted with its source (`none` when no
+/// layer has it).
+fn pick_noted<T: Clone>(
+    layers: &[(CardFields, CardSource)],
+    field: &'static str,
+    get: impl Fn(&CardFields) -> Option<T>,
+    note: &mut impl FnMut(&'static str, CardSource),
+) -> Option<T> {
+    let found = pick(layers, get);
+    let source = found
+        .as_ref()
+        .map_or(CardSource::Default("none"), |f| f.1.clone());
+    note(field, source);
+    found.map(|f| f.0)
+}
+
 /// Merges the layers over the graph's defaults.
 pub(super) fn merge(
     layers: &[(CardFields, CardSource)],
@@ -166,36 +182,37 @@ pub(super) fn merge(
     let (resample, s) = pick(layers, |f| f.input.resample)
         .unwrap_or((Resample::Bilinear, CardSource::Default("bilinear")));
     note("input.resample", s);
-    let mut optional = |field: &'static str, found: Option<CardSource>| {
-        note(field, found.unwrap_or(CardSource::Default("none")));
-    };
-    let shortest_edge = pick(layers, |f| f.input.shortest_edge);
-    optional(
+    let shortest_edge = pick_noted(
+        layers,
         "input.shortest_edge",
-        shortest_edge.as_ref().map(|v| v.1.clone()),
+        |f| f.input.shortest_edge,
+        &mut note,
     );
-    let longest_edge = pick(layers, |f| f.input.longest_edge);
-    optional(
+    let longest_edge = pick_noted(
+        layers,
         "input.longest_edge",
-        longest_edge.as_ref().map(|v| v.1.clone()),
+        |f| f.input.longest_edge,
+        &mut note,
     );
-    let keep_aspect_ratio = pick(layers, |f| f.input.keep_aspect_ratio);
-    optional(
+    let keep_aspect_ratio = pick_noted(
+        layers,
         "input.keep_aspect_ratio",
-        keep_aspect_ratio.as_ref().map(|v| v.1.clone()),
+        |f| f.input.keep_aspect_ratio,
+        &mut note,
     );
-    let ensure_multiple_of = pick(layers, |f| f.input.ensure_multiple_of);
-    optional(
+    let ensure_multiple_of = pick_noted(
+        layers,
         "input.ensure_multiple_of",
-        ensure_multiple_of.as_ref().map(|v| v.1.clone()),
+        |f| f.input.ensure_multiple_of,
+        &mut note,
     );
-    let center_crop = pick(layers, |f| f.input.center_crop);
-    optional(
+    let center_crop = pick_noted(
+        layers,
         "input.center_crop",
-        center_crop.as_ref().map(|v| v.1.clone()),
+        |f| f.input.center_crop,
+        &mut note,
     );
-    let pad_size = pick(layers, |f| f.input.pad_size);
-    optional("input.pad_size", pad_size.as_ref().map(|v| v.1.clone()));
+    let pad_size = pick_noted(layers, "input.pad_size", |f| f.input.pad_size, &mut note);
 
     let (output_name, s) = pick(layers, |f| f.output.name.clone())
         .unwrap_or((graph_output.name.clone(), CardSource::Graph));
@@ -220,31 +237,28 @@ pub(super) fn merge(
         CardSource::Default("false, as PyTorch's and ONNX's resize"),
     ));
     note("output.align_corners", s);
-    let threshold = pick(layers, |f| f.output.threshold);
-    note(
+    let threshold = pick_noted(
+        layers,
         "output.threshold",
-        threshold
-            .as_ref()
-            .map_or(CardSource::Default("none"), |t| t.1.clone()),
+        |f| f.output.threshold,
+        &mut note,
     );
     let (restore, s) = pick(layers, |f| f.output.restore).unwrap_or((
         Restore::Undo,
         CardSource::Default("undo the input's geometry"),
     ));
     note("output.restore", s);
-    let class_output = pick(layers, |f| f.output.class_output.clone());
-    note(
+    let class_output = pick_noted(
+        layers,
         "output.class_output",
-        class_output
-            .as_ref()
-            .map_or(CardSource::Default("none"), |t| t.1.clone()),
+        |f| f.output.class_output.clone(),
+        &mut note,
     );
-    let mask_size = pick(layers, |f| f.output.mask_size);
-    note(
+    let mask_size = pick_noted(
+        layers,
         "output.mask_size",
-        mask_size
-            .as_ref()
-            .map_or(CardSource::Default("none"), |t| t.1.clone()),
+        |f| f.output.mask_size,
+        &mut note,
     );
 
     let graph_classes = match (kind, output_info.dims.get(1)) {
@@ -255,7 +269,7 @@ pub(super) fn merge(
         // The class logits [N, Q, K + 1]: the last class is "no object".
         (OutputKind::MaskClassification, _) => class_output
             .as_ref()
-            .and_then(|(name, _)| io.outputs.iter().find(|t| &t.name == name))
+            .and_then(|name| io.outputs.iter().find(|t| &t.name == name))
             .and_then(|t| t.dims.get(2).copied().flatten())
             .filter(|k| *k > 1)
             .map(|k| k as usize - 1),
@@ -318,21 +332,21 @@ pub(super) fn merge(
             min_short_side: min_short_side.map(|m| m.0),
             resize_filter,
             resample,
-            shortest_edge: shortest_edge.map(|v| v.0),
-            longest_edge: longest_edge.map(|v| v.0),
-            keep_aspect_ratio: keep_aspect_ratio.is_some_and(|v| v.0),
-            ensure_multiple_of: ensure_multiple_of.map(|v| v.0),
-            center_crop: center_crop.map(|v| v.0),
-            pad_size: pad_size.map(|v| v.0),
+            shortest_edge,
+            longest_edge,
+            keep_aspect_ratio: keep_aspect_ratio.unwrap_or(false),
+            ensure_multiple_of,
+            center_crop,
+            pad_size,
         },
         output: OutputCard {
             name: output_name,
             kind,
             align_corners,
-            threshold: threshold.map(|t| t.0),
+            threshold,
             restore,
-            class_output: class_output.map(|t| t.0),
-            mask_size: mask_size.map(|t| t.0),
+            class_output,
+            mask_size,
         },
         classes,
         palette,
