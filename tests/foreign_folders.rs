@@ -17,7 +17,7 @@
 
 mod common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use common::{npy, p, segtool};
 
@@ -222,7 +222,9 @@ fn rapidocr_text_detector_with_a_card_matches_rapidocr_and_calibrates_through_it
 /// larger than the model's size), against the processor + onnxruntime +
 /// `post_process_semantic_segmentation` pipeline: equal on every pixel but near-ties
 /// (margin below 1e-3), at most 0.1% of each photo. ONNX Runtime for every folder; tract
-/// too for the SegFormer (Pillow backend) and DPT (aspect kept, multiple of 32) folders.
+/// too for the SegFormer (Pillow backend), DPT (aspect kept, multiple of 32), MaskFormer
+/// and Mask2Former folders (a new photo size is a new tract plan: the appended head must
+/// survive it).
 #[test]
 fn hugging_face_processors_match_transformers() {
     let (dir, report) = common::reference("hf_processors_ref.py", "foreign_hf_processors");
@@ -259,7 +261,7 @@ fn hugging_face_processors_match_transformers() {
             .unwrap();
         }
         let engines: &[&str] = match case.as_str() {
-            "segformer_pil" | "dpt_keep" => &["ort", "tract"],
+            "segformer_pil" | "dpt_keep" | "maskformer" | "mask2former" => &["ort", "tract"],
             _ => &["ort"],
         };
         for engine in engines {
@@ -274,62 +276,15 @@ fn hugging_face_processors_match_transformers() {
             );
         }
     }
-    // INT8 of one processor's folder (BEiT's bicubic resize and centre crop): calibrated
-    // through the folder's card, which the INT8 file then carries, agreeing with
-    // transformers' fp32 masks.
-    let model = dir.join("beit_crop/model.onnx");
-    let int8 = dir.join("int8/beit_crop.int8.onnx");
-    std::fs::create_dir_all(int8.parent().unwrap()).unwrap();
-    common::ok(segtool(&[
-        "calibrate",
-        "--model",
-        p(&model),
-        "--images",
-        p(&dir.join("images")),
-        "--out",
-        p(&int8),
-        "--method",
-        "minmax",
-        "--samples",
-        "4",
-        "--report-samples",
-        "1",
-        "--latency-runs",
-        "0",
-        "--quiet",
-    ]));
-    let out = dir.join("out-int8");
-    common::ok(segtool(&[
-        "infer",
-        "--model",
-        p(&int8),
-        "--input",
-        p(&dir.join("images")),
-        "--out",
-        p(&out),
-        "--labels",
-        "--no-overlay",
-        "--quiet",
-    ]));
-    for photo in ["wide", "tall", "small", "square"] {
-        let ours = image::open(out.join(format!("{photo}_labels.png")))
-            .unwrap()
-            .to_luma8();
-        let (_, want) = npy(&dir.join(format!("beit_crop/ref/{photo}.npy")));
-        let same = ours
-            .as_raw()
-            .iter()
-            .zip(&want)
-            .filter(|(a, b)| f32::from(**a) == **b)
-            .count();
-        let agreement = same as f64 / want.len() as f64;
-        eprintln!(
-            "INT8 BEiT folder, {photo}: {agreement:.4} of pixels agree with transformers' fp32"
-        );
-        // A random tiny net with many near-ties: INT8 flips them (0.65-0.81 here); six
-        // classes put chance near 0.17. The check is that the card travels and serves.
-        assert!(agreement > 0.6, "INT8 agreement {agreement} on {photo}");
-    }
+    // INT8 of one processor's folder (BEiT's bicubic resize and centre crop) and of a
+    // mask-classification head (Mask2Former's, calibrated with the head appended):
+    // calibrated through the folder's card, which the INT8 file then carries, agreeing
+    // with transformers' fp32 masks. A random tiny net has many near-ties, which INT8
+    // flips (0.65-0.81 for BEiT, 0.94-0.98 for Mask2Former here); six classes put chance
+    // near 0.17. The check is that
+    // the card travels and serves.
+    int8_of_folder(&dir, "mask2former", 0.9);
+    let int8 = int8_of_folder(&dir, "beit_crop", 0.6);
     let shown = common::ok(segtool(&["card", p(&int8), "--show"]));
     let shown = shown + &String::from_utf8_lossy(&segtool(&["card", p(&int8), "--show"]).stdout);
     for line in ["input.center_crop", "[224,224]", "bicubic", "stretch"] {
@@ -354,6 +309,67 @@ fn hugging_face_processors_match_transformers() {
         !out.status.success() && stderr.contains("do_warp_to_polar"),
         "{stderr}"
     );
+}
+
+/// Calibrates `dir/case/model.onnx` (4 of the photos), serves the INT8 file on them and
+/// checks that each mask agrees with transformers' fp32 mask on more than `min` of its
+/// pixels. Returns the INT8 file.
+fn int8_of_folder(dir: &Path, case: &str, min: f64) -> PathBuf {
+    let model = dir.join(case).join("model.onnx");
+    let int8 = dir.join(format!("int8/{case}.int8.onnx"));
+    std::fs::create_dir_all(int8.parent().unwrap()).unwrap();
+    common::ok(segtool(&[
+        "calibrate",
+        "--model",
+        p(&model),
+        "--images",
+        p(&dir.join("images")),
+        "--out",
+        p(&int8),
+        "--method",
+        "minmax",
+        "--samples",
+        "4",
+        "--report-samples",
+        "1",
+        "--latency-runs",
+        "0",
+        "--quiet",
+    ]));
+    let out = dir.join(format!("out-int8-{case}"));
+    common::ok(segtool(&[
+        "infer",
+        "--model",
+        p(&int8),
+        "--input",
+        p(&dir.join("images")),
+        "--out",
+        p(&out),
+        "--labels",
+        "--no-overlay",
+        "--quiet",
+    ]));
+    for photo in ["wide", "tall", "small", "square"] {
+        let ours = image::open(out.join(format!("{photo}_labels.png")))
+            .unwrap()
+            .to_luma8();
+        let (_, want) = npy(&dir.join(format!("{case}/ref/{photo}.npy")));
+        let same = ours
+            .as_raw()
+            .iter()
+            .zip(&want)
+            .filter(|(a, b)| f32::from(**a) == **b)
+            .count();
+        let agreement = same as f64 / want.len() as f64;
+        eprintln!(
+            "INT8 {case} folder, {photo}: {agreement:.4} of pixels agree with transformers' fp32"
+        );
+        assert!(
+            agreement > min,
+            "INT8 {case}: agreement {agreement} on {photo}"
+        );
+    }
+    int8
 }
 
 /// Every key that each supported processor's `to_dict()` writes in transformers 5.25

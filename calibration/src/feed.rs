@@ -59,8 +59,8 @@ impl Feed {
         if card.output.kind == OutputKind::MaskClassification {
             return Err(CalibrationError::Model(format!(
                 "the card's output {:?} is a mask-classification head: calibration measures \
-                 agreement on per-class scores and does not combine class and mask logits \
-                 yet; calibrate a per-pixel model, or serve this one in float",
+                 agreement on per-class scores; calibrate the copy with the head appended \
+                 (segtool_runtime::card::mask_head::bake, as `segtool calibrate` does)",
                 card.output.name
             )));
         }

@@ -47,6 +47,8 @@ const MAX_PLANS: usize = 8;
 /// tract engine for one model file.
 pub struct TractEngine {
     path: PathBuf,
+    /// The card's input and output names, applied on every load.
+    io_names: Option<(String, String)>,
     /// The loaded graph, until the first plan is built from it. The plan holds its own
     /// (packed) copy of every weight, so keeping this one would double the weights in
     /// memory; a later new shape reads the file again (about a second, against the
@@ -78,19 +80,7 @@ impl TractEngine {
     pub fn open_with(path: impl AsRef<Path>, options: &TractOptions) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
         ensure_exists(&path)?;
-        let mut model = load(&path)?;
-        if let Some((input, output)) = &options.io_names {
-            let invalid = |e: tract_onnx::prelude::TractError| {
-                RuntimeError::File(ModelFileError::Invalid {
-                    path: path.clone(),
-                    message: format!("the card's input {input:?} / output {output:?}: {e:#}"),
-                })
-            };
-            model = model
-                .with_input_names([input])
-                .and_then(|m| m.with_outputs_by_name([output]))
-                .map_err(invalid)?;
-        }
+        let model = load(&path, options.io_names.as_ref())?;
         let fact = model.input_fact(0).map_err(|e| {
             RuntimeError::File(ModelFileError::Invalid {
                 path: path.clone(),
@@ -123,6 +113,7 @@ impl TractEngine {
         let executor = executor_for(threads)?;
         Ok(Self {
             path,
+            io_names: options.io_names.clone(),
             model: Some(model),
             executor,
             threads,
@@ -154,7 +145,7 @@ impl TractEngine {
         };
         let model = match self.model.take() {
             Some(model) => model,
-            None => load(&self.path)?,
+            None => load(&self.path, self.io_names.as_ref())?,
         };
         let plan = model
             .with_input_fact(0, fact.into())
@@ -257,18 +248,34 @@ fn run_plan(plan: &Plan, input: Tensor) -> TractResult<Tensor> {
     Ok(outputs.remove(0).into_tensor())
 }
 
-/// The ONNX graph of `path`, weights included; errors name the file. The graph's
-/// `value_info` shape hints are ignored: tract takes them as hard facts and cannot unify
-/// their named symbols (`batch`, `height`) with the concrete sizes a plan is built for
-/// (the `ort` export writes them for ONNX Runtime's fusions).
-fn load(path: &Path) -> Result<InferenceModel> {
-    let onnx = tract_onnx::onnx().with_ignore_value_info(true);
-    onnx.model_for_path(path).map_err(|e| {
+/// The ONNX graph of `path`, weights included, with the card's input and output (`io_names`)
+/// selected; errors name the file. Every load applies the names: a plan for a new shape
+/// reloads the file, and without them it would answer the graph's first output. The
+/// graph's `value_info` shape hints are ignored: tract takes them as hard facts and cannot
+/// unify their named symbols (`batch`, `height`) with the concrete sizes a plan is built
+/// for (the `ort` export writes them for ONNX Runtime's fusions).
+fn load(path: &Path, io_names: Option<&(String, String)>) -> Result<InferenceModel> {
+    let invalid = |message: String| {
         RuntimeError::File(ModelFileError::Invalid {
             path: path.to_path_buf(),
-            message: format!("{e:#}"),
+            message,
         })
-    })
+    };
+    let onnx = tract_onnx::onnx().with_ignore_value_info(true);
+    let model = onnx
+        .model_for_path(path)
+        .map_err(|e| invalid(format!("{e:#}")))?;
+    let Some((input, output)) = io_names else {
+        return Ok(model);
+    };
+    model
+        .with_input_names([input])
+        .and_then(|m| m.with_outputs_by_name([output]))
+        .map_err(|e| {
+            invalid(format!(
+                "the card's input {input:?} / output {output:?}: {e:#}"
+            ))
+        })
 }
 
 /// One thread: tract's single-thread executor (no pool); more: a private rayon pool.

@@ -3,9 +3,9 @@
 //! only what the file's metadata, a sidecar card and a Hugging Face folder's files leave
 //! open (see `segtool_runtime::card`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use segtool_runtime::card::{CardFields, CardRequest};
+use segtool_runtime::card::{CardFields, CardRequest, ModelCard};
 use segtool_runtime::card::{ChannelOrder, Fit, OutputKind, ResizeFilter};
 
 #[derive(clap::Args, Clone, Debug, Default)]
@@ -104,6 +104,33 @@ impl CardArgs {
             Some(file) => request.card_file(file),
             None => request,
         }
+    }
+}
+
+/// A model as calibration and `compare` read it: the file to run, and the card of a model
+/// from elsewhere (`None` for a segtool export: its spec says all).
+pub struct CardedModel {
+    pub path: PathBuf,
+    pub card: Option<ModelCard>,
+}
+
+impl CardArgs {
+    /// `model` with its card resolved. A mask-classification head is read through its
+    /// baked copy (`segtool_runtime::card::mask_head::bake`): plain per-class scores, so
+    /// an INT8 file made from it carries the head and serves on every engine.
+    pub fn carded(&self, model: &Path) -> anyhow::Result<CardedModel> {
+        let resolved = segtool_runtime::card::resolve(model, &self.request())?;
+        if resolved.segtool_export {
+            return Ok(CardedModel {
+                path: model.to_path_buf(),
+                card: None,
+            });
+        }
+        let (path, card) = segtool_runtime::card::mask_head::bake(model, &resolved.card)?;
+        Ok(CardedModel {
+            path,
+            card: Some(card),
+        })
     }
 }
 

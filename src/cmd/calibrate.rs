@@ -8,6 +8,7 @@ use segtool_calibration::{
     calibrate, list_images, load_model, write_atomic, CalibrationOptions, Feed, Method,
 };
 use segtool_core::progress::Reporter;
+use segtool_runtime::card::ModelCard;
 
 use crate::args::card::CardArgs;
 use crate::args::progress::Bar;
@@ -133,8 +134,9 @@ pub fn run(args: Args) -> Result<()> {
     if args.auto {
         return run_auto(args);
     }
-    let model = load_model(&args.model)?;
-    let opts = calibration_options(&args)?;
+    let carded = args.card.carded(&args.model)?;
+    let model = load_model(&carded.path)?;
+    let opts = calibration_options(&args, carded.card)?;
     let feed = Feed::of_model(&model, opts.card.as_ref())
         .with_context(|| args.model.display().to_string())?;
     let images = list_images(&args.images)?;
@@ -195,7 +197,7 @@ pub fn run(args: Args) -> Result<()> {
     Ok(())
 }
 
-fn calibration_options(args: &Args) -> Result<CalibrationOptions> {
+fn calibration_options(args: &Args, card: Option<ModelCard>) -> Result<CalibrationOptions> {
     Ok(CalibrationOptions {
         method: args.method,
         percentile: args.percentile,
@@ -218,18 +220,9 @@ fn calibration_options(args: &Args) -> Result<CalibrationOptions> {
         } else {
             Reporter::new(std::sync::Arc::new(Bar::default()))
         },
-        card: foreign_card(&args.model, &args.card)?,
+        card,
         ..Default::default()
     })
-}
-
-/// The card of a model from elsewhere, `None` for a segtool export (its spec says all).
-pub(crate) fn foreign_card(
-    model: &std::path::Path,
-    card: &CardArgs,
-) -> Result<Option<segtool_runtime::card::ModelCard>> {
-    let resolved = segtool_runtime::card::resolve(model, &card.request())?;
-    Ok((!resolved.segtool_export).then_some(resolved.card))
 }
 
 /// `<out without .onnx>.auto.<ext>`.
@@ -250,13 +243,14 @@ fn run_auto(args: Args) -> Result<()> {
             "--auto needs a target: --min-agreement A or --max-miou-drop P (with --labels)"
         ),
     };
-    let model = load_model(&args.model)?;
+    let carded = args.card.carded(&args.model)?;
+    let model = load_model(&carded.path)?;
     let images = list_images(&args.images)?;
     let (calib, val) = match &args.val_images {
         Some(dir) => (images, list_images(dir)?),
         None => holdout_split(&images),
     };
-    let opts = calibration_options(&args)?;
+    let opts = calibration_options(&args, carded.card)?;
     let auto = AutoOptions {
         target,
         labels: args.labels.clone(),

@@ -46,9 +46,10 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    let a = load_model(&args.a)?;
+    let carded = args.card.carded(&args.a)?;
+    let a = load_model(&carded.path)?;
     let b = load_model(&args.b)?;
-    let card = super::calibrate::foreign_card(&args.a, &args.card)?;
+    let card = carded.card;
     let feed = Feed::of_model(&a, card.as_ref()).with_context(|| args.a.display().to_string())?;
     let images = list_images(&args.images)?;
     let opts = CompareOptions {
@@ -72,7 +73,7 @@ pub fn run(args: Args) -> Result<()> {
     let first = images.first().context("no images")?;
     let x = feed.tensor(&read_image(first)?)?;
     let mut kernels = serde_json::Map::new();
-    for (label, path) in [("a", &args.a), ("b", &args.b)] {
+    for (label, path) in [("a", &carded.path), ("b", &args.b)] {
         let bytes = std::fs::read(path).with_context(|| path.display().to_string())?;
         let k = census(&bytes, x.view(), args.threads)
             .with_context(|| format!("profiling {} in ONNX Runtime", path.display()))?;

@@ -172,3 +172,21 @@ pub fn served_model(model: &Path, card: &ModelCard) -> Result<PathBuf> {
     }
     Ok(served)
 }
+
+/// A mask-classification head made an ordinary score map: [`served_model`]'s copy and the
+/// card that reads [`SCORES_OUTPUT`] as per-class scores (`probabilities`, the same
+/// argmax and restore). Calibration and `compare` work on this pair, so an INT8 file holds
+/// the head in its graph and a card any engine serves without appending it again. Any
+/// other card comes back as it is, with `model`.
+pub fn bake(model: &Path, card: &ModelCard) -> Result<(PathBuf, ModelCard)> {
+    if card.output.kind != OutputKind::MaskClassification {
+        return Ok((model.to_path_buf(), card.clone()));
+    }
+    let served = served_model(model, card)?;
+    let mut baked = card.clone();
+    baked.output.name = SCORES_OUTPUT.to_string();
+    baked.output.kind = OutputKind::Probabilities;
+    baked.output.class_output = None;
+    baked.output.mask_size = None;
+    Ok((served, baked))
+}

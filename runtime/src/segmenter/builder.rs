@@ -329,19 +329,6 @@ impl SegmenterBuilder {
         }
         #[cfg(not(feature = "ort"))]
         let _ = fallbacks;
-        if model
-            .card
-            .is_some_and(|c| c.output.kind == crate::card::OutputKind::MaskClassification)
-        {
-            // Checked on ONNX Runtime only: tract answered the class logits instead of the
-            // appended head's scores, so it is refused rather than guessed at.
-            return Err(RuntimeError::Card {
-                path: self.path.clone(),
-                message: "a mask-classification head runs on ONNX Runtime (--engine ort); \
-                          tract does not serve it yet"
-                    .into(),
-            });
-        }
         let mut options = TractOptions::new();
         if let Some(n) = self.threads {
             options = options.with_threads(n);
