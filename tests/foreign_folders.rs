@@ -281,8 +281,7 @@ fn hugging_face_processors_match_transformers() {
     // calibrated through the folder's card, which the INT8 file then carries, agreeing
     // with transformers' fp32 masks. A random tiny net has many near-ties, which INT8
     // flips (0.65-0.81 for BEiT, 0.94-0.98 for Mask2Former here); six classes put chance
-    // near 0.17. The check is that
-    // the card travels and serves.
+    // near 0.17. The check is that the card travels and serves.
     int8_of_folder(&dir, "mask2former", 0.9);
     let int8 = int8_of_folder(&dir, "beit_crop", 0.6);
     let shown = common::ok(segtool(&["card", p(&int8), "--show"]));
