@@ -493,3 +493,48 @@ fn a_foreign_model_is_served_through_the_card_property() {
     );
     pipeline.set_state(gst::State::Null).unwrap();
 }
+
+/// A Hugging Face folder written by transformers' own `save_pretrained`
+/// (tests/reference/hf_processors_ref.py): Mask2Former's mask-classification head, served
+/// by folder alone (`model=FOLDER`, no card), on ONNX Runtime and tract. Masks equal to
+/// the runtime's `Segmenter` on the same folder (which tests/foreign_folders.rs holds to
+/// transformers' own pipeline). Needs the project venv's python (`SEGTOOL_PYTHON`);
+/// skipped with a message without it.
+#[test]
+fn a_hugging_face_mask_classification_folder_is_served_by_its_folder() {
+    let Ok(python) = std::env::var("SEGTOOL_PYTHON") else {
+        eprintln!("SEGTOOL_PYTHON not set (scripts/setup.sh): skipping");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tests/reference/hf_processors_ref.py"
+    );
+    let out = std::process::Command::new(python)
+        .arg(script)
+        .arg("--out")
+        .arg(dir.path())
+        .args(["--cases", "mask2former"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", common::show(&out));
+    let folder = dir.path().join("mask2former");
+    let frames: Vec<RgbImage> = (0..N).map(|i| common::frame(i, W, H)).collect();
+    for engine in [EngineKind::Ort, EngineKind::Tract] {
+        let (masks, spec) = reference(&folder, engine, &frames);
+        assert_eq!(spec.classes.len(), 6);
+        let name = engine.as_str();
+        let props = format!(
+            "model={} engine={name} threads=1 output=mask",
+            folder.display()
+        );
+        let out = run(&props, VideoFormat::Rgb, &frames);
+        assert_eq!(out.len(), frames.len());
+        for (i, (buf, mask)) in out.iter().zip(&masks).enumerate() {
+            let map = buf.map_readable().unwrap();
+            assert_eq!(map.as_slice(), mask.as_slice().unwrap(), "{name} frame {i}");
+            check_meta(buf, mask, 6, i as u64);
+        }
+    }
+}

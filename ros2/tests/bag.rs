@@ -506,3 +506,54 @@ fn split_bags_are_read_in_their_order_and_unindexed_files_are_scanned() {
         "{stderr}"
     );
 }
+
+/// A Hugging Face folder as the bag's model, by folder alone: Mask2Former's
+/// mask-classification head, written by transformers' own `save_pretrained`
+/// (tests/reference/hf_processors_ref.py). Masks equal to the runtime's `Segmenter` on the
+/// same folder (which tests/foreign_folders.rs holds to transformers' own pipeline).
+#[test]
+fn a_hugging_face_folder_segments_the_bag() {
+    let Some(fx) = fixture() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tests/reference/hf_processors_ref.py"
+    );
+    let o = Command::new(python().unwrap())
+        .arg(script)
+        .arg("--out")
+        .arg(tmp.path())
+        .args(["--cases", "mask2former"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", show(&o));
+    let folder = tmp.path().join("mask2former");
+    let out = tmp.path().join("masks.mcap");
+    let o = Command::new(BIN)
+        .args(["bag", "--engine", "ort", "--threads", "1", "--model"])
+        .arg(&folder)
+        .arg("-i")
+        .arg(fx.bag())
+        .args(["-t", "/cam/image_raw"])
+        .arg("-o")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", show(&o));
+    let (read, dump) = read_back(&out, None);
+    let frames: Vec<&RgbImage> = fx.frames.iter().collect();
+    let mut seg = segtool_runtime::Segmenter::builder(&folder)
+        .engine(segtool_runtime::EngineKind::Ort)
+        .threads(1)
+        .open()
+        .unwrap();
+    check_masks(
+        &read,
+        &dump,
+        "/cam",
+        &frames,
+        &fx.times("stamps_ns"),
+        &fx.times("log_times_ns"),
+        &mut seg,
+    );
+}

@@ -73,12 +73,15 @@ pub fn open(settings: &Settings) -> Result<Opened, OpenError> {
         _ => {
             return Err(err(
                 true,
-                "no model: set the model property to a file written by `segtool export`".into(),
+                "no model: set the model property to a file written by `segtool export`, or a \
+                 model from elsewhere with its card"
+                    .into(),
             ))
         }
     };
-    if !Path::new(&path).is_file() {
-        return Err(err(true, format!("model {path}: no such file")));
+    // A file, or a folder (mmdeploy SDK, Hugging Face) that names one: the runtime reads it.
+    if !Path::new(&path).exists() {
+        return Err(err(true, format!("model {path}: no such file or folder")));
     }
     // The runtime's errors name the file already; others get it in front.
     let bad = |what: String| match what.contains(&path) {
