@@ -152,8 +152,8 @@ fn axis(n: usize, m: usize, kind: Antialias, kernel: Kernel) -> Axis {
     }
 }
 
-fn tap(values: impl Iterator<Item = i64>, weights: &[i64], precision: u32) -> u8 {
-    let acc: i64 = values.zip(weights).map(|(v, w)| v * w).sum::<i64>();
+/// A fixed-point sum of `precision` fraction bits, rounded and saturated to uint8.
+fn round_u8(acc: i64, precision: u32) -> u8 {
     ((acc + (1 << (precision - 1))) >> precision).clamp(0, 255) as u8
 }
 
@@ -196,10 +196,14 @@ pub fn resize_kernel_u8(
         let mut out = Vec::with_capacity(h * dst_w * c);
         for y in 0..h {
             let row = &src[y * w * c..(y + 1) * w * c];
-            for (x0, wts) in ax.start.iter().zip(&ax.weights) {
+            for (&x0, wts) in ax.start.iter().zip(&ax.weights) {
+                let taps = &row[x0 * c..(x0 + wts.len()) * c];
                 for ch in 0..c {
-                    let values = (0..wts.len()).map(|j| i64::from(row[(x0 + j) * c + ch]));
-                    out.push(tap(values, wts, ax.precision));
+                    let mut acc = 0i64;
+                    for (px, &wt) in taps.chunks_exact(c).zip(wts) {
+                        acc += i64::from(px[ch]) * wt;
+                    }
+                    out.push(round_u8(acc, ax.precision));
                 }
             }
         }
@@ -213,11 +217,20 @@ pub fn resize_kernel_u8(
     let ax = axis(h, dst_h, kind, kernel);
     let line = dst_w * c;
     let mut out = Vec::with_capacity(dst_h * line);
+    // Row by row, in i32 (the same integer sums as the horizontal pass, in an order the compiler
+    // vectorises). They fit: |sum| <= 255 * sum |w|, and sum |w| stays under 2^23 (weights
+    // sum to 2^precision, precision <= 22, and no kernel's |k| sums to twice its sum).
+    let mut acc = vec![0i32; line];
     for (y0, wts) in ax.start.iter().zip(&ax.weights) {
-        for k in 0..line {
-            let values = (0..wts.len()).map(|j| i64::from(horizontal[(y0 + j) * line + k]));
-            out.push(tap(values, wts, ax.precision));
+        acc.fill(0);
+        for (j, &wt) in wts.iter().enumerate() {
+            let wt = wt as i32;
+            let row = &horizontal[(y0 + j) * line..(y0 + j + 1) * line];
+            for (a, &v) in acc.iter_mut().zip(row) {
+                *a += i32::from(v) * wt;
+            }
         }
+        out.extend(acc.iter().map(|&a| round_u8(i64::from(a), ax.precision)));
     }
     out
 }

@@ -303,12 +303,14 @@ pub fn prepare(imgs: &[RgbImage], card: &ModelCard) -> Result<(EngineTensor, Geo
     let tensor = match (i.dtype, i.layout) {
         (Dtype::Float32, Layout::Nchw) => {
             let mut x = Array4::<f32>::zeros((imgs.len(), channels, th, tw));
-            for (n, buf) in pixels.iter().enumerate() {
-                for (p, px) in buf.chunks_exact(3).enumerate() {
-                    let (y, xx) = (p / cw, p % cw);
-                    for c in 0..channels {
-                        x[[n, c, y + oy, xx + ox]] =
-                            (value(px, c) * i.scale - i.mean[c]) / i.std[c];
+            for (mut image, buf) in x.outer_iter_mut().zip(&pixels) {
+                for (c, mut plane) in image.outer_iter_mut().enumerate() {
+                    for (y, src) in buf.chunks_exact(cw * 3).enumerate() {
+                        let mut row = plane.slice_mut(s![y + oy, ox..ox + cw]);
+                        let row = row.as_slice_mut().expect("a row of a standard layout");
+                        for (v, px) in row.iter_mut().zip(src.chunks_exact(3)) {
+                            *v = (value(px, c) * i.scale - i.mean[c]) / i.std[c];
+                        }
                     }
                 }
             }
