@@ -244,11 +244,14 @@ fn hugging_face_processors_match_transformers() {
         "maskformer",
         "mask2former",
         "oneformer",
+        "sapiens2",
+        "tipsv2_dpt",
         "segformer_pil",
         "beit_pil",
     ] {
         assert!(cases.contains_key(case), "{case} missing from {report}");
     }
+    let (mut differ, mut pixels) = (0, 0);
     for case in cases.keys() {
         let folder = dir.join(case);
         if case.ends_with("_pil") {
@@ -265,7 +268,7 @@ fn hugging_face_processors_match_transformers() {
             _ => &["ort"],
         };
         for engine in engines {
-            common::serve_and_compare(
+            let (d, n) = common::serve_and_compare(
                 &dir.join("images"),
                 &folder.join("ref"),
                 &dir.join(format!("out-{case}-{engine}")),
@@ -274,8 +277,11 @@ fn hugging_face_processors_match_transformers() {
                 &[],
                 case,
             );
+            eprintln!("{case} on {engine}: {d} of {n} pixels differ (near-ties)");
+            (differ, pixels) = (differ + d, pixels + n);
         }
     }
+    eprintln!("all folders: {differ} of {pixels} pixels differ (near-ties)");
     // INT8 of one processor's folder (BEiT's bicubic resize and centre crop) and of a
     // mask-classification head (Mask2Former's, calibrated with the head appended):
     // calibrated through the folder's card, which the INT8 file then carries, agreeing

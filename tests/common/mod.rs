@@ -142,7 +142,7 @@ pub fn npy(path: &Path) -> (Vec<usize>, Vec<f32>) {
 /// A mask against a reference's, both flattened: equal wherever the reference's top-two
 /// gap (`margin`: logits, or a probability's distance to its threshold) is at least 1e-3,
 /// float32 noise aside; near-ties may differ, on at most 0.1% of the pixels.
-pub fn assert_masks_match(ours: &[u8], want: &[f32], margin: &[f32], what: &str) {
+pub fn assert_masks_match(ours: &[u8], want: &[f32], margin: &[f32], what: &str) -> usize {
     assert_eq!(ours.len(), want.len(), "{what}: mask size");
     let mut differ = 0;
     for ((&got, &want), &gap) in ours.iter().zip(want).zip(margin) {
@@ -159,6 +159,7 @@ pub fn assert_masks_match(ours: &[u8], want: &[f32], margin: &[f32], what: &str)
         differ * 1000 <= want.len(),
         "{what}: {differ} near-tie pixels differ"
     );
+    differ
 }
 
 /// Runs `tests/reference/<script>` with `args`; it must succeed, and its stdout is the
@@ -212,7 +213,7 @@ pub fn serve_and_compare(
     engine: &str,
     extra: &[&str],
     what: &str,
-) {
+) -> (usize, usize) {
     let mut args = vec![
         "infer",
         "--model",
@@ -229,7 +230,7 @@ pub fn serve_and_compare(
     ];
     args.extend_from_slice(extra);
     ok(segtool(&args));
-    let mut compared = 0;
+    let (mut compared, mut differ, mut pixels) = (0, 0, 0);
     for entry in std::fs::read_dir(images).unwrap() {
         let stem = entry
             .unwrap()
@@ -248,13 +249,15 @@ pub fn serve_and_compare(
             (shape[0], shape[1]),
             "{what} on {engine}, image {stem}: mask size"
         );
-        assert_masks_match(
+        differ += assert_masks_match(
             ours.as_raw(),
             &want,
             &margin,
             &format!("{what} on {engine}, image {stem}"),
         );
+        pixels += want.len();
         compared += 1;
     }
     assert!(compared > 0, "{what}: no images");
+    (differ, pixels)
 }

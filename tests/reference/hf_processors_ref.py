@@ -108,9 +108,13 @@ from transformers import (  # noqa: E402
     MobileViTV2Config,
     OneFormerConfig,
     OneFormerImageProcessor,
+    Sapiens2Config,
+    Sapiens2ImageProcessor,
     SegformerConfig,
     SegformerImageProcessor,
     SegformerImageProcessorPil,
+    Tipsv2DptConfig,
+    Tipsv2DptImageProcessor,
     UperNetConfig,
 )
 from transformers.modeling_outputs import SemanticSegmenterOutput  # noqa: E402
@@ -283,6 +287,21 @@ ONEFORMER = {
     "ignore_index": 255, "do_reduce_labels": False, "num_labels": len(LABELS),
     "num_text": 134, "class_info_file": "class_info.json",  # repo_path set at run time
 }
+SAPIENS2 = {
+    # Sapiens2 body-part segmentation (facebook/sapiens2-seg-*): the class defaults
+    # (1024 x 768, bilinear, ImageNet mean/std, no pad, no crop), as a processor built with
+    # no arguments saves them; the hub JSON itself was not checked (memory).
+    "do_resize": True, "size": {"height": 1024, "width": 768}, "resample": 2,
+    "do_rescale": True, "rescale_factor": 1 / 255, "do_normalize": True,
+    "image_mean": IMAGENET_DEFAULT_MEAN, "image_std": IMAGENET_DEFAULT_STD,
+    "do_pad": False, "do_center_crop": False,
+}
+TIPSV2_DPT = {
+    # TIPSv2's DPT segmentation head (google/tipsv2-*-dpt): the class defaults (448 x 448,
+    # bilinear, rescaled, not normalised); the hub JSON itself was not checked (memory).
+    "do_resize": True, "size": {"height": 448, "width": 448}, "resample": 2,
+    "do_rescale": True, "rescale_factor": 1 / 255, "do_normalize": False,
+}
 
 # name: (hub repo, processor class saved, backend loaded, config class, architecture,
 #        kwargs, kind, output stride)
@@ -319,6 +338,10 @@ CASES = {
                     Mask2FormerConfig, "Mask2FormerForUniversalSegmentation", MASK2FORMER, "mask2former", 4),
     "oneformer": ("shi-labs/oneformer_ade20k_swin_tiny", OneFormerImageProcessor, None,
                   OneFormerConfig, "OneFormerForUniversalSegmentation", ONEFORMER, "oneformer", 4),
+    "sapiens2": ("(Sapiens2 class defaults)", Sapiens2ImageProcessor, None,
+                 Sapiens2Config, "Sapiens2ForSemanticSegmentation", SAPIENS2, "logits", 4),
+    "tipsv2_dpt": ("(TIPSv2 DPT class defaults)", Tipsv2DptImageProcessor, None,
+                   Tipsv2DptConfig, "Tipsv2DptForSemanticSegmentation", TIPSV2_DPT, "logits", 4),
 }
 OUTPUT_CLASSES = {
     "maskformer": MaskFormerForInstanceSegmentationOutput,

@@ -29,10 +29,14 @@ pub enum Processor {
     Mask2Former,
     /// `OneFormerImageProcessor` (semantic task): a mask-classification head.
     OneFormer,
+    /// `Sapiens2ImageProcessor` (Sapiens2's body-part segmentation).
+    Sapiens2,
+    /// `Tipsv2DptImageProcessor` (TIPSv2's DPT head): rescaled, not normalised.
+    Tipsv2Dpt,
 }
 
 /// Every processor segtool reads.
-pub const PROCESSORS: [Processor; 8] = [
+pub const PROCESSORS: [Processor; 10] = [
     Processor::Segformer,
     Processor::MobileVit,
     Processor::Dpt,
@@ -41,10 +45,12 @@ pub const PROCESSORS: [Processor; 8] = [
     Processor::MaskFormer,
     Processor::Mask2Former,
     Processor::OneFormer,
+    Processor::Sapiens2,
+    Processor::Tipsv2Dpt,
 ];
 
 /// Classes transformers maps for segmentation that segtool does not read yet, with why.
-pub const NOT_READ: [(&str, &str); 5] = [
+pub const NOT_READ: [(&str, &str); 3] = [
     (
         "DetrImageProcessor",
         "DETR's panoptic head post-processes boxes and masks",
@@ -52,14 +58,6 @@ pub const NOT_READ: [(&str, &str); 5] = [
     (
         "EomtImageProcessor",
         "EoMT splits images into overlapping crops (do_split_image)",
-    ),
-    (
-        "Sapiens2ImageProcessor",
-        "not yet checked against transformers",
-    ),
-    (
-        "Tipsv2DptImageProcessor",
-        "not yet checked against transformers",
     ),
     ("VideomtImageProcessor", "a video model"),
 ];
@@ -76,6 +74,8 @@ impl Processor {
             Processor::MaskFormer => "MaskFormerImageProcessor",
             Processor::Mask2Former => "Mask2FormerImageProcessor",
             Processor::OneFormer => "OneFormerImageProcessor",
+            Processor::Sapiens2 => "Sapiens2ImageProcessor",
+            Processor::Tipsv2Dpt => "Tipsv2DptImageProcessor",
         }
     }
 
@@ -108,6 +108,8 @@ impl Processor {
             "maskformer" => Processor::MaskFormer,
             "mask2former" => Processor::Mask2Former,
             "oneformer" => Processor::OneFormer,
+            "sapiens2" => Processor::Sapiens2,
+            "tipsv2_dpt" => Processor::Tipsv2Dpt,
             _ => return None,
         })
     }
@@ -117,7 +119,11 @@ impl Processor {
     pub fn int_size_is_square(self) -> bool {
         matches!(
             self,
-            Processor::Segformer | Processor::Dpt | Processor::Beit
+            Processor::Segformer
+                | Processor::Dpt
+                | Processor::Beit
+                | Processor::Sapiens2
+                | Processor::Tipsv2Dpt
         )
     }
 
@@ -157,12 +163,20 @@ impl Processor {
                 "size": {"shortest_edge": 800, "longest_edge": 1333}}),
             Processor::OneFormer => json!({"resample": 2, "do_normalize": true,
                 "size": {"shortest_edge": 800, "longest_edge": 1333}}),
+            Processor::Sapiens2 => json!({"resample": 2, "do_normalize": true,
+                "do_pad": false, "do_center_crop": false, "size": {"height": 1024, "width": 768},
+                "crop_size": {"height": 224, "width": 224}}),
+            Processor::Tipsv2Dpt => json!({"resample": 2, "do_normalize": false,
+                "size": {"height": 448, "width": 448}}),
         };
         let means = match self {
             Processor::Segformer
             | Processor::MaskFormer
             | Processor::Mask2Former
-            | Processor::OneFormer => imagenet,
+            | Processor::OneFormer
+            | Processor::Sapiens2 => imagenet,
+            // No class default: a folder that normalises names its own.
+            Processor::Tipsv2Dpt => json!({}),
             _ => half,
         };
         let mut all = common;
@@ -214,7 +228,7 @@ pub const APPLIED: [&str; 22] = [
 ];
 
 /// Keys that change nothing at inference, with why.
-pub const NO_EFFECT: [(&str, &str); 11] = [
+pub const NO_EFFECT: [(&str, &str); 13] = [
     ("do_reduce_labels", "maps training labels only"),
     (
         "reduce_labels",
@@ -255,6 +269,14 @@ pub const NO_EFFECT: [(&str, &str); 11] = [
     (
         "_processor_class",
         "names the processor that wraps the image processor",
+    ),
+    (
+        "keypoint_heatmap_downscale_factor",
+        "Sapiens2's pose-training heatmaps",
+    ),
+    (
+        "keypoint_heatmap_sigma",
+        "Sapiens2's pose-training heatmaps",
     ),
 ];
 
@@ -301,7 +323,11 @@ fn taken_by(p: Processor, key: &str) -> bool {
         "do_center_crop" | "crop_size" => {
             matches!(
                 p,
-                Processor::MobileVit | Processor::Dpt | Processor::Beit | Processor::MobileNetV2
+                Processor::MobileVit
+                    | Processor::Dpt
+                    | Processor::Beit
+                    | Processor::MobileNetV2
+                    | Processor::Sapiens2
             )
         }
         _ => true,

@@ -232,6 +232,14 @@ fn fields_of(m: &Value, p: Processor, pillow: bool) -> std::result::Result<CardF
             i.size_divisor = divisor;
             i.fit = divisor.map(|_| Fit::ResizeUp);
         }
+        Processor::Sapiens2 if truthy(m, "do_pad") => {
+            return Err(
+                "do_pad true: Sapiens2 pads for its normal, albedo and pointmap heads (an \
+                 aspect-keeping resize, then centre padding), which segtool does not follow; \
+                 give a card file (--card)"
+                    .into(),
+            )
+        }
         _ => {}
     }
     let pads = p.mask_classification() || (p != Processor::Dpt && truthy(m, "do_pad"));
