@@ -21,19 +21,33 @@ fn pick<T: Clone>(
         .find_map(|(f, s)| get(f).map(|v| (v, s.clone())))
 }
 
+/// What the merge has found out: each field's source, and what is missing (reported at
+/// once).
+#[derive(Default)]
+struct Notes {
+    sources: Vec<(&'static str, CardSource)>,
+    missing: Vec<&'static str>,
+}
+
+impl Notes {
+    fn note(&mut self, field: &'static str, source: CardSource) {
+        self.sources.push((field, source));
+    }
+}
+
 /// An optional field: the first layer's value, noted with its source (`none` when no
 /// layer has it).
 fn pick_noted<T: Clone>(
     layers: &[(CardFields, CardSource)],
     field: &'static str,
     get: impl Fn(&CardFields) -> Option<T>,
-    note: &mut impl FnMut(&'static str, CardSource),
+    notes: &mut Notes,
 ) -> Option<T> {
     let found = pick(layers, get);
     let source = found
         .as_ref()
         .map_or(CardSource::Default("none"), |f| f.1.clone());
-    note(field, source);
+    notes.note(field, source);
     found.map(|f| f.0)
 }
 
@@ -42,16 +56,49 @@ pub(super) fn merge(
     layers: &[(CardFields, CardSource)],
     io: &ModelIo,
 ) -> std::result::Result<ResolvedCard, String> {
-    let mut sources = Vec::new();
-    let mut note = |field: &'static str, source: CardSource| sources.push((field, source));
-    // Everything missing is reported at once.
-    let mut missing: Vec<&str> = Vec::new();
-    let graph_input = &io.inputs[0];
-    let graph_output = &io.outputs[0];
+    let mut notes = Notes::default();
+    let input = merge_input(layers, io, &mut notes);
+    let output = merge_output(layers, io, &mut notes);
+    let classes = merge_classes(layers, io, &output, &mut notes)?;
+    if !notes.missing.is_empty() {
+        return Err(format!(
+            "no segtool spec or card, and {} missing: {}; {WAYS}",
+            if notes.missing.len() == 1 {
+                "this is"
+            } else {
+                "these are"
+            },
+            notes.missing.join("; ")
+        ));
+    }
+    let (palette, s) = pick(layers, |f| f.palette.clone()).unwrap_or_else(|| {
+        (
+            default_palette(classes.len()),
+            CardSource::Default("segtool's palette"),
+        )
+    });
+    notes.note("palette", s);
+    let mut sources = notes.sources;
+    sources.sort_by_key(|(f, _)| FIELDS.iter().position(|x| x == f));
+    Ok(ResolvedCard {
+        path: None,
+        card: ModelCard {
+            input,
+            output,
+            classes,
+            palette,
+        },
+        sources,
+        segtool_export: false,
+    })
+}
 
+/// The input's fields: name, type and layout from the graph where it says them.
+fn merge_input(layers: &[(CardFields, CardSource)], io: &ModelIo, notes: &mut Notes) -> InputCard {
+    let graph_input = &io.inputs[0];
     let (input_name, s) = pick(layers, |f| f.input.name.clone())
         .unwrap_or((graph_input.name.clone(), CardSource::Graph));
-    note("input.name", s);
+    notes.note("input.name", s);
     let input_info = io
         .inputs
         .iter()
@@ -65,37 +112,144 @@ pub(super) fn merge(
             CardSource::Default("the graph declares no element type"),
         )),
     };
-    note("input.dtype", s);
-    let (layout, s) = pick(layers, |f| f.input.layout).unwrap_or_else(|| {
-        let dims = &input_info.dims;
-        let channels_last =
-            dims.len() == 4 && matches!(dims[3], Some(1 | 3)) && !matches!(dims[1], Some(1 | 3));
-        if channels_last {
-            (Layout::Nhwc, CardSource::Graph)
-        } else if dims.len() == 4 && matches!(dims[1], Some(1 | 3)) {
-            (Layout::Nchw, CardSource::Graph)
-        } else if dtype == Dtype::Uint8 {
-            (
-                Layout::Nhwc,
-                CardSource::Default("uint8 images are channels-last"),
-            )
-        } else {
-            (
-                Layout::Nchw,
-                CardSource::Default("float images are channels-first"),
-            )
-        }
-    });
-    note("input.layout", s);
+    notes.note("input.dtype", s);
+    let (layout, s) =
+        pick(layers, |f| f.input.layout).unwrap_or_else(|| graph_layout(&input_info.dims, dtype));
+    notes.note("input.layout", s);
     let (channels, s) = pick(layers, |f| f.input.channels)
         .unwrap_or((ChannelOrder::Rgb, CardSource::Default("RGB")));
-    note("input.channels", s);
+    notes.note("input.channels", s);
 
+    let (scale, mean, std) =
+        normalisation(layers, dtype, input_channels(input_info, layout), notes);
+
+    let fixed_dims = match layout {
+        Layout::Nchw => (
+            input_info.dims.get(2).copied().flatten(),
+            input_info.dims.get(3).copied().flatten(),
+        ),
+        Layout::Nhwc => (
+            input_info.dims.get(1).copied().flatten(),
+            input_info.dims.get(2).copied().flatten(),
+        ),
+    };
+    let size = match fixed_dims {
+        (Some(h), Some(w)) if h > 0 && w > 0 => Some(([h as usize, w as usize], CardSource::Graph)),
+        _ => pick(layers, |f| f.input.size),
+    };
+    notes.note(
+        "input.size",
+        size.as_ref()
+            .map_or(CardSource::Default("any size"), |s| s.1.clone()),
+    );
+    let divisor = pick_noted(
+        layers,
+        "input.size_divisor",
+        |f| f.input.size_divisor,
+        notes,
+    );
+    let (fit, s) = pick(layers, |f| f.input.fit).unwrap_or((Fit::Pad, CardSource::Default("pad")));
+    notes.note("input.fit", s);
+    let keep_ratio = pick_noted(layers, "input.keep_ratio", |f| f.input.keep_ratio, notes);
+    let min_short_side = pick_noted(
+        layers,
+        "input.min_short_side",
+        |f| f.input.min_short_side,
+        notes,
+    );
+    let (resize_filter, s) = pick(layers, |f| f.input.resize_filter)
+        .unwrap_or((ResizeFilter::Opencv, CardSource::Default("opencv")));
+    notes.note("input.resize_filter", s);
+    let (resample, s) = pick(layers, |f| f.input.resample)
+        .unwrap_or((Resample::Bilinear, CardSource::Default("bilinear")));
+    notes.note("input.resample", s);
+    let shortest_edge = pick_noted(
+        layers,
+        "input.shortest_edge",
+        |f| f.input.shortest_edge,
+        notes,
+    );
+    let longest_edge = pick_noted(
+        layers,
+        "input.longest_edge",
+        |f| f.input.longest_edge,
+        notes,
+    );
+    let keep_aspect_ratio = pick_noted(
+        layers,
+        "input.keep_aspect_ratio",
+        |f| f.input.keep_aspect_ratio,
+        notes,
+    );
+    let ensure_multiple_of = pick_noted(
+        layers,
+        "input.ensure_multiple_of",
+        |f| f.input.ensure_multiple_of,
+        notes,
+    );
+    let center_crop = pick_noted(layers, "input.center_crop", |f| f.input.center_crop, notes);
+    let pad_size = pick_noted(layers, "input.pad_size", |f| f.input.pad_size, notes);
+
+    InputCard {
+        name: input_name,
+        layout,
+        dtype,
+        channels,
+        scale,
+        mean,
+        std,
+        size: size.map(|s| s.0),
+        size_divisor: divisor,
+        fit,
+        keep_ratio,
+        min_short_side,
+        resize_filter,
+        resample,
+        shortest_edge,
+        longest_edge,
+        keep_aspect_ratio: keep_aspect_ratio.unwrap_or(false),
+        ensure_multiple_of,
+        center_crop,
+        pad_size,
+    }
+}
+
+/// The layout the graph's input dims say (channels of 1 or 3 first or last), else the
+/// usual one for `dtype`.
+fn graph_layout(dims: &[Option<i64>], dtype: Dtype) -> (Layout, CardSource) {
+    let channels_last =
+        dims.len() == 4 && matches!(dims[3], Some(1 | 3)) && !matches!(dims[1], Some(1 | 3));
+    if channels_last {
+        (Layout::Nhwc, CardSource::Graph)
+    } else if dims.len() == 4 && matches!(dims[1], Some(1 | 3)) {
+        (Layout::Nchw, CardSource::Graph)
+    } else if dtype == Dtype::Uint8 {
+        (
+            Layout::Nhwc,
+            CardSource::Default("uint8 images are channels-last"),
+        )
+    } else {
+        (
+            Layout::Nchw,
+            CardSource::Default("float images are channels-first"),
+        )
+    }
+}
+
+/// `input.scale`, `input.mean` and `input.std`: given, or neutral for a uint8 input (the
+/// graph normalises); a float input without mean and std is noted as missing.
+/// `channels`: the input's channel count where the graph says it.
+fn normalisation(
+    layers: &[(CardFields, CardSource)],
+    dtype: Dtype,
+    channels: Option<usize>,
+    notes: &mut Notes,
+) -> (f32, Vec<f32>, Vec<f32>) {
     let (mean, std, scale) = if dtype == Dtype::Uint8 {
         let mean = pick(layers, |f| f.input.mean.clone());
         let std = pick(layers, |f| f.input.std.clone());
         let neutral = CardSource::Default("a uint8 input: the graph normalises");
-        let width = input_channels(input_info, layout).unwrap_or(3);
+        let width = channels.unwrap_or(3);
         (
             mean.unwrap_or((vec![0.0; width], neutral.clone())),
             std.unwrap_or((vec![1.0; width], neutral.clone())),
@@ -107,7 +261,7 @@ pub(super) fn merge(
         let (mean, std) = match (mean, std) {
             (Some(mean), Some(std)) => (mean, std),
             _ => {
-                missing.push(
+                notes.missing.push(
                     "the input's normalisation (input.mean and input.std, and input.scale \
                      unless the mean is in 0-1 units)",
                 );
@@ -130,93 +284,23 @@ pub(super) fn merge(
         });
         (mean, std, scale)
     };
-    note("input.scale", scale.1);
-    note("input.mean", mean.1);
-    note("input.std", std.1);
+    notes.note("input.scale", scale.1);
+    notes.note("input.mean", mean.1);
+    notes.note("input.std", std.1);
 
-    let fixed_dims = match layout {
-        Layout::Nchw => (
-            input_info.dims.get(2).copied().flatten(),
-            input_info.dims.get(3).copied().flatten(),
-        ),
-        Layout::Nhwc => (
-            input_info.dims.get(1).copied().flatten(),
-            input_info.dims.get(2).copied().flatten(),
-        ),
-    };
-    let size = match fixed_dims {
-        (Some(h), Some(w)) if h > 0 && w > 0 => Some(([h as usize, w as usize], CardSource::Graph)),
-        _ => pick(layers, |f| f.input.size),
-    };
-    note(
-        "input.size",
-        size.as_ref()
-            .map_or(CardSource::Default("any size"), |s| s.1.clone()),
-    );
-    let divisor = pick(layers, |f| f.input.size_divisor);
-    note(
-        "input.size_divisor",
-        divisor
-            .as_ref()
-            .map_or(CardSource::Default("none"), |s| s.1.clone()),
-    );
-    let (fit, s) = pick(layers, |f| f.input.fit).unwrap_or((Fit::Pad, CardSource::Default("pad")));
-    note("input.fit", s);
-    let keep_ratio = pick(layers, |f| f.input.keep_ratio);
-    note(
-        "input.keep_ratio",
-        keep_ratio
-            .as_ref()
-            .map_or(CardSource::Default("none"), |s| s.1.clone()),
-    );
-    let min_short_side = pick(layers, |f| f.input.min_short_side);
-    note(
-        "input.min_short_side",
-        min_short_side
-            .as_ref()
-            .map_or(CardSource::Default("none"), |s| s.1.clone()),
-    );
-    let (resize_filter, s) = pick(layers, |f| f.input.resize_filter)
-        .unwrap_or((ResizeFilter::Opencv, CardSource::Default("opencv")));
-    note("input.resize_filter", s);
-    let (resample, s) = pick(layers, |f| f.input.resample)
-        .unwrap_or((Resample::Bilinear, CardSource::Default("bilinear")));
-    note("input.resample", s);
-    let shortest_edge = pick_noted(
-        layers,
-        "input.shortest_edge",
-        |f| f.input.shortest_edge,
-        &mut note,
-    );
-    let longest_edge = pick_noted(
-        layers,
-        "input.longest_edge",
-        |f| f.input.longest_edge,
-        &mut note,
-    );
-    let keep_aspect_ratio = pick_noted(
-        layers,
-        "input.keep_aspect_ratio",
-        |f| f.input.keep_aspect_ratio,
-        &mut note,
-    );
-    let ensure_multiple_of = pick_noted(
-        layers,
-        "input.ensure_multiple_of",
-        |f| f.input.ensure_multiple_of,
-        &mut note,
-    );
-    let center_crop = pick_noted(
-        layers,
-        "input.center_crop",
-        |f| f.input.center_crop,
-        &mut note,
-    );
-    let pad_size = pick_noted(layers, "input.pad_size", |f| f.input.pad_size, &mut note);
+    (scale.0, mean.0, std.0)
+}
 
+/// The output's fields: the graph's first output, its kind from its element type.
+fn merge_output(
+    layers: &[(CardFields, CardSource)],
+    io: &ModelIo,
+    notes: &mut Notes,
+) -> OutputCard {
+    let graph_output = &io.outputs[0];
     let (output_name, s) = pick(layers, |f| f.output.name.clone())
         .unwrap_or((graph_output.name.clone(), CardSource::Graph));
-    note("output.name", s);
+    notes.note("output.name", s);
     let output_info = io
         .outputs
         .iter()
@@ -231,43 +315,57 @@ pub(super) fn merge(
             CardSource::Default("a float output is per-class scores"),
         )
     });
-    note("output.kind", s);
+    notes.note("output.kind", s);
     let (align_corners, s) = pick(layers, |f| f.output.align_corners).unwrap_or((
         false,
         CardSource::Default("false, as PyTorch's and ONNX's resize"),
     ));
-    note("output.align_corners", s);
-    let threshold = pick_noted(
-        layers,
-        "output.threshold",
-        |f| f.output.threshold,
-        &mut note,
-    );
+    notes.note("output.align_corners", s);
+    let threshold = pick_noted(layers, "output.threshold", |f| f.output.threshold, notes);
     let (restore, s) = pick(layers, |f| f.output.restore).unwrap_or((
         Restore::Undo,
         CardSource::Default("undo the input's geometry"),
     ));
-    note("output.restore", s);
+    notes.note("output.restore", s);
     let class_output = pick_noted(
         layers,
         "output.class_output",
         |f| f.output.class_output.clone(),
-        &mut note,
+        notes,
     );
-    let mask_size = pick_noted(
-        layers,
-        "output.mask_size",
-        |f| f.output.mask_size,
-        &mut note,
-    );
+    let mask_size = pick_noted(layers, "output.mask_size", |f| f.output.mask_size, notes);
 
-    let graph_classes = match (kind, output_info.dims.get(1)) {
+    OutputCard {
+        name: output_name,
+        kind,
+        align_corners,
+        threshold,
+        restore,
+        class_output,
+        mask_size,
+    }
+}
+
+/// The class names: given, numbered from a count, or numbered from the graph's output.
+fn merge_classes(
+    layers: &[(CardFields, CardSource)],
+    io: &ModelIo,
+    output: &OutputCard,
+    notes: &mut Notes,
+) -> std::result::Result<Vec<String>, String> {
+    let output_info = io
+        .outputs
+        .iter()
+        .find(|t| t.name == output.name)
+        .unwrap_or(&io.outputs[0]);
+    let graph_classes = match (output.kind, output_info.dims.get(1)) {
         (OutputKind::Binary, _) => Some(2),
         (OutputKind::Logits | OutputKind::Probabilities, Some(Some(c))) if *c > 0 => {
             Some(*c as usize)
         }
         // The class logits [N, Q, K + 1]: the last class is "no object".
-        (OutputKind::MaskClassification, _) => class_output
+        (OutputKind::MaskClassification, _) => output
+            .class_output
             .as_ref()
             .and_then(|name| io.outputs.iter().find(|t| &t.name == name))
             .and_then(|t| t.dims.get(2).copied().flatten())
@@ -288,7 +386,7 @@ pub(super) fn merge(
             }
             Some((n, s)) => ((0..n).map(|i| format!("class_{i}")).collect(), s),
             None => {
-                missing.push(
+                notes.missing.push(
                     "the classes (classes or num_classes: the graph's output does not say how \
                      many)",
                 );
@@ -296,68 +394,8 @@ pub(super) fn merge(
             }
         },
     };
-    if !missing.is_empty() {
-        return Err(format!(
-            "no segtool spec or card, and {} missing: {}; {WAYS}",
-            if missing.len() == 1 {
-                "this is"
-            } else {
-                "these are"
-            },
-            missing.join("; ")
-        ));
-    }
-    note("classes", s);
-    let (palette, s) = pick(layers, |f| f.palette.clone()).unwrap_or_else(|| {
-        (
-            default_palette(classes.len()),
-            CardSource::Default("segtool's palette"),
-        )
-    });
-    note("palette", s);
-
-    let card = ModelCard {
-        input: InputCard {
-            name: input_name,
-            layout,
-            dtype,
-            channels,
-            scale: scale.0,
-            mean: mean.0,
-            std: std.0,
-            size: size.map(|s| s.0),
-            size_divisor: divisor.map(|d| d.0),
-            fit,
-            keep_ratio: keep_ratio.map(|k| k.0),
-            min_short_side: min_short_side.map(|m| m.0),
-            resize_filter,
-            resample,
-            shortest_edge,
-            longest_edge,
-            keep_aspect_ratio: keep_aspect_ratio.unwrap_or(false),
-            ensure_multiple_of,
-            center_crop,
-            pad_size,
-        },
-        output: OutputCard {
-            name: output_name,
-            kind,
-            align_corners,
-            threshold,
-            restore,
-            class_output,
-            mask_size,
-        },
-        classes,
-        palette,
-    };
-    sources.sort_by_key(|(f, _)| FIELDS.iter().position(|x| x == f));
-    Ok(ResolvedCard {
-        path: None,
-        card,
-        sources,
-        segtool_export: false,
-    })
+    notes.note("classes", s);
+    Ok(classes)
 }
 
 fn input_channels(info: &segtool_onnx::TensorInfo, layout: Layout) -> Option<usize> {
