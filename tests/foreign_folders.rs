@@ -316,8 +316,8 @@ fn hugging_face_processors_match_transformers() {
     );
 }
 
-/// Calibrates `dir/case/model.onnx` (4 of the photos), serves the INT8 file on them and
-/// checks that each mask agrees with transformers' fp32 mask on more than `min` of its
+/// Calibrates `dir/case/model.onnx` (4 of the photos), compares the two files, serves the
+/// INT8 file on the photos and checks that each mask agrees with transformers' fp32 mask on more than `min` of its
 /// pixels. Returns the INT8 file.
 fn int8_of_folder(dir: &Path, case: &str, min: f64) -> PathBuf {
     let model = dir.join(case).join("model.onnx");
@@ -341,6 +341,24 @@ fn int8_of_folder(dir: &Path, case: &str, min: f64) -> PathBuf {
         "0",
         "--quiet",
     ]));
+    // `compare` reads the fp32 folder as calibration did (a mask head through its copy).
+    let compared = segtool(&[
+        "compare",
+        p(&model),
+        p(&int8),
+        "--images",
+        p(&dir.join("images")),
+        "--samples",
+        "1",
+        "--min-cosine",
+        "0.5",
+    ]);
+    let table = String::from_utf8_lossy(&compared.stdout);
+    assert!(
+        compared.status.success() && table.contains("ONNX Runtime CPU kernels"),
+        "{table}{}",
+        String::from_utf8_lossy(&compared.stderr)
+    );
     let out = dir.join(format!("out-int8-{case}"));
     common::ok(segtool(&[
         "infer",

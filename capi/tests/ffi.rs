@@ -210,3 +210,55 @@ fn one_segmenter_shared_by_threads() {
         }
     });
 }
+
+/// A Hugging Face folder written by transformers' own `save_pretrained`
+/// (tests/reference/hf_processors_ref.py): Mask2Former's mask-classification head, opened
+/// by folder through `segtool_open`, with class maps equal to `Segmenter`'s on the same
+/// folder. Needs the project venv's python (`SEGTOOL_PYTHON`); skipped with a message
+/// without it.
+#[test]
+fn a_hugging_face_mask_classification_folder_opens_by_folder() {
+    let Ok(python) = std::env::var("SEGTOOL_PYTHON") else {
+        eprintln!("SEGTOOL_PYTHON not set (scripts/setup.sh): skipping");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tests/reference/hf_processors_ref.py"
+    );
+    let out = std::process::Command::new(python)
+        .arg(script)
+        .arg("--out")
+        .arg(dir.path())
+        .args(["--cases", "mask2former"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let folder = dir.path().join("mask2former");
+    let path = CString::new(folder.to_str().unwrap()).unwrap();
+    let mut opts = segtool_options_default();
+    opts.engine = SEGTOOL_ENGINE_TRACT;
+    opts.intra_threads = 1;
+    let mut seg = ptr::null_mut();
+    let st = unsafe { segtool_open(path.as_ptr(), &opts, &mut seg) };
+    assert_eq!(st, segtool_status::SEGTOOL_OK, "{}", last_error());
+    assert_eq!(unsafe { segtool_num_classes(seg) }, 6);
+    let mut rust = Segmenter::builder(&folder)
+        .engine(segtool_runtime::EngineKind::Tract)
+        .threads(1)
+        .open()
+        .unwrap();
+    for name in ["wide", "small"] {
+        let img = image::open(dir.path().join(format!("images/{name}.png")))
+            .unwrap()
+            .to_rgb8();
+        let expected: Vec<u8> = rust.segment(&img).unwrap().mask.iter().copied().collect();
+        assert_eq!(segment(seg, &img, 0), expected, "{name}");
+    }
+    unsafe { segtool_close(seg) };
+}
