@@ -244,6 +244,7 @@ fn hugging_face_processors_match_transformers() {
         "maskformer",
         "mask2former",
         "oneformer",
+        "detr",
         "sapiens2",
         "tipsv2_dpt",
         "segformer_pil",

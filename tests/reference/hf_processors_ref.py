@@ -95,6 +95,8 @@ from transformers import (  # noqa: E402
     BeitImageProcessor,
     BeitImageProcessorPil,
     Data2VecVisionConfig,
+    DetrConfig,
+    DetrImageProcessor,
     DPTConfig,
     DPTImageProcessor,
     Mask2FormerConfig,
@@ -118,6 +120,7 @@ from transformers import (  # noqa: E402
     UperNetConfig,
 )
 from transformers.modeling_outputs import SemanticSegmenterOutput  # noqa: E402
+from transformers.models.detr.modeling_detr import DetrSegmentationOutput  # noqa: E402
 from transformers.models.mask2former.modeling_mask2former import (  # noqa: E402
     Mask2FormerForUniversalSegmentationOutput,
 )
@@ -302,6 +305,15 @@ TIPSV2_DPT = {
     "do_resize": True, "size": {"height": 448, "width": 448}, "resample": 2,
     "do_rescale": True, "rescale_factor": 1 / 255, "do_normalize": False,
 }
+DETR_PANOPTIC = {
+    # facebook/detr-resnet-50-panoptic (DetrFeatureExtractor era). search: the DETR
+    # conversion script builds DetrImageProcessor(format="coco_panoptic") for the panoptic
+    # models, the class defaults otherwise (800 / 1333, bilinear, ImageNet mean/std, pad).
+    "do_resize": True, "size": {"shortest_edge": 800, "longest_edge": 1333}, "resample": 2,
+    "do_rescale": True, "rescale_factor": 1 / 255, "do_normalize": True,
+    "image_mean": IMAGENET_DEFAULT_MEAN, "image_std": IMAGENET_DEFAULT_STD,
+    "do_pad": True, "format": "coco_panoptic",
+}
 
 # name: (hub repo, processor class saved, backend loaded, config class, architecture,
 #        kwargs, kind, output stride)
@@ -338,6 +350,8 @@ CASES = {
                     Mask2FormerConfig, "Mask2FormerForUniversalSegmentation", MASK2FORMER, "mask2former", 4),
     "oneformer": ("shi-labs/oneformer_ade20k_swin_tiny", OneFormerImageProcessor, None,
                   OneFormerConfig, "OneFormerForUniversalSegmentation", ONEFORMER, "oneformer", 4),
+    "detr": ("facebook/detr-resnet-50-panoptic", DetrImageProcessor, None,
+             DetrConfig, "DetrForSegmentation", DETR_PANOPTIC, "detr", 4),
     "sapiens2": ("(Sapiens2 class defaults)", Sapiens2ImageProcessor, None,
                  Sapiens2Config, "Sapiens2ForSemanticSegmentation", SAPIENS2, "logits", 4),
     "tipsv2_dpt": ("(TIPSv2 DPT class defaults)", Tipsv2DptImageProcessor, None,
@@ -348,6 +362,8 @@ OUTPUT_CLASSES = {
     "mask2former": Mask2FormerForUniversalSegmentationOutput,
     "oneformer": OneFormerForUniversalSegmentationOutput,
 }
+# the graph's output names of each mask-classification kind: (class logits, mask logits)
+OUTPUT_NAMES = {"detr": ("logits", "pred_masks")}
 
 
 def read_photos(path):
@@ -467,9 +483,10 @@ def export(model, kind, folder, x):
         names = ["logits"]
         axes = {"pixel_values": {0: "N", 2: "H", 3: "W"}, "logits": {0: "N", 2: "h", 3: "w"}}
     else:
-        names = ["class_queries_logits", "masks_queries_logits"]
-        axes = {"pixel_values": {0: "N", 2: "H", 3: "W"}, "class_queries_logits": {0: "N"},
-                "masks_queries_logits": {0: "N", 2: "h", 3: "w"}}
+        classes, masks = OUTPUT_NAMES.get(kind, ("class_queries_logits", "masks_queries_logits"))
+        names = [classes, masks]
+        axes = {"pixel_values": {0: "N", 2: "H", 3: "W"}, classes: {0: "N"},
+                masks: {0: "N", 2: "h", 3: "w"}}
     torch.onnx.export(model.eval(), (x,), path, dynamo=False, opset_version=17,
                       input_names=["pixel_values"], output_names=names, dynamic_axes=axes)
     return path
@@ -526,6 +543,9 @@ def run_case(name, spec, photos, out_dir, gen_seed):
         outs = session.run(names, {"pixel_values": pixel_values.numpy()})
         if kind == "logits":
             wrapped = SemanticSegmenterOutput(logits=torch.from_numpy(outs[0]))
+        elif kind == "detr":
+            wrapped = DetrSegmentationOutput(logits=torch.from_numpy(outs[0]),
+                                             pred_masks=torch.from_numpy(outs[1]))
         else:
             wrapped = OUTPUT_CLASSES[kind](class_queries_logits=torch.from_numpy(outs[0]),
                                            masks_queries_logits=torch.from_numpy(outs[1]))

@@ -33,10 +33,13 @@ pub enum Processor {
     Sapiens2,
     /// `Tipsv2DptImageProcessor` (TIPSv2's DPT head): rescaled, not normalised.
     Tipsv2Dpt,
+    /// `DetrImageProcessor` (`DetrForSegmentation`): a mask-classification head
+    /// (`logits`, `pred_masks`).
+    Detr,
 }
 
 /// Every processor segtool reads.
-pub const PROCESSORS: [Processor; 10] = [
+pub const PROCESSORS: [Processor; 11] = [
     Processor::Segformer,
     Processor::MobileVit,
     Processor::Dpt,
@@ -47,14 +50,11 @@ pub const PROCESSORS: [Processor; 10] = [
     Processor::OneFormer,
     Processor::Sapiens2,
     Processor::Tipsv2Dpt,
+    Processor::Detr,
 ];
 
 /// Classes transformers maps for segmentation that segtool does not read yet, with why.
-pub const NOT_READ: [(&str, &str); 3] = [
-    (
-        "DetrImageProcessor",
-        "DETR's panoptic head post-processes boxes and masks",
-    ),
+pub const NOT_READ: [(&str, &str); 2] = [
     (
         "EomtImageProcessor",
         "EoMT splits images into overlapping crops (do_split_image)",
@@ -76,6 +76,7 @@ impl Processor {
             Processor::OneFormer => "OneFormerImageProcessor",
             Processor::Sapiens2 => "Sapiens2ImageProcessor",
             Processor::Tipsv2Dpt => "Tipsv2DptImageProcessor",
+            Processor::Detr => "DetrImageProcessor",
         }
     }
 
@@ -110,6 +111,7 @@ impl Processor {
             "oneformer" => Processor::OneFormer,
             "sapiens2" => Processor::Sapiens2,
             "tipsv2_dpt" => Processor::Tipsv2Dpt,
+            "detr" => Processor::Detr,
             _ => return None,
         })
     }
@@ -131,7 +133,7 @@ impl Processor {
     pub fn mask_classification(self) -> bool {
         matches!(
             self,
-            Processor::MaskFormer | Processor::Mask2Former | Processor::OneFormer
+            Processor::MaskFormer | Processor::Mask2Former | Processor::OneFormer | Processor::Detr
         )
     }
 
@@ -168,13 +170,16 @@ impl Processor {
                 "crop_size": {"height": 224, "width": 224}}),
             Processor::Tipsv2Dpt => json!({"resample": 2, "do_normalize": false,
                 "size": {"height": 448, "width": 448}}),
+            Processor::Detr => json!({"resample": 2, "do_normalize": true, "do_pad": true,
+                "size": {"shortest_edge": 800, "longest_edge": 1333}}),
         };
         let means = match self {
             Processor::Segformer
             | Processor::MaskFormer
             | Processor::Mask2Former
             | Processor::OneFormer
-            | Processor::Sapiens2 => imagenet,
+            | Processor::Sapiens2
+            | Processor::Detr => imagenet,
             // No class default: a folder that normalises names its own.
             Processor::Tipsv2Dpt => json!({}),
             _ => half,
@@ -228,7 +233,7 @@ pub const APPLIED: [&str; 22] = [
 ];
 
 /// Keys that change nothing at inference, with why.
-pub const NO_EFFECT: [(&str, &str); 13] = [
+pub const NO_EFFECT: [(&str, &str); 14] = [
     ("do_reduce_labels", "maps training labels only"),
     (
         "reduce_labels",
@@ -278,11 +283,15 @@ pub const NO_EFFECT: [(&str, &str); 13] = [
         "keypoint_heatmap_sigma",
         "Sapiens2's pose-training heatmaps",
     ),
+    (
+        "format",
+        "the annotation format of training targets (DETR's COCO detection or panoptic)",
+    ),
 ];
 
 /// Keys transformers knows that change preprocessing in ways segtool does not follow,
 /// with the card field (or way) that replaces them.
-pub const REFUSED: [(&str, &str); 6] = [
+pub const REFUSED: [(&str, &str); 5] = [
     (
         "do_split_image",
         "no card field: EoMT's sliding crops are not supported",
@@ -292,10 +301,6 @@ pub const REFUSED: [(&str, &str); 6] = [
     (
         "auto_map",
         "a card file (--card): custom processor code cannot be followed",
-    ),
-    (
-        "format",
-        "no card field: annotation formats are for detection training",
     ),
     ("image_seq_length", "no card field"),
 ];

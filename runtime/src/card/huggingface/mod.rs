@@ -10,10 +10,11 @@
 //! torchvision backend whatever the folder says (a `...Pil` class name included; the
 //! Pillow backend takes `backend="pil"` in code), so the resize is torchvision's with the
 //! processor's `resample` kernel; a deployment behind the Pillow backend says so with
-//! `input.resize_filter = "pillow"` in a sidecar or card file, which wins over the folder. Outputs come back as `post_process_semantic_segmentation` brings
-//! them: the whole output resized to the image (`output.restore = "stretch"`, whatever
-//! the crop or padding before the model), `align_corners=False`; MaskFormer,
-//! Mask2Former and OneFormer answer a mask-classification head.
+//! `input.resize_filter = "pillow"` in a sidecar or card file, which wins over the
+//! folder. Outputs come back as `post_process_semantic_segmentation` brings them: the
+//! whole output resized to the image (`output.restore = "stretch"`, whatever the crop or
+//! padding before the model), `align_corners=False`; MaskFormer, Mask2Former, OneFormer
+//! and DETR answer a mask-classification head.
 
 pub mod keys;
 
@@ -264,8 +265,12 @@ fn fields_of(m: &Value, p: Processor, pillow: bool) -> std::result::Result<CardF
     });
     if p.mask_classification() {
         o.kind = Some(OutputKind::MaskClassification);
-        o.name = Some("masks_queries_logits".into());
-        o.class_output = Some("class_queries_logits".into());
+        let (masks, classes) = match p {
+            Processor::Detr => ("pred_masks", "logits"),
+            _ => ("masks_queries_logits", "class_queries_logits"),
+        };
+        o.name = Some(masks.into());
+        o.class_output = Some(classes.into());
         o.mask_size = (p == Processor::Mask2Former).then_some(MASK2FORMER_MASK_SIZE);
     } else {
         o.kind = Some(OutputKind::Logits);
