@@ -245,6 +245,7 @@ fn hugging_face_processors_match_transformers() {
         "mask2former",
         "oneformer",
         "detr",
+        "eomt",
         "sapiens2",
         "tipsv2_dpt",
         "segformer_pil",
@@ -313,6 +314,22 @@ fn hugging_face_processors_match_transformers() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         !out.status.success() && stderr.contains("do_warp_to_polar"),
+        "{stderr}"
+    );
+    // EoMT's sliding crops (the semantic checkpoints' do_split_image) are refused by name.
+    let split = dir.join("eomt_split");
+    std::fs::create_dir_all(&split).unwrap();
+    for file in ["model.onnx", "config.json"] {
+        std::fs::copy(dir.join("eomt").join(file), split.join(file)).unwrap();
+    }
+    let pre = std::fs::read_to_string(dir.join("eomt/preprocessor_config.json")).unwrap();
+    let mut pre: serde_json::Value = serde_json::from_str(&pre).unwrap();
+    pre["do_split_image"] = serde_json::json!(true);
+    std::fs::write(split.join("preprocessor_config.json"), pre.to_string()).unwrap();
+    let out = segtool(&["card", p(&split), "--show"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("do_split_image"),
         "{stderr}"
     );
 }

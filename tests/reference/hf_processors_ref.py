@@ -99,6 +99,8 @@ from transformers import (  # noqa: E402
     DetrImageProcessor,
     DPTConfig,
     DPTImageProcessor,
+    EomtConfig,
+    EomtImageProcessor,
     Mask2FormerConfig,
     Mask2FormerImageProcessor,
     MaskFormerConfig,
@@ -121,6 +123,7 @@ from transformers import (  # noqa: E402
 )
 from transformers.modeling_outputs import SemanticSegmenterOutput  # noqa: E402
 from transformers.models.detr.modeling_detr import DetrSegmentationOutput  # noqa: E402
+from transformers.models.eomt.modeling_eomt import EomtForUniversalSegmentationOutput  # noqa: E402
 from transformers.models.mask2former.modeling_mask2former import (  # noqa: E402
     Mask2FormerForUniversalSegmentationOutput,
 )
@@ -314,6 +317,16 @@ DETR_PANOPTIC = {
     "image_mean": IMAGENET_DEFAULT_MEAN, "image_std": IMAGENET_DEFAULT_STD,
     "do_pad": True, "format": "coco_panoptic",
 }
+EOMT = {
+    # EoMT without its sliding crops (do_split_image false, as the panoptic and instance
+    # checkpoints such as tue-mps/coco_panoptic_eomt_large_640 ship it: memory; the
+    # semantic ADE checkpoints split, which segtool refuses by name). 512 here: the masks
+    # are resized to 512 x 512 before the final resize, a quirk kept.
+    "do_resize": True, "size": {"shortest_edge": 512, "longest_edge": 512}, "resample": 2,
+    "do_rescale": True, "rescale_factor": 1 / 255, "do_normalize": True,
+    "image_mean": IMAGENET_DEFAULT_MEAN, "image_std": IMAGENET_DEFAULT_STD,
+    "do_split_image": False, "do_pad": False,
+}
 
 # name: (hub repo, processor class saved, backend loaded, config class, architecture,
 #        kwargs, kind, output stride)
@@ -352,6 +365,8 @@ CASES = {
                   OneFormerConfig, "OneFormerForUniversalSegmentation", ONEFORMER, "oneformer", 4),
     "detr": ("facebook/detr-resnet-50-panoptic", DetrImageProcessor, None,
              DetrConfig, "DetrForSegmentation", DETR_PANOPTIC, "detr", 4),
+    "eomt": ("tue-mps/coco_panoptic_eomt_large_640 (at 512)", EomtImageProcessor, None,
+             EomtConfig, "EomtForUniversalSegmentation", EOMT, "eomt", 4),
     "sapiens2": ("(Sapiens2 class defaults)", Sapiens2ImageProcessor, None,
                  Sapiens2Config, "Sapiens2ForSemanticSegmentation", SAPIENS2, "logits", 4),
     "tipsv2_dpt": ("(TIPSv2 DPT class defaults)", Tipsv2DptImageProcessor, None,
@@ -543,6 +558,10 @@ def run_case(name, spec, photos, out_dir, gen_seed):
         outs = session.run(names, {"pixel_values": pixel_values.numpy()})
         if kind == "logits":
             wrapped = SemanticSegmenterOutput(logits=torch.from_numpy(outs[0]))
+        elif kind == "eomt":
+            wrapped = EomtForUniversalSegmentationOutput(class_queries_logits=torch.from_numpy(outs[0]),
+                                                         masks_queries_logits=torch.from_numpy(outs[1]),
+                                                         patch_offsets=None)
         elif kind == "detr":
             wrapped = DetrSegmentationOutput(logits=torch.from_numpy(outs[0]),
                                              pred_masks=torch.from_numpy(outs[1]))

@@ -36,10 +36,13 @@ pub enum Processor {
     /// `DetrImageProcessor` (`DetrForSegmentation`): a mask-classification head
     /// (`logits`, `pred_masks`).
     Detr,
+    /// `EomtImageProcessor` (EoMT, EoMT-DINOv3) without its sliding crops: a
+    /// mask-classification head, masks resized to the processor's size first.
+    Eomt,
 }
 
 /// Every processor segtool reads.
-pub const PROCESSORS: [Processor; 11] = [
+pub const PROCESSORS: [Processor; 12] = [
     Processor::Segformer,
     Processor::MobileVit,
     Processor::Dpt,
@@ -51,16 +54,11 @@ pub const PROCESSORS: [Processor; 11] = [
     Processor::Sapiens2,
     Processor::Tipsv2Dpt,
     Processor::Detr,
+    Processor::Eomt,
 ];
 
 /// Classes transformers maps for segmentation that segtool does not read yet, with why.
-pub const NOT_READ: [(&str, &str); 2] = [
-    (
-        "EomtImageProcessor",
-        "EoMT splits images into overlapping crops (do_split_image)",
-    ),
-    ("VideomtImageProcessor", "a video model"),
-];
+pub const NOT_READ: [(&str, &str); 1] = [("VideomtImageProcessor", "a video model")];
 
 impl Processor {
     /// The torchvision-backend class name.
@@ -77,6 +75,7 @@ impl Processor {
             Processor::Sapiens2 => "Sapiens2ImageProcessor",
             Processor::Tipsv2Dpt => "Tipsv2DptImageProcessor",
             Processor::Detr => "DetrImageProcessor",
+            Processor::Eomt => "EomtImageProcessor",
         }
     }
 
@@ -112,6 +111,7 @@ impl Processor {
             "sapiens2" => Processor::Sapiens2,
             "tipsv2_dpt" => Processor::Tipsv2Dpt,
             "detr" => Processor::Detr,
+            "eomt" | "eomt_dinov3" => Processor::Eomt,
             _ => return None,
         })
     }
@@ -133,7 +133,11 @@ impl Processor {
     pub fn mask_classification(self) -> bool {
         matches!(
             self,
-            Processor::MaskFormer | Processor::Mask2Former | Processor::OneFormer | Processor::Detr
+            Processor::MaskFormer
+                | Processor::Mask2Former
+                | Processor::OneFormer
+                | Processor::Detr
+                | Processor::Eomt
         )
     }
 
@@ -172,6 +176,8 @@ impl Processor {
                 "size": {"height": 448, "width": 448}}),
             Processor::Detr => json!({"resample": 2, "do_normalize": true, "do_pad": true,
                 "size": {"shortest_edge": 800, "longest_edge": 1333}}),
+            Processor::Eomt => json!({"resample": 2, "do_normalize": true, "do_pad": false,
+                "do_split_image": false, "size": {"shortest_edge": 640, "longest_edge": 640}}),
         };
         let means = match self {
             Processor::Segformer
@@ -179,7 +185,8 @@ impl Processor {
             | Processor::Mask2Former
             | Processor::OneFormer
             | Processor::Sapiens2
-            | Processor::Detr => imagenet,
+            | Processor::Detr
+            | Processor::Eomt => imagenet,
             // No class default: a folder that normalises names its own.
             Processor::Tipsv2Dpt => json!({}),
             _ => half,
@@ -207,7 +214,7 @@ pub enum KeyRule {
 }
 
 /// Keys that shape the card (for the processors that take them; see [`rule`]).
-pub const APPLIED: [&str; 22] = [
+pub const APPLIED: [&str; 23] = [
     "image_processor_type",
     "feature_extractor_type",
     "do_resize",
@@ -230,6 +237,7 @@ pub const APPLIED: [&str; 22] = [
     "do_convert_rgb",
     "data_format",
     "default_to_square",
+    "do_split_image",
 ];
 
 /// Keys that change nothing at inference, with why.
@@ -291,11 +299,7 @@ pub const NO_EFFECT: [(&str, &str); 14] = [
 
 /// Keys transformers knows that change preprocessing in ways segtool does not follow,
 /// with the card field (or way) that replaces them.
-pub const REFUSED: [(&str, &str); 5] = [
-    (
-        "do_split_image",
-        "no card field: EoMT's sliding crops are not supported",
-    ),
+pub const REFUSED: [(&str, &str); 4] = [
     ("crop_pct", "input.center_crop with the crop in pixels"),
     ("input_data_format", "input.layout"),
     (
@@ -319,6 +323,7 @@ fn ignored_by(p: Processor, key: &str) -> Option<&'static str> {
 fn taken_by(p: Processor, key: &str) -> bool {
     match key {
         "do_flip_channel_order" => p == Processor::MobileVit,
+        "do_split_image" => p == Processor::Eomt,
         "keep_aspect_ratio" | "ensure_multiple_of" => p == Processor::Dpt,
         "size_divisor" => matches!(
             p,

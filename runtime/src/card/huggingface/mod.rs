@@ -233,6 +233,14 @@ fn fields_of(m: &Value, p: Processor, pillow: bool) -> std::result::Result<CardF
             i.size_divisor = divisor;
             i.fit = divisor.map(|_| Fit::ResizeUp);
         }
+        Processor::Eomt if truthy(m, "do_split_image") || truthy(m, "do_pad") => {
+            return Err(
+                "do_split_image or do_pad true: EoMT's overlapping square crops (merged \
+                 after the model) and its padding before normalisation are not followed; \
+                 give a card file (--card) for a model served without them"
+                    .into(),
+            )
+        }
         Processor::Sapiens2 if truthy(m, "do_pad") => {
             return Err(
                 "do_pad true: Sapiens2 pads for its normal, albedo and pointmap heads (an \
@@ -271,7 +279,15 @@ fn fields_of(m: &Value, p: Processor, pillow: bool) -> std::result::Result<CardF
         };
         o.name = Some(masks.into());
         o.class_output = Some(classes.into());
-        o.mask_size = (p == Processor::Mask2Former).then_some(MASK2FORMER_MASK_SIZE);
+        o.mask_size = match p {
+            Processor::Mask2Former => Some(MASK2FORMER_MASK_SIZE),
+            // EoMT resizes the masks to (shortest_edge, longest_edge) of its size.
+            Processor::Eomt => f
+                .input
+                .shortest_edge
+                .map(|s| [s, f.input.longest_edge.unwrap_or(s)]),
+            _ => None,
+        };
     } else {
         o.kind = Some(OutputKind::Logits);
     }
