@@ -463,12 +463,15 @@ fn hugging_face_keys_are_applied_listed_or_refused() {
         .iter()
         .any(|(k, r)| k == "do_reduce_labels" && matches!(r, KeyRule::NoEffect(_))));
     // An unknown class is refused by name, a known-but-unread one with its reason.
-    write(r#"{"image_processor_type": "EomtImageProcessor"}"#);
+    write(r#"{"image_processor_type": "VideomtImageProcessor"}"#);
     let e = message(resolve(&model, &CardRequest::new()).unwrap_err());
     assert!(
-        e.contains("EomtImageProcessor") && e.contains("do_split_image"),
+        e.contains("VideomtImageProcessor") && e.contains("a video model"),
         "{e}"
     );
+    write(r#"{"image_processor_type": "EomtImageProcessor", "do_split_image": true}"#);
+    let e = message(resolve(&model, &CardRequest::new()).unwrap_err());
+    assert!(e.contains("do_split_image"), "{e}");
 }
 
 #[test]
