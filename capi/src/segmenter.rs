@@ -10,8 +10,8 @@ use std::ptr;
 use std::sync::Mutex;
 
 use image::RgbImage;
+use segtool_runtime::{EngineKind, Frame, PixelFormat, Segmenter, SegmenterBuilder};
 use segtool_spec::ModelSpec;
-use segtool_runtime::{EngineKind, Segmenter, SegmenterBuilder};
 
 use crate::options::{
     parse_providers, segtool_options, segtool_options_default, SEGTOOL_ENGINE_AUTO,
@@ -79,7 +79,9 @@ pub(crate) fn builder(path: &Path, opts: &segtool_options) -> Result<SegmenterBu
         (h, w) => builder = builder.fixed_size(h as usize, w as usize),
     }
     // SAFETY: as above.
-    if let Some(lib) = unsafe { opt_str(opts.ort_library, "ort_library") }?.filter(|p| !p.is_empty()) {
+    if let Some(lib) =
+        unsafe { opt_str(opts.ort_library, "ort_library") }?.filter(|p| !p.is_empty())
+    {
         builder = builder.ort_library(lib);
     }
     // SAFETY: as above.
@@ -236,17 +238,11 @@ pub(crate) fn copy_image(
             "stride_bytes {stride} is shorter than one row of {width} RGB pixels ({row} bytes)"
         )));
     }
-    let total = stride * u64::from(height - 1) + row;
-    let (row, stride, total) = (
-        usize::try_from(row).map_err(|_| Error::invalid("image too large"))?,
-        usize::try_from(stride).map_err(|_| Error::invalid("image too large"))?,
-        usize::try_from(total).map_err(|_| Error::invalid("image too large"))?,
-    );
+    let total = usize::try_from(stride * u64::from(height - 1) + row)
+        .map_err(|_| Error::invalid("image too large"))?;
     // SAFETY: the caller guarantees `total` readable bytes at `rgb` (non-null, checked).
     let src = unsafe { std::slice::from_raw_parts(rgb, total) };
-    let mut packed = Vec::with_capacity(row * height as usize);
-    for y in 0..height as usize {
-        packed.extend_from_slice(&src[y * stride..y * stride + row]);
-    }
-    Ok(RgbImage::from_raw(width, height, packed).expect("buffer is width * height * 3"))
+    let frame = Frame::new(src, width, height, stride as usize, PixelFormat::Rgb8)
+        .map_err(|e| Error::invalid(e.to_string()))?;
+    Ok(frame.to_rgb())
 }

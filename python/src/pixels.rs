@@ -6,7 +6,7 @@ use image::RgbImage;
 use ndarray::{Array3, Array4, ArrayView3, ArrayViewMut3, Axis};
 use numpy::{PyReadonlyArray2, PyReadonlyArray3};
 use pyo3::prelude::*;
-use segtool_runtime::{EngineInput, InputLayout};
+use segtool_runtime::{EngineInput, Frame, InputLayout, PixelFormat};
 use segtool_spec::ModelSpec;
 
 use crate::errors;
@@ -82,21 +82,19 @@ pub(crate) fn mask_arg<'py>(obj: &Bound<'py, PyAny>) -> PyResult<PyReadonlyArray
 }
 
 /// The pixels as an owned RGB image (for the batch server and live streams, which keep
-/// frames past the call).
+/// frames past the call): the runtime's [`Frame`] of the array's rows (a strided array is
+/// packed first).
 pub(crate) fn to_rgb_image(view: ArrayView3<u8>, color: Color) -> RgbImage {
     let (h, w, _) = view.dim();
-    let mut raw = Vec::with_capacity(h * w * 3);
-    match (color, view.as_slice()) {
-        (Color::Rgb, Some(s)) => raw.extend_from_slice(s),
-        _ => {
-            for row in view.outer_iter() {
-                for px in row.outer_iter() {
-                    raw.extend((0..3).map(|c| px[color.source(c)]));
-                }
-            }
-        }
-    }
-    RgbImage::from_raw(w as u32, h as u32, raw).expect("h * w * 3 bytes")
+    let packed = view.as_standard_layout();
+    let format = match color {
+        Color::Rgb => PixelFormat::Rgb8,
+        Color::Bgr => PixelFormat::Bgr8,
+    };
+    let data = packed.as_slice().expect("a standard-layout array");
+    Frame::new(data, w as u32, h as u32, 0, format)
+        .expect("image_arg checked an HxWx3 array with H, W >= 1")
+        .to_rgb()
 }
 
 /// An owned RGB image as an HxWx3 array (its buffer moved, not copied).

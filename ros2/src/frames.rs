@@ -15,6 +15,7 @@
 
 use image::RgbImage;
 use ndarray::Array2;
+use segtool_runtime::{Frame, FrameError, PixelFormat};
 
 use crate::msgs::{Bytes, CompressedImage, Header, Image};
 
@@ -56,60 +57,53 @@ impl BadFrame {
     }
 }
 
-/// Bytes per pixel and the RGB channel of each output channel (`None`: grey).
-fn layout(encoding: &str) -> Option<(u32, Option<[usize; 3]>)> {
+/// The runtime's pixel format of a ROS `encoding` (`8UC1` is OpenCV's name for mono8).
+fn pixel_format(encoding: &str) -> Option<PixelFormat> {
     Some(match encoding {
-        "rgb8" => (3, Some([0, 1, 2])),
-        "bgr8" => (3, Some([2, 1, 0])),
-        "rgba8" => (4, Some([0, 1, 2])),
-        "bgra8" => (4, Some([2, 1, 0])),
-        "mono8" | "8UC1" => (1, None),
+        "rgb8" => PixelFormat::Rgb8,
+        "bgr8" => PixelFormat::Bgr8,
+        "rgba8" => PixelFormat::Rgba8,
+        "bgra8" => PixelFormat::Bgra8,
+        "mono8" | "8UC1" => PixelFormat::Mono8,
         _ => return None,
     })
 }
 
-/// The RGB image an `Image` message holds.
+/// The RGB image an `Image` message holds: a [`Frame`] of its bytes, under ROS's own
+/// rules on top (a zero `step` is no stride, and `data` holds `step x height` bytes).
 pub fn image_to_rgb(msg: &Image) -> Result<RgbImage, BadFrame> {
-    let (channels, order) =
-        layout(&msg.encoding).ok_or_else(|| BadFrame::Encoding(msg.encoding.clone()))?;
+    let format =
+        pixel_format(&msg.encoding).ok_or_else(|| BadFrame::Encoding(msg.encoding.clone()))?;
     if msg.is_bigendian != 0 {
         return Err(BadFrame::BigEndian(msg.encoding.clone()));
     }
-    let (w, h) = (msg.width, msg.height);
-    if w == 0 || h == 0 {
-        return Err(BadFrame::Empty(w, h));
+    let step_error = || BadFrame::Step {
+        step: msg.step,
+        width: msg.width,
+        channels: format.bytes_per_pixel() as u32,
+    };
+    if msg.step == 0 && msg.width > 0 && msg.height > 0 {
+        return Err(step_error());
     }
-    let row = w as usize * channels as usize;
-    if (msg.step as usize) < row {
-        return Err(BadFrame::Step {
-            step: msg.step,
-            width: w,
-            channels,
-        });
-    }
-    let need = msg.step as usize * h as usize;
     let data = &msg.data.0;
+    let frame = Frame::new(data, msg.width, msg.height, msg.step as usize, format).map_err(
+        |e| match e {
+            FrameError::Empty { width, height } => BadFrame::Empty(width, height),
+            FrameError::Stride { .. } => step_error(),
+            FrameError::Short { got, .. } => BadFrame::Short {
+                got,
+                need: msg.step as usize * msg.height as usize,
+            },
+        },
+    )?;
+    let need = msg.step as usize * msg.height as usize;
     if data.len() < need {
         return Err(BadFrame::Short {
             got: data.len(),
             need,
         });
     }
-    let mut out = Vec::with_capacity(w as usize * h as usize * 3);
-    for y in 0..h as usize {
-        let line = &data[y * msg.step as usize..y * msg.step as usize + row];
-        match order {
-            // Already RGB, tightly packed per pixel: the row as it is.
-            Some([0, 1, 2]) if channels == 3 => out.extend_from_slice(line),
-            Some([r, g, b]) => {
-                for px in line.chunks_exact(channels as usize) {
-                    out.extend_from_slice(&[px[r], px[g], px[b]]);
-                }
-            }
-            None => line.iter().for_each(|&v| out.extend_from_slice(&[v, v, v])),
-        }
-    }
-    Ok(RgbImage::from_raw(w, h, out).expect("w x h x 3 bytes"))
+    Ok(frame.to_rgb())
 }
 
 /// The RGB image a `CompressedImage` holds (JPEG or PNG, told by its bytes; `format` is

@@ -20,6 +20,10 @@ pub enum RuntimeError {
     #[error(transparent)]
     File(#[from] ModelFileError),
 
+    /// The pixels handed in are not a frame (empty, overlapping rows, a short buffer).
+    #[error("bad frame: {0}")]
+    Frame(#[from] crate::frame::FrameError),
+
     /// The tensor or images handed to an engine do not fit the model.
     #[error("wrong input shape: expected {expected}, got {got}")]
     InputShape {

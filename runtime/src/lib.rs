@@ -51,6 +51,7 @@ pub mod contract_adapter;
 pub mod engine;
 pub mod env_report;
 pub mod error;
+pub mod frame;
 pub mod io_contract;
 pub mod memory;
 #[cfg(feature = "ort")]
@@ -74,6 +75,7 @@ pub use contract_adapter::ContractAdapter;
 pub use engine::{load_spec, read_metadata, run_logits, Engine};
 pub use env_report::{env_report, RuntimeEnvReport};
 pub use error::{Result, RuntimeError};
+pub use frame::{Frame, FrameError, PixelFormat};
 pub use io_contract::{
     EngineInput, EngineOutput, EngineTensor, InputLayout, IoContract, OutputKind, Segmentation,
 };

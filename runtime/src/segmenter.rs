@@ -219,6 +219,11 @@ impl Segmenter {
         )
     }
 
+    /// Segments one frame (any [`crate::PixelFormat`], padded rows) at its own size.
+    pub fn segment_frame(&mut self, frame: &crate::Frame<'_>) -> Result<Segmentation> {
+        self.segment(&frame.to_rgb())
+    }
+
     /// Segments one image at its own size.
     pub fn segment(&mut self, img: &RgbImage) -> Result<Segmentation> {
         let mut out = self.segment_batch(std::slice::from_ref(img))?;

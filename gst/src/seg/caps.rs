@@ -6,6 +6,7 @@ use gst_video::prelude::*;
 use gst_video::{VideoFormat, VideoFrameRef, VideoInfo};
 use image::RgbImage;
 use ndarray::Array2;
+use segtool_runtime::{Frame, PixelFormat};
 
 use super::props::OutputMode;
 
@@ -105,29 +106,24 @@ pub fn transform(
 
 /// Copies a frame of one of [`SINK_FORMATS`] into a packed RGB image.
 pub fn to_rgb(frame: &VideoFrameRef<&gst::BufferRef>) -> Result<RgbImage, String> {
-    let (w, h) = (frame.width() as usize, frame.height() as usize);
-    let (order, step) = layout(frame.format())?;
-    let stride = frame.plane_stride()[0] as usize;
+    let format = pixel_format(frame.format())?;
     let data = frame
         .plane_data(0)
         .map_err(|e| format!("mapping the frame: {e}"))?;
-    let mut out = Vec::with_capacity(w * h * 3);
-    for y in 0..h {
-        let row = &data[y * stride..y * stride + w * step];
-        for px in row.chunks_exact(step) {
-            out.extend([px[order[0]], px[order[1]], px[order[2]]]);
-        }
-    }
-    Ok(RgbImage::from_raw(w as u32, h as u32, out).expect("sized for the frame"))
+    let stride = frame.plane_stride()[0] as usize;
+    Frame::new(data, frame.width(), frame.height(), stride, format)
+        .map(|f| f.to_rgb())
+        .map_err(|e| e.to_string())
 }
 
-/// Byte offsets of R, G, B and the pixel's size for `format`.
-fn layout(format: VideoFormat) -> Result<([usize; 3], usize), String> {
+/// The runtime's name for one of [`SINK_FORMATS`].
+fn pixel_format(format: VideoFormat) -> Result<PixelFormat, String> {
     Ok(match format {
-        VideoFormat::Rgb => ([0, 1, 2], 3),
-        VideoFormat::Bgr => ([2, 1, 0], 3),
-        VideoFormat::Rgbx | VideoFormat::Rgba => ([0, 1, 2], 4),
-        VideoFormat::Bgrx => ([2, 1, 0], 4),
+        VideoFormat::Rgb => PixelFormat::Rgb8,
+        VideoFormat::Bgr => PixelFormat::Bgr8,
+        VideoFormat::Rgbx => PixelFormat::Rgbx8,
+        VideoFormat::Rgba => PixelFormat::Rgba8,
+        VideoFormat::Bgrx => PixelFormat::Bgrx8,
         other => {
             return Err(format!(
                 "format {} is not one segtoolseg takes (RGB, BGR, RGBx, BGRx, RGBA)",
@@ -145,7 +141,11 @@ pub fn write_rgb(
     out: &mut VideoFrameRef<&mut gst::BufferRef>,
 ) -> Result<(), String> {
     let (w, h) = (out.width() as usize, out.height() as usize);
-    let (order, step) = layout(out.format())?;
+    let format = pixel_format(out.format())?;
+    let (order, step) = (
+        format.rgb_offsets().expect("sink formats are colour"),
+        format.bytes_per_pixel(),
+    );
     let stride = out.plane_stride()[0] as usize;
     let in_plane = match input {
         Some(f) => Some((
