@@ -17,7 +17,7 @@ pub struct ModelArgs {
     #[arg(long, value_name = "FILE")]
     pub card: Option<PathBuf>,
     /// auto (ONNX Runtime when its library loads, else tract), ort or tract.
-    #[arg(long, default_value = "auto", value_parser = parse_engine)]
+    #[arg(long, default_value_t = EngineKind::Auto)]
     pub engine: EngineKind,
     /// ONNX Runtime execution providers in preference order, e.g. `cuda,cpu` (CPU is the
     /// last resort; a provider that does not load is reported in the diagnostics).
@@ -26,15 +26,6 @@ pub struct ModelArgs {
     /// Engine threads (default: the engine's choice).
     #[arg(long)]
     pub threads: Option<usize>,
-}
-
-fn parse_engine(s: &str) -> Result<EngineKind, String> {
-    match s {
-        "auto" => Ok(EngineKind::Auto),
-        "ort" => Ok(EngineKind::Ort),
-        "tract" => Ok(EngineKind::Tract),
-        _ => Err(format!("`{s}`: expected auto, ort or tract")),
-    }
 }
 
 impl ModelArgs {

@@ -9,40 +9,13 @@ use segtool_runtime::{EngineKind, Segmenter, SegmenterBuilder};
 
 use crate::args::card::CardArgs;
 
-/// `--engine`: which inference engine runs the model.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Engine {
-    /// ONNX Runtime (CPU, CUDA, TensorRT).
-    Ort,
-    /// tract: pure Rust, CPU only.
-    Tract,
-    /// ONNX Runtime when its library loads, else tract (reported).
-    Auto,
-}
-
-impl From<Engine> for EngineKind {
-    fn from(e: Engine) -> Self {
-        match e {
-            Engine::Ort => EngineKind::Ort,
-            Engine::Tract => EngineKind::Tract,
-            Engine::Auto => EngineKind::Auto,
-        }
-    }
-}
-
-impl Engine {
-    /// The flag's spelling (`ort`, `tract`, `auto`), as recorded in reports.
-    pub fn as_str(self) -> &'static str {
-        EngineKind::from(self).as_str()
-    }
-}
-
 /// The engine flags, flattened into every subcommand that opens a model.
 #[derive(Clone, Debug, clap::Args)]
 pub struct EngineFlags {
-    /// Inference engine.
-    #[arg(long, value_enum, default_value_t = Engine::Ort)]
-    pub engine: Engine,
+    /// Inference engine: ort (ONNX Runtime: CPU, CUDA, TensorRT), tract (pure Rust, CPU
+    /// only) or auto (ONNX Runtime when its library loads, else tract, reported).
+    #[arg(long, default_value_t = EngineKind::Ort)]
+    pub engine: EngineKind,
     /// ONNX Runtime execution providers in order of preference: cpu, cuda[:N],
     /// tensorrt[:N], tensorrt-fp16[:N]. Unavailable ones fall back to CPU (reported).
     #[arg(long, value_delimiter = ',', default_value = "cpu")]
@@ -77,7 +50,7 @@ impl EngineFlags {
 /// What the inference flags ask for.
 #[derive(Clone, Debug)]
 pub struct EngineRequest<'a> {
-    pub engine: Engine,
+    pub engine: EngineKind,
     /// `--providers` as given (`cpu`, `cuda:1`, `tensorrt-fp16`...).
     pub providers: &'a [String],
     pub threads: Option<usize>,
@@ -93,7 +66,7 @@ impl EngineRequest<'_> {
     /// error naming it).
     pub fn builder(&self, model: &Path) -> Result<SegmenterBuilder> {
         let mut b = Segmenter::builder(model)
-            .engine(self.engine.into())
+            .engine(self.engine)
             .strict(self.strict)
             .card(self.card.clone());
         #[cfg(feature = "ort")]

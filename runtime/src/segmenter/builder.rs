@@ -32,6 +32,9 @@ pub enum EngineKind {
 }
 
 impl EngineKind {
+    /// Every engine, in the order of the names' list.
+    pub const ALL: [EngineKind; 3] = [EngineKind::Auto, EngineKind::Ort, EngineKind::Tract];
+
     /// The name used on command lines and in reports: `auto`, `ort`, `tract`.
     pub fn as_str(self) -> &'static str {
         match self {

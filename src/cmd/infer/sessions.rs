@@ -10,7 +10,8 @@ use anyhow::{bail, Context, Result};
 use segtool_runtime::accuracy::{self, AccuracyOptions, Protocol};
 use segtool_runtime::{BatchConfig, BatchServer, OutputKind, Segmenter, SegmenterBuilder};
 
-use crate::args::engine::{Engine, EngineRequest};
+use crate::args::engine::EngineRequest;
+use segtool_runtime::EngineKind;
 
 use super::Args;
 
@@ -90,7 +91,7 @@ pub(super) fn open_server(
     fixed_size: Option<(usize, usize)>,
 ) -> Result<(BatchServer, String)> {
     let sessions: Vec<(String, EngineRequest)> = if !args.devices.is_empty() {
-        if args.engine.engine != Engine::Ort {
+        if args.engine.engine != EngineKind::Ort {
             bail!("--devices needs --engine ort (CUDA sessions of ONNX Runtime)");
         }
         args.devices
