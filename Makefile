@@ -27,7 +27,7 @@ test:
 wheel:
 	@$(ENV); bash scripts/python_tests.sh wheel
 
-# The GPU tier (README, GPU section): every check runs on the GPUs present or is reported
+# The GPU tier (book/src/gpu.md): every check runs on the GPUs present or is reported
 # SKIPPED with its reason. Run by nothing in CI. It sets up and uses the GPU venv itself
 # (SEGTOOL_GPU=1: onnxruntime-gpu + TensorRT, builds into target/gpu);
 # SEGTOOL_GPU_REQUIRE=1 makes a skip fail the run.
@@ -44,7 +44,7 @@ test-gpu:
 fuzz:
 	@$(ENV); bash scripts/fuzz.sh
 
-# The soak (README, Reliability; a benchmark, not part of `make test`): each live path
+# The soak (book/src/reliability.md; a benchmark, not part of `make test`): each live path
 # (the --live pipe, the GStreamer element, Python's LiveStream, the ROS 2 node) at twice
 # the engine's rate, one after another, SOAK_S seconds each (default 1800), SOAK_PATHS
 # (default cli,gst,python,ros2); samples, figures and checks in out/soak/. It builds what

@@ -28,7 +28,7 @@ is 1 on any FAIL):
 Writes to SOAK_OUT (out/soak/): <path>.csv (the samples), <path>_latency.csv (every
 answer), <path>.json (summary and checks), <path>.png (the figures against time),
 <path>.log (the process's output), soak.png (all paths), summary.json, table.txt and
-table.md (the same table in Markdown, for the README).
+table.md (the same table in Markdown, for book/src/reliability.md).
 
 Knobs (environment, or the flags): SOAK_S, SOAK_PATHS, SOAK_OUT, SOAK_MODEL
 (out/demo/danet_tiny.onnx, from `make demo`), SOAK_SIZE (WxH, 640x272: the clip's own),
@@ -108,7 +108,7 @@ def unpack_wheel(target, out):
 
 def table(results, markdown=False):
     """The summary table: aligned text (table.txt, the console), or Markdown (table.md,
-    for the README's Reliability section)."""
+    for book/src/reliability.md)."""
     head = ("path", "s", "engine fps", "fed fps (x)", "answered fps", "sent", "answered", "dropped",
             "RSS MiB start->base->end floor (growth)", "fds", "threads", "p99 ms first/last", "checks")
     rows = [head]

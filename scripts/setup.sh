@@ -178,6 +178,20 @@ if [ "${SEGTOOL_BROWSER:-0}" = 1 ] && ! command -v chromium >/dev/null 2>&1; the
     done_step
 fi
 
+# SEGTOOL_BOOK=1 (make test): mdBook, which builds the user guide (book/), from crates.io,
+# pinned, into $SEGTOOL_HOME (a second run finds it and takes no time).
+mdbook_version=0.5.4
+mdbook_root="$home/mdbook-$mdbook_version"
+if [ "${SEGTOOL_BOOK:-0}" = 1 ] && [ ! -x "$mdbook_root/bin/mdbook" ]; then
+    begin "mdBook $mdbook_version for the user guide (cargo install; about 70 s)"
+    rm -rf "$mdbook_root.tmp"
+    cargo install -q mdbook --version "$mdbook_version" --locked --no-default-features \
+        --features search --root "$mdbook_root.tmp" >&2
+    rm -rf "$mdbook_root"
+    mv "$mdbook_root.tmp" "$mdbook_root"
+    done_step
+fi
+
 if [ ! -f "$env_file" ] || [ "$env_file" -ot "$stamp" ] || [ "$env_file" -ot "$0" ]; then
     torch_lib="$("$py" -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')"
     ort_dylib="$("$py" -c 'import glob, os, onnxruntime as o; print(sorted(glob.glob(os.path.join(os.path.dirname(o.__file__), "capi", "libonnxruntime.so*")))[-1])')"
@@ -194,6 +208,7 @@ export PYTHON_SYS_EXECUTABLE="$py"
 export SEGTOOL_TORCH_LIB="$torch_lib"
 export SEGTOOL_ORT_DYLIB="$ort_dylib"
 export ORT_DYLIB_PATH="\${ORT_DYLIB_PATH:-$ort_dylib}"
+export SEGTOOL_MDBOOK="$mdbook_root/bin/mdbook"
 EOT
     if [ "$gpu" = 1 ]; then
         # ONNX Runtime's CUDA/TensorRT providers dlopen the CUDA, cuDNN and TensorRT

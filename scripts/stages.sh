@@ -69,13 +69,17 @@ case "$what" in
         stage "demo (data, train, export, compare)" "${CARGO_TARGET_DIR:-target}/debug/segtool" demo --out out/demo
         ;;
     test)
-        # SEGTOOL_BROWSER=1: Debian's chromium for the report page's browser test.
-        export SEGTOOL_BROWSER=1
-        stage "set-up (apt, pip, chromium)" setup
+        # SEGTOOL_BROWSER=1: Debian's chromium for the report page's browser test;
+        # SEGTOOL_BOOK=1: mdBook for the user guide.
+        export SEGTOOL_BROWSER=1 SEGTOOL_BOOK=1
+        stage "set-up (apt, pip, chromium, mdbook)" setup
         # Seconds, and nothing compiled: every crates.io crate in one configuration across
         # the demo, test and wheel builds (workspace-hack/), no circles between source
         # files, no folder names that tools misread.
         stage "layout and one-build checks" check_layout_and_build
+        # The user guide: mdBook builds book/ (target/book), and every link of the book
+        # and the README points at a file of the repository or a public page.
+        stage "user guide (mdbook build, links)" bash scripts/book.sh
         # The test binaries, the doctests and the Python package (the wheel, a fresh venv,
         # mypy, pytest: scripts/python_tests.sh), as many at a time as there are cores.
         stage "build and run the tests (Rust, Python)" python3 scripts/run_tests.py

@@ -49,7 +49,7 @@ pub struct segtool_options {
     pub fixed_height: u32,
     pub fixed_width: u32,
     /// Path of a model card (TOML) for an ONNX file segtool did not write: its input's
-    /// normalisation, resize and output kind (see the README's "Models from elsewhere").
+    /// normalisation, resize and output kind (book/src/models-from-elsewhere.md).
     /// NULL (default): the file's own metadata, then a sidecar `MODEL.segtool.toml`, then
     /// a Hugging Face folder's JSON files. A file with no card fails to open with
     /// `SEGTOOL_ERR_INVALID_MODEL`, naming what is missing.

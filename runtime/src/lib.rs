@@ -128,3 +128,9 @@ impl Segmenter {
         .open()
     }
 }
+
+/// The user guide's Rust page (`book/src/embedding/rust.md`), compiled with the doctests
+/// so that its example keeps up with the API.
+#[cfg(doctest)]
+#[doc = include_str!("../../book/src/embedding/rust.md")]
+pub struct BookEmbeddingRust;

@@ -20,7 +20,7 @@ use serde_json::{json, Value};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Print the report as JSON (stable keys; see `segtool doctor --help`'s README section).
+    /// Print the report as JSON (stable keys; book/src/gpu.md).
     #[arg(long)]
     pub json: bool,
 }

@@ -203,7 +203,7 @@ fn provider_registers(provider: &Provider) -> std::result::Result<(), String> {
     segtool_runtime::ort_engine::doctor::provider_registers(plain).map_err(|why| {
         format!(
             "{why}; the GPU packages come with the GPU venv, which `make test-gpu` sets up \
-             (README, GPU section)"
+             (book/src/gpu.md)"
         )
     })
 }

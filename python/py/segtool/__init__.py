@@ -135,7 +135,7 @@ class Segmenter:
 
     ``card``: a model card (TOML) for an ONNX file segtool did not write (torchvision,
     Hugging Face, a plain ``torch.onnx.export``): the input's normalisation and channel
-    order, the output's kind and the classes (README, "Models from elsewhere"). Without
+    order, the output's kind and the classes (book/src/models-from-elsewhere.md). Without
     it the file's own metadata and a ``MODEL.segtool.toml`` beside it are read.
     """
 
