@@ -12,11 +12,11 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use segtool_runtime::accuracy::{self, AccuracyOptions, Protocol};
 use segtool_runtime::card::{pipeline as card_pipeline, CardRequest};
-use segtool_runtime::{EngineKind, EngineOutput, IoContract, Provider, RuntimeError};
+use segtool_runtime::{EngineKind, EngineOutput, EngineTensor, IoContract, Provider, RuntimeError};
 use segtool_spec::ModelSpec;
 
 use crate::errors;
-use crate::pixels::{self, Color, Normaliser};
+use crate::pixels::{self, Color};
 
 /// How long a wait holds no GIL before it looks for signals (Ctrl-C).
 pub(crate) const SIGNAL_POLL: Duration = Duration::from_millis(50);
@@ -101,7 +101,6 @@ pub(crate) struct Model {
     pub(crate) seg: Mutex<segtool_runtime::Segmenter>,
     pub(crate) spec: ModelSpec,
     pub(crate) contract: IoContract,
-    norm: Normaliser,
     accuracy: Option<AccuracyOptions>,
     /// Driven by its model card (an ONNX file segtool did not write).
     pub(crate) foreign: bool,
@@ -121,7 +120,12 @@ impl Model {
             return self.run_by_card(imgs, color, scores, t);
         }
         let t0 = Instant::now();
-        let input = pixels::prepare(imgs, color, self.contract.input, &self.norm);
+        let packed: Vec<_> = imgs.iter().map(|v| v.as_standard_layout()).collect();
+        let frames = packed
+            .iter()
+            .map(|v| pixels::frame(v.view(), color))
+            .collect::<Result<Vec<_>, _>>()?;
+        let input = EngineTensor::from_frames(&frames, &self.spec, self.contract.input)?;
         let t1 = Instant::now();
         t.pre += (t1 - t0).as_secs_f64();
         let out = {
@@ -403,7 +407,6 @@ impl Segmenter {
             provider: seg.engine().provider().to_string(),
             protocol: accuracy.as_ref().map(|o| o.protocol.name()),
             model: Arc::new(Model {
-                norm: Normaliser::new(&spec),
                 seg: Mutex::new(seg),
                 spec,
                 contract,

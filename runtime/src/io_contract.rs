@@ -70,6 +70,24 @@ impl EngineTensor {
         })
     }
 
+    /// [`EngineTensor::from_images`] of frames (any pixel format, strided rows), read in
+    /// place: what a front end holding camera buffers or arrays hands over.
+    pub fn from_frames(
+        frames: &[crate::Frame<'_>],
+        spec: &ModelSpec,
+        layout: InputLayout,
+    ) -> Result<Self> {
+        Ok(match layout {
+            InputLayout::NchwF32 => {
+                EngineTensor::NchwF32(crate::preprocess::normalise_frames(frames, spec)?)
+            }
+            InputLayout::NhwcU8 => {
+                let rgb: Vec<RgbImage> = frames.iter().map(|f| f.to_rgb()).collect();
+                EngineTensor::NhwcU8(pack_nhwc(&rgb)?)
+            }
+        })
+    }
+
     /// Borrows it as the [`EngineInput`] that [`Engine::run`] takes.
     pub fn view(&self) -> EngineInput<'_> {
         match self {

@@ -12,6 +12,7 @@ use ndarray::{s, Array2, Array4, ArrayView4, ArrayViewMut3, Axis};
 use segtool_spec::ModelSpec;
 
 use crate::error::{Result, RuntimeError};
+use crate::frame::Frame;
 use crate::postprocess::{masks_at_size, resize_bilinear, Upsample};
 
 /// Per-channel lookup table of normalised values.
@@ -42,6 +43,55 @@ impl Table {
             debug_assert_eq!(plane.len(), w * img.height() as usize);
         }
     }
+
+    /// Writes `frame` (any [`PixelFormat`](crate::PixelFormat), strided rows: read in
+    /// place) into `out` laid out `(3, H, W)`; a grey frame fills all three channels.
+    fn fill_frame(&self, frame: &Frame<'_>, mut out: ArrayViewMut3<f32>) {
+        let step = frame.format().bytes_per_pixel();
+        let offsets = frame.format().rgb_offsets().unwrap_or([0, 0, 0]);
+        let w = frame.width() as usize;
+        for (c, table) in self.0.iter().enumerate() {
+            let mut plane = out.index_axis_mut(Axis(0), c);
+            let plane = plane
+                .as_slice_mut()
+                .expect("freshly allocated, standard layout");
+            for (y, dst) in plane.chunks_exact_mut(w).enumerate() {
+                let row = frame.row(y as u32);
+                for (d, px) in dst.iter_mut().zip(row.chunks_exact(step)) {
+                    *d = table[px[offsets[c]] as usize];
+                }
+            }
+        }
+    }
+}
+
+/// The one size of a batch, or [`RuntimeError::InputShape`] for an empty batch or mixed
+/// sizes (models take one spatial size per run; see `Segmenter::segment_batch` for mixed
+/// sizes).
+pub(crate) fn batch_size_of(mut dims: impl Iterator<Item = (u32, u32)>) -> Result<(u32, u32)> {
+    let (w, h) = dims.next().ok_or_else(|| RuntimeError::InputShape {
+        expected: "at least one image".into(),
+        got: "an empty batch".into(),
+    })?;
+    if let Some((i, (ow, oh))) = dims.enumerate().find(|(_, d)| *d != (w, h)) {
+        return Err(RuntimeError::InputShape {
+            expected: format!("every image of a batch {w}x{h} like image 0"),
+            got: format!("image {} is {ow}x{oh}", i + 1),
+        });
+    }
+    Ok((w, h))
+}
+
+/// Same-size frames stacked into one normalised `(N, 3, H, W)` batch, each read in place
+/// (the values are those of [`normalise_batch`] on the same pixels).
+pub fn normalise_frames(frames: &[Frame<'_>], spec: &ModelSpec) -> Result<Array4<f32>> {
+    let (w, h) = batch_size_of(frames.iter().map(|f| (f.width(), f.height())))?;
+    let table = Table::new(spec);
+    let mut out = Array4::zeros((frames.len(), 3, h as usize, w as usize));
+    for (frame, slot) in frames.iter().zip(out.outer_iter_mut()) {
+        table.fill_frame(frame, slot);
+    }
+    Ok(out)
 }
 
 /// One image as a `(1, 3, H, W)` normalised tensor.
@@ -57,21 +107,7 @@ pub fn normalise(img: &RgbImage, spec: &ModelSpec) -> Array4<f32> {
 /// Fails with [`RuntimeError::InputShape`] for an empty slice or mixed sizes (models
 /// take one spatial size per run; see `Segmenter::segment_batch` for mixed sizes).
 pub fn normalise_batch(imgs: &[RgbImage], spec: &ModelSpec) -> Result<Array4<f32>> {
-    let first = imgs.first().ok_or_else(|| RuntimeError::InputShape {
-        expected: "at least one image".into(),
-        got: "an empty batch".into(),
-    })?;
-    let (w, h) = first.dimensions();
-    if let Some((i, odd)) = imgs
-        .iter()
-        .enumerate()
-        .find(|(_, im)| im.dimensions() != (w, h))
-    {
-        return Err(RuntimeError::InputShape {
-            expected: format!("every image of a batch {w}x{h} like image 0"),
-            got: format!("image {i} is {}x{}", odd.width(), odd.height()),
-        });
-    }
+    let (w, h) = batch_size_of(imgs.iter().map(|i| i.dimensions()))?;
     let table = Table::new(spec);
     let mut out = Array4::zeros((imgs.len(), 3, h as usize, w as usize));
     for (img, slot) in imgs.iter().zip(out.outer_iter_mut()) {
@@ -214,6 +250,29 @@ mod tests {
     use super::*;
     use crate::testing::tiny_spec;
     use image::Rgb;
+
+    /// Frames in any pixel format, with padded rows, normalise to the values of the same
+    /// pixels as an RGB image, bit for bit.
+    #[test]
+    fn frames_normalise_as_their_rgb_images() {
+        let spec = tiny_spec(2);
+        let img = RgbImage::from_fn(5, 3, |x, y| Rgb([(x * 50) as u8, (y * 90) as u8, 7]));
+        let want = normalise_batch(&[img.clone(), img.clone()], &spec).unwrap();
+        let stride = 5 * 4 + 3;
+        let mut bgra = vec![0xAB; stride * 3];
+        for (x, y, p) in img.enumerate_pixels() {
+            let at = y as usize * stride + x as usize * 4;
+            bgra[at..at + 3].copy_from_slice(&[p.0[2], p.0[1], p.0[0]]);
+        }
+        let frames = [
+            Frame::rgb(&img),
+            Frame::new(&bgra, 5, 3, stride, crate::PixelFormat::Bgra8).unwrap(),
+        ];
+        assert_eq!(normalise_frames(&frames, &spec).unwrap(), want);
+        let short = Frame::new(&bgra, 4, 3, stride, crate::PixelFormat::Bgra8).unwrap();
+        let e = normalise_frames(&[frames[0], short], &spec).unwrap_err();
+        assert!(e.to_string().contains("image 1 is 4x3"), "{e}");
+    }
 
     #[test]
     fn normalise_matches_formula_and_layout() {
