@@ -2,8 +2,6 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::trt_cache;
-
 #[derive(Debug, thiserror::Error)]
 pub enum CalibrationError {
     #[error("{path}: {source}")]
@@ -18,7 +16,7 @@ pub enum CalibrationError {
     #[error("{0}")]
     Input(String),
     #[error(transparent)]
-    TrtCache(#[from] trt_cache::TrtCacheError),
+    TrtCache(#[from] TrtCacheError),
 }
 
 pub(crate) fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> CalibrationError + '_ {
@@ -26,4 +24,27 @@ pub(crate) fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> CalibrationE
         path: path.to_path_buf(),
         source,
     }
+}
+
+/// Why a calibration cache cannot be written.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TrtCacheError {
+    /// Names the line format cannot carry: (name, why).
+    #[error("TensorRT calibration cache: cannot write {}", describe(.0))]
+    UnwritableNames(Vec<(String, String)>),
+    /// Names that are no tensor of the float graph.
+    #[error(
+        "TensorRT calibration cache: {} name(s) are not tensors of the fp32 graph (ONNX \
+         Runtime ignores unknown names and TensorRT would run them in fp32): {}",
+        .0.len(),
+        .0.iter().map(|n| format!("{n:?}")).collect::<Vec<_>>().join(", ")
+    )]
+    NotInGraph(Vec<String>),
+}
+
+fn describe(bad: &[(String, String)]) -> String {
+    bad.iter()
+        .map(|(n, why)| format!("tensor {n:?}: {why}"))
+        .collect::<Vec<_>>()
+        .join("; ")
 }

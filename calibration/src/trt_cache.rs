@@ -13,31 +13,10 @@ use std::collections::{BTreeMap, HashSet};
 
 use segtool_onnx::proto::GraphProto;
 
+pub use crate::error::TrtCacheError;
+
 /// TensorRT version written in the header (8.6.1, as `NvInferVersion.h` encodes it).
 pub const TRT_VERSION: u32 = 8601;
-
-/// Why a calibration cache cannot be written.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum TrtCacheError {
-    /// Names the line format cannot carry: (name, why).
-    #[error("TensorRT calibration cache: cannot write {}", describe(.0))]
-    UnwritableNames(Vec<(String, String)>),
-    /// Names that are no tensor of the float graph.
-    #[error(
-        "TensorRT calibration cache: {} name(s) are not tensors of the fp32 graph (ONNX \
-         Runtime ignores unknown names and TensorRT would run them in fp32): {}",
-        .0.len(),
-        .0.iter().map(|n| format!("{n:?}")).collect::<Vec<_>>().join(", ")
-    )]
-    NotInGraph(Vec<String>),
-}
-
-fn describe(bad: &[(String, String)]) -> String {
-    bad.iter()
-        .map(|(n, why)| format!("tensor {n:?}: {why}"))
-        .collect::<Vec<_>>()
-        .join("; ")
-}
 
 /// Why `name` cannot be a line of the cache, if it cannot.
 fn unwritable(name: &str) -> Option<String> {
