@@ -150,7 +150,7 @@ typedef struct segtool_options {
   uint32_t fixed_width;
   /**
    * Path of a model card (TOML) for an ONNX file segtool did not write: its input's
-   * normalisation, resize and output kind (see the README's "Models from elsewhere").
+   * normalisation, resize and output kind (book/src/models-from-elsewhere.md).
    * NULL (default): the file's own metadata, then a sidecar `MODEL.segtool.toml`, then
    * a Hugging Face folder's JSON files. A file with no card fails to open with
    * `SEGTOOL_ERR_INVALID_MODEL`, naming what is missing.
