@@ -370,3 +370,19 @@ fn resume_keeps_the_thread_count_of_the_checkpoint() {
         "{stderr}"
     );
 }
+
+/// The options that open a model have one set of names (`SegmenterOptions::NAMES`), and
+/// the command line's flags are those names: `--engine`, `--providers`, `--threads`,
+/// `--card`, `--strict`, `--logits` (`fixed_size` is no flag: `infer` plans for the one
+/// size its inputs have, `--dynamic-shapes` turns that off).
+#[test]
+fn model_options_are_flags_of_the_same_names() {
+    let help = String::from_utf8(segtool(&["infer", "--help"]).stdout).unwrap();
+    for name in segtool_runtime::SegmenterOptions::NAMES {
+        if name == "fixed_size" {
+            continue;
+        }
+        let flag = format!("--{}", name.replace('_', "-"));
+        assert!(help.contains(&flag), "`segtool infer` has no {flag}:\n{help}");
+    }
+}

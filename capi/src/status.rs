@@ -86,9 +86,9 @@ impl From<RuntimeError> for Error {
             | RuntimeError::File(ModelFileError::InvalidSpec { .. })
             | RuntimeError::File(ModelFileError::Metadata { .. })
             | RuntimeError::Card { .. } => SEGTOOL_ERR_INVALID_MODEL,
-            RuntimeError::InputShape { .. } | RuntimeError::Frame(_) => {
-                SEGTOOL_ERR_INVALID_ARGUMENT
-            }
+            RuntimeError::InputShape { .. }
+            | RuntimeError::Frame(_)
+            | RuntimeError::Option { .. } => SEGTOOL_ERR_INVALID_ARGUMENT,
             RuntimeError::FallbackRefused { .. } => SEGTOOL_ERR_PROVIDER_UNAVAILABLE,
             RuntimeError::OrtLibraryNotFound { .. } | RuntimeError::BackendUnavailable(_) => {
                 SEGTOOL_ERR_BACKEND_UNAVAILABLE

@@ -538,3 +538,26 @@ fn a_hugging_face_mask_classification_folder_is_served_by_its_folder() {
         }
     }
 }
+
+/// The element's properties that open a model are named as the runtime's options
+/// (`SegmenterOptions::NAMES`): engine, providers, threads, card.
+#[test]
+fn model_properties_are_named_as_the_runtime_options() {
+    common::init();
+    let element = gst::ElementFactory::make("segtoolseg").build().unwrap();
+    let names: Vec<String> = element
+        .list_properties()
+        .iter()
+        .map(|p| p.name().to_string())
+        .collect();
+    for name in ["engine", "providers", "threads", "card"] {
+        assert!(
+            segtool_runtime::SegmenterOptions::NAMES.contains(&name),
+            "{name} is no runtime option"
+        );
+        assert!(
+            names.iter().any(|n| n == name),
+            "no property {name}: {names:?}"
+        );
+    }
+}

@@ -49,7 +49,9 @@ pub(crate) fn runtime(e: RuntimeError) -> PyErr {
         RuntimeError::File(_) | RuntimeError::OutputShape { .. } | RuntimeError::Card { .. } => {
             ModelError::new_err(msg)
         }
-        RuntimeError::InputShape { .. } | RuntimeError::Frame(_) => InputError::new_err(msg),
+        RuntimeError::InputShape { .. } | RuntimeError::Frame(_) | RuntimeError::Option { .. } => {
+            InputError::new_err(msg)
+        }
         RuntimeError::OrtLibraryNotFound { .. }
         | RuntimeError::Ort(_)
         | RuntimeError::Tract(_)

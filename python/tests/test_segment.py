@@ -189,3 +189,13 @@ def test_fixed_size(models: Dict[str, Path]) -> None:
     np.testing.assert_array_equal(fixed.segment(img).mask, ref.mask(img))
     with pytest.raises(segtool.Error):
         fixed.segment(frames(1, h + 8, w, seed=8)[0])
+
+
+def test_model_options_are_keyword_arguments_of_the_same_names() -> None:
+    """The options that open a model have one set of names in the runtime
+    (SegmenterOptions): Segmenter takes them as keyword arguments under those names."""
+    import inspect
+
+    params = inspect.signature(segtool.Segmenter).parameters
+    for name in ["engine", "providers", "threads", "card", "strict", "fixed_size"]:
+        assert name in params, (name, list(params))

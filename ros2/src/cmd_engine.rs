@@ -1,10 +1,10 @@
-//! The model and engine flags both commands take, turned into the runtime's builder.
+//! The model and engine flags both commands take: the runtime's `SegmenterOptions`, under
+//! the same names.
 
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use segtool_runtime::card::CardRequest;
-use segtool_runtime::{EngineKind, Provider, Segmenter};
+use segtool_runtime::{EngineKind, Segmenter, SegmenterOptions};
 
 #[derive(clap::Args, Clone, Debug)]
 pub struct ModelArgs {
@@ -21,8 +21,8 @@ pub struct ModelArgs {
     pub engine: EngineKind,
     /// ONNX Runtime execution providers in preference order, e.g. `cuda,cpu` (CPU is the
     /// last resort; a provider that does not load is reported in the diagnostics).
-    #[arg(long, value_delimiter = ',')]
-    pub providers: Vec<Provider>,
+    #[arg(long, value_delimiter = ',', default_value = "cpu")]
+    pub providers: Vec<String>,
     /// Engine threads (default: the engine's choice).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -38,15 +38,14 @@ impl ModelArgs {
                 anyhow::bail!("no model: --model PATH, or -p model:=PATH after --ros-args")
             }
         };
-        let mut b = Segmenter::builder(&model)
-            .engine(self.engine)
-            .providers(self.providers.clone());
-        if let Some(n) = self.threads {
-            b = b.threads(n);
-        }
-        if let Some(card) = &self.card {
-            b = b.card(CardRequest::new().card_file(card));
-        }
+        let options = SegmenterOptions {
+            engine: self.engine,
+            providers: self.providers.clone(),
+            threads: self.threads,
+            card: self.card.clone(),
+            ..SegmenterOptions::default()
+        };
+        let b = Segmenter::builder(&model).options(&options)?;
         let seg = b
             .open()
             .with_context(|| format!("opening {}", model.display()))?;

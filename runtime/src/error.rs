@@ -20,6 +20,15 @@ pub enum RuntimeError {
     #[error(transparent)]
     File(#[from] ModelFileError),
 
+    /// An option that is not one (an unknown execution provider, ...), by name.
+    #[error("option {name}: {message}")]
+    Option {
+        /// The option's name ([`crate::SegmenterOptions::NAMES`]).
+        name: &'static str,
+        /// What is wrong with its value.
+        message: String,
+    },
+
     /// The pixels handed in are not a frame (empty, overlapping rows, a short buffer).
     #[error("bad frame: {0}")]
     Frame(#[from] crate::frame::FrameError),

@@ -87,7 +87,7 @@ pub use postprocess::{argmax, colorize, overlay, resize_nearest, DEFAULT_ALPHA};
 pub use postprocess::{resize_bilinear, softmax, Upsample};
 pub use preprocess::{normalise, normalise_batch};
 pub use preprocess::{prepare, PrepareOptions, Prepared};
-pub use segmenter::{EngineKind, Fallback, Segmenter, SegmenterBuilder};
+pub use segmenter::{EngineKind, Fallback, Segmenter, SegmenterBuilder, SegmenterOptions};
 /// The exported file's reader and typed metadata.
 pub use segtool_onnx::{Metadata, ModelFile, ModelFileError, TrtProfileHint};
 /// segtool's progress reporting and atomic file writing, for crates built over the runtime

@@ -2,6 +2,7 @@
 //! by [`Segmenter::builder`] ([`SegmenterBuilder`]), which reads the file once.
 
 mod builder;
+mod options;
 #[cfg(test)]
 mod tests;
 
@@ -14,6 +15,7 @@ use segtool_onnx::ModelFile;
 use segtool_spec::ModelSpec;
 
 pub use builder::{EngineKind, Fallback, SegmenterBuilder};
+pub use options::SegmenterOptions;
 
 use crate::batching::run::{decode, run_normalised};
 use crate::card::{self, pipeline, ResolvedCard};

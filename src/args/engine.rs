@@ -5,7 +5,7 @@ use std::path::Path;
 
 use anyhow::Result;
 use segtool_runtime::card::CardRequest;
-use segtool_runtime::{EngineKind, Segmenter, SegmenterBuilder};
+use segtool_runtime::{EngineKind, Segmenter, SegmenterBuilder, SegmenterOptions};
 
 use crate::args::card::CardArgs;
 
@@ -62,32 +62,24 @@ pub struct EngineRequest<'a> {
 }
 
 impl EngineRequest<'_> {
+    /// The runtime's options these flags map onto (same names, same meaning).
+    pub fn options(&self) -> SegmenterOptions {
+        SegmenterOptions {
+            engine: self.engine,
+            providers: self.providers.to_vec(),
+            threads: self.threads,
+            strict: self.strict,
+            fixed_size: self.fixed_size.map(|(h, w)| [h, w]),
+            ..SegmenterOptions::default()
+        }
+    }
+
     /// The builder for `model`; provider names are checked here (an unknown one is an
-    /// error naming it).
+    /// error naming it). The card flags (a file, or fields of their own) come on top.
     pub fn builder(&self, model: &Path) -> Result<SegmenterBuilder> {
-        let mut b = Segmenter::builder(model)
-            .engine(self.engine)
-            .strict(self.strict)
-            .card(self.card.clone());
-        #[cfg(feature = "ort")]
-        {
-            let providers = self
-                .providers
-                .iter()
-                .map(|p| {
-                    p.parse::<segtool_runtime::Provider>()
-                        .map_err(anyhow::Error::msg)
-                })
-                .collect::<Result<Vec<_>>>()?;
-            b = b.providers(providers);
-        }
-        if let Some(n) = self.threads {
-            b = b.threads(n);
-        }
-        if let Some((h, w)) = self.fixed_size {
-            b = b.fixed_size(h, w);
-        }
-        Ok(b)
+        Ok(Segmenter::builder(model)
+            .options(&self.options())?
+            .card(self.card.clone()))
     }
 
     /// Opens `model` as asked.

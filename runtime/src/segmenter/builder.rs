@@ -20,7 +20,10 @@ use crate::ort_engine::{OrtEngine, OrtOptions, Provider};
 use crate::tract_engine::{TractEngine, TractOptions};
 
 /// Which engine runs the model.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
 pub enum EngineKind {
     /// ONNX Runtime when its library loads, else tract (a [`Fallback::OrtLibraryMissing`]).
     #[default]
