@@ -108,7 +108,7 @@ fn card_sidecar_corpus() {
 #[test]
 #[ignore = "writes fuzz seeds (scripts/fuzz_seeds.sh)"]
 fn write_fuzz_seeds() {
-    use segtool_core::{BackboneSpec, ModelSpec};
+    use segtool_spec::{BackboneSpec, ModelSpec};
     let Some(out) = std::env::var_os("SEGTOOL_FUZZ_SEEDS") else {
         return;
     };
@@ -132,6 +132,14 @@ fn write_fuzz_seeds() {
     use segtool_runtime::testing::{foreign_model_bytes, tiny_model_bytes, tiny_spec};
     let tiny = tiny_model_bytes(&tiny_spec(3), &[[1.0; 3], [0.0; 3], [-1.0; 3]], &[0.0; 3]);
     std::fs::write(dir("onnx").join("tiny.onnx"), tiny).unwrap();
-    std::fs::write(dir("onnx").join("foreign.onnx"), foreign_model_bytes(3, 4, false)).unwrap();
-    std::fs::write(dir("onnx").join("foreign_argmax.onnx"), foreign_model_bytes(3, 4, true)).unwrap();
+    std::fs::write(
+        dir("onnx").join("foreign.onnx"),
+        foreign_model_bytes(3, 4, false),
+    )
+    .unwrap();
+    std::fs::write(
+        dir("onnx").join("foreign_argmax.onnx"),
+        foreign_model_bytes(3, 4, true),
+    )
+    .unwrap();
 }

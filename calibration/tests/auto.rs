@@ -130,7 +130,7 @@ fn chain_model() -> ModelProto {
         }],
         graph: Some(graph),
         metadata_props: vec![StringStringEntryProto {
-            key: segtool_core::SPEC_METADATA_KEY.into(),
+            key: segtool_spec::SPEC_METADATA_KEY.into(),
             value: segtool_runtime::testing::tiny_spec(3).to_json(),
         }],
         ..Default::default()

@@ -1,6 +1,7 @@
-//! Pieces every segtool crate agrees on, with no native dependencies: the model spec
-//! carried in checkpoints and ONNX metadata, palettes, the confusion matrix behind mIoU,
-//! the synthetic `shapes` dataset, and small image helpers.
+//! Pieces the training side agrees on, with no native dependencies: the run
+//! configuration, datasets, the confusion matrix behind mIoU, the synthetic `shapes`
+//! dataset, plots and visual helpers. The model spec, palettes and image helpers are
+//! `segtool-spec`'s.
 
 pub mod config;
 pub mod dataset;
@@ -12,7 +13,7 @@ pub mod shapes;
 pub mod visual;
 
 // The runtime-side half lives in segtool-spec (no training dependencies); re-exported
-// so every `segtool_core::spec::..` path keeps working.
+// so every `segtool_spec::spec::..` path keeps working.
 pub use segtool_spec::{images, io, palette, process, progress, protocol, raw_frames, size, spec};
 
 pub use metrics::ConfusionMatrix;

@@ -2,7 +2,7 @@
 //! spellings: `HxW` for model input sizes (`--size 512x1024`, as the rest of segtool
 //! writes shapes) and `WxH` for raw video frames (`--raw 1920x1080`, as ffmpeg does).
 
-pub use segtool_core::size::Size;
+pub use segtool_spec::size::Size;
 
 /// `HEIGHTxWIDTH`, both positive.
 pub fn hxw(s: &str) -> Result<Size, String> {
@@ -14,10 +14,10 @@ pub fn hxw(s: &str) -> Result<Size, String> {
 pub fn wxh(s: &str) -> Result<Size, String> {
     let size = Size::parse_wxh(s)?;
     let bytes = size.pixels() * 3;
-    if bytes > segtool_core::images::MAX_DECODED_BYTES {
+    if bytes > segtool_spec::images::MAX_DECODED_BYTES {
         return Err(format!(
             "`{s}`: frame too large: {}",
-            segtool_core::images::too_large_message(size.width, size.height, bytes)
+            segtool_spec::images::too_large_message(size.width, size.height, bytes)
         ));
     }
     Ok(size)

@@ -264,7 +264,7 @@ pub fn run(args: Args) -> Result<()> {
 
     if let Some(path) = &args.json {
         let bytes = serde_json::to_vec_pretty(&report).expect("report serialises");
-        segtool_core::io::write_atomic(path, &bytes)
+        segtool_spec::io::write_atomic(path, &bytes)
             .with_context(|| format!("writing {}", path.display()))?;
         eprintln!("wrote {}", path.display());
     }
@@ -321,7 +321,7 @@ fn stream_frames(args: &Args) -> Result<Vec<RgbImage>> {
         return Ok(frames);
     }
     if let Some(dir) = &args.input {
-        let files = segtool_core::images::list_images(dir)
+        let files = segtool_spec::images::list_images(dir)
             .with_context(|| format!("listing {}", dir.display()))?;
         let frames = files
             .iter()
@@ -522,7 +522,7 @@ fn run_stream(args: &Args) -> Result<()> {
     );
     if let Some(path) = &args.json {
         let bytes = serde_json::to_vec_pretty(&report).expect("report serialises");
-        segtool_core::io::write_atomic(path, &bytes)
+        segtool_spec::io::write_atomic(path, &bytes)
             .with_context(|| format!("writing {}", path.display()))?;
         eprintln!("wrote {}", path.display());
     }

@@ -7,8 +7,8 @@ use segtool_calibration::report::{compare, CompareOptions};
 use segtool_calibration::{
     calibrate, list_images, load_model, write_atomic, CalibrationOptions, Feed, Method,
 };
-use segtool_core::progress::Reporter;
 use segtool_runtime::card::ModelCard;
+use segtool_spec::progress::Reporter;
 
 use crate::args::card::CardArgs;
 use crate::args::progress::Bar;

@@ -7,7 +7,8 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use image::RgbImage;
 use segtool_core::dataset::{FolderDataset, SegDataset};
-use segtool_core::{ConfusionMatrix, ModelSpec, IGNORE_LABEL};
+use segtool_core::{ConfusionMatrix, IGNORE_LABEL};
+use segtool_spec::ModelSpec;
 use segtool_train::checkpoint::{self, CheckpointInfo};
 use segtool_train::data::Augment;
 use segtool_train::{TrainConfig, Trainer};
@@ -99,7 +100,7 @@ pub fn run(args: Args) -> Result<()> {
         .iter()
         .map(|s| s.to_string())
         .collect();
-    let spec = ModelSpec::new("tiny", segtool_core::BackboneSpec::tiny(), classes);
+    let spec = ModelSpec::new("tiny", segtool_spec::BackboneSpec::tiny(), classes);
     let config = TrainConfig {
         iterations: args.iterations,
         batch_size: args.batch_size,
@@ -196,7 +197,7 @@ pub fn run(args: Args) -> Result<()> {
         "total_seconds": started.elapsed().as_secs_f64(),
     });
     let summary_path = args.out.join("summary.json");
-    segtool_core::io::write_atomic(
+    segtool_spec::io::write_atomic(
         &summary_path,
         serde_json::to_string_pretty(&summary)?.as_bytes(),
     )?;
@@ -280,7 +281,7 @@ fn write_overlays(
         image::imageops::replace(&mut panel, &over, 2 * w as i64, 0);
         let path = dir.join(format!("val_{i:02}.png"));
         let png = segtool_core::dataset::encode_png(&image::DynamicImage::ImageRgb8(panel));
-        segtool_core::io::write_atomic(&path, &png)
+        segtool_spec::io::write_atomic(&path, &png)
             .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())

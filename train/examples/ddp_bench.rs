@@ -15,8 +15,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use segtool_core::{BackboneSpec, ModelSpec};
-use segtool_train::distributed::{Backend, Ddp, DistEnv, LaunchConfig, Launcher, ProcessGroup, ReduceOp};
+use segtool_spec::{BackboneSpec, ModelSpec};
+use segtool_train::distributed::{
+    Backend, Ddp, DistEnv, LaunchConfig, Launcher, ProcessGroup, ReduceOp,
+};
 use segtool_train::{TrainConfig, Trainer};
 use tch::{Kind, Tensor};
 
@@ -59,7 +61,10 @@ fn train_steps(batch: i64, group: Option<Arc<ProcessGroup>>) -> Result<f64> {
     let mut trainer = Trainer::new(&spec, cfg)?;
     if let Some(group) = group {
         trainer.enable_sync_bn(group.clone());
-        trainer.enable_ddp(Ddp::new(group, segtool_train::distributed::DEFAULT_BUCKET_MB))?;
+        trainer.enable_ddp(Ddp::new(
+            group,
+            segtool_train::distributed::DEFAULT_BUCKET_MB,
+        ))?;
     }
     let images = Tensor::randn([batch, 3, crop, crop], (Kind::Float, tch::Device::Cpu));
     let masks = Tensor::randint(19, [batch, crop, crop], (Kind::Int64, tch::Device::Cpu));

@@ -4,4 +4,4 @@
 //! with calibration; in a training run, [`Progress::line`] comes every `log.every`
 //! iterations (every 10% in `train_with`).
 
-pub use segtool_core::progress::{Progress, Reporter, Silent};
+pub use segtool_spec::progress::{Progress, Reporter, Silent};

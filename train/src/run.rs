@@ -224,7 +224,7 @@ pub fn run(
         std::fs::create_dir_all(&opts.out_dir)
             .with_context(|| format!("creating run directory {}", opts.out_dir.display()))?;
         let config_path = opts.out_dir.join("config.toml");
-        segtool_core::io::write_atomic(&config_path, opts.config_text.as_bytes())
+        segtool_spec::io::write_atomic(&config_path, opts.config_text.as_bytes())
             .with_context(|| format!("writing {}", config_path.display()))?;
     }
     let mut log = MetricsLog::open(&opts.out_dir.join("metrics.jsonl"), state.iteration, main)?;
@@ -362,7 +362,7 @@ fn snapshot_of(last: &Path, snapshot: &Path) -> Result<()> {
     if std::fs::hard_link(last, snapshot).is_ok() {
         return Ok(());
     }
-    let tmp = segtool_core::io::temp_path(snapshot);
+    let tmp = segtool_spec::io::temp_path(snapshot);
     std::fs::copy(last, &tmp)
         .and_then(|_| std::fs::rename(&tmp, snapshot))
         .inspect_err(|_| {

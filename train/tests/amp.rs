@@ -7,7 +7,7 @@ mod common;
 
 use common::spec;
 use rand::{Rng, SeedableRng};
-use segtool_core::BackboneSpec;
+use segtool_spec::BackboneSpec;
 use segtool_train::amp::{self, Amp, GradScalerConfig, Precision};
 use segtool_train::model::{AttentionImpl, Cam, Pam};
 use segtool_train::optim::{Sgd, SgdConfig};

@@ -14,7 +14,7 @@
 mod common;
 
 use common::*;
-use segtool_core::BackboneSpec;
+use segtool_spec::BackboneSpec;
 use segtool_train::model::attention::{cam_sdpa, pam_sdpa, pam_sdpa_with, PamSdpaForm};
 use segtool_train::model::{AttentionImpl, Cam, Pam};
 use tch::{nn, Kind, Tensor};

@@ -3,7 +3,7 @@
 mod common;
 
 use common::*;
-use segtool_core::BackboneSpec;
+use segtool_spec::BackboneSpec;
 use segtool_train::{checkpoint, load_model, Checkpoint};
 use tch::{Kind, Tensor};
 

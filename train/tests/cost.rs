@@ -8,7 +8,7 @@ mod common;
 use std::collections::BTreeMap;
 
 use common::*;
-use segtool_core::BackboneSpec;
+use segtool_spec::BackboneSpec;
 use segtool_train::model::{
     attention_matrix_bytes, feature_size, module_costs, pam_cam_attention_bytes, AttentionImpl,
     ResNet,

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
 use common::spec;
-use segtool_core::BackboneSpec;
+use segtool_spec::BackboneSpec;
 use segtool_train::distributed::{Backend, Ddp, DistEnv, ProcessGroup, ReduceOp};
 use segtool_train::{TrainConfig, Trainer};
 use tch::{Kind, Tensor};

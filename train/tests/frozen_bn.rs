@@ -8,7 +8,7 @@ mod common;
 use std::collections::HashMap;
 
 use common::*;
-use segtool_core::BackboneSpec;
+use segtool_spec::BackboneSpec;
 use segtool_train::{TrainConfig, Trainer};
 use tch::{Kind, Tensor};
 

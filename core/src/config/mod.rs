@@ -34,8 +34,8 @@ pub use sections::{
     Precision, RunConfig,
 };
 
-use crate::spec::BackboneSpec;
 use presets::{DERIVED_PRESETS, PRESETS};
+use segtool_spec::spec::BackboneSpec;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {

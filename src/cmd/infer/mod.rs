@@ -423,7 +423,7 @@ pub fn run(args: Args) -> Result<()> {
 
     let wall = start.elapsed().as_secs_f64();
     // What a robot or edge box has to budget for.
-    let peak = segtool_core::process::memory_kib("VmHWM")
+    let peak = segtool_spec::process::memory_kib("VmHWM")
         .map(|kib| format!("; peak RSS {} MiB", kib / 1024))
         .unwrap_or_default();
     let summary = format!(

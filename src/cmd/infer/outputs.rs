@@ -14,8 +14,8 @@ use image::{GrayImage, RgbImage};
 use indicatif::ProgressBar;
 use ndarray::{Array2, Array3, ArrayView3};
 use rayon::prelude::*;
-use segtool_core::ModelSpec;
 use segtool_runtime::{colorize, overlay, EngineOutput, FlickerMeter, DEFAULT_ALPHA};
+use segtool_spec::ModelSpec;
 
 use super::pipeline::{Results, Scored};
 
@@ -95,7 +95,7 @@ pub(super) fn write_files(
 ) -> Result<()> {
     let write = |suffix: &str, bytes: &[u8]| -> Result<()> {
         let path = out.join(format!("{name}_{suffix}"));
-        segtool_core::io::write_atomic_unsynced(&path, bytes)
+        segtool_spec::io::write_atomic_unsynced(&path, bytes)
             .with_context(|| format!("writing {}", path.display()))
     };
     let png = |img: image::DynamicImage| segtool_core::dataset::encode_png(&img);

@@ -15,10 +15,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use image::RgbImage;
-use segtool_core::raw_frames::RawFrames;
-use segtool_core::size::Size;
 use segtool_runtime::batching::{LatestStream, LiveOutcome};
 use segtool_runtime::{BatchConfig, BatchServer, FlickerMeter, OutputKind, TemporalSmoother};
+use segtool_spec::raw_frames::RawFrames;
+use segtool_spec::size::Size;
 
 use super::outputs::write_files;
 use super::pipeline::{send_batch, Batch, Busy, Prepare};

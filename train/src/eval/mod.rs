@@ -11,13 +11,13 @@ use std::time::Instant;
 
 use anyhow::{bail, Result};
 use segtool_core::dataset::{Sample, SegDataset};
-use segtool_core::progress::Progress;
 use segtool_core::{ConfusionMatrix, IGNORE_LABEL};
+use segtool_spec::progress::Progress;
 use tch::{Device, Kind, Tensor};
 
 use crate::model::DaNet;
 
-pub use segtool_core::protocol::{Protocol, ProtocolOptions, Tiling, MULTI_SCALES};
+pub use segtool_spec::protocol::{Protocol, ProtocolOptions, Tiling, MULTI_SCALES};
 
 /// The evaluation protocol: `segtool_core`'s [`ProtocolOptions`] builder, the one the
 /// runtime's accuracy mode takes too.

@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 
 use anyhow::{bail, Result};
-use segtool_core::{BackboneSpec, BlockKind};
+use segtool_spec::{BackboneSpec, BlockKind};
 
 use super::{is_torchvision, strip_module, StateDict};
 
@@ -275,7 +275,7 @@ pub fn infer_architecture(state: &StateDict) -> Result<InferredArchitecture> {
 mod tests {
     use super::*;
     use crate::DaNet;
-    use segtool_core::ModelSpec;
+    use segtool_spec::ModelSpec;
     use tch::{nn, Tensor};
 
     /// The state dict of a DaNet built for `backbone` (segtool's names are DANet's).

@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use segtool_core::spec::AuxHeadSpec;
+use segtool_spec::spec::AuxHeadSpec;
 use tch::nn;
 use tch::Tensor;
 

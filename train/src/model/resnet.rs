@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use segtool_core::{BackboneSpec, BlockKind};
+use segtool_spec::{BackboneSpec, BlockKind};
 use tch::nn::{self, ModuleT};
 use tch::Tensor;
 

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use segtool_core::spec::MmsegTestCfg;
+use segtool_spec::spec::MmsegTestCfg;
 
 use super::MmsegOverrides;
 
