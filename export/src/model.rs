@@ -226,15 +226,69 @@ pub(crate) fn build(
     ctx.fp16 = opts.fp16;
     ctx.keep_fp32 = opts.keep_fp32.clone();
     ctx.conv_split_depth = opts.conv_split_depth;
-    let classes = spec.num_classes() as i64;
     // Claim the interface names first so no internal value can take them.
     let image = ctx.g.unique(INPUT_NAME);
     let output = ctx.g.unique(opts.output_kind());
+    let aux_output = network(&mut ctx, spec, opts, &image, &output)?;
+
+    let folded_bn = ctx.folded_bn;
+    let mut opset_import = vec![OperatorSetIdProto {
+        domain: String::new(),
+        version: opts.opset,
+    }];
+    opset_import.extend(ctx.g.domains().map(|d| OperatorSetIdProto {
+        domain: d.to_string(),
+        version: 1,
+    }));
+    let dims = IoDims::of(opts);
+    let (node, initializer, value_info) = finish_graph(ctx, opts, dims, &image);
+    let (nodes, initializers) = (node.len(), initializer.len());
+    let classes = spec.num_classes() as i64;
+    let graph = GraphProto {
+        name: "danet".into(),
+        node,
+        initializer,
+        input: vec![dims.input(&image, opts)],
+        output: dims.outputs(&output, aux_output.as_deref(), classes, opts),
+        value_info,
+        ..Default::default()
+    };
+    let model = ModelProto {
+        ir_version: doc::ir_version_for(opts.opset),
+        opset_import,
+        producer_name: "segtool".into(),
+        producer_version: env!("CARGO_PKG_VERSION").into(),
+        doc_string: doc::doc_string(spec, opts),
+        graph: Some(graph),
+        metadata_props: metadata_props(spec, opts, checkpoint_sha256),
+        ..Default::default()
+    };
+    let report = ExportReport {
+        nodes,
+        initializers,
+        bytes: 0,
+        folded_bn,
+        spec: spec.clone(),
+        external: None,
+    };
+    encode(model, opts, dest, limit, report)
+}
+
+/// DANet's nodes from `image` to `output` (logits, or the argmax class map), and the
+/// auxiliary head's logits when asked for: their name.
+fn network(
+    ctx: &mut Ctx,
+    spec: &ModelSpec,
+    opts: &ExportOptions,
+    image: &str,
+    output: &str,
+) -> Result<Option<String>, ExportError> {
+    let classes = spec.num_classes() as i64;
     // `nchw`: the float32 normalised NCHW image (the graph input itself by default).
     let nchw = if opts.preprocess {
-        preprocess::preprocess(&mut ctx, spec, &image)
+        preprocess::preprocess(ctx, spec, image)
     } else {
-        image.clone()
+        image.to_string()
     };
     let net_in = if opts.fp16 {
         ctx.cast(&nchw, DataType::Float16, "image_fp16")
@@ -251,10 +305,10 @@ pub(crate) fn build(
         .aux
         .then(|| spec.aux_head.as_ref().map(|a| a.in_layer))
         .flatten();
-    let (feat, tapped) = backbone::backbone_with_tap(&mut ctx, &spec.backbone, &net_in, tap)?;
-    let low = head::head(&mut ctx, spec, &feat, opts)?;
+    let (feat, tapped) = backbone::backbone_with_tap(ctx, &spec.backbone, &net_in, tap)?;
+    let low = head::head(ctx, spec, &feat, opts)?;
     let aux_low = match &tapped {
-        Some(t) => head::aux_head(&mut ctx, spec, t)?,
+        Some(t) => head::aux_head(ctx, spec, t)?,
         None => None,
     };
     // fp16: back to float32 at feature resolution, so the resize (and argmax) see fp32.
@@ -275,7 +329,7 @@ pub(crate) fn build(
     }
     if opts.argmax {
         let logits = ctx.g.unique(OUTPUT_NAME);
-        head::upsample_into(&mut ctx, &low, &nchw, &logits, spec.align_corners);
+        head::upsample_into(ctx, &low, &nchw, &logits, spec.align_corners);
         let attrs = vec![
             builder::attr_int("axis", 1),
             builder::attr_int("keepdims", 0),
@@ -286,46 +340,122 @@ pub(crate) fn build(
                 "Cast",
                 &[&idx],
                 vec![builder::attr_int("to", DataType::Uint8 as i64)],
-                &output,
+                output,
             );
         } else {
-            ctx.g.add_node_into("ArgMax", &[&logits], attrs, &output);
+            ctx.g.add_node_into("ArgMax", &[&logits], attrs, output);
         }
     } else {
-        head::upsample_into(&mut ctx, &low, &nchw, &output, spec.align_corners);
+        head::upsample_into(ctx, &low, &nchw, output, spec.align_corners);
     }
-    let aux_output = aux_low.map(|low| {
+    Ok(aux_low.map(|low| {
         let low = if opts.fp16 {
             ctx.to_fp32(&low, "auxlayer.conv5.4_fp32")
         } else {
             low
         };
         let out = ctx.g.unique(AUX_OUTPUT_NAME);
-        head::upsample_into(&mut ctx, &low, &nchw, &out, spec.align_corners);
+        head::upsample_into(ctx, &low, &nchw, &out, spec.align_corners);
         out
-    });
+    }))
+}
 
-    let folded_bn = ctx.folded_bn;
-    let mut opset_import = vec![OperatorSetIdProto {
-        domain: String::new(),
-        version: opts.opset,
-    }];
-    opset_import.extend(ctx.g.domains().map(|d| OperatorSetIdProto {
-        domain: d.to_string(),
-        version: 1,
-    }));
-    let batch = opts.batch.map_or(Dim::Named("batch"), Dim::Fixed);
-    let (height, width) = opts
-        .input_size
-        .map_or((Dim::Named("height"), Dim::Named("width")), |(h, w)| {
-            (Dim::Fixed(h), Dim::Fixed(w))
-        });
+/// The graph's batch, height and width: fixed where the options fix them, else named.
+#[derive(Clone, Copy)]
+struct IoDims {
+    batch: Dim<'static>,
+    height: Dim<'static>,
+    width: Dim<'static>,
+}
+
+impl IoDims {
+    fn of(opts: &ExportOptions) -> Self {
+        let batch = opts.batch.map_or(Dim::Named("batch"), Dim::Fixed);
+        let (height, width) = opts
+            .input_size
+            .map_or((Dim::Named("height"), Dim::Named("width")), |(h, w)| {
+                (Dim::Fixed(h), Dim::Fixed(w))
+            });
+        Self {
+            batch,
+            height,
+            width,
+        }
+    }
+
+    /// The input: uint8 NHWC pixels (`--preprocess`) or float32 normalised NCHW.
+    fn input(self, image: &str, opts: &ExportOptions) -> proto::ValueInfoProto {
+        let Self {
+            batch,
+            height,
+            width,
+        } = self;
+        if opts.preprocess {
+            proto::tensor_value_info(
+                image,
+                DataType::Uint8,
+                &[batch, height, width, Dim::Fixed(3)],
+            )
+        } else {
+            proto::tensor_value_info(
+                image,
+                DataType::Float,
+                &[batch, Dim::Fixed(3), height, width],
+            )
+        }
+    }
+
+    /// The outputs: logits (or the class map of `--argmax`), then the auxiliary logits.
+    fn outputs(
+        self,
+        output: &str,
+        aux: Option<&str>,
+        classes: i64,
+        opts: &ExportOptions,
+    ) -> Vec<proto::ValueInfoProto> {
+        let Self {
+            batch,
+            height,
+            width,
+        } = self;
+        let logits = [batch, Dim::Fixed(classes), height, width];
+        let main = if opts.argmax {
+            let dt = if classes <= 256 {
+                DataType::Uint8
+            } else {
+                DataType::Int64
+            };
+            proto::tensor_value_info(output, dt, &[batch, height, width])
+        } else {
+            proto::tensor_value_info(output, DataType::Float, &logits)
+        };
+        let mut outputs = vec![main];
+        if let Some(aux) = aux {
+            outputs.push(proto::tensor_value_info(aux, DataType::Float, &logits));
+        }
+        outputs
+    }
+}
+
+/// The builder's nodes and initialisers, with the feature maps' shapes for ONNX Runtime
+/// (`--target ort`) and without the fp32 islands' unread casts.
+fn finish_graph(
+    ctx: Ctx,
+    opts: &ExportOptions,
+    dims: IoDims,
+    image: &str,
+) -> (
+    Vec<proto::NodeProto>,
+    Vec<proto::TensorProto>,
+    Vec<proto::ValueInfoProto>,
+) {
     // Shapes of the feature maps (symbolic per stride), so ORT can prove residual
     // operands equal and fuse Add+ReLU into the NCHWc convs of the dilated stages: at
     // 1024x1024 this cuts ORT's peak memory by ~120 MiB. ORT profile only: tract takes
     // value_info as hard facts and cannot unify the named symbols with concrete sizes.
     let mut value_info = if opts.target == ExportTarget::Ort {
-        ctx.g.feature_value_info(batch, height, width, &[&image])
+        ctx.g
+            .feature_value_info(dims.batch, dims.height, dims.width, &[image])
     } else {
         Vec::new()
     };
@@ -340,51 +470,16 @@ pub(crate) fn build(
         node.retain(|n| !n.output.iter().any(dead));
         value_info.retain(|v| !dead(&v.name));
     }
-    let (nodes, initializers) = (node.len(), initializer.len());
-    let input = if opts.preprocess {
-        proto::tensor_value_info(
-            &image,
-            DataType::Uint8,
-            &[batch, height, width, Dim::Fixed(3)],
-        )
-    } else {
-        proto::tensor_value_info(
-            &image,
-            DataType::Float,
-            &[batch, Dim::Fixed(3), height, width],
-        )
-    };
-    let output = if opts.argmax {
-        let dt = if classes <= 256 {
-            DataType::Uint8
-        } else {
-            DataType::Int64
-        };
-        proto::tensor_value_info(&output, dt, &[batch, height, width])
-    } else {
-        proto::tensor_value_info(
-            &output,
-            DataType::Float,
-            &[batch, Dim::Fixed(classes), height, width],
-        )
-    };
-    let mut outputs = vec![output];
-    if let Some(aux) = &aux_output {
-        outputs.push(proto::tensor_value_info(
-            aux,
-            DataType::Float,
-            &[batch, Dim::Fixed(classes), height, width],
-        ));
-    }
-    let graph = GraphProto {
-        name: "danet".into(),
-        node,
-        initializer,
-        input: vec![input],
-        output: outputs,
-        value_info,
-        ..Default::default()
-    };
+    (node, initializer, value_info)
+}
+
+/// The file's metadata: the spec, the export options, the I/O contract, the output
+/// stride, the checkpoint's hash and TensorRT's profile hint.
+fn metadata_props(
+    spec: &ModelSpec,
+    opts: &ExportOptions,
+    checkpoint_sha256: Option<&str>,
+) -> Vec<StringStringEntryProto> {
     let metadata = Metadata {
         export_options: Some(
             serde_json::from_str(&opts.to_json()).expect("options serialise to JSON"),
@@ -406,21 +501,22 @@ pub(crate) fn build(
         trt_profile: opts.trt_profile(spec.backbone.output_stride),
         ..Metadata::new(spec.clone())
     };
-    let metadata_props = metadata
+    metadata
         .to_props()
         .into_iter()
         .map(|(key, value)| StringStringEntryProto { key, value })
-        .collect();
-    let mut model = ModelProto {
-        ir_version: doc::ir_version_for(opts.opset),
-        opset_import,
-        producer_name: "segtool".into(),
-        producer_version: env!("CARGO_PKG_VERSION").into(),
-        doc_string: doc::doc_string(spec, opts),
-        graph: Some(graph),
-        metadata_props,
-        ..Default::default()
-    };
+        .collect()
+}
+
+/// `model` serialised, its large weights moved to a side file when the options or the
+/// size ask for it; `report` completed with the bytes and the side file.
+fn encode(
+    mut model: ModelProto,
+    opts: &ExportOptions,
+    dest: Dest<'_>,
+    limit: u64,
+    mut report: ExportReport,
+) -> Result<ExportParts, ExportError> {
     // Sizes come from `encoded_len`, so a model over the limit is never serialised.
     let inline_len = model.encoded_len() as u64;
     let data = if external::wanted(opts.external_data, inline_len, limit) {
@@ -437,18 +533,12 @@ pub(crate) fn build(
         });
     }
     let onnx = model.encode_to_vec();
-    let report = ExportReport {
-        nodes,
-        initializers,
-        bytes: onnx.len() as u64,
-        folded_bn,
-        spec: spec.clone(),
-        external: data.as_ref().map(|d| ExternalReport {
-            location: d.location().to_string(),
-            bytes: d.len(),
-            tensors: d.tensors(),
-        }),
-    };
+    report.bytes = onnx.len() as u64;
+    report.external = data.as_ref().map(|d| ExternalReport {
+        location: d.location().to_string(),
+        bytes: d.len(),
+        tensors: d.tensors(),
+    });
     Ok(ExportParts { onnx, data, report })
 }
 
