@@ -236,10 +236,122 @@ pub fn run(args: Args) -> Result<()> {
         true => args.fixed_input_size(&files, accuracy_opts.is_some()),
         false => None,
     };
+    let (mut stage, spec, prepare, engine_desc) =
+        open_stage(&args, batched, fixed_size, accuracy_opts)?;
+    if spec.num_classes() > 256 {
+        bail!("{} classes do not fit uint8 masks", spec.num_classes());
+    }
+    let sink = if to_stdout {
+        Sink::Stdout
+    } else {
+        Sink::Folder {
+            out: args.out.clone(),
+            overlay: !args.no_overlay,
+            labels: args.labels,
+            logits: args.logits,
+        }
+    };
+
+    let bar = progress(
+        args.raw.is_none().then_some(files.len() as u64),
+        !args.quiet,
+    );
+    let start = Instant::now();
+    let in_flight = results_in_flight(&stage, batch_size);
+    let (batch_tx, batch_rx) = sync_channel::<Result<(Batch, Busy)>>(1);
+    let (scored_tx, scored_rx) = sync_channel::<Scored>(in_flight);
+    let (recycle_tx, recycle_rx) = std::sync::mpsc::channel::<Vec<u8>>();
+    let source = {
+        let prepare = prepare.clone();
+        let opts = DecodeOptions {
+            batch_size,
+            keep_going: args.keep_going,
+            fixed_size,
+        };
+        spawn_source(args.raw, files, opts, prepare, batch_tx, recycle_rx)?
+    };
+    let writer = {
+        let (spec, sink, bar) = (spec.clone(), sink.clone(), bar.clone());
+        let recycle = args.raw.is_some().then_some(recycle_tx);
+        let lines = !args.quiet;
+        // Raw frames are a stream: how much the masks flicker is reported.
+        let flicker = args.raw.is_some();
+        std::thread::Builder::new()
+            .name("segtool-write".into())
+            .spawn(move || write_results(scored_rx, &spec, &sink, recycle, &bar, lines, flicker))?
+    };
+
+    let Scoring {
+        mut busy,
+        images,
+        failure,
+        skipped,
+    } = score_batches(&batch_rx, &mut stage, &spec, &bar, &scored_tx);
+    drop(scored_tx);
+    let written = writer
+        .join()
+        .map_err(|_| anyhow::anyhow!("writer thread panicked"))?;
+    bar.finish_and_clear();
+    if let Some(e) = failure {
+        // The source thread may still be blocked reading stdin: not joined.
+        if let Err(w) = written {
+            eprintln!("error: {w:#}");
+        }
+        return Err(e);
+    }
+    let written = written?;
+    busy.post = written.busy;
+    let flicker = written
+        .flicker
+        .and_then(|m| m.flicker())
+        .map(|f| format!("; flicker {:.2}% of pixels per frame", 100.0 * f))
+        .unwrap_or_default();
+    drop(batch_rx);
+    source
+        .join()
+        .map_err(|_| anyhow::anyhow!("input thread panicked"))?;
+    bar.finish_and_clear();
+    let batching = batching_note(&stage);
+    drop(stage);
+    let target = match to_stdout {
+        true => "stdout".to_string(),
+        false => args.out.display().to_string(),
+    };
+    let summary = summary_line(
+        images,
+        &target,
+        start.elapsed().as_secs_f64(),
+        &format!("{engine_desc}{batching}"),
+        &busy,
+        &flicker,
+    );
+    if to_stdout {
+        eprintln!("{summary}");
+    } else {
+        println!("{summary}");
+    }
+    if !skipped.is_empty() {
+        bail!("{}", skipped_summary(images, &skipped));
+    }
+    Ok(())
+}
+
+/// What an engine-side input needs to be prepared off the engine stage: the spec and the
+/// layout (`None`: the engine stage prepares it, as a card-driven model's).
+type Prepare = Option<(segtool_spec::ModelSpec, segtool_runtime::InputLayout)>;
+
+/// The engine stage (a batch server, or one segmenter with its accuracy options), the
+/// model's spec, how inputs are prepared, and a description for the summary line.
+fn open_stage(
+    args: &Args,
+    batched: bool,
+    fixed_size: Option<(usize, usize)>,
+    accuracy_opts: Option<segtool_runtime::AccuracyOptions>,
+) -> Result<(Stage, segtool_spec::ModelSpec, Prepare, String)> {
     let fixed_desc = fixed_size
         .map(|(h, w)| format!(", fixed {h}x{w}"))
         .unwrap_or_default();
-    let (mut stage, spec, prepare, engine_desc) = if batched {
+    Ok(if batched {
         let (server, providers) = open_server(&args, args.logits, fixed_size)?;
         let spec = server.spec().clone();
         let desc = format!("{} session(s) on {providers}{fixed_desc}", server.workers());
@@ -273,108 +385,59 @@ pub fn run(args: Args) -> Result<()> {
             accuracy: accuracy_opts,
         };
         (stage, spec, prepare, desc)
-    };
-    if spec.num_classes() > 256 {
-        bail!("{} classes do not fit uint8 masks", spec.num_classes());
-    }
-    let sink = if to_stdout {
-        Sink::Stdout
-    } else {
-        Sink::Folder {
-            out: args.out.clone(),
-            overlay: !args.no_overlay,
-            labels: args.labels,
-            logits: args.logits,
-        }
-    };
+    })
+}
 
-    let bar = progress(
-        args.raw.is_none().then_some(files.len() as u64),
-        !args.quiet,
-    );
-    let start = Instant::now();
-    // Stage channels hold one batch each (a few with a batch server, so that every
-    // session has work while the writer waits for the oldest); `recycle` returns raw
-    // frame buffers.
-    let in_flight = match &stage {
-        Stage::Server(server) => {
-            let per_batch = server.config().max_batch.max(1);
-            (server.workers() * per_batch * 2)
-                .div_ceil(batch_size)
-                .max(1)
-        }
-        Stage::Single { .. } => 1,
-    };
-    let (batch_tx, batch_rx) = sync_channel::<Result<(Batch, Busy)>>(1);
-    let (scored_tx, scored_rx) = sync_channel::<Scored>(in_flight);
-    let (recycle_tx, recycle_rx) = std::sync::mpsc::channel::<Vec<u8>>();
-    let source = {
-        let prepare = prepare.clone();
-        match args.raw {
-            Some(Size {
-                width: w,
-                height: h,
-            }) => std::thread::Builder::new()
-                .name("segtool-read".into())
-                .spawn(move || read_raw(w, h, batch_size, &prepare, batch_tx, recycle_rx))?,
-            None => {
-                let opts = DecodeOptions {
-                    batch_size,
-                    keep_going: args.keep_going,
-                    fixed_size,
-                };
-                std::thread::Builder::new()
-                    .name("segtool-decode".into())
-                    .spawn(move || decode_files(files, opts, &prepare, batch_tx))?
-            }
-        }
-    };
-    let writer = {
-        let (spec, sink, bar) = (spec.clone(), sink.clone(), bar.clone());
-        let recycle = args.raw.is_some().then_some(recycle_tx);
-        let lines = !args.quiet;
-        // Raw frames are a stream: how much the masks flicker is reported.
-        let flicker = args.raw.is_some();
-        std::thread::Builder::new()
-            .name("segtool-write".into())
-            .spawn(move || write_results(scored_rx, &spec, &sink, recycle, &bar, lines, flicker))?
-    };
+/// What the engine stage did with the batches it was handed.
+#[derive(Default)]
+struct Scoring {
+    busy: Busy,
+    images: usize,
+    /// An input or engine error stops reading, but what was already scored is still
+    /// written (frames before a truncated one, images before a corrupt one).
+    failure: Option<anyhow::Error>,
+    /// --keep-going: the inputs skipped, each reported as its batch arrives.
+    skipped: Vec<Failure>,
+}
 
-    let mut busy = Busy::default();
-    let mut images = 0usize;
-    // An input or engine error stops reading, but what was already scored is still
-    // written (frames before a truncated one, images before a corrupt one).
-    let mut failure: Option<anyhow::Error> = None;
-    // --keep-going: the inputs skipped, each reported as its batch arrives.
-    let mut skipped: Vec<Failure> = Vec::new();
+/// Runs every batch the source sends through `stage` and hands the results to the
+/// writer, until the source ends, an error stops it, or the writer goes away.
+fn score_batches(
+    batch_rx: &std::sync::mpsc::Receiver<Result<(Batch, Busy)>>,
+    stage: &mut Stage,
+    spec: &segtool_spec::ModelSpec,
+    bar: &ProgressBar,
+    scored_tx: &std::sync::mpsc::SyncSender<Scored>,
+) -> Scoring {
+    let mut done = Scoring::default();
     for item in batch_rx.iter() {
         let (mut batch, b) = match item {
             Ok(x) => x,
             Err(e) => {
-                failure = Some(e);
+                done.failure = Some(e);
                 break;
             }
         };
-        busy.decode += b.decode;
-        busy.normalise += b.normalise;
+        done.busy.decode += b.decode;
+        done.busy.normalise += b.normalise;
         for f in std::mem::take(&mut batch.failures) {
             bar.suspend(|| eprintln!("skipped {}: {}", f.path.display(), f.reason));
             bar.inc(1);
-            skipped.push(f);
+            done.skipped.push(f);
         }
         if batch.images.is_empty() {
             continue;
         }
         let t0 = Instant::now();
-        let results = match stage.run(&mut batch, &spec) {
+        let results = match stage.run(&mut batch, spec) {
             Ok(r) => r,
             Err(e) => {
-                failure = Some(e);
+                done.failure = Some(e);
                 break;
             }
         };
-        busy.engine += t0.elapsed();
-        images += batch.images.len();
+        done.busy.engine += t0.elapsed();
+        done.images += batch.images.len();
         let scored = Scored {
             names: batch.names,
             images: batch.images,
@@ -384,31 +447,49 @@ pub fn run(args: Args) -> Result<()> {
             break; // the writer failed: its error is reported below
         }
     }
-    drop(scored_tx);
-    let written = writer
-        .join()
-        .map_err(|_| anyhow::anyhow!("writer thread panicked"))?;
-    bar.finish_and_clear();
-    if let Some(e) = failure {
-        // The source thread may still be blocked reading stdin: not joined.
-        if let Err(w) = written {
-            eprintln!("error: {w:#}");
+    done
+}
+
+/// How many scored batches may wait for the writer: one, or a few with a batch server
+/// (so that every session has work while the writer waits for the oldest).
+fn results_in_flight(stage: &Stage, batch_size: usize) -> usize {
+    match stage {
+        Stage::Server(server) => {
+            let per_batch = server.config().max_batch.max(1);
+            (server.workers() * per_batch * 2)
+                .div_ceil(batch_size)
+                .max(1)
         }
-        return Err(e);
+        Stage::Single { .. } => 1,
     }
-    let written = written?;
-    busy.post = written.busy;
-    let flicker = written
-        .flicker
-        .and_then(|m| m.flicker())
-        .map(|f| format!("; flicker {:.2}% of pixels per frame", 100.0 * f))
-        .unwrap_or_default();
-    drop(batch_rx);
-    source
-        .join()
-        .map_err(|_| anyhow::anyhow!("input thread panicked"))?;
-    bar.finish_and_clear();
-    let batching = match &stage {
+}
+
+/// The thread that reads the inputs into batches: raw frames from stdin (their buffers
+/// come back through `recycle`), or image files decoded.
+fn spawn_source(
+    raw: Option<Size>,
+    files: Vec<PathBuf>,
+    opts: DecodeOptions,
+    prepare: Prepare,
+    batch_tx: std::sync::mpsc::SyncSender<Result<(Batch, Busy)>>,
+    recycle: std::sync::mpsc::Receiver<Vec<u8>>,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    match raw {
+        Some(Size {
+            width: w,
+            height: h,
+        }) => std::thread::Builder::new()
+            .name("segtool-read".into())
+            .spawn(move || read_raw(w, h, opts.batch_size, &prepare, batch_tx, recycle)),
+        None => std::thread::Builder::new()
+            .name("segtool-decode".into())
+            .spawn(move || decode_files(files, opts, &prepare, batch_tx)),
+    }
+}
+
+/// `; 12 batches, mean batch 3.50` for a batch server, nothing for one session.
+fn batching_note(stage: &Stage) -> String {
+    match stage {
         Stage::Server(server) => {
             let stats = server.stats();
             format!(
@@ -418,37 +499,31 @@ pub fn run(args: Args) -> Result<()> {
             )
         }
         Stage::Single { .. } => String::new(),
-    };
-    drop(stage);
+    }
+}
 
-    let wall = start.elapsed().as_secs_f64();
-    // What a robot or edge box has to budget for.
+/// The run's summary: images, throughput, the engine, busy time per stage and the peak
+/// RSS (what a robot or edge box has to budget for).
+fn summary_line(
+    images: usize,
+    target: &str,
+    wall: f64,
+    engine: &str,
+    busy: &Busy,
+    flicker: &str,
+) -> String {
     let peak = segtool_spec::process::memory_kib("VmHWM")
         .map(|kib| format!("; peak RSS {} MiB", kib / 1024))
         .unwrap_or_default();
-    let summary = format!(
-        "{images} image(s) -> {} in {wall:.2} s ({:.1} img/s, {engine_desc}{batching}; busy s: \
+    format!(
+        "{images} image(s) -> {target} in {wall:.2} s ({:.1} img/s, {engine}; busy s: \
          decode {:.2}, normalise {:.2}, engine {:.2}, post+write {:.2}{peak}){flicker}",
-        if to_stdout {
-            "stdout".to_string()
-        } else {
-            args.out.display().to_string()
-        },
         images as f64 / wall.max(1e-9),
         busy.decode.as_secs_f64(),
         busy.normalise.as_secs_f64(),
         busy.engine.as_secs_f64(),
         busy.post.as_secs_f64(),
-    );
-    if to_stdout {
-        eprintln!("{summary}");
-    } else {
-        println!("{summary}");
-    }
-    if !skipped.is_empty() {
-        bail!("{}", skipped_summary(images, &skipped));
-    }
-    Ok(())
+    )
 }
 
 /// `processed 7 images, 2 failed: a.png, b.png` (the first few failed files named; each
