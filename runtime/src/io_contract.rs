@@ -19,9 +19,6 @@ use crate::error::{Result, RuntimeError};
 use crate::postprocess::{argmax, resize_nearest};
 use crate::preprocess::normalise_batch;
 
-pub use segtool_onnx::metadata::{
-    INPUT_LAYOUT_KEY, LAYOUT_NCHW_F32, LAYOUT_NHWC_U8, OUTPUT_KIND_KEY,
-};
 pub use segtool_onnx::{InputLayout, IoContract, OutputKind};
 
 /// A batch in the layout an engine takes.
@@ -193,6 +190,9 @@ pub fn pack_nhwc(imgs: &[RgbImage]) -> Result<Array4<u8>> {
 mod tests {
     use super::*;
     use crate::testing::tiny_spec;
+    use segtool_onnx::metadata::{
+        INPUT_LAYOUT_KEY, LAYOUT_NCHW_F32, LAYOUT_NHWC_U8, OUTPUT_KIND_KEY,
+    };
 
     #[test]
     fn metadata_contracts() {

@@ -47,23 +47,23 @@
 pub mod accuracy;
 pub mod batching;
 pub mod card;
-pub mod contract_adapter;
-pub mod engine;
+mod contract_adapter;
+mod engine;
 pub mod env_report;
 pub mod error;
 pub mod frame;
-pub mod io_contract;
+mod io_contract;
 pub mod memory;
 #[cfg(feature = "ort")]
 pub mod ort_engine;
-pub mod ort_report;
-pub mod postprocess;
-pub mod preprocess;
+mod ort_report;
+mod postprocess;
+mod preprocess;
 mod segmenter;
-pub mod temporal;
+mod temporal;
 pub mod testing;
 #[cfg(feature = "tract")]
-pub mod tract_engine;
+mod tract_engine;
 mod tract_options;
 pub mod triton;
 

@@ -192,11 +192,6 @@ pub fn masks_at_size(
     }
 }
 
-/// Per-class probability maps at `(height, width)`: bilinear logits, then softmax.
-pub fn probabilities_at_size(logits: ArrayView4<f32>, height: usize, width: usize) -> Array4<f32> {
-    softmax(resize_bilinear(logits, height, width, false).view())
-}
-
 /// Colour picture of a mask. Labels without a palette entry (e.g. 255, ignore) are black.
 pub fn colorize(mask: ArrayView2<u8>, palette: &[[u8; 3]]) -> RgbImage {
     let (h, w) = mask.dim();
@@ -394,7 +389,7 @@ mod tests {
         let near = masks_at_size(l.view(), 1, 4, Upsample::Nearest);
         assert_eq!(bil[0], arr2(&[[1, 0, 0, 0]]));
         assert_eq!(near[0], arr2(&[[1, 1, 0, 0]]));
-        let p = probabilities_at_size(l.view(), 2, 4);
+        let p = softmax(resize_bilinear(l.view(), 2, 4, false).view());
         assert_eq!(p.dim(), (1, 2, 2, 4));
         assert!(p
             .index_axis(Axis(1), 0)

@@ -24,20 +24,12 @@ use crate::postprocess::{argmax, resize_nearest};
 #[error("temporal smoothing weight {0} is not in [0, 1) (the share of history; 0 is none)")]
 pub struct InvalidWeight(pub f32);
 
-/// Share of pixels whose class differs between two masks of one size (0 for empty
-/// masks).
-///
-/// # Panics
-/// When the sizes differ.
-pub fn changed_share(a: ArrayView2<u8>, b: ArrayView2<u8>) -> f64 {
-    assert_eq!(a.dim(), b.dim(), "masks of different sizes");
-    if a.is_empty() {
-        return 0.0;
-    }
-    let changed = Zip::from(&a)
+/// How many pixels hold another class in `b` than in `a` (same size).
+fn changed_pixels(a: ArrayView2<u8>, b: ArrayView2<u8>) -> u64 {
+    debug_assert_eq!(a.dim(), b.dim(), "masks of different sizes");
+    Zip::from(&a)
         .and(&b)
-        .fold(0usize, |n, x, y| n + usize::from(x != y));
-    changed as f64 / a.len() as f64
+        .fold(0u64, |n, x, y| n + u64::from(x != y))
 }
 
 /// Accumulates the flicker of a mask sequence: over every pair of consecutive masks of
@@ -63,9 +55,7 @@ impl FlickerMeter {
         let share = match &self.previous {
             Some(prev) if prev.dim() == mask.dim() => {
                 let n = mask.len() as u64;
-                let changed = Zip::from(prev)
-                    .and(&mask)
-                    .fold(0u64, |c, x, y| c + u64::from(x != y));
+                let changed = changed_pixels(prev.view(), mask);
                 self.changed += changed;
                 self.compared += n;
                 self.pairs += 1;
@@ -174,8 +164,8 @@ mod tests {
         assert_eq!(m.observe(arr2(&[[0u8, 1, 2]]).view()), None);
         assert_eq!(m.pairs(), 2);
         assert_eq!(
-            changed_share(arr2(&[[1u8, 2]]).view(), arr2(&[[1u8, 3]]).view()),
-            0.5
+            changed_pixels(arr2(&[[1u8, 2]]).view(), arr2(&[[1u8, 3]]).view()),
+            1
         );
     }
 
