@@ -71,9 +71,8 @@ use std::path::Path;
 
 pub use accuracy::{AccuracyOptions, Tiling};
 pub use batching::{BatchConfig, BatchError, BatchServer, LatestStream, OrderedStream};
-pub use contract_adapter::ContractAdapter;
 pub use engine::{load_spec, read_metadata, run_logits, Engine};
-pub use env_report::{env_report, RuntimeEnvReport};
+pub use env_report::env_report;
 pub use error::{Result, RuntimeError};
 pub use frame::{Frame, FrameError, PixelFormat};
 pub use io_contract::{
@@ -82,14 +81,12 @@ pub use io_contract::{
 #[cfg(feature = "ort")]
 pub use ort_engine::{CudaOptions, TensorRtOptions, TrtProfile};
 #[cfg(feature = "ort")]
-pub use ort_engine::{NodePlacement, OrtEngine, OrtOptions, PlacedNode, Provider};
+pub use ort_engine::{OrtEngine, OrtOptions, Provider};
 pub use postprocess::{argmax, colorize, overlay, resize_nearest, DEFAULT_ALPHA};
-pub use postprocess::{resize_bilinear, softmax, Upsample};
 pub use preprocess::{normalise, normalise_batch};
-pub use preprocess::{prepare, PrepareOptions, Prepared};
 pub use segmenter::{EngineKind, Fallback, Segmenter, SegmenterBuilder, SegmenterOptions};
-/// The exported file's reader and typed metadata.
-pub use segtool_onnx::{Metadata, ModelFile, ModelFileError, TrtProfileHint};
+/// The exported file's reader and its errors.
+pub use segtool_onnx::{ModelFile, ModelFileError};
 /// segtool's progress reporting and atomic file writing, for crates built over the runtime
 /// alone (segtool-ros2's bag converter).
 pub use segtool_spec::{io, progress};
@@ -97,7 +94,15 @@ pub use temporal::{FlickerMeter, TemporalSmoother};
 #[cfg(feature = "tract")]
 pub use tract_engine::TractEngine;
 pub use tract_options::TractOptions;
-pub use triton::{write_repository as write_triton_repository, TritonOptions};
+
+/// For those who drive the pieces themselves (benchmarks, front ends' internals): the
+/// contract adapter, the preprocessing and score-resizing steps. The root is the API
+/// most users need; what is here may change between releases.
+pub mod expert {
+    pub use crate::contract_adapter::ContractAdapter;
+    pub use crate::postprocess::{resize_bilinear, softmax, Upsample};
+    pub use crate::preprocess::{prepare, PrepareOptions, Prepared};
+}
 
 /// Shorthand for the common builder configurations, for [`Segmenter::open`].
 #[derive(Clone, Debug)]
