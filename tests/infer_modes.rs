@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 
 use segtool_runtime::accuracy::{self, AccuracyOptions};
-use segtool_runtime::{load_spec, Backend, InputLayout, OutputKind, Segmenter, TractEngine};
+use segtool_runtime::expert::load_spec;
+use segtool_runtime::{Backend, InputLayout, OutputKind, Segmenter, TractEngine};
 
 const W: u32 = 48;
 const H: u32 = 32;

@@ -20,7 +20,8 @@ use std::path::{Path, PathBuf};
 
 use common::{p, python, segtool};
 use segtool_export::{ExportOptions, ExportTarget};
-use segtool_runtime::{run_logits, OrtEngine, OrtOptions, TractEngine};
+use segtool_runtime::expert::run_logits;
+use segtool_runtime::{OrtEngine, OrtOptions, TractEngine};
 use segtool_train::Checkpoint;
 use tch::{Kind, Tensor};
 
@@ -199,13 +200,7 @@ fn check(
 #[test]
 fn resnet50_align_corners_false_imports_with_no_flag() {
     let f = fixture(50, false, "danet_r50-d8_512x1024_80k_cityscapes.pth", &[]);
-    check(
-        50,
-        false,
-        &f,
-        &ExportTarget::ALL,
-        &[ExportTarget::Tract],
-    );
+    check(50, false, &f, &ExportTarget::ALL, &[ExportTarget::Tract]);
     let spec = Checkpoint::read(&f.dir.join("imported.safetensors"))
         .unwrap()
         .spec;
@@ -300,7 +295,7 @@ fn aux_export_matches_mmseg(f: &Fixture) {
     let plain = f.dir.join("plain.onnx");
     let ckpt = f.dir.join("imported.safetensors");
     segtool_export::export_onnx(&ckpt, &plain, &ExportOptions::default()).unwrap();
-    let spec = segtool_runtime::load_spec(&plain).unwrap();
+    let spec = segtool_runtime::expert::load_spec(&plain).unwrap();
     assert!(spec.aux_head.is_some() && !spec.align_corners);
     let mut tract = TractEngine::open(&plain).unwrap();
     let x: Vec<f32> =

@@ -10,7 +10,8 @@ use std::process::Command;
 
 use common::*;
 use segtool_runtime::accuracy::{self, AccuracyOptions};
-use segtool_runtime::{normalise_batch, Engine, OrtEngine, OrtOptions, TractEngine};
+use segtool_runtime::expert::normalise_batch;
+use segtool_runtime::{Engine, OrtEngine, OrtOptions, TractEngine};
 use segtool_train::eval::{sliding, EvalOptions};
 
 fn images() -> Vec<image::RgbImage> {

@@ -15,7 +15,7 @@ use image::RgbImage;
 use ndarray::{Array4, ArrayD};
 use segtool_onnx::proto::ModelProto;
 use segtool_runtime::card::{pipeline, Dtype, Layout, ModelCard, OutputKind};
-use segtool_runtime::EngineTensor;
+use segtool_runtime::expert::EngineTensor;
 use segtool_spec::ModelSpec;
 
 use crate::{model_spec, CalibrationError};
@@ -93,7 +93,7 @@ impl Feed {
     /// The input tensor `[1, C, H, W]` of one image.
     pub fn tensor(&self, img: &RgbImage) -> Result<Array4<f32>, CalibrationError> {
         match self {
-            Feed::Spec(spec) => Ok(segtool_runtime::normalise(img, spec)),
+            Feed::Spec(spec) => Ok(segtool_runtime::expert::normalise(img, spec)),
             Feed::Card(card) => {
                 let (t, _) = pipeline::prepare(std::slice::from_ref(img), card)
                     .map_err(|e| CalibrationError::Input(e.to_string()))?;

@@ -3,7 +3,7 @@
 //! [`calibrate`] exposes the tensors to quantise (activation inputs of every Conv and
 //! MatMul, and Conv outputs or the Relus after them, see [`qdq::plan`]) as extra outputs of a copy of the model, runs calibration
 //! images through it in ONNX Runtime (CPU) in batches, preprocessed exactly as the runtime
-//! does ([`segtool_runtime::normalise`]), and streams per-tensor statistics: the range
+//! does ([`segtool_runtime::expert::normalise`]), and streams per-tensor statistics: the range
 //! first, then a 2048-bin histogram of `|x|` over `[0, absmax]` ([`stats`]). A calibrator
 //! ([`Method`]) turns them into thresholds, [`qdq::rewrite`] into a QDQ model
 //! (symmetric int8, zero point 0; weights per output channel or per tensor) and

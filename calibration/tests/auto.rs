@@ -173,7 +173,7 @@ fn argmax(model: &[u8], images: &[PathBuf]) -> Vec<Vec<u8>> {
     images
         .iter()
         .map(|p| {
-            let x = segtool_runtime::normalise(&image::open(p).unwrap().to_rgb8(), &spec);
+            let x = segtool_runtime::expert::normalise(&image::open(p).unwrap().to_rgb8(), &spec);
             let out = ort.run(x.view(), &[]).unwrap();
             let l = out.values().next().unwrap();
             let s = l.shape().to_vec();

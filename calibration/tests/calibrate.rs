@@ -114,7 +114,7 @@ fn qdq_model_runs_in_ort_matches_fp32_and_is_deterministic() {
     let model = ModelProto::decode(bytes.as_slice()).unwrap();
     let images = write_images(dir.path(), 6);
     let spec = segtool_calibration::model_spec(&model).unwrap();
-    let x = segtool_runtime::normalise(&image::open(&images[0]).unwrap().to_rgb8(), &spec);
+    let x = segtool_runtime::expert::normalise(&image::open(&images[0]).unwrap().to_rgb8(), &spec);
     let mut fp32 = segtool_calibration::session::OrtModel::new(&bytes, Some(1)).unwrap();
     let want = fp32.run(x.view(), &[]).unwrap();
     let want = want.values().next().unwrap();

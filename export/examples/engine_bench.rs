@@ -35,12 +35,12 @@ fn main() {
         (((x * 7 + y * 3 + c * 11) % 97) as f32 / 48.0) - 1.0
     });
     let t = Instant::now();
-    let _ = segtool_runtime::run_logits(engine.as_mut(), x.view()).unwrap();
+    let _ = segtool_runtime::expert::run_logits(engine.as_mut(), x.view()).unwrap();
     let first = t.elapsed().as_secs_f64() * 1e3;
     let mut times: Vec<f64> = (0..runs)
         .map(|_| {
             let t = Instant::now();
-            let _ = segtool_runtime::run_logits(engine.as_mut(), x.view()).unwrap();
+            let _ = segtool_runtime::expert::run_logits(engine.as_mut(), x.view()).unwrap();
             t.elapsed().as_secs_f64() * 1e3
         })
         .collect();

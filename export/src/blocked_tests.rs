@@ -4,7 +4,8 @@
 //! (skipped when its library is not found), at sizes whose position count N is a
 //! multiple of the block count, is not, and is below it (trailing empty blocks).
 
-use segtool_runtime::{run_logits, TractEngine, TractOptions};
+use segtool_runtime::expert::run_logits;
+use segtool_runtime::{TractEngine, TractOptions};
 use segtool_spec::{BackboneSpec, ModelSpec};
 
 use crate::testutil::{export_decoded_with, random_entries, serialize, spec_with};

@@ -240,10 +240,11 @@ fn metadata_records_layout_output_stride_hash_and_trt_profile() {
         .with_preprocess(true)
         .with_argmax(true);
     export_onnx(&ckpt, &out, &opts).unwrap();
-    let meta: std::collections::HashMap<String, String> = segtool_runtime::read_metadata(&out)
-        .unwrap()
-        .into_iter()
-        .collect();
+    let meta: std::collections::HashMap<String, String> =
+        segtool_runtime::expert::read_metadata(&out)
+            .unwrap()
+            .into_iter()
+            .collect();
     assert_eq!(meta[INPUT_LAYOUT_KEY], "NHWC uint8 RGB");
     assert_eq!(meta[OUTPUT_KIND_KEY], "mask");
     assert_eq!(meta[OUTPUT_STRIDE_KEY], "8");
@@ -266,13 +267,14 @@ fn metadata_records_layout_output_stride_hash_and_trt_profile() {
         (export["argmax"].as_bool(), export["fp16"].as_bool()),
         (Some(true), Some(false))
     );
-    assert_eq!(segtool_runtime::load_spec(&out).unwrap(), spec);
+    assert_eq!(segtool_runtime::expert::load_spec(&out).unwrap(), spec);
 
     export_onnx(&ckpt, &out, &ExportOptions::default()).unwrap();
-    let meta: std::collections::HashMap<String, String> = segtool_runtime::read_metadata(&out)
-        .unwrap()
-        .into_iter()
-        .collect();
+    let meta: std::collections::HashMap<String, String> =
+        segtool_runtime::expert::read_metadata(&out)
+            .unwrap()
+            .into_iter()
+            .collect();
     assert_eq!(meta[INPUT_LAYOUT_KEY], "NCHW float32 normalised");
     assert_eq!(meta[OUTPUT_KIND_KEY], "logits");
     let trt: serde_json::Value = serde_json::from_str(&meta[TRT_PROFILE_KEY]).unwrap();

@@ -359,7 +359,7 @@ fn runtime_engines_load_external_data_from_the_model_path() {
     let x = ndarray::Array4::from_shape_fn((1, 3, 40, 56), |(_, c, y, x)| {
         ((c * 7 + y * 3 + x) % 17) as f32 / 8.0 - 1.0
     });
-    let run = |e: &mut dyn Engine| segtool_runtime::run_logits(e, x.view()).unwrap();
+    let run = |e: &mut dyn Engine| segtool_runtime::expert::run_logits(e, x.view()).unwrap();
     let a = run(&mut segtool_runtime::TractEngine::open(&ext).unwrap());
     let b = run(&mut segtool_runtime::TractEngine::open(&inline).unwrap());
     assert_eq!(a.shape(), [1, 4, 40, 56]);

@@ -18,7 +18,7 @@ pub fn run(data: &[u8]) {
     if let Ok(model) = segtool_runtime::ModelFile::read(&path) {
         let _ = model.contract();
     }
-    let _ = segtool_runtime::read_metadata(&path);
+    let _ = segtool_runtime::expert::read_metadata(&path);
     if let Ok(resolved) = card::resolve(&path, &CardRequest::new()) {
         let _ = card::spec_of(&resolved.card);
     }

@@ -31,7 +31,7 @@ pub fn run(data: &[u8]) {
     let mut recycled = Vec::new();
     while let Ok(Some(frame)) = frames.next_frame(std::mem::take(&mut recycled)) {
         assert_eq!(frame.dimensions(), (size.width, size.height));
-        let _ = segtool_runtime::normalise(&frame, &spec);
+        let _ = segtool_runtime::expert::normalise(&frame, &spec);
         recycled = frame.into_raw();
     }
 }

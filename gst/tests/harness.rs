@@ -403,7 +403,7 @@ fn fixed_size_models_get_resized_frames_and_frame_size_masks() {
             let small = image::imageops::resize(f, mw, mh, image::imageops::FilterType::Triangle);
             let mask = seg.segment(&small).unwrap().mask;
             assert_eq!(mask.dim(), (mh as usize, mw as usize));
-            let want = segtool_runtime::resize_nearest(mask.view(), H as usize, W as usize);
+            let want = segtool_runtime::expert::resize_nearest(mask.view(), H as usize, W as usize);
             assert_eq!(
                 buf.map_readable().unwrap().as_slice(),
                 want.as_slice().unwrap(),

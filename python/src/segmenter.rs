@@ -12,7 +12,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use segtool_runtime::accuracy::{self, AccuracyOptions, Protocol};
 use segtool_runtime::card::{pipeline as card_pipeline, CardRequest};
-use segtool_runtime::{EngineKind, EngineOutput, EngineTensor, IoContract, Provider, RuntimeError};
+use segtool_runtime::expert::EngineTensor;
+use segtool_runtime::{EngineKind, EngineOutput, IoContract, Provider, RuntimeError};
 use segtool_spec::ModelSpec;
 
 use crate::errors;

@@ -71,19 +71,18 @@ use std::path::Path;
 
 pub use accuracy::{AccuracyOptions, Tiling};
 pub use batching::{BatchConfig, BatchError, BatchServer, LatestStream, OrderedStream};
-pub use engine::{load_spec, read_metadata, run_logits, Engine};
+pub use engine::Engine;
 pub use env_report::env_report;
 pub use error::{Result, RuntimeError};
 pub use frame::{Frame, FrameError, PixelFormat};
 pub use io_contract::{
-    EngineInput, EngineOutput, EngineTensor, InputLayout, IoContract, OutputKind, Segmentation,
+    EngineInput, EngineOutput, InputLayout, IoContract, OutputKind, Segmentation,
 };
 #[cfg(feature = "ort")]
 pub use ort_engine::{CudaOptions, TensorRtOptions, TrtProfile};
 #[cfg(feature = "ort")]
 pub use ort_engine::{OrtEngine, OrtOptions, Provider};
-pub use postprocess::{argmax, colorize, overlay, resize_nearest, DEFAULT_ALPHA};
-pub use preprocess::{normalise, normalise_batch};
+pub use postprocess::{colorize, overlay, DEFAULT_ALPHA};
 pub use segmenter::{EngineKind, Fallback, Segmenter, SegmenterBuilder, SegmenterOptions};
 /// The exported file's reader and its errors.
 pub use segtool_onnx::{ModelFile, ModelFileError};
@@ -100,8 +99,10 @@ pub use tract_options::TractOptions;
 /// most users need; what is here may change between releases.
 pub mod expert {
     pub use crate::contract_adapter::ContractAdapter;
-    pub use crate::postprocess::{resize_bilinear, softmax, Upsample};
-    pub use crate::preprocess::{prepare, PrepareOptions, Prepared};
+    pub use crate::engine::{load_spec, read_metadata, run_logits};
+    pub use crate::io_contract::EngineTensor;
+    pub use crate::postprocess::{argmax, resize_bilinear, resize_nearest, softmax, Upsample};
+    pub use crate::preprocess::{normalise, normalise_batch, prepare, PrepareOptions, Prepared};
 }
 
 /// Shorthand for the common builder configurations, for [`Segmenter::open`].

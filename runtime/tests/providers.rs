@@ -7,10 +7,11 @@
 
 use std::path::{Path, PathBuf};
 
+use segtool_runtime::expert::run_logits;
 use segtool_runtime::testing::{tiny_model_bytes, tiny_spec};
 use segtool_runtime::{
-    run_logits, Backend, CudaOptions, Engine, OrtEngine, OrtOptions, Provider, RuntimeError,
-    Segmenter, TensorRtOptions,
+    Backend, CudaOptions, Engine, OrtEngine, OrtOptions, Provider, RuntimeError, Segmenter,
+    TensorRtOptions,
 };
 
 fn model(dir: &Path) -> PathBuf {

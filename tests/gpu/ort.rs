@@ -41,9 +41,9 @@ fn images() -> Vec<image::RgbImage> {
 
 /// The normalised batch of [`images`] for `model`.
 fn input(model: &Path) -> Result<ndarray::Array4<f32>> {
-    Ok(segtool_runtime::normalise_batch(
+    Ok(segtool_runtime::expert::normalise_batch(
         &images(),
-        &segtool_runtime::load_spec(model)?,
+        &segtool_runtime::expert::load_spec(model)?,
     )?)
 }
 
@@ -61,8 +61,8 @@ fn compare(reference: &ndarray::Array4<f32>, other: &ndarray::Array4<f32>) -> Re
         scale = scale.max(x.abs() as f64);
     }
     let (a, b) = (
-        segtool_runtime::argmax(reference.view()),
-        segtool_runtime::argmax(other.view()),
+        segtool_runtime::expert::argmax(reference.view()),
+        segtool_runtime::expert::argmax(other.view()),
     );
     let (mut same, mut all) = (0usize, 0usize);
     for (x, y) in a.iter().zip(&b) {
@@ -74,7 +74,7 @@ fn compare(reference: &ndarray::Array4<f32>, other: &ndarray::Array4<f32>) -> Re
 
 fn cpu_reference(model: &Path) -> Result<ndarray::Array4<f32>> {
     let mut engine = OrtEngine::open(model, &OrtOptions::new().with_provider(Provider::Cpu))?;
-    Ok(segtool_runtime::run_logits(
+    Ok(segtool_runtime::expert::run_logits(
         &mut engine,
         input(model)?.view(),
     )?)
@@ -90,7 +90,7 @@ fn run_on(
     model: &Path,
     ep: &str,
 ) -> Result<(ndarray::Array4<f32>, String)> {
-    let logits = segtool_runtime::run_logits(engine, input(model)?.view())?;
+    let logits = segtool_runtime::expert::run_logits(engine, input(model)?.view())?;
     let placement = engine.end_profiling()?;
     ensure!(
         !placement.nodes(ep).is_empty(),
@@ -242,7 +242,10 @@ pub(super) fn tensorrt_engine_cache_reuse() -> Result<Outcome> {
     let options = TensorRtOptions::new(0)
         .with_engine_cache_dir(&cache)
         .with_timing_cache_dir(&cache);
-    let input = segtool_runtime::normalise_batch(&images(), &segtool_runtime::load_spec(&model)?)?;
+    let input = segtool_runtime::expert::normalise_batch(
+        &images(),
+        &segtool_runtime::expert::load_spec(&model)?,
+    )?;
     // A skip only when TensorRT is absent; a failed build or run once it registers fails.
     let session = || -> Result<std::result::Result<(f64, OrtEngine), Outcome>> {
         let start = Instant::now();
@@ -250,7 +253,7 @@ pub(super) fn tensorrt_engine_cache_reuse() -> Result<Outcome> {
             Ok(engine) => engine,
             Err(skip) => return Ok(Err(skip)),
         };
-        segtool_runtime::run_logits(&mut engine, input.view()).context("a TensorRT run")?;
+        segtool_runtime::expert::run_logits(&mut engine, input.view()).context("a TensorRT run")?;
         Ok(Ok((start.elapsed().as_secs_f64(), engine)))
     };
     let (first, engine) = gate!(session()?);

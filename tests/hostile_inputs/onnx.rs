@@ -50,7 +50,9 @@ fn sweep_onnx_streaming_reader() {
     let dir = case_dir("onnx_stream");
     let mut meta = Tally::new("onnx metadata (load_spec)");
     meta.run_in_process(&dir, "onnx", &cases, LIMIT, SMALL_FILE_BOUND, |p| {
-        segtool_runtime::load_spec(p).map(drop).map_err(err_string)
+        segtool_runtime::expert::load_spec(p)
+            .map(drop)
+            .map_err(err_string)
     });
     let mut io = Tally::new("onnx graph io (model_io)");
     io.run_in_process(&dir, "onnx", &cases, LIMIT, SMALL_FILE_BOUND, |p| {
@@ -188,7 +190,7 @@ fn onnx_huge_lengths_and_deep_nesting() {
     });
     let mut t = Tally::new("onnx hand-made (stream reader)");
     t.run_in_process(&dir, "onnx", &cases, LIMIT, SMALL_FILE_BOUND, |p| {
-        segtool_runtime::load_spec(p)
+        segtool_runtime::expert::load_spec(p)
             .map_err(err_string)
             .and(segtool_runtime::triton::model_io(p).map_err(err_string))
             .map(drop)

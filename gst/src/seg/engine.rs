@@ -10,9 +10,8 @@ use ndarray::{Array2, Axis};
 use segtool_runtime::accuracy::{self, AccuracyOptions};
 use segtool_runtime::batching::{LatestStream, LiveFrame, Output};
 use segtool_runtime::card::CardRequest;
-use segtool_runtime::{
-    resize_nearest, BatchConfig, BatchServer, Engine, InputLayout, Segmenter, TemporalSmoother,
-};
+use segtool_runtime::expert::resize_nearest;
+use segtool_runtime::{BatchConfig, BatchServer, Engine, InputLayout, Segmenter, TemporalSmoother};
 use segtool_spec::ModelSpec;
 
 use super::props::Settings;

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use ndarray::Axis;
 use segtool_runtime::batching::{BatchConfig, Handle, Input};
-use segtool_runtime::normalise;
+use segtool_runtime::expert::normalise;
 
 use super::{expected_mask, image, server, size_of, spec, Probe};
 

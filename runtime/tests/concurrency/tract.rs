@@ -5,8 +5,9 @@ use std::time::Duration;
 use image::{Rgb, RgbImage};
 use ndarray::Axis;
 use segtool_runtime::batching::{BatchConfig, BatchServer, Handle};
+use segtool_runtime::expert::normalise;
 use segtool_runtime::testing::tiny_spec;
-use segtool_runtime::{normalise, Engine};
+use segtool_runtime::Engine;
 
 /// The real thing: two tract sessions of a tiny ONNX model give exactly the masks and
 /// logits of `Segmenter::segment`.

@@ -13,9 +13,8 @@ use image::RgbImage;
 use rayon::prelude::*;
 use segtool_runtime::accuracy::{self, AccuracyOptions};
 use segtool_runtime::batching::Handle;
-use segtool_runtime::{
-    BatchServer, EngineOutput, EngineTensor, InputLayout, Segmentation, Segmenter,
-};
+use segtool_runtime::expert::EngineTensor;
+use segtool_runtime::{BatchServer, EngineOutput, InputLayout, Segmentation, Segmenter};
 use segtool_spec::ModelSpec;
 
 /// Images of one batch plus their engine inputs, one per distinct size (none when the
@@ -64,7 +63,7 @@ pub(super) struct Busy {
 pub(super) type Prepare = Option<(ModelSpec, InputLayout)>;
 
 /// Same-size groups in order of first appearance, each in the model's input layout
-/// (`segtool_runtime::normalise_batch` for f32 models; this runs on the source thread,
+/// (`segtool_runtime::expert::normalise_batch` for f32 models; this runs on the source thread,
 /// overlapping the engine).
 pub(super) fn group_and_prepare(
     images: &[RgbImage],

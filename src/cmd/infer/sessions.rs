@@ -40,7 +40,7 @@ impl Args {
         // its keep-ratio resize, and whole or slide unless the flags choose.
         let test = match protocol {
             Protocol::Mmseg => {
-                segtool_runtime::load_spec(&self.model)
+                segtool_runtime::expert::load_spec(&self.model)
                     .with_context(|| format!("reading {}", self.model.display()))?
                     .mmseg_test
             }
