@@ -123,10 +123,11 @@ typedef struct segtool_options {
    */
   const char *providers;
   /**
-   * Threads inside one ONNX Runtime operator; 0 (default) lets ONNX Runtime decide.
-   * For tract, the size of the segmenter's own thread pool; 0: all cores.
+   * Threads for one inference (the runtime's `SegmenterOptions::threads`): ONNX
+   * Runtime's intra-op pool, or tract's own pool; 0 (default) lets the engine decide
+   * (all cores).
    */
-  uint32_t intra_threads;
+  uint32_t threads;
   /**
    * Fail with `SEGTOOL_ERR_PROVIDER_UNAVAILABLE` instead of falling back when the first
    * requested provider cannot be used (another ONNX Runtime provider, or tract with

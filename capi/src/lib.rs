@@ -35,7 +35,7 @@
 //!     segtool_options opts = segtool_options_default();
 //!     opts.engine = SEGTOOL_ENGINE_AUTO;   /* ONNX Runtime if its library loads, else tract */
 //!     opts.providers = "cuda,cpu";         /* ONNX Runtime providers, in preference order */
-//!     opts.intra_threads = 4;
+//!     opts.threads = 4;
 //!
 //!     segtool_segmenter *seg = NULL;
 //!     if (segtool_open(model, &opts, &seg) != SEGTOOL_OK) {

@@ -30,9 +30,10 @@ pub struct segtool_options {
     /// `"cuda,cpu"`, `"cuda:1"`, `"tensorrt-fp16:0,cuda:0"`. CPU is always the last
     /// resort. NULL or `""` means CPU only. tract always runs on the CPU.
     pub providers: *const c_char,
-    /// Threads inside one ONNX Runtime operator; 0 (default) lets ONNX Runtime decide.
-    /// For tract, the size of the segmenter's own thread pool; 0: all cores.
-    pub intra_threads: u32,
+    /// Threads for one inference (the runtime's `SegmenterOptions::threads`): ONNX
+    /// Runtime's intra-op pool, or tract's own pool; 0 (default) lets the engine decide
+    /// (all cores).
+    pub threads: u32,
     /// Fail with `SEGTOOL_ERR_PROVIDER_UNAVAILABLE` instead of falling back when the first
     /// requested provider cannot be used (another ONNX Runtime provider, or tract with
     /// `SEGTOOL_ENGINE_AUTO`). Default false: fall back and report it through
@@ -75,7 +76,7 @@ pub extern "C" fn segtool_options_default() -> segtool_options {
     segtool_options {
         engine: SEGTOOL_ENGINE_AUTO,
         providers: ptr::null(),
-        intra_threads: 0,
+        threads: 0,
         strict: false,
         ort_library: ptr::null(),
         fixed_height: 0,

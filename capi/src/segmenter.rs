@@ -65,8 +65,8 @@ pub(crate) fn builder(path: &Path, opts: &segtool_options) -> Result<SegmenterBu
         .engine(engine)
         .providers(providers)
         .strict(opts.strict);
-    if opts.intra_threads > 0 {
-        builder = builder.threads(opts.intra_threads as usize);
+    if opts.threads > 0 {
+        builder = builder.threads(opts.threads as usize);
     }
     match (opts.fixed_height, opts.fixed_width) {
         (0, 0) => {}

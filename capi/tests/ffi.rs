@@ -243,7 +243,7 @@ fn a_hugging_face_mask_classification_folder_opens_by_folder() {
     let path = CString::new(folder.to_str().unwrap()).unwrap();
     let mut opts = segtool_options_default();
     opts.engine = SEGTOOL_ENGINE_TRACT;
-    opts.intra_threads = 1;
+    opts.threads = 1;
     let mut seg = ptr::null_mut();
     let st = unsafe { segtool_open(path.as_ptr(), &opts, &mut seg) };
     assert_eq!(st, segtool_status::SEGTOOL_OK, "{}", last_error());

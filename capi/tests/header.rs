@@ -54,3 +54,26 @@ fn checked_in_header_matches_cbindgen_output() {
         assert!(generated.contains(item), "header lacks {item}");
     }
 }
+
+/// The options that open a model carry the runtime's names (`SegmenterOptions::NAMES`):
+/// `engine`, `providers`, `threads`, `strict` and `card` are fields of `segtool_options`
+/// (`fixed_size` is `fixed_height` and `fixed_width`: C has no arrays by value).
+#[test]
+fn options_struct_fields_are_named_as_the_runtime_options() {
+    let header =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/include/segtool.h")).unwrap();
+    let start = header
+        .find("typedef struct segtool_options {")
+        .expect("segtool_options in the header");
+    let body = &header[start..start + header[start..].find("} segtool_options;").unwrap()];
+    for name in ["engine", "providers", "threads", "strict", "card"] {
+        assert!(
+            segtool_runtime::SegmenterOptions::NAMES.contains(&name),
+            "{name} is no runtime option"
+        );
+        assert!(
+            body.contains(&format!(" {name};")) || body.contains(&format!("*{name};")),
+            "segtool_options has no field {name}:\n{body}"
+        );
+    }
+}

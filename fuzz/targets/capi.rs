@@ -41,7 +41,7 @@ fn segmenter() -> *mut segtool_segmenter {
         let path = CString::new(super::support::tiny_model().to_str().unwrap()).unwrap();
         let mut opts = segtool_options_default();
         opts.engine = SEGTOOL_ENGINE_TRACT;
-        opts.intra_threads = 1;
+        opts.threads = 1;
         let mut seg = ptr::null_mut();
         let status = unsafe { segtool_open(path.as_ptr(), &opts, &mut seg) };
         assert!(status == segtool_status::SEGTOOL_OK && !seg.is_null(), "opening the tiny model");
@@ -125,7 +125,7 @@ fn options(b: &mut super::support::Bytes, keep: &mut Vec<CString>) -> Option<seg
     let mut o = segtool_options_default();
     o.engine = i32::from(b.u8()) % 4 - (i32::from(flags >> 7)); // -1..=3, mostly 0..=2
     o.providers = if flags & 2 != 0 { c_str(b, keep) } else { ptr::null() };
-    o.intra_threads = u32::from(b.u8() % 3);
+    o.threads = u32::from(b.u8() % 3);
     o.strict = flags & 4 != 0;
     if flags & 8 != 0 {
         (o.fixed_height, o.fixed_width) = (u32::from(b.u8()), u32::from(b.u8()));
@@ -264,7 +264,7 @@ pub fn run(data: &[u8]) {
                 // Each live session builds its own engine: tract, one thread; no card file
                 // (frames of any size would be prepared under it on the server's thread,
                 // where a legitimately large card cannot be skipped).
-                (o.engine, o.intra_threads, o.card) = (SEGTOOL_ENGINE_TRACT, 1, ptr::null());
+                (o.engine, o.threads, o.card) = (SEGTOOL_ENGINE_TRACT, 1, ptr::null());
                 let mut lo = segtool_live_options_default();
                 lo.slot = u32::from(b.u8() % 4);
                 lo.deadline_ms = u32::from(b.u8() % 4);

@@ -228,7 +228,7 @@ int main(int argc, char **argv) {
     CHECK(opts.engine == SEGTOOL_ENGINE_AUTO && opts.providers == NULL && !opts.strict,
           "defaults");
     opts.engine = engine_from_name(argv[3]);
-    opts.intra_threads = 1;
+    opts.threads = 1;
     opts.providers = "cpu";
     opts.strict = true;
 
