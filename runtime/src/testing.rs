@@ -133,3 +133,12 @@ pub fn foreign_model_bytes(in_ch: i64, classes: i64, argmax: bool) -> Vec<u8> {
     }
     .encode_to_vec()
 }
+
+/// [`tiny_model_bytes`] of a 3-class model whose class is the dominant normalised channel,
+/// written to `dir/tiny.onnx` (for examples and tests that need a model file).
+pub fn tiny_model_file(dir: &std::path::Path) -> std::io::Result<std::path::PathBuf> {
+    let path = dir.join("tiny.onnx");
+    let identity = [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]];
+    std::fs::write(&path, tiny_model_bytes(&tiny_spec(3), &identity, &[0.0; 3]))?;
+    Ok(path)
+}
