@@ -6,7 +6,6 @@
 pub mod card;
 pub mod data;
 pub mod engine;
-#[cfg(feature = "train")]
 pub mod progress;
 pub mod size;
 pub mod triton;

@@ -142,80 +142,111 @@ pub fn run(args: Args) -> Result<()> {
     println!("segtool {} doctor", env!("CARGO_PKG_VERSION"));
     #[cfg(feature = "train")]
     if let Some(t) = &train {
-        let l = &t.libtorch;
-        let build = match (&l.cuda_version, &l.cudnn_version) {
-            (Some(c), Some(d)) => format!("CUDA {c} / cuDNN {d} build"),
-            (Some(c), None) => format!("CUDA {c} build, no cuDNN"),
-            _ => "CPU-only build".into(),
-        };
-        line(
-            "libtorch",
-            format!("{} ({build}) at {}", l.version, l.lib_dir),
-        );
-        line("driver", driver_line(&t.driver));
-        if t.cuda.devices.is_empty() {
-            line(
-                "CUDA",
-                format!(
-                    "no device: {}",
-                    t.cuda.reason.as_deref().unwrap_or("none found")
-                ),
-            );
-        } else {
-            for d in &t.cuda.devices {
-                line(
-                    &format!("CUDA {}", d.index),
-                    format!(
-                        "{} ({:.1} GiB, compute capability {})",
-                        d.name,
-                        d.memory_bytes as f64 / (1u64 << 30) as f64,
-                        d.compute_capability
-                    ),
-                );
-            }
-        }
-        line(
-            "cuDNN",
-            if t.cuda.cudnn_available {
-                "available".into()
-            } else {
-                "not usable (needs a CUDA device)".into()
-            },
-        );
-        let n = &t.nccl;
-        line(
-            "NCCL",
-            if n.built {
-                format!(
-                    "built in (headers {}, library {}{}); {}",
-                    n.header_version.as_deref().unwrap_or("?"),
-                    n.library_version.as_deref().unwrap_or("not loadable"),
-                    n.library_dir
-                        .as_deref()
-                        .map(|d| format!(" from {d}"))
-                        .unwrap_or_default(),
-                    match &n.reason {
-                        None => "usable".to_string(),
-                        Some(r) => format!("not usable: {r}"),
-                    }
-                )
-            } else {
-                format!("not built: {}", n.reason.as_deref().unwrap_or(""))
-            },
-        );
-        line(
-            "gloo / c10d",
-            format!(
-                "{}: {} (gloo headers {})",
-                if t.gloo.all_reduce_ok { "ok" } else { "FAILED" },
-                t.gloo.detail,
-                t.gloo.headers
-            ),
-        );
+        print_training(t, &line);
     }
     #[cfg(not(feature = "train"))]
     line("libtorch", "not in this build (no `train` feature)".into());
 
+    print_runtime(&runtime, &line);
+    println!();
+    if gpu_available {
+        println!("GPU: {torch_devices} CUDA device(s) visible to libtorch.");
+    } else {
+        println!("GPU: none on this machine (no CUDA device, no CUDA provider).");
+    }
+    let off: Vec<&Feature> = features.iter().filter(|f| f.why_off.is_some()).collect();
+    if off.is_empty() {
+        println!("Every GPU feature is on.");
+    } else {
+        println!("Off therefore:");
+        for f in off {
+            println!("  - {}", f.what);
+        }
+    }
+    Ok(())
+}
+
+/// libtorch, the driver, CUDA devices, cuDNN, NCCL and gloo, a line each.
+#[cfg(feature = "train")]
+fn print_training(t: &segtool_train::TrainEnvReport, line: &dyn Fn(&str, String)) {
+    let l = &t.libtorch;
+    let build = match (&l.cuda_version, &l.cudnn_version) {
+        (Some(c), Some(d)) => format!("CUDA {c} / cuDNN {d} build"),
+        (Some(c), None) => format!("CUDA {c} build, no cuDNN"),
+        _ => "CPU-only build".into(),
+    };
+    line(
+        "libtorch",
+        format!("{} ({build}) at {}", l.version, l.lib_dir),
+    );
+    line("driver", driver_line(&t.driver));
+    if t.cuda.devices.is_empty() {
+        line(
+            "CUDA",
+            format!(
+                "no device: {}",
+                t.cuda.reason.as_deref().unwrap_or("none found")
+            ),
+        );
+    } else {
+        for d in &t.cuda.devices {
+            line(
+                &format!("CUDA {}", d.index),
+                format!(
+                    "{} ({:.1} GiB, compute capability {})",
+                    d.name,
+                    d.memory_bytes as f64 / (1u64 << 30) as f64,
+                    d.compute_capability
+                ),
+            );
+        }
+    }
+    line(
+        "cuDNN",
+        if t.cuda.cudnn_available {
+            "available".into()
+        } else {
+            "not usable (needs a CUDA device)".into()
+        },
+    );
+    let n = &t.nccl;
+    line(
+        "NCCL",
+        if n.built {
+            format!(
+                "built in (headers {}, library {}{}); {}",
+                n.header_version.as_deref().unwrap_or("?"),
+                n.library_version.as_deref().unwrap_or("not loadable"),
+                n.library_dir
+                    .as_deref()
+                    .map(|d| format!(" from {d}"))
+                    .unwrap_or_default(),
+                match &n.reason {
+                    None => "usable".to_string(),
+                    Some(r) => format!("not usable: {r}"),
+                }
+            )
+        } else {
+            format!("not built: {}", n.reason.as_deref().unwrap_or(""))
+        },
+    );
+    line(
+        "gloo / c10d",
+        format!(
+            "{}: {} (gloo headers {})",
+            if t.gloo.all_reduce_ok { "ok" } else { "FAILED" },
+            t.gloo.detail,
+            t.gloo.headers
+        ),
+    );
+}
+
+/// ONNX Runtime (library, providers), TensorRT and tract, a line each.
+fn print_runtime(
+    runtime: &segtool_runtime::env_report::RuntimeEnvReport,
+    line: &dyn Fn(&str, String),
+) {
+    let ort = &runtime.onnxruntime;
     if !ort.compiled {
         line(
             "ONNX Runtime",
@@ -279,22 +310,6 @@ pub fn run(args: Args) -> Result<()> {
             "not in this build".into()
         },
     );
-    println!();
-    if gpu_available {
-        println!("GPU: {torch_devices} CUDA device(s) visible to libtorch.");
-    } else {
-        println!("GPU: none on this machine (no CUDA device, no CUDA provider).");
-    }
-    let off: Vec<&Feature> = features.iter().filter(|f| f.why_off.is_some()).collect();
-    if off.is_empty() {
-        println!("Every GPU feature is on.");
-    } else {
-        println!("Off therefore:");
-        for f in off {
-            println!("  - {}", f.what);
-        }
-    }
-    Ok(())
 }
 
 /// "580.65.06 (supports CUDA 13.0): suits this CUDA 13.0 build", or what is wrong and the fix.
