@@ -218,28 +218,11 @@ fn one_segmenter_shared_by_threads() {
 /// without it.
 #[test]
 fn a_hugging_face_mask_classification_folder_opens_by_folder() {
-    let Ok(python) = std::env::var("SEGTOOL_PYTHON") else {
-        eprintln!("SEGTOOL_PYTHON not set (scripts/setup.sh): skipping");
+    let dir = tempfile::tempdir().unwrap();
+    let Some(folder) = segtool_runtime::testing::hugging_face_folder("mask2former", dir.path())
+    else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../tests/reference/hf_processors_ref.py"
-    );
-    let out = std::process::Command::new(python)
-        .arg(script)
-        .arg("--out")
-        .arg(dir.path())
-        .args(["--cases", "mask2former"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let folder = dir.path().join("mask2former");
     let path = CString::new(folder.to_str().unwrap()).unwrap();
     let mut opts = segtool_options_default();
     opts.engine = SEGTOOL_ENGINE_TRACT;

@@ -502,24 +502,11 @@ fn a_foreign_model_is_served_through_the_card_property() {
 /// skipped with a message without it.
 #[test]
 fn a_hugging_face_mask_classification_folder_is_served_by_its_folder() {
-    let Ok(python) = std::env::var("SEGTOOL_PYTHON") else {
-        eprintln!("SEGTOOL_PYTHON not set (scripts/setup.sh): skipping");
+    let dir = tempfile::tempdir().unwrap();
+    let Some(folder) = segtool_runtime::testing::hugging_face_folder("mask2former", dir.path())
+    else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../tests/reference/hf_processors_ref.py"
-    );
-    let out = std::process::Command::new(python)
-        .arg(script)
-        .arg("--out")
-        .arg(dir.path())
-        .args(["--cases", "mask2former"])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", common::show(&out));
-    let folder = dir.path().join("mask2former");
     let frames: Vec<RgbImage> = (0..N).map(|i| common::frame(i, W, H)).collect();
     for engine in [EngineKind::Ort, EngineKind::Tract] {
         let (masks, spec) = reference(&folder, engine, &frames);

@@ -515,19 +515,8 @@ fn split_bags_are_read_in_their_order_and_unindexed_files_are_scanned() {
 fn a_hugging_face_folder_segments_the_bag() {
     let Some(fx) = fixture() else { return };
     let tmp = tempfile::tempdir().unwrap();
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../tests/reference/hf_processors_ref.py"
-    );
-    let o = Command::new(python().unwrap())
-        .arg(script)
-        .arg("--out")
-        .arg(tmp.path())
-        .args(["--cases", "mask2former"])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", show(&o));
-    let folder = tmp.path().join("mask2former");
+    let folder = segtool_runtime::testing::hugging_face_folder("mask2former", tmp.path())
+        .expect("SEGTOOL_PYTHON: the fixture needs it too");
     let out = tmp.path().join("masks.mcap");
     let o = Command::new(BIN)
         .args(["bag", "--engine", "ort", "--threads", "1", "--model"])

@@ -142,3 +142,34 @@ pub fn tiny_model_file(dir: &std::path::Path) -> std::io::Result<std::path::Path
     std::fs::write(&path, tiny_model_bytes(&tiny_spec(3), &identity, &[0.0; 3]))?;
     Ok(path)
 }
+
+/// The Hugging Face folder `case` (`mask2former`, `segformer`, ...) written into `dir` by
+/// transformers' own `save_pretrained` through `tests/reference/hf_processors_ref.py`,
+/// with its photos in `dir/images` and transformers' masks in `dir/CASE/ref`. `None`,
+/// with a line on stderr, when the project venv's python (`SEGTOOL_PYTHON`) is not set.
+///
+/// # Panics
+/// When the script fails (its output is in the message).
+pub fn hugging_face_folder(case: &str, dir: &std::path::Path) -> Option<std::path::PathBuf> {
+    let Ok(python) = std::env::var("SEGTOOL_PYTHON") else {
+        eprintln!("SEGTOOL_PYTHON not set (scripts/setup.sh): skipping");
+        return None;
+    };
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tests/reference/hf_processors_ref.py"
+    );
+    let out = std::process::Command::new(python)
+        .arg(script)
+        .arg("--out")
+        .arg(dir)
+        .args(["--cases", case])
+        .output()
+        .expect("python runs");
+    assert!(
+        out.status.success(),
+        "hf_processors_ref.py --cases {case}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(dir.join(case))
+}
