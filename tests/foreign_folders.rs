@@ -292,51 +292,43 @@ fn hugging_face_processors_match_transformers() {
     // near 0.17. The check is that the card travels and serves.
     int8_of_folder(&dir, "mask2former", 0.9);
     let int8 = int8_of_folder(&dir, "beit_crop", 0.6);
-    let shown = common::ok(segtool(&["card", p(&int8), "--show"]));
-    let shown = shown + &String::from_utf8_lossy(&segtool(&["card", p(&int8), "--show"]).stdout);
+    let out = segtool(&["card", p(&int8), "--show"]);
+    let shown = String::from_utf8_lossy(&out.stdout).into_owned() + &common::ok(out);
     for line in ["input.center_crop", "[224,224]", "bicubic", "stretch"] {
         assert!(
             shown.contains(line),
             "{line} not in the INT8 file's card:\n{shown}"
         );
     }
-    // A key that changes preprocessing and that segtool does not know is refused by name.
-    let odd = dir.join("segformer_odd");
-    std::fs::create_dir_all(&odd).unwrap();
+    // A key that changes preprocessing and that segtool does not know is refused by name,
+    // and so are EoMT's sliding crops (the semantic checkpoints' do_split_image).
+    refused_by_name(&dir, "segformer", "do_warp_to_polar");
+    refused_by_name(&dir, "eomt", "do_split_image");
+}
+
+/// A copy of the folder `dir/case` whose `preprocessor_config.json` sets `key` to true:
+/// `segtool card --show` refuses it, naming the key.
+fn refused_by_name(dir: &Path, case: &str, key: &str) {
+    let copy = dir.join(format!("{case}_{key}"));
+    std::fs::create_dir_all(&copy).unwrap();
     for file in ["model.onnx", "config.json"] {
-        std::fs::copy(dir.join("segformer").join(file), odd.join(file)).unwrap();
+        std::fs::copy(dir.join(case).join(file), copy.join(file)).unwrap();
     }
-    let pre = std::fs::read_to_string(dir.join("segformer/preprocessor_config.json")).unwrap();
+    let pre = std::fs::read_to_string(dir.join(case).join("preprocessor_config.json")).unwrap();
     let mut pre: serde_json::Value = serde_json::from_str(&pre).unwrap();
-    pre["do_warp_to_polar"] = serde_json::json!(true);
-    std::fs::write(odd.join("preprocessor_config.json"), pre.to_string()).unwrap();
-    let out = segtool(&["card", p(&odd), "--show"]);
+    pre[key] = serde_json::json!(true);
+    std::fs::write(copy.join("preprocessor_config.json"), pre.to_string()).unwrap();
+    let out = segtool(&["card", p(&copy), "--show"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        !out.status.success() && stderr.contains("do_warp_to_polar"),
-        "{stderr}"
-    );
-    // EoMT's sliding crops (the semantic checkpoints' do_split_image) are refused by name.
-    let split = dir.join("eomt_split");
-    std::fs::create_dir_all(&split).unwrap();
-    for file in ["model.onnx", "config.json"] {
-        std::fs::copy(dir.join("eomt").join(file), split.join(file)).unwrap();
-    }
-    let pre = std::fs::read_to_string(dir.join("eomt/preprocessor_config.json")).unwrap();
-    let mut pre: serde_json::Value = serde_json::from_str(&pre).unwrap();
-    pre["do_split_image"] = serde_json::json!(true);
-    std::fs::write(split.join("preprocessor_config.json"), pre.to_string()).unwrap();
-    let out = segtool(&["card", p(&split), "--show"]);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success() && stderr.contains("do_split_image"),
-        "{stderr}"
+        !out.status.success() && stderr.contains(key),
+        "{case} with {key}: {stderr}"
     );
 }
 
 /// Calibrates `dir/case/model.onnx` (4 of the photos), compares the two files, serves the
-/// INT8 file on the photos and checks that each mask agrees with transformers' fp32 mask on more than `min` of its
-/// pixels. Returns the INT8 file.
+/// INT8 file on the photos and checks that each mask agrees with transformers' fp32 mask
+/// on more than `min` of its pixels. Returns the INT8 file.
 fn int8_of_folder(dir: &Path, case: &str, min: f64) -> PathBuf {
     let model = dir.join(case).join("model.onnx");
     let int8 = dir.join(format!("int8/{case}.int8.onnx"));
