@@ -12,7 +12,6 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use segtool_runtime::accuracy::{self, AccuracyOptions, Protocol};
 use segtool_runtime::card::{pipeline as card_pipeline, CardRequest};
-use segtool_runtime::expert::EngineTensor;
 use segtool_runtime::{EngineKind, EngineOutput, IoContract, Provider, RuntimeError};
 use segtool_spec::ModelSpec;
 
@@ -121,12 +120,7 @@ impl Model {
             return self.run_by_card(imgs, color, scores, t);
         }
         let t0 = Instant::now();
-        let packed: Vec<_> = imgs.iter().map(|v| v.as_standard_layout()).collect();
-        let frames = packed
-            .iter()
-            .map(|v| pixels::frame(v.view(), color))
-            .collect::<Result<Vec<_>, _>>()?;
-        let input = EngineTensor::from_frames(&frames, &self.spec, self.contract.input)?;
+        let input = pixels::engine_input(imgs, color, &self.spec, self.contract.input)?;
         let t1 = Instant::now();
         t.pre += (t1 - t0).as_secs_f64();
         let out = {
