@@ -80,6 +80,9 @@ case "$what" in
         # The user guide: mdBook builds book/ (target/book), and every link of the book
         # and the README points at a file of the repository or a public page.
         stage "user guide (mdbook build, links)" bash scripts/book.sh
+        # The runtime's public API (rustdoc's JSON, walked by scripts/public_api.py)
+        # against runtime/public-api.txt: it changes only on purpose.
+        stage "runtime API snapshot" python3 scripts/public_api.py check
         # The test binaries, the doctests and the Python package (the wheel, a fresh venv,
         # mypy, pytest: scripts/python_tests.sh), as many at a time as there are cores.
         stage "build and run the tests (Rust, Python)" python3 scripts/run_tests.py

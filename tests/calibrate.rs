@@ -10,7 +10,7 @@ use common::{agreement, p, read_images, segtool};
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use segtool_runtime::{Backend, OrtOptions, Segmenter};
+use segtool_runtime::{EngineKind, Segmenter};
 
 fn ok(out: Output) -> Output {
     assert!(
@@ -66,7 +66,9 @@ fn calibrate_every_method_runs_in_ort_and_tract_and_is_deterministic() {
     let calib_images = data.join("images/train");
     let val_images = data.join("images/val");
     let imgs = read_images(&val_images);
-    let reference = Segmenter::open(&fp32, Backend::Ort(OrtOptions::new()))
+    let reference = Segmenter::builder(&fp32)
+        .engine(EngineKind::Ort)
+        .open()
         .unwrap()
         .segment_batch(&imgs)
         .unwrap();
@@ -117,11 +119,15 @@ fn calibrate_every_method_runs_in_ort_and_tract_and_is_deterministic() {
                 .is_some_and(|(_, h)| h.len() == 8 && u32::from_str_radix(h, 16).is_ok())
         }));
         // The int8 model in ORT and in tract (runtime Segmenter) on held-out images.
-        let ort = Segmenter::open(&out, Backend::Ort(OrtOptions::new()))
+        let ort = Segmenter::builder(&out)
+            .engine(EngineKind::Ort)
+            .open()
             .unwrap()
             .segment_batch(&imgs)
             .unwrap();
-        let tract = Segmenter::open(&out, Backend::Tract)
+        let tract = Segmenter::builder(&out)
+            .engine(EngineKind::Tract)
+            .open()
             .unwrap()
             .segment_batch(&imgs)
             .unwrap();
@@ -215,11 +221,15 @@ fn the_ort_cpu_layout_fuses_at_least_what_onnxruntimes_quantiser_does() {
     }
     // tract reads the uint8 zero points too.
     let imgs = read_images(&val);
-    let reference = Segmenter::open(&fp32, Backend::Ort(OrtOptions::new()))
+    let reference = Segmenter::builder(&fp32)
+        .engine(EngineKind::Ort)
+        .open()
         .unwrap()
         .segment_batch(&imgs)
         .unwrap();
-    let tract = Segmenter::open(&ours[1], Backend::Tract)
+    let tract = Segmenter::builder(&ours[1])
+        .engine(EngineKind::Tract)
+        .open()
         .unwrap()
         .segment_batch(&imgs)
         .unwrap();

@@ -11,7 +11,7 @@ use common::{agreement, p, read_images, segtool};
 use std::process::Output;
 use std::time::Instant;
 
-use segtool_runtime::{Backend, OrtOptions, Segmenter};
+use segtool_runtime::{EngineKind, Segmenter};
 
 /// The acceptance threshold (argmax agreement with fp32 on the val images).
 const MIN_AGREEMENT: f64 = 0.98;
@@ -76,7 +76,9 @@ fn int8_of_a_trained_model_agrees_with_fp32_on_98_percent_of_val_pixels() {
         "32",
     ]));
     let val = read_images(&data.join("images/val"));
-    let reference = Segmenter::open(&fp32, Backend::Ort(OrtOptions::new()))
+    let reference = Segmenter::builder(&fp32)
+        .engine(EngineKind::Ort)
+        .open()
         .unwrap()
         .segment_batch(&val)
         .unwrap();
@@ -103,7 +105,9 @@ fn int8_of_a_trained_model_agrees_with_fp32_on_98_percent_of_val_pixels() {
             "--quiet",
         ]));
         eprintln!("{method}:\n{}", String::from_utf8_lossy(&o.stdout));
-        let int8 = Segmenter::open(&out, Backend::Ort(OrtOptions::new()))
+        let int8 = Segmenter::builder(&out)
+            .engine(EngineKind::Ort)
+            .open()
             .unwrap()
             .segment_batch(&val)
             .unwrap();

@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use common::*;
 use segtool_export::{AttentionForm, ExportOptions, ExportTarget};
-use segtool_runtime::{Backend, OrtOptions, Segmenter};
+use segtool_runtime::{EngineKind, Segmenter};
 
 fn profiles() -> Vec<(&'static str, ExportOptions)> {
     vec![
@@ -181,12 +181,16 @@ fn every_profile_matches_tch_in_ort_and_tract() {
     // Legacy ORT logits per size: fused profiles must equal the decomposed graph too.
     let mut legacy: Vec<Vec<f32>> = Vec::new();
     for ((name, opts), path) in profiles().into_iter().zip(&paths) {
-        let mut backends = vec![Backend::Ort(OrtOptions::new())];
+        let mut backends = vec![EngineKind::Ort];
         if opts.target.supports(opts.pam) && !opts.uses_ms_domain() {
-            backends.push(Backend::Tract);
+            backends.push(EngineKind::Tract);
         }
         for backend in backends {
-            let mut seg = Segmenter::open(path, backend).unwrap().with_logits(true);
+            let mut seg = Segmenter::builder(path)
+                .engine(backend)
+                .open()
+                .unwrap()
+                .with_logits(true);
             for (imgs, reference) in batches.iter().zip(&references) {
                 let t = Instant::now();
                 let results = seg.segment_batch(imgs).unwrap();

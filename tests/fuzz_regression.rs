@@ -129,7 +129,7 @@ fn write_fuzz_seeds() {
     segtool_train::checkpoint::save(&ckpt, &vs, &spec, &info).unwrap();
     let onnx = dir("onnx").join("width4.onnx");
     segtool_export::export_onnx(&ckpt, &onnx, &Default::default()).unwrap();
-    use segtool_runtime::testing::{foreign_model_bytes, tiny_model_bytes, tiny_spec};
+    use segtool_testkit::{foreign_model_bytes, tiny_model_bytes, tiny_spec};
     let tiny = tiny_model_bytes(&tiny_spec(3), &[[1.0; 3], [0.0; 3], [-1.0; 3]], &[0.0; 3]);
     std::fs::write(dir("onnx").join("tiny.onnx"), tiny).unwrap();
     std::fs::write(

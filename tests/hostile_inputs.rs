@@ -33,7 +33,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use common::{p, segtool};
-use segtool_runtime::{Backend, OrtOptions};
+use segtool_runtime::EngineKind;
 use sweep_support::{ChildRunner, CountingAlloc};
 
 #[global_allocator]
@@ -117,8 +117,8 @@ fn anyhow_string(e: anyhow::Error) -> String {
 #[test]
 fn sweep_child() {
     sweep_support::child_main(|kind, path| match kind {
-        "ort" => onnx::open_and_run(path, Backend::Ort(OrtOptions::new().with_intra_threads(1))),
-        "tract" => onnx::open_and_run(path, Backend::Tract),
+        "ort" => onnx::open_and_run(path, EngineKind::Ort),
+        "tract" => onnx::open_and_run(path, EngineKind::Tract),
         "pth" => segtool_train::import::read_state_dict(path)
             .map(drop)
             .map_err(anyhow_string),

@@ -12,7 +12,7 @@ use std::process::Output;
 
 use segtool_runtime::accuracy::{self, AccuracyOptions};
 use segtool_runtime::expert::load_spec;
-use segtool_runtime::{Backend, InputLayout, OutputKind, Segmenter, TractEngine};
+use segtool_runtime::{expert::TractEngine, EngineKind, InputLayout, OutputKind, Segmenter};
 
 const W: u32 = 48;
 const H: u32 = 32;
@@ -94,7 +94,10 @@ fn preprocess_and_argmax_exports_give_the_same_labels() {
         (InputLayout::NchwF32, OutputKind::Mask),
         (InputLayout::NhwcU8, OutputKind::Mask),
     ]) {
-        let seg = Segmenter::open(model, Backend::Tract).unwrap();
+        let seg = Segmenter::builder(model)
+            .engine(EngineKind::Tract)
+            .open()
+            .unwrap();
         assert_eq!(
             (seg.contract().input, seg.contract().output),
             (input, output)

@@ -189,7 +189,10 @@ fn eval_matches_mmseg_test_loop_align_corners_true() {
 #[test]
 fn accuracy_mode_matches_mmseg_test_loop() {
     use segtool_runtime::accuracy;
-    use segtool_runtime::{Engine, OrtEngine, OrtOptions, TractEngine};
+    use segtool_runtime::{
+        expert::{Engine, OrtEngine, TractEngine},
+        OrtOptions,
+    };
 
     let (dir, ckpt) = reference(false);
     let d = dir.path();

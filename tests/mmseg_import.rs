@@ -21,7 +21,10 @@ use std::path::{Path, PathBuf};
 use common::{p, python, segtool};
 use segtool_export::{ExportOptions, ExportTarget};
 use segtool_runtime::expert::run_logits;
-use segtool_runtime::{OrtEngine, OrtOptions, TractEngine};
+use segtool_runtime::{
+    expert::{OrtEngine, TractEngine},
+    OrtOptions,
+};
 use segtool_train::Checkpoint;
 use tch::{Kind, Tensor};
 

@@ -6,7 +6,7 @@
 mod common;
 
 use common::*;
-use segtool_runtime::{Backend, OrtOptions, Segmenter};
+use segtool_runtime::{EngineKind, Segmenter};
 
 #[test]
 fn ort_and_tract_match_tch_logits() {
@@ -31,8 +31,12 @@ fn ort_and_tract_match_tch_logits() {
     let reference = tch::no_grad(|| model.forward_all(&input, false).fused);
     let reference = Vec::<f32>::try_from(&reference.contiguous().view(-1)).unwrap();
 
-    for backend in [Backend::Ort(OrtOptions::new()), Backend::Tract] {
-        let mut seg = Segmenter::open(&onnx, backend).unwrap().with_logits(true);
+    for backend in [EngineKind::Ort, EngineKind::Tract] {
+        let mut seg = Segmenter::builder(&onnx)
+            .engine(backend)
+            .open()
+            .unwrap()
+            .with_logits(true);
         let results = seg.segment_batch(&images).unwrap();
         let ours: Vec<f32> = results
             .iter()

@@ -16,7 +16,10 @@ use std::path::Path;
 use common::*;
 use segtool_runtime::accuracy::{self, AccuracyOptions, Protocol};
 use segtool_runtime::expert::normalise_batch;
-use segtool_runtime::{Engine, OrtEngine, OrtOptions, TractEngine};
+use segtool_runtime::{
+    expert::{Engine, OrtEngine, TractEngine},
+    OrtOptions,
+};
 use segtool_train::eval::{sliding, EvalOptions};
 use tch::{Kind, Tensor};
 

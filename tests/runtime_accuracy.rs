@@ -11,7 +11,10 @@ use std::process::Command;
 use common::*;
 use segtool_runtime::accuracy::{self, AccuracyOptions};
 use segtool_runtime::expert::normalise_batch;
-use segtool_runtime::{Engine, OrtEngine, OrtOptions, TractEngine};
+use segtool_runtime::{
+    expert::{Engine, OrtEngine, TractEngine},
+    OrtOptions,
+};
 use segtool_train::eval::{sliding, EvalOptions};
 
 fn images() -> Vec<image::RgbImage> {

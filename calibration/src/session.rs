@@ -1,7 +1,7 @@
 //! ONNX Runtime sessions for calibration: in-memory models, every output by name.
 //!
 //! ort allows one environment per process: calibration sessions use the runtime's
-//! ([`segtool_runtime::ort_engine::environment`]), so calibrating and running runtime
+//! ([`segtool_runtime::expert::environment`]), so calibrating and running runtime
 //! engines in one process (`segtool calibrate --auto` does both) share one library.
 
 use std::collections::BTreeMap;
@@ -19,7 +19,7 @@ fn ort_err(e: impl std::fmt::Display) -> CalibrationError {
 
 /// The process's one ONNX Runtime environment, shared with the runtime's engines.
 fn environment() -> Result<Environment, CalibrationError> {
-    segtool_runtime::ort_engine::environment(None).map_err(ort_err)
+    segtool_runtime::expert::environment(None).map_err(ort_err)
 }
 
 /// One CPU session over a model held in memory.

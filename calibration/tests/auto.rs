@@ -131,7 +131,7 @@ fn chain_model() -> ModelProto {
         graph: Some(graph),
         metadata_props: vec![StringStringEntryProto {
             key: segtool_spec::SPEC_METADATA_KEY.into(),
-            value: segtool_runtime::testing::tiny_spec(3).to_json(),
+            value: segtool_testkit::tiny_spec(3).to_json(),
         }],
         ..Default::default()
     }
@@ -168,7 +168,7 @@ fn opts() -> CalibrationOptions {
 }
 
 fn argmax(model: &[u8], images: &[PathBuf]) -> Vec<Vec<u8>> {
-    let spec = segtool_runtime::testing::tiny_spec(3);
+    let spec = segtool_testkit::tiny_spec(3);
     let mut ort = OrtModel::new(model, Some(1)).unwrap();
     images
         .iter()

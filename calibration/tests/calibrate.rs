@@ -108,9 +108,9 @@ fn write_images(dir: &Path, n: usize) -> Vec<PathBuf> {
 #[test]
 fn qdq_model_runs_in_ort_matches_fp32_and_is_deterministic() {
     let dir = tempfile::tempdir().unwrap();
-    let spec = segtool_runtime::testing::tiny_spec(3);
+    let spec = segtool_testkit::tiny_spec(3);
     let w = [[0.9, -0.2, 0.1], [0.05, 0.8, -0.3], [-0.4, 0.1, 0.7]];
-    let bytes = segtool_runtime::testing::tiny_model_bytes(&spec, &w, &[0.1, 0.0, -0.1]);
+    let bytes = segtool_testkit::tiny_model_bytes(&spec, &w, &[0.1, 0.0, -0.1]);
     let model = ModelProto::decode(bytes.as_slice()).unwrap();
     let images = write_images(dir.path(), 6);
     let spec = segtool_calibration::model_spec(&model).unwrap();
@@ -195,9 +195,9 @@ fn qdq_model_runs_in_ort_matches_fp32_and_is_deterministic() {
 fn calibrate_refuses_a_tensor_name_onnx_runtime_would_misread() {
     // The input renamed "image:0": ORT's TensorRT EP would read the table's name "image".
     let dir = tempfile::tempdir().unwrap();
-    let spec = segtool_runtime::testing::tiny_spec(3);
+    let spec = segtool_testkit::tiny_spec(3);
     let w = [[0.9, -0.2, 0.1], [0.05, 0.8, -0.3], [-0.4, 0.1, 0.7]];
-    let bytes = segtool_runtime::testing::tiny_model_bytes(&spec, &w, &[0.1, 0.0, -0.1]);
+    let bytes = segtool_testkit::tiny_model_bytes(&spec, &w, &[0.1, 0.0, -0.1]);
     let mut model = ModelProto::decode(bytes.as_slice()).unwrap();
     let g = model.graph.as_mut().unwrap();
     let old = g.input[0].name.clone();
@@ -240,11 +240,7 @@ fn a_model_from_elsewhere_is_calibrated_through_its_card() {
     use segtool_runtime::card::{resolve, CardRequest, CARD_METADATA_KEY};
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("foreign.onnx");
-    std::fs::write(
-        &path,
-        segtool_runtime::testing::foreign_model_bytes(3, 4, false),
-    )
-    .unwrap();
+    std::fs::write(&path, segtool_testkit::foreign_model_bytes(3, 4, false)).unwrap();
     let card_file = dir.path().join("card.toml");
     std::fs::write(
         &card_file,

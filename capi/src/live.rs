@@ -1,5 +1,5 @@
 //! The newest-frame stream for live cameras (robots): the opaque [`segtool_live`] over a
-//! `segtool_runtime::LatestStream`, its options, `segtool_live_submit` (never waits for
+//! `segtool_runtime::batching::LatestStream`, its options, `segtool_live_submit` (never waits for
 //! the model; the camera callback's call), `segtool_live_next` (the inference thread's
 //! call: the next answered frame, in frame order), the drop counters and optional
 //! temporal smoothing of logits.

@@ -88,7 +88,8 @@ impl From<RuntimeError> for Error {
             | RuntimeError::Card { .. } => SEGTOOL_ERR_INVALID_MODEL,
             RuntimeError::InputShape { .. }
             | RuntimeError::Frame(_)
-            | RuntimeError::Option { .. } => SEGTOOL_ERR_INVALID_ARGUMENT,
+            | RuntimeError::Option { .. }
+            | RuntimeError::AccuracyMode { .. } => SEGTOOL_ERR_INVALID_ARGUMENT,
             RuntimeError::FallbackRefused { .. } => SEGTOOL_ERR_PROVIDER_UNAVAILABLE,
             RuntimeError::OrtLibraryNotFound { .. } | RuntimeError::BackendUnavailable(_) => {
                 SEGTOOL_ERR_BACKEND_UNAVAILABLE

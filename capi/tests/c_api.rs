@@ -9,8 +9,8 @@ use std::sync::OnceLock;
 
 use image::{Rgb, RgbImage};
 use segtool_runtime::card::CardRequest;
-use segtool_runtime::testing::{foreign_model_bytes, tiny_model_bytes, tiny_spec};
 use segtool_runtime::{EngineKind, Segmenter};
+use segtool_testkit::{foreign_model_bytes, tiny_model_bytes, tiny_spec};
 
 mod common;
 use common::{lib_dir, show};

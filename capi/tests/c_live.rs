@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::sync::OnceLock;
 
-use segtool_runtime::testing::{tiny_model_bytes, tiny_spec};
+use segtool_testkit::{tiny_model_bytes, tiny_spec};
 
 mod common;
 use common::{command, show, valgrind, valgrind_clean, VALGRIND_OPTIONS};

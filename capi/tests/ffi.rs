@@ -7,8 +7,8 @@ use std::ptr;
 
 use image::{Rgb, RgbImage};
 use segtool::*;
-use segtool_runtime::testing::{tiny_model_bytes, tiny_spec};
-use segtool_runtime::{Backend, Segmenter};
+use segtool_runtime::{EngineKind, Segmenter};
+use segtool_testkit::{tiny_model_bytes, tiny_spec};
 
 struct Fixture {
     _dir: tempfile::TempDir,
@@ -87,7 +87,9 @@ fn results_equal_segmenter_for_packed_and_padded_rows() {
     let f = open_tract();
     let img = image();
     let path = f.path.to_str().unwrap();
-    let expected: Vec<u8> = Segmenter::open(path, Backend::Tract)
+    let expected: Vec<u8> = Segmenter::builder(path)
+        .engine(EngineKind::Tract)
+        .open()
         .unwrap()
         .segment(&img)
         .unwrap()
@@ -219,8 +221,7 @@ fn one_segmenter_shared_by_threads() {
 #[test]
 fn a_hugging_face_mask_classification_folder_opens_by_folder() {
     let dir = tempfile::tempdir().unwrap();
-    let Some(folder) = segtool_runtime::testing::hugging_face_folder("mask2former", dir.path())
-    else {
+    let Some(folder) = segtool_testkit::hugging_face_folder("mask2former", dir.path()) else {
         return;
     };
     let path = CString::new(folder.to_str().unwrap()).unwrap();

@@ -8,7 +8,7 @@
 use std::time::Instant;
 
 use ndarray::Array4;
-use segtool_runtime::Engine;
+use segtool_runtime::expert::Engine;
 
 fn main() {
     let a: Vec<String> = std::env::args().collect();
@@ -20,9 +20,9 @@ fn main() {
     let runs: usize = a.get(5).map_or(2, |r| r.parse().unwrap());
     let t = Instant::now();
     let mut engine: Box<dyn Engine> = match a[2].as_str() {
-        "tract" => Box::new(segtool_runtime::TractEngine::open(&a[1]).unwrap()),
+        "tract" => Box::new(segtool_runtime::expert::TractEngine::open(&a[1]).unwrap()),
         "ort" => Box::new(
-            segtool_runtime::OrtEngine::open(
+            segtool_runtime::expert::OrtEngine::open(
                 &a[1],
                 &segtool_runtime::OrtOptions::new().with_intra_threads(2),
             )

@@ -5,7 +5,7 @@
 //! multiple of the block count, is not, and is below it (trailing empty blocks).
 
 use segtool_runtime::expert::run_logits;
-use segtool_runtime::{TractEngine, TractOptions};
+use segtool_runtime::{expert::TractEngine, TractOptions};
 use segtool_spec::{BackboneSpec, ModelSpec};
 
 use crate::testutil::{export_decoded_with, random_entries, serialize, spec_with};
@@ -123,7 +123,7 @@ fn blocked_pam_matches_unblocked_in_tract_and_ort() {
         }
         let opts = segtool_runtime::OrtOptions::new().with_intra_threads(1);
         for name in ["tract", "split"] {
-            match segtool_runtime::OrtEngine::open(path(name), &opts) {
+            match segtool_runtime::expert::OrtEngine::open(path(name), &opts) {
                 Err(segtool_runtime::RuntimeError::OrtLibraryNotFound { tried }) => {
                     eprintln!("skipping ONNX Runtime: no library ({tried:?})");
                 }

@@ -316,8 +316,11 @@ fn argmax_preprocess_masks_equal_the_runtime_pipeline() {
             &base.clone().with_argmax(true).with_preprocess(true),
         )
         .unwrap();
-        let backend = segtool_runtime::Backend::Ort(segtool_runtime::OrtOptions::new());
-        let mut seg = match segtool_runtime::Segmenter::open(&std_path, backend) {
+        let backend = segtool_runtime::EngineKind::Ort;
+        let mut seg = match segtool_runtime::Segmenter::builder(&std_path)
+            .engine(backend)
+            .open()
+        {
             Err(segtool_runtime::RuntimeError::OrtLibraryNotFound { tried }) => {
                 eprintln!("skipping: no ONNX Runtime library ({tried:?})");
                 return;

@@ -350,7 +350,7 @@ fn failed_external_export_leaves_neither_file() {
 /// (skipped when its library is not found) give exactly the inline model's logits.
 #[test]
 fn runtime_engines_load_external_data_from_the_model_path() {
-    use segtool_runtime::Engine;
+    use segtool_runtime::expert::Engine;
     let dir = Scratch::new("engines");
     let ckpt = dir.checkpoint();
     let (ext, inline) = (dir.model("ext"), dir.model("inline"));
@@ -360,18 +360,18 @@ fn runtime_engines_load_external_data_from_the_model_path() {
         ((c * 7 + y * 3 + x) % 17) as f32 / 8.0 - 1.0
     });
     let run = |e: &mut dyn Engine| segtool_runtime::expert::run_logits(e, x.view()).unwrap();
-    let a = run(&mut segtool_runtime::TractEngine::open(&ext).unwrap());
-    let b = run(&mut segtool_runtime::TractEngine::open(&inline).unwrap());
+    let a = run(&mut segtool_runtime::expert::TractEngine::open(&ext).unwrap());
+    let b = run(&mut segtool_runtime::expert::TractEngine::open(&inline).unwrap());
     assert_eq!(a.shape(), [1, 4, 40, 56]);
     assert_eq!(a, b, "tract: external vs inline");
     let opts = segtool_runtime::OrtOptions::new();
-    match segtool_runtime::OrtEngine::open(&ext, &opts) {
+    match segtool_runtime::expert::OrtEngine::open(&ext, &opts) {
         Err(segtool_runtime::RuntimeError::OrtLibraryNotFound { tried }) => {
             eprintln!("skipping ONNX Runtime: no library ({tried:?})");
         }
         other => {
             let a = run(&mut other.unwrap());
-            let b = run(&mut segtool_runtime::OrtEngine::open(&inline, &opts).unwrap());
+            let b = run(&mut segtool_runtime::expert::OrtEngine::open(&inline, &opts).unwrap());
             assert_eq!(a, b, "onnxruntime: external vs inline");
         }
     }

@@ -216,8 +216,11 @@ fn cuda_form_matches_the_cpu_form_in_ort_cpu() {
     let cuda = ExportOptions::for_target_on(ExportTarget::Ort, Cuda);
     export_onnx(&ckpt, &cuda_path, &cuda).unwrap();
     let open = |p: &std::path::Path| {
-        let backend = segtool_runtime::Backend::Ort(segtool_runtime::OrtOptions::new());
-        match segtool_runtime::Segmenter::open(p, backend) {
+        let backend = segtool_runtime::EngineKind::Ort;
+        match segtool_runtime::Segmenter::builder(p)
+            .engine(backend)
+            .open()
+        {
             Err(segtool_runtime::RuntimeError::OrtLibraryNotFound { tried }) => {
                 eprintln!("skipping: no ONNX Runtime library ({tried:?})");
                 None

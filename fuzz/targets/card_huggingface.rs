@@ -2,7 +2,7 @@
 //! byte if there is one, a whole `config.json` (none without it).
 //!
 //! Writes them beside `model.onnx` (a graph segtool did not write) and resolves the
-//! folder's card as `Segmenter::open` does for a Hugging Face export (`card::resolve`:
+//! folder's card as `Segmenter::builder(..).open()` does for a Hugging Face export (`card::resolve`:
 //! resize, rescale and normalisation from the processor, `id2label` from the config),
 //! then prepares an image under the card.
 //!

@@ -2,7 +2,7 @@
 //!
 //! Writes it into a folder with mmdeploy's `deploy.json` (naming `end2end.onnx`, a graph
 //! segtool did not write, input `input` as mmdeploy's) and resolves the folder's card as
-//! `Segmenter::open` does for an SDK folder (`card::resolve`: deploy.json's network,
+//! `Segmenter::builder(..).open()` does for an SDK folder (`card::resolve`: deploy.json's network,
 //! pipeline.json's transforms, ResizeMask post-processing and input map), then prepares an
 //! image under the card.
 //!

@@ -1,7 +1,7 @@
 //! Sidecar model cards: the input is a whole `MODEL.segtool.toml`.
 //!
 //! Writes it beside a graph segtool did not write (`support::foreign_model_bytes`: no
-//! spec, so the sidecar is read) and resolves the model's card as `Segmenter::open`, the
+//! spec, so the sidecar is read) and resolves the model's card as `Segmenter::builder(..).open()`, the
 //! C ABI and `segtool card` do (`card::resolve`: the sidecar's TOML, merged with what the
 //! graph says, checked against the graph), then prepares an image under the card.
 //!

@@ -13,12 +13,17 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Mutex, OnceLock};
 
 use segtool_ros2::bag::{Compression, Conversion, ConvertOptions, InputBag};
-use segtool_runtime::{Backend, Segmenter};
+use segtool_runtime::{EngineKind, Segmenter};
 
 fn segmenter() -> &'static Mutex<Segmenter> {
     static SEG: OnceLock<Mutex<Segmenter>> = OnceLock::new();
     SEG.get_or_init(|| {
-        Mutex::new(Segmenter::open(super::support::tiny_model(), Backend::Tract).expect("tiny model"))
+        Mutex::new(
+            Segmenter::builder(super::support::tiny_model())
+                .engine(EngineKind::Tract)
+                .open()
+                .expect("tiny model"),
+        )
     })
 }
 

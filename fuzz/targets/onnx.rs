@@ -2,7 +2,7 @@
 //!
 //! Feeds it (written to a scratch file, as every reader takes a path) to what opening and
 //! calibrating a model read: `ModelFile::read` (the streaming reader behind
-//! `Segmenter::open`, `load_spec`, the C ABI and Triton: metadata, spec, I/O contract,
+//! `Segmenter::builder(..).open()`, `load_spec`, the C ABI and Triton: metadata, spec, I/O contract,
 //! TensorRT profile hints), `read_metadata` (`segtool model-info`), `card::resolve` (the
 //! card of a model from elsewhere), and for `segtool calibrate` prost's whole-model decode
 //! (`load_model`), the spec or card feed and the QDQ plan over the graph.

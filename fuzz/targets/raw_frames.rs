@@ -27,7 +27,7 @@ pub fn run(data: &[u8]) {
     if frames.frame_bytes() > 1 << 20 {
         return;
     }
-    let spec = segtool_runtime::testing::tiny_spec(3);
+    let spec = segtool_testkit::tiny_spec(3);
     let mut recycled = Vec::new();
     while let Ok(Some(frame)) = frames.next_frame(std::mem::take(&mut recycled)) {
         assert_eq!(frame.dimensions(), (size.width, size.height));

@@ -51,13 +51,13 @@ pub fn write(name: &str, data: &[u8]) -> PathBuf {
     path
 }
 
-/// A 3-class segtool export (1x1 convolution; `segtool_runtime::testing`): what the C
+/// A 3-class segtool export (1x1 convolution; `segtool_testkit`): what the C
 /// ABI, the bag converter and the card targets open. Written once into
 /// `$TMPDIR/segtool-fuzz-models` (atomically: fuzzing processes share it), kept there.
 pub fn tiny_model() -> &'static Path {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
     PATH.get_or_init(|| {
-        use segtool_runtime::testing::{tiny_model_bytes, tiny_spec};
+        use segtool_testkit::{tiny_model_bytes, tiny_spec};
         let bytes = tiny_model_bytes(&tiny_spec(3), &[[1.0; 3], [0.0; 3], [-1.0; 3]], &[0.0; 3]);
         let dir = std::env::temp_dir().join("segtool-fuzz-models");
         std::fs::create_dir_all(&dir).unwrap();
@@ -73,7 +73,7 @@ pub fn tiny_model() -> &'static Path {
 /// `classes` logits. Its card must come from a sidecar, mmdeploy or Hugging Face files.
 pub fn foreign_model_bytes() -> &'static [u8] {
     static BYTES: OnceLock<Vec<u8>> = OnceLock::new();
-    BYTES.get_or_init(|| segtool_runtime::testing::foreign_model_bytes(3, 4, false))
+    BYTES.get_or_init(|| segtool_testkit::foreign_model_bytes(3, 4, false))
 }
 
 /// Carves fuzz input into arguments: numbers from the front, the rest as a buffer.
@@ -231,7 +231,7 @@ fn remove_thread_scratch() {
 }
 
 /// What a model's card drives once resolved: the card resolved for `model` (a file or an
-/// SDK / Hugging Face folder) as `Segmenter::open` resolves it, then one small image
+/// SDK / Hugging Face folder) as `Segmenter::builder(..).open()` resolves it, then one small image
 /// prepared under it (resize or pad, normalisation, layout) as `segment` prepares each.
 /// A card whose input tensor is legitimately large (over 4M pixels, up to the runtime's
 /// `MAX_INPUT_PIXELS`) is not prepared: that is a big allocation, not a bug, and would

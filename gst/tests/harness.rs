@@ -422,11 +422,7 @@ fn a_foreign_model_is_served_through_the_card_property() {
     use segtool_runtime::card::CardRequest;
     let dir = tempfile::tempdir().unwrap();
     let model = dir.path().join("plain.onnx");
-    std::fs::write(
-        &model,
-        segtool_runtime::testing::foreign_model_bytes(3, 3, false),
-    )
-    .unwrap();
+    std::fs::write(&model, segtool_testkit::foreign_model_bytes(3, 3, false)).unwrap();
     let card = dir.path().join("plain.card.toml");
     std::fs::write(
         &card,
@@ -503,8 +499,7 @@ fn a_foreign_model_is_served_through_the_card_property() {
 #[test]
 fn a_hugging_face_mask_classification_folder_is_served_by_its_folder() {
     let dir = tempfile::tempdir().unwrap();
-    let Some(folder) = segtool_runtime::testing::hugging_face_folder("mask2former", dir.path())
-    else {
+    let Some(folder) = segtool_testkit::hugging_face_folder("mask2former", dir.path()) else {
         return;
     };
     let frames: Vec<RgbImage> = (0..N).map(|i| common::frame(i, W, H)).collect();

@@ -49,9 +49,10 @@ pub(crate) fn runtime(e: RuntimeError) -> PyErr {
         RuntimeError::File(_) | RuntimeError::OutputShape { .. } | RuntimeError::Card { .. } => {
             ModelError::new_err(msg)
         }
-        RuntimeError::InputShape { .. } | RuntimeError::Frame(_) | RuntimeError::Option { .. } => {
-            InputError::new_err(msg)
-        }
+        RuntimeError::InputShape { .. }
+        | RuntimeError::Frame(_)
+        | RuntimeError::Option { .. }
+        | RuntimeError::AccuracyMode { .. } => InputError::new_err(msg),
         RuntimeError::OrtLibraryNotFound { .. }
         | RuntimeError::Ort(_)
         | RuntimeError::Tract(_)

@@ -10,9 +10,9 @@ use ndarray::{Array2, Array3, ArrayView3};
 use numpy::{IntoPyArray, PyArray2, PyArray3, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
-use segtool_runtime::accuracy::{self, AccuracyOptions, Protocol};
+use segtool_runtime::accuracy::{AccuracyOptions, Protocol};
 use segtool_runtime::card::{pipeline as card_pipeline, CardRequest};
-use segtool_runtime::{EngineKind, EngineOutput, IoContract, Provider, RuntimeError};
+use segtool_runtime::{EngineKind, IoContract, Provider, RuntimeError};
 use segtool_spec::ModelSpec;
 
 use crate::errors;
@@ -123,15 +123,15 @@ impl Model {
         let input = pixels::engine_input(imgs, color, &self.spec, self.contract.input)?;
         let t1 = Instant::now();
         t.pre += (t1 - t0).as_secs_f64();
-        let out = {
-            let mut seg = lock(&self.seg);
-            match (&self.accuracy, input.view()) {
-                (Some(opts), segtool_runtime::EngineInput::NchwF32(x)) => {
-                    EngineOutput::Logits(accuracy::predict(seg.engine_mut(), x, &self.spec, opts)?)
-                }
-                (_, view) => seg.run_prepared(view)?,
-            }
+        // Accuracy mode's mmseg protocol resizes from the pixels (as cv2's).
+        let rgb: Vec<image::RgbImage> = match &self.accuracy {
+            Some(opts) if opts.protocol == Protocol::Mmseg => imgs
+                .iter()
+                .map(|v| pixels::to_rgb_image(*v, color))
+                .collect(),
+            _ => Vec::new(),
         };
+        let out = lock(&self.seg).run_prepared(input.view(), &rgb)?;
         drop(input);
         let t2 = Instant::now();
         t.engine += (t2 - t1).as_secs_f64();
@@ -163,7 +163,7 @@ impl Model {
         let (input, geometry) = card_pipeline::prepare(&rgb, &card)?;
         let t1 = Instant::now();
         t.pre += (t1 - t0).as_secs_f64();
-        let out = seg.run_prepared(input.view())?;
+        let out = seg.run_prepared(input.view(), &rgb)?;
         drop(seg);
         let t2 = Instant::now();
         t.engine += (t2 - t1).as_secs_f64();
@@ -373,21 +373,12 @@ impl Segmenter {
             };
             fallbacks.push((kind.to_string(), f.to_string()));
         }
+        let seg = match accuracy.clone() {
+            Some(opts) => seg.with_accuracy(opts).map_err(errors::runtime)?,
+            None => seg,
+        };
         let contract = seg.contract();
         let foreign = seg.is_foreign();
-        if accuracy.is_some() && foreign {
-            return Err(errors::input(
-                "accuracy mode on a segtool export",
-                format!("{} is driven by its model card", path.display()),
-            ));
-        }
-        if accuracy.is_some() && !contract.is_plain() {
-            return Err(errors::input(
-                "accuracy mode needs a model with float32 normalised input and logits output; \
-                 export it without --preprocess / --argmax for accuracy mode",
-                format!("{} takes {contract}", path.display()),
-            ));
-        }
         let input_size = seg.model().and_then(|m| {
             let dims = &m.io.inputs.first()?.dims;
             let (h, w) = match contract.input {

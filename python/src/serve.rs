@@ -13,7 +13,8 @@ use segtool_runtime::batching::{
     BatchConfig, BatchError, Handle, LatestStream, LiveOutcome, Output,
 };
 use segtool_runtime::{
-    Engine, EngineInput, EngineOutput, IoContract, OutputKind, TemporalSmoother,
+    expert::{Engine, EngineInput, EngineOutput},
+    IoContract, OutputKind, TemporalSmoother,
 };
 
 use crate::errors;
@@ -45,7 +46,7 @@ impl Engine for SharedEngine {
 fn server_over(
     segmenters: &[PyRef<'_, Segmenter>],
     config: BatchConfig,
-) -> PyResult<segtool_runtime::BatchServer> {
+) -> PyResult<segtool_runtime::batching::BatchServer> {
     let first = segmenters
         .first()
         .ok_or_else(|| errors::input("at least one Segmenter", "an empty list"))?;
@@ -67,7 +68,8 @@ fn server_over(
         ));
     }
     if !first.model.foreign {
-        return segtool_runtime::BatchServer::new(config, spec, engines).map_err(errors::batch);
+        return segtool_runtime::batching::BatchServer::new(config, spec, engines)
+            .map_err(errors::batch);
     }
     // Models from elsewhere: the workers prepare and decode as the card says.
     let card = lock(&first.model.seg).card().card.clone();
@@ -80,7 +82,7 @@ fn server_over(
             format!("segmenter {i} has another model card than segmenter 0"),
         ));
     }
-    segtool_runtime::BatchServer::with_card(config, card, engines).map_err(errors::batch)
+    segtool_runtime::batching::BatchServer::with_card(config, card, engines).map_err(errors::batch)
 }
 
 fn output_segmentation(py: Python<'_>, out: Output, scores: bool) -> PyResult<Py<Segmentation>> {
@@ -145,7 +147,7 @@ impl Pending {
 pub struct BatchServer {
     // Taken out by `close`; the lock is only held to clone or take the Arc (never while
     // waiting), so a thread holding the GIL never waits for one that needs it.
-    server: Mutex<Option<Arc<segtool_runtime::BatchServer>>>,
+    server: Mutex<Option<Arc<segtool_runtime::batching::BatchServer>>>,
     scores: bool,
 }
 
@@ -268,7 +270,7 @@ impl LiveResult {
 pub struct LiveStream {
     // Declared before the server: dropped first, taking back its waiting frames.
     stream: LatestStream,
-    server: segtool_runtime::BatchServer,
+    server: segtool_runtime::batching::BatchServer,
     smoother: Option<Mutex<TemporalSmoother>>,
     /// Stream frame number -> the index the caller gave.
     indices: Mutex<HashMap<u64, u64>>,

@@ -70,7 +70,7 @@ fn keep_freed_frames() {
     }
 }
 
-/// How often the node hands freed memory back (segtool_runtime::memory). The thresholds
+/// How often the node hands freed memory back (segtool_runtime::expert::memory). The thresholds
 /// above keep a burst's buffers after it ends (a backlog after a stall: the DDS cache's
 /// samples and fragments, the queue), so without a trim RSS stays at the high-water mark
 /// for the life of the node (a 30-minute soak: 266 -> 325 MiB in one step at 25 minutes,
@@ -132,7 +132,7 @@ pub fn run(args: Args, ros: RosArgs) -> Result<()> {
             reason,
         } => eprintln!("bad message on {topic} ({cause}): {reason}; counting later ones"),
         NodeEvent::Diagnostics(s) => {
-            segtool_runtime::memory::release_freed_heap_every(TRIM_EVERY);
+            segtool_runtime::expert::memory::release_freed_heap_every(TRIM_EVERY);
             eprintln!(
                 "{:.1} Hz, latency p50 {:.1} ms p99 {:.1} ms; answered {}, dropped {}, lost {}, bad {}",
                 s.rate_hz,

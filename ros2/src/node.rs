@@ -35,7 +35,7 @@ use ros2_client::dds::{Context, ContextOptions, Node, Publisher, Subscription};
 use ros2_client::qos::{Durability, History, Reliability, WhenFull};
 use ros2_client::{MessageInfo, MessageTypeName, Name, NodeName, NodeOptions, QosProfile};
 use segtool_runtime::batching::{BatchConfig, LatestStream, LiveOutcome};
-use segtool_runtime::{colorize, overlay, BatchServer, Segmenter, DEFAULT_ALPHA};
+use segtool_runtime::{batching::BatchServer, colorize, overlay, Segmenter, DEFAULT_ALPHA};
 
 use crate::diagnostics::{self, NodeStats, Window};
 use crate::frames::{self, BadFrame};

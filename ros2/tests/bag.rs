@@ -515,7 +515,7 @@ fn split_bags_are_read_in_their_order_and_unindexed_files_are_scanned() {
 fn a_hugging_face_folder_segments_the_bag() {
     let Some(fx) = fixture() else { return };
     let tmp = tempfile::tempdir().unwrap();
-    let folder = segtool_runtime::testing::hugging_face_folder("mask2former", tmp.path())
+    let folder = segtool_testkit::hugging_face_folder("mask2former", tmp.path())
         .expect("SEGTOOL_PYTHON: the fixture needs it too");
     let out = tmp.path().join("masks.mcap");
     let o = Command::new(BIN)

@@ -19,8 +19,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use segtool_runtime::testing::{tiny_model_bytes, tiny_spec};
 use segtool_runtime::{EngineKind, Segmenter};
+use segtool_testkit::{tiny_model_bytes, tiny_spec};
 use serde_json::Value;
 
 /// A 3-class pixelwise model (class = dominant colour) in `dir`.

@@ -8,8 +8,11 @@ use std::path::Path;
 use std::time::Duration;
 
 use image::{Rgb, RgbImage};
-use segtool_runtime::testing::tiny_model_file;
-use segtool_runtime::{BatchConfig, BatchServer, EngineKind, Segmenter};
+use segtool_runtime::{
+    batching::{BatchConfig, BatchServer},
+    EngineKind, Segmenter,
+};
+use segtool_testkit::tiny_model_file;
 
 /// Four client threads submit 5 images each; returns (requests, batches) served.
 fn run(model: &Path) -> Result<(u64, u64), Box<dyn std::error::Error>> {

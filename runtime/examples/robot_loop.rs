@@ -10,8 +10,11 @@ use std::path::Path;
 use std::time::Duration;
 
 use image::{Rgb, RgbImage};
-use segtool_runtime::testing::tiny_model_file;
-use segtool_runtime::{BatchConfig, BatchServer, EngineKind, Segmenter};
+use segtool_runtime::{
+    batching::{BatchConfig, BatchServer},
+    EngineKind, Segmenter,
+};
+use segtool_testkit::tiny_model_file;
 
 /// Runs 40 camera frames at 1 ms intervals through a newest-frame stream; returns
 /// (answered, replaced or expired, submitted).

@@ -7,8 +7,11 @@
 use std::path::Path;
 
 use image::{Rgb, RgbImage};
-use segtool_runtime::testing::tiny_model_file;
-use segtool_runtime::{BatchConfig, BatchServer, EngineKind, Segmenter};
+use segtool_runtime::{
+    batching::{BatchConfig, BatchServer},
+    EngineKind, Segmenter,
+};
+use segtool_testkit::tiny_model_file;
 
 /// Pushes 12 frames through an ordered stream; returns the frame indices in the order
 /// their masks came back.

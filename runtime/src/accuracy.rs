@@ -219,7 +219,7 @@ impl Stitch for EngineStitch<'_> {
 mod tests {
     use super::*;
     use crate::io_contract::{EngineInput, EngineOutput};
-    use crate::testing::tiny_spec;
+    use segtool_testkit::tiny_spec;
 
     /// Logits = input channels plus a position-dependent term that differs between
     /// windows, so averaging and placement are visible.

@@ -127,7 +127,7 @@ mod tests {
     use super::*;
     use crate::io_contract::pack_nhwc;
     use crate::preprocess::normalise_batch;
-    use crate::testing::tiny_spec;
+    use segtool_testkit::tiny_spec;
 
     #[test]
     fn denormalise_recovers_pixels_exactly() {

@@ -189,7 +189,7 @@ pub fn read_metadata(path: impl AsRef<Path>) -> Result<Vec<(String, String)>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{tiny_model_bytes, tiny_spec};
+    use segtool_testkit::{tiny_model_bytes, tiny_spec};
 
     #[test]
     fn spec_roundtrips_through_metadata() {

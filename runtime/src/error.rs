@@ -20,6 +20,16 @@ pub enum RuntimeError {
     #[error(transparent)]
     File(#[from] ModelFileError),
 
+    /// Accuracy mode asked of a model it cannot drive (a card-driven file, or a graph
+    /// without float input and logits output).
+    #[error("{}: accuracy mode: {why}", path.display())]
+    AccuracyMode {
+        /// The model.
+        path: std::path::PathBuf,
+        /// Why the model cannot run under the evaluation protocol.
+        why: String,
+    },
+
     /// An option that is not one (an unknown execution provider, ...), by name.
     #[error("option {name}: {message}")]
     Option {

@@ -189,10 +189,10 @@ pub fn pack_nhwc(imgs: &[RgbImage]) -> Result<Array4<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::tiny_spec;
     use segtool_onnx::metadata::{
         INPUT_LAYOUT_KEY, LAYOUT_NCHW_F32, LAYOUT_NHWC_U8, OUTPUT_KIND_KEY,
     };
+    use segtool_testkit::tiny_spec;
 
     #[test]
     fn metadata_contracts() {

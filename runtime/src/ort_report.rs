@@ -1,4 +1,4 @@
-//! ONNX Runtime's part of the environment report ([`crate::env_report`]), as values: the
+//! ONNX Runtime's part of the environment report ([`crate::expert::env_report`]), as values: the
 //! library found, its providers and whether CUDA and TensorRT register. Its own module so
 //! that the probe that fills it in ([`crate::ort_engine::doctor`], `ort` feature) and the
 //! report that holds it both depend on it, not on each other.
@@ -23,7 +23,7 @@ pub struct OrtReport {
     pub compiled: bool,
     /// The library that loaded (`None`: none did, see `tried`).
     pub library: Option<String>,
-    /// Each candidate that failed, with why (see [`crate::ort_engine::dylib_candidates`]).
+    /// Each candidate that failed, with why (the places [`crate::OrtOptions::with_dylib_path`] and the environment name).
     pub tried: Vec<String>,
     /// `OrtGetApiBase()->GetVersionString()` ("1.31.1").
     pub version: Option<String>,

@@ -248,8 +248,8 @@ pub fn prepare(imgs: &[RgbImage], spec: &ModelSpec, opts: &PrepareOptions) -> Re
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::tiny_spec;
     use image::Rgb;
+    use segtool_testkit::tiny_spec;
 
     /// Frames in any pixel format, with padded rows, normalise to the values of the same
     /// pixels as an RGB image, bit for bit.

@@ -17,7 +17,8 @@ use segtool_spec::ModelSpec;
 pub use builder::{EngineKind, Fallback, SegmenterBuilder};
 pub use options::SegmenterOptions;
 
-use crate::batching::run::{decode, run_normalised};
+use crate::accuracy::{self, AccuracyOptions, Protocol};
+use crate::batching::run::{decode, fit_to_graph, graph_size, run_normalised};
 use crate::card::{self, pipeline, ResolvedCard};
 use crate::contract_adapter::ContractAdapter;
 use crate::engine::Engine;
@@ -38,6 +39,10 @@ pub struct Segmenter {
     keep_logits: bool,
     fallbacks: Vec<Fallback>,
     model: Option<ModelFile>,
+    /// The graph's fixed spatial input `(height, width)`, if it has one.
+    graph_size: Option<(usize, usize)>,
+    /// Accuracy mode: every batch runs under this evaluation protocol.
+    accuracy: Option<AccuracyOptions>,
 }
 
 impl Segmenter {
@@ -53,8 +58,11 @@ impl Segmenter {
         fallbacks: Vec<Fallback>,
     ) -> Self {
         let graph = engine.io_contract().or_else(|| model.io.contract());
+        let contract = IoContract::resolve(model.metadata.contract, graph);
         Self {
-            contract: IoContract::resolve(model.metadata.contract, graph),
+            graph_size: graph_size(&model.io, contract.input),
+            accuracy: None,
+            contract,
             spec: model.metadata.spec.clone(),
             card: card::from_segtool_export(&model.metadata, &model.io),
             engine,
@@ -79,6 +87,8 @@ impl Segmenter {
             keep_logits: false,
             fallbacks,
             model: None,
+            graph_size: None,
+            accuracy: None,
         }
     }
 
@@ -95,7 +105,48 @@ impl Segmenter {
             keep_logits: false,
             fallbacks: Vec::new(),
             model: None,
+            graph_size: None,
+            accuracy: None,
         }
+    }
+
+    /// Runs every batch under the evaluation protocol `opts` (scales, flips, sliding
+    /// windows) instead of once: accuracy mode. Refused for a card-driven model and for a
+    /// graph without float input and logits output (`--preprocess` / `--argmax`
+    /// exports), naming the model.
+    pub fn with_accuracy(mut self, opts: AccuracyOptions) -> Result<Self> {
+        let path = self
+            .model
+            .as_ref()
+            .map(|m| m.path.clone())
+            .unwrap_or_default();
+        let refuse = |why: String| crate::error::RuntimeError::AccuracyMode { path, why };
+        if self.is_foreign() {
+            return Err(refuse(
+                "it serves segtool exports; this model is driven by its card".into(),
+            ));
+        }
+        if !self.contract.is_plain() {
+            return Err(refuse(format!(
+                "it needs float32 normalised input and logits output; the model takes {} \
+                 (export it without --preprocess / --argmax)",
+                self.contract
+            )));
+        }
+        self.accuracy = Some(opts);
+        Ok(self)
+    }
+
+    /// The evaluation protocol every batch runs under, in accuracy mode.
+    pub fn accuracy(&self) -> Option<&AccuracyOptions> {
+        self.accuracy.as_ref()
+    }
+
+    /// The graph's fixed spatial input `(height, width)`, if it has one: images of
+    /// another size are resized to it (bilinear) and their masks brought back (nearest)
+    /// by [`segment_batch`](Self::segment_batch) and the batch server.
+    pub fn graph_size(&self) -> Option<(usize, usize)> {
+        self.graph_size
     }
 
     /// Overrides the input layout / output kind the model is driven with.
@@ -182,12 +233,29 @@ impl Segmenter {
         EngineTensor::from_images(imgs, &self.spec, self.contract.input)
     }
 
-    /// One engine run on a prepared batch, its output checked against the spec
-    /// (batch size, class count; a card-driven model's output is checked as it is
-    /// decoded, [`crate::card::pipeline::decode`]).
-    pub fn run_prepared(&mut self, input: EngineInput<'_>) -> Result<EngineOutput> {
+    /// Runs a batch prepared by [`prepare_input`](Self::prepare_input) (on another
+    /// thread, say) the way this segmenter runs: one engine run, or the evaluation
+    /// protocol in accuracy mode. `images` are the pixels the batch was prepared from:
+    /// mmseg's protocol resizes from them (`cv2.resize`'s uint8 resize); with none it
+    /// resizes the floats. The output is checked against the spec (batch size, class
+    /// count; a card-driven model's as it is decoded, [`crate::card::pipeline::decode`]).
+    pub fn run_prepared(
+        &mut self,
+        input: EngineInput<'_>,
+        images: &[RgbImage],
+    ) -> Result<EngineOutput> {
         let n = input.dims().0;
-        let out = self.engine.run(input)?;
+        let (engine, spec) = (self.engine.as_mut(), &self.spec);
+        let out = match (&self.accuracy, input) {
+            (None, input) => engine.run(input)?,
+            (Some(opts), _) if opts.protocol == Protocol::Mmseg && images.len() == n => {
+                EngineOutput::Logits(accuracy::predict_images(engine, images, spec, opts)?)
+            }
+            (Some(opts), EngineInput::NchwF32(x)) => {
+                EngineOutput::Logits(accuracy::predict(engine, x, spec, opts)?)
+            }
+            (Some(_), input) => engine.run(input)?, // refused by with_accuracy
+        };
         if !self.is_foreign() {
             out.check(n, &self.spec)?;
         }
@@ -259,9 +327,11 @@ impl Segmenter {
                 }
                 continue;
             }
-            let input = self.prepare_input(&batch)?;
-            let out = self.engine.run(input.view())?;
             let sizes = vec![(h as usize, w as usize); batch.len()];
+            let graph = self.accuracy.is_none().then_some(self.graph_size).flatten();
+            let batch = fit_to_graph(&batch, graph);
+            let input = self.prepare_input(&batch)?;
+            let out = self.run_prepared(input.view(), &batch)?;
             for (i, seg) in
                 members
                     .into_iter()

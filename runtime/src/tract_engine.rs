@@ -373,8 +373,8 @@ impl Engine for TractEngine {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{tiny_model_bytes, tiny_spec};
     use ndarray::Array4;
+    use segtool_testkit::{tiny_model_bytes, tiny_spec};
 
     #[test]
     fn truncated_or_garbage_file_names_the_file() {

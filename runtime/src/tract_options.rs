@@ -1,5 +1,5 @@
 //! [`TractOptions`]: how a tract engine runs. Outside `tract_engine` so that
-//! [`crate::Backend::TractWith`] exists in builds without the `tract` feature too.
+//! [`crate::SegmenterOptions`] has the same fields in builds without the `tract` feature.
 
 /// How a tract engine (`TractEngine`) runs. Start from [`TractOptions::new`] (the defaults).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

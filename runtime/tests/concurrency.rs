@@ -24,10 +24,13 @@ use std::time::Duration;
 
 use image::{Rgb, RgbImage};
 use ndarray::{Array2, Array4};
-use segtool_spec::ModelSpec;
 use segtool_runtime::batching::{BatchConfig, BatchServer};
-use segtool_runtime::testing::tiny_spec;
-use segtool_runtime::{Engine, EngineInput, EngineOutput, Result, RuntimeError};
+use segtool_runtime::{
+    expert::{Engine, EngineInput, EngineOutput},
+    Result, RuntimeError,
+};
+use segtool_spec::ModelSpec;
+use segtool_testkit::tiny_spec;
 
 const CLASSES: usize = 16;
 /// `(height, width)` of size codes 0, 1, 2.
@@ -143,44 +146,44 @@ impl Engine for FakeEngine {
             unreachable!("a plain fake engine")
         };
         let logits = (|| -> Result<Array4<f32>> {
-        {
-            let mut open = self.probe.open.lock().unwrap();
-            while !*open {
-                open = self.probe.opened.wait(open).unwrap();
+            {
+                let mut open = self.probe.open.lock().unwrap();
+                while !*open {
+                    open = self.probe.opened.wait(open).unwrap();
+                }
             }
-        }
-        let (n, _, h, w) = input.dim();
-        let byte = |v: f32| (v * 255.0).round() as u8;
-        self.probe.runs.fetch_add(1, Ordering::SeqCst);
-        self.probe.images.fetch_add(n, Ordering::SeqCst);
-        self.probe.max_n.fetch_max(n, Ordering::SeqCst);
-        let mut ids = Vec::with_capacity(n);
-        for img in input.outer_iter() {
-            let code = byte(img[[1, 0, 0]]) as usize - 1;
-            if SIZES[code] != (h as u32, w as u32) {
-                self.probe.mixed.fetch_add(1, Ordering::SeqCst);
-                panic!("batch of {h}x{w} holds an image of size code {code}");
+            let (n, _, h, w) = input.dim();
+            let byte = |v: f32| (v * 255.0).round() as u8;
+            self.probe.runs.fetch_add(1, Ordering::SeqCst);
+            self.probe.images.fetch_add(n, Ordering::SeqCst);
+            self.probe.max_n.fetch_max(n, Ordering::SeqCst);
+            let mut ids = Vec::with_capacity(n);
+            for img in input.outer_iter() {
+                let code = byte(img[[1, 0, 0]]) as usize - 1;
+                if SIZES[code] != (h as u32, w as u32) {
+                    self.probe.mixed.fetch_add(1, Ordering::SeqCst);
+                    panic!("batch of {h}x{w} holds an image of size code {code}");
+                }
+                match byte(img[[2, 0, 0]]) {
+                    POISON_ERROR => return Err(RuntimeError::Tract("poisoned request".into())),
+                    POISON_PANIC => panic!("poisoned request"),
+                    _ => {}
+                }
+                let red = |p: usize| byte(img[[0, p / w, p % w]]) as usize;
+                ids.push(red(0) | red(1) << 4 | red(2) << 8);
             }
-            match byte(img[[2, 0, 0]]) {
-                POISON_ERROR => return Err(RuntimeError::Tract("poisoned request".into())),
-                POISON_PANIC => panic!("poisoned request"),
-                _ => {}
-            }
-            let red = |p: usize| byte(img[[0, p / w, p % w]]) as usize;
-            ids.push(red(0) | red(1) << 4 | red(2) << 8);
-        }
-        let sleep = self.fixed
-            + Duration::from_micros(match self.jitter_us {
-                0 => 0,
-                j => self.next_rand() % j,
+            let sleep = self.fixed
+                + Duration::from_micros(match self.jitter_us {
+                    0 => 0,
+                    j => self.next_rand() % j,
+                });
+            std::thread::sleep(sleep);
+            let logits = Array4::from_shape_fn((n, CLASSES, h, w), |(i, c, y, x)| {
+                f32::from(u8::from(usize::from(byte(input[[i, 0, y, x]])) == c))
             });
-        std::thread::sleep(sleep);
-        let logits = Array4::from_shape_fn((n, CLASSES, h, w), |(i, c, y, x)| {
-            f32::from(u8::from(usize::from(byte(input[[i, 0, y, x]])) == c))
-        });
-        self.probe.completed.lock().unwrap().extend(ids);
-        Ok(logits)
-    })()?;
+            self.probe.completed.lock().unwrap().extend(ids);
+            Ok(logits)
+        })()?;
         Ok(EngineOutput::Logits(logits))
     }
 }

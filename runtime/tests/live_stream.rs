@@ -12,10 +12,13 @@ use std::time::{Duration, Instant};
 use image::{Rgb, RgbImage};
 use ndarray::{Array2, Array4};
 use segtool_core::ConfusionMatrix;
-use segtool_spec::ModelSpec;
 use segtool_runtime::batching::{BatchConfig, BatchError, BatchServer, DropReason, LiveOutcome};
-use segtool_runtime::testing::tiny_spec;
-use segtool_runtime::{Engine, EngineInput, EngineOutput, FlickerMeter, Result, TemporalSmoother};
+use segtool_runtime::{
+    expert::{Engine, EngineInput, EngineOutput},
+    FlickerMeter, Result, TemporalSmoother,
+};
+use segtool_spec::ModelSpec;
+use segtool_testkit::tiny_spec;
 
 const CLASSES: usize = 16;
 const FW: u32 = 8;
@@ -83,26 +86,26 @@ impl Engine for SlowEngine {
             unreachable!("a plain fake engine")
         };
         let logits = (|| -> Result<Array4<f32>> {
-        self.probe.entered.store(true, Ordering::SeqCst);
-        {
-            let mut closed = self.probe.closed.lock().unwrap();
-            while *closed {
-                closed = self.probe.opened.wait(closed).unwrap();
+            self.probe.entered.store(true, Ordering::SeqCst);
+            {
+                let mut closed = self.probe.closed.lock().unwrap();
+                while *closed {
+                    closed = self.probe.opened.wait(closed).unwrap();
+                }
             }
-        }
-        let t0 = Instant::now();
-        let (n, _, h, w) = input.dim();
-        let byte = |v: f32| (v * 255.0).round() as usize;
-        std::thread::sleep(self.per_image * n as u32);
-        let logits = Array4::from_shape_fn((n, CLASSES, h, w), |(i, c, y, x)| {
-            f32::from(u8::from(byte(input[[i, 0, y, x]]) == c))
-        });
-        let mut ran = self.probe.ran.lock().unwrap();
-        ran.extend((0..n).map(|i| byte(input[[i, 0, 0, 0]]) as u8));
-        drop(ran);
-        self.probe.runs.lock().unwrap().push(t0.elapsed());
-        Ok(logits)
-    })()?;
+            let t0 = Instant::now();
+            let (n, _, h, w) = input.dim();
+            let byte = |v: f32| (v * 255.0).round() as usize;
+            std::thread::sleep(self.per_image * n as u32);
+            let logits = Array4::from_shape_fn((n, CLASSES, h, w), |(i, c, y, x)| {
+                f32::from(u8::from(byte(input[[i, 0, y, x]]) == c))
+            });
+            let mut ran = self.probe.ran.lock().unwrap();
+            ran.extend((0..n).map(|i| byte(input[[i, 0, 0, 0]]) as u8));
+            drop(ran);
+            self.probe.runs.lock().unwrap().push(t0.elapsed());
+            Ok(logits)
+        })()?;
         Ok(EngineOutput::Logits(logits))
     }
 }
@@ -499,36 +502,38 @@ impl Engine for NoisyEngine {
             unreachable!("a plain fake engine")
         };
         let logits = (|| -> Result<Array4<f32>> {
-        let (n, _, h, w) = input.dim();
-        let mut out = Array4::zeros((n, 3, h, w));
-        for i in 0..n {
-            let class = |y: usize, x: usize| (input[[i, 0, y, x]] * 255.0 / 80.0).round() as u8;
-            let seed = (input[[i, 2, 0, 0]] * 255.0).round() as u64;
-            for y in 0..h {
-                for x in 0..w {
-                    let c = class(y, x);
-                    let mut d = 3;
-                    for r in (1..=2).rev() {
-                        let near = (y.saturating_sub(r)..=(y + r).min(h - 1)).any(|yy| {
-                            (x.saturating_sub(r)..=(x + r).min(w - 1)).any(|xx| class(yy, xx) != c)
-                        });
-                        if near {
-                            d = r;
+            let (n, _, h, w) = input.dim();
+            let mut out = Array4::zeros((n, 3, h, w));
+            for i in 0..n {
+                let class = |y: usize, x: usize| (input[[i, 0, y, x]] * 255.0 / 80.0).round() as u8;
+                let seed = (input[[i, 2, 0, 0]] * 255.0).round() as u64;
+                for y in 0..h {
+                    for x in 0..w {
+                        let c = class(y, x);
+                        let mut d = 3;
+                        for r in (1..=2).rev() {
+                            let near = (y.saturating_sub(r)..=(y + r).min(h - 1)).any(|yy| {
+                                (x.saturating_sub(r)..=(x + r).min(w - 1))
+                                    .any(|xx| class(yy, xx) != c)
+                            });
+                            if near {
+                                d = r;
+                            }
                         }
-                    }
-                    for k in 0..3 {
-                        let noise = 0.6
-                            * gaussian(
-                                ((seed * SH as u64 + y as u64) * SW as u64 + x as u64) * 3
-                                    + k as u64,
-                            );
-                        out[[i, k, y, x]] = if k == c as usize { d as f32 } else { 0.0 } + noise;
+                        for k in 0..3 {
+                            let noise = 0.6
+                                * gaussian(
+                                    ((seed * SH as u64 + y as u64) * SW as u64 + x as u64) * 3
+                                        + k as u64,
+                                );
+                            out[[i, k, y, x]] =
+                                if k == c as usize { d as f32 } else { 0.0 } + noise;
+                        }
                     }
                 }
             }
-        }
-        Ok(out)
-    })()?;
+            Ok(out)
+        })()?;
         Ok(EngineOutput::Logits(logits))
     }
 }

@@ -8,11 +8,11 @@
 use std::path::{Path, PathBuf};
 
 use segtool_runtime::expert::run_logits;
-use segtool_runtime::testing::{tiny_model_bytes, tiny_spec};
 use segtool_runtime::{
-    Backend, CudaOptions, Engine, OrtEngine, OrtOptions, Provider, RuntimeError, Segmenter,
-    TensorRtOptions,
+    expert::{Engine, OrtEngine},
+    CudaOptions, EngineKind, OrtOptions, Provider, RuntimeError, Segmenter, TensorRtOptions,
 };
+use segtool_testkit::{tiny_model_bytes, tiny_spec};
 
 fn model(dir: &Path) -> PathBuf {
     let path = dir.join("rgb.onnx");
@@ -144,10 +144,18 @@ fn auto_backend_falls_back_to_tract_when_ort_cannot_load() {
     let dir = tempfile::tempdir().unwrap();
     let path = model(dir.path());
     let bogus = OrtOptions::new().with_dylib_path(dir.path().join("no/libonnxruntime.so"));
-    let seg = Segmenter::open(&path, Backend::Auto(bogus.clone())).unwrap();
+    let seg = Segmenter::builder(&path)
+        .engine(EngineKind::Auto)
+        .ort_options(bogus.clone())
+        .open()
+        .unwrap();
     assert_eq!(seg.engine().name(), "tract");
     // Explicit ONNX Runtime stays an error.
-    match Segmenter::open(&path, Backend::Ort(bogus)) {
+    match Segmenter::builder(&path)
+        .engine(EngineKind::Ort)
+        .ort_options(bogus)
+        .open()
+    {
         Err(RuntimeError::OrtLibraryNotFound { tried }) => {
             assert!(
                 tried.iter().any(|t| t.contains("libonnxruntime.so")),
@@ -158,10 +166,11 @@ fn auto_backend_falls_back_to_tract_when_ort_cannot_load() {
         Ok(_) => panic!("a bogus library path must not load"),
     }
     // Auto with a loadable library uses ONNX Runtime.
-    if let Ok(seg) = Segmenter::open(
-        &path,
-        Backend::Auto(OrtOptions::new().with_intra_threads(1)),
-    ) {
+    if let Ok(seg) = Segmenter::builder(&path)
+        .engine(EngineKind::Auto)
+        .threads(1)
+        .open()
+    {
         assert_eq!(seg.engine().name(), "onnxruntime");
     }
 }

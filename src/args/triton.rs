@@ -1,10 +1,10 @@
 //! The Triton repository flags `export` and `card` take, and the one writer both call
-//! (`segtool_runtime::triton::write_repository`).
+//! (`segtool_runtime::expert::triton::write_repository`).
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use segtool_runtime::triton::{write_repository, TritonOptions};
+use segtool_runtime::expert::triton::{write_repository, TritonOptions};
 
 #[derive(clap::Args, Clone, Debug, Default)]
 pub struct TritonArgs {

@@ -155,7 +155,7 @@ pub fn run(args: Args) -> Result<()> {
             let input = seg.prepare_input(images)?;
             let t1 = Instant::now();
             let out = seg
-                .run_prepared(input.view())
+                .run_prepared(input.view(), images)
                 .with_context(|| format!("batch {n} at {h}x{w}"))?;
             let t2 = Instant::now();
             if spec.num_classes() > 256 {
@@ -354,7 +354,7 @@ fn stream_frames(args: &Args) -> Result<Vec<RgbImage>> {
 /// frame, and measures each answered frame's arrival-to-mask latency.
 fn run_stream(args: &Args) -> Result<()> {
     use segtool_runtime::batching::LiveOutcome;
-    use segtool_runtime::{BatchConfig, BatchServer};
+    use segtool_runtime::batching::{BatchConfig, BatchServer};
     use std::sync::Mutex;
 
     let fps = args.fps.context("--stream needs --fps")?;

@@ -1,5 +1,5 @@
 //! `segtool doctor [--json]`: what this build and this machine can do. Each line is a
-//! check that ran now (segtool_train::env_report, segtool_runtime::env_report); the GPU
+//! check that ran now (segtool_train::env_report, segtool_runtime::expert::env_report); the GPU
 //! summary says which GPU features are therefore off. Always exits 0.
 //!
 //! JSON (stable keys; see the two reports' `to_json` for their own):
@@ -36,7 +36,7 @@ pub fn run(args: Args) -> Result<()> {
     let train = Some(segtool_train::env_report());
     #[cfg(not(feature = "train"))]
     let train: Option<()> = None;
-    let runtime = segtool_runtime::env_report();
+    let runtime = segtool_runtime::expert::env_report();
 
     #[cfg(feature = "train")]
     let (torch_devices, cuda_reason, nccl_why) = {
@@ -55,18 +55,19 @@ pub fn run(args: Args) -> Result<()> {
     );
 
     let ort = &runtime.onnxruntime;
-    let ep_why = |p: &Option<segtool_runtime::env_report::ProviderCheck>| -> Option<String> {
-        match p {
-            Some(p) if p.registers => None,
-            Some(p) => Some(
-                p.reason
-                    .clone()
-                    .unwrap_or_else(|| "does not register".into()),
-            ),
-            None if !ort.compiled => Some("this build has no `ort` feature".into()),
-            None => Some("no ONNX Runtime library loads".into()),
-        }
-    };
+    let ep_why =
+        |p: &Option<segtool_runtime::expert::env_report::ProviderCheck>| -> Option<String> {
+            match p {
+                Some(p) if p.registers => None,
+                Some(p) => Some(
+                    p.reason
+                        .clone()
+                        .unwrap_or_else(|| "does not register".into()),
+                ),
+                None if !ort.compiled => Some("this build has no `ort` feature".into()),
+                None => Some("no ONNX Runtime library loads".into()),
+            }
+        };
     let cuda_why = (torch_devices == 0).then(|| {
         format!(
             "libtorch sees no CUDA device ({})",
@@ -243,7 +244,7 @@ fn print_training(t: &segtool_train::TrainEnvReport, line: &dyn Fn(&str, String)
 
 /// ONNX Runtime (library, providers), TensorRT and tract, a line each.
 fn print_runtime(
-    runtime: &segtool_runtime::env_report::RuntimeEnvReport,
+    runtime: &segtool_runtime::expert::env_report::RuntimeEnvReport,
     line: &dyn Fn(&str, String),
 ) {
     let ort = &runtime.onnxruntime;

@@ -229,7 +229,7 @@ fn verify(_: &Args, _: &ExportOptions) -> Result<()> {
 /// tolerance.
 #[cfg(feature = "train")]
 fn verify(args: &Args, opts: &ExportOptions) -> Result<()> {
-    use segtool_runtime::{Backend, Segmenter};
+    use segtool_runtime::{EngineKind, Segmenter};
     if !opts.is_standard_interface() {
         println!(
             "verify: skipped: --argmax/--preprocess change the graph interface; verify the \
@@ -284,22 +284,19 @@ fn verify(args: &Args, opts: &ExportOptions) -> Result<()> {
         let r = Vec::<f32>::try_from(&r.contiguous().view(-1))?;
         inputs.push((imgs, r));
     }
-    let mut backends: Vec<(&str, Backend)> = Vec::new();
+    let mut backends: Vec<(&str, EngineKind)> = Vec::new();
     #[cfg(feature = "ort")]
-    backends.push((
-        "onnxruntime",
-        Backend::Ort(segtool_runtime::OrtOptions::new()),
-    ));
+    backends.push(("onnxruntime", EngineKind::Ort));
     #[cfg(feature = "tract")]
     if !opts.uses_ms_domain() {
-        backends.push(("tract", Backend::Tract));
+        backends.push(("tract", EngineKind::Tract));
     } else {
         println!("verify: tract skipped (com.microsoft MultiHeadAttention is ONNX Runtime only)");
     }
     let classes = spec.num_classes();
     let mut failures = Vec::new();
     for (name, backend) in backends {
-        let mut seg = match Segmenter::open(&args.onnx, backend) {
+        let mut seg = match Segmenter::builder(&args.onnx).engine(backend).open() {
             Ok(s) => s.with_logits(true),
             Err(e) => {
                 failures.push(format!("{name}: cannot load the export: {e}"));

@@ -15,7 +15,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    let ort = segtool_runtime::env_report().onnxruntime;
+    let ort = segtool_runtime::expert::env_report().onnxruntime;
     let receipt = vec![
         (
             "report made by segtool".to_string(),

@@ -52,7 +52,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
 use common::{p, segtool, test_image};
-use segtool_runtime::{Engine, OrtEngine, OrtOptions, Provider, TensorRtOptions};
+use segtool_runtime::{
+    expert::{Engine, OrtEngine},
+    OrtOptions, Provider, TensorRtOptions,
+};
 use segtool_spec::{BackboneSpec, ModelSpec};
 use segtool_train::amp::{Amp, GradScalerConfig, Precision};
 use segtool_train::distributed::{Backend as DistBackend, Ddp, DistEnv, LaunchConfig, Launcher};
@@ -200,7 +203,7 @@ fn provider_registers(provider: &Provider) -> std::result::Result<(), String> {
         },
         Provider::Cpu => return Ok(()),
     };
-    segtool_runtime::ort_engine::doctor::provider_registers(plain).map_err(|why| {
+    segtool_runtime::expert::doctor::provider_registers(plain).map_err(|why| {
         format!(
             "{why}; the GPU packages come with the GPU venv, which `make test-gpu` sets up \
              (book/src/gpu.md)"

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use segtool_runtime::{Backend, Segmenter};
+use segtool_runtime::{EngineKind, Segmenter};
 
 use super::{case_dir, child_runner, err_string, fixtures, LIMIT, MIB, SMALL_FILE_BOUND};
 use crate::common;
@@ -56,7 +56,7 @@ fn sweep_onnx_streaming_reader() {
     });
     let mut io = Tally::new("onnx graph io (model_io)");
     io.run_in_process(&dir, "onnx", &cases, LIMIT, SMALL_FILE_BOUND, |p| {
-        segtool_runtime::triton::model_io(p)
+        segtool_runtime::expert::triton::model_io(p)
             .map(drop)
             .map_err(err_string)
     });
@@ -65,8 +65,13 @@ fn sweep_onnx_streaming_reader() {
 }
 
 /// Runs a model the way `segtool infer` does: open, then one 24x16 image.
-pub(super) fn open_and_run(path: &Path, backend: Backend) -> Result<(), String> {
-    let mut s = Segmenter::open(path, backend).map_err(err_string)?;
+pub(super) fn open_and_run(path: &Path, engine: EngineKind) -> Result<(), String> {
+    let mut builder = Segmenter::builder(path).engine(engine);
+    if engine == EngineKind::Ort {
+        // One intra-op thread: the sweep's memory bounds were measured with it.
+        builder = builder.threads(1);
+    }
+    let mut s = builder.open().map_err(err_string)?;
     let img = common::test_image(1, 24, 16);
     s.segment(&img).map(drop).map_err(|e| {
         // Run-time errors are about the model too: say which.
@@ -79,14 +84,14 @@ fn sweep_onnx_tract() {
     let f = fixtures();
     let hot = protobuf_length_offsets(&f.onnx);
     let cases = mutations(&f.onnx, 0x7ac7, case_count(120), &hot);
-    let mut t = Tally::new("onnx tract (Segmenter::open + segment)");
+    let mut t = Tally::new("onnx tract (Segmenter::builder + segment)");
     t.run_in_process(
         &case_dir("onnx_tract"),
         "onnx",
         &cases,
         LIMIT,
         512 * MIB,
-        |p| open_and_run(p, Backend::Tract),
+        |p| open_and_run(p, EngineKind::Tract),
     );
     t.finish();
 }
@@ -96,7 +101,7 @@ fn sweep_onnx_ort() {
     let f = fixtures();
     let hot = protobuf_length_offsets(&f.onnx);
     let cases = mutations(&f.onnx, 0x0e7, case_count(150), &hot);
-    let mut t = Tally::new("onnx ort (Segmenter::open + segment)");
+    let mut t = Tally::new("onnx ort (Segmenter::builder + segment)");
     child_runner().run(&mut t, &case_dir("onnx_ort"), "onnx", "ort", &cases);
     t.finish();
 }
@@ -192,7 +197,7 @@ fn onnx_huge_lengths_and_deep_nesting() {
     t.run_in_process(&dir, "onnx", &cases, LIMIT, SMALL_FILE_BOUND, |p| {
         segtool_runtime::expert::load_spec(p)
             .map_err(err_string)
-            .and(segtool_runtime::triton::model_io(p).map_err(err_string))
+            .and(segtool_runtime::expert::triton::model_io(p).map_err(err_string))
             .map(drop)
     });
     t.finish();

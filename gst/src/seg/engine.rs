@@ -6,12 +6,11 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use image::RgbImage;
-use ndarray::{Array2, Axis};
-use segtool_runtime::accuracy::{self, AccuracyOptions};
+use ndarray::Array2;
+use segtool_runtime::batching::{BatchConfig, BatchServer};
 use segtool_runtime::batching::{LatestStream, LiveFrame, Output};
 use segtool_runtime::card::CardRequest;
-use segtool_runtime::expert::resize_nearest;
-use segtool_runtime::{BatchConfig, BatchServer, Engine, InputLayout, Segmenter, TemporalSmoother};
+use segtool_runtime::{Segmenter, TemporalSmoother};
 use segtool_spec::ModelSpec;
 
 use super::props::Settings;
@@ -24,8 +23,8 @@ pub struct Opened {
     pub provider: String,
     /// Each fallback taken while opening, as a sentence.
     pub fallbacks: Vec<String>,
-    /// The model's fixed input size `(width, height)`, when its graph has one: frames
-    /// are resized to it and masks brought back to the frame's size.
+    /// The model's fixed input size `(width, height)`, when its graph has one (the
+    /// runtime resizes frames to it and brings masks back to the frame's size).
     pub fixed: Option<(u32, u32)>,
 }
 
@@ -37,15 +36,9 @@ pub enum Runner {
     Live(LiveRunner),
 }
 
-pub enum SyncEngine {
-    Plain(Segmenter),
-    Accuracy(Box<dyn Engine>, AccuracyOptions),
-}
-
 pub struct SyncRunner {
-    engine: SyncEngine,
+    seg: Segmenter,
     smoother: Option<TemporalSmoother>,
-    spec: ModelSpec,
 }
 
 pub struct LiveRunner {
@@ -112,24 +105,16 @@ pub fn open(settings: &Settings) -> Result<Opened, OpenError> {
     if let Some(card) = &settings.card {
         builder = builder.card(CardRequest::new().card_file(card));
     }
-    let seg = builder.open().map_err(|e| bad(e.to_string()))?;
-    if accuracy.is_some() && seg.is_foreign() {
-        return Err(bad(format!(
-            "accuracy mode (protocol) serves segtool exports; {path} is driven by its model card"
-        )));
+    let mut seg = builder.open().map_err(|e| bad(e.to_string()))?;
+    let accuracy_mode = accuracy.is_some();
+    if let Some(opts) = accuracy {
+        seg = seg.with_accuracy(opts).map_err(|e| bad(e.to_string()))?;
     }
     let spec = seg.spec().clone();
     let provider = format!("{}/{}", seg.engine().name(), seg.engine().provider());
     let fallbacks = seg.fallbacks().iter().map(ToString::to_string).collect();
-    let fixed = fixed_size(&seg);
-    if accuracy.is_some() && !seg.contract().is_plain() {
-        return Err(bad(
-            "accuracy mode needs float32 normalised input and logits output; export \
-             without --preprocess/--argmax"
-                .into(),
-        ));
-    }
-    if smoother.is_some() && !seg.contract().is_plain() && accuracy.is_none() {
+    let fixed = seg.graph_size().map(|(h, w)| (w as u32, h as u32));
+    if smoother.is_some() && !seg.contract().is_plain() && !accuracy_mode {
         let c = seg.contract();
         if c.output != segtool_runtime::OutputKind::Logits {
             return Err(bad("smoothing needs logits: export without --argmax".into()));
@@ -153,14 +138,9 @@ pub fn open(settings: &Settings) -> Result<Opened, OpenError> {
             deadline,
         })
     } else {
-        let engine = match accuracy {
-            Some(opts) => SyncEngine::Accuracy(seg.into_plain_engine(), opts),
-            None => SyncEngine::Plain(seg.with_logits(smoother.is_some())),
-        };
         Runner::Sync(SyncRunner {
-            engine,
+            seg: seg.with_logits(smoother.is_some()),
             smoother,
-            spec: spec.clone(),
         })
     };
     Ok(Opened {
@@ -178,59 +158,14 @@ fn new_stream(server: &BatchServer, deadline: Option<Duration>) -> LatestStream 
     stream
 }
 
-/// The graph's fixed spatial input size `(width, height)`, if both dims are fixed.
-fn fixed_size(seg: &Segmenter) -> Option<(u32, u32)> {
-    let input = seg.model()?.io.inputs.first()?;
-    let (h, w) = match seg.contract().input {
-        InputLayout::NchwF32 => (*input.dims.get(2)?, *input.dims.get(3)?),
-        InputLayout::NhwcU8 => (*input.dims.get(1)?, *input.dims.get(2)?),
-    };
-    match (h, w) {
-        (Some(h), Some(w)) if h > 0 && w > 0 => Some((w as u32, h as u32)),
-        _ => None,
-    }
-}
-
-/// The image the model sees: the frame, resized (bilinear) to a fixed input size.
-pub fn model_input(img: &RgbImage, fixed: Option<(u32, u32)>) -> RgbImage {
-    match fixed {
-        Some((w, h)) if (w, h) != img.dimensions() => {
-            image::imageops::resize(img, w, h, image::imageops::FilterType::Triangle)
-        }
-        _ => img.clone(),
-    }
-}
-
-/// A mask brought to the frame's `(height, width)` (nearest: class ids).
-pub fn at_frame_size(mask: Array2<u8>, height: usize, width: usize) -> Array2<u8> {
-    if mask.dim() == (height, width) {
-        mask
-    } else {
-        resize_nearest(mask.view(), height, width)
-    }
-}
-
 impl SyncRunner {
     /// One frame's class map at the input's size.
     pub fn run(&mut self, img: &RgbImage) -> Result<Array2<u8>, String> {
         let (w, h) = (img.width() as usize, img.height() as usize);
-        match &mut self.engine {
-            SyncEngine::Plain(seg) => {
-                let out = seg.segment(img).map_err(|e| e.to_string())?;
-                match (&mut self.smoother, out.logits) {
-                    (Some(sm), Some(logits)) => Ok(sm.mask(logits.view(), h, w)),
-                    _ => Ok(out.mask),
-                }
-            }
-            SyncEngine::Accuracy(engine, opts) => {
-                let one = std::slice::from_ref(img);
-                let (mut masks, scores) = accuracy::segment(engine.as_mut(), &self.spec, one, opts)
-                    .map_err(|e| e.to_string())?;
-                match &mut self.smoother {
-                    Some(sm) => Ok(sm.mask(scores.index_axis(Axis(0), 0), h, w)),
-                    None => Ok(masks.pop().expect("one image")),
-                }
-            }
+        let out = self.seg.segment(img).map_err(|e| e.to_string())?;
+        match (&mut self.smoother, out.logits) {
+            (Some(sm), Some(logits)) => Ok(sm.mask(logits.view(), h, w)),
+            _ => Ok(out.mask),
         }
     }
 
@@ -263,7 +198,7 @@ impl LiveRunner {
         self.stream.set_deadline(deadline);
     }
 
-    /// The class map of an answered frame (smoothed when asked), at the model's input size.
+    /// The class map of an answered frame (smoothed when asked), at the frame's size.
     pub fn mask_of(&mut self, frame: &mut LiveFrame) -> Option<Array2<u8>> {
         match &mut frame.outcome {
             segtool_runtime::batching::LiveOutcome::Answered(out) => {

@@ -12,7 +12,7 @@ use image::RgbImage;
 use ndarray::Array2;
 
 use super::caps;
-use super::engine::{self, Runner};
+use super::engine::Runner;
 use super::imp::{lock, SegtoolSeg, State, CAT, DROP_REPORT_EVERY};
 use super::props::OutputMode;
 use crate::meta::ClassMap;
@@ -50,7 +50,6 @@ impl SegtoolSeg {
             _ => return Err(gst::FlowError::NotNegotiated),
         };
         let (w, h) = (in_info.width() as usize, in_info.height() as usize);
-        let mask = engine::at_frame_size(mask, h, w);
         let output = lock(&self.settings).output;
         let alpha = lock(&self.settings).alpha as f32;
         let mut out = gst::Buffer::with_size(out_info.size()).map_err(|_| gst::FlowError::Error)?;

@@ -242,7 +242,6 @@ impl BaseTransformImpl for SegtoolSeg {
         }
         // The engine's latency at this size, for the latency query.
         let probe = RgbImage::new(in_info.width(), in_info.height());
-        let probe = engine::model_input(&probe, state.opened.fixed);
         let t0 = Instant::now();
         let warm = match &mut state.opened.runner {
             Runner::Sync(sync) => {
@@ -342,7 +341,7 @@ impl BaseTransformImpl for SegtoolSeg {
                 gst::FlowError::Error
             })?
         };
-        let input = engine::model_input(&rgb, state.opened.fixed);
+        let input = rgb.clone();
         let index = state.next_frame;
         state.next_frame += 1;
         let t0 = Instant::now();
@@ -370,8 +369,8 @@ impl BaseTransformImpl for SegtoolSeg {
         drop(guard);
         self.report_drops(false);
         // A pipeline runs for days: freed frame buffers go back to the system every
-        // TRIM_EVERY, not kept at the worst burst's level (segtool_runtime::memory).
-        segtool_runtime::memory::release_freed_heap_every(TRIM_EVERY);
+        // TRIM_EVERY, not kept at the worst burst's level (segtool_runtime::expert::memory).
+        segtool_runtime::expert::memory::release_freed_heap_every(TRIM_EVERY);
         Ok(gst::FlowSuccess::Ok)
     }
 

@@ -11,7 +11,7 @@ use std::sync::Once;
 use std::time::{Duration, Instant};
 
 use image::RgbImage;
-use segtool_runtime::testing::{tiny_model_bytes, tiny_spec};
+use segtool_testkit::{tiny_model_bytes, tiny_spec};
 
 /// The `libgstsegtool.so` built with this test binary: `deps/` or `target/<profile>/`,
 /// whichever copy is newer (`cargo test` rebuilds only the one in `deps/`).
@@ -84,27 +84,10 @@ pub const WEIGHTS: [[f32; 3]; 4] = [
 /// Writes the tiny model of [`tiny_model`] with its input fixed to `height` x `width`
 /// (batch 1), as an export for a fixed camera size has it.
 pub fn fixed_model(dir: &Path, classes: usize, height: i64, width: i64) -> PathBuf {
-    use prost::Message;
-    use segtool_onnx::proto::{tensor_value_info, DataType, Dim, ModelProto};
     let plain = std::fs::read(tiny_model(dir, classes)).unwrap();
-    let mut model = ModelProto::decode(&plain[..]).unwrap();
-    let graph = model.graph.as_mut().unwrap();
-    let dims = |c: i64| {
-        [
-            Dim::Fixed(1),
-            Dim::Fixed(c),
-            Dim::Fixed(height),
-            Dim::Fixed(width),
-        ]
-    };
-    graph.input = vec![tensor_value_info("image", DataType::Float, &dims(3))];
-    graph.output = vec![tensor_value_info(
-        "logits",
-        DataType::Float,
-        &dims(classes as i64),
-    )];
+    let fixed = segtool_testkit::with_fixed_size(&plain, classes as i64, height, width);
     let path = dir.join(format!("fixed{classes}_{height}x{width}.onnx"));
-    std::fs::write(&path, model.encode_to_vec()).unwrap();
+    std::fs::write(&path, fixed).unwrap();
     path
 }
 

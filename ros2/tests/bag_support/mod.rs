@@ -10,8 +10,8 @@ use std::sync::OnceLock;
 use image::RgbImage;
 use ndarray::Array2;
 use segtool_ros2::msgs::{self, Bytes, CompressedImage, Header, RosMessage, Time};
-use segtool_runtime::testing::{tiny_model_bytes, tiny_spec};
 use segtool_runtime::{EngineKind, Segmenter};
+use segtool_testkit::{tiny_model_bytes, tiny_spec};
 use serde_json::Value;
 
 pub const SCRIPT: &str = concat!(

@@ -4,8 +4,11 @@
 //! takes it for each size group and the batch server's workers for each batch, so a
 //! batched mask is bit-identical to a `Segmenter` one, whatever the model's contract.
 
+use std::borrow::Cow;
+
 use image::RgbImage;
 use ndarray::{s, Array4, ArrayView4};
+use segtool_onnx::ModelIo;
 use segtool_spec::ModelSpec;
 
 use super::Input;
@@ -16,6 +19,36 @@ use crate::error::{Result, RuntimeError};
 use crate::io_contract::Segmentation;
 use crate::io_contract::{EngineInput, EngineOutput, EngineTensor, InputLayout, IoContract};
 use crate::preprocess::normalise;
+
+/// The graph's fixed spatial input `(height, width)`, when both dims are fixed numbers.
+pub(crate) fn graph_size(io: &ModelIo, layout: InputLayout) -> Option<(usize, usize)> {
+    let dims = &io.inputs.first()?.dims;
+    let (h, w) = match layout {
+        InputLayout::NchwF32 => (*dims.get(2)?, *dims.get(3)?),
+        InputLayout::NhwcU8 => (*dims.get(1)?, *dims.get(2)?),
+    };
+    match (h, w) {
+        (Some(h), Some(w)) if h > 0 && w > 0 => Some((h as usize, w as usize)),
+        _ => None,
+    }
+}
+
+/// Same-size images as a fixed-size graph takes them: resized (bilinear, as
+/// `image`'s triangle filter) when the graph has another fixed size. [`decode`] brings
+/// the masks back to the sizes the caller keeps.
+pub(crate) fn fit_to_graph(
+    imgs: &[RgbImage],
+    graph: Option<(usize, usize)>,
+) -> Cow<'_, [RgbImage]> {
+    use image::imageops::{resize, FilterType};
+    match (graph, imgs.first()) {
+        (Some((h, w)), Some(first)) if first.dimensions() != (w as u32, h as u32) => imgs
+            .iter()
+            .map(|img| resize(img, w as u32, h as u32, FilterType::Triangle))
+            .collect(),
+        _ => Cow::Borrowed(imgs),
+    }
+}
 
 /// Decodes an engine's output for a batch: checks it against the spec (batch size, class
 /// count), then one [`Segmentation`] per image, its mask resized (nearest) to `sizes[i]`
@@ -141,6 +174,7 @@ impl Inputs {
         spec: &ModelSpec,
         card: Option<&ModelCard>,
         keep_logits: bool,
+        graph: Option<(usize, usize)>,
     ) -> Result<Vec<Segmentation>> {
         if let Some(card) = card {
             return self.run_by_card(only, engine, card, keep_logits);
@@ -156,7 +190,8 @@ impl Inputs {
                     None => &imgs[..],
                     Some(i) => std::slice::from_ref(&imgs[i]),
                 };
-                let input = EngineTensor::from_images(imgs, spec, contract.input)?;
+                let imgs = fit_to_graph(imgs, graph);
+                let input = EngineTensor::from_images(&imgs, spec, contract.input)?;
                 decode(engine.run(input.view())?, spec, &sizes, keep_logits)
             }
             Inputs::Mixed(inputs) => {

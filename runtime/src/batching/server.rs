@@ -65,11 +65,18 @@ impl BatchServer {
                 "segmenter {i} has another model card than segmenter 0: one server serves one model"
             )));
         }
+        if segmenters.iter().any(|s| s.accuracy().is_some()) {
+            return Err(BatchError::InvalidConfig(
+                "accuracy mode runs image by image (Segmenter::segment_batch), not in a batch \
+                 server"
+                    .into(),
+            ));
+        }
         let engines = segmenters
             .into_iter()
             .map(|s| {
-                let contract = s.contract();
-                (s.into_engine(), contract)
+                let (contract, graph) = (s.contract(), s.graph_size());
+                (s.into_engine(), contract, graph)
             })
             .collect();
         Self::start(config, spec, card, engines)
@@ -88,7 +95,7 @@ impl BatchServer {
             .into_iter()
             .map(|e| {
                 let contract = e.io_contract().unwrap_or_default();
-                (e, contract)
+                (e, contract, None)
             })
             .collect();
         Self::start(config, spec, None, engines)
@@ -105,7 +112,7 @@ impl BatchServer {
         let spec = crate::card::spec_of(&card);
         let engines = engines
             .into_iter()
-            .map(|e| (e, IoContract::default()))
+            .map(|e| (e, IoContract::default(), None))
             .collect();
         Self::start(config, spec, Some(Arc::new(card)), engines)
     }
@@ -114,7 +121,7 @@ impl BatchServer {
         config: BatchConfig,
         spec: ModelSpec,
         card: Option<Arc<ModelCard>>,
-        engines: Vec<(Box<dyn Engine>, IoContract)>,
+        engines: Vec<(Box<dyn Engine>, IoContract, Option<(usize, usize)>)>,
     ) -> Result<Self, BatchError> {
         config.validate()?;
         if engines.is_empty() {
@@ -125,7 +132,7 @@ impl BatchServer {
         let stats = engines
             .iter()
             .enumerate()
-            .map(|(worker, (e, _))| WorkerStats {
+            .map(|(worker, (e, _, _))| WorkerStats {
                 worker,
                 engine: e.name().to_string(),
                 provider: e.provider().to_string(),
@@ -136,11 +143,12 @@ impl BatchServer {
         let spec = Arc::new(spec);
         let count = engines.len();
         let mut workers = Vec::with_capacity(count);
-        for (index, (engine, contract)) in engines.into_iter().enumerate() {
+        for (index, (engine, contract, graph_size)) in engines.into_iter().enumerate() {
             let worker = Worker {
                 index,
                 engine,
                 contract,
+                graph_size,
                 queue: queue.clone(),
                 spec: spec.clone(),
                 card: card.clone(),
@@ -289,6 +297,8 @@ struct Worker {
     index: usize,
     engine: Box<dyn Engine>,
     contract: IoContract,
+    /// The graph's fixed input size: images are fitted to it (`run::fit_to_graph`).
+    graph_size: Option<(usize, usize)>,
     queue: Arc<Queue>,
     spec: Arc<ModelSpec>,
     /// The card of a model from elsewhere (it prepares and decodes instead of `spec`).
@@ -356,9 +366,9 @@ impl Worker {
         only: Option<usize>,
     ) -> Result<Vec<Segmentation>, BatchError> {
         let (engine, spec, keep) = (self.engine.as_mut(), &*self.spec, self.keep_logits);
-        let (contract, card) = (self.contract, self.card.as_deref());
+        let (contract, card, graph) = (self.contract, self.card.as_deref(), self.graph_size);
         match catch_unwind(AssertUnwindSafe(|| {
-            inputs.run(only, engine, contract, spec, card, keep)
+            inputs.run(only, engine, contract, spec, card, keep, graph)
         })) {
             Ok(result) => result.map_err(BatchError::from),
             Err(payload) => Err(BatchError::EnginePanicked(

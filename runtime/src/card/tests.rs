@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use super::*;
-use crate::testing::{foreign_model_bytes, tiny_model_bytes, tiny_spec};
+use segtool_testkit::{foreign_model_bytes, tiny_model_bytes, tiny_spec};
 
 /// [`foreign_model_bytes`] written to `dir/name`.
 fn foreign(dir: &Path, name: &str, in_ch: i64, classes: i64, argmax: bool) -> PathBuf {
@@ -479,7 +479,7 @@ fn transformers_geometry_shortest_edge_dpt_crop_and_padding() {
     use crate::card::pipeline::Geometry;
     let card = |f: &dyn Fn(&mut ModelCard)| {
         let mut c = crate::card::from_spec(
-            &crate::testing::tiny_spec(2),
+            &segtool_testkit::tiny_spec(2),
             segtool_onnx::IoContract::default(),
             "input",
             "output",

@@ -7,8 +7,8 @@ use std::ffi::{c_char, c_int, CStr};
 use std::path::Path;
 
 use super::{dylib, OrtEngine, OrtOptions, Provider};
-use crate::ort_report::{OrtReport, ProviderCheck};
 use crate::error::RuntimeError;
+use crate::ort_report::{OrtReport, ProviderCheck};
 
 /// Probes ONNX Runtime; never fails (what went wrong is in the report).
 pub fn probe() -> OrtReport {
@@ -64,11 +64,11 @@ pub fn provider_registers(provider: Provider) -> Result<(), String> {
         std::process::id(),
         std::thread::current().id()
     ));
-    let spec = crate::testing::tiny_spec(3);
+    let spec = segtool_testkit::tiny_spec(3);
     let w = [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]];
     std::fs::write(
         &model,
-        crate::testing::tiny_model_bytes(&spec, &w, &[0.0; 3]),
+        segtool_testkit::tiny_model_bytes(&spec, &w, &[0.0; 3]),
     )
     .map_err(|e| format!("could not write a test model {}: {e}", model.display()))?;
     let options = OrtOptions::new()

@@ -1,7 +1,7 @@
 //! The ONNX Runtime engine: CPU, CUDA or TensorRT, chosen at run time.
 //!
 //! `ort` is built with `load-dynamic`: nothing native is linked, `libonnxruntime.so` is
-//! opened on first use (see [`dylib_candidates`] for where it is looked for). The same
+//! opened on first use (see `dylib::dylib_candidates` for where it is looked for). The same
 //! binary therefore runs on a CPU-only wheel and on `onnxruntime-gpu`.
 //!
 //! Provider choice: ort silently falls back to CPU when an EP fails to register, which
@@ -53,7 +53,6 @@ use crate::io_contract::{EngineInput, EngineOutput, InputLayout, IoContract, Out
 use segtool_onnx::ModelFileError;
 use segtool_onnx::{ModelFile, ModelIo};
 
-pub use dylib::{dylib_candidates, BUILD_TIME_DYLIB};
 pub use placement::{NodePlacement, PlacedNode};
 pub use providers::{CudaOptions, Provider, TensorRtOptions, TrtProfile, TRT_PROFILE_KEY};
 
@@ -88,7 +87,7 @@ pub struct OrtOptions {
 
 impl OrtOptions {
     /// The defaults: ONNX Runtime's thread count, CPU only, the library searched as
-    /// [`dylib_candidates`] lists, the model's dynamic input size.
+    /// `dylib::dylib_candidates` lists, the model's dynamic input size.
     pub fn new() -> Self {
         Self::default()
     }
@@ -225,7 +224,7 @@ impl OrtEngine {
             match build_session(&env, &path, options, &overrides, provider, hint.as_ref()) {
                 Ok(session) => {
                     // The parsed model's weight buffers, freed once repacked (module docs).
-                    crate::memory::release_freed_heap();
+                    crate::expert::memory::release_freed_heap();
                     let fallback = (!failures.is_empty()).then(|| failures.join("; "));
                     return Self::from_session(
                         session,

@@ -3,11 +3,13 @@
 
 use std::path::Path;
 
-use crate::testing::{tiny_model_bytes, tiny_spec};
-use crate::{Backend, Segmenter};
 #[cfg(feature = "ort")]
-use crate::{Fallback, ModelFileError, OrtEngine, OrtOptions, Provider, RuntimeError};
+use crate::expert::OrtEngine;
+use crate::{EngineKind, Segmenter};
+#[cfg(feature = "ort")]
+use crate::{Fallback, ModelFileError, OrtOptions, Provider, RuntimeError};
 use image::{Rgb, RgbImage};
+use segtool_testkit::{tiny_model_bytes, tiny_spec};
 
 /// Class 0 scores red, class 1 green, class 2 blue: the mask is the dominant channel.
 fn write_rgb_model(dir: &Path) -> std::path::PathBuf {
@@ -44,7 +46,9 @@ fn check_results(seg: &mut Segmenter) {
 fn segmenter_with_tract_handles_mixed_sizes_in_order() {
     let dir = tempfile::tempdir().unwrap();
     let path = write_rgb_model(dir.path());
-    let mut seg = Segmenter::open(&path, Backend::Tract)
+    let mut seg = Segmenter::builder(&path)
+        .engine(EngineKind::Tract)
+        .open()
         .unwrap()
         .with_logits(true);
     assert_eq!(seg.spec(), &tiny_spec(3));
@@ -64,7 +68,11 @@ fn segmenter_with_ort_falls_back_to_cpu_and_says_why() {
     let options = OrtOptions::new()
         .with_intra_threads(1)
         .with_provider(Provider::Cuda { device_id: 0 });
-    let seg = match Segmenter::open(&path, Backend::Ort(options)) {
+    let seg = match Segmenter::builder(&path)
+        .engine(EngineKind::Ort)
+        .ort_options(options)
+        .open()
+    {
         Err(RuntimeError::OrtLibraryNotFound { tried }) => {
             eprintln!("skipping: no ONNX Runtime library ({tried:?})");
             return;
@@ -92,4 +100,75 @@ fn segmenter_with_ort_falls_back_to_cpu_and_says_why() {
             && err.to_string().contains("bad.onnx"),
         "{err}"
     );
+}
+
+/// A graph fixed to 6x8: images of any size are resized to it (bilinear, `image`'s
+/// triangle filter) and their masks brought back (nearest), in the segmenter and in the
+/// batch server alike.
+#[cfg(feature = "tract")]
+#[test]
+fn a_fixed_size_graph_gets_fitted_images_and_frame_size_masks() {
+    use crate::batching::{BatchConfig, BatchServer};
+    use crate::expert::resize_nearest;
+    use image::imageops::{resize, FilterType};
+    let dir = tempfile::tempdir().unwrap();
+    let plain = std::fs::read(write_rgb_model(dir.path())).unwrap();
+    let path = dir.path().join("fixed.onnx");
+    std::fs::write(&path, segtool_testkit::with_fixed_size(&plain, 3, 6, 8)).unwrap();
+    let open = || {
+        Segmenter::builder(&path)
+            .engine(EngineKind::Tract)
+            .threads(1)
+            .open()
+    };
+    let mut seg = open().unwrap();
+    assert_eq!(seg.graph_size(), Some((6, 8)));
+    let mut frame = RgbImage::from_pixel(20, 15, Rgb([0, 240, 0]));
+    for x in 0..10 {
+        for y in 0..15 {
+            frame.put_pixel(x, y, Rgb([250, 10, 10]));
+        }
+    }
+    let small = resize(&frame, 8, 6, FilterType::Triangle);
+    let at_graph = seg.segment(&small).unwrap().mask;
+    let want = resize_nearest(at_graph.view(), 15, 20);
+    assert_eq!(seg.segment(&frame).unwrap().mask, want);
+    let server = BatchServer::from_segmenters(BatchConfig::new(), vec![open().unwrap()]).unwrap();
+    assert_eq!(server.segment_all(vec![frame]).unwrap()[0].mask, want);
+}
+
+/// Accuracy mode is refused, naming the model, for a graph that takes uint8 pixels or
+/// answers a class map, and for a batch server.
+#[cfg(feature = "tract")]
+#[test]
+fn accuracy_mode_is_refused_where_it_cannot_run() {
+    use crate::accuracy::AccuracyOptions;
+    use crate::batching::{BatchConfig, BatchServer};
+    use crate::RuntimeError;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("argmax.onnx");
+    std::fs::write(&path, segtool_testkit::foreign_model_bytes(3, 3, true)).unwrap();
+    let card = dir.path().join("argmax.card.toml");
+    let fields =
+        "classes = [\"a\", \"b\", \"c\"]\n[input]\nmean = [0.5, 0.5, 0.5]\nstd = [0.2, 0.2, 0.2]\n";
+    std::fs::write(&card, fields).unwrap();
+    let foreign = Segmenter::builder(&path)
+        .engine(EngineKind::Tract)
+        .card(crate::card::CardRequest::new().card_file(&card))
+        .open()
+        .unwrap();
+    match foreign.with_accuracy(AccuracyOptions::default()) {
+        Err(RuntimeError::AccuracyMode { why, .. }) => assert!(why.contains("card"), "{why}"),
+        other => panic!("expected a refusal, got {:?}", other.err()),
+    }
+    let plain = write_rgb_model(dir.path());
+    let seg = Segmenter::builder(&plain)
+        .engine(EngineKind::Tract)
+        .open()
+        .unwrap()
+        .with_accuracy(AccuracyOptions::default())
+        .unwrap();
+    assert!(seg.accuracy().is_some());
+    let refused = BatchServer::from_segmenters(BatchConfig::new(), vec![seg]);
+    assert!(refused.is_err(), "a batch server in accuracy mode");
 }

@@ -6,15 +6,15 @@ use image::{Rgb, RgbImage};
 use ndarray::Axis;
 use segtool_runtime::batching::{BatchConfig, BatchServer, Handle};
 use segtool_runtime::expert::normalise;
-use segtool_runtime::testing::tiny_spec;
-use segtool_runtime::Engine;
+use segtool_runtime::expert::Engine;
+use segtool_testkit::tiny_spec;
 
 /// The real thing: two tract sessions of a tiny ONNX model give exactly the masks and
 /// logits of `Segmenter::segment`.
 #[test]
 fn tract_sessions_match_segmenter() {
-    use segtool_runtime::testing::tiny_model_bytes;
-    use segtool_runtime::{Backend, Segmenter, TractEngine};
+    use segtool_runtime::{expert::TractEngine, EngineKind, Segmenter};
+    use segtool_testkit::tiny_model_bytes;
 
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("rgb.onnx");
@@ -39,7 +39,9 @@ fn tract_sessions_match_segmenter() {
         })
         .collect();
 
-    let mut seg = Segmenter::open(&path, Backend::Tract)
+    let mut seg = Segmenter::builder(&path)
+        .engine(EngineKind::Tract)
+        .open()
         .unwrap()
         .with_logits(true);
     let spec = seg.spec().clone();

@@ -10,7 +10,7 @@
 //!
 //! Several sessions (`--devices 0,1,..`: one ONNX Runtime CUDA session per GPU;
 //! `--cpu-sessions N`: N CPU sessions of `--threads` intra-op threads each) run through a
-//! `segtool_runtime::BatchServer` instead (one worker per session, dynamic batching with
+//! `segtool_runtime::batching::BatchServer` instead (one worker per session, dynamic batching with
 //! `--max-batch` / `--max-wait-ms`); the writer waits for results in input order, so the
 //! outputs are the same files in the same order.
 //!
@@ -286,7 +286,7 @@ pub fn run(args: Args) -> Result<()> {
         images,
         failure,
         skipped,
-    } = score_batches(&batch_rx, &mut stage, &spec, &bar, &scored_tx);
+    } = score_batches(&batch_rx, &mut stage, &bar, &scored_tx);
     drop(scored_tx);
     let written = writer
         .join()
@@ -346,7 +346,7 @@ fn open_stage(
     args: &Args,
     batched: bool,
     fixed_size: Option<(usize, usize)>,
-    accuracy_opts: Option<segtool_runtime::AccuracyOptions>,
+    accuracy_opts: Option<segtool_runtime::accuracy::AccuracyOptions>,
 ) -> Result<(Stage, segtool_spec::ModelSpec, Prepare, String)> {
     let fixed_desc = fixed_size
         .map(|(h, w)| format!(", fixed {h}x{w}"))
@@ -357,21 +357,16 @@ fn open_stage(
         let desc = format!("{} session(s) on {providers}{fixed_desc}", server.workers());
         (Stage::Server(server), spec, None, desc)
     } else {
-        let seg = args.engine.request(fixed_size).open(&args.model)?;
+        let mut seg = args.engine.request(fixed_size).open(&args.model)?;
         eprintln!("{}", describe(&seg));
         if let Some(note) = cuda_attention_note(&seg) {
             eprintln!("note: {note}");
         }
         check_contract(&seg, &args)?;
-        let contract = seg.contract();
-        if accuracy_opts.is_some() && !contract.is_plain() {
-            bail!(
-                "accuracy mode needs a model with float32 normalised input and logits output; \
-                 {} takes {contract} (exported with --preprocess and/or --argmax): export it \
-                 without them for accuracy mode",
-                args.model.display()
-            );
+        if let Some(opts) = accuracy_opts {
+            seg = seg.with_accuracy(opts)?;
         }
+        let contract = seg.contract();
         let spec = seg.spec().clone();
         let desc = format!(
             "{} on {}{fixed_desc}",
@@ -380,10 +375,7 @@ fn open_stage(
         );
         // A card-driven model prepares its own input on the engine stage.
         let prepare = (!seg.is_foreign()).then(|| (spec.clone(), contract.input));
-        let stage = Stage::Single {
-            seg: Box::new(seg),
-            accuracy: accuracy_opts,
-        };
+        let stage = Stage::Single(Box::new(seg));
         (stage, spec, prepare, desc)
     })
 }
@@ -405,7 +397,6 @@ struct Scoring {
 fn score_batches(
     batch_rx: &std::sync::mpsc::Receiver<Result<(Batch, Busy)>>,
     stage: &mut Stage,
-    spec: &segtool_spec::ModelSpec,
     bar: &ProgressBar,
     scored_tx: &std::sync::mpsc::SyncSender<Scored>,
 ) -> Scoring {
@@ -429,7 +420,7 @@ fn score_batches(
             continue;
         }
         let t0 = Instant::now();
-        let results = match stage.run(&mut batch, spec) {
+        let results = match stage.run(&mut batch) {
             Ok(r) => r,
             Err(e) => {
                 done.failure = Some(e);
@@ -460,7 +451,7 @@ fn results_in_flight(stage: &Stage, batch_size: usize) -> usize {
                 .div_ceil(batch_size)
                 .max(1)
         }
-        Stage::Single { .. } => 1,
+        Stage::Single(_) => 1,
     }
 }
 
@@ -498,7 +489,7 @@ fn batching_note(stage: &Stage) -> String {
                 stats.mean_batch_size()
             )
         }
-        Stage::Single { .. } => String::new(),
+        Stage::Single(_) => String::new(),
     }
 }
 

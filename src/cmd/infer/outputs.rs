@@ -14,7 +14,7 @@ use image::{GrayImage, RgbImage};
 use indicatif::ProgressBar;
 use ndarray::{Array2, Array3, ArrayView3};
 use rayon::prelude::*;
-use segtool_runtime::{colorize, overlay, EngineOutput, FlickerMeter, DEFAULT_ALPHA};
+use segtool_runtime::{colorize, expert::EngineOutput, overlay, FlickerMeter, DEFAULT_ALPHA};
 use segtool_spec::ModelSpec;
 
 use super::pipeline::{Results, Scored};

@@ -11,10 +11,11 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use image::RgbImage;
 use rayon::prelude::*;
-use segtool_runtime::accuracy::{self, AccuracyOptions};
 use segtool_runtime::batching::Handle;
 use segtool_runtime::expert::EngineTensor;
-use segtool_runtime::{BatchServer, EngineOutput, InputLayout, Segmentation, Segmenter};
+use segtool_runtime::{
+    batching::BatchServer, expert::EngineOutput, InputLayout, Segmentation, Segmenter,
+};
 use segtool_spec::ModelSpec;
 
 /// Images of one batch plus their engine inputs, one per distinct size (none when the
@@ -130,44 +131,27 @@ pub(super) fn send_batch(
 
 /// The engine stage: one session (optionally in accuracy mode), or a batch server.
 pub(super) enum Stage {
-    Single {
-        seg: Box<Segmenter>,
-        accuracy: Option<AccuracyOptions>,
-    },
+    Single(Box<Segmenter>),
     Server(BatchServer),
 }
 
 impl Stage {
-    pub(super) fn run(&mut self, batch: &mut Batch, spec: &ModelSpec) -> Result<Results> {
+    pub(super) fn run(&mut self, batch: &mut Batch) -> Result<Results> {
         match self {
             // A card-driven model prepares and decodes by its card.
-            Stage::Single { seg, .. } if seg.is_foreign() => {
+            Stage::Single(seg) if seg.is_foreign() => {
                 Ok(Results::Segmented(seg.segment_batch(&batch.images)?))
             }
-            Stage::Single { seg, accuracy } => {
+            Stage::Single(seg) => {
                 let groups = std::mem::take(&mut batch.groups);
                 let mut out = Vec::with_capacity(groups.len());
                 for (members, input) in groups {
-                    let result = match (accuracy.as_ref(), &input) {
-                        (None, _) => seg.run_prepared(input.view())?,
-                        // mmseg: from the pixels, as its pipeline (uint8 resizes as cv2's).
-                        (Some(opts), _) if opts.protocol == accuracy::Protocol::Mmseg => {
-                            let imgs: Vec<RgbImage> =
-                                members.iter().map(|&i| batch.images[i].clone()).collect();
-                            EngineOutput::Logits(accuracy::predict_images(
-                                seg.engine_mut(),
-                                &imgs,
-                                spec,
-                                opts,
-                            )?)
-                        }
-                        (Some(opts), EngineTensor::NchwF32(x)) => EngineOutput::Logits(
-                            accuracy::predict(seg.engine_mut(), x.view(), spec, opts)?,
-                        ),
-                        (Some(_), EngineTensor::NhwcU8(_)) => {
-                            unreachable!("accuracy mode is refused for uint8 models")
-                        }
+                    // Accuracy mode's mmseg protocol resizes from the pixels (as cv2's).
+                    let pixels: Vec<RgbImage> = match seg.accuracy() {
+                        Some(_) => members.iter().map(|&i| batch.images[i].clone()).collect(),
+                        None => Vec::new(),
                     };
+                    let result = seg.run_prepared(input.view(), &pixels)?;
                     drop(input);
                     out.push((members, result));
                 }

@@ -4,7 +4,7 @@
 //! (a truncated last frame, a wrong `--raw` size) and buffer reuse.
 //!
 //! `--live` (newest frame wins) is here too: a reader thread submits frames to a
-//! `segtool_runtime::LatestStream` as they come, and the calling thread writes the masks
+//! `segtool_runtime::batching::LatestStream` as they come, and the calling thread writes the masks
 //! of the frames answered, with the drop counts, latency and flicker in the summary.
 
 use std::collections::HashMap;
@@ -16,7 +16,10 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use image::RgbImage;
 use segtool_runtime::batching::{LatestStream, LiveOutcome};
-use segtool_runtime::{BatchConfig, BatchServer, FlickerMeter, OutputKind, TemporalSmoother};
+use segtool_runtime::{
+    batching::{BatchConfig, BatchServer},
+    FlickerMeter, OutputKind, TemporalSmoother,
+};
 use segtool_spec::raw_frames::RawFrames;
 use segtool_spec::size::Size;
 

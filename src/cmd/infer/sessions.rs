@@ -8,7 +8,10 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use segtool_runtime::accuracy::{self, AccuracyOptions, Protocol};
-use segtool_runtime::{BatchConfig, BatchServer, OutputKind, Segmenter, SegmenterBuilder};
+use segtool_runtime::{
+    batching::{BatchConfig, BatchServer},
+    OutputKind, Segmenter, SegmenterBuilder,
+};
 
 use crate::args::engine::EngineRequest;
 use segtool_runtime::EngineKind;

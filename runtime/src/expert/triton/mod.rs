@@ -20,8 +20,8 @@ mod model_io;
 
 use std::path::{Path, PathBuf};
 
-use segtool_onnx::ModelFileError;
 use crate::error::{Result, RuntimeError};
+use segtool_onnx::ModelFileError;
 
 pub use config::config_pbtxt;
 pub use model_io::{model_io, ModelIo, TensorInfo};
@@ -198,7 +198,7 @@ pub fn write_repository(onnx: &Path, dir: &Path, opts: &TritonOptions) -> Result
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{tiny_model_bytes, tiny_spec};
+    use segtool_testkit::{tiny_model_bytes, tiny_spec};
 
     fn tensor(name: &str, elem_type: i32, dims: &[Option<i64>]) -> TensorInfo {
         TensorInfo {

@@ -1,4 +1,4 @@
-//! A tiny ONNX segmentation model for tests and demos.
+//! Tiny ONNX segmentation models for tests, examples and `segtool doctor`'s provider probe.
 //!
 //! One 1x1 `Conv` maps the normalised RGB input to per-class logits, so expected outputs
 //! are easy to compute by hand, yet the file follows the exporter's contract exactly:
@@ -132,6 +132,25 @@ pub fn foreign_model_bytes(in_ch: i64, classes: i64, argmax: bool) -> Vec<u8> {
         ..Default::default()
     }
     .encode_to_vec()
+}
+
+/// `model` (a [`tiny_model_bytes`] file of `classes` classes) with a fixed input
+/// `[1, 3, height, width]` and output `[1, classes, height, width]`, as a graph exported
+/// for a fixed camera (TensorRT engines, NPUs) has.
+pub fn with_fixed_size(model: &[u8], classes: i64, height: i64, width: i64) -> Vec<u8> {
+    let mut model = ModelProto::decode(model).expect("a tiny_model_bytes file");
+    let graph = model.graph.as_mut().expect("a graph");
+    let dims = |c: i64| {
+        [
+            Dim::Fixed(1),
+            Dim::Fixed(c),
+            Dim::Fixed(height),
+            Dim::Fixed(width),
+        ]
+    };
+    graph.input = vec![tensor_value_info("image", DataType::Float, &dims(3))];
+    graph.output = vec![tensor_value_info("logits", DataType::Float, &dims(classes))];
+    model.encode_to_vec()
 }
 
 /// [`tiny_model_bytes`] of a 3-class model whose class is the dominant normalised channel,

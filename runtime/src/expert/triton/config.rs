@@ -9,8 +9,8 @@ use std::path::PathBuf;
 
 use super::model_io::ModelIo;
 use super::TritonOptions;
-use segtool_onnx::ModelFileError;
 use crate::error::{Result, RuntimeError};
+use segtool_onnx::ModelFileError;
 
 /// `config.pbtxt` for `io` under `opts`, and notes on adjustments. `name` is the model
 /// name written into the config.
@@ -43,13 +43,15 @@ pub fn config_pbtxt(
     for (section, tensors) in [("input", &io.inputs), ("output", &io.outputs)] {
         let _ = writeln!(s, "{section} [");
         for (i, t) in tensors.iter().enumerate() {
-            let ty = t.triton_type().ok_or_else(|| RuntimeError::File(ModelFileError::Invalid {
-                path: PathBuf::from(name),
-                message: format!(
-                    "{section} {:?}: ONNX element type {} has no Triton type",
-                    t.name, t.elem_type
-                ),
-            }))?;
+            let ty = t.triton_type().ok_or_else(|| {
+                RuntimeError::File(ModelFileError::Invalid {
+                    path: PathBuf::from(name),
+                    message: format!(
+                        "{section} {:?}: ONNX element type {} has no Triton type",
+                        t.name, t.elem_type
+                    ),
+                })
+            })?;
             let dims = if max_batch > 0 {
                 &t.dims[1..]
             } else {

@@ -1,0 +1,18 @@
+//! What most programs never need: the engines themselves (to run a graph without a
+//! [`Segmenter`](crate::Segmenter), or to wrap one), the pre- and post-processing steps
+//! one at a time, the environment report, heap trimming and the Triton repository writer.
+
+pub mod env_report;
+pub mod memory;
+pub mod triton;
+
+pub use crate::contract_adapter::ContractAdapter;
+pub use crate::engine::{load_spec, read_metadata, run_logits, Engine};
+pub use crate::io_contract::{EngineInput, EngineOutput, EngineTensor};
+#[cfg(feature = "ort")]
+pub use crate::ort_engine::{doctor, environment, NodePlacement, OrtEngine, PlacedNode};
+pub use crate::postprocess::{argmax, resize_bilinear, resize_nearest, softmax, Upsample};
+pub use crate::preprocess::{normalise, normalise_batch, prepare, PrepareOptions, Prepared};
+#[cfg(feature = "tract")]
+pub use crate::tract_engine::TractEngine;
+pub use env_report::env_report;
