@@ -153,6 +153,8 @@ pip_stamped models requirements-models.txt "torchvision, transformers, mmdeploy,
 # --- ROS 2 peers: Cyclone DDS (the DDS behind rmw_cyclonedds), rosbags and mcap-ros2 ---
 # The ROS 2 node's and bag converter's tests (ros2/tests) run against them; no ROS 2 install.
 pip_stamped ros2 requirements-ros2.txt "cyclonedds, rosbags, mcap-ros2-support: the ROS 2 tests' peers (pip; about 15 s)" --no-deps
+# --- OpenVINO: the engine's C library (loaded at run time) and the tests' reference ---
+pip_stamped openvino requirements-openvino.txt "openvino: the OpenVINO engine's library and its Python API for the tests (pip; about 20 s)"
 # --- mmsegmentation, the reference of the mmseg import/eval/recipe tests (own stamp) ---
 pip_stamped mmseg requirements-mmseg.txt "mmsegmentation, mmcv-lite, mmengine: the mmseg parity tests' reference (pip; about 35 s)"
 # --- Benchmark tools (issue 15; SEGTOOL_BENCH=1 only; own stamp) -----------------------
@@ -195,6 +197,10 @@ fi
 if [ ! -f "$env_file" ] || [ "$env_file" -ot "$stamp" ] || [ "$env_file" -ot "$0" ]; then
     torch_lib="$("$py" -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')"
     ort_dylib="$("$py" -c 'import glob, os, onnxruntime as o; print(sorted(glob.glob(os.path.join(os.path.dirname(o.__file__), "capi", "libonnxruntime.so*")))[-1])')"
+    openvino_lib="$("$py" -c 'import glob, os, importlib.util as u
+s = u.find_spec("openvino")
+libs = [p for d in (s.submodule_search_locations if s else []) for p in glob.glob(os.path.join(d, "libs", "libopenvino_c.so*"))]
+print(sorted(libs)[-1] if libs else "")')"
     tmp="$env_file.tmp.$$"
     cat > "$tmp" <<EOT
 # written by segtool scripts/setup.sh
@@ -208,6 +214,7 @@ export PYTHON_SYS_EXECUTABLE="$py"
 export SEGTOOL_TORCH_LIB="$torch_lib"
 export SEGTOOL_ORT_DYLIB="$ort_dylib"
 export ORT_DYLIB_PATH="\${ORT_DYLIB_PATH:-$ort_dylib}"
+export SEGTOOL_OPENVINO_LIB="$openvino_lib"
 export SEGTOOL_MDBOOK="$mdbook_root/bin/mdbook"
 EOT
     if [ "$gpu" = 1 ]; then

@@ -18,18 +18,27 @@ pub const SEGTOOL_ENGINE_AUTO: segtool_engine = 0;
 pub const SEGTOOL_ENGINE_ORT: segtool_engine = 1;
 /// tract: pure Rust, CPU only, no native dependency.
 pub const SEGTOOL_ENGINE_TRACT: segtool_engine = 2;
+/// OpenVINO (Intel CPUs, iGPUs, NPUs); fails if `libopenvino_c` cannot be loaded.
+pub const SEGTOOL_ENGINE_OPENVINO: segtool_engine = 3;
 
 /// Options for `segtool_open`. Start from `segtool_options_default()` and change fields;
 /// passing NULL to `segtool_open` means the defaults.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct segtool_options {
-    /// `SEGTOOL_ENGINE_AUTO` (default), `SEGTOOL_ENGINE_ORT` or `SEGTOOL_ENGINE_TRACT`.
+    /// `SEGTOOL_ENGINE_AUTO` (default), `SEGTOOL_ENGINE_ORT`, `SEGTOOL_ENGINE_TRACT` or
+    /// `SEGTOOL_ENGINE_OPENVINO`.
     pub engine: segtool_engine,
     /// ONNX Runtime execution providers in preference order, comma separated:
     /// `"cuda,cpu"`, `"cuda:1"`, `"tensorrt-fp16:0,cuda:0"`. CPU is always the last
     /// resort. NULL or `""` means CPU only. tract always runs on the CPU.
     pub providers: *const c_char,
+    /// OpenVINO's device: `"CPU"`, `"GPU"`, `"NPU"` or `"AUTO"`; NULL or `""` (default):
+    /// the CPU. An absent device falls back to the CPU (reported), unless `strict`.
+    pub device: *const c_char,
+    /// OpenVINO's precision for float32 layers: `"f32"` or `"bf16"`; NULL or `""`
+    /// (default): f32.
+    pub precision: *const c_char,
     /// Threads for one inference (the runtime's `SegmenterOptions::threads`): ONNX
     /// Runtime's intra-op pool, or tract's own pool; 0 (default) lets the engine decide
     /// (all cores).
@@ -76,6 +85,8 @@ pub extern "C" fn segtool_options_default() -> segtool_options {
     segtool_options {
         engine: SEGTOOL_ENGINE_AUTO,
         providers: ptr::null(),
+        device: ptr::null(),
+        precision: ptr::null(),
         threads: 0,
         strict: false,
         ort_library: ptr::null(),

@@ -15,7 +15,7 @@ use segtool_spec::ModelSpec;
 
 use crate::options::{
     parse_providers, segtool_options, segtool_options_default, SEGTOOL_ENGINE_AUTO,
-    SEGTOOL_ENGINE_ORT, SEGTOOL_ENGINE_TRACT,
+    SEGTOOL_ENGINE_OPENVINO, SEGTOOL_ENGINE_ORT, SEGTOOL_ENGINE_TRACT,
 };
 use crate::result::segtool_result;
 use crate::status::segtool_status::{self, *};
@@ -54,16 +54,30 @@ pub(crate) fn builder(path: &Path, opts: &segtool_options) -> Result<SegmenterBu
         SEGTOOL_ENGINE_AUTO => EngineKind::Auto,
         SEGTOOL_ENGINE_ORT => EngineKind::Ort,
         SEGTOOL_ENGINE_TRACT => EngineKind::Tract,
+        SEGTOOL_ENGINE_OPENVINO => EngineKind::OpenVino,
         other => {
             return Err(Error::invalid(format!(
                 "unknown engine {other} (SEGTOOL_ENGINE_AUTO = 0, SEGTOOL_ENGINE_ORT = 1, \
-                 SEGTOOL_ENGINE_TRACT = 2)"
+                 SEGTOOL_ENGINE_TRACT = 2, SEGTOOL_ENGINE_OPENVINO = 3)"
             )))
         }
+    };
+    // SAFETY: as above.
+    let device = match unsafe { opt_str(opts.device, "device") }?.filter(|d| !d.is_empty()) {
+        Some(d) => d.parse().map_err(Error::invalid)?,
+        None => segtool_runtime::openvino::Device::Cpu,
+    };
+    // SAFETY: as above.
+    let precision = match unsafe { opt_str(opts.precision, "precision") }?.filter(|p| !p.is_empty())
+    {
+        Some(p) => p.parse().map_err(Error::invalid)?,
+        None => segtool_runtime::openvino::Precision::F32,
     };
     let mut builder = Segmenter::builder(path)
         .engine(engine)
         .providers(providers)
+        .device(device)
+        .precision(precision)
         .strict(opts.strict);
     if opts.threads > 0 {
         builder = builder.threads(opts.threads as usize);

@@ -91,12 +91,13 @@ impl From<RuntimeError> for Error {
             | RuntimeError::Option { .. }
             | RuntimeError::AccuracyMode { .. } => SEGTOOL_ERR_INVALID_ARGUMENT,
             RuntimeError::FallbackRefused { .. } => SEGTOOL_ERR_PROVIDER_UNAVAILABLE,
-            RuntimeError::OrtLibraryNotFound { .. } | RuntimeError::BackendUnavailable(_) => {
-                SEGTOOL_ERR_BACKEND_UNAVAILABLE
-            }
-            RuntimeError::OutputShape { .. } | RuntimeError::Ort(_) | RuntimeError::Tract(_) => {
-                SEGTOOL_ERR_INFERENCE
-            }
+            RuntimeError::OrtLibraryNotFound { .. }
+            | RuntimeError::OpenVinoLibraryNotFound { .. }
+            | RuntimeError::BackendUnavailable(_) => SEGTOOL_ERR_BACKEND_UNAVAILABLE,
+            RuntimeError::OutputShape { .. }
+            | RuntimeError::Ort(_)
+            | RuntimeError::OpenVino(_)
+            | RuntimeError::Tract(_) => SEGTOOL_ERR_INFERENCE,
             _ => SEGTOOL_ERR_INFERENCE,
         };
         Error::new(status, e.to_string())

@@ -522,7 +522,7 @@ fn a_hugging_face_mask_classification_folder_is_served_by_its_folder() {
 }
 
 /// The element's properties that open a model are named as the runtime's options
-/// (`SegmenterOptions::NAMES`): engine, providers, threads, card.
+/// (`SegmenterOptions::NAMES`): engine, providers, device, precision, threads, card.
 #[test]
 fn model_properties_are_named_as_the_runtime_options() {
     common::init();
@@ -532,7 +532,14 @@ fn model_properties_are_named_as_the_runtime_options() {
         .iter()
         .map(|p| p.name().to_string())
         .collect();
-    for name in ["engine", "providers", "threads", "card"] {
+    for name in [
+        "engine",
+        "providers",
+        "device",
+        "precision",
+        "threads",
+        "card",
+    ] {
         assert!(
             segtool_runtime::SegmenterOptions::NAMES.contains(&name),
             "{name} is no runtime option"

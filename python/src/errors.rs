@@ -54,6 +54,8 @@ pub(crate) fn runtime(e: RuntimeError) -> PyErr {
         | RuntimeError::Option { .. }
         | RuntimeError::AccuracyMode { .. } => InputError::new_err(msg),
         RuntimeError::OrtLibraryNotFound { .. }
+        | RuntimeError::OpenVinoLibraryNotFound { .. }
+        | RuntimeError::OpenVino(_)
         | RuntimeError::Ort(_)
         | RuntimeError::Tract(_)
         | RuntimeError::FallbackRefused { .. }

@@ -12,6 +12,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use segtool_runtime::accuracy::{AccuracyOptions, Protocol};
 use segtool_runtime::card::{pipeline as card_pipeline, CardRequest};
+use segtool_runtime::openvino::OpenVinoOptions;
 use segtool_runtime::{EngineKind, IoContract, Provider, RuntimeError};
 use segtool_spec::ModelSpec;
 
@@ -255,6 +256,7 @@ fn accuracy_options(
 fn open(
     path: &PathBuf,
     kind: EngineKind,
+    openvino: &OpenVinoOptions,
     providers: &[Provider],
     threads: Option<usize>,
     strict: bool,
@@ -271,6 +273,7 @@ fn open(
     let base = || {
         let mut b = segtool_runtime::Segmenter::builder(path)
             .providers(providers.iter().cloned())
+            .openvino_options(openvino.clone())
             .strict(strict);
         if let Some(n) = threads {
             b = b.threads(n);
@@ -283,8 +286,8 @@ fn open(
         }
         b
     };
-    if kind == EngineKind::Tract {
-        return Ok((base().engine(EngineKind::Tract).open()?, None));
+    if kind == EngineKind::Tract || kind == EngineKind::OpenVino {
+        return Ok((base().engine(kind).open()?, None));
     }
     let mut tried = Vec::new();
     for (lib, source) in candidates {
@@ -313,7 +316,8 @@ fn open(
 impl Segmenter {
     #[new]
     #[pyo3(signature = (path, engine = "auto", providers = vec!["cpu".to_string()], threads = None,
-        ort_libraries = vec![], strict = false, protocol = None, base_size = None, scales = None,
+        ort_libraries = vec![], device = "CPU", precision = "f32", hint = "latency", streams = None,
+        openvino_library = None, strict = false, protocol = None, base_size = None, scales = None,
         flip = false, mode = None, crop = None, stride = None, batch_size = 1, fixed_size = None,
         card = None))]
     #[allow(clippy::too_many_arguments)]
@@ -324,6 +328,11 @@ impl Segmenter {
         providers: Vec<String>,
         threads: Option<usize>,
         ort_libraries: Vec<(String, String)>,
+        device: &str,
+        precision: &str,
+        hint: &str,
+        streams: Option<usize>,
+        openvino_library: Option<PathBuf>,
         strict: bool,
         protocol: Option<&str>,
         base_size: Option<usize>,
@@ -336,9 +345,23 @@ impl Segmenter {
         fixed_size: Option<(usize, usize)>,
         card: Option<PathBuf>,
     ) -> PyResult<Self> {
-        let kind: EngineKind = engine
-            .parse()
-            .map_err(|e: String| errors::input("engine \"auto\", \"ort\" or \"tract\"", e))?;
+        let kind: EngineKind = engine.parse().map_err(|e: String| {
+            errors::input("engine \"auto\", \"ort\", \"tract\" or \"openvino\"", e)
+        })?;
+        let openvino = OpenVinoOptions {
+            device: device
+                .parse()
+                .map_err(|e: String| errors::input("a device", e))?,
+            precision: precision
+                .parse()
+                .map_err(|e: String| errors::input("a precision", e))?,
+            hint: hint
+                .parse()
+                .map_err(|e: String| errors::input("a hint", e))?,
+            streams,
+            library: openvino_library,
+            ..OpenVinoOptions::default()
+        };
         let providers = providers
             .iter()
             .map(|p| p.parse::<Provider>())
@@ -355,6 +378,7 @@ impl Segmenter {
                 open(
                     &path,
                     kind,
+                    &openvino,
                     &providers,
                     threads,
                     strict,

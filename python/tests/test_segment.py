@@ -197,5 +197,6 @@ def test_model_options_are_keyword_arguments_of_the_same_names() -> None:
     import inspect
 
     params = inspect.signature(segtool.Segmenter).parameters
-    for name in ["engine", "providers", "threads", "card", "strict", "fixed_size"]:
+    names = ["engine", "providers", "device", "precision", "hint", "streams", "threads"]
+    for name in names + ["card", "strict", "fixed_size"]:
         assert name in params, (name, list(params))

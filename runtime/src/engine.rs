@@ -39,6 +39,11 @@ pub trait Engine: Send {
     fn io_contract(&self) -> Option<IoContract> {
         None
     }
+    /// What precision the graph's nodes ran in, after a run, when the engine can tell
+    /// (OpenVINO: `nodes by precision: bf16 118, f32 9`).
+    fn ran_in(&self) -> Option<String> {
+        None
+    }
 }
 
 /// Runs a plain model: normalised `[N, 3, H, W]` in, logits `[N, classes, H, W]` out

@@ -81,6 +81,21 @@ pub enum RuntimeError {
     #[error("ONNX Runtime error: {0}")]
     Ort(String),
 
+    /// No OpenVINO C library could be loaded.
+    #[error(
+        "OpenVINO cannot be loaded (tried: {}); install the pinned wheel \
+         (pip install openvino==2026.4.1) or set OPENVINO_LIB to its libs/libopenvino_c.so.*",
+        tried_list(tried)
+    )]
+    OpenVinoLibraryNotFound {
+        /// Each candidate with why it was rejected.
+        tried: Vec<String>,
+    },
+
+    /// OpenVINO itself failed (reading, compiling, a run), with its message.
+    #[error("OpenVINO error: {0}")]
+    OpenVino(String),
+
     /// tract failed while optimising or running the model.
     #[error("tract error: {0}")]
     Tract(String),

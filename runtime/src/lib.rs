@@ -53,6 +53,9 @@ mod error;
 pub mod expert;
 mod frame;
 mod io_contract;
+pub mod openvino;
+#[cfg(feature = "openvino")]
+mod openvino_engine;
 #[cfg(feature = "ort")]
 mod ort_engine;
 mod ort_report;

@@ -1,10 +1,12 @@
-//! `--engine`, `--providers`, `--threads`, `--strict`: the flags every inference
-//! subcommand (infer, bench, demo) turns into one [`SegmenterBuilder`].
+//! `--engine`, `--providers`, `--device`, `--precision`, `--hint`, `--streams`,
+//! `--threads`, `--strict`: the flags every inference subcommand (infer, bench, demo)
+//! turns into one [`SegmenterBuilder`].
 
 use std::path::Path;
 
 use anyhow::Result;
 use segtool_runtime::card::CardRequest;
+use segtool_runtime::openvino::{Device, PerformanceHint, Precision};
 use segtool_runtime::{EngineKind, Segmenter, SegmenterBuilder, SegmenterOptions};
 
 use crate::args::card::CardArgs;
@@ -12,16 +14,31 @@ use crate::args::card::CardArgs;
 /// The engine flags, flattened into every subcommand that opens a model.
 #[derive(Clone, Debug, clap::Args)]
 pub struct EngineFlags {
-    /// Inference engine: ort (ONNX Runtime: CPU, CUDA, TensorRT), tract (pure Rust, CPU
-    /// only) or auto (ONNX Runtime when its library loads, else tract, reported).
+    /// Inference engine: ort (ONNX Runtime: CPU, CUDA, TensorRT), openvino (Intel CPUs,
+    /// iGPUs, NPUs), tract (pure Rust, CPU only) or auto (ONNX Runtime when its library
+    /// loads, else tract, reported).
     #[arg(long, default_value_t = EngineKind::Ort)]
     pub engine: EngineKind,
     /// ONNX Runtime execution providers in order of preference: cpu, cuda[:N],
     /// tensorrt[:N], tensorrt-fp16[:N]. Unavailable ones fall back to CPU (reported).
     #[arg(long, value_delimiter = ',', default_value = "cpu")]
     pub providers: Vec<String>,
-    /// Engine threads: ONNX Runtime's intra-op threads, or tract's pool (default: the
-    /// engine's choice, all cores).
+    /// OpenVINO's device: CPU, GPU, NPU or AUTO. An absent one falls back to the CPU
+    /// (reported), unless --strict.
+    #[arg(long, default_value_t = Device::Cpu)]
+    pub device: Device,
+    /// OpenVINO's precision for float32 layers: f32, or bf16 (CPUs with AMX or AVX-512
+    /// BF16: several times faster, labels close to f32's).
+    #[arg(long, default_value_t = Precision::F32)]
+    pub precision: Precision,
+    /// OpenVINO's performance hint: latency (one frame at a time) or throughput.
+    #[arg(long, default_value_t = PerformanceHint::Latency)]
+    pub hint: PerformanceHint,
+    /// OpenVINO's parallel inference streams (default: what --hint picks).
+    #[arg(long)]
+    pub streams: Option<usize>,
+    /// Engine threads: ONNX Runtime's intra-op threads, tract's pool, OpenVINO's CPU
+    /// threads (default: the engine's choice, all cores).
     #[arg(long)]
     pub threads: Option<usize>,
     /// A requested execution provider that does not load (e.g. CUDA without a GPU) is an
@@ -39,6 +56,7 @@ impl EngineFlags {
         EngineRequest {
             engine: self.engine,
             providers: &self.providers,
+            openvino: (self.device, self.precision, self.hint, self.streams),
             threads: self.threads,
             strict: self.strict,
             fixed_size,
@@ -53,6 +71,8 @@ pub struct EngineRequest<'a> {
     pub engine: EngineKind,
     /// `--providers` as given (`cpu`, `cuda:1`, `tensorrt-fp16`...).
     pub providers: &'a [String],
+    /// OpenVINO's device, precision, performance hint and streams.
+    pub openvino: (Device, Precision, PerformanceHint, Option<usize>),
     pub threads: Option<usize>,
     pub strict: bool,
     /// `(height, width)` every input will have, for ONNX Runtime's memory plan.
@@ -67,6 +87,10 @@ impl EngineRequest<'_> {
         SegmenterOptions {
             engine: self.engine,
             providers: self.providers.to_vec(),
+            device: self.openvino.0,
+            precision: self.openvino.1,
+            hint: self.openvino.2,
+            streams: self.openvino.3,
             threads: self.threads,
             strict: self.strict,
             fixed_size: self.fixed_size.map(|(h, w)| [h, w]),

@@ -217,6 +217,11 @@ pub fn run(args: Args) -> Result<()> {
     );
     report["duration_s"] = json!(args.duration);
     report["results"] = json!(results);
+    // What the nodes ran in (OpenVINO), read back after the runs.
+    if let Some(ran_in) = seg.engine().ran_in() {
+        eprintln!("{ran_in}");
+        report["ran_in"] = json!(ran_in);
+    }
 
     println!(
         "model {}  engine {engine_name}  provider {provider}  threads {}  size {h}x{w}{}",

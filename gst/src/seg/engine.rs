@@ -95,7 +95,11 @@ pub fn open(settings: &Settings) -> Result<Opened, OpenError> {
             "accuracy mode (protocol) runs frame by frame: set live=false".into(),
         ));
     }
-    let mut builder = Segmenter::builder(&path).engine(settings.engine.into());
+    let (device, precision) = settings.openvino().map_err(bad)?;
+    let mut builder = Segmenter::builder(&path)
+        .engine(settings.engine.into())
+        .device(device)
+        .precision(precision);
     if !providers.is_empty() {
         builder = builder.providers(providers);
     }

@@ -4,6 +4,7 @@
 use gst::glib;
 use gst::prelude::*;
 use segtool_runtime::accuracy::{AccuracyOptions, Protocol};
+use segtool_runtime::openvino::{Device, Precision};
 use segtool_runtime::{EngineKind, Provider};
 
 /// Which engine runs the model (the `engine` property).
@@ -20,6 +21,9 @@ pub enum EngineChoice {
     /// tract: pure Rust, CPU.
     #[enum_value(name = "tract (pure Rust, CPU)", nick = "tract")]
     Tract,
+    /// OpenVINO: Intel CPUs, iGPUs, NPUs.
+    #[enum_value(name = "OpenVINO (Intel CPU, GPU, NPU)", nick = "openvino")]
+    OpenVino,
 }
 
 impl From<EngineChoice> for EngineKind {
@@ -28,6 +32,7 @@ impl From<EngineChoice> for EngineKind {
             EngineChoice::Auto => EngineKind::Auto,
             EngineChoice::Ort => EngineKind::Ort,
             EngineChoice::Tract => EngineKind::Tract,
+            EngineChoice::OpenVino => EngineKind::OpenVino,
         }
     }
 }
@@ -62,6 +67,9 @@ pub struct Settings {
     pub card: Option<String>,
     pub engine: EngineChoice,
     pub providers: String,
+    /// OpenVINO's device and precision, as the runtime names them (`CPU`, `bf16`).
+    pub device: String,
+    pub precision: String,
     pub threads: u32,
     pub output: OutputMode,
     pub alpha: f64,
@@ -79,6 +87,8 @@ impl Default for Settings {
             card: None,
             engine: EngineChoice::Auto,
             providers: String::new(),
+            device: "CPU".into(),
+            precision: "f32".into(),
             threads: 0,
             output: OutputMode::Overlay,
             alpha: segtool_runtime::DEFAULT_ALPHA as f64,
@@ -100,6 +110,11 @@ impl Settings {
             .filter(|s| !s.is_empty())
             .map(str::parse)
             .collect()
+    }
+
+    /// The `device` and `precision` properties as the runtime's values.
+    pub fn openvino(&self) -> Result<(Device, Precision), String> {
+        Ok((self.device.parse()?, self.precision.parse()?))
     }
 
     /// Accuracy mode's options, when `protocol` is set.
@@ -135,7 +150,9 @@ pub fn specs() -> Vec<glib::ParamSpec> {
             .build(),
         glib::ParamSpecEnum::builder_with_default("engine", d.engine)
             .nick("Engine")
-            .blurb("Engine running the model: auto (ONNX Runtime, else tract), ort, tract")
+            .blurb(
+                "Engine running the model: auto (ONNX Runtime, else tract), ort, tract, openvino",
+            )
             .build(),
         glib::ParamSpecString::builder("providers")
             .nick("Providers")
@@ -144,6 +161,16 @@ pub fn specs() -> Vec<glib::ParamSpec> {
                  \"cuda:0,cpu\" or \"tensorrt:0,cuda:0,cpu\" (empty: cpu)",
             )
             .default_value(Some(""))
+            .build(),
+        glib::ParamSpecString::builder("device")
+            .nick("Device")
+            .blurb("OpenVINO's device: CPU, GPU, NPU or AUTO (an absent one falls back to the CPU)")
+            .default_value(Some("CPU"))
+            .build(),
+        glib::ParamSpecString::builder("precision")
+            .nick("Precision")
+            .blurb("OpenVINO's precision for float32 layers: f32, or bf16 (AMX, AVX-512 BF16)")
+            .default_value(Some("f32"))
             .build(),
         glib::ParamSpecUInt::builder("threads")
             .nick("Threads")
@@ -217,6 +244,14 @@ pub fn set(settings: &mut Settings, name: &str, value: &glib::Value) {
                 .expect("type checked")
                 .unwrap_or_default()
         }
+        "device" => {
+            let text = value.get::<Option<String>>().expect("type checked");
+            settings.device = text.unwrap_or_else(|| Settings::default().device);
+        }
+        "precision" => {
+            let text = value.get::<Option<String>>().expect("type checked");
+            settings.precision = text.unwrap_or_else(|| Settings::default().precision);
+        }
         "threads" => settings.threads = value.get().expect("type checked"),
         "output" => settings.output = value.get().expect("type checked"),
         "alpha" => settings.alpha = value.get().expect("type checked"),
@@ -241,6 +276,8 @@ pub fn get(settings: &Settings, name: &str) -> Option<glib::Value> {
         "card" => settings.card.to_value(),
         "engine" => settings.engine.to_value(),
         "providers" => settings.providers.to_value(),
+        "device" => settings.device.to_value(),
+        "precision" => settings.precision.to_value(),
         "threads" => settings.threads.to_value(),
         "output" => settings.output.to_value(),
         "alpha" => settings.alpha.to_value(),

@@ -103,6 +103,23 @@ def _package_library() -> Optional[str]:
     return None
 
 
+def openvino_library() -> Optional[str]:
+    """``OPENVINO_LIB``, else the libopenvino_c of the installed openvino package (found
+    without importing it), else None (the runtime's own search)."""
+    env = os.environ.get("OPENVINO_LIB")
+    if env:
+        return env
+    try:
+        spec = importlib.util.find_spec("openvino")
+    except (ImportError, ValueError):
+        return None
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        libs = sorted(glob.glob(os.path.join(folder, "libs", "libopenvino_c.so*")))
+        if libs:
+            return libs[-1]
+    return None
+
+
 def ort_library_candidates() -> List[Tuple[str, str]]:
     """Where ONNX Runtime is looked for, in order, as ``(path, source)`` pairs."""
     out: List[Tuple[str, str]] = []
@@ -119,7 +136,10 @@ def ort_library_candidates() -> List[Tuple[str, str]]:
 class Segmenter:
     """One exported model, opened for inference.
 
-    ``engine``: ``"auto"`` (ONNX Runtime, else tract), ``"ort"`` or ``"tract"``.
+    ``engine``: ``"auto"`` (ONNX Runtime, else tract), ``"ort"``, ``"tract"`` or
+    ``"openvino"`` (Intel CPUs, iGPUs, NPUs: ``device="CPU"``, ``"GPU"``, ``"NPU"`` or
+    ``"AUTO"``; ``precision="f32"`` or ``"bf16"``; ``hint="latency"`` or
+    ``"throughput"``; ``streams``).
     ``providers``: ONNX Runtime's execution providers in preference order (``"cuda:0"``,
     ``"tensorrt:0"``, ``"cpu"``); one that does not load is a reported fallback.
     ``threads``: threads per inference (default: the engine's, all cores).
@@ -146,6 +166,10 @@ class Segmenter:
         providers: Sequence[str] = ("cuda:0", "cpu"),
         threads: Optional[int] = None,
         *,
+        device: str = "CPU",
+        precision: str = "f32",
+        hint: str = "latency",
+        streams: Optional[int] = None,
         strict: bool = False,
         protocol: Optional[str] = None,
         base_size: Optional[int] = None,
@@ -165,7 +189,12 @@ class Segmenter:
             engine=engine,
             providers=list(providers),
             threads=threads,
-            ort_libraries=ort_library_candidates() if engine != "tract" else [],
+            ort_libraries=ort_library_candidates() if engine in ("auto", "ort") else [],
+            device=device,
+            precision=precision,
+            hint=hint,
+            streams=streams,
+            openvino_library=openvino_library() if engine == "openvino" else None,
             strict=strict,
             protocol=protocol,
             base_size=base_size,
@@ -203,7 +232,7 @@ class Segmenter:
 
     @property
     def engine(self) -> str:
-        """``onnxruntime`` or ``tract``."""
+        """``onnxruntime``, ``tract`` or ``openvino``."""
         return self._native.engine
 
     @property

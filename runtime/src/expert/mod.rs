@@ -9,6 +9,8 @@ pub mod triton;
 pub use crate::contract_adapter::ContractAdapter;
 pub use crate::engine::{load_spec, read_metadata, run_logits, Engine};
 pub use crate::io_contract::{EngineInput, EngineOutput, EngineTensor};
+#[cfg(feature = "openvino")]
+pub use crate::openvino_engine::{library as openvino_library, NodePrecisions, OpenVinoEngine};
 #[cfg(feature = "ort")]
 pub use crate::ort_engine::{doctor, environment, NodePlacement, OrtEngine, PlacedNode};
 pub use crate::postprocess::{argmax, resize_bilinear, resize_nearest, softmax, Upsample};

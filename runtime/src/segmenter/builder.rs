@@ -14,6 +14,9 @@ use super::Segmenter;
 use crate::card::{self, CardRequest};
 use crate::engine::Engine;
 use crate::error::{Result, RuntimeError};
+use crate::openvino::{Device, OpenVinoOptions, PerformanceHint, Precision};
+#[cfg(feature = "openvino")]
+use crate::openvino_engine::OpenVinoEngine;
 #[cfg(feature = "ort")]
 use crate::ort_engine::{OrtEngine, OrtOptions, Provider};
 #[cfg(feature = "tract")]
@@ -32,18 +35,29 @@ pub enum EngineKind {
     Ort,
     /// tract: pure Rust, CPU only, no native library.
     Tract,
+    /// OpenVINO (Intel CPUs with AMX/AVX-512, iGPUs, NPUs); fails when its library
+    /// cannot be loaded.
+    #[serde(rename = "openvino")]
+    OpenVino,
 }
 
 impl EngineKind {
     /// Every engine, in the order of the names' list.
-    pub const ALL: [EngineKind; 3] = [EngineKind::Auto, EngineKind::Ort, EngineKind::Tract];
+    pub const ALL: [EngineKind; 4] = [
+        EngineKind::Auto,
+        EngineKind::Ort,
+        EngineKind::Tract,
+        EngineKind::OpenVino,
+    ];
 
-    /// The name used on command lines and in reports: `auto`, `ort`, `tract`.
+    /// The name used on command lines and in reports: `auto`, `ort`, `tract`,
+    /// `openvino`.
     pub fn as_str(self) -> &'static str {
         match self {
             EngineKind::Auto => "auto",
             EngineKind::Ort => "ort",
             EngineKind::Tract => "tract",
+            EngineKind::OpenVino => "openvino",
         }
     }
 }
@@ -62,7 +76,10 @@ impl FromStr for EngineKind {
             "auto" => Ok(EngineKind::Auto),
             "ort" => Ok(EngineKind::Ort),
             "tract" => Ok(EngineKind::Tract),
-            other => Err(format!("unknown engine {other:?} (auto, ort, tract)")),
+            "openvino" => Ok(EngineKind::OpenVino),
+            other => Err(format!(
+                "unknown engine {other:?} (auto, ort, tract, openvino)"
+            )),
         }
     }
 }
@@ -121,6 +138,7 @@ pub struct SegmenterBuilder {
     engine: EngineKind,
     #[cfg(feature = "ort")]
     ort: OrtOptions,
+    openvino: OpenVinoOptions,
     threads: Option<usize>,
     strict: bool,
     fixed_size: Option<(usize, usize)>,
@@ -135,6 +153,7 @@ impl SegmenterBuilder {
             engine: EngineKind::Auto,
             #[cfg(feature = "ort")]
             ort: OrtOptions::new(),
+            openvino: OpenVinoOptions::new(),
             threads: None,
             strict: false,
             fixed_size: None,
@@ -184,8 +203,40 @@ impl SegmenterBuilder {
         self
     }
 
-    /// Threads for one inference (ONNX Runtime's intra-op pool, tract's executor);
-    /// default: the engine's (all cores).
+    /// OpenVINO's device (default the CPU); absent, it falls back to the CPU (reported)
+    /// unless [`strict`](Self::strict).
+    pub fn device(mut self, device: Device) -> Self {
+        self.openvino.device = device;
+        self
+    }
+
+    /// The precision OpenVINO computes float32 layers in (default `f32`).
+    pub fn precision(mut self, precision: Precision) -> Self {
+        self.openvino.precision = precision;
+        self
+    }
+
+    /// OpenVINO's performance hint (default latency).
+    pub fn hint(mut self, hint: PerformanceHint) -> Self {
+        self.openvino.hint = hint;
+        self
+    }
+
+    /// OpenVINO's parallel inference streams (default: what the hint picks).
+    pub fn streams(mut self, streams: usize) -> Self {
+        self.openvino.streams = Some(streams.max(1));
+        self
+    }
+
+    /// Every OpenVINO setting at once (the library path too); [`threads`](Self::threads)
+    /// and [`strict`](Self::strict) still apply on top.
+    pub fn openvino_options(mut self, options: OpenVinoOptions) -> Self {
+        self.openvino = options;
+        self
+    }
+
+    /// Threads for one inference (ONNX Runtime's intra-op pool, tract's executor,
+    /// OpenVINO's CPU plugin); default: the engine's (all cores).
     pub fn threads(mut self, threads: usize) -> Self {
         self.threads = Some(threads.max(1));
         self
@@ -266,6 +317,7 @@ impl SegmenterBuilder {
         match self.engine {
             EngineKind::Tract => self.tract(&model, fallbacks),
             EngineKind::Ort => self.ort(&model, fallbacks),
+            EngineKind::OpenVino => self.openvino(&model, fallbacks),
             EngineKind::Auto => match self.ort(&model, fallbacks) {
                 Err(RuntimeError::OrtLibraryNotFound { tried }) if cfg!(feature = "tract") => {
                     fallbacks.push(Fallback::OrtLibraryMissing { tried });
@@ -343,6 +395,39 @@ impl SegmenterBuilder {
             options = options.with_io_names(card.input.name.clone(), output.clone());
         }
         Ok(Box::new(TractEngine::open_with(model.path, &options)?))
+    }
+
+    #[cfg(feature = "openvino")]
+    fn openvino(
+        &self,
+        model: &Opened<'_>,
+        fallbacks: &mut Vec<Fallback>,
+    ) -> Result<Box<dyn Engine>> {
+        let mut options = self.openvino.clone();
+        options.strict |= self.strict;
+        if let Some(n) = self.threads {
+            options.threads = Some(n);
+        }
+        if let (Some(card), Some(output)) = (model.card, &model.output) {
+            options.io_names = Some((card.input.name.clone(), output.clone()));
+        }
+        let engine = match model.model {
+            Some(file) => OpenVinoEngine::open_io(model.path, &file.io, &options)?,
+            None => OpenVinoEngine::open(model.path, &options)?,
+        };
+        if let Some(reason) = engine.fallback_reason() {
+            fallbacks.push(Fallback::Provider {
+                requested: format!("openvino:{}", options.device),
+                running: engine.provider().to_string(),
+                reason: reason.to_string(),
+            });
+        }
+        Ok(Box::new(engine))
+    }
+
+    #[cfg(not(feature = "openvino"))]
+    fn openvino(&self, _: &Opened<'_>, _: &mut Vec<Fallback>) -> Result<Box<dyn Engine>> {
+        Err(RuntimeError::BackendUnavailable("openvino"))
     }
 
     #[cfg(not(feature = "tract"))]

@@ -1,7 +1,7 @@
 //! [`SegmenterOptions`]: how a model opens, as one value with its defaults written down
 //! once. The command line's flags, the ROS 2 node's parameters, Python's keyword
 //! arguments, the C options struct and the GStreamer element's properties are skins of
-//! it, under the same names (`engine`, `providers`, `threads`, `card`, `strict`); it is
+//! it, under the same names (`engine`, `providers`, `device`, `threads`, `card`, ...); it is
 //! serde-serialisable, so a deployment can keep it in a file.
 //!
 //! Accepts what [`SegmenterBuilder`] accepts; refuses, naming it, an unknown key (serde)
@@ -15,20 +15,30 @@ use serde::{Deserialize, Serialize};
 use super::{EngineKind, SegmenterBuilder};
 use crate::card::CardRequest;
 use crate::error::{Result, RuntimeError};
+use crate::openvino::{Device, PerformanceHint, Precision};
 
 /// Everything that says how a model opens (see the module docs).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SegmenterOptions {
-    /// `auto` (ONNX Runtime when its library loads, else tract, reported), `ort` or
-    /// `tract`.
+    /// `auto` (ONNX Runtime when its library loads, else tract, reported), `ort`,
+    /// `tract` or `openvino`.
     pub engine: EngineKind,
     /// ONNX Runtime's execution providers in preference order: `cpu`, `cuda[:N]`,
     /// `tensorrt[:N]`, `tensorrt-fp16[:N]`. One that does not load falls back to the next
     /// (reported), unless `strict`.
     pub providers: Vec<String>,
-    /// Threads for one inference (ONNX Runtime's intra-op pool, tract's executor);
-    /// `None`: the engine's choice (all cores).
+    /// OpenVINO's device: `CPU`, `GPU`, `NPU` or `AUTO`. One that is absent falls back to
+    /// the CPU (reported), unless `strict`.
+    pub device: Device,
+    /// OpenVINO's precision for float32 layers: `f32`, or `bf16` (AMX, AVX-512 BF16).
+    pub precision: Precision,
+    /// OpenVINO's performance hint: `latency` or `throughput`.
+    pub hint: PerformanceHint,
+    /// OpenVINO's parallel inference streams; `None`: what the hint picks.
+    pub streams: Option<usize>,
+    /// Threads for one inference (ONNX Runtime's intra-op pool, tract's executor,
+    /// OpenVINO's CPU plugin); `None`: the engine's choice (all cores).
     pub threads: Option<usize>,
     /// A model card (TOML) for a file segtool did not write.
     pub card: Option<PathBuf>,
@@ -47,6 +57,10 @@ impl Default for SegmenterOptions {
         Self {
             engine: EngineKind::Auto,
             providers: vec!["cpu".into()],
+            device: Device::Cpu,
+            precision: Precision::F32,
+            hint: PerformanceHint::Latency,
+            streams: None,
             threads: None,
             card: None,
             strict: false,
@@ -58,9 +72,13 @@ impl Default for SegmenterOptions {
 
 impl SegmenterOptions {
     /// The names every front end uses for these options, in declaration order.
-    pub const NAMES: [&'static str; 7] = [
+    pub const NAMES: [&'static str; 11] = [
         "engine",
         "providers",
+        "device",
+        "precision",
+        "hint",
+        "streams",
         "threads",
         "card",
         "strict",
@@ -85,6 +103,13 @@ impl SegmenterBuilder {
                     message,
                 })?;
             self = self.providers(providers);
+        }
+        self = self
+            .device(options.device)
+            .precision(options.precision)
+            .hint(options.hint);
+        if let Some(n) = options.streams {
+            self = self.streams(n);
         }
         if let Some(n) = options.threads {
             self = self.threads(n);

@@ -172,3 +172,51 @@ fn accuracy_mode_is_refused_where_it_cannot_run() {
     let refused = BatchServer::from_segmenters(BatchConfig::new(), vec![seg]);
     assert!(refused.is_err(), "a batch server in accuracy mode");
 }
+
+/// OpenVINO through the builder: mixed sizes in order and logits as the other engines
+/// give them; a device that is absent (no Intel GPU here) falls back to the CPU and says
+/// why, and is an error when strict. Skipped, saying so, without the library.
+#[cfg(feature = "openvino")]
+#[test]
+fn segmenter_with_openvino_handles_mixed_sizes_and_reports_an_absent_device() {
+    use crate::openvino::Device;
+    use crate::{Fallback, RuntimeError};
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_rgb_model(dir.path());
+    let open = |device: Device, strict: bool| {
+        Segmenter::builder(&path)
+            .engine(EngineKind::OpenVino)
+            .device(device)
+            .threads(1)
+            .strict(strict)
+            .logits(true)
+            .open()
+    };
+    let mut seg = match open(Device::Cpu, false) {
+        Err(RuntimeError::OpenVinoLibraryNotFound { tried }) => {
+            eprintln!("skipping: no OpenVINO library ({tried:?})");
+            return;
+        }
+        other => other.unwrap(),
+    };
+    assert_eq!((seg.engine().name(), seg.engine().provider()), ("openvino", "cpu"));
+    check_results(&mut seg);
+    assert!(seg.engine().ran_in().unwrap().contains("f32"));
+    let gpu_present = matches!(open(Device::Gpu, true), Ok(_));
+    if !gpu_present {
+        let seg = open(Device::Gpu, false).unwrap();
+        match seg.fallbacks() {
+            [Fallback::Provider { requested, running, reason }] => {
+                assert_eq!((requested.as_str(), running.as_str()), ("openvino:GPU", "cpu"));
+                assert!(reason.contains("no GPU"), "{reason}");
+            }
+            other => panic!("expected one device fallback, got {other:?}"),
+        }
+        match open(Device::Gpu, true) {
+            Err(RuntimeError::FallbackRefused { fallback, .. }) => {
+                assert!(fallback.contains("GPU"), "{fallback}")
+            }
+            other => panic!("strict: expected a refusal, got {:?}", other.err()),
+        }
+    }
+}
