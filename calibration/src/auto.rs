@@ -11,11 +11,12 @@
 //!    mixes that leave the k worst candidates float. An agreement target is met when the
 //!    lower confidence bound of the mean per-image agreement meets it (`confidence`), so
 //!    that the choice carries a margin for images the search did not see. All of them
-//!    first (if even that misses, no mix meets the target), then bisection over k for
-//!    the smallest k that meets it, then a refinement that returns the chosen layers to
-//!    INT8, least harmful first, when the target still holds without them. At most
-//!    [`search_bound`] evaluations: 1 + 2 ceil(log2 N) for N candidates, against a greedy
-//!    search's N(N+1)/2.
+//!    first, then bisection over k for the smallest k that meets it, then a refinement
+//!    that returns the chosen layers to INT8, least harmful first, when the target still
+//!    holds without them. At most [`search_bound`] evaluations: 1 + 2 ceil(log2 N) for N
+//!    candidates, against a greedy search's N(N+1)/2. When even all candidates float
+//!    miss, the same search runs over every quantised layer (all float, fp32's accuracy,
+//!    is a valid answer); only if that misses too does no mix meet the target.
 //! 4. The final check: the chosen mix on the validation images held out from the search
 //!    (`final_check`, a fraction spread evenly over the list), reported beside the
 //!    search's figure. It chooses nothing: it says whether the target held on images that
@@ -370,11 +371,11 @@ pub fn auto_calibrate(
         })
         .collect();
     candidates.sort_by(|(oa, a), (ob, b)| a.snr_db.total_cmp(&b.snr_db).then(oa.cmp(ob)));
-    let candidates: Vec<Candidate> = candidates
-        .into_iter()
-        .map(|(_, c)| c)
-        .take(auto.candidates)
-        .collect();
+    // Every quantised layer, worst first: the search widens to all of them when no mix
+    // of the `auto.candidates` worst meets the target (all float is a valid answer).
+    let every_layer: Vec<Candidate> = candidates.into_iter().map(|(_, c)| c).collect();
+    let mut candidates: Vec<Candidate> =
+        every_layer.iter().take(auto.candidates).cloned().collect();
 
     // 3. Search on the validation images.
     let evaluator = |images: &[PathBuf]| {
@@ -428,7 +429,12 @@ pub fn auto_calibrate(
     let mut chosen = rows[1].meets_target.then_some(1);
     if chosen.is_none() && !candidates.is_empty() {
         let progress = &calib.progress;
-        let bound = search_bound(candidates.len());
+        // At most: the candidates' search, then (widened) every layer's.
+        let bound = search_bound(candidates.len())
+            + match every_layer.len() > candidates.len() {
+                true => search_bound(every_layer.len()),
+                false => 0,
+            };
         progress.start("search", bound as u64, 0);
         let started = Instant::now();
         let mut measure = |set: &[String], what: String| -> Result<Measured, CalibrationError> {
@@ -467,10 +473,28 @@ pub fn auto_calibrate(
             })
         };
         let names: Vec<String> = candidates.iter().map(|c| c.node.clone()).collect();
+        let mut found = search(&names, &mut measure)?;
+        if !found.reachable && every_layer.len() > names.len() {
+            progress.line(format!(
+                "no mix of the {} worst layers meets {}: widening the search to all {} \
+                 quantised layers",
+                names.len(),
+                auto.target.describe(),
+                every_layer.len()
+            ));
+            let names: Vec<String> = every_layer.iter().map(|c| c.node.clone()).collect();
+            let wider = search(&names, &mut measure)?;
+            // The chosen mix (the wider search's first) leads; the narrower ones follow.
+            found = Search {
+                reachable: wider.reachable,
+                measured: wider.measured.into_iter().chain(found.measured).collect(),
+            };
+            candidates = every_layer.clone();
+        }
         let Search {
             measured,
             reachable,
-        } = search(&names, &mut measure)?;
+        } = found;
         progress.finish(None);
         // Rows: the chosen mix first among the steps when one meets the target.
         for m in measured {

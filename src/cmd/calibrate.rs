@@ -118,6 +118,11 @@ pub struct Args {
     /// reported honestly when the accuracy target's mix misses it.
     #[arg(long, requires = "auto")]
     pub min_speedup: Option<f64>,
+    /// --auto: write the model and exit 0 even when no mix meets the target or the final
+    /// check on held-out images misses it (default: the trade-off table is written, the
+    /// model is not, and the exit status is 1).
+    #[arg(long, requires = "auto")]
+    pub accept_miss: bool,
     /// --auto: latency rounds over all the table's models (each --latency-runs runs).
     #[arg(long, default_value_t = 3)]
     pub latency_rounds: usize,
@@ -265,7 +270,11 @@ fn run_auto(args: Args) -> Result<()> {
     };
     let r = auto_calibrate(&model, &calib, &val, &opts, &auto)
         .with_context(|| format!("--auto calibration of {}", args.model.display()))?;
-    write_atomic(&args.out, &r.model)?;
+    // A miss is never shipped silently: no model unless --accept-miss.
+    let missed = r.chosen.is_none() || r.final_check.as_ref().is_some_and(|f| !f.meets_target);
+    if !missed || args.accept_miss {
+        write_atomic(&args.out, &r.model)?;
+    }
     if let Some(path) = &args.trt_cache {
         write_atomic(path, r.trt_cache.as_bytes())?;
         eprintln!("wrote TensorRT calibration cache {}", path.display());
@@ -286,13 +295,26 @@ fn run_auto(args: Args) -> Result<()> {
         write_atomic(path, serde_json::to_string_pretty(&r.to_json())?.as_bytes())?;
     }
     eprintln!(
-        "wrote {} and the trade-off table {}, {}, chart {} (x: ORT CPU ms, y: {}; black fp32, red int8, blue steps, green ring chosen, grey target)",
-        args.out.display(),
+        "wrote {}the trade-off table {}, {}, chart {} (x: ORT CPU ms, y: {}; black fp32, red int8, blue steps, green ring chosen, grey target)",
+        match !missed || args.accept_miss {
+            true => format!("{} and ", args.out.display()),
+            false => String::new(),
+        },
         csv.display(),
         json.display(),
         png.display(),
         r.target.metric_name()
     );
+    if missed && !args.accept_miss {
+        anyhow::bail!(
+            "{}; {} not written (--accept-miss writes the last step's model anyway)",
+            match r.chosen {
+                None => r.verdict(),
+                Some(_) => r.final_check_line(),
+            },
+            args.out.display()
+        );
+    }
     Ok(())
 }
 

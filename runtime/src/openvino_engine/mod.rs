@@ -147,11 +147,17 @@ impl OpenVinoEngine {
     pub fn node_precisions(&self) -> Result<NodePrecisions> {
         let mut nodes = Vec::new();
         for row in self.request.nodes().map_err(RuntimeError::OpenVino)? {
-            let precision = row.exec_type.rsplit('_').next().unwrap_or_default();
+            // The plugin spells some kernels' precision in capitals (`..._I8`).
+            let precision = row
+                .exec_type
+                .rsplit('_')
+                .next()
+                .unwrap_or_default()
+                .to_lowercase();
             if precision.is_empty() || precision == "undef" || row.name.is_empty() {
                 continue;
             }
-            nodes.push((row.name, precision.to_string()));
+            nodes.push((row.name, precision));
         }
         Ok(NodePrecisions { nodes })
     }
