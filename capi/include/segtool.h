@@ -113,7 +113,8 @@ typedef int32_t segtool_engine;
  */
 typedef struct segtool_options {
   /**
-   * `SEGTOOL_ENGINE_AUTO` (default), `SEGTOOL_ENGINE_ORT` or `SEGTOOL_ENGINE_TRACT`.
+   * `SEGTOOL_ENGINE_AUTO` (default), `SEGTOOL_ENGINE_ORT`, `SEGTOOL_ENGINE_TRACT` or
+   * `SEGTOOL_ENGINE_OPENVINO`.
    */
   segtool_engine engine;
   /**
@@ -122,6 +123,16 @@ typedef struct segtool_options {
    * resort. NULL or `""` means CPU only. tract always runs on the CPU.
    */
   const char *providers;
+  /**
+   * OpenVINO's device: `"CPU"`, `"GPU"`, `"NPU"` or `"AUTO"`; NULL or `""` (default):
+   * the CPU. An absent device falls back to the CPU (reported), unless `strict`.
+   */
+  const char *device;
+  /**
+   * OpenVINO's precision for float32 layers: `"f32"` or `"bf16"`; NULL or `""`
+   * (default): f32.
+   */
+  const char *precision;
   /**
    * Threads for one inference (the runtime's `SegmenterOptions::threads`): ONNX
    * Runtime's intra-op pool, or tract's own pool; 0 (default) lets the engine decide
@@ -237,6 +248,11 @@ typedef struct segtool_live_counts {
  * tract: pure Rust, CPU only, no native dependency.
  */
 #define SEGTOOL_ENGINE_TRACT 2
+
+/**
+ * OpenVINO (Intel CPUs, iGPUs, NPUs); fails if `libopenvino_c` cannot be loaded.
+ */
+#define SEGTOOL_ENGINE_OPENVINO 3
 
 #ifdef __cplusplus
 extern "C" {

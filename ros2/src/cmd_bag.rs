@@ -78,7 +78,7 @@ pub fn run(args: Args) -> Result<()> {
     };
     // The bag's mistakes before the model's load, which can take minutes (TensorRT).
     let conversion = Conversion::prepare(options.clone())?;
-    let (model, mut segmenter) = args.model.open(None)?;
+    let (model, mut segmenter) = args.model.open(&Default::default())?;
     let handler = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
     // SAFETY: the handler stores to an atomic and resets its own disposition.
     unsafe {

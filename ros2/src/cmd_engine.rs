@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
+use segtool_ros2::params::Given;
 use segtool_runtime::openvino::{Device, Precision};
 use segtool_runtime::{EngineKind, Segmenter, SegmenterOptions};
 
@@ -37,24 +38,55 @@ pub struct ModelArgs {
 }
 
 impl ModelArgs {
-    /// Opens the model (`param` is `-p model:=...` when given).
-    pub fn open(&self, param: Option<&str>) -> Result<(PathBuf, Segmenter)> {
-        let model = match (&self.model, param) {
-            (Some(m), _) => m.clone(),
-            (None, Some(p)) => PathBuf::from(p),
-            (None, None) => {
-                anyhow::bail!("no model: --model PATH, or -p model:=PATH after --ros-args")
-            }
+    /// The model and the runtime's options: the flags, overridden by the ROS parameters
+    /// `given` (a parameter file, then `-p`).
+    pub fn resolve(&self, given: &Given) -> Result<(PathBuf, SegmenterOptions)> {
+        let model = match (given.string("model"), &self.model) {
+            (Some(p), _) => PathBuf::from(p),
+            (None, Some(m)) => m.clone(),
+            (None, None) => anyhow::bail!(
+                "no model: --model PATH, or the model parameter (-p model:=PATH after \
+                 --ros-args, or a --params-file)"
+            ),
         };
+        let parsed = |name: &str, e: String| anyhow::anyhow!("parameter {name}: {e}");
         let options = SegmenterOptions {
-            engine: self.engine,
-            providers: self.providers.clone(),
-            device: self.device,
-            precision: self.precision,
-            threads: self.threads,
-            card: self.card.clone(),
+            engine: match given.string("engine") {
+                Some(e) => e.parse().map_err(|e| parsed("engine", e))?,
+                None => self.engine,
+            },
+            providers: given
+                .strings("providers")
+                .map_or_else(|| self.providers.clone(), <[String]>::to_vec),
+            device: match given.string("device") {
+                Some(d) => d.parse().map_err(|e| parsed("device", e))?,
+                None => self.device,
+            },
+            precision: match given.string("precision") {
+                Some(p) => p.parse().map_err(|e| parsed("precision", e))?,
+                None => self.precision,
+            },
+            threads: match given.integer("threads") {
+                Some(n) if n > 0 => Some(n as usize),
+                Some(0) => None,
+                Some(n) => {
+                    anyhow::bail!("parameter threads: {n}, expected 0 (the engine's) or more")
+                }
+                None => self.threads,
+            },
+            card: given
+                .string("card")
+                .filter(|c| !c.is_empty())
+                .map(PathBuf::from)
+                .or_else(|| self.card.clone()),
             ..SegmenterOptions::default()
         };
+        Ok((model, options))
+    }
+
+    /// Opens the model the flags and the ROS parameters `given` name.
+    pub fn open(&self, given: &Given) -> Result<(PathBuf, Segmenter)> {
+        let (model, options) = self.resolve(given)?;
         let b = Segmenter::builder(&model).options(&options)?;
         let seg = b
             .open()

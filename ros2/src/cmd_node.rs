@@ -5,8 +5,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use segtool_ros2::node::{self, NodeConfig, NodeEvent, Transport};
+use segtool_ros2::node::{self, NodeConfig, NodeEvent, Topics, Transport};
+use segtool_ros2::param_services::Live;
+use segtool_ros2::params::{self, Given, Value};
 use segtool_ros2::ros_args::RosArgs;
+use segtool_runtime::DEFAULT_ALPHA;
 
 use crate::cmd_engine::ModelArgs;
 
@@ -15,7 +18,8 @@ pub struct Args {
     #[command(flatten)]
     pub model: ModelArgs,
     /// raw (`image`, sensor_msgs/Image) or compressed (`image/compressed`, JPEG or PNG).
-    /// Also `-p transport:=compressed`.
+    /// Also `-p transport:=compressed`. Every flag can be given as a ROS parameter of the
+    /// same name (`-p NAME:=VALUE`, `--params-file FILE`), which wins over the flag.
     #[arg(long, default_value = "raw", value_parser = parse_transport)]
     pub transport: Transport,
     /// Reliable QoS for the camera and the masks (default: sensor data, best effort).
@@ -77,34 +81,104 @@ fn keep_freed_frames() {
 /// never given back).
 const TRIM_EVERY: Duration = Duration::from_secs(30);
 
-pub fn run(args: Args, ros: RosArgs) -> Result<()> {
-    keep_freed_frames();
-    for note in &ros.ignored {
-        eprintln!("note: --ros-args {note} has no effect on this node");
-    }
-    let param = |k: &str| ros.params.get(k).map(String::as_str);
-    let transport = match param("transport") {
-        Some(t) => parse_transport(t).map_err(anyhow::Error::msg)?,
+/// The node's configuration from the flags and the parameters `given`; every declared
+/// parameter gets its value at start, for the parameter services.
+fn node_config(args: &Args, ros: &RosArgs, given: &Given) -> Result<NodeConfig> {
+    let transport = match given.string("transport") {
+        Some(t) => parse_transport(t).map_err(|e| anyhow::anyhow!("parameter transport: {e}"))?,
         None => args.transport,
     };
-    let reliable = match param("reliable") {
-        Some("true") => true,
-        Some("false") => false,
-        Some(other) => bail!("-p reliable:={other}: expected true or false"),
-        None => args.reliable,
-    };
-    if !(args.diagnostics_period > 0.0 && args.diagnostics_period.is_finite()) {
-        bail!("--diagnostics-period must be a positive number of seconds");
+    let reliable = given.bool("reliable").unwrap_or(args.reliable);
+    let period = given
+        .double("diagnostics_period")
+        .unwrap_or(args.diagnostics_period);
+    if !(period > 0.0 && period.is_finite()) {
+        bail!("diagnostics_period must be a positive number of seconds, not {period}");
     }
-    let (path, segmenter) = args.model.open(param("model"))?;
-    let config = NodeConfig {
+    let alpha = given.double("alpha").unwrap_or(DEFAULT_ALPHA as f64);
+    if !(0.0..=1.0).contains(&alpha) {
+        bail!("alpha must be from 0 to 1, not {alpha}");
+    }
+    let defaults = Topics::default();
+    let topic = |name: &str, default: String| given.string(name).map_or(default, str::to_string);
+    let topics = Topics {
+        input: topic("input_topic", defaults.input),
+        class_mask: topic("class_mask_topic", defaults.class_mask),
+        color_mask: topic("color_mask_topic", defaults.color_mask),
+        overlay: topic("overlay_topic", defaults.overlay),
+    };
+    let (color, overlay) = (
+        given.bool("publish_color_mask").unwrap_or(true),
+        given.bool("publish_overlay").unwrap_or(true),
+    );
+    let live = Live::new(
+        alpha as f32,
+        color,
+        overlay,
+        Duration::from_secs_f64(period),
+    );
+    let (model, options) = args.model.resolve(given)?;
+    let text = |s: &str| Value::String(s.to_string());
+    let parameters = vec![
+        ("model", text(&model.to_string_lossy())),
+        (
+            "card",
+            text(
+                &options
+                    .card
+                    .as_deref()
+                    .map(|c| c.to_string_lossy())
+                    .unwrap_or_default(),
+            ),
+        ),
+        ("engine", text(options.engine.as_str())),
+        ("providers", Value::StringArray(options.providers.clone())),
+        ("device", text(options.device.as_str())),
+        ("precision", text(options.precision.as_str())),
+        (
+            "threads",
+            Value::Integer(options.threads.unwrap_or(0) as i64),
+        ),
+        (
+            "transport",
+            text(match transport {
+                Transport::Raw => "raw",
+                Transport::Compressed => "compressed",
+            }),
+        ),
+        ("reliable", Value::Bool(reliable)),
+        ("input_topic", text(&topics.input)),
+        ("class_mask_topic", text(&topics.class_mask)),
+        ("color_mask_topic", text(&topics.color_mask)),
+        ("overlay_topic", text(&topics.overlay)),
+        ("publish_color_mask", Value::Bool(color)),
+        ("publish_overlay", Value::Bool(overlay)),
+        ("alpha", Value::Double(alpha)),
+        ("diagnostics_period", Value::Double(period)),
+    ];
+    debug_assert_eq!(parameters.len(), params::DECLARED.len());
+    Ok(NodeConfig {
         name: args.name.clone(),
         ros: ros.clone(),
         domain_id: domain_id()?,
         transport,
         reliable,
-        diagnostics_period: Duration::from_secs_f64(args.diagnostics_period),
-    };
+        topics,
+        parameters,
+        live: std::sync::Arc::new(live),
+    })
+}
+
+pub fn run(args: Args, ros: RosArgs) -> Result<()> {
+    keep_freed_frames();
+    for note in &ros.ignored {
+        eprintln!("note: --ros-args {note} has no effect on this node");
+    }
+    // The flags give the defaults; the parameters (files, then -p) override them.
+    let given = params::gather(&ros.params_files, &ros.params, &ros.full_name(&args.name))
+        .map_err(anyhow::Error::msg)?;
+    let config = node_config(&args, &ros, &given)?;
+    let (path, segmenter) = args.model.open(&given)?;
     // SAFETY: the handler only stores to an atomic.
     unsafe {
         libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);

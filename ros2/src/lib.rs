@@ -14,5 +14,7 @@ pub mod diagnostics;
 pub mod frames;
 pub mod msgs;
 pub mod node;
+pub mod param_services;
+pub mod params;
 pub mod ros_args;
 mod sequence;

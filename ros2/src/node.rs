@@ -33,13 +33,15 @@ use image::RgbImage;
 use ros2_client::dds::rustdds::mio1::{Events, Interest, Poll, Token};
 use ros2_client::dds::{Context, ContextOptions, Node, Publisher, Subscription};
 use ros2_client::qos::{Durability, History, Reliability, WhenFull};
-use ros2_client::{MessageInfo, MessageTypeName, Name, NodeName, NodeOptions, QosProfile};
+use ros2_client::{MessageInfo, MessageTypeName, Name, NodeName, QosProfile};
 use segtool_runtime::batching::{BatchConfig, LatestStream, LiveOutcome};
 use segtool_runtime::{batching::BatchServer, colorize, overlay, Segmenter, DEFAULT_ALPHA};
 
 use crate::diagnostics::{self, NodeStats, Window};
 use crate::frames::{self, BadFrame};
 use crate::msgs::{split_name, CompressedImage, DiagnosticArray, Header, Image, RosMessage, Time};
+use crate::param_services::{self, Live};
+use crate::params::Value;
 use crate::ros_args::RosArgs;
 use crate::sequence::SequenceGaps;
 
@@ -53,8 +55,29 @@ pub enum Transport {
     Compressed,
 }
 
+/// The topic names as the node's code writes them (resolved under its namespace, then
+/// remapped): the camera, the class ids, the colour mask and the overlay.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Topics {
+    pub input: String,
+    pub class_mask: String,
+    pub color_mask: String,
+    pub overlay: String,
+}
+
+impl Default for Topics {
+    fn default() -> Self {
+        Self {
+            input: "image".into(),
+            class_mask: "class_mask".into(),
+            color_mask: "color_mask".into(),
+            overlay: "overlay".into(),
+        }
+    }
+}
+
 /// How the node runs.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct NodeConfig {
     /// The node's name (`__node:=` overrides it).
     pub name: String,
@@ -65,8 +88,13 @@ pub struct NodeConfig {
     pub transport: Transport,
     /// Reliable QoS instead of sensor data.
     pub reliable: bool,
-    /// How often `/diagnostics` is published.
-    pub diagnostics_period: Duration,
+    pub topics: Topics,
+    /// Every declared parameter with its value at start, offered through the parameter
+    /// services ([`crate::param_services`]).
+    pub parameters: Vec<(&'static str, Value)>,
+    /// What may change while the node runs: alpha, which pictures to publish, how often
+    /// `/diagnostics` is published.
+    pub live: Arc<Live>,
 }
 
 impl Default for NodeConfig {
@@ -77,7 +105,9 @@ impl Default for NodeConfig {
             domain_id: 0,
             transport: Transport::Raw,
             reliable: false,
-            diagnostics_period: Duration::from_secs(1),
+            topics: Topics::default(),
+            parameters: Vec::new(),
+            live: Arc::new(Live::new(DEFAULT_ALPHA, true, true, Duration::from_secs(1))),
         }
     }
 }
@@ -130,6 +160,8 @@ struct Outputs {
     /// Which pictures someone subscribes to ([`COLOR`], [`OVERLAY`] bits), refreshed by
     /// the main loop.
     wanted: AtomicU8,
+    /// Which pictures the parameters ask for, and the overlay's alpha.
+    live: Arc<Live>,
 }
 
 const COLOR: u8 = 1;
@@ -147,8 +179,13 @@ impl Outputs {
         self.wanted.store(bits, Ordering::Relaxed);
     }
 
+    /// A picture is drawn when someone subscribes to it and the parameters ask for it.
     fn wants(&self, bit: u8) -> bool {
-        self.wanted.load(Ordering::Relaxed) & bit != 0
+        let asked = match bit {
+            COLOR => self.live.publish_color_mask(),
+            _ => self.live.publish_overlay(),
+        };
+        asked && self.wanted.load(Ordering::Relaxed) & bit != 0
     }
 }
 
@@ -251,14 +288,20 @@ pub fn run(
     })?;
     let full_node_name = node_name.fully_qualified_name();
     let mut node = context
-        .new_node(node_name, NodeOptions::new().enable_rosout(false))
+        .new_node(
+            node_name,
+            param_services::node_options(&config.parameters, config.live.clone()),
+        )
         .map_err(dds)?;
+    config.live.set_running();
     let qos = qos(config.reliable);
     // image_transport's convention: the compressed topic is the (remapped) image topic
     // plus `/compressed`.
     let input = match config.transport {
-        Transport::Raw => ros.resolve(&name, "image"),
-        Transport::Compressed => format!("{}/compressed", ros.resolve(&name, "image")),
+        Transport::Raw => ros.resolve(&name, &config.topics.input),
+        Transport::Compressed => {
+            format!("{}/compressed", ros.resolve(&name, &config.topics.input))
+        }
     };
     let mut camera = match config.transport {
         Transport::Raw => {
@@ -270,7 +313,8 @@ pub fn run(
             Camera::Compressed(node.create_subscription(&t, None).map_err(dds)?)
         }
     };
-    let names = ["class_mask", "color_mask", "overlay"].map(|n| ros.resolve(&name, n));
+    let t = &config.topics;
+    let names = [&t.class_mask, &t.color_mask, &t.overlay].map(|n| ros.resolve(&name, n));
     let mut publisher = |n: &str| -> Result<Publisher<Image>, NodeError> {
         let t = topic::<Image>(&mut node, n, &qos)?;
         node.create_publisher(&t, None).map_err(dds)
@@ -280,6 +324,7 @@ pub fn run(
         color_mask: publisher(&names[1])?,
         overlay: publisher(&names[2])?,
         wanted: AtomicU8::new(0),
+        live: config.live.clone(),
     });
     let diag_qos = qos_reliable_diagnostics();
     let diag_topic =
@@ -334,7 +379,7 @@ pub fn run(
     let mut events = Events::with_capacity(8);
     let mut stats = NodeStats::default();
     let mut gaps = SequenceGaps::default();
-    let mut next_diagnostics = Instant::now() + config.diagnostics_period;
+    let mut next_diagnostics = Instant::now() + config.live.diagnostics_period();
     while !stop.load(Ordering::Relaxed) {
         let wait = next_diagnostics
             .saturating_duration_since(Instant::now())
@@ -372,7 +417,7 @@ pub fn run(
             }
         }
         if Instant::now() >= next_diagnostics {
-            next_diagnostics += config.diagnostics_period;
+            next_diagnostics += config.live.diagnostics_period();
             refresh(&mut stats, &stream, &window);
             let msg = diagnostics::message(
                 &full_node_name,
@@ -440,7 +485,7 @@ fn publish_masks(
                 .publish(frames::rgb_message(&header, &color));
         }
         if outputs.wants(OVERLAY) {
-            let blended = overlay(&img, mask.view(), palette, DEFAULT_ALPHA);
+            let blended = overlay(&img, mask.view(), palette, outputs.live.alpha());
             let _ = outputs
                 .overlay
                 .publish(frames::rgb_message(&header, &blended));

@@ -2,8 +2,9 @@
 //! it, for a node that has no ROS 2 install to do it.
 //!
 //! Accepts `-r FROM:=TO` / `--remap` (topic remaps; `__ns:=/ns` and `__node:=name`),
-//! `-p NAME:=VALUE` / `--param`, and ignores `--log-level LEVEL`, `--enclave E` and
-//! `--params-file F` with a note (they configure parts this node does not have).
+//! `-p NAME:=VALUE` / `--param` and `--params-file FILE` (read by [`crate::params`]), and
+//! ignores `--log-level LEVEL` and `--enclave E` with a note (they configure parts this
+//! node does not have).
 //! `--ros-args` ends at `--`. Refuses anything else, naming it. A relative topic name
 //! resolves under the node's namespace (`image` in `/seg` is `/seg/image`), an absolute
 //! one stays; `~/x` is `/ns/node/x`; a remap matches the name as written or resolved.
@@ -21,6 +22,8 @@ pub struct RosArgs {
     pub node_name: Option<String>,
     /// `-p name:=value`, as written.
     pub params: BTreeMap<String, String>,
+    /// `--params-file FILE`, in order.
+    pub params_files: Vec<std::path::PathBuf>,
     /// Arguments accepted but without effect here, for a note.
     pub ignored: Vec<String>,
 }
@@ -59,7 +62,8 @@ pub fn split(args: &[String]) -> Result<(Vec<String>, RosArgs), String> {
                     let (name, val) = assignment(&v, a)?;
                     ros.params.insert(name, val);
                 }
-                "--log-level" | "--enclave" | "--params-file" => {
+                "--params-file" => ros.params_files.push(value(a)?.into()),
+                "--log-level" | "--enclave" => {
                     let v = value(a)?;
                     ros.ignored.push(format!("{a} {v}"));
                 }
@@ -93,6 +97,15 @@ fn absolute_namespace(ns: &str) -> Result<String, String> {
 }
 
 impl RosArgs {
+    /// The node's fully qualified name (`/ns/name`), `name` unless `__node:=` renames it.
+    pub fn full_name(&self, name: &str) -> String {
+        let name = self.node_name.as_deref().unwrap_or(name);
+        match self.namespace() {
+            "/" => format!("/{name}"),
+            ns => format!("{ns}/{name}"),
+        }
+    }
+
     /// The node's namespace (`/` by default).
     pub fn namespace(&self) -> &str {
         self.namespace.as_deref().unwrap_or("/")

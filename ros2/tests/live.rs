@@ -345,3 +345,59 @@ fn a_stopped_and_continued_node_still_answers() {
     let (ok, stderr, _) = node.interrupt();
     assert!(ok, "{stderr}");
 }
+
+/// A parameter file, as a launch file's `parameters=[config.yaml]` hands it to a node:
+/// the model, the engine and the topics come from it (none on the command line), and the
+/// masks arrive on its topics. A key the node does not declare, or a value of the wrong
+/// type, stops the node with an error naming the file, the key and the expected type.
+#[test]
+fn a_parameter_file_sets_the_model_engine_and_topics() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = model(tmp.path());
+    let d = domain(3);
+    let params = tmp.path().join("config.yaml");
+    std::fs::write(
+        &params,
+        format!(
+            "/**:\n  ros__parameters:\n    threads: 1\n    reliable: true\n\
+             /seg/segmenter:\n  ros__parameters:\n    model: {}\n    engine: tract\n    \
+             input_topic: /cam2/image\n    class_mask_topic: /seg2/masks\n",
+            model.display()
+        ),
+    )
+    .unwrap();
+    let spawn = |params: &Path| {
+        Command::new(env!("CARGO_BIN_EXE_segtool-ros2"))
+            .args(["node", "--ros-args", "-r", "__ns:=/seg", "-r", "__node:=segmenter"])
+            .arg("--params-file")
+            .arg(params)
+            .env("ROS_DOMAIN_ID", d.to_string())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("segtool-ros2 runs")
+    };
+    let node = NodeProcess(spawn(&params));
+    let out = tmp.path().join("params");
+    let summary = camera(
+        &out,
+        d,
+        &["--frames", "6", "--topic", "/cam2/image", "--masks", "/seg2/masks"],
+    );
+    assert_eq!(summary["matched"], true, "discovery: {summary}");
+    assert!(check_masks(&out, &summary, &model, "png") > 0, "{summary}");
+    let (ok, stderr, _) = node.interrupt();
+    assert!(ok, "{stderr}");
+    assert!(stderr.contains("/cam2/image") && stderr.contains("tract"), "{stderr}");
+
+    for (text, wanted) in [
+        ("/**:\n  ros__parameters:\n    modle: m.onnx\n", "modle: not a parameter"),
+        ("segmenter:\n  ros__parameters:\n    threads: two\n", "threads: expected integer"),
+    ] {
+        std::fs::write(&params, text).unwrap();
+        let run = spawn(&params).wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&run.stderr);
+        assert!(!run.status.success(), "{stderr}");
+        assert!(stderr.contains("config.yaml") && stderr.contains(wanted), "{stderr}");
+    }
+}
