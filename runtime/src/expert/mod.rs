@@ -10,7 +10,9 @@ pub use crate::contract_adapter::ContractAdapter;
 pub use crate::engine::{load_spec, read_metadata, run_logits, Engine};
 pub use crate::io_contract::{EngineInput, EngineOutput, EngineTensor};
 #[cfg(feature = "openvino")]
-pub use crate::openvino_engine::{library as openvino_library, NodePrecisions, OpenVinoEngine};
+pub use crate::openvino_engine::{
+    library as openvino_library, precision_class, NodePrecisions, OpenVinoEngine,
+};
 #[cfg(feature = "ort")]
 pub use crate::ort_engine::{doctor, environment, NodePlacement, OrtEngine, PlacedNode};
 pub use crate::postprocess::{argmax, resize_bilinear, resize_nearest, softmax, Upsample};

@@ -43,7 +43,7 @@ pub struct OpenVinoEngine {
     version: String,
 }
 
-/// The precision each node of the compiled graph ran in (`f32`, `bf16`, `i8`, `u8`...),
+/// The precision each node of the compiled graph ran in (`f32`, `bf16`, `int8`, `i32`...),
 /// read from the kernel the plugin chose for it; fused nodes are left out.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct NodePrecisions {
@@ -147,13 +147,7 @@ impl OpenVinoEngine {
     pub fn node_precisions(&self) -> Result<NodePrecisions> {
         let mut nodes = Vec::new();
         for row in self.request.nodes().map_err(RuntimeError::OpenVino)? {
-            // The plugin spells some kernels' precision in capitals (`..._I8`).
-            let precision = row
-                .exec_type
-                .rsplit('_')
-                .next()
-                .unwrap_or_default()
-                .to_lowercase();
+            let precision = precision_class(row.exec_type.rsplit('_').next().unwrap_or_default());
             if precision.is_empty() || precision == "undef" || row.name.is_empty() {
                 continue;
             }
@@ -192,6 +186,16 @@ impl OpenVinoEngine {
         )
         .map_err(|e| wrong(&e.to_string()))?;
         Ok(EngineOutput::Logits(logits))
+    }
+}
+
+/// A kernel's precision as the report counts it: lower case, and `int8` for either
+/// signedness (a quantising reorder's kernel says `I8` where the runtime model's
+/// `runtimePrecision` says `u8`: the same INT8 work).
+pub fn precision_class(kernel: &str) -> String {
+    match kernel.to_lowercase().as_str() {
+        "i8" | "u8" => "int8".into(),
+        other => other.into(),
     }
 }
 
