@@ -368,7 +368,14 @@ fn a_parameter_file_sets_the_model_engine_and_topics() {
     .unwrap();
     let spawn = |params: &Path| {
         Command::new(env!("CARGO_BIN_EXE_segtool-ros2"))
-            .args(["node", "--ros-args", "-r", "__ns:=/seg", "-r", "__node:=segmenter"])
+            .args([
+                "node",
+                "--ros-args",
+                "-r",
+                "__ns:=/seg",
+                "-r",
+                "__node:=segmenter",
+            ])
             .arg("--params-file")
             .arg(params)
             .env("ROS_DOMAIN_ID", d.to_string())
@@ -382,22 +389,107 @@ fn a_parameter_file_sets_the_model_engine_and_topics() {
     let summary = camera(
         &out,
         d,
-        &["--frames", "6", "--topic", "/cam2/image", "--masks", "/seg2/masks"],
+        &[
+            "--frames",
+            "6",
+            "--topic",
+            "/cam2/image",
+            "--masks",
+            "/seg2/masks",
+        ],
     );
     assert_eq!(summary["matched"], true, "discovery: {summary}");
     assert!(check_masks(&out, &summary, &model, "png") > 0, "{summary}");
     let (ok, stderr, _) = node.interrupt();
     assert!(ok, "{stderr}");
-    assert!(stderr.contains("/cam2/image") && stderr.contains("tract"), "{stderr}");
+    assert!(
+        stderr.contains("/cam2/image") && stderr.contains("tract"),
+        "{stderr}"
+    );
 
     for (text, wanted) in [
-        ("/**:\n  ros__parameters:\n    modle: m.onnx\n", "modle: not a parameter"),
-        ("segmenter:\n  ros__parameters:\n    threads: two\n", "threads: expected integer"),
+        (
+            "/**:\n  ros__parameters:\n    modle: m.onnx\n",
+            "modle: not a parameter",
+        ),
+        (
+            "segmenter:\n  ros__parameters:\n    threads: two\n",
+            "threads: expected integer",
+        ),
     ] {
         std::fs::write(&params, text).unwrap();
         let run = spawn(&params).wait_with_output().unwrap();
         let stderr = String::from_utf8_lossy(&run.stderr);
         assert!(!run.status.success(), "{stderr}");
-        assert!(stderr.contains("config.yaml") && stderr.contains(wanted), "{stderr}");
+        assert!(
+            stderr.contains("config.yaml") && stderr.contains(wanted),
+            "{stderr}"
+        );
     }
+}
+
+/// ROS 2's six parameter services and `/parameter_events`, called by a Cyclone DDS client
+/// with ROS 2's type names on `rq/` and `rr/` topics (tests/reference/ros2_params.py):
+/// every declared parameter is listed with its type and value, a set of the model is
+/// refused with the reason, alpha and the diagnostics period change (get answers the new
+/// value) and the change is published on `/parameter_events`.
+#[test]
+fn the_parameter_services_answer_a_cyclone_dds_client() {
+    use segtool_ros2::params::{Kind, DECLARED};
+    let tmp = tempfile::tempdir().unwrap();
+    let model = model(tmp.path());
+    let d = domain(5);
+    let node = NodeProcess::start(&model, d, &["--reliable"]);
+    let python = std::env::var("SEGTOOL_PYTHON").unwrap_or_else(|_| "python3".into());
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/reference/ros2_params.py");
+    let run = Command::new(python)
+        .arg(script)
+        .args(["--domain", &d.to_string(), "--node", "/seg/segtool"])
+        .output()
+        .expect("python runs (SEGTOOL_PYTHON)");
+    let (ok, stderr, _) = node.interrupt();
+    assert!(
+        run.status.success(),
+        "client: {}\nnode: {stderr}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert!(ok, "{stderr}");
+    let out: Value = serde_json::from_slice(&run.stdout).unwrap();
+    let names: Vec<&str> = out["names"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap())
+        .collect();
+    let types = out["types"].as_array().unwrap();
+    for d in &DECLARED {
+        let i = names
+            .iter()
+            .position(|n| *n == d.name)
+            .unwrap_or_else(|| panic!("{} not listed: {out}", d.name));
+        // rcl_interfaces/msg/ParameterType: 1 bool, 2 integer, 3 double, 4 string, 9 string[].
+        let want = match d.kind {
+            Kind::Bool => 1,
+            Kind::Integer => 2,
+            Kind::Double => 3,
+            Kind::String => 4,
+            Kind::StringArray => 9,
+        };
+        assert_eq!(types[i], want, "{}: {out}", d.name);
+    }
+    let model_at = names.iter().position(|n| *n == "model").unwrap();
+    assert_eq!(out["values"][model_at], model.to_str().unwrap());
+    assert_eq!(out["set_model"][0], false);
+    assert!(
+        out["set_model"][1].as_str().unwrap().contains("read-only"),
+        "{out}"
+    );
+    assert_eq!(out["set_alpha"][0], true, "{out}");
+    assert_eq!(out["set_period_atomically"][0], true, "{out}");
+    assert_eq!(out["alpha_after"], 0.25);
+    let events = out["events"].as_array().unwrap();
+    assert!(
+        events.iter().any(|e| e[0] == "alpha" && e[1] == 0.25),
+        "{out}"
+    );
 }

@@ -301,8 +301,9 @@ impl<C: Context> Writable<C> for DataFrag {
     writer.write_value(&self.fragments_in_submessage)?;
     writer.write_value(&self.fragment_size)?;
     writer.write_value(&self.data_size)?;
-    if self.inline_qos.is_some() && !self.inline_qos.as_ref().unwrap().parameters.is_empty() {
-      writer.write_value(&self.inline_qos)?;
+    if let Some(inline_qos) = self.inline_qos.as_ref().filter(|q| !q.parameters.is_empty()) {
+      // The list itself: writing the Option wrote speedy's one-byte tag before it.
+      writer.write_value(inline_qos)?;
     }
     writer.write_bytes(&self.serialized_payload)?;
     Ok(())
