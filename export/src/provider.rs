@@ -140,6 +140,7 @@ impl AttentionChoice {
             }
             (ExportTarget::Tract, _) => "chosen for tract",
             (ExportTarget::TensorRt, _) => "chosen for TensorRT",
+            (ExportTarget::OpenVino, _) => "chosen for OpenVINO, where it measured fastest",
             (ExportTarget::Legacy, _) => "the legacy form every runtime loads",
         };
         Some(format!(
