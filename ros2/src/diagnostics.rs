@@ -31,6 +31,10 @@ pub struct NodeStats {
     /// period, milliseconds.
     pub latency_p50_ms: f64,
     pub latency_p99_ms: f64,
+    /// Colour masks and overlays drawn and published: only while someone subscribes to
+    /// them (and the parameters ask for them).
+    pub color_masks: u64,
+    pub overlays: u64,
 }
 
 impl NodeStats {
@@ -45,6 +49,9 @@ impl NodeStats {
 pub(crate) struct Window {
     started: Instant,
     latencies_ms: Vec<f64>,
+    /// Colour masks and overlays drawn and published in the period.
+    color_masks: u64,
+    overlays: u64,
 }
 
 impl Window {
@@ -52,11 +59,16 @@ impl Window {
         Self {
             started: Instant::now(),
             latencies_ms: Vec::new(),
+            color_masks: 0,
+            overlays: 0,
         }
     }
 
-    pub(crate) fn add(&mut self, latency: Duration) {
+    /// One answered frame: its latency and which pictures were drawn for it.
+    pub(crate) fn add(&mut self, latency: Duration, color_mask: bool, overlay: bool) {
         self.latencies_ms.push(latency.as_secs_f64() * 1e3);
+        self.color_masks += u64::from(color_mask);
+        self.overlays += u64::from(overlay);
     }
 
     /// Closes the period: its rate and percentiles into `stats`, then starts anew.
@@ -72,6 +84,8 @@ impl Window {
         };
         stats.latency_p50_ms = pick(0.50);
         stats.latency_p99_ms = pick(0.99);
+        stats.color_masks += self.color_masks;
+        stats.overlays += self.overlays;
         *self = Self::new();
     }
 }
@@ -99,6 +113,8 @@ pub fn message(
         kv("failed", stats.failed.to_string()),
         kv("lost", stats.lost.to_string()),
         kv("bad_messages", stats.bad_total().to_string()),
+        kv("color_masks_drawn", stats.color_masks.to_string()),
+        kv("overlays_drawn", stats.overlays.to_string()),
         kv("provider", provider.to_string()),
         kv("fallbacks", fallbacks.unwrap_or("none").to_string()),
     ];
@@ -143,10 +159,13 @@ mod tests {
         };
         let mut w = Window::new();
         for ms in [10, 20, 30, 40] {
-            w.add(Duration::from_millis(ms));
+            w.add(Duration::from_millis(ms), ms >= 30, false);
         }
         w.close(&mut stats);
-        assert_eq!((stats.latency_p50_ms, stats.latency_p99_ms), (30.0, 40.0));
+        w.add(Duration::from_millis(5), true, true);
+        w.close(&mut stats);
+        assert_eq!((stats.color_masks, stats.overlays), (3, 1));
+        assert_eq!((stats.latency_p50_ms, stats.latency_p99_ms), (5.0, 5.0));
         stats.bad.insert("unknown encoding".into(), 2);
         let m = message("/seg/segtool", &stats, "cpu", None, Time::default());
         let s = &m.status[0];
@@ -157,5 +176,9 @@ mod tests {
         assert_eq!(get("lost"), "2");
         assert_eq!(get("bad: unknown encoding"), "2");
         assert_eq!(get("provider"), "cpu");
+        assert_eq!(
+            (get("color_masks_drawn"), get("overlays_drawn")),
+            ("3".into(), "1".into())
+        );
     }
 }

@@ -478,13 +478,14 @@ fn publish_masks(
             .class_mask
             .publish(frames::class_mask(&header, &mask, classes));
         let latency = frame.submitted.elapsed();
-        if outputs.wants(COLOR) {
+        let (color, overlaid) = (outputs.wants(COLOR), outputs.wants(OVERLAY));
+        if color {
             let color = colorize(mask.view(), palette);
             let _ = outputs
                 .color_mask
                 .publish(frames::rgb_message(&header, &color));
         }
-        if outputs.wants(OVERLAY) {
+        if overlaid {
             let blended = overlay(&img, mask.view(), palette, outputs.live.alpha());
             let _ = outputs
                 .overlay
@@ -493,6 +494,6 @@ fn publish_masks(
         window
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .add(latency);
+            .add(latency, color, overlaid);
     }
 }

@@ -493,3 +493,42 @@ fn the_parameter_services_answer_a_cyclone_dds_client() {
         "{out}"
     );
 }
+
+/// The pictures are drawn only for subscribers (DDS matched subscriptions): with none to
+/// the colour mask and the overlay, the diagnostics count neither drawn; a colour-mask
+/// subscriber that joins later receives colour masks, and the overlay, still without
+/// one, is never drawn.
+#[test]
+fn pictures_are_drawn_only_while_someone_subscribes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = model(tmp.path());
+    let d = domain(7);
+    let node = NodeProcess::start(&model, d, &["--reliable"]);
+    let first = camera(
+        &tmp.path().join("first"),
+        d,
+        &["--frames", "6", "--listen-s", "8"],
+    );
+    assert_eq!(first["matched"], true, "discovery: {first}");
+    assert!(count(&first, "answered") > 0, "{first}");
+    assert_eq!(count(&first, "color_masks_drawn"), 0, "{first}");
+    assert_eq!(count(&first, "overlays_drawn"), 0, "{first}");
+    let out = tmp.path().join("second");
+    let second = camera(
+        &out,
+        d,
+        &[
+            "--frames",
+            "6",
+            "--colors",
+            "/seg/color_mask",
+            "--listen-s",
+            "8",
+        ],
+    );
+    assert!(!second["colors"].as_array().unwrap().is_empty(), "{second}");
+    check_colors(&out, &second);
+    assert_eq!(count(&second, "overlays_drawn"), 0, "{second}");
+    let (ok, stderr, _) = node.interrupt();
+    assert!(ok, "{stderr}");
+}

@@ -14,10 +14,11 @@ use crate::args::card::CardArgs;
 /// The engine flags, flattened into every subcommand that opens a model.
 #[derive(Clone, Debug, clap::Args)]
 pub struct EngineFlags {
-    /// Inference engine: ort (ONNX Runtime: CPU, CUDA, TensorRT), openvino (Intel CPUs,
-    /// iGPUs, NPUs), tract (pure Rust, CPU only) or auto (ONNX Runtime when its library
-    /// loads, else tract, reported).
-    #[arg(long, default_value_t = EngineKind::Ort)]
+    /// Inference engine: auto (ONNX Runtime when its library loads, else tract,
+    /// reported), ort (ONNX Runtime: CPU, CUDA, TensorRT; an error without its library),
+    /// openvino (Intel CPUs, iGPUs, NPUs) or tract (pure Rust, CPU only). The default is
+    /// the runtime's, as in every front end.
+    #[arg(long, default_value_t = EngineKind::Auto)]
     pub engine: EngineKind,
     /// ONNX Runtime execution providers in order of preference: cpu, cuda[:N],
     /// tensorrt[:N], tensorrt-fp16[:N]. Unavailable ones fall back to CPU (reported).
@@ -51,6 +52,12 @@ pub struct EngineFlags {
 }
 
 impl EngineFlags {
+    /// Whether ONNX Runtime is the engine asked for (`ort`, or `auto`, which opens it when
+    /// its library loads): its session can be planned for one input size.
+    pub fn onnx_runtime(&self) -> bool {
+        matches!(self.engine, EngineKind::Ort | EngineKind::Auto)
+    }
+
     /// The request these flags make, with `fixed_size` for ONNX Runtime's memory plan.
     pub fn request(&self, fixed_size: Option<(usize, usize)>) -> EngineRequest<'_> {
         EngineRequest {

@@ -23,7 +23,6 @@ use serde_json::json;
 
 use crate::args::engine::{describe, EngineFlags};
 use crate::args::size::Size;
-use segtool_runtime::EngineKind;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -136,8 +135,7 @@ pub fn run(args: Args) -> Result<()> {
     }
     let iterations = args.iterations.unwrap_or(20);
     let (h, w) = (args.size.height, args.size.width);
-    let fixed_size =
-        (!args.dynamic_shapes && args.engine.engine == EngineKind::Ort).then_some(args.size.hw());
+    let fixed_size = (!args.dynamic_shapes && args.engine.onnx_runtime()).then_some(args.size.hw());
     let mut seg = args.engine.request(fixed_size).open(&args.model)?;
     let contract = seg.contract();
     let spec = seg.spec().clone();
@@ -371,8 +369,8 @@ fn run_stream(args: &Args) -> Result<()> {
     }
     let frames = stream_frames(args)?;
     let (w, h) = frames[0].dimensions();
-    let fixed = (!args.dynamic_shapes && args.engine.engine == EngineKind::Ort)
-        .then_some((h as usize, w as usize));
+    let fixed =
+        (!args.dynamic_shapes && args.engine.onnx_runtime()).then_some((h as usize, w as usize));
     let seg = args.engine.request(fixed).open(&args.model)?;
     let engine_name = seg.engine().name().to_string();
     let provider = seg.engine().provider().to_string();

@@ -40,7 +40,6 @@ use crate::args::engine::{describe, EngineFlags};
 use crate::args::size::Size;
 use anyhow::{bail, Result};
 use indicatif::{ProgressBar, ProgressStyle};
-use segtool_runtime::EngineKind;
 
 pub use inputs::expand_inputs;
 // Still public at its old path `cmd::infer::npy_f32`, though only the writer uses it now.
@@ -176,7 +175,7 @@ impl Args {
     /// read leaves the shape dynamic (decoding reports it properly later), except with
     /// --keep-going, where it is left out of the vote (decoding reports and skips it).
     fn fixed_input_size(&self, files: &[PathBuf], accuracy: bool) -> Option<(usize, usize)> {
-        if self.dynamic_shapes || accuracy || self.engine.engine != EngineKind::Ort {
+        if self.dynamic_shapes || accuracy || !self.engine.onnx_runtime() {
             return None;
         }
         if let Some(size) = self.raw {

@@ -28,7 +28,6 @@ use super::pipeline::{send_batch, Batch, Busy, Prepare};
 use super::sessions::check_contract;
 use super::Args;
 use crate::args::engine::describe;
-use segtool_runtime::EngineKind;
 
 pub(super) fn read_raw(
     w: u32,
@@ -128,8 +127,7 @@ pub(super) fn run_live(args: &Args) -> Result<()> {
         .map(TemporalSmoother::new)
         .transpose()
         .map_err(|e| anyhow::anyhow!("--smooth: {e}"))?;
-    let fixed =
-        (!args.dynamic_shapes && args.engine.engine == EngineKind::Ort).then_some(size.hw());
+    let fixed = (!args.dynamic_shapes && args.engine.onnx_runtime()).then_some(size.hw());
     let seg = args.engine.request(fixed).open(&args.model)?;
     check_contract(&seg, args)?;
     if smoother.is_some() && seg.contract().output == OutputKind::Mask {

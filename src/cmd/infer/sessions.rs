@@ -14,7 +14,6 @@ use segtool_runtime::{
 };
 
 use crate::args::engine::EngineRequest;
-use segtool_runtime::EngineKind;
 
 use super::Args;
 
@@ -94,8 +93,8 @@ pub(super) fn open_server(
     fixed_size: Option<(usize, usize)>,
 ) -> Result<(BatchServer, String)> {
     let sessions: Vec<(String, EngineRequest)> = if !args.devices.is_empty() {
-        if args.engine.engine != EngineKind::Ort {
-            bail!("--devices needs --engine ort (CUDA sessions of ONNX Runtime)");
+        if !args.engine.onnx_runtime() {
+            bail!("--devices needs --engine ort or auto (CUDA sessions of ONNX Runtime)");
         }
         args.devices
             .iter()
