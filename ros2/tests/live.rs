@@ -432,7 +432,27 @@ fn a_parameter_file_sets_the_model_engine_and_topics() {
 /// with ROS 2's type names on `rq/` and `rr/` topics (tests/reference/ros2_params.py):
 /// every declared parameter is listed with its type and value, a set of the model is
 /// refused with the reason, alpha and the diagnostics period change (get answers the new
-/// value) and the change is published on `/parameter_events`.
+/// value), the change is published on `/parameter_events`, and the next overlays are
+/// blended with the new alpha.
+/// Every overlay received is the runtime's blend of its frame and class mask at `alpha`.
+fn check_overlays(dir: &Path, summary: &Value, alpha: f32) {
+    let palette = tiny_spec(3).palette;
+    let overlays = summary["colors"].as_array().unwrap();
+    assert!(!overlays.is_empty(), "no overlay: {summary}");
+    for o in overlays {
+        let stamp = format!("{}_{}", o["sec"], o["nanosec"]);
+        let i = o["sec"].as_i64().unwrap() - 1000;
+        let frame = image::open(dir.join(format!("frames/{i}.png")))
+            .unwrap()
+            .to_rgb8();
+        let (h, w, classes) = npy_u8(&dir.join(format!("masks/{stamp}.npy")));
+        let mask = ndarray::Array2::from_shape_vec((h, w), classes).unwrap();
+        let want = segtool_runtime::overlay(&frame, mask.view(), &palette, alpha);
+        let (_, _, got) = npy_u8(&dir.join(format!("colors/{stamp}.npy")));
+        assert_eq!(got, want.into_raw(), "overlay of {stamp} at alpha {alpha}");
+    }
+}
+
 #[test]
 fn the_parameter_services_answer_a_cyclone_dds_client() {
     use segtool_ros2::params::{Kind, DECLARED};
@@ -447,13 +467,16 @@ fn the_parameter_services_answer_a_cyclone_dds_client() {
         .args(["--domain", &d.to_string(), "--node", "/seg/segtool"])
         .output()
         .expect("python runs (SEGTOOL_PYTHON)");
-    let (ok, stderr, _) = node.interrupt();
     assert!(
         run.status.success(),
-        "client: {}\nnode: {stderr}",
+        "client: {}",
         String::from_utf8_lossy(&run.stderr)
     );
+    let dir = tmp.path().join("overlays");
+    let summary = camera(&dir, d, &["--frames", "4", "--colors", "/seg/overlay"]);
+    let (ok, stderr, _) = node.interrupt();
     assert!(ok, "{stderr}");
+    check_overlays(&dir, &summary, 0.25);
     let out: Value = serde_json::from_slice(&run.stdout).unwrap();
     let names: Vec<&str> = out["names"]
         .as_array()
