@@ -36,7 +36,7 @@
 //! `tract` (pure Rust). With `--no-default-features --features tract` nothing native is
 //! needed at all.
 
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 // Without any backend only the pre/post-processing is usable; opening always fails,
 // which leaves helpers unused.
 #![cfg_attr(
