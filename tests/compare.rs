@@ -129,11 +129,18 @@ fn compare_per_layer_tables() {
         "2",
         "--min-snr",
         "60",
+        "--openvino",
+        "f32",
         "--json",
         p(&j),
     ]));
     let text = String::from_utf8_lossy(&out.stdout);
     let v = json(&j);
+    // OpenVINO ran the fp32 file in f32 and the INT8 file's quantised layers in INT8.
+    assert!(v["openvino"]["a"]["f32"].as_u64().unwrap() > 0, "{text}");
+    assert!(v["openvino"]["a"].get("int8").is_none(), "{text}");
+    assert!(v["openvino"]["b"]["int8"].as_u64().unwrap() > 0, "{text}");
+    assert!(text.contains("nodes by precision"), "{text}");
     let first = v["first_past_tolerance"]
         .as_str()
         .expect("a layer under 60 dB");

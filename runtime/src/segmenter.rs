@@ -301,7 +301,10 @@ impl Segmenter {
     }
 
     /// Segments many images; same-size images share one engine run, so a batch of mixed
-    /// sizes costs one run per distinct size. Results come back in input order.
+    /// sizes costs one run per distinct size. Results come back in input order, each at
+    /// its image's size: a fixed-size graph gets its images resized to its size
+    /// ([`graph_size`](Self::graph_size)), and in accuracy mode each group runs under the
+    /// evaluation protocol.
     pub fn segment_batch(&mut self, imgs: &[RgbImage]) -> Result<Vec<Segmentation>> {
         let mut groups: Vec<((u32, u32), Vec<usize>)> = Vec::new();
         let mut by_size: HashMap<(u32, u32), usize> = HashMap::new();

@@ -1,6 +1,8 @@
 //! `segtool compare A.onnx B.onnx --images DIR`: per-layer differences of two exports of
 //! one checkpoint (the work is `segtool_calibration::compare`), then which kernels ONNX
-//! Runtime ran for each file (`segtool_calibration::kernels`: int8, float, conversions).
+//! Runtime ran for each file (`segtool_calibration::kernels`: int8, float, conversions),
+//! and with `--openvino PRECISION` the precision each node ran in in OpenVINO's CPU
+//! plugin (`OpenVinoEngine::node_precisions`).
 
 use std::path::PathBuf;
 
@@ -8,6 +10,9 @@ use anyhow::{Context, Result};
 use segtool_calibration::compare::{compare_models, CompareOptions};
 use segtool_calibration::kernels::census;
 use segtool_calibration::{list_images, load_model, read_image, write_atomic, Feed};
+
+use segtool_runtime::expert::{Engine, EngineInput, OpenVinoEngine};
+use segtool_runtime::openvino::{OpenVinoOptions, Precision};
 
 use crate::args::card::CardArgs;
 
@@ -37,9 +42,14 @@ pub struct Args {
     /// Write the per-layer table as JSON here (text goes to stdout either way).
     #[arg(long)]
     pub json: Option<PathBuf>,
-    /// ONNX Runtime intra-op threads (default: ONNX Runtime's choice).
+    /// ONNX Runtime intra-op threads, and OpenVINO's with --openvino (default: the
+    /// engine's choice).
     #[arg(long)]
     pub threads: Option<usize>,
+    /// Also run each file once in OpenVINO's CPU plugin with this precision for float32
+    /// layers (f32, bf16) and report how many nodes ran in each precision.
+    #[arg(long, value_name = "PRECISION")]
+    pub openvino: Option<Precision>,
     /// A's model card, for a file from elsewhere.
     #[command(flatten)]
     pub card: CardArgs,
@@ -85,12 +95,49 @@ pub fn run(args: Args) -> Result<()> {
         );
         kernels.insert(label.into(), k.to_json());
     }
+    let openvino = match args.openvino {
+        Some(precision) => openvino_census(&args, &carded.path, precision, x.view(), first)?,
+        None => serde_json::Value::Null,
+    };
     if let Some(path) = &args.json {
         let mut json = c.to_json();
+        json["openvino"] = openvino;
         json["a"] = args.a.display().to_string().into();
         json["b"] = args.b.display().to_string().into();
         json["kernels"] = kernels.into();
         write_atomic(path, serde_json::to_string_pretty(&json)?.as_bytes())?;
     }
     Ok(())
+}
+
+/// What each file ran as in OpenVINO's CPU plugin at `precision`: one run on the first
+/// image, then the precision of each node of the compiled graph, counted.
+fn openvino_census(
+    args: &Args,
+    a: &std::path::Path,
+    precision: Precision,
+    x: ndarray::ArrayView4<f32>,
+    first: &std::path::Path,
+) -> Result<serde_json::Value> {
+    let options = OpenVinoOptions {
+        precision,
+        threads: args.threads,
+        ..OpenVinoOptions::new()
+    };
+    let mut out = serde_json::Map::new();
+    for (label, path) in [("a", a), ("b", args.b.as_path())] {
+        let mut engine = OpenVinoEngine::open(path, &options)?;
+        engine
+            .run(EngineInput::NchwF32(x))
+            .with_context(|| format!("running {} in OpenVINO", path.display()))?;
+        let nodes = engine.node_precisions()?;
+        println!(
+            "OpenVINO {} CPU, {}: {} ({nodes})",
+            engine.version(),
+            precision.as_str(),
+            path.display()
+        );
+        out.insert(label.into(), serde_json::json!(nodes.counts()));
+    }
+    Ok(out.into())
 }
