@@ -132,10 +132,11 @@ fn openvino_census(
             .with_context(|| format!("running {} in OpenVINO", path.display()))?;
         let nodes = engine.node_precisions()?;
         println!(
-            "OpenVINO {} CPU, {}: {} ({nodes})",
+            "OpenVINO {} CPU, {}: {} (one run, {}): {nodes}",
             engine.version(),
             precision.as_str(),
-            path.display()
+            path.display(),
+            first.display()
         );
         out.insert(label.into(), serde_json::json!(nodes.counts()));
     }
