@@ -16,14 +16,14 @@ use segtool_testkit::tiny_model_file;
 
 /// Four client threads submit 5 images each; returns (requests, batches) served.
 fn run(model: &Path) -> Result<(u64, u64), Box<dyn std::error::Error>> {
-    let seg = Segmenter::builder(model)
+    // The builder a single Segmenter takes; one engine session per worker.
+    let builder = Segmenter::builder(model)
         .engine(EngineKind::Tract)
-        .threads(1)
-        .open()?;
+        .threads(1);
     let config = BatchConfig::new()
         .with_max_batch(4)
         .with_max_wait(Duration::from_millis(5));
-    let server = BatchServer::from_segmenters(config, vec![seg])?;
+    let server = BatchServer::open(&builder, 1, config)?;
     std::thread::scope(|scope| {
         for client in 0..4u8 {
             let server = &server;

@@ -33,6 +33,34 @@ pub struct BatchServer {
 }
 
 impl BatchServer {
+    /// `workers` segmenters opened from `builder` (the builder and options a single
+    /// [`Segmenter`] takes; one engine session per worker), served with `config`.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use segtool_runtime::batching::{BatchConfig, BatchServer};
+    /// use segtool_runtime::{Segmenter, SegmenterOptions};
+    /// let builder = Segmenter::builder("model.onnx").options(&SegmenterOptions::default())?;
+    /// let server = BatchServer::open(&builder, 2, BatchConfig::new().with_max_batch(4))?;
+    /// let stream = server.latest_stream(1);
+    /// # Ok(()) }
+    /// ```
+    pub fn open(
+        builder: &crate::SegmenterBuilder,
+        workers: usize,
+        config: BatchConfig,
+    ) -> Result<Self, BatchError> {
+        if workers == 0 {
+            return Err(BatchError::InvalidConfig(
+                "workers must be at least 1".into(),
+            ));
+        }
+        let segmenters = (0..workers)
+            .map(|_| builder.clone().open())
+            .collect::<Result<Vec<_>, _>>()?;
+        Self::from_segmenters(config, segmenters)
+    }
+
     /// One worker per segmenter, each driving its model through its own contract
     /// (`--preprocess` graphs get pixels, `--argmax` graphs answer class maps): the way
     /// to serve any export. Every segmenter must carry the same spec.

@@ -199,15 +199,25 @@ fn segmenter_with_openvino_handles_mixed_sizes_and_reports_an_absent_device() {
         }
         other => other.unwrap(),
     };
-    assert_eq!((seg.engine().name(), seg.engine().provider()), ("openvino", "cpu"));
+    assert_eq!(
+        (seg.engine().name(), seg.engine().provider()),
+        ("openvino", "cpu")
+    );
     check_results(&mut seg);
     assert!(seg.engine().ran_in().unwrap().contains("f32"));
     let gpu_present = matches!(open(Device::Gpu, true), Ok(_));
     if !gpu_present {
         let seg = open(Device::Gpu, false).unwrap();
         match seg.fallbacks() {
-            [Fallback::Provider { requested, running, reason }] => {
-                assert_eq!((requested.as_str(), running.as_str()), ("openvino:GPU", "cpu"));
+            [Fallback::Provider {
+                requested,
+                running,
+                reason,
+            }] => {
+                assert_eq!(
+                    (requested.as_str(), running.as_str()),
+                    ("openvino:GPU", "cpu")
+                );
                 assert!(reason.contains("no GPU"), "{reason}");
             }
             other => panic!("expected one device fallback, got {other:?}"),
@@ -219,4 +229,35 @@ fn segmenter_with_openvino_handles_mixed_sizes_and_reports_an_absent_device() {
             other => panic!("strict: expected a refusal, got {:?}", other.err()),
         }
     }
+}
+
+/// The batch server opens its workers from the builder a single segmenter takes: the
+/// same masks, one engine per worker, and at least one worker.
+#[cfg(feature = "tract")]
+#[test]
+fn a_batch_server_opens_from_the_segmenter_builder() {
+    use crate::batching::{BatchConfig, BatchError, BatchServer};
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_rgb_model(dir.path());
+    let builder = Segmenter::builder(&path)
+        .engine(EngineKind::Tract)
+        .threads(1);
+    let server = BatchServer::open(&builder, 2, BatchConfig::new()).unwrap();
+    assert_eq!(server.workers(), 2);
+    let mut seg = builder.clone().open().unwrap();
+    let want: Vec<_> = images()
+        .iter()
+        .map(|i| seg.segment(i).unwrap().mask)
+        .collect();
+    let got: Vec<_> = server
+        .segment_all(images())
+        .unwrap()
+        .into_iter()
+        .map(|s| s.mask)
+        .collect();
+    assert_eq!(got, want);
+    assert!(matches!(
+        BatchServer::open(&builder, 0, BatchConfig::new()),
+        Err(BatchError::InvalidConfig(_))
+    ));
 }
