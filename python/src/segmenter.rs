@@ -403,14 +403,7 @@ impl Segmenter {
         };
         let contract = seg.contract();
         let foreign = seg.is_foreign();
-        let input_size = seg.model().and_then(|m| {
-            let dims = &m.io.inputs.first()?.dims;
-            let (h, w) = match contract.input {
-                segtool_runtime::InputLayout::NchwF32 => (dims.get(2)?, dims.get(3)?),
-                segtool_runtime::InputLayout::NhwcU8 => (dims.get(1)?, dims.get(2)?),
-            };
-            Some(((*h)?, (*w)?))
-        });
+        let input_size = seg.graph_size().map(|(h, w)| (h as i64, w as i64));
         let spec = seg.spec().clone();
         Ok(Self {
             engine: seg.engine().name().to_string(),

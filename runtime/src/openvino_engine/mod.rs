@@ -17,7 +17,7 @@ use std::ffi::CString;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use ndarray::{Array4, ArrayD, IxDyn};
+use ndarray::{Array4, ArrayD, ArrayView4, IxDyn};
 use segtool_onnx::ModelIo;
 
 use self::ffi::{Element, Tensor};
@@ -157,7 +157,7 @@ impl OpenVinoEngine {
     }
 
     fn read_output(&self, n: usize) -> Result<EngineOutput> {
-        let failed = |e: String| RuntimeError::OpenVino(format!("{}: {e}", self.path.display()));
+        let failed = |e: String| self.failed(e);
         let tensor = self.request.get(&self.output).map_err(failed)?;
         let dims = tensor.dims().map_err(failed)?;
         let element = tensor.element().map_err(failed)?;
@@ -292,30 +292,22 @@ impl Engine for OpenVinoEngine {
             expected: format!("{} input ({})", self.contract, self.path.display()),
             got: got.to_string(),
         };
-        let failed = |e: String| RuntimeError::OpenVino(format!("{}: {e}", self.path.display()));
-        // The tensor borrows the contiguous copy (or the caller's array), which outlives
-        // the inference below; the next run sets a new tensor before inferring again.
-        let tensor = match &input {
+        match input {
             EngineInput::NchwF32(x) => {
                 if self.contract.input != InputLayout::NchwF32 {
                     return Err(layout_error("f32 NCHW"));
                 }
                 check_input_shape(x.shape(), &self.declared)?;
-                let x = x.as_standard_layout();
-                let t = unsafe { Tensor::borrowed(Element::F32, x.shape(), x.as_ptr().cast()) };
-                self.infer(t.map_err(failed)?)?;
-                return self.read_output(n);
+                self.infer(Element::F32, x)?;
             }
             EngineInput::NhwcU8(x) => {
                 if self.contract.input != InputLayout::NhwcU8 {
                     return Err(layout_error("uint8 NHWC"));
                 }
                 check_nhwc_shape(x.shape(), &self.declared)?;
-                x.as_standard_layout()
+                self.infer(Element::U8, x)?;
             }
-        };
-        let t = unsafe { Tensor::borrowed(Element::U8, tensor.shape(), tensor.as_ptr().cast()) };
-        self.infer(t.map_err(failed)?)?;
+        }
         self.read_output(n)
     }
 
@@ -325,9 +317,24 @@ impl Engine for OpenVinoEngine {
 }
 
 impl OpenVinoEngine {
-    fn infer(&mut self, tensor: Tensor) -> Result<()> {
-        let failed = |e: String| RuntimeError::OpenVino(format!("{}: {e}", self.path.display()));
-        self.request.set(&self.input, &tensor).map_err(failed)?;
-        self.request.infer().map_err(failed)
+    /// One inference on `x` (its elements are `element`s), read in place when contiguous.
+    fn infer<T>(&mut self, element: Element, x: ArrayView4<'_, T>) -> Result<()>
+    where
+        T: Clone,
+    {
+        let x = x.as_standard_layout();
+        // SAFETY: `x` holds the shape's elements and outlives the inference below; the
+        // next run sets a new tensor before inferring again.
+        let tensor = unsafe { Tensor::borrowed(element, x.shape(), x.as_ptr().cast()) }
+            .map_err(|e| self.failed(e))?;
+        self.request
+            .set(&self.input, &tensor)
+            .map_err(|e| self.failed(e))?;
+        self.request.infer().map_err(|e| self.failed(e))
+    }
+
+    /// OpenVINO's message, naming the model.
+    fn failed(&self, e: String) -> RuntimeError {
+        RuntimeError::OpenVino(format!("{}: {e}", self.path.display()))
     }
 }
