@@ -41,7 +41,7 @@ mod table;
 pub use evaluator::lower_bound;
 use evaluator::{Evaluator, Score};
 pub use search::search_bound;
-use search::{search, Measured, Search};
+use search::{search_widening, Measured, Search};
 
 use crate::report::CompareOptions;
 use crate::session::OrtModel;
@@ -472,23 +472,21 @@ pub fn auto_calibrate(
                 bytes,
             })
         };
-        let names: Vec<String> = candidates.iter().map(|c| c.node.clone()).collect();
-        let mut found = search(&names, &mut measure)?;
-        if !found.reachable && every_layer.len() > names.len() {
-            progress.line(format!(
-                "no mix of the {} worst layers meets {}: widening the search to all {} \
-                 quantised layers",
-                names.len(),
-                auto.target.describe(),
-                every_layer.len()
-            ));
-            let names: Vec<String> = every_layer.iter().map(|c| c.node.clone()).collect();
-            let wider = search(&names, &mut measure)?;
-            // The chosen mix (the wider search's first) leads; the narrower ones follow.
-            found = Search {
-                reachable: wider.reachable,
-                measured: wider.measured.into_iter().chain(found.measured).collect(),
-            };
+        let nodes = |c: &[Candidate]| c.iter().map(|c| c.node.clone()).collect::<Vec<_>>();
+        let widening = format!(
+            "no mix of the {} worst layers meets {}: widening the search to all {} quantised \
+             layers",
+            candidates.len(),
+            auto.target.describe(),
+            every_layer.len()
+        );
+        let (found, widened) = search_widening(
+            &nodes(&candidates),
+            &nodes(&every_layer),
+            &mut measure,
+            &mut || progress.line(widening.clone()),
+        )?;
+        if widened {
             candidates = every_layer.clone();
         }
         let Search {

@@ -43,9 +43,35 @@ fn log2_ceil(n: usize) -> usize {
     (usize::BITS - n.saturating_sub(1).leading_zeros()) as usize
 }
 
+/// [`search`] over `names` (the worst candidates) and, when no mix of them meets the
+/// target, over `every` quantised layer (worst first; all float is a valid answer), after
+/// telling `widening`. The chosen mix (the wider search's first) leads the measured
+/// mixes, the narrower search's follow. Returns the search and whether it widened.
+pub(super) fn search_widening(
+    names: &[String],
+    every: &[String],
+    measure: &mut dyn FnMut(&[String], String) -> Result<Measured, CalibrationError>,
+    widening: &mut dyn FnMut(),
+) -> Result<(Search, bool), CalibrationError> {
+    let narrow = search(names, measure)?;
+    if narrow.reachable || every.len() <= names.len() {
+        return Ok((narrow, false));
+    }
+    widening();
+    let wider = search(every, measure)?;
+    let measured = wider.measured.into_iter().chain(narrow.measured).collect();
+    Ok((
+        Search {
+            measured,
+            reachable: wider.reachable,
+        },
+        true,
+    ))
+}
+
 /// Searches `names` (worst SNR first, at least one); `measure` evaluates a set of float
 /// layers, described for the log.
-pub(super) fn search(
+fn search(
     names: &[String],
     measure: &mut dyn FnMut(&[String], String) -> Result<Measured, CalibrationError>,
 ) -> Result<Search, CalibrationError> {
