@@ -5,7 +5,8 @@
 //!
 //! A file's `ros__parameters` apply under the node's full name (`/ns/node`), its plain
 //! name (`node`) or the wildcards `/**` and `/**/node`, in the file's order; sections for
-//! other nodes are skipped. Values are YAML as `rcl` parses them (a `-p` value too):
+//! other nodes are skipped, and a key beside `ros__parameters` under ours is an error.
+//! Values are YAML as `rcl` parses them (a `-p` value too):
 //! `true`, `3`, `0.5`, `[cuda, cpu]`, strings otherwise. An integer is taken for a
 //! double. An undeclared name, or a value of another type, is an error naming the file,
 //! the key and the expected type: nothing is silently ignored.
@@ -301,8 +302,19 @@ pub fn read_file(path: &Path, full_name: &str) -> Result<Vec<(String, Value)>, S
             if !ours {
                 continue;
             }
-            let params = &section["ros__parameters"];
-            let Yaml::Hash(params) = params else {
+            let Yaml::Hash(keys) = section else {
+                return Err(format!(
+                    "{place}: {node}: expected a ros__parameters mapping"
+                ));
+            };
+            // rcl reads nothing else under a node's name: say so rather than skip it.
+            if let Some(other) = keys.keys().find(|k| k.as_str() != Some("ros__parameters")) {
+                return Err(format!(
+                    "{place}: {node}: {}: only ros__parameters is read under a node's name",
+                    describe(other)
+                ));
+            }
+            let Yaml::Hash(params) = &section["ros__parameters"] else {
                 return Err(format!(
                     "{place}: {node}: expected a ros__parameters mapping"
                 ));
@@ -385,6 +397,12 @@ mod tests {
         let e = gather(&[file], &BTreeMap::new(), "/segtool").unwrap_err();
         assert!(
             e.contains("threads: expected integer, got string \"two\""),
+            "{e}"
+        );
+        let file = write(dir.path(), "segtool:\n  ros_parameters:\n    threads: 2\n");
+        let e = gather(&[file], &BTreeMap::new(), "/segtool").unwrap_err();
+        assert!(
+            e.contains("ros_parameters") && e.contains("only ros__parameters"),
             "{e}"
         );
         let e = override_value("reliable", "maybe").unwrap_err();
