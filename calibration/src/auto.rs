@@ -17,35 +17,38 @@
 //!    candidates, against a greedy search's N(N+1)/2. When even all candidates float
 //!    miss, the same search runs over every quantised layer (all float, fp32's accuracy,
 //!    is a valid answer); only if that misses too does no mix meet the target.
-//! 4. The final check: the chosen mix on the validation images held out from the search
-//!    (`final_check`, a fraction spread evenly over the list), reported beside the
-//!    search's figure. It chooses nothing: it says whether the target held on images that
-//!    had no say in the choice.
-//! 5. Time fp32, all-INT8 and every step's model in ONNX Runtime (CPU), interleaved in
-//!    rounds, medians.
+//! 4. Time fp32, all-INT8 and every step's model, interleaved in rounds, medians. A mix
+//!    that meets the target but runs slower than fp32 is not chosen: the fastest one that
+//!    meets it and beats fp32 is, else fp32 itself.
+//! 5. The final check: what is written, on the validation images held out from the
+//!    search (`final_check`, a fraction spread evenly over the list), reported beside
+//!    the search's figure. It chooses nothing: it says whether the target held on images
+//!    that had no say in the choice.
 //!
-//! Everything but the latencies is deterministic: same images, options and thread count
-//! give the same choice and the same model bytes.
+//! Every measurement (3 to 5) runs in the engine the model will ship on ([`MixEngine`]:
+//! ONNX Runtime's CPU provider, or OpenVINO with the deployment's device and precision)
+//! with the calibration's thread count. Everything but the latencies is deterministic:
+//! same images, options, engine and thread count give the same choice and the same
+//! model bytes.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::path::PathBuf;
 
 use prost::Message;
 use segtool_onnx::proto::ModelProto;
 
+mod engine;
 mod evaluator;
 mod search;
+mod stages;
 mod table;
 
+pub use engine::MixEngine;
 pub use evaluator::lower_bound;
-use evaluator::{Evaluator, Score};
+use evaluator::Evaluator;
 pub use search::search_bound;
-use search::{search_widening, Measured, Search};
 
-use crate::report::CompareOptions;
-use crate::session::OrtModel;
-use crate::{calibrate, qdq, rewrite_with, trt_cache, CalibrationError, CalibrationOptions, Feed};
+use crate::{calibrate, qdq, trt_cache, CalibrationError, CalibrationOptions, Feed};
 
 /// What the mix must reach on the validation images.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -108,8 +111,10 @@ pub struct AutoOptions {
     pub latency_runs: usize,
     /// Rounds over all the table's models (medians over rounds x runs).
     pub latency_rounds: usize,
-    /// Also require this speed-up over fp32 (ORT CPU) of the chosen mix.
+    /// Also require this speed-up over fp32 (in `engine`) of the chosen mix.
     pub min_speedup: Option<f64>,
+    /// Where mixes are judged and timed: the engine the model ships on.
+    pub engine: MixEngine,
 }
 
 impl Default for AutoOptions {
@@ -125,6 +130,7 @@ impl Default for AutoOptions {
             latency_runs: 10,
             latency_rounds: 3,
             min_speedup: None,
+            engine: MixEngine::OrtCpu,
         }
     }
 }
@@ -149,7 +155,7 @@ pub struct Row {
     /// Lower confidence bound of the mean per-image agreement (see [`AutoOptions`]).
     pub agreement_bound: f64,
     pub miou: Option<f64>,
-    /// Median ORT CPU latency of one validation image (0 when not timed).
+    /// Median latency of one validation image in the search's engine (0 when not timed).
     pub latency_ms: f64,
     pub size_bytes: u64,
     pub meets_target: bool,
@@ -204,18 +210,25 @@ pub struct Candidate {
 /// Result of [`auto_calibrate`].
 #[derive(Clone, Debug)]
 pub struct AutoResult {
-    /// The chosen mix (or, when none meets the target, the last step's), serialised.
+    /// The chosen model (or, when none meets the target, the last step's), serialised:
+    /// the float model itself when every mix that meets the target is slower.
     pub model: Vec<u8>,
     /// TensorRT calibration cache of the chosen mix's quantised tensors.
     pub trt_cache: String,
     /// fp32, int8, then each step.
     pub rows: Vec<Row>,
-    /// Index in `rows` of the chosen point (None: no mix meets the target).
+    /// Index in `rows` of the chosen point (None: no mix meets the target; 0: fp32,
+    /// because every mix that meets it runs slower).
     pub chosen: Option<usize>,
+    /// The mix with the fewest float layers that meets the target, when it was passed
+    /// over for running slower than fp32 (index in `rows`).
+    pub slower_mix: Option<usize>,
     pub candidates: Vec<Candidate>,
     pub trials: Vec<Trial>,
     pub target: Target,
     pub min_speedup: Option<f64>,
+    /// The engine, precision and threads the rows were measured with.
+    pub engine: String,
     pub calibration_images: usize,
     /// Validation images the search measured on.
     pub validation_images: usize,
@@ -267,10 +280,6 @@ pub fn holdout_split(images: &[PathBuf]) -> (Vec<PathBuf>, Vec<PathBuf>) {
     (calib, val)
 }
 
-fn canonical(p: &Path) -> PathBuf {
-    std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf())
-}
-
 /// The search (module docs). `calib_images` calibrate (the first `calib.samples`);
 /// `val_images` measure (the first `auto.val_samples`); the two must not share a file.
 pub fn auto_calibrate(
@@ -280,315 +289,80 @@ pub fn auto_calibrate(
     calib: &CalibrationOptions,
     auto: &AutoOptions,
 ) -> Result<AutoResult, CalibrationError> {
-    if calib_images.is_empty() || val_images.is_empty() {
-        return Err(CalibrationError::Input(
-            "--auto needs calibration images and held-out validation images (at least one each)"
-                .into(),
-        ));
-    }
-    let calib_set: std::collections::HashSet<PathBuf> =
-        calib_images.iter().map(|p| canonical(p)).collect();
-    if let Some(p) = val_images
-        .iter()
-        .find(|p| calib_set.contains(&canonical(p)))
-    {
-        return Err(CalibrationError::Input(format!(
-            "{}: a validation image is also a calibration image (the target must be measured on held-out images)",
-            p.display()
-        )));
-    }
-    match auto.target {
-        Target::MinAgreement(a) if !(0.0..=1.0).contains(&a) => {
-            return Err(CalibrationError::Input(format!(
-                "--min-agreement {a} is not a fraction in [0, 1]"
-            )))
-        }
-        Target::MaxMiouDrop(p) if !(p >= 0.0) => {
-            return Err(CalibrationError::Input(format!(
-                "--max-miou-drop {p} must be >= 0 (mIoU points)"
-            )))
-        }
-        Target::MaxMiouDrop(_) if auto.labels.is_none() => {
-            return Err(CalibrationError::Input(
-                "--max-miou-drop needs --labels (masks of the validation images)".into(),
-            ))
-        }
-        _ => {}
-    }
-    if !(0.0..1.0).contains(&auto.final_check) || !(0.0..1.0).contains(&auto.confidence) {
-        return Err(CalibrationError::Input(format!(
-            "--final-check {} and --confidence {} must be fractions in [0, 1)",
-            auto.final_check, auto.confidence
-        )));
-    }
+    stages::check_inputs(calib_images, val_images, auto)?;
     let feed = Feed::of_model(model, calib.card.as_ref())?;
-    let fp32_bytes = model.encode_to_vec();
+    let fp32 = model.encode_to_vec();
     let val_images = &val_images[..val_images.len().min(auto.val_samples.max(1))];
     let (val_images, check_images) = final_check_split(val_images, auto.final_check);
-    let val_images = &val_images[..];
 
     // 1. One calibration: thresholds for every tensor of the full plan.
     let cal = calibrate(model, calib_images, calib)?;
-    let g = qdq::graph(model)?;
-
-    // 2. Candidates: the worst layers by SNR on the calibration images.
-    let snr = crate::report::compare(
-        model,
-        &cal.model,
-        &cal.plan.layer_outputs,
-        calib_images,
-        &feed,
-        calib.method.name(),
-        &CompareOptions {
-            samples: auto.snr_samples.max(1),
-            labels: None,
-            latency_runs: 0,
-            threads: calib.threads,
-        },
-    )?;
-    let by_output: BTreeMap<&str, (f64, f64)> = snr
-        .layers
-        .iter()
-        .map(|l| (l.name.as_str(), (l.snr_db, l.cosine)))
-        .collect();
-    let mut candidates: Vec<(usize, Candidate)> = cal
-        .plan
-        .nodes
-        .iter()
-        .zip(&cal.plan.layer_outputs)
-        .enumerate()
-        .map(|(order, (&idx, out))| {
-            let (snr_db, cosine) = by_output.get(out.as_str()).copied().unwrap_or((200.0, 1.0));
-            (
-                order,
-                Candidate {
-                    node: g.node[idx].name.clone(),
-                    output: out.clone(),
-                    snr_db,
-                    cosine,
-                },
-            )
-        })
-        .collect();
-    candidates.sort_by(|(oa, a), (ob, b)| a.snr_db.total_cmp(&b.snr_db).then(oa.cmp(ob)));
-    // Every quantised layer, worst first: the search widens to all of them when no mix
-    // of the `auto.candidates` worst meets the target (all float is a valid answer).
-    let every_layer: Vec<Candidate> = candidates.into_iter().map(|(_, c)| c).collect();
-    let mut candidates: Vec<Candidate> =
-        every_layer.iter().take(auto.candidates).cloned().collect();
-
-    // 3. Search on the validation images.
+    // 2. Every quantised layer, worst SNR on the calibration images first.
+    let every_layer = stages::rank_layers(model, &cal, calib_images, &feed, calib, auto)?;
+    // 3. The search, on the validation images, in the deployment's engine.
     let evaluator = |images: &[PathBuf]| {
         Evaluator::new(
-            &fp32_bytes,
+            &fp32,
             images,
             auto.labels.as_deref(),
             &feed,
+            &auto.engine,
             calib.threads,
             auto.confidence,
         )
     };
-    let ev = evaluator(val_images)?;
-    let meets = |s: &Score| auto.target.met_by(s.bound, s.miou, ev.miou_fp32);
-    let metric = |s: &Score| match auto.target {
-        Target::MinAgreement(_) => s.bound,
-        Target::MaxMiouDrop(_) => s.miou.unwrap_or(f64::NEG_INFINITY),
-    };
-    let mix = |float: &[String]| -> Result<Vec<u8>, CalibrationError> {
-        let mut keep = calib.keep_float.clone();
-        keep.extend(float.iter().cloned());
-        let plan = qdq::plan(model, &keep, calib.layout)?;
-        Ok(rewrite_with(model, &plan, &cal.thresholds, calib, cal.samples, &keep)?.encode_to_vec())
-    };
-
-    let int8 = ev.evaluate(&cal.model)?;
-    let mut rows = vec![
-        Row {
-            kind: RowKind::Fp32,
-            float_layers: Vec::new(),
-            agreement: 1.0,
-            agreement_bound: 1.0,
-            miou: ev.miou_fp32,
-            latency_ms: 0.0,
-            size_bytes: fp32_bytes.len() as u64,
-            meets_target: true,
-        },
-        Row {
-            kind: RowKind::Int8,
-            float_layers: Vec::new(),
-            agreement: int8.agreement,
-            agreement_bound: int8.bound,
-            miou: int8.miou,
-            latency_ms: 0.0,
-            size_bytes: cal.model.len() as u64,
-            meets_target: meets(&int8),
-        },
-    ];
-    let mut models: Vec<Vec<u8>> = vec![fp32_bytes.clone(), cal.model.clone()];
-    let mut trials = Vec::new();
-    let mut chosen = rows[1].meets_target.then_some(1);
-    if chosen.is_none() && !candidates.is_empty() {
-        let progress = &calib.progress;
-        // At most: the candidates' search, then (widened) every layer's.
-        let bound = search_bound(candidates.len())
-            + match every_layer.len() > candidates.len() {
-                true => search_bound(every_layer.len()),
-                false => 0,
-            };
-        progress.start("search", bound as u64, 0);
-        let started = Instant::now();
-        let mut measure = |set: &[String], what: String| -> Result<Measured, CalibrationError> {
-            let bytes = mix(set)?;
-            let score = ev.evaluate(&bytes)?;
-            let ok = meets(&score);
-            trials.push(Trial {
-                step: trials.len() + 1,
-                layer: what.clone(),
-                agreement: score.agreement,
-                agreement_bound: score.bound,
-                miou: score.miou,
-            });
-            let done = trials.len();
-            let elapsed = started.elapsed().as_secs_f64();
-            let left = elapsed / done as f64 * bound.saturating_sub(done) as f64;
-            progress.advance(1);
-            progress.message(format!(
-                "{what}: {} {:.4}",
-                auto.target.metric_name(),
-                metric(&score)
-            ));
-            progress.line(format!(
-                "evaluation {done} (at most {bound}): {what}, {} {:.4}{}; {elapsed:.0} s, at most ~{left:.0} s left",
-                metric_label(auto),
-                metric(&score),
-                if ok { ", meets the target" } else { "" },
-            ));
-            Ok(Measured {
-                float: set.to_vec(),
-                agreement: score.agreement,
-                agreement_bound: score.bound,
-                miou: score.miou,
-                ok,
-                bytes,
-            })
-        };
-        let nodes = |c: &[Candidate]| c.iter().map(|c| c.node.clone()).collect::<Vec<_>>();
-        let widening = format!(
-            "no mix of the {} worst layers meets {}: widening the search to all {} quantised \
-             layers",
-            candidates.len(),
-            auto.target.describe(),
-            every_layer.len()
-        );
-        let (found, widened) = search_widening(
-            &nodes(&candidates),
-            &nodes(&every_layer),
-            &mut measure,
-            &mut || progress.line(widening.clone()),
-        )?;
-        if widened {
-            candidates = every_layer.clone();
-        }
-        let Search {
-            measured,
-            reachable,
-        } = found;
-        progress.finish(None);
-        // Rows: the chosen mix first among the steps when one meets the target.
-        for m in measured {
-            rows.push(Row {
-                kind: RowKind::Step(m.float.len()),
-                float_layers: m.float,
-                agreement: m.agreement,
-                agreement_bound: m.agreement_bound,
-                miou: m.miou,
-                latency_ms: 0.0,
-                size_bytes: m.bytes.len() as u64,
-                meets_target: m.ok,
-            });
-            models.push(m.bytes);
-        }
-        chosen = reachable.then_some(2);
-    }
-
-    // 4. The final check of the chosen mix (or the most float one measured) on the
-    // images the search did not use.
-    let pick = chosen.unwrap_or(rows.len() - 1);
-    let final_check = if check_images.is_empty() {
-        None
+    let ev = evaluator(&val_images)?;
+    let mut table = stages::Table::start(&ev, &fp32, &cal.model, auto)?;
+    let (candidates, trials) = if table.chosen.is_none() {
+        stages::search(&mut table, &ev, model, &cal, &every_layer, calib, auto)?
     } else {
-        let check = evaluator(&check_images)?;
-        let s = check.evaluate(&models[pick])?;
-        let meets_target = auto.target.met_by(s.agreement, s.miou, check.miou_fp32);
-        Some(FinalCheck {
-            images: check.len(),
-            agreement: s.agreement,
-            miou: s.miou,
-            miou_fp32: check.miou_fp32,
-            meets_target,
-        })
+        (
+            every_layer.iter().take(auto.candidates).cloned().collect(),
+            Vec::new(),
+        )
+    };
+    // 4. Latency in the deployment's engine; a mix slower than fp32 is not chosen.
+    if auto.latency_runs > 0 {
+        table.time(&ev.inputs[0], &auto.engine, calib.threads, auto)?;
+    }
+    let slower_mix = table.prefer_faster_than_fp32();
+    // 5. The final check of what is written, on images the search did not use.
+    let pick = table.chosen.unwrap_or(table.rows.len() - 1);
+    let final_check = match check_images.is_empty() {
+        true => None,
+        false => Some(stages::final_check(
+            &evaluator(&check_images)?,
+            &table.models[pick],
+            auto,
+        )?),
     };
 
-    // 5. Latency, interleaved over the models in rounds.
-    if auto.latency_runs > 0 {
-        let x = &ev.inputs[0];
-        let mut sessions = models
-            .iter()
-            .map(|m| OrtModel::new(m, calib.threads))
-            .collect::<Result<Vec<_>, _>>()?;
-        let mut times: Vec<Vec<f64>> = vec![Vec::new(); sessions.len()];
-        for s in sessions.iter_mut() {
-            for _ in 0..2 {
-                s.run_discard(x.view())?;
-            }
-        }
-        for _ in 0..auto.latency_rounds.max(1) {
-            for (s, t) in sessions.iter_mut().zip(times.iter_mut()) {
-                for _ in 0..auto.latency_runs {
-                    let start = Instant::now();
-                    s.run_discard(x.view())?;
-                    t.push(start.elapsed().as_secs_f64() * 1e3);
-                }
-            }
-        }
-        for (row, mut t) in rows.iter_mut().zip(times) {
-            t.sort_by(f64::total_cmp);
-            row.latency_ms = t[t.len() / 2];
-        }
-    }
-
-    // No mix meets the target: the most float one measured (all candidates) is written.
     let plan = qdq::plan(
         model,
-        &{
-            let mut k = calib.keep_float.clone();
-            k.extend(rows[pick].float_layers.iter().cloned());
-            k
-        },
+        &[&calib.keep_float[..], &table.rows[pick].float_layers[..]].concat(),
         calib.layout,
     )?;
-    let kept_thresholds: BTreeMap<String, f32> = cal
-        .thresholds
-        .iter()
-        .filter(|(t, _)| plan.activations.contains(t))
-        .map(|(t, v)| (t.clone(), *v))
-        .collect();
-    let model_bytes = if pick == 0 {
-        // Only possible with no candidates and a failing int8: keep the int8 model.
-        models[1].clone()
-    } else {
-        models[pick].clone()
+    let kept_thresholds: BTreeMap<String, f32> = match pick {
+        0 => BTreeMap::new(),
+        _ => cal
+            .thresholds
+            .iter()
+            .filter(|(t, _)| plan.activations.contains(t))
+            .map(|(t, v)| (t.clone(), *v))
+            .collect(),
     };
     let trt_cache = trt_cache::cache_text(qdq::graph(model)?, &kept_thresholds)?;
     Ok(AutoResult {
-        model: model_bytes,
+        model: table.models.swap_remove(pick),
         trt_cache,
-        rows,
-        chosen,
+        rows: table.rows,
+        chosen: table.chosen,
+        slower_mix,
         candidates,
         trials,
         target: auto.target,
         min_speedup: auto.min_speedup,
+        engine: stages::engine_label(&auto.engine, calib.threads),
         calibration_images: cal.samples,
         validation_images: val_images.len(),
         final_check,

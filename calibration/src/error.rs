@@ -13,6 +13,9 @@ pub enum CalibrationError {
     Model(String),
     #[error("ONNX Runtime: {0}")]
     Ort(String),
+    /// An engine of the runtime (OpenVINO, when `--auto` measures in it).
+    #[error(transparent)]
+    Engine(#[from] segtool_runtime::RuntimeError),
     #[error("{0}")]
     Input(String),
     #[error(transparent)]

@@ -1,6 +1,6 @@
 //! The `--auto` trade-off as a PNG, drawn by `segtool_core::plot` (title, tick numbers,
-//! axis labels, legend; the embedded font, so it works headless). x: ORT CPU latency of
-//! one validation image (ms; the table order when untimed), y: the target metric
+//! axis labels, legend; the embedded font, so it works headless). x: the latency of
+//! one validation image in the search's engine (ms; the table order when untimed), y: the target metric
 //! (agreement with fp32 or mIoU, %). The search path runs from all-INT8 through each
 //! step; fp32, all-INT8 and the chosen mix are single marked points; the target is a
 //! horizontal line.
@@ -71,7 +71,7 @@ pub fn tradeoff_png(r: &AutoResult, width: u32, height: u32) -> Result<RgbImage,
     let chart = LineChart {
         title: "segtool calibrate --auto: accuracy against speed".into(),
         x_label: if timed {
-            "ONNX Runtime CPU latency per image (ms)".into()
+            format!("{} latency per image (ms)", r.engine)
         } else {
             "table row (not timed)".into()
         },

@@ -1,13 +1,14 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use segtool_calibration::auto::{auto_calibrate, holdout_split, AutoOptions, Target};
+use segtool_calibration::auto::{auto_calibrate, holdout_split, AutoOptions, MixEngine, Target};
 use segtool_calibration::qdq::{Layout, WeightRange};
 use segtool_calibration::report::{compare, CompareOptions};
 use segtool_calibration::{
     calibrate, list_images, load_model, write_atomic, CalibrationOptions, Feed, Method,
 };
 use segtool_runtime::card::ModelCard;
+use segtool_runtime::openvino::{Device, OpenVinoOptions, Precision};
 use segtool_spec::progress::Reporter;
 
 use crate::args::card::CardArgs;
@@ -114,7 +115,7 @@ pub struct Args {
     /// refinement trials (N = 24: at most 11, against a greedy search's 300).
     #[arg(long, default_value_t = 24)]
     pub candidates: usize,
-    /// --auto: also require this speed-up over fp32 in ONNX Runtime CPU (e.g. 1.3);
+    /// --auto: also require this speed-up over fp32 in the --engine (e.g. 1.3);
     /// reported honestly when the accuracy target's mix misses it.
     #[arg(long, requires = "auto")]
     pub min_speedup: Option<f64>,
@@ -126,6 +127,17 @@ pub struct Args {
     /// --auto: latency rounds over all the table's models (each --latency-runs runs).
     #[arg(long, default_value_t = 3)]
     pub latency_rounds: usize,
+    /// --auto: the engine the model will ship on, where every mix is judged and timed
+    /// with --threads: ort (ONNX Runtime's CPU provider) or openvino. The same INT8 file
+    /// agrees and runs differently in each; a mix slower than fp32 there is not chosen.
+    #[arg(long, value_enum, default_value = "ort")]
+    pub engine: AutoEngineArg,
+    /// --auto --engine openvino: the device (CPU, GPU, NPU, AUTO).
+    #[arg(long, default_value_t = Device::Cpu)]
+    pub device: Device,
+    /// --auto --engine openvino: the precision of the layers left in float (f32, bf16).
+    #[arg(long, default_value_t = Precision::F32)]
+    pub precision: Precision,
     /// What an ONNX file from elsewhere needs beside its graph.
     #[command(flatten)]
     pub card: CardArgs,
@@ -267,6 +279,14 @@ fn run_auto(args: Args) -> Result<()> {
         latency_runs: args.latency_runs,
         latency_rounds: args.latency_rounds,
         min_speedup: args.min_speedup,
+        engine: match args.engine {
+            AutoEngineArg::Ort => MixEngine::OrtCpu,
+            AutoEngineArg::Openvino => MixEngine::OpenVino(OpenVinoOptions {
+                device: args.device,
+                precision: args.precision,
+                ..OpenVinoOptions::new()
+            }),
+        },
     };
     let r = auto_calibrate(&model, &calib, &val, &opts, &auto)
         .with_context(|| format!("--auto calibration of {}", args.model.display()))?;
@@ -295,7 +315,7 @@ fn run_auto(args: Args) -> Result<()> {
         write_atomic(path, serde_json::to_string_pretty(&r.to_json())?.as_bytes())?;
     }
     eprintln!(
-        "wrote {}the trade-off table {}, {}, chart {} (x: ORT CPU ms, y: {}; black fp32, red int8, blue steps, green ring chosen, grey target)",
+        "wrote {}the trade-off table {}, {}, chart {} (x: ms in {}, y: {}; black fp32, red int8, blue steps, green ring chosen, grey target)",
         match !missed || args.accept_miss {
             true => format!("{} and ", args.out.display()),
             false => String::new(),
@@ -303,6 +323,7 @@ fn run_auto(args: Args) -> Result<()> {
         csv.display(),
         json.display(),
         png.display(),
+        r.engine,
         r.target.metric_name()
     );
     if missed && !args.accept_miss {
@@ -316,6 +337,12 @@ fn run_auto(args: Args) -> Result<()> {
         );
     }
     Ok(())
+}
+
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum AutoEngineArg {
+    Ort,
+    Openvino,
 }
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]

@@ -1,5 +1,6 @@
 //! The validation images and their fp32 decisions, prepared once; each mix of the search
-//! is then one ONNX Runtime pass over them (agreement with fp32, and mIoU with labels).
+//! is then one pass over them in the deployment's engine ([`MixEngine`]): agreement with
+//! fp32, and mIoU with labels.
 //!
 //! Besides the pooled agreement, each pass gives the lower confidence bound of the mean
 //! per-image agreement ([`lower_bound`]): a mix chosen because its bound meets the target
@@ -11,7 +12,7 @@ use std::path::{Path, PathBuf};
 use ndarray::Array4;
 use segtool_core::metrics::ConfusionMatrix;
 
-use crate::session::OrtModel;
+use super::engine::{MixEngine, MixSession};
 use crate::{read_image, CalibrationError, Feed};
 
 /// The validation images and their fp32 reference, preloaded.
@@ -21,6 +22,7 @@ pub(super) struct Evaluator {
     labels: Option<Vec<Vec<u8>>>,
     classes: usize,
     feed: Feed,
+    engine: MixEngine,
     threads: Option<usize>,
     /// One-sided confidence level of [`Score::bound`] (0: the bound is the mean).
     confidence: f64,
@@ -43,6 +45,7 @@ impl Evaluator {
         images: &[PathBuf],
         labels: Option<&Path>,
         feed: &Feed,
+        engine: &MixEngine,
         threads: Option<usize>,
         confidence: f64,
     ) -> Result<Self, CalibrationError> {
@@ -86,6 +89,7 @@ impl Evaluator {
             labels,
             classes: feed.classes(),
             feed: feed.clone(),
+            engine: engine.clone(),
             threads,
             confidence,
             miou_fp32: None,
@@ -97,19 +101,13 @@ impl Evaluator {
     }
 
     fn predict(&self, model: &[u8]) -> Result<(Vec<Vec<u8>>, Option<f64>), CalibrationError> {
-        let mut ort = OrtModel::new(model, self.threads)?;
+        let output = self.feed.output();
+        let mut session = MixSession::open(&self.engine, model, self.threads, output)?;
         let mut out = Vec::with_capacity(self.inputs.len());
         let mut cm = ConfusionMatrix::new(self.classes);
         for (i, x) in self.inputs.iter().enumerate() {
-            let o = ort.run(x.view(), &[])?;
-            let scores = match self.feed.output() {
-                Some(name) => o.get(name),
-                None => o.values().next(),
-            };
-            let scores = scores.ok_or_else(|| {
-                CalibrationError::Model("the model has no float output (logits)".into())
-            })?;
-            let pred = self.feed.decisions(scores);
+            let scores = session.scores(x.view(), output)?;
+            let pred = self.feed.decisions(&scores);
             if let Some(l) = &self.labels {
                 cm.update(&l[i], &pred, 255);
             }

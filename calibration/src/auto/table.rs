@@ -66,44 +66,67 @@ impl AutoResult {
     /// One sentence: what was chosen, or honestly that no mix meets the target(s).
     pub fn verdict(&self) -> String {
         let t = self.target.describe();
-        match self.chosen {
-            None => format!(
+        let Some(i) = self.chosen else {
+            return format!(
                 "no mix of up to {} float layers meets {t} on {} validation images; the model written is the last step's",
                 self.candidates.len(),
                 self.validation_images
-            ),
-            Some(i) => {
-                let r = &self.rows[i];
-                let speed = self
-                    .speedup(i)
-                    .map(|s| format!(", {s:.2}x fp32's ORT CPU speed"))
-                    .unwrap_or_default();
-                let bound = match self.target {
-                    Target::MinAgreement(_) if self.confidence > 0.0 => format!(
-                        " ({:.0}% lower bound {:.3}%)",
-                        self.confidence * 100.0,
-                        r.agreement_bound * 100.0
-                    ),
-                    _ => String::new(),
-                };
-                let mut s = format!(
-                    "chosen: {} ({} float layer(s)) meets {t} with {:.3}% agreement{bound}{}{speed}",
-                    r.label(),
-                    r.float_layers.len(),
-                    r.agreement * 100.0,
-                    r.miou.map(|m| format!(", mIoU {:.4}", m)).unwrap_or_default(),
-                );
-                if !self.meets_speed() {
-                    s = format!(
-                        "no mix meets both {t} and a {:.2}x speed-up: the fewest float layers meeting the accuracy target ({}) run at {}",
-                        self.min_speedup.unwrap_or(0.0),
-                        r.label(),
-                        self.speedup(i).map(|x| format!("{x:.2}x")).unwrap_or_default()
-                    );
-                }
-                s
-            }
+            );
+        };
+        let passed_over = self.slower_mix.map(|j| {
+            format!(
+                "; {} met it first but runs at {} fp32's speed in {}",
+                self.rows[j].label(),
+                self.speed_text(j),
+                self.engine
+            )
+        });
+        if i == 0 {
+            return format!(
+                "chosen: fp32, the float model: every mix that meets {t} runs slower than fp32 in {}{}",
+                self.engine,
+                passed_over.unwrap_or_default()
+            );
         }
+        let r = &self.rows[i];
+        if !self.meets_speed() {
+            return format!(
+                "no mix meets both {t} and a {:.2}x speed-up: the fewest float layers meeting the accuracy target ({}) run at {} in {}",
+                self.min_speedup.unwrap_or(0.0),
+                r.label(),
+                self.speed_text(i),
+                self.engine
+            );
+        }
+        let speed = match self.speedup(i) {
+            Some(_) => format!(", {} fp32's speed in {}", self.speed_text(i), self.engine),
+            None => String::new(),
+        };
+        let bound = match self.target {
+            Target::MinAgreement(_) if self.confidence > 0.0 => format!(
+                " ({:.0}% lower bound {:.3}%)",
+                self.confidence * 100.0,
+                r.agreement_bound * 100.0
+            ),
+            _ => String::new(),
+        };
+        format!(
+            "chosen: {} ({} float layer(s)) meets {t} with {:.3}% agreement{bound}{}{speed}{}",
+            r.label(),
+            r.float_layers.len(),
+            r.agreement * 100.0,
+            r.miou
+                .map(|m| format!(", mIoU {:.4}", m))
+                .unwrap_or_default(),
+            passed_over.unwrap_or_default()
+        )
+    }
+
+    /// Row `i`'s speed-up over fp32 as `1.23x` (empty when not timed).
+    fn speed_text(&self, i: usize) -> String {
+        self.speedup(i)
+            .map(|x| format!("{x:.2}x"))
+            .unwrap_or_default()
     }
 
     pub fn csv(&self) -> String {
@@ -167,9 +190,11 @@ impl AutoResult {
                 "miou_fp32": f.miou_fp32, "meets_target": f.meets_target,
             })),
             "quantised_layers": self.quantised_layers,
-            "latency": "ONNX Runtime CPU, one validation image, median over rounds x runs interleaved across the models",
+            "engine": self.engine,
+            "latency": format!("{}, one validation image, median over rounds x runs interleaved across the models", self.engine),
             "rows": rows,
             "chosen": self.chosen.map(|i| self.rows[i].label()),
+            "passed_over_for_speed": self.slower_mix.map(|i| self.rows[i].label()),
             "meets_speed": self.meets_speed(),
             "verdict": self.verdict(),
             "candidates": self.candidates.iter().map(|c| serde_json::json!({
@@ -191,12 +216,13 @@ impl AutoResult {
             .unwrap_or(4)
             .clamp(4, 56);
         let mut s = format!(
-            "--auto: {} by {} (calibrated on {} images); {} of {} quantised layers searched, worst SNR first\n",
+            "--auto: {} by {} (calibrated on {} images); {} of {} quantised layers searched, worst SNR first; measured in {}\n",
             self.target.describe(),
             self.criterion(),
             self.calibration_images,
             self.candidates.len(),
-            self.quantised_layers
+            self.quantised_layers,
+            self.engine
         );
         s += &format!(
             "  {:<w$} {:>10} {:>11} {:>8} {:>11} {:>8} {:>10}  target\n",
