@@ -164,9 +164,11 @@ fn preprocess_and_argmax_exports_give_the_same_labels() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    // bench drives the contract too.
+    // bench drives the contract too (ONNX Runtime named: `auto` picks by the CPU).
     let out = ok(&segtool(&[
         "bench",
+        "--engine",
+        "ort",
         "--model",
         p(&models[3]),
         "--iterations",

@@ -371,7 +371,7 @@ segtool_status segtool_palette(const struct segtool_segmenter *seg, uint32_t ind
 const char *segtool_provider(const struct segtool_segmenter *seg);
 
 /**
- * The engine in use: `"onnxruntime"` or `"tract"`. NULL if `seg` is NULL.
+ * The engine in use: `"onnxruntime"`, `"openvino"` or `"tract"`. NULL if `seg` is NULL.
  *
  * # Safety
  * `seg` is NULL or a live handle.
@@ -387,6 +387,15 @@ const char *segtool_engine_name(const struct segtool_segmenter *seg);
  * `seg` is NULL or a live handle.
  */
 const char *segtool_fallback_reason(const struct segtool_segmenter *seg);
+
+/**
+ * Why `SEGTOOL_ENGINE_AUTO` chose the engine it did (`"auto chose openvino: this CPU
+ * has AMX-BF16, ..."`); NULL when an engine was named (or `seg` is NULL).
+ *
+ * # Safety
+ * `seg` is NULL or a live handle.
+ */
+const char *segtool_engine_choice(const struct segtool_segmenter *seg);
 
 /**
  * The default live options: slot 1, no deadline, one session, no smoothing.

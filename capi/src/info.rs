@@ -80,7 +80,7 @@ pub unsafe extern "C" fn segtool_provider(seg: *const segtool_segmenter) -> *con
     value_guard(ptr::null(), || Ok(segmenter_ref(seg)?.provider.as_ptr()))
 }
 
-/// The engine in use: `"onnxruntime"` or `"tract"`. NULL if `seg` is NULL.
+/// The engine in use: `"onnxruntime"`, `"openvino"` or `"tract"`. NULL if `seg` is NULL.
 ///
 /// # Safety
 /// `seg` is NULL or a live handle.
@@ -100,6 +100,21 @@ pub unsafe extern "C" fn segtool_fallback_reason(seg: *const segtool_segmenter) 
     value_guard(ptr::null(), || {
         Ok(segmenter_ref(seg)?
             .fallback
+            .as_ref()
+            .map_or(ptr::null(), |r| r.as_ptr()))
+    })
+}
+
+/// Why `SEGTOOL_ENGINE_AUTO` chose the engine it did (`"auto chose openvino: this CPU
+/// has AMX-BF16, ..."`); NULL when an engine was named (or `seg` is NULL).
+///
+/// # Safety
+/// `seg` is NULL or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn segtool_engine_choice(seg: *const segtool_segmenter) -> *const c_char {
+    value_guard(ptr::null(), || {
+        Ok(segmenter_ref(seg)?
+            .engine_choice
             .as_ref()
             .map_or(ptr::null(), |r| r.as_ptr()))
     })

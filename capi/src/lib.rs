@@ -33,7 +33,7 @@
 //!
 //! int run(const char *model, const uint8_t *rgb, uint32_t w, uint32_t h, uint32_t step) {
 //!     segtool_options opts = segtool_options_default();
-//!     opts.engine = SEGTOOL_ENGINE_AUTO;   /* ONNX Runtime if its library loads, else tract */
+//!     opts.engine = SEGTOOL_ENGINE_AUTO;   /* OpenVINO or ONNX Runtime by the CPU, else tract */
 //!     opts.providers = "cuda,cpu";         /* ONNX Runtime providers, in preference order */
 //!     opts.threads = 4;
 //!
@@ -107,8 +107,8 @@ mod live;
 mod status;
 
 pub use info::{
-    segtool_class_name, segtool_engine_name, segtool_fallback_reason, segtool_num_classes,
-    segtool_palette, segtool_provider,
+    segtool_class_name, segtool_engine_choice, segtool_engine_name, segtool_fallback_reason,
+    segtool_num_classes, segtool_palette, segtool_provider,
 };
 pub use live::{
     segtool_live, segtool_live_close, segtool_live_counts, segtool_live_finish, segtool_live_next,

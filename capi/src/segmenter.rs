@@ -29,6 +29,7 @@ pub struct segtool_segmenter {
     pub(crate) engine_name: CString,
     pub(crate) provider: CString,
     pub(crate) fallback: Option<CString>,
+    pub(crate) engine_choice: Option<CString>,
 }
 
 /// Largest image accepted by `segtool_segment`, in pixels (a guard against garbage sizes;
@@ -116,6 +117,7 @@ pub(crate) fn open(path: &Path, opts: &segtool_options) -> Result<segtool_segmen
         engine_name: c_string(engine.name()),
         provider: c_string(engine.provider()),
         fallback: fallback.as_deref().map(c_string),
+        engine_choice: segmenter.engine_choice().map(c_string),
         inner: Mutex::new(segmenter),
     })
 }

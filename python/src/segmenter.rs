@@ -11,13 +11,16 @@ use numpy::{IntoPyArray, PyArray2, PyArray3, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use segtool_runtime::accuracy::{AccuracyOptions, Protocol};
-use segtool_runtime::card::{pipeline as card_pipeline, CardRequest};
+use segtool_runtime::card::pipeline as card_pipeline;
 use segtool_runtime::openvino::OpenVinoOptions;
 use segtool_runtime::{EngineKind, IoContract, Provider, RuntimeError};
 use segtool_spec::ModelSpec;
 
 use crate::errors;
 use crate::pixels::{self, Color};
+use opening::{accuracy_options, open};
+
+mod opening;
 
 /// How long a wait holds no GIL before it looks for signals (Ctrl-C).
 pub(crate) const SIGNAL_POLL: Duration = Duration::from_millis(50);
@@ -185,131 +188,9 @@ pub struct Segmenter {
     pub(crate) engine: String,
     pub(crate) provider: String,
     fallbacks: Vec<(String, String)>,
+    engine_choice: Option<String>,
     input_size: Option<(i64, i64)>,
     protocol: Option<&'static str>,
-}
-
-fn accuracy_options(
-    protocol: Option<&str>,
-    base_size: Option<usize>,
-    scales: Option<Vec<f64>>,
-    flip: bool,
-    mode: Option<&str>,
-    crop: Option<usize>,
-    stride: Option<usize>,
-    batch_size: usize,
-) -> PyResult<Option<AccuracyOptions>> {
-    let wanted = protocol.is_some()
-        || base_size.is_some()
-        || scales.is_some()
-        || flip
-        || mode.is_some()
-        || crop.is_some()
-        || stride.is_some();
-    if !wanted {
-        return Ok(None);
-    }
-    let bad = |what: &str, got: String| errors::input(what.to_string(), got);
-    let protocol: Protocol = match protocol {
-        Some(p) => p
-            .parse()
-            .map_err(|e: String| bad("protocol \"danet\" or \"mmseg\"", e))?,
-        None => Protocol::Mmseg,
-    };
-    if base_size.is_some() && protocol != Protocol::Danet {
-        return Err(bad(
-            "base_size with protocol=\"danet\"",
-            format!("protocol={:?}", protocol.name()),
-        ));
-    }
-    let sliding = match mode {
-        Some("sliding") => true,
-        Some("whole") => false,
-        Some(other) => return Err(bad("mode \"sliding\" or \"whole\"", format!("{other:?}"))),
-        None => protocol == Protocol::Danet || crop.is_some() || stride.is_some(),
-    };
-    let mut opts = AccuracyOptions::new()
-        .protocol(protocol)
-        .base_size(base_size)
-        .flip(flip)
-        .batch_size(batch_size.max(1));
-    if sliding {
-        let crop = crop.unwrap_or(768);
-        let stride = stride.unwrap_or_else(|| protocol.default_stride(crop.max(1)));
-        opts = opts.sliding(crop, stride);
-    } else if crop.is_some() || stride.is_some() {
-        return Err(bad(
-            "crop/stride with mode=\"sliding\"",
-            "mode=\"whole\"".into(),
-        ));
-    }
-    if let Some(scales) = scales {
-        opts = opts.scales(scales);
-    }
-    opts.validate()
-        .map_err(|e| bad("valid accuracy mode options", e))?;
-    Ok(Some(opts))
-}
-
-/// Opens with ONNX Runtime from the first library of `candidates` that loads; with
-/// `engine="auto"` and none loading, tract (the fallback is reported).
-fn open(
-    path: &PathBuf,
-    kind: EngineKind,
-    openvino: &OpenVinoOptions,
-    providers: &[Provider],
-    threads: Option<usize>,
-    strict: bool,
-    fixed_size: Option<(usize, usize)>,
-    candidates: &[(String, String)],
-    card: Option<&PathBuf>,
-) -> Result<
-    (
-        segtool_runtime::Segmenter,
-        Option<segtool_runtime::Fallback>,
-    ),
-    RuntimeError,
-> {
-    let base = || {
-        let mut b = segtool_runtime::Segmenter::builder(path)
-            .providers(providers.iter().cloned())
-            .openvino_options(openvino.clone())
-            .strict(strict);
-        if let Some(n) = threads {
-            b = b.threads(n);
-        }
-        if let Some((h, w)) = fixed_size {
-            b = b.fixed_size(h, w);
-        }
-        if let Some(card) = card {
-            b = b.card(CardRequest::new().card_file(card));
-        }
-        b
-    };
-    if kind == EngineKind::Tract || kind == EngineKind::OpenVino {
-        return Ok((base().engine(kind).open()?, None));
-    }
-    let mut tried = Vec::new();
-    for (lib, source) in candidates {
-        match base().engine(EngineKind::Ort).ort_library(lib).open() {
-            Err(RuntimeError::OrtLibraryNotFound { tried: t }) => {
-                tried.extend(
-                    t.into_iter()
-                        .map(|t| t.replace("OrtOptions::dylib_path", source)),
-                );
-            }
-            other => return Ok((other?, None)),
-        }
-    }
-    if kind == EngineKind::Ort || strict {
-        return Err(RuntimeError::OrtLibraryNotFound { tried });
-    }
-    // What the runtime's Auto does, over our own search of the library.
-    let seg = base().engine(EngineKind::Tract).open()?;
-    Ok((
-        seg,
-        Some(segtool_runtime::Fallback::OrtLibraryMissing { tried }),
-    ))
 }
 
 #[pymethods]
@@ -389,7 +270,11 @@ impl Segmenter {
             })
             .map_err(errors::runtime)?;
         let mut fallbacks = Vec::new();
-        for f in search.iter().chain(seg.fallbacks()) {
+        // The package's own library search replaces the runtime's report of it.
+        let runtime_fallbacks = seg.fallbacks().iter().filter(|f| {
+            search.is_none() || !matches!(f, segtool_runtime::Fallback::OrtLibraryMissing { .. })
+        });
+        for f in search.iter().chain(runtime_fallbacks) {
             let kind = match f {
                 segtool_runtime::Fallback::OrtLibraryMissing { .. } => "ort_library_missing",
                 segtool_runtime::Fallback::Provider { .. } => "provider",
@@ -408,6 +293,7 @@ impl Segmenter {
         Ok(Self {
             engine: seg.engine().name().to_string(),
             provider: seg.engine().provider().to_string(),
+            engine_choice: seg.engine_choice().map(str::to_string),
             protocol: accuracy.as_ref().map(|o| o.protocol.name()),
             model: Arc::new(Model {
                 seg: Mutex::new(seg),
@@ -553,6 +439,12 @@ impl Segmenter {
     #[getter]
     fn fallbacks(&self) -> Vec<(String, String)> {
         self.fallbacks.clone()
+    }
+
+    /// Which engine `engine="auto"` chose and why; `None` when an engine was named.
+    #[getter]
+    fn engine_choice(&self) -> Option<String> {
+        self.engine_choice.clone()
     }
 
     #[getter]

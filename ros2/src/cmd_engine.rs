@@ -18,7 +18,8 @@ pub struct ModelArgs {
     /// A model card (TOML) for a file segtool did not write.
     #[arg(long, value_name = "FILE")]
     pub card: Option<PathBuf>,
-    /// auto (ONNX Runtime when its library loads, else tract), ort, tract or openvino.
+    /// auto (OpenVINO on CPUs with AMX or AVX-512 BF16, else ONNX Runtime, else tract),
+    /// ort, tract or openvino.
     #[arg(long, default_value_t = EngineKind::Auto)]
     pub engine: EngineKind,
     /// ONNX Runtime execution providers in preference order, e.g. `cuda,cpu` (CPU is the

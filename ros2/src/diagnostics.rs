@@ -90,14 +90,25 @@ impl Window {
     }
 }
 
+/// What opening the model found, as the diagnostics report it.
+#[derive(Clone, Debug, Default)]
+pub struct EngineStatus {
+    /// `cpu`, `cuda:0`...
+    pub provider: String,
+    /// Every fallback taken, in one line.
+    pub fallbacks: Option<String>,
+    /// Which engine `--engine auto` chose and why (None: the engine was named).
+    pub choice: Option<String>,
+}
+
 /// The node's `/diagnostics` message at `now`.
-pub fn message(
-    node: &str,
-    stats: &NodeStats,
-    provider: &str,
-    fallbacks: Option<&str>,
-    now: Time,
-) -> DiagnosticArray {
+pub fn message(node: &str, stats: &NodeStats, engine: &EngineStatus, now: Time) -> DiagnosticArray {
+    let EngineStatus {
+        provider,
+        fallbacks,
+        choice,
+    } = engine;
+    let fallbacks = fallbacks.as_deref();
     let kv = |key: &str, value: String| KeyValue {
         key: key.into(),
         value,
@@ -117,6 +128,10 @@ pub fn message(
         kv("overlays_drawn", stats.overlays.to_string()),
         kv("provider", provider.to_string()),
         kv("fallbacks", fallbacks.unwrap_or("none").to_string()),
+        kv(
+            "engine_choice",
+            choice.as_deref().unwrap_or("named").to_string(),
+        ),
     ];
     values.extend(
         stats
@@ -167,7 +182,11 @@ mod tests {
         assert_eq!((stats.color_masks, stats.overlays), (3, 1));
         assert_eq!((stats.latency_p50_ms, stats.latency_p99_ms), (5.0, 5.0));
         stats.bad.insert("unknown encoding".into(), 2);
-        let m = message("/seg/segtool", &stats, "cpu", None, Time::default());
+        let engine = EngineStatus {
+            provider: "cpu".into(),
+            ..Default::default()
+        };
+        let m = message("/seg/segtool", &stats, &engine, Time::default());
         let s = &m.status[0];
         assert_eq!(s.level, DiagnosticStatus::WARN);
         let get = |k: &str| s.values.iter().find(|v| v.key == k).unwrap().value.clone();

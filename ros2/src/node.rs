@@ -340,8 +340,11 @@ pub fn run(
         })
         .map_err(|e| NodeError::Dds(format!("cannot start the spinner thread: {e}")))?;
 
-    let provider = segmenter.engine().provider().to_string();
-    let fallbacks = segmenter.fallback_summary();
+    let engine_status = diagnostics::EngineStatus {
+        provider: segmenter.engine().provider().to_string(),
+        fallbacks: segmenter.fallback_summary(),
+        choice: segmenter.engine_choice().map(str::to_string),
+    };
     let spec = segmenter.spec().clone();
     let classes = spec.num_classes();
     if classes > 256 {
@@ -419,13 +422,7 @@ pub fn run(
         if Instant::now() >= next_diagnostics {
             next_diagnostics += config.live.diagnostics_period();
             refresh(&mut stats, &stream, &window);
-            let msg = diagnostics::message(
-                &full_node_name,
-                &stats,
-                &provider,
-                fallbacks.as_deref(),
-                now(),
-            );
+            let msg = diagnostics::message(&full_node_name, &stats, &engine_status, now());
             // A full send window is not worth stopping the camera for.
             let _ = diagnostics_pub.publish(msg);
             on_event(NodeEvent::Diagnostics(stats.clone()));

@@ -6,7 +6,7 @@
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use segtool_runtime::{EngineKind, Provider, Segmenter};
 //! let mut seg = Segmenter::builder("model.onnx")
-//!     .engine(EngineKind::Auto) // ONNX Runtime, or tract when its library is missing
+//!     .engine(EngineKind::Auto) // OpenVINO or ONNX Runtime by the CPU, tract without either
 //!     .providers([Provider::Cuda { device_id: 0 }])
 //!     .threads(4)
 //!     .open()?;

@@ -1,6 +1,7 @@
 //! [`Segmenter`]: one model with its spec and I/O contract; images in, masks out. Built
 //! by [`Segmenter::builder`] ([`SegmenterBuilder`]), which reads the file once.
 
+mod auto;
 mod builder;
 mod options;
 #[cfg(test)]
@@ -38,6 +39,8 @@ pub struct Segmenter {
     contract: IoContract,
     keep_logits: bool,
     fallbacks: Vec<Fallback>,
+    /// Why [`EngineKind::Auto`] picked the engine it did (None for a named engine).
+    engine_choice: Option<String>,
     model: Option<ModelFile>,
     /// The graph's fixed spatial input `(height, width)`, if it has one.
     graph_size: Option<(usize, usize)>,
@@ -68,6 +71,7 @@ impl Segmenter {
             engine,
             keep_logits: false,
             fallbacks,
+            engine_choice: None,
             model: Some(model),
         }
     }
@@ -86,6 +90,7 @@ impl Segmenter {
             contract,
             keep_logits: false,
             fallbacks,
+            engine_choice: None,
             model: None,
             graph_size: None,
             accuracy: None,
@@ -104,6 +109,7 @@ impl Segmenter {
             contract,
             keep_logits: false,
             fallbacks: Vec::new(),
+            engine_choice: None,
             model: None,
             graph_size: None,
             accuracy: None,
@@ -165,6 +171,12 @@ impl Segmenter {
     /// The input layout and output kind the model is driven with.
     pub fn contract(&self) -> IoContract {
         self.contract
+    }
+
+    /// Which engine [`EngineKind::Auto`] chose and why (`auto chose openvino: this CPU
+    /// has AMX-BF16, ...`); `None` when an engine was named.
+    pub fn engine_choice(&self) -> Option<&str> {
+        self.engine_choice.as_deref()
     }
 
     /// The fallbacks taken while opening, in order (empty: running as asked).

@@ -8,6 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use segtool_runtime::expert::run_logits;
+use segtool_runtime::openvino::OpenVinoOptions;
 use segtool_runtime::{
     expert::{Engine, OrtEngine},
     CudaOptions, EngineKind, OrtOptions, Provider, RuntimeError, Segmenter, TensorRtOptions,
@@ -144,12 +145,20 @@ fn auto_backend_falls_back_to_tract_when_ort_cannot_load() {
     let dir = tempfile::tempdir().unwrap();
     let path = model(dir.path());
     let bogus = OrtOptions::new().with_dylib_path(dir.path().join("no/libonnxruntime.so"));
+    let no_openvino = OpenVinoOptions {
+        library: Some(dir.path().join("no/libopenvino_c.so")),
+        ..OpenVinoOptions::new()
+    };
     let seg = Segmenter::builder(&path)
         .engine(EngineKind::Auto)
         .ort_options(bogus.clone())
+        .openvino_options(no_openvino.clone())
         .open()
         .unwrap();
     assert_eq!(seg.engine().name(), "tract");
+    let choice = seg.engine_choice().unwrap();
+    assert!(choice.starts_with("auto chose tract: "), "{choice}");
+    assert!(choice.ends_with("ONNX Runtime is missing"), "{choice}");
     // Explicit ONNX Runtime stays an error.
     match Segmenter::builder(&path)
         .engine(EngineKind::Ort)
@@ -165,14 +174,62 @@ fn auto_backend_falls_back_to_tract_when_ort_cannot_load() {
         Err(e) => panic!("unexpected error {e}"),
         Ok(_) => panic!("a bogus library path must not load"),
     }
-    // Auto with a loadable library uses ONNX Runtime.
-    if let Ok(seg) = Segmenter::builder(&path)
+    // Auto with both libraries: OpenVINO on the CPUs where it measured faster (AMX or
+    // AVX-512 BF16, as Linux names them), else ONNX Runtime; the reason is given.
+    let Ok(seg) = Segmenter::builder(&path)
         .engine(EngineKind::Auto)
         .threads(1)
         .open()
-    {
-        assert_eq!(seg.engine().name(), "onnxruntime");
+    else {
+        return;
+    };
+    let flags = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let flags = flags
+        .lines()
+        .find(|l| l.starts_with("flags"))
+        .unwrap_or_default();
+    let has = |f: &str| flags.split_whitespace().any(|x| x == f);
+    let want = match has("avx512f") && (has("amx_bf16") || has("avx512_bf16")) {
+        true if cfg!(feature = "openvino") => "openvino",
+        _ => "onnxruntime",
+    };
+    let choice = seg.engine_choice().unwrap().to_string();
+    assert_eq!(seg.engine().name(), want, "{choice}");
+    assert!(
+        choice.starts_with(&format!("auto chose {want}: ")),
+        "{choice}"
+    );
+    // Without OpenVINO's library: ONNX Runtime, saying why.
+    let seg = Segmenter::builder(&path)
+        .engine(EngineKind::Auto)
+        .openvino_options(no_openvino)
+        .threads(1)
+        .open()
+        .unwrap();
+    assert_eq!(seg.engine().name(), "onnxruntime");
+    let choice = seg.engine_choice().unwrap();
+    if want == "openvino" {
+        assert!(choice.contains("but it did not open the model"), "{choice}");
+        assert!(choice.contains("libopenvino_c.so"), "{choice}");
     }
+    // A GPU provider asked of ONNX Runtime keeps it, on any CPU.
+    let seg = Segmenter::builder(&path)
+        .engine(EngineKind::Auto)
+        .providers([Provider::Cuda { device_id: 0 }])
+        .threads(1)
+        .open()
+        .unwrap();
+    assert_eq!(seg.engine().name(), "onnxruntime");
+    assert_eq!(
+        seg.engine_choice(),
+        Some("auto chose onnxruntime: cuda:0 asked for")
+    );
+    // A named engine makes no choice.
+    let seg = Segmenter::builder(&path)
+        .engine(EngineKind::Ort)
+        .open()
+        .unwrap();
+    assert_eq!(seg.engine_choice(), None);
 }
 
 #[test]

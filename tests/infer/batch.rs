@@ -213,10 +213,13 @@ fn glob_raw_frames_logits_and_bench() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--raw"));
 
-    // bench: JSON with per-batch-size latency stats, throughput and the provider.
+    // bench: JSON with per-batch-size latency stats, throughput and the provider (ONNX
+    // Runtime named: `auto` picks by the CPU).
     let json_path = d.join("f.json");
     let out = segtool(&[
         "bench",
+        "--engine",
+        "ort",
         "--model",
         p(&onnx),
         "--iterations",

@@ -23,6 +23,8 @@ pub struct Opened {
     pub provider: String,
     /// Each fallback taken while opening, as a sentence.
     pub fallbacks: Vec<String>,
+    /// Which engine `engine=auto` chose and why (None: the engine was named).
+    pub engine_choice: Option<String>,
     /// The model's fixed input size `(width, height)`, when its graph has one (the
     /// runtime resizes frames to it and brings masks back to the frame's size).
     pub fixed: Option<(u32, u32)>,
@@ -117,6 +119,7 @@ pub fn open(settings: &Settings) -> Result<Opened, OpenError> {
     let spec = seg.spec().clone();
     let provider = format!("{}/{}", seg.engine().name(), seg.engine().provider());
     let fallbacks = seg.fallbacks().iter().map(ToString::to_string).collect();
+    let engine_choice = seg.engine_choice().map(str::to_string);
     let fixed = seg.graph_size().map(|(h, w)| (w as u32, h as u32));
     if smoother.is_some() && !seg.contract().is_plain() && !accuracy_mode {
         let c = seg.contract();
@@ -152,6 +155,7 @@ pub fn open(settings: &Settings) -> Result<Opened, OpenError> {
         spec,
         provider,
         fallbacks,
+        engine_choice,
         fixed,
     })
 }

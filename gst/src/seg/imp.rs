@@ -165,6 +165,10 @@ impl BaseTransformImpl for SegtoolSeg {
                 .field("classes", opened.spec.num_classes() as u32)
                 .field("fixed-size", fixed)
                 .field("live", settings.live)
+                .field(
+                    "engine-choice",
+                    opened.engine_choice.as_deref().unwrap_or("named"),
+                )
                 .build(),
         );
         for reason in &opened.fallbacks {

@@ -11,9 +11,12 @@ use segtool_runtime::{EngineKind, Provider};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, glib::Enum)]
 #[enum_type(name = "GstSegtoolSegEngine")]
 pub enum EngineChoice {
-    /// ONNX Runtime when its library loads, else tract.
+    /// OpenVINO on CPUs with AMX or AVX-512 BF16, else ONNX Runtime, else tract.
     #[default]
-    #[enum_value(name = "Auto: ONNX Runtime, else tract", nick = "auto")]
+    #[enum_value(
+        name = "Auto: OpenVINO or ONNX Runtime by the CPU, else tract",
+        nick = "auto"
+    )]
     Auto,
     /// ONNX Runtime (CPU, CUDA, TensorRT).
     #[enum_value(name = "ONNX Runtime", nick = "ort")]
@@ -151,7 +154,7 @@ pub fn specs() -> Vec<glib::ParamSpec> {
         glib::ParamSpecEnum::builder_with_default("engine", d.engine)
             .nick("Engine")
             .blurb(
-                "Engine running the model: auto (ONNX Runtime, else tract), ort, tract, openvino",
+                "Engine running the model: auto (OpenVINO or ONNX Runtime by the CPU, else tract), ort, tract, openvino",
             )
             .build(),
         glib::ParamSpecString::builder("providers")

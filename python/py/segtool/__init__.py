@@ -136,7 +136,8 @@ def ort_library_candidates() -> List[Tuple[str, str]]:
 class Segmenter:
     """One exported model, opened for inference.
 
-    ``engine``: ``"auto"`` (ONNX Runtime, else tract), ``"ort"``, ``"tract"`` or
+    ``engine``: ``"auto"`` (OpenVINO on CPUs with AMX or AVX-512 BF16, else ONNX Runtime,
+    else tract; ``engine_choice`` says which and why), ``"ort"``, ``"tract"`` or
     ``"openvino"`` (Intel CPUs, iGPUs, NPUs: ``device="CPU"``, ``"GPU"``, ``"NPU"`` or
     ``"AUTO"``; ``precision="f32"`` or ``"bf16"``; ``hint="latency"`` or
     ``"throughput"``; ``streams``).
@@ -194,7 +195,7 @@ class Segmenter:
             precision=precision,
             hint=hint,
             streams=streams,
-            openvino_library=openvino_library() if engine == "openvino" else None,
+            openvino_library=openvino_library() if engine in ("openvino", "auto") else None,
             strict=strict,
             protocol=protocol,
             base_size=base_size,
@@ -239,6 +240,12 @@ class Segmenter:
     def provider(self) -> str:
         """The execution provider actually in use (``cpu``, ``cuda:0``, ...)."""
         return self._native.provider
+
+    @property
+    def engine_choice(self) -> Optional[str]:
+        """Which engine ``engine="auto"`` chose and why (``"auto chose openvino: this CPU
+        has AMX-BF16, ..."``); None when an engine was named."""
+        return self._native.engine_choice
 
     def __repr__(self) -> str:
         return repr(self._native)

@@ -21,7 +21,8 @@ use crate::openvino::{Device, PerformanceHint, Precision};
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SegmenterOptions {
-    /// `auto` (ONNX Runtime when its library loads, else tract, reported), `ort`,
+    /// `auto` (OpenVINO on CPUs with AMX or AVX-512 BF16, else ONNX Runtime, else tract;
+    /// the choice is reported), `ort`,
     /// `tract` or `openvino`.
     pub engine: EngineKind,
     /// ONNX Runtime's execution providers in preference order: `cpu`, `cuda[:N]`,
