@@ -116,7 +116,28 @@ pub fn build(run_dir: &Path, receipt: &[(String, String)]) -> Result<String> {
         escape(&title)
     )?;
 
-    // Final and best metrics.
+    summary(&mut h, last_train, last_val, best);
+    curves(&mut h, &run, &records)?;
+    class_table(&mut h, last_val, best);
+    overlays(&mut h, run_dir, last_val)?;
+    config_and_environment(&mut h, &config, env.as_ref(), receipt);
+    let _ = write!(
+        h,
+        "<p id=\"{READY_MARKER}\"></p>\n<script>\n\
+         document.getElementById(\"{READY_MARKER}\").textContent = \
+         \"report rendered: \" + document.images.length + \" images\";\n\
+         </script>\n</body>\n</html>\n"
+    );
+    Ok(h)
+}
+
+/// Final and best metrics.
+fn summary(
+    h: &mut String,
+    last_train: Option<&&Record>,
+    last_val: Option<&&Record>,
+    best: Option<&&Record>,
+) {
     h.push_str("<h2>Summary</h2>\n<table class=\"kv\">\n");
     let mut row = |k: &str, v: String| {
         let _ = writeln!(h, "<tr><th>{}</th><td>{}</td></tr>", escape(k), escape(&v));
@@ -171,18 +192,23 @@ pub fn build(run_dir: &Path, receipt: &[(String, String)]) -> Result<String> {
         );
     }
     h.push_str("</table>\n");
+}
 
-    // Curves.
+/// The training curves, one chart each.
+fn curves(h: &mut String, run: &str, records: &[Record]) -> Result<()> {
     h.push_str("<h2>Curves</h2>\n<div class=\"charts\">\n");
-    for (name, chart) in metrics_log::charts(&run, &records) {
+    for (name, chart) in metrics_log::charts(run, records) {
         let img = segtool_core::plot::line_chart(&chart, CHART_SIZE.0, CHART_SIZE.1)
             .map_err(|e| anyhow::anyhow!("drawing {name}: {e}"))?;
         let png = segtool_core::dataset::encode_png(&image::DynamicImage::ImageRgb8(img));
         let _ = writeln!(h, "{}", png_img(&png, &chart.title, "chart"));
     }
     h.push_str("</div>\n");
+    Ok(())
+}
 
-    // Per-class table: the last validation, and the best one beside it.
+/// Per-class IoU: the last validation, and the best one beside it.
+fn class_table(h: &mut String, last_val: Option<&&Record>, best: Option<&&Record>) {
     h.push_str("<h2>Per-class IoU</h2>\n");
     match last_val.and_then(|r| r.class_iou.as_ref()) {
         Some(classes) => {
@@ -213,8 +239,10 @@ pub fn build(run_dir: &Path, receipt: &[(String, String)]) -> Result<String> {
         }
         None => h.push_str("<p>No per-class IoU logged.</p>\n"),
     }
+}
 
-    // Validation overlays.
+/// The latest validation overlays (image | ground truth | prediction).
+fn overlays(h: &mut String, run_dir: &Path, last_val: Option<&&Record>) -> Result<()> {
     h.push_str("<h2>Validation overlays</h2>\n");
     let mut overlays: Vec<_> = std::fs::read_dir(run_dir.join(OVERLAY_DIR))
         .map(|d| {
@@ -228,18 +256,26 @@ pub fn build(run_dir: &Path, receipt: &[(String, String)]) -> Result<String> {
         h.push_str("<p>No validation overlays.</p>\n");
     } else {
         let _ = writeln!(
-            h,
-            "<p>Latest validation{}: image | ground truth | prediction.</p>\n<div class=\"overlays\">",
-            last_val.map_or(String::new(), |r| format!(" (iteration {})", r.iteration))
-        );
+        h,
+        "<p>Latest validation{}: image | ground truth | prediction.</p>\n<div class=\"overlays\">",
+        last_val.map_or(String::new(), |r| format!(" (iteration {})", r.iteration))
+    );
         for p in &overlays {
             let png = std::fs::read(p).with_context(|| format!("reading {}", p.display()))?;
             let _ = writeln!(h, "{}", png_img(&png, &p.display().to_string(), "overlay"));
         }
         h.push_str("</div>\n");
     }
+    Ok(())
+}
 
-    // Config and environment.
+/// The resolved configuration, the run's environment and the report tool's receipt.
+fn config_and_environment(
+    h: &mut String,
+    config: &str,
+    env: Option<&Environment>,
+    receipt: &[(String, String)],
+) {
     h.push_str("<h2>Resolved configuration</h2>\n");
     if config.is_empty() {
         h.push_str("<p>No config.toml.</p>\n");
@@ -247,7 +283,7 @@ pub fn build(run_dir: &Path, receipt: &[(String, String)]) -> Result<String> {
         let _ = writeln!(h, "<pre class=\"config\">{}</pre>", escape(&config));
     }
     h.push_str("<h2>Environment</h2>\n<table class=\"kv\">\n");
-    match &env {
+    match env {
         Some(e) => {
             let rows = [
                 ("trained with segtool", e.segtool_version.clone()),
@@ -279,14 +315,6 @@ pub fn build(run_dir: &Path, receipt: &[(String, String)]) -> Result<String> {
         let _ = writeln!(h, "<tr><th>{}</th><td>{}</td></tr>", escape(k), escape(v));
     }
     h.push_str("</table>\n");
-    let _ = write!(
-        h,
-        "<p id=\"{READY_MARKER}\"></p>\n<script>\n\
-         document.getElementById(\"{READY_MARKER}\").textContent = \
-         \"report rendered: \" + document.images.length + \" images\";\n\
-         </script>\n</body>\n</html>\n"
-    );
-    Ok(h)
 }
 
 const STYLE: &str = "body{font-family:sans-serif;margin:2em;color:#222;max-width:1500px}\

@@ -21,18 +21,23 @@ const DATASET_PREFIXES: &[&str] = &["cityscapes:", "ade20k:", "voc:", "voc-aug:"
 impl RunConfig {
     /// Checks every value; `Err(ConfigError::Invalid)` lists each problem found.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let mut errs = Vec::new();
+        let mut p = Problems::default();
         if let Err(ConfigError::Invalid(msgs)) = self.model.backbone_spec() {
-            errs.extend(msgs);
+            p.0.extend(msgs);
         }
-        let mut check = |ok: bool, msg: String| {
-            if !ok {
-                errs.push(msg);
-            }
-        };
-        let finite_nonneg = |x: f64| x.is_finite() && x >= 0.0;
-        let prob = |x: f64| (0.0..=1.0).contains(&x);
+        self.check_name_and_model(&mut p);
+        self.check_data(&mut p);
+        self.check_augment(&mut p);
+        self.check_optim(&mut p);
+        self.check_eval_and_log(&mut p);
+        match p.0.is_empty() {
+            true => Ok(()),
+            false => Err(ConfigError::Invalid(p.0)),
+        }
+    }
 
+    fn check_name_and_model(&self, p: &mut Problems) {
+        let mut check = |ok, msg| p.check(ok, msg);
         check(
             !self.name.is_empty() && !self.name.contains(['/', '\\']) && self.name != "..",
             format!(
@@ -65,7 +70,10 @@ impl RunConfig {
                 ),
             );
         }
+    }
 
+    fn check_data(&self, p: &mut Problems) {
+        let mut check = |ok, msg| p.check(ok, msg);
         let d = &self.data;
         check(
             !d.dataset.is_empty(),
@@ -99,8 +107,11 @@ impl RunConfig {
                 "data.shapes_val_count must be at least 1".into(),
             );
         }
+    }
 
+    fn check_augment(&self, p: &mut Problems) {
         let a = &self.augment;
+        let mut check = |ok, msg| p.check(ok, msg);
         check(
             a.base_size <= MAX_BASE,
             format!("augment.base_size {} is above {MAX_BASE}", a.base_size),
@@ -162,42 +173,11 @@ impl RunConfig {
             a.cat_max_ratio == 1.0 || a.crop_size.is_some() || a.crop_hw.is_some(),
             "augment.cat_max_ratio needs a crop (augment.crop_size or augment.crop_hw)".into(),
         );
-        if let Some(p) = &a.photometric {
-            let range_ok =
-                |[lo, hi]: [f64; 2]| lo.is_finite() && hi.is_finite() && 0.0 <= lo && lo <= hi;
-            check(
-                p.brightness_delta.is_finite() && (0.0..=255.0).contains(&p.brightness_delta),
-                format!(
-                    "augment.photometric.brightness_delta {} must be in [0, 255]",
-                    p.brightness_delta
-                ),
-            );
-            check(
-                range_ok(p.contrast_range),
-                format!(
-                    "augment.photometric.contrast_range {:?} must satisfy 0 <= lo <= hi",
-                    p.contrast_range
-                ),
-            );
-            check(
-                range_ok(p.saturation_range),
-                format!(
-                    "augment.photometric.saturation_range {:?} must satisfy 0 <= lo <= hi",
-                    p.saturation_range
-                ),
-            );
-            check(
-                (0..=180).contains(&p.hue_delta),
-                format!(
-                    "augment.photometric.hue_delta {} must be in 0..=180",
-                    p.hue_delta
-                ),
-            );
-            check(
-                a.color_jitter == 0.0,
-                "augment.photometric replaces augment.color_jitter: set it to 0".into(),
-            );
+        // In the order the keys are documented: photometric before color_jitter.
+        if let Some(photometric) = &a.photometric {
+            check_photometric(photometric, a.color_jitter, p);
         }
+        let mut check = |ok, msg| p.check(ok, msg);
         check(
             prob(a.color_jitter),
             format!("augment.color_jitter {} must be in [0, 1]", a.color_jitter),
@@ -213,7 +193,10 @@ impl RunConfig {
                 format!("augment.blur_sigma [{lo}, {hi}] must satisfy 0 <= lo < hi"),
             );
         }
+    }
 
+    fn check_optim(&self, p: &mut Problems) {
+        let mut check = |ok, msg| p.check(ok, msg);
         let o = &self.optim;
         match (o.iterations, o.epochs) {
             (0, None) => check(
@@ -319,7 +302,11 @@ impl RunConfig {
             o.lr_reference_batch >= 1,
             "optim.lr_reference_batch must be at least 1".into(),
         );
+    }
 
+    fn check_eval_and_log(&self, p: &mut Problems) {
+        let mut check = |ok, msg| p.check(ok, msg);
+        let min_crop = self.model.output_stride.max(1) as u32;
         let e = &self.eval;
         if let Some(resize) = e.resize {
             check(
@@ -372,11 +359,68 @@ impl RunConfig {
                 format!("out_dir {} must be non-empty UTF-8", dir.display()),
             );
         }
+    }
+}
 
-        if errs.is_empty() {
-            Ok(())
-        } else {
-            Err(ConfigError::Invalid(errs))
+/// Every problem found, each naming its key.
+#[derive(Default)]
+struct Problems(Vec<String>);
+
+impl Problems {
+    fn check(&mut self, ok: bool, msg: String) {
+        if !ok {
+            self.0.push(msg);
         }
     }
+}
+
+fn finite_nonneg(x: f64) -> bool {
+    x.is_finite() && x >= 0.0
+}
+
+fn prob(x: f64) -> bool {
+    (0.0..=1.0).contains(&x)
+}
+
+/// `augment.photometric` (mmseg's PhotoMetricDistortion), which replaces `color_jitter`.
+fn check_photometric(
+    photometric: &super::PhotometricConfig,
+    color_jitter: f64,
+    problems: &mut Problems,
+) {
+    let mut check = |ok, msg| problems.check(ok, msg);
+    let p = photometric;
+    let range_ok = |[lo, hi]: [f64; 2]| lo.is_finite() && hi.is_finite() && 0.0 <= lo && lo <= hi;
+    check(
+        p.brightness_delta.is_finite() && (0.0..=255.0).contains(&p.brightness_delta),
+        format!(
+            "augment.photometric.brightness_delta {} must be in [0, 255]",
+            p.brightness_delta
+        ),
+    );
+    check(
+        range_ok(p.contrast_range),
+        format!(
+            "augment.photometric.contrast_range {:?} must satisfy 0 <= lo <= hi",
+            p.contrast_range
+        ),
+    );
+    check(
+        range_ok(p.saturation_range),
+        format!(
+            "augment.photometric.saturation_range {:?} must satisfy 0 <= lo <= hi",
+            p.saturation_range
+        ),
+    );
+    check(
+        (0..=180).contains(&p.hue_delta),
+        format!(
+            "augment.photometric.hue_delta {} must be in 0..=180",
+            p.hue_delta
+        ),
+    );
+    check(
+        color_jitter == 0.0,
+        "augment.photometric replaces augment.color_jitter: set it to 0".into(),
+    );
 }
