@@ -389,8 +389,8 @@ const char *segtool_engine_name(const struct segtool_segmenter *seg);
 const char *segtool_fallback_reason(const struct segtool_segmenter *seg);
 
 /**
- * Why `SEGTOOL_ENGINE_AUTO` chose the engine it did (`"auto chose openvino: this CPU
- * has AMX-BF16, ..."`); NULL when an engine was named (or `seg` is NULL).
+ * Why `SEGTOOL_ENGINE_AUTO` chose the engine it did (`"auto chose onnxruntime: a float32
+ * file, ..."`); NULL when an engine was named (or `seg` is NULL).
  *
  * # Safety
  * `seg` is NULL or a live handle.

@@ -105,8 +105,8 @@ pub unsafe extern "C" fn segtool_fallback_reason(seg: *const segtool_segmenter) 
     })
 }
 
-/// Why `SEGTOOL_ENGINE_AUTO` chose the engine it did (`"auto chose openvino: this CPU
-/// has AMX-BF16, ..."`); NULL when an engine was named (or `seg` is NULL).
+/// Why `SEGTOOL_ENGINE_AUTO` chose the engine it did (`"auto chose onnxruntime: a float32
+/// file, ..."`); NULL when an engine was named (or `seg` is NULL).
 ///
 /// # Safety
 /// `seg` is NULL or a live handle.

@@ -18,7 +18,8 @@ pub struct ModelArgs {
     /// A model card (TOML) for a file segtool did not write.
     #[arg(long, value_name = "FILE")]
     pub card: Option<PathBuf>,
-    /// auto (OpenVINO on CPUs with AMX or AVX-512 BF16, else ONNX Runtime, else tract),
+    /// auto (OpenVINO for INT8 files on CPUs with AMX and for bf16, else ONNX Runtime,
+    /// else tract),
     /// ort, tract or openvino.
     #[arg(long, default_value_t = EngineKind::Auto)]
     pub engine: EngineKind,

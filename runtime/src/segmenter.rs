@@ -173,8 +173,8 @@ impl Segmenter {
         self.contract
     }
 
-    /// Which engine [`EngineKind::Auto`] chose and why (`auto chose openvino: this CPU
-    /// has AMX-BF16, ...`); `None` when an engine was named.
+    /// Which engine [`EngineKind::Auto`] chose and why (`auto chose onnxruntime: a float32
+    /// file, ...`); `None` when an engine was named.
     pub fn engine_choice(&self) -> Option<&str> {
         self.engine_choice.as_deref()
     }

@@ -14,8 +14,9 @@ use crate::args::card::CardArgs;
 /// The engine flags, flattened into every subcommand that opens a model.
 #[derive(Clone, Debug, clap::Args)]
 pub struct EngineFlags {
-    /// Inference engine: auto (OpenVINO on CPUs with AMX or AVX-512 BF16, where it
-    /// measured faster; else ONNX Runtime; else tract; the choice and why are printed),
+    /// Inference engine: auto (OpenVINO for INT8 files on CPUs with AMX-INT8 and for
+    /// --precision bf16, where it measured faster; else ONNX Runtime; else tract; the
+    /// choice and why are printed),
     /// ort (ONNX Runtime: CPU, CUDA, TensorRT; an error without its library),
     /// openvino (Intel CPUs, iGPUs, NPUs) or tract (pure Rust, CPU only). The default is
     /// the runtime's, as in every front end.

@@ -136,8 +136,8 @@ def ort_library_candidates() -> List[Tuple[str, str]]:
 class Segmenter:
     """One exported model, opened for inference.
 
-    ``engine``: ``"auto"`` (OpenVINO on CPUs with AMX or AVX-512 BF16, else ONNX Runtime,
-    else tract; ``engine_choice`` says which and why), ``"ort"``, ``"tract"`` or
+    ``engine``: ``"auto"`` (OpenVINO for INT8 files on CPUs with AMX and for bf16, else ONNX
+    Runtime, else tract; ``engine_choice`` says which and why), ``"ort"``, ``"tract"`` or
     ``"openvino"`` (Intel CPUs, iGPUs, NPUs: ``device="CPU"``, ``"GPU"``, ``"NPU"`` or
     ``"AUTO"``; ``precision="f32"`` or ``"bf16"``; ``hint="latency"`` or
     ``"throughput"``; ``streams``).
@@ -243,8 +243,8 @@ class Segmenter:
 
     @property
     def engine_choice(self) -> Optional[str]:
-        """Which engine ``engine="auto"`` chose and why (``"auto chose openvino: this CPU
-        has AMX-BF16, ..."``); None when an engine was named."""
+        """Which engine ``engine="auto"`` chose and why (``"auto chose onnxruntime: a float32
+        file, ..."``); None when an engine was named."""
         return self._native.engine_choice
 
     def __repr__(self) -> str:

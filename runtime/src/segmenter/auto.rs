@@ -1,62 +1,74 @@
-//! What [`EngineKind::Auto`](super::EngineKind::Auto) runs on a CPU: OpenVINO on the
-//! CPUs where it was measured faster than ONNX Runtime, ONNX Runtime everywhere else.
+//! What [`EngineKind::Auto`](super::EngineKind::Auto) runs on a CPU: OpenVINO where it
+//! was measured faster than ONNX Runtime, ONNX Runtime everywhere else.
 //!
-//! The rule is the CPU's instruction set, read once (no timing at open: a robot's start
-//! should not pay for two engines). Measured with `bench/openvino_vs_ort.py` on an Intel
-//! Xeon with AVX-512 VNNI/BF16 and AMX-BF16/INT8, 2 threads, 512x512 real frames, both
-//! engines in float32: OpenVINO ran ResNet-50 DANet at 1.96x ONNX Runtime's speed and the
-//! demo model at 1.22x; the INT8 file at 2.06x. No CPU without AVX-512 BF16 or AMX was
-//! measured, so there ONNX Runtime stays. The default precision is float32 in both
-//! engines, so labels do not change with the choice (OpenVINO f32 against ONNX Runtime:
-//! 1.3e-5 on the demo model's logits).
+//! The rule reads the file's metadata, the precision asked for and the CPU's instruction
+//! set once (no timing at open: a robot's start should not pay for two engines).
+//! Measured with `bench/openvino_vs_ort.py` on an Intel Xeon with AVX-512 VNNI/BF16 and
+//! AMX-BF16/INT8, 2 threads, 512x512, alternating rounds, quiet machine:
 //!
-//! ONNX Runtime is kept, whatever the CPU, when execution providers other than the CPU
-//! are asked for, and when OpenVINO cannot open the model (its library is missing, or
-//! the graph holds operators it does not read, such as `--target ort`'s com.microsoft
-//! fused attention); the reason is part of the choice.
+//! | file | ONNX Runtime | OpenVINO f32 | |
+//! | --- | ---: | ---: | ---: |
+//! | ResNet-50 DANet, float32 | 1330 ms | 1375 ms | 0.97x |
+//! | the demo's tiny DANet, float32 | 54.3 ms | 44.6 ms | 1.22x |
+//! | ResNet-50 DANet, segtool's INT8 file | 475 ms | 223 ms | 2.13x |
+//!
+//! So: an INT8 file (one segtool calibrated) on a CPU with AMX-INT8 runs in OpenVINO;
+//! `bf16` asked for runs in OpenVINO, since ONNX Runtime does not compute it; a float32
+//! file at float32 stays in ONNX Runtime (no reliable gain, and ONNX Runtime is the
+//! reference for segtool's float numbers). No CPU without AMX was measured, so there
+//! INT8 files stay in ONNX Runtime too.
+//!
+//! ONNX Runtime is also kept when execution providers other than the CPU are asked for,
+//! and when OpenVINO cannot open the model (its library is missing, or the graph holds
+//! operators it does not read); the reason is part of the choice.
 
-/// The CPU feature that makes OpenVINO the choice, when this CPU has one: `AMX-BF16` or
-/// `AVX512-BF16` (each implies the AVX-512 foundation, which the OS must enable).
-pub(super) fn openvino_cpu_class() -> Option<&'static str> {
+use crate::openvino::Precision;
+
+/// Whether this CPU has AMX-INT8 (CPUID leaf 7, EDX bit 25), with the AVX-512
+/// foundation the OS enabled.
+pub(super) fn cpu_has_amx_int8() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::__cpuid_count;
-        if !std::arch::is_x86_feature_detected!("avx512f") || __cpuid_count(0, 0).eax < 7 {
-            return None;
-        }
-        // CPUID leaf 7: sub-leaf 0 EDX bit 22 is AMX-BF16; sub-leaf 1 EAX bit 5 is
-        // AVX512_BF16.
-        if __cpuid_count(7, 0).edx & (1 << 22) != 0 {
-            return Some("AMX-BF16");
-        }
-        if __cpuid_count(7, 0).eax >= 1 && __cpuid_count(7, 1).eax & (1 << 5) != 0 {
-            return Some("AVX512-BF16");
-        }
-        None
+        std::arch::is_x86_feature_detected!("avx512f")
+            && __cpuid_count(0, 0).eax >= 7
+            && __cpuid_count(7, 0).edx & (1 << 25) != 0
     }
     #[cfg(not(target_arch = "x86_64"))]
-    None
+    false
+}
+
+/// What the choice depends on.
+pub(super) struct Situation<'a> {
+    /// Execution providers other than the CPU asked of ONNX Runtime.
+    pub gpu_providers: &'a [String],
+    /// The precision asked of OpenVINO.
+    pub precision: Precision,
+    /// The file is an INT8 (QDQ) model segtool calibrated.
+    pub int8_file: bool,
+    /// [`cpu_has_amx_int8`].
+    pub amx_int8: bool,
 }
 
 /// Why auto starts with OpenVINO (`Ok`), or why it runs ONNX Runtime (`Err`).
-pub(super) fn prefer_openvino(
-    cpu_class: Option<&str>,
-    gpu_providers: &[String],
-) -> Result<String, String> {
-    if !gpu_providers.is_empty() {
-        return Err(format!("{} asked for", gpu_providers.join(", ")));
+pub(super) fn prefer_openvino(s: &Situation<'_>) -> Result<String, String> {
+    if !s.gpu_providers.is_empty() {
+        return Err(format!("{} asked for", s.gpu_providers.join(", ")));
     }
     if !cfg!(feature = "openvino") {
         return Err("this build has no OpenVINO engine".into());
     }
-    match cpu_class {
-        Some(class) => Ok(format!(
-            "this CPU has {class}, where OpenVINO measured faster than ONNX Runtime"
-        )),
-        None => Err(
-            "this CPU has neither AMX nor AVX-512 BF16, where OpenVINO was not measured faster"
-                .into(),
-        ),
+    match (s.precision, s.int8_file, s.amx_int8) {
+        (Precision::Bf16, _, _) => Ok("bf16 asked for, which ONNX Runtime does not compute".into()),
+        (_, true, true) => Ok("an INT8 file on a CPU with AMX-INT8, where OpenVINO ran \
+                               segtool's INT8 files 2.1x faster than ONNX Runtime"
+            .into()),
+        (_, true, false) => Err("an INT8 file on a CPU without AMX-INT8, where OpenVINO \
+                                 was not measured faster"
+            .into()),
+        (_, false, _) => Err("a float32 file, where OpenVINO f32 measured 0.97x-1.22x \
+                              ONNX Runtime's speed (no reliable gain)"
+            .into()),
     }
 }
 
@@ -64,21 +76,37 @@ pub(super) fn prefer_openvino(
 mod tests {
     use super::*;
 
-    #[test]
-    fn openvino_only_on_the_measured_cpus_and_never_for_a_gpu_request() {
-        if cfg!(feature = "openvino") {
-            let why = prefer_openvino(Some("AMX-BF16"), &[]).unwrap();
-            assert!(why.contains("AMX-BF16"), "{why}");
+    fn situation(precision: Precision, int8_file: bool, amx_int8: bool) -> Situation<'static> {
+        Situation {
+            gpu_providers: &[],
+            precision,
+            int8_file,
+            amx_int8,
         }
-        let why = prefer_openvino(None, &[]).unwrap_err();
-        assert!(why.contains("neither AMX nor AVX-512 BF16"), "{why}");
-        let why = prefer_openvino(Some("AMX-BF16"), &["cuda:0".into()]).unwrap_err();
-        assert_eq!(why, "cuda:0 asked for");
     }
 
     #[test]
-    fn the_cpu_class_agrees_with_the_kernel() {
-        // Linux names the same CPUID bits in /proc/cpuinfo.
+    fn openvino_for_int8_files_on_amx_and_for_bf16_never_for_a_gpu_request() {
+        let openvino = cfg!(feature = "openvino");
+        let int8_amx = prefer_openvino(&situation(Precision::F32, true, true));
+        assert_eq!(int8_amx.is_ok(), openvino, "{int8_amx:?}");
+        let bf16 = prefer_openvino(&situation(Precision::Bf16, false, false));
+        assert_eq!(bf16.is_ok(), openvino, "{bf16:?}");
+        let why = prefer_openvino(&situation(Precision::F32, true, false)).unwrap_err();
+        assert!(why.contains("without AMX-INT8"), "{why}");
+        let why = prefer_openvino(&situation(Precision::F32, false, true)).unwrap_err();
+        assert!(why.starts_with("a float32 file"), "{why}");
+        let gpu = ["cuda:0".to_string()];
+        let s = Situation {
+            gpu_providers: &gpu,
+            ..situation(Precision::Bf16, true, true)
+        };
+        assert_eq!(prefer_openvino(&s).unwrap_err(), "cuda:0 asked for");
+    }
+
+    #[test]
+    fn amx_int8_as_the_kernel_reports_it() {
+        // Linux names the same CPUID bit in /proc/cpuinfo.
         let Ok(info) = std::fs::read_to_string("/proc/cpuinfo") else {
             return;
         };
@@ -87,13 +115,10 @@ mod tests {
             .find(|l| l.starts_with("flags"))
             .unwrap_or_default();
         let has = |f: &str| flags.split_whitespace().any(|x| x == f);
-        let want = if has("amx_bf16") && has("avx512f") {
-            Some("AMX-BF16")
-        } else if has("avx512_bf16") && has("avx512f") {
-            Some("AVX512-BF16")
-        } else {
-            None
-        };
-        assert_eq!(openvino_cpu_class(), want, "{flags}");
+        assert_eq!(
+            cpu_has_amx_int8(),
+            has("amx_int8") && has("avx512f"),
+            "{flags}"
+        );
     }
 }

@@ -28,10 +28,10 @@ use crate::tract_engine::{TractEngine, TractOptions};
 )]
 #[serde(rename_all = "lowercase")]
 pub enum EngineKind {
-    /// OpenVINO on CPUs with AMX or AVX-512 BF16, where it measured faster than ONNX
-    /// Runtime (and no GPU provider is asked for); else ONNX Runtime when its library
-    /// loads; else tract (a [`Fallback::OrtLibraryMissing`]). The reason is
-    /// [`Segmenter::engine_choice`].
+    /// OpenVINO for segtool's INT8 files on CPUs with AMX-INT8 and when bf16 is asked
+    /// for, where it measured faster (and no GPU provider is asked for); else ONNX
+    /// Runtime when its library loads; else tract (a [`Fallback::OrtLibraryMissing`]).
+    /// The reason is [`Segmenter::engine_choice`].
     #[default]
     Auto,
     /// ONNX Runtime (CPU, CUDA, TensorRT); fails when its library cannot be loaded.
@@ -330,18 +330,24 @@ impl SegmenterBuilder {
         }
     }
 
-    /// [`EngineKind::Auto`] (see [`super::auto`]): OpenVINO on the CPUs where it
-    /// measured faster, else ONNX Runtime, else tract when ONNX Runtime's library is
+    /// [`EngineKind::Auto`] (see [`super::auto`]): OpenVINO where it measured faster,
+    /// else ONNX Runtime, else tract when ONNX Runtime's library is
     /// missing; with the reason for the choice.
     fn auto(
         &self,
         model: &Opened<'_>,
         fallbacks: &mut Vec<Fallback>,
     ) -> Result<(Box<dyn Engine>, String)> {
-        let why_not = match super::auto::prefer_openvino(
-            super::auto::openvino_cpu_class(),
-            &self.gpu_providers(),
-        ) {
+        let gpu_providers = self.gpu_providers();
+        let situation = super::auto::Situation {
+            gpu_providers: &gpu_providers,
+            precision: self.openvino.precision,
+            int8_file: model
+                .model
+                .is_some_and(|m| m.metadata.calibration.is_some()),
+            amx_int8: super::auto::cpu_has_amx_int8(),
+        };
+        let why_not = match super::auto::prefer_openvino(&situation) {
             Ok(why) => match self.openvino(model, fallbacks) {
                 Ok(engine) => return Ok((engine, format!("auto chose openvino: {why}"))),
                 Err(e) => format!("{why}, but it did not open the model: {e}"),

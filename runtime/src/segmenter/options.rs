@@ -21,7 +21,7 @@ use crate::openvino::{Device, PerformanceHint, Precision};
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SegmenterOptions {
-    /// `auto` (OpenVINO on CPUs with AMX or AVX-512 BF16, else ONNX Runtime, else tract;
+    /// `auto` (OpenVINO for INT8 files on CPUs with AMX and for bf16, else ONNX Runtime, else tract;
     /// the choice is reported), `ort`,
     /// `tract` or `openvino`.
     pub engine: EngineKind,
