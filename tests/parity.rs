@@ -133,6 +133,100 @@ fn openvino_matches_its_python_api_and_onnxruntime() {
     }
 }
 
+/// The `openvino` calibration layout (NNCF's placement of the attention) against
+/// `ort-cpu` in OpenVINO itself: the same model and calibration images, the attention
+/// MatMuls that OpenVINO's runtime model says ran in INT8 (more with `openvino`: the
+/// attention-weighted sums), and label agreement with ONNX Runtime's fp32 no worse than
+/// `ort-cpu`'s but for 1% of the pixels.
+#[test]
+fn the_openvino_layout_runs_more_of_the_attention_in_int8() {
+    use segtool_calibration::{calibrate, load_model, qdq::Layout, CalibrationOptions};
+    use segtool_runtime::expert::{normalise_batch, run_logits, OpenVinoEngine};
+    use segtool_runtime::openvino::OpenVinoOptions;
+    let dir = tempfile::tempdir().unwrap();
+    let (spec, _, ckpt) = tiny_checkpoint(dir.path(), 12);
+    let onnx = dir.path().join("m.onnx");
+    segtool_export::export_onnx(&ckpt, &onnx, &Default::default()).unwrap();
+    let calib: Vec<std::path::PathBuf> = (0..4u32)
+        .map(|k| {
+            let path = dir.path().join(format!("calib{k}.png"));
+            test_image(k + 20, 72, 56).save(&path).unwrap();
+            path
+        })
+        .collect();
+    let images: Vec<image::RgbImage> = (0..4u32).map(|k| test_image(k + 3, 72, 56)).collect();
+    let x = normalise_batch(&images, &spec).unwrap();
+    let mut ort = Segmenter::builder(&onnx)
+        .engine(EngineKind::Ort)
+        .threads(1)
+        .open()
+        .unwrap();
+    let reference = run_logits(ort.engine_mut(), x.view()).unwrap();
+    let options = OpenVinoOptions {
+        threads: Some(1),
+        ..OpenVinoOptions::new()
+    };
+    // The attention's MatMuls (PAM's energies and weighted sum, CAM's), by node name.
+    let fp32 = load_model(&onnx).unwrap();
+    let attention_matmuls: Vec<String> = fp32
+        .graph
+        .as_ref()
+        .unwrap()
+        .node
+        .iter()
+        .filter(|n| n.op_type == "MatMul")
+        .map(|n| n.name.clone())
+        .collect();
+    assert_eq!(attention_matmuls.len(), 4, "{attention_matmuls:?}");
+    let mut measured = Vec::new();
+    for layout in [Layout::OrtCpu, Layout::OpenVino] {
+        let calibration = CalibrationOptions {
+            layout,
+            threads: Some(1),
+            ..Default::default()
+        };
+        let path = dir.path().join(format!("m.{}.onnx", layout.name()));
+        let model = calibrate(&fp32, &calib, &calibration).unwrap();
+        std::fs::write(&path, model.model).unwrap();
+        let mut engine = OpenVinoEngine::open(&path, &options).unwrap();
+        let logits = run_logits(&mut engine, x.view()).unwrap();
+        let ran = engine.node_precisions().unwrap();
+        let matmuls: Vec<&(String, String)> = ran
+            .nodes
+            .iter()
+            .filter(|(n, _)| attention_matmuls.contains(n))
+            .collect();
+        let int8 = matmuls.iter().filter(|(_, p)| p == "int8").count();
+        let agree = argmax_agreement(&logits, &reference);
+        eprintln!(
+            "{}: {ran}; attention MatMuls in int8: {int8} of {}; labels agree with ORT fp32 {agree:.4}",
+            layout.name(),
+            matmuls.len()
+        );
+        measured.push((int8, agree));
+    }
+    // `--engine auto` runs an INT8 file in OpenVINO on a CPU with AMX-INT8, else in ONNX
+    // Runtime, and says why.
+    let int8 = dir.path().join("m.openvino.onnx");
+    let auto = Segmenter::builder(&int8).threads(1).open().unwrap();
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let amx_int8 = cpuinfo.contains(" amx_int8") && cpuinfo.contains(" avx512f");
+    let want = if amx_int8 { "openvino" } else { "onnxruntime" };
+    let choice = auto.engine_choice().unwrap();
+    assert_eq!(auto.engine().name(), want, "{choice}");
+    assert!(choice.contains("an INT8 file"), "{choice}");
+    let ((ort_cpu_int8, ort_cpu_agree), (openvino_int8, openvino_agree)) =
+        (measured[0], measured[1]);
+    assert!(
+        openvino_int8 > ort_cpu_int8,
+        "int8 MatMuls: openvino {openvino_int8}, ort-cpu {ort_cpu_int8}"
+    );
+    assert!(
+        openvino_agree >= ort_cpu_agree - 0.01,
+        "agreement: openvino {openvino_agree}, ort-cpu {ort_cpu_agree}"
+    );
+}
+
 /// Runs `model` in segtool's OpenVINO engine and in OpenVINO's Python API
 /// (tests/reference/openvino_ref.py) with the same properties, checks that the outputs
 /// are the same bits and that every node both name ran in the same precision; returns

@@ -26,5 +26,6 @@ pub fn run(data: &[u8]) {
         let _ = segtool_calibration::Feed::of_model(&model, None);
         let _ = qdq::plan(&model, &[], Layout::Portable);
         let _ = qdq::plan(&model, &[], Layout::OrtCpu);
+        let _ = qdq::plan(&model, &[], Layout::OpenVino);
     }
 }

@@ -48,7 +48,10 @@ pub struct Args {
     /// per consumer (TensorRT, ONNX Runtime on any provider, tract). ort-cpu: uint8, one
     /// pair per tensor, Relus folded into the quantised range and Adds quantised, which
     /// ONNX Runtime's CPU provider fuses further (QLinearConv with the Relu, QLinearAdd);
-    /// TensorRT refuses its nonzero zero points. Recorded in the model's metadata.
+    /// TensorRT refuses its nonzero zero points. openvino: NNCF's placement for
+    /// OpenVINO's CPU plugin: as ort-cpu, but signed activations int8 with zero point 0
+    /// and the attention-weighted sums quantised (its int8 MatMuls take them). Recorded
+    /// in the model's metadata.
     #[arg(long, value_enum, default_value = "portable")]
     pub layout: LayoutArg,
     /// Nodes left in float, comma-separated node names.
@@ -228,6 +231,7 @@ fn calibration_options(args: &Args, card: Option<ModelCard>) -> Result<Calibrati
         layout: match args.layout {
             LayoutArg::Portable => Layout::Portable,
             LayoutArg::OrtCpu => Layout::OrtCpu,
+            LayoutArg::Openvino => Layout::OpenVino,
         },
         keep_float: args.keep_float.clone(),
         batch_size: args.batch_size,
@@ -349,6 +353,7 @@ pub enum AutoEngineArg {
 pub enum LayoutArg {
     Portable,
     OrtCpu,
+    Openvino,
 }
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]

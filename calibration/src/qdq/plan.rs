@@ -1,9 +1,10 @@
 //! What the QDQ rewrite quantises ([`plan`]): the activation inputs of Convs and
-//! non-attention MatMuls (and with [`Layout::OrtCpu`], of Adds), and the outputs of
-//! Convs (and Adds) unless they end float. Attention energies and softmax, Resize,
-//! ArgMax and the logits stay float: ORT's int8 softmax is slower than its float one,
-//! and quantising them costs agreement (both measured against onnxruntime's
-//! `quantize_static`, which quantises them).
+//! non-attention MatMuls (and with [`Layout::OrtCpu`] and [`Layout::OpenVino`], of Adds;
+//! with `OpenVino`, of the attention-weighted sums too), and the outputs of Convs (and
+//! Adds) unless they end float. Attention energies and softmax, Resize, ArgMax and the
+//! logits stay float: ORT's int8 softmax is slower than its float one, and quantising
+//! them costs agreement (both measured against onnxruntime's `quantize_static`, which
+//! quantises them).
 //!
 //! Refuses external-data and non-float32 weights and unknown `--keep-float` names. An
 //! invalid graph (nodes without outputs, a cycle of shape ops) gets a plan of what is
@@ -17,7 +18,7 @@ use super::Layout;
 use crate::CalibrationError;
 
 /// Ops whose outputs only rearrange their input (followed back to find softmax).
-const SHAPE_OPS: &[&str] = &[
+pub(super) const SHAPE_OPS: &[&str] = &[
     "Reshape",
     "Transpose",
     "Flatten",
@@ -210,9 +211,11 @@ pub fn plan(
                 vec![n.input[0].as_str()]
             }
             "MatMul" if n.input.len() == 2 => {
-                // Attention stays float: the energies (into a softmax) and the
-                // attention-weighted sum (out of one).
-                if n.input.iter().any(|i| from_softmax(i))
+                // The energies (into a softmax) stay float, and so does the
+                // attention-weighted sum (out of one) except for OpenVINO, whose int8
+                // MatMul takes it (NNCF quantises it too).
+                let weighted_sum = n.input.iter().any(|i| from_softmax(i));
+                if (weighted_sum && layout != Layout::OpenVino)
                     || reaches_softmax(g, &cons, &n.output[0])
                 {
                     continue;
@@ -226,7 +229,7 @@ pub fn plan(
             // A sum of two activations (residuals, DANet's two attention branches), out
             // of attention: QLinearAdd when its output is quantised too.
             "Add"
-                if layout == Layout::OrtCpu
+                if layout.fuses_like_ort_cpu()
                     && n.input.len() == 2
                     && n.input.iter().all(|i| !inits.contains_key(i.as_str()))
                     && !n.input.iter().any(|i| from_softmax(i))
@@ -362,7 +365,7 @@ mod tests {
             ],
         ];
         for nodes in cases {
-            for layout in [Layout::Portable, Layout::OrtCpu] {
+            for layout in [Layout::Portable, Layout::OrtCpu, Layout::OpenVino] {
                 assert!(plan(&model(nodes.clone()), &[], layout).is_ok());
             }
         }

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use segtool_onnx::builders::{tensor_f32, tensor_i32, tensor_i8};
 use segtool_onnx::proto::{GraphProto, ModelProto, NodeProto, TensorProto};
 
-use super::plan::{consumers, is_default_domain};
+use super::plan::{consumers, is_default_domain, SHAPE_OPS};
 use super::{float_values, graph, node, quantise_bias, quantise_weights, Layout, Plan};
 use super::{WeightRange, MIN_QDQ_OPSET};
 use crate::CalibrationError;
@@ -111,9 +111,9 @@ impl<'g> Placement<'g> {
         for (t, src) in &plan.outputs {
             // Portable: `Conv -> Q -> DQ -> Relu` (exact: zero point 0). ORT CPU: `Conv ->
             // Relu -> Q` over [0, T], which ORT fuses into the Conv.
-            let t = match plan.layout {
-                Layout::Portable => t.as_str(),
-                Layout::OrtCpu => src.as_str(),
+            let t = match plan.layout.fuses_like_ort_cpu() {
+                false => t.as_str(),
+                true => src.as_str(),
             };
             p.scale_source.insert(t, src.as_str());
             for &(i, slot) in cons.get(t).map(Vec::as_slice).unwrap_or(&[]) {
@@ -131,8 +131,11 @@ impl<'g> Placement<'g> {
                 }
             }
         }
-        if plan.layout == Layout::OrtCpu {
+        if plan.layout.fuses_like_ort_cpu() {
             p.share_through_max_pools(g, &acts);
+        }
+        if plan.layout == Layout::OpenVino {
+            p.softmax_outputs_are_nonnegative(g);
         }
         p
     }
@@ -155,6 +158,21 @@ impl<'g> Placement<'g> {
                 if self.relu_output.contains(input) {
                     self.relu_output.insert(output);
                 }
+            }
+        }
+    }
+
+    /// OpenVINO: a softmax output (and what shape ops make of it) lies in [0, 1], so its
+    /// pair takes uint8 over [0, T] like a Relu's.
+    fn softmax_outputs_are_nonnegative(&mut self, g: &'g GraphProto) {
+        for n in g.node.iter().filter(|n| is_default_domain(n)) {
+            let keeps_sign = n.op_type == "Softmax"
+                || (SHAPE_OPS.contains(&n.op_type.as_str())
+                    && n.input
+                        .first()
+                        .is_some_and(|i| self.relu_output.contains(i.as_str())));
+            if keeps_sign {
+                self.relu_output.extend(n.output.iter().map(String::as_str));
             }
         }
     }
