@@ -150,7 +150,8 @@ fn dds(e: impl std::fmt::Debug) -> NodeError {
 }
 
 /// A frame waiting for its mask: its header and pixels (for the overlay).
-type Waiting = Mutex<HashMap<u64, (Header, RgbImage)>>;
+/// Frames in the engine: their header, and their pixels while an overlay is wanted.
+type Waiting = Mutex<HashMap<u64, (Header, Option<RgbImage>)>>;
 
 /// The three mask publishers.
 struct Outputs {
@@ -243,7 +244,7 @@ impl Camera {
             Camera::Raw(s) => s.take().map(|m| {
                 m.map(|(msg, info)| {
                     note(&info);
-                    (msg.header.clone(), frames::image_to_rgb(&msg))
+                    (msg.header.clone(), frames::into_rgb(msg))
                 })
             }),
             Camera::Compressed(s) => s.take().map(|m| {
@@ -278,6 +279,75 @@ pub fn run(
     stop: &AtomicBool,
     on_event: &mut dyn FnMut(NodeEvent),
 ) -> Result<NodeStats, NodeError> {
+    let mut wired = connect(config)?;
+    let engine_status = diagnostics::EngineStatus {
+        provider: segmenter.engine().provider().to_string(),
+        fallbacks: segmenter.fallback_summary(),
+        choice: segmenter.engine_choice().map(str::to_string),
+    };
+    let spec = segmenter.spec().clone();
+    let classes = spec.num_classes();
+    if classes > 256 {
+        return Err(NodeError::TooManyClasses(classes));
+    }
+    let palette = spec.palette.clone();
+    let server = BatchServer::from_segmenters(
+        BatchConfig::new()
+            .with_max_batch(1)
+            .with_max_wait(Duration::ZERO)
+            .with_queue_capacity(2),
+        vec![segmenter],
+    )?;
+    let stream = Arc::new(server.latest_stream(1));
+    let waiting: Arc<Waiting> = Arc::default();
+    let window = Arc::new(Mutex::new(Window::new()));
+    on_event(NodeEvent::Started {
+        node: wired.node_name.clone(),
+        input: wired.input.clone(),
+        outputs: wired.topics.clone(),
+        domain_id: config.domain_id,
+    });
+
+    let publisher_thread = {
+        let (stream, waiting, window) = (stream.clone(), waiting.clone(), window.clone());
+        let outputs = wired.outputs.clone();
+        std::thread::Builder::new()
+            .name("segtool-ros2-publish".into())
+            .spawn(move || publish_masks(&stream, &waiting, &window, &outputs, classes, &palette))
+            .map_err(|e| NodeError::Dds(format!("cannot start the publishing thread: {e}")))?
+    };
+
+    let mut stats = serve(
+        &mut wired,
+        &stream,
+        &waiting,
+        &window,
+        &engine_status,
+        config,
+        stop,
+        on_event,
+    )?;
+    stream.finish();
+    let _ = publisher_thread.join();
+    refresh(&mut stats, &stream, &window);
+    drop(server);
+    Ok(stats)
+}
+
+/// The node on the bus: its camera subscription, mask and diagnostics publishers, and
+/// the spinner that answers parameter services and counts matched subscribers.
+struct Wired {
+    node: Node,
+    node_name: String,
+    input: String,
+    topics: [String; 3],
+    camera: Camera,
+    outputs: Arc<Outputs>,
+    diagnostics: Publisher<DiagnosticArray>,
+}
+
+/// Creates the node, its topics (remapped and namespaced as rcl does) and the spinner.
+fn connect(config: &NodeConfig) -> Result<Wired, NodeError> {
     let ros = &config.ros;
     let name = ros.node_name.clone().unwrap_or_else(|| config.name.clone());
     let context =
@@ -286,7 +356,7 @@ pub fn run(
         name: name.clone(),
         reason: format!("{e:?}"),
     })?;
-    let full_node_name = node_name.fully_qualified_name();
+    let node_name_text = node_name.fully_qualified_name();
     let mut node = context
         .new_node(
             node_name,
@@ -303,7 +373,7 @@ pub fn run(
             format!("{}/compressed", ros.resolve(&name, &config.topics.input))
         }
     };
-    let mut camera = match config.transport {
+    let camera = match config.transport {
         Transport::Raw => {
             let t = topic::<Image>(&mut node, &input, &qos)?;
             Camera::Raw(node.create_subscription(&t, None).map_err(dds)?)
@@ -340,43 +410,39 @@ pub fn run(
         })
         .map_err(|e| NodeError::Dds(format!("cannot start the spinner thread: {e}")))?;
 
-    let engine_status = diagnostics::EngineStatus {
-        provider: segmenter.engine().provider().to_string(),
-        fallbacks: segmenter.fallback_summary(),
-        choice: segmenter.engine_choice().map(str::to_string),
-    };
-    let spec = segmenter.spec().clone();
-    let classes = spec.num_classes();
-    if classes > 256 {
-        return Err(NodeError::TooManyClasses(classes));
-    }
-    let palette = spec.palette.clone();
-    let server = BatchServer::from_segmenters(
-        BatchConfig::new()
-            .with_max_batch(1)
-            .with_max_wait(Duration::ZERO)
-            .with_queue_capacity(2),
-        vec![segmenter],
-    )?;
-    let stream = Arc::new(server.latest_stream(1));
-    let waiting: Arc<Waiting> = Arc::default();
-    let window = Arc::new(Mutex::new(Window::new()));
-    on_event(NodeEvent::Started {
-        node: full_node_name.clone(),
-        input: input.clone(),
-        outputs: names.clone(),
-        domain_id: config.domain_id,
-    });
+    Ok(Wired {
+        node,
+        node_name: node_name_text,
+        input,
+        topics: names,
+        camera,
+        outputs,
+        diagnostics: diagnostics_pub,
+    })
+}
 
-    let publisher_thread = {
-        let (stream, waiting, window) = (stream.clone(), waiting.clone(), window.clone());
-        let outputs = outputs.clone();
-        std::thread::Builder::new()
-            .name("segtool-ros2-publish".into())
-            .spawn(move || publish_masks(&stream, &waiting, &window, &outputs, classes, &palette))
-            .map_err(|e| NodeError::Dds(format!("cannot start the publishing thread: {e}")))?
-    };
-
+/// The camera loop: each frame taken off the bus into the stream (the newest wins),
+/// diagnostics every period, until `stop`.
+#[allow(clippy::too_many_arguments)]
+fn serve(
+    wired: &mut Wired,
+    stream: &LatestStream,
+    waiting: &Waiting,
+    window: &Mutex<Window>,
+    engine_status: &diagnostics::EngineStatus,
+    config: &NodeConfig,
+    stop: &AtomicBool,
+    on_event: &mut dyn FnMut(NodeEvent),
+) -> Result<NodeStats, NodeError> {
+    let Wired {
+        node,
+        node_name,
+        input,
+        camera,
+        outputs,
+        diagnostics: diagnostics_pub,
+        ..
+    } = wired;
     let mut poll = Poll::new().map_err(dds)?;
     camera.register(&poll).map_err(dds)?;
     let mut events = Events::with_capacity(8);
@@ -392,14 +458,15 @@ pub fn run(
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             other => other.map_err(dds)?,
         }
-        outputs.refresh_wanted(&node);
+        outputs.refresh_wanted(node);
         // Edge-triggered: take everything that has arrived (also after a timeout, in case
         // an edge came between takes).
         while let Some((header, frame)) = camera.take(&mut gaps, &mut stats.lost) {
             stats.received += 1;
             match frame {
                 Ok(img) => {
-                    let copy = img.clone();
+                    // The overlay needs the frame again; nothing else does.
+                    let copy = outputs.wants(OVERLAY).then(|| img.clone());
                     // Under the lock, so that the publisher never sees the answer first.
                     let mut w = waiting.lock().unwrap_or_else(|e| e.into_inner());
                     let index = stream.submit(img);
@@ -421,17 +488,13 @@ pub fn run(
         }
         if Instant::now() >= next_diagnostics {
             next_diagnostics += config.live.diagnostics_period();
-            refresh(&mut stats, &stream, &window);
-            let msg = diagnostics::message(&full_node_name, &stats, &engine_status, now());
+            refresh(&mut stats, stream, window);
+            let msg = diagnostics::message(node_name, &stats, engine_status, now());
             // A full send window is not worth stopping the camera for.
             let _ = diagnostics_pub.publish(msg);
             on_event(NodeEvent::Diagnostics(stats.clone()));
         }
     }
-    stream.finish();
-    let _ = publisher_thread.join();
-    refresh(&mut stats, &stream, &window);
-    drop(server);
     Ok(stats)
 }
 
@@ -480,13 +543,15 @@ fn publish_masks(
             let color = colorize(mask.view(), palette);
             let _ = outputs
                 .color_mask
-                .publish(frames::rgb_message(&header, &color));
+                .publish(frames::rgb_message_of(&header, color));
         }
-        if overlaid {
+        // A subscriber that joined while this frame was in the engine gets the next one.
+        let overlaid = overlaid && img.is_some();
+        if let Some(img) = img.filter(|_| overlaid) {
             let blended = overlay(&img, mask.view(), palette, outputs.live.alpha());
             let _ = outputs
                 .overlay
-                .publish(frames::rgb_message(&header, &blended));
+                .publish(frames::rgb_message_of(&header, blended));
         }
         window
             .lock()

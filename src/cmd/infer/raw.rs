@@ -18,7 +18,7 @@ use image::RgbImage;
 use segtool_runtime::batching::{LatestStream, LiveOutcome};
 use segtool_runtime::{
     batching::{BatchConfig, BatchServer},
-    FlickerMeter, OutputKind, TemporalSmoother,
+    FlickerMeter, OutputKind, Segmenter, TemporalSmoother,
 };
 use segtool_spec::raw_frames::RawFrames;
 use segtool_spec::size::Size;
@@ -122,31 +122,8 @@ pub(super) fn run_live(args: &Args) -> Result<()> {
     if args.accuracy()?.is_some() {
         bail!("--live runs the plain model: drop the accuracy mode options");
     }
-    let smoother = args
-        .smooth
-        .map(TemporalSmoother::new)
-        .transpose()
-        .map_err(|e| anyhow::anyhow!("--smooth: {e}"))?;
-    let fixed = (!args.dynamic_shapes && args.engine.onnx_runtime()).then_some(size.hw());
-    let seg = args.engine.request(fixed).open(&args.model)?;
-    check_contract(&seg, args)?;
-    if smoother.is_some() && seg.contract().output == OutputKind::Mask {
-        bail!(
-            "--smooth: {} outputs a class map (exported with --argmax), and smoothing needs \
-             logits; export without --argmax, or drop --smooth",
-            args.model.display()
-        );
-    }
-    let desc = describe(&seg);
-    eprintln!(
-        "{desc}; live: newest frame wins (slot {})",
-        args.slot.max(1)
-    );
-    let desc = desc.trim_start_matches("engine ").to_string();
+    let (seg, smoother, desc) = open_live(args, size)?;
     let spec = seg.spec().clone();
-    if spec.num_classes() > 256 {
-        bail!("{} classes do not fit uint8 masks", spec.num_classes());
-    }
     let config = BatchConfig::new()
         .with_max_batch(1)
         .with_max_wait(Duration::ZERO)
@@ -227,7 +204,64 @@ pub(super) fn run_live(args: &Args) -> Result<()> {
     reader
         .join()
         .map_err(|_| anyhow::anyhow!("input thread panicked"))??;
-    let wall = start.elapsed().as_secs_f64();
+    let summary = live_summary(
+        args,
+        &stream,
+        start.elapsed().as_secs_f64(),
+        latencies,
+        &meter,
+        &desc,
+    );
+    if to_stdout {
+        eprintln!("{summary}");
+    } else {
+        println!("{summary}");
+    }
+    Ok(())
+}
+
+/// The live session: the model opened for frames of `size`, the smoother when asked
+/// for, and the engine's description; refuses what live mode cannot run.
+fn open_live(args: &Args, size: Size) -> Result<(Segmenter, Option<TemporalSmoother>, String)> {
+    let smoother = args
+        .smooth
+        .map(TemporalSmoother::new)
+        .transpose()
+        .map_err(|e| anyhow::anyhow!("--smooth: {e}"))?;
+    let fixed = (!args.dynamic_shapes && args.engine.onnx_runtime()).then_some(size.hw());
+    let seg = args.engine.request(fixed).open(&args.model)?;
+    check_contract(&seg, args)?;
+    if smoother.is_some() && seg.contract().output == OutputKind::Mask {
+        bail!(
+            "--smooth: {} outputs a class map (exported with --argmax), and smoothing needs \
+             logits; export without --argmax, or drop --smooth",
+            args.model.display()
+        );
+    }
+    let desc = describe(&seg);
+    eprintln!(
+        "{desc}; live: newest frame wins (slot {})",
+        args.slot.max(1)
+    );
+    let desc = desc.trim_start_matches("engine ").to_string();
+    let spec = seg.spec().clone();
+    if spec.num_classes() > 256 {
+        bail!("{} classes do not fit uint8 masks", spec.num_classes());
+    }
+    Ok((seg, smoother, desc))
+}
+
+/// The live run in one line: frames submitted, answered and dropped, where the masks
+/// went, the answered rate, arrival-to-mask latency and flicker.
+fn live_summary(
+    args: &Args,
+    stream: &LatestStream,
+    wall: f64,
+    mut latencies: Vec<f64>,
+    meter: &FlickerMeter,
+    desc: &str,
+) -> String {
+    let to_stdout = args.out.as_os_str() == "-";
     let stats = stream.stats();
     latencies.sort_by(f64::total_cmp);
     let latency = if latencies.is_empty() {
@@ -248,7 +282,7 @@ pub(super) fn run_live(args: &Args) -> Result<()> {
         .smooth
         .map(|s| format!(", smoothed {s}"))
         .unwrap_or_default();
-    let summary = format!(
+    format!(
         "live: {} frame(s) submitted, {} answered, {} dropped ({} replaced, {} past deadline) \
          -> {} in {wall:.2} s ({:.1} answered fps, {desc}{smoothing}){latency}{flicker}",
         stats.submitted,
@@ -262,11 +296,5 @@ pub(super) fn run_live(args: &Args) -> Result<()> {
             args.out.display().to_string()
         },
         stats.answered as f64 / wall.max(1e-9),
-    );
-    if to_stdout {
-        eprintln!("{summary}");
-    } else {
-        println!("{summary}");
-    }
-    Ok(())
+    )
 }
