@@ -248,44 +248,7 @@ fn verify(args: &Args, opts: &ExportOptions) -> Result<()> {
         None => vec![(97, 75), (64, 128)],
     };
     let batch = opts.batch.unwrap_or(2) as u32;
-    let mut seed = 0x5eed_u32;
-    let mut rnd = move || {
-        seed ^= seed << 13;
-        seed ^= seed >> 17;
-        seed ^= seed << 5;
-        seed
-    };
-    let mut inputs = Vec::new();
-    for &(w, h) in &sizes {
-        // Smooth random images (random colours on a coarse grid, plus noise).
-        let imgs: Vec<image::RgbImage> = (0..batch)
-            .map(|_| {
-                let grid: Vec<[u8; 3]> = (0..64)
-                    .map(|_| {
-                        let r = rnd();
-                        [r as u8, (r >> 8) as u8, (r >> 16) as u8]
-                    })
-                    .collect();
-                image::RgbImage::from_fn(w, h, |x, y| {
-                    let c = grid[((y * 8 / h) * 8 + x * 8 / w) as usize];
-                    let n = (rnd() % 16) as u8;
-                    image::Rgb([
-                        c[0].saturating_add(n),
-                        c[1].saturating_add(n),
-                        c[2].saturating_add(n),
-                    ])
-                })
-            })
-            .collect();
-        let t = segtool_train::data::images_to_tensor(
-            &imgs.iter().collect::<Vec<_>>(),
-            &spec,
-            tch::Device::Cpu,
-        );
-        let r = tch::no_grad(|| model.forward_all(&t, false).fused);
-        let r = Vec::<f32>::try_from(&r.contiguous().view(-1))?;
-        inputs.push((imgs, r));
-    }
+    let inputs = reference_logits(&model, &spec, &sizes, batch)?;
     let mut backends: Vec<(&str, EngineKind)> = Vec::new();
     #[cfg(feature = "ort")]
     backends.push(("onnxruntime", EngineKind::Ort));
@@ -312,34 +275,8 @@ fn verify(args: &Args, opts: &ExportOptions) -> Result<()> {
                 .flat_map(|r| r.logits.as_ref().expect("logits kept").iter().copied())
                 .collect();
             anyhow::ensure!(ours.len() == reference.len(), "{name}: logits size differs");
-            let diff = ours
-                .iter()
-                .zip(reference)
-                .map(|(a, b)| (a - b).abs())
-                .fold(0f32, f32::max);
-            let scale = reference.iter().fold(0f32, |m, v| m.max(v.abs()));
-            let argmax = |v: &[f32], px: usize, plane: usize| {
-                (0..classes)
-                    .max_by(|&a, &b| {
-                        v[a * plane + px]
-                            .total_cmp(&v[b * plane + px])
-                            .then(b.cmp(&a))
-                    })
-                    .unwrap()
-            };
-            let plane = (w * h) as usize;
-            let (mut agree, mut total) = (0usize, 0usize);
-            for img in 0..imgs.len() {
-                let (a, b) = (
-                    &ours[img * classes * plane..(img + 1) * classes * plane],
-                    &reference[img * classes * plane..(img + 1) * classes * plane],
-                );
-                for px in 0..plane {
-                    agree += (argmax(a, px, plane) == argmax(b, px, plane)) as usize;
-                    total += 1;
-                }
-            }
-            let agreement = agree as f64 / total as f64;
+            let (diff, scale, agreement) =
+                compare_logits(&ours, reference, classes, (w * h) as usize);
             let tol = 1e-4 * scale.max(1.0);
             let ok = if opts.fp16 {
                 agreement >= 0.995
@@ -370,4 +307,93 @@ fn verify(args: &Args, opts: &ExportOptions) -> Result<()> {
     );
     println!("verify: ok");
     Ok(())
+}
+
+/// Smooth random images (random colours on a coarse grid, plus noise) of each size, and
+/// tch's fused logits for them: the reference `--verify` compares each engine with.
+#[cfg(feature = "train")]
+fn reference_logits(
+    model: &segtool_train::DaNet,
+    spec: &segtool_spec::ModelSpec,
+    sizes: &[(u32, u32)],
+    batch: u32,
+) -> Result<Vec<(Vec<image::RgbImage>, Vec<f32>)>> {
+    let mut seed = 0x5eed_u32;
+    let mut rnd = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 17;
+        seed ^= seed << 5;
+        seed
+    };
+    let mut inputs = Vec::new();
+    for &(w, h) in sizes {
+        // Smooth random images (random colours on a coarse grid, plus noise).
+        let imgs: Vec<image::RgbImage> = (0..batch)
+            .map(|_| {
+                let grid: Vec<[u8; 3]> = (0..64)
+                    .map(|_| {
+                        let r = rnd();
+                        [r as u8, (r >> 8) as u8, (r >> 16) as u8]
+                    })
+                    .collect();
+                image::RgbImage::from_fn(w, h, |x, y| {
+                    let c = grid[((y * 8 / h) * 8 + x * 8 / w) as usize];
+                    let n = (rnd() % 16) as u8;
+                    image::Rgb([
+                        c[0].saturating_add(n),
+                        c[1].saturating_add(n),
+                        c[2].saturating_add(n),
+                    ])
+                })
+            })
+            .collect();
+        let t = segtool_train::data::images_to_tensor(
+            &imgs.iter().collect::<Vec<_>>(),
+            spec,
+            tch::Device::Cpu,
+        );
+        let r = tch::no_grad(|| model.forward_all(&t, false).fused);
+        let r = Vec::<f32>::try_from(&r.contiguous().view(-1))?;
+        inputs.push((imgs, r));
+    }
+    Ok(inputs)
+}
+
+/// Max |ours - reference|, max |reference| and argmax agreement of two batches of
+/// `classes` x `plane` logits (ties to the lower class).
+#[cfg(feature = "train")]
+fn compare_logits(
+    ours: &[f32],
+    reference: &[f32],
+    classes: usize,
+    plane: usize,
+) -> (f32, f32, f64) {
+    let diff = ours
+        .iter()
+        .zip(reference)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    let scale = reference.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let argmax = |v: &[f32], px: usize, plane: usize| {
+        (0..classes)
+            .max_by(|&a, &b| {
+                v[a * plane + px]
+                    .total_cmp(&v[b * plane + px])
+                    .then(b.cmp(&a))
+            })
+            .unwrap()
+    };
+    let (mut agree, mut total) = (0usize, 0usize);
+    for img in 0..ours.len() / (classes * plane) {
+        let (a, b) = (
+            &ours[img * classes * plane..(img + 1) * classes * plane],
+            &reference[img * classes * plane..(img + 1) * classes * plane],
+        );
+        for px in 0..plane {
+            agree += (argmax(a, px, plane) == argmax(b, px, plane)) as usize;
+            total += 1;
+        }
+    }
+    let agreement = agree as f64 / total as f64;
+    (diff, scale, agreement)
 }
