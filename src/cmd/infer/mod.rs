@@ -206,22 +206,8 @@ pub fn run(args: Args) -> Result<()> {
         return raw::run_live(&args);
     }
     let to_stdout = args.out.as_os_str() == "-";
-    if to_stdout && args.raw.is_none() {
-        bail!("--out - (raw class maps on stdout) needs --raw WxH");
-    }
     let batch_size = args.batch_size.max(1);
-    let accuracy_opts = args.accuracy()?;
-    let batched = !args.devices.is_empty() || args.cpu_sessions.is_some();
-    if accuracy_opts.is_some() && batched {
-        bail!(
-            "accuracy mode (--protocol/--mode/--crop/--stride/--flip/--scales/--ms) runs on a single \
-             session: drop --devices/--cpu-sessions, or drop the accuracy options to batch \
-             over several sessions"
-        );
-    }
-    if args.max_batch.is_some() && !batched {
-        bail!("--max-batch applies to --devices / --cpu-sessions (use --batch-size otherwise)");
-    }
+    let (accuracy_opts, batched) = check_modes(&args)?;
     let files = match args.raw {
         Some(_) => Vec::new(),
         None => {
@@ -240,15 +226,14 @@ pub fn run(args: Args) -> Result<()> {
     if spec.num_classes() > 256 {
         bail!("{} classes do not fit uint8 masks", spec.num_classes());
     }
-    let sink = if to_stdout {
-        Sink::Stdout
-    } else {
-        Sink::Folder {
+    let sink = match to_stdout {
+        true => Sink::Stdout,
+        false => Sink::Folder {
             out: args.out.clone(),
             overlay: !args.no_overlay,
             labels: args.labels,
             logits: args.logits,
-        }
+        },
     };
 
     let bar = progress(
@@ -333,6 +318,28 @@ pub fn run(args: Args) -> Result<()> {
         bail!("{}", skipped_summary(images, &skipped));
     }
     Ok(())
+}
+
+/// The run's accuracy mode and whether it batches over several sessions, refusing the
+/// combinations that cannot run (raw maps on stdout without `--raw`, accuracy mode over
+/// several sessions, `--max-batch` without them).
+fn check_modes(args: &Args) -> Result<(Option<segtool_runtime::accuracy::AccuracyOptions>, bool)> {
+    if args.out.as_os_str() == "-" && args.raw.is_none() {
+        bail!("--out - (raw class maps on stdout) needs --raw WxH");
+    }
+    let accuracy = args.accuracy()?;
+    let batched = !args.devices.is_empty() || args.cpu_sessions.is_some();
+    if accuracy.is_some() && batched {
+        bail!(
+            "accuracy mode (--protocol/--mode/--crop/--stride/--flip/--scales/--ms) runs on a single \
+             session: drop --devices/--cpu-sessions, or drop the accuracy options to batch \
+             over several sessions"
+        );
+    }
+    if args.max_batch.is_some() && !batched {
+        bail!("--max-batch applies to --devices / --cpu-sessions (use --batch-size otherwise)");
+    }
+    Ok((accuracy, batched))
 }
 
 /// What an engine-side input needs to be prepared off the engine stage: the spec and the
