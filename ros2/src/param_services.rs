@@ -124,6 +124,9 @@ pub fn node_options(values: &[(&'static str, Value)], live: Arc<Live>) -> NodeOp
         .start_parameter_services(true);
     for (name, value) in values {
         options = options.declare_parameter(name, to_ros(value));
+        if let Some(d) = declaration(name) {
+            options = options.describe_parameter(name, d.description, d.read_only);
+        }
     }
     let checker = live.clone();
     options

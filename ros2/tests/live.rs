@@ -499,6 +499,10 @@ fn the_parameter_services_answer_a_cyclone_dds_client() {
             Kind::StringArray => 9,
         };
         assert_eq!(types[i], want, "{}: {out}", d.name);
+        // describe_parameters: the declared description and read-only flag.
+        let described = &out["descriptions"][d.name];
+        assert_eq!(described[0], d.description, "{}: {out}", d.name);
+        assert_eq!(described[1], d.read_only, "{}: {out}", d.name);
     }
     let model_at = names.iter().position(|n| *n == "model").unwrap();
     assert_eq!(out["values"][model_at], model.to_str().unwrap());
