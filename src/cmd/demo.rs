@@ -96,33 +96,7 @@ pub fn run(args: Args) -> Result<()> {
         "[2/5] training tiny DANet for {} iterations (batch {})",
         args.iterations, args.batch_size
     );
-    let classes = segtool_core::shapes::CLASSES
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-    let spec = ModelSpec::new("tiny", segtool_spec::BackboneSpec::tiny(), classes);
-    let config = TrainConfig {
-        iterations: args.iterations,
-        batch_size: args.batch_size,
-        lr: args.lr,
-        augment: Augment {
-            flip: true,
-            scale: None,
-            base_size: 0,
-            crop: None,
-            ..Augment::none()
-        },
-        seed: args.shapes.seed,
-        ..TrainConfig::default()
-    };
-    let mut trainer = Trainer::new(&spec, config)?;
-    let train_started = Instant::now();
-    trainer.train_with(std::sync::Arc::new(train_set), Some(&Bar::default()))?;
-    let train_seconds = train_started.elapsed().as_secs_f64();
-    let ckpt_path = args.out.join("danet_tiny.safetensors");
-    let info = CheckpointInfo::from([("iterations".to_string(), args.iterations.to_string())]);
-    checkpoint::save(&ckpt_path, &trainer.vs, &spec, &info)?;
-    segtool_train::metrics_log::write_loss_curve(&args.out.join("loss"), &trainer.losses)?;
+    let (trainer, spec, train_seconds, ckpt_path) = train_tiny(&args, train_set)?;
 
     stages.start("evaluation (tch)");
     eprintln!("[3/5] evaluating with tch");
@@ -207,6 +181,42 @@ pub fn run(args: Args) -> Result<()> {
         started.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// Stage 2: the tiny DANet trained on the generated shapes, its checkpoint and loss
+/// curve written; returns the trainer, the spec, the training seconds and the checkpoint.
+fn train_tiny(
+    args: &Args,
+    train_set: FolderDataset,
+) -> Result<(Trainer, ModelSpec, f64, std::path::PathBuf)> {
+    let classes = segtool_core::shapes::CLASSES
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let spec = ModelSpec::new("tiny", segtool_spec::BackboneSpec::tiny(), classes);
+    let config = TrainConfig {
+        iterations: args.iterations,
+        batch_size: args.batch_size,
+        lr: args.lr,
+        augment: Augment {
+            flip: true,
+            scale: None,
+            base_size: 0,
+            crop: None,
+            ..Augment::none()
+        },
+        seed: args.shapes.seed,
+        ..TrainConfig::default()
+    };
+    let mut trainer = Trainer::new(&spec, config)?;
+    let train_started = Instant::now();
+    trainer.train_with(std::sync::Arc::new(train_set), Some(&Bar::default()))?;
+    let train_seconds = train_started.elapsed().as_secs_f64();
+    let ckpt_path = args.out.join("danet_tiny.safetensors");
+    let info = CheckpointInfo::from([("iterations".to_string(), args.iterations.to_string())]);
+    checkpoint::save(&ckpt_path, &trainer.vs, &spec, &info)?;
+    segtool_train::metrics_log::write_loss_curve(&args.out.join("loss"), &trainer.losses)?;
+    Ok((trainer, spec, train_seconds, ckpt_path))
 }
 
 fn run_engine(

@@ -54,60 +54,12 @@ pub fn run(args: Args) -> Result<()> {
         Some("this build has no `train` feature (no libtorch)".into()),
     );
 
-    let ort = &runtime.onnxruntime;
-    let ep_why =
-        |p: &Option<segtool_runtime::expert::env_report::ProviderCheck>| -> Option<String> {
-            match p {
-                Some(p) if p.registers => None,
-                Some(p) => Some(
-                    p.reason
-                        .clone()
-                        .unwrap_or_else(|| "does not register".into()),
-                ),
-                None if !ort.compiled => Some("this build has no `ort` feature".into()),
-                None => Some("no ONNX Runtime library loads".into()),
-            }
-        };
-    let cuda_why = (torch_devices == 0).then(|| {
-        format!(
-            "libtorch sees no CUDA device ({})",
-            cuda_reason.clone().unwrap_or_default()
-        )
-    });
-    let ort_cuda_why = ep_why(&ort.cuda);
-    let features = [
-        Feature {
-            name: "cuda_training",
-            what: "train/eval on CUDA (--device cuda)",
-            why_off: cuda_why.clone(),
-        },
-        Feature {
-            name: "fp16_amp",
-            what: "fp16 autocast with loss scaling (optim.precision = \"fp16\")",
-            why_off: cuda_why.clone(),
-        },
-        Feature {
-            name: "nccl",
-            what: "DDP over NCCL (--dist-backend nccl)",
-            why_off: nccl_why,
-        },
-        Feature {
-            name: "ort_cuda",
-            what: "ONNX Runtime CUDA provider (--providers cuda)",
-            why_off: ort_cuda_why.clone(),
-        },
-        Feature {
-            name: "ort_tensorrt",
-            what: "ONNX Runtime TensorRT provider (--providers tensorrt, fp16/INT8 engines)",
-            why_off: ep_why(&ort.tensorrt),
-        },
-        Feature {
-            name: "multi_gpu_infer",
-            what: "batching over GPUs (infer --devices)",
-            why_off: ort_cuda_why.clone(),
-        },
-    ];
-    let gpu_available = torch_devices > 0 || ort_cuda_why.is_none();
+    let features = gpu_features(&runtime, torch_devices, cuda_reason, nccl_why);
+    // multi_gpu_infer is on exactly when ONNX Runtime's CUDA provider registers.
+    let ort_cuda = features
+        .iter()
+        .any(|f| f.name == "ort_cuda" && f.why_off.is_none());
+    let gpu_available = torch_devices > 0 || ort_cuda;
 
     if args.json {
         #[cfg(feature = "train")]
@@ -165,6 +117,68 @@ pub fn run(args: Args) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Each GPU feature, and why it is off when it is.
+fn gpu_features(
+    runtime: &segtool_runtime::expert::env_report::RuntimeEnvReport,
+    torch_devices: usize,
+    cuda_reason: Option<String>,
+    nccl_why: Option<String>,
+) -> Vec<Feature> {
+    let ort = &runtime.onnxruntime;
+    let ep_why =
+        |p: &Option<segtool_runtime::expert::env_report::ProviderCheck>| -> Option<String> {
+            match p {
+                Some(p) if p.registers => None,
+                Some(p) => Some(
+                    p.reason
+                        .clone()
+                        .unwrap_or_else(|| "does not register".into()),
+                ),
+                None if !ort.compiled => Some("this build has no `ort` feature".into()),
+                None => Some("no ONNX Runtime library loads".into()),
+            }
+        };
+    let cuda_why = (torch_devices == 0).then(|| {
+        format!(
+            "libtorch sees no CUDA device ({})",
+            cuda_reason.clone().unwrap_or_default()
+        )
+    });
+    let ort_cuda_why = ep_why(&ort.cuda);
+    vec![
+        Feature {
+            name: "cuda_training",
+            what: "train/eval on CUDA (--device cuda)",
+            why_off: cuda_why.clone(),
+        },
+        Feature {
+            name: "fp16_amp",
+            what: "fp16 autocast with loss scaling (optim.precision = \"fp16\")",
+            why_off: cuda_why.clone(),
+        },
+        Feature {
+            name: "nccl",
+            what: "DDP over NCCL (--dist-backend nccl)",
+            why_off: nccl_why,
+        },
+        Feature {
+            name: "ort_cuda",
+            what: "ONNX Runtime CUDA provider (--providers cuda)",
+            why_off: ort_cuda_why.clone(),
+        },
+        Feature {
+            name: "ort_tensorrt",
+            what: "ONNX Runtime TensorRT provider (--providers tensorrt, fp16/INT8 engines)",
+            why_off: ep_why(&ort.tensorrt),
+        },
+        Feature {
+            name: "multi_gpu_infer",
+            what: "batching over GPUs (infer --devices)",
+            why_off: ort_cuda_why.clone(),
+        },
+    ]
 }
 
 /// libtorch, the driver, CUDA devices, cuDNN, NCCL and gloo, a line each.

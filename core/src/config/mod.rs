@@ -247,9 +247,18 @@ impl RunConfig {
     /// size, `None` when the dataset was not opened (`--print-config`): an epoch-based
     /// schedule then states its length per epoch as unknown.
     pub fn summary(&self, train_len: Option<usize>) -> String {
-        let (o, m, a) = (&self.optim, &self.model, &self.augment);
         let mut s = String::new();
         let _ = writeln!(s, "run {} -> {}", self.name, self.run_dir().display());
+        self.model_line(&mut s);
+        self.data_line(&mut s, train_len);
+        self.optim_lines(&mut s);
+        self.schedule_line(&mut s, train_len);
+        s
+    }
+
+    /// `  model: ...`: backbone, stride, attention, heads.
+    fn model_line(&self, s: &mut String) {
+        let m = &self.model;
         let _ = write!(
             s,
             "  model: {} OS{}{}",
@@ -277,6 +286,11 @@ impl RunConfig {
             );
         }
         let _ = writeln!(s);
+    }
+
+    /// `  data: ...`: the dataset, augmentation and training images.
+    fn data_line(&self, s: &mut String, train_len: Option<usize>) {
+        let a = &self.augment;
         let _ = write!(s, "  data: {}", self.data.dataset);
         if a.flip {
             let _ = write!(s, ", flip");
@@ -320,6 +334,11 @@ impl RunConfig {
                 let _ = writeln!(s, ", training images unknown (dataset not opened)");
             }
         }
+    }
+
+    /// `  batch:`, `  lr:` and `  loss:` lines.
+    fn optim_lines(&self, s: &mut String) {
+        let (o, m) = (&self.optim, &self.model);
         let _ = writeln!(
             s,
             "  batch: {} per process x {} processes x {} accumulation = {} global{}",
@@ -367,6 +386,11 @@ impl RunConfig {
             },
             if o.ohem { ", OHEM" } else { "" }
         );
+    }
+
+    /// `  schedule: ...`: iterations, or epochs and what they amount to.
+    fn schedule_line(&self, s: &mut String, train_len: Option<usize>) {
+        let o = &self.optim;
         match (o.iterations, o.epochs, train_len) {
             (0, Some(epochs), Some(n)) => {
                 let _ = write!(
@@ -388,7 +412,6 @@ impl RunConfig {
                 let _ = write!(s, "  schedule: {iterations} iterations");
             }
         }
-        s
     }
 }
 
