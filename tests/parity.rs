@@ -75,16 +75,7 @@ fn openvino_matches_its_python_api_and_onnxruntime() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let (spec, _, ckpt) = tiny_checkpoint(dir.path(), 12);
-    let onnx = dir.path().join("m.onnx");
-    segtool_export::export_onnx(&ckpt, &onnx, &Default::default()).unwrap();
-    let calib: Vec<std::path::PathBuf> = (0..4u32)
-        .map(|k| {
-            let path = dir.path().join(format!("calib{k}.png"));
-            test_image(k + 20, 72, 56).save(&path).unwrap();
-            path
-        })
-        .collect();
+    let (spec, onnx, calib) = export_with_calibration_images(dir.path());
     let options = CalibrationOptions {
         layout: Layout::OrtCpu,
         threads: Some(1),
@@ -144,16 +135,7 @@ fn the_openvino_layout_runs_more_of_the_attention_in_int8() {
     use segtool_runtime::expert::{normalise_batch, run_logits, OpenVinoEngine};
     use segtool_runtime::openvino::OpenVinoOptions;
     let dir = tempfile::tempdir().unwrap();
-    let (spec, _, ckpt) = tiny_checkpoint(dir.path(), 12);
-    let onnx = dir.path().join("m.onnx");
-    segtool_export::export_onnx(&ckpt, &onnx, &Default::default()).unwrap();
-    let calib: Vec<std::path::PathBuf> = (0..4u32)
-        .map(|k| {
-            let path = dir.path().join(format!("calib{k}.png"));
-            test_image(k + 20, 72, 56).save(&path).unwrap();
-            path
-        })
-        .collect();
+    let (spec, onnx, calib) = export_with_calibration_images(dir.path());
     let images: Vec<image::RgbImage> = (0..4u32).map(|k| test_image(k + 3, 72, 56)).collect();
     let x = normalise_batch(&images, &spec).unwrap();
     let mut ort = Segmenter::builder(&onnx)
@@ -225,6 +207,28 @@ fn the_openvino_layout_runs_more_of_the_attention_in_int8() {
         openvino_agree >= ort_cpu_agree - 0.01,
         "agreement: openvino {openvino_agree}, ort-cpu {ort_cpu_agree}"
     );
+}
+
+/// A tiny DANet trained 12 steps, exported to `dir/m.onnx`, and four calibration images
+/// beside it: `(spec, the export, the images)`.
+fn export_with_calibration_images(
+    dir: &std::path::Path,
+) -> (
+    segtool_spec::ModelSpec,
+    std::path::PathBuf,
+    Vec<std::path::PathBuf>,
+) {
+    let (spec, _, ckpt) = tiny_checkpoint(dir, 12);
+    let onnx = dir.join("m.onnx");
+    segtool_export::export_onnx(&ckpt, &onnx, &Default::default()).unwrap();
+    let calib = (0..4u32)
+        .map(|k| {
+            let path = dir.join(format!("calib{k}.png"));
+            test_image(k + 20, 72, 56).save(&path).unwrap();
+            path
+        })
+        .collect();
+    (spec, onnx, calib)
 }
 
 /// Runs `model` in segtool's OpenVINO engine and in OpenVINO's Python API

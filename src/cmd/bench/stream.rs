@@ -92,6 +92,18 @@ struct Fed {
     last_answer: Instant,
 }
 
+impl Fed {
+    fn new(started: Instant) -> Self {
+        Self {
+            latencies: Vec::new(),
+            replaced: 0,
+            expired: 0,
+            failed: 0,
+            last_answer: started,
+        }
+    }
+}
+
 /// Frame `i` arrives at `started + i / fps`; its arrival time is kept.
 struct Pacer {
     started: Instant,
@@ -128,13 +140,7 @@ fn feed_live(server: &BatchServer, frames: &[RgbImage], pacer: &Pacer, args: &Ar
     if let Some(ms) = args.deadline_ms {
         stream = stream.with_deadline(Duration::from_secs_f64(ms / 1e3));
     }
-    let mut fed = Fed {
-        latencies: Vec::new(),
-        replaced: 0,
-        expired: 0,
-        failed: 0,
-        last_answer: pacer.started,
-    };
+    let mut fed = Fed::new(pacer.started);
     std::thread::scope(|s| {
         s.spawn(|| {
             for i in 0..args.frames {
@@ -162,13 +168,7 @@ fn feed_live(server: &BatchServer, frames: &[RgbImage], pacer: &Pacer, args: &Ar
 /// Every frame, in order (an `OrderedStream`).
 fn feed_ordered(server: &BatchServer, frames: &[RgbImage], pacer: &Pacer, n: usize) -> Fed {
     let stream = server.ordered_stream(n);
-    let mut fed = Fed {
-        latencies: Vec::new(),
-        replaced: 0,
-        expired: 0,
-        failed: 0,
-        last_answer: pacer.started,
-    };
+    let mut fed = Fed::new(pacer.started);
     std::thread::scope(|s| {
         s.spawn(|| {
             for i in 0..n {
