@@ -136,127 +136,12 @@ pub fn infer_architecture(state: &StateDict) -> Result<InferredArchitecture> {
             shapes.keys().next().copied().unwrap_or("(none)")
         );
     };
-    let get = |name: &str| shapes.get(format!("{prefix}{name}").as_str());
-    let full = |name: &str| format!("`{prefix}{name}`");
-    let expect = |name: &str, want: &[i64]| -> Result<()> {
-        match get(name) {
-            Some(s) if s == want => Ok(()),
-            Some(s) => bail!("{} has shape {s:?}, expected {want:?}", full(name)),
-            None => bail!("the file has no {}", full(name)),
-        }
-    };
-    let conv_out = |name: &str| -> Result<(i64, i64)> {
-        match get(name) {
-            Some(s) if s.len() == 4 => Ok((s[0], s[1])),
-            Some(s) => bail!("{} has shape {s:?}: not a conv weight", full(name)),
-            None => bail!("the file has no {}", full(name)),
-        }
-    };
-
-    // Stem.
-    let (deep_stem, stem_width, stem_out) = if get("conv1.0.weight").is_some() {
-        let (w, _) = conv_out("conv1.0.weight")?;
-        expect("conv1.0.weight", &[w, 3, 3, 3])?;
-        expect("conv1.3.weight", &[w, w, 3, 3])?;
-        expect("conv1.6.weight", &[2 * w, w, 3, 3])?;
-        (true, w, 2 * w)
-    } else if get("conv1.weight").is_some() {
-        let (w, _) = conv_out("conv1.weight")?;
-        expect("conv1.weight", &[w, 3, 7, 7])?;
-        (false, w, w)
-    } else {
-        bail!(
-            "the file has neither {} (7x7 stem) nor {} (deep stem): not a ResNet/DANet state dict",
-            full("conv1.weight"),
-            full("conv1.0.weight")
-        );
-    };
-    if get("bn1.weight").is_some() {
-        expect("bn1.weight", &[stem_out])?;
-    }
-
-    // Blocks per stage: the `layerK.I` indices, which must run 0..n.
-    let mut layers = [0usize; 4];
-    for (k, count) in layers.iter_mut().enumerate() {
-        let stage = format!("{prefix}layer{}.", k + 1);
-        let indices: Vec<usize> = shapes
-            .keys()
-            .filter_map(|n| n.strip_prefix(stage.as_str()))
-            .filter_map(|rest| rest.split('.').next()?.parse().ok())
-            .collect();
-        let n = (0..)
-            .take_while(|i| get(&format!("layer{}.{i}.conv1.weight", k + 1)).is_some())
-            .count();
-        if let Some(&beyond) = indices.iter().filter(|&&i| i >= n).max() {
-            bail!(
-                "the file has {}* tensors but no {}: its blocks are not numbered 0..",
-                full(&format!("layer{}.{beyond}.", k + 1)),
-                full(&format!("layer{}.{n}.conv1.weight", k + 1))
-            );
-        }
-        if n == 0 {
-            bail!(
-                "the file has no {}: not a ResNet/DANet state dict",
-                full(&format!("layer{}.0.conv1.weight", k + 1))
-            );
-        }
-        *count = n;
-    }
-
-    // Block type: a bottleneck has conv3, a basic block does not; every block agrees.
-    let block = if get("layer1.0.conv3.weight").is_some() {
-        BlockKind::Bottleneck
-    } else {
-        BlockKind::Basic
-    };
-    for (k, &n) in layers.iter().enumerate() {
-        for i in 0..n {
-            let conv3 = format!("layer{}.{i}.conv3.weight", k + 1);
-            match (block, get(&conv3).is_some()) {
-                (BlockKind::Basic, true) => bail!(
-                    "the file has {} but no {}: basic and bottleneck blocks mixed",
-                    full(&conv3),
-                    full("layer1.0.conv3.weight")
-                ),
-                (BlockKind::Bottleneck, false) => bail!(
-                    "the file has no {} but has {}: basic and bottleneck blocks mixed",
-                    full(&conv3),
-                    full("layer1.0.conv3.weight")
-                ),
-                _ => {}
-            }
-        }
-    }
-
-    // Width: layer1's planes; each stage doubles them, and the stem is as wide as layer1.
-    let (width, layer1_in) = conv_out("layer1.0.conv1.weight")?;
-    if layer1_in != stem_out {
-        bail!(
-            "{} takes {layer1_in} channels but the stem gives {stem_out} (`{prefix}bn1`)",
-            full("layer1.0.conv1.weight")
-        );
-    }
-    if stem_width != width {
-        bail!(
-            "the stem is {stem_width} channels wide ({}) but layer1 {width} ({}): segtool's ResNet ties the two",
-            full(if deep_stem { "conv1.0.weight" } else { "conv1.weight" }),
-            full("layer1.0.conv1.weight")
-        );
-    }
-    for k in 2..=4 {
-        let name = format!("layer{k}.0.conv1.weight");
-        let (planes, _) = conv_out(&name)?;
-        let want = width << (k - 1);
-        if planes != want {
-            bail!(
-                "{} has {planes} output channels; a ResNet of width {width} (from {}) has {want} there",
-                full(&name),
-                full("layer1.0.conv1.weight")
-            );
-        }
-    }
-
-    let classes = match shapes.get("head.conv8.1.bias") {
+    let t = Tensors { shapes, prefix };
+    let (deep_stem, stem_width, stem_out) = t.stem()?;
+    let layers = t.stage_depths()?;
+    let block = t.block_kind(&layers)?;
+    let width = t.width(deep_stem, stem_width, stem_out)?;
+    let classes = match t.shapes.get("head.conv8.1.bias") {
         Some(s) if s.len() == 1 => Some(s[0] as usize),
         Some(s) => bail!("`head.conv8.1.bias` has shape {s:?}: not a classifier bias"),
         None => None,
@@ -269,6 +154,161 @@ pub fn infer_architecture(state: &StateDict) -> Result<InferredArchitecture> {
         classes,
         prefix,
     })
+}
+
+/// The state dict's tensor shapes, read under the ResNet's prefix (`pretrained.` for
+/// DANet, none for torchvision); errors name the full tensor name.
+struct Tensors<'a> {
+    shapes: BTreeMap<&'a str, Vec<i64>>,
+    prefix: &'static str,
+}
+
+impl Tensors<'_> {
+    fn get(&self, name: &str) -> Option<&Vec<i64>> {
+        self.shapes.get(format!("{}{name}", self.prefix).as_str())
+    }
+
+    fn full(&self, name: &str) -> String {
+        format!("`{}{name}`", self.prefix)
+    }
+
+    fn expect(&self, name: &str, want: &[i64]) -> Result<()> {
+        match self.get(name) {
+            Some(s) if s == want => Ok(()),
+            Some(s) => bail!("{} has shape {s:?}, expected {want:?}", self.full(name)),
+            None => bail!("the file has no {}", self.full(name)),
+        }
+    }
+
+    /// A conv weight's (output, input) channels.
+    fn conv_out(&self, name: &str) -> Result<(i64, i64)> {
+        match self.get(name) {
+            Some(s) if s.len() == 4 => Ok((s[0], s[1])),
+            Some(s) => bail!("{} has shape {s:?}: not a conv weight", self.full(name)),
+            None => bail!("the file has no {}", self.full(name)),
+        }
+    }
+
+    /// The stem: (deep stem, its first conv's width, its output channels).
+    fn stem(&self) -> Result<(bool, i64, i64)> {
+        let (deep_stem, stem_width, stem_out) = if self.get("conv1.0.weight").is_some() {
+            let (w, _) = self.conv_out("conv1.0.weight")?;
+            self.expect("conv1.0.weight", &[w, 3, 3, 3])?;
+            self.expect("conv1.3.weight", &[w, w, 3, 3])?;
+            self.expect("conv1.6.weight", &[2 * w, w, 3, 3])?;
+            (true, w, 2 * w)
+        } else if self.get("conv1.weight").is_some() {
+            let (w, _) = self.conv_out("conv1.weight")?;
+            self.expect("conv1.weight", &[w, 3, 7, 7])?;
+            (false, w, w)
+        } else {
+            bail!(
+                "the file has neither {} (7x7 stem) nor {} (deep stem): not a ResNet/DANet state dict",
+                self.full("conv1.weight"),
+                self.full("conv1.0.weight")
+            );
+        };
+        if self.get("bn1.weight").is_some() {
+            self.expect("bn1.weight", &[stem_out])?;
+        }
+        Ok((deep_stem, stem_width, stem_out))
+    }
+
+    /// Blocks per stage: the `layerK.I` indices, which must run 0..n.
+    fn stage_depths(&self) -> Result<[usize; 4]> {
+        let mut layers = [0usize; 4];
+        for (k, count) in layers.iter_mut().enumerate() {
+            let stage = format!("{}layer{}.", self.prefix, k + 1);
+            let indices: Vec<usize> = self
+                .shapes
+                .keys()
+                .filter_map(|n| n.strip_prefix(stage.as_str()))
+                .filter_map(|rest| rest.split('.').next()?.parse().ok())
+                .collect();
+            let n = (0..)
+                .take_while(|i| {
+                    self.get(&format!("layer{}.{i}.conv1.weight", k + 1))
+                        .is_some()
+                })
+                .count();
+            if let Some(&beyond) = indices.iter().filter(|&&i| i >= n).max() {
+                bail!(
+                    "the file has {}* tensors but no {}: its blocks are not numbered 0..",
+                    self.full(&format!("layer{}.{beyond}.", k + 1)),
+                    self.full(&format!("layer{}.{n}.conv1.weight", k + 1))
+                );
+            }
+            if n == 0 {
+                bail!(
+                    "the file has no {}: not a ResNet/DANet state dict",
+                    self.full(&format!("layer{}.0.conv1.weight", k + 1))
+                );
+            }
+            *count = n;
+        }
+        Ok(layers)
+    }
+
+    /// Block type: a bottleneck has conv3, a basic block does not; every block agrees.
+    fn block_kind(&self, layers: &[usize; 4]) -> Result<BlockKind> {
+        let block = if self.get("layer1.0.conv3.weight").is_some() {
+            BlockKind::Bottleneck
+        } else {
+            BlockKind::Basic
+        };
+        for (k, &n) in layers.iter().enumerate() {
+            for i in 0..n {
+                let conv3 = format!("layer{}.{i}.conv3.weight", k + 1);
+                match (block, self.get(&conv3).is_some()) {
+                    (BlockKind::Basic, true) => bail!(
+                        "the file has {} but no {}: basic and bottleneck blocks mixed",
+                        self.full(&conv3),
+                        self.full("layer1.0.conv3.weight")
+                    ),
+                    (BlockKind::Bottleneck, false) => bail!(
+                        "the file has no {} but has {}: basic and bottleneck blocks mixed",
+                        self.full(&conv3),
+                        self.full("layer1.0.conv3.weight")
+                    ),
+                    _ => {}
+                }
+            }
+        }
+        Ok(block)
+    }
+
+    /// Width: layer1's planes; each stage doubles them, and the stem is as wide as
+    /// layer1.
+    fn width(&self, deep_stem: bool, stem_width: i64, stem_out: i64) -> Result<i64> {
+        let (width, layer1_in) = self.conv_out("layer1.0.conv1.weight")?;
+        if layer1_in != stem_out {
+            bail!(
+                "{} takes {layer1_in} channels but the stem gives {stem_out} (`{}bn1`)",
+                self.full("layer1.0.conv1.weight"),
+                self.prefix
+            );
+        }
+        if stem_width != width {
+            bail!(
+                "the stem is {stem_width} channels wide ({}) but layer1 {width} ({}): segtool's ResNet ties the two",
+                self.full(if deep_stem { "conv1.0.weight" } else { "conv1.weight" }),
+                self.full("layer1.0.conv1.weight")
+            );
+        }
+        for k in 2..=4 {
+            let name = format!("layer{k}.0.conv1.weight");
+            let (planes, _) = self.conv_out(&name)?;
+            let want = width << (k - 1);
+            if planes != want {
+                bail!(
+                    "{} has {planes} output channels; a ResNet of width {width} (from {}) has {want} there",
+                    self.full(&name),
+                    self.full("layer1.0.conv1.weight")
+                );
+            }
+        }
+        Ok(width)
+    }
 }
 
 #[cfg(test)]
