@@ -14,6 +14,14 @@ use std::str::FromStr;
 use image::RgbImage;
 
 /// How the bytes of a pixel are laid out.
+///
+/// ```
+/// use segtool_runtime::PixelFormat;
+/// let format: PixelFormat = "bgra8".parse()?; // GStreamer's and ROS 2's names
+/// assert_eq!(format, PixelFormat::Bgra8);
+/// assert_eq!(format.bytes_per_pixel(), 4);
+/// # Ok::<(), String>(())
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum PixelFormat {
     /// Red, green, blue.
@@ -137,6 +145,17 @@ pub enum FrameError {
 }
 
 /// Borrowed pixels with their size, row stride and [`PixelFormat`], checked on creation.
+///
+/// ```
+/// use segtool_runtime::{Frame, PixelFormat};
+/// // Two BGR pixels in a row padded to 8 bytes, as a camera driver may hand them over.
+/// let data = [10, 20, 30, 40, 50, 60, 0, 0];
+/// let frame = Frame::new(&data, 2, 1, 8, PixelFormat::Bgr8)?;
+/// assert_eq!(frame.to_rgb().as_raw(), &[30, 20, 10, 60, 50, 40]);
+/// // Too short for its size: an error naming what is missing, never a panic.
+/// assert!(Frame::new(&data[..5], 2, 1, 0, PixelFormat::Bgr8).is_err());
+/// # Ok::<(), segtool_runtime::FrameError>(())
+/// ```
 #[derive(Clone, Copy, Debug)]
 pub struct Frame<'a> {
     data: &'a [u8],

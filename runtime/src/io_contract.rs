@@ -41,6 +41,15 @@ impl EngineInput<'_> {
 }
 
 /// One image's result.
+///
+/// ```no_run
+/// # let mut seg = segtool_runtime::Segmenter::builder("danet.onnx").open()?;
+/// # let img = image::RgbImage::new(64, 48);
+/// let out = seg.segment(&img)?;
+/// let classes_seen: std::collections::BTreeSet<u8> = out.mask.iter().copied().collect();
+/// let colours = segtool_runtime::colorize(out.mask.view(), &seg.spec().palette);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone, Debug)]
 pub struct Segmentation {
     /// Class per pixel, `(H, W)` at the input image's size.

@@ -28,6 +28,18 @@ use crate::io_contract::{EngineInput, EngineOutput, EngineTensor, IoContract, Se
 
 /// A model plus its spec: images in, masks out.
 ///
+/// ```no_run
+/// use segtool_runtime::{Frame, PixelFormat, Segmenter};
+/// let mut seg = Segmenter::builder("danet.onnx").threads(2).open()?;
+/// // A camera's BGR frame, segmented where it lies.
+/// let (width, height) = (640, 480);
+/// let bgr = vec![0u8; width * height * 3];
+/// let frame = Frame::new(&bgr, width as u32, height as u32, 0, PixelFormat::Bgr8)?;
+/// let out = seg.segment_frame(&frame)?;
+/// assert_eq!(out.mask.dim(), (height, width));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
 /// Drives the graph through its contract: `--preprocess` exports get the image's uint8
 /// pixels, `--argmax` exports answer a class map; callers see the same [`Segmentation`].
 pub struct Segmenter {

@@ -35,6 +35,15 @@ fn changed_pixels(a: ArrayView2<u8>, b: ArrayView2<u8>) -> u64 {
 /// Accumulates the flicker of a mask sequence: over every pair of consecutive masks of
 /// one size, the changed pixels over the pixels compared. A mask of another size starts
 /// a new run (no pair across it).
+///
+/// ```
+/// use ndarray::arr2;
+/// use segtool_runtime::FlickerMeter;
+/// let mut meter = FlickerMeter::new();
+/// meter.observe(arr2(&[[0u8, 1], [1, 1]]).view());
+/// meter.observe(arr2(&[[1u8, 1], [1, 1]]).view()); // one pixel of four changed
+/// assert_eq!(meter.flicker(), Some(0.25));
+/// ```
 #[derive(Clone, Debug, Default)]
 pub struct FlickerMeter {
     previous: Option<Array2<u8>>,
@@ -93,6 +102,18 @@ impl FlickerMeter {
 
 /// Exponential moving average of logits across frames, then argmax; see the
 /// [module docs](self).
+///
+/// ```
+/// use ndarray::Array3;
+/// use segtool_runtime::TemporalSmoother;
+/// let mut smoother = TemporalSmoother::new(0.5).expect("a weight in [0, 1)");
+/// // Two classes over a 1x2 image: class 1 leads, then one noisy frame flips pixel 0.
+/// let steady = Array3::from_shape_vec((2, 1, 2), vec![0.0, 0.0, 1.0, 1.0]).unwrap();
+/// let noisy = Array3::from_shape_vec((2, 1, 2), vec![0.6, 0.0, 0.4, 1.0]).unwrap();
+/// smoother.mask(steady.view(), 1, 2);
+/// let mask = smoother.mask(noisy.view(), 1, 2);
+/// assert_eq!(mask.as_slice().unwrap(), &[1, 1]); // the flip is smoothed away
+/// ```
 #[derive(Clone, Debug)]
 pub struct TemporalSmoother {
     weight: f32,

@@ -131,6 +131,27 @@ impl LatestStats {
 /// Dropping the stream takes its waiting frames back from the queue; dropping the
 /// server first answers the remaining frames [`LiveOutcome::Failed`] with
 /// [`BatchError::ShutDown`].
+///
+/// ```no_run
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use segtool_runtime::batching::{BatchConfig, BatchServer, LiveOutcome};
+/// use segtool_runtime::Segmenter;
+/// use std::time::Duration;
+/// let config = BatchConfig::new().with_max_batch(1).with_max_wait(Duration::ZERO);
+/// let server = BatchServer::open(&Segmenter::builder("danet.onnx"), 1, config)?;
+/// let stream = server.latest_stream(1).with_deadline(Duration::from_millis(200));
+/// # let camera_frame = || image::RgbImage::new(64, 48);
+/// stream.submit(camera_frame()); // from the camera's thread, never blocking it
+/// stream.finish();
+/// while let Some(frame) = stream.next() {
+///     match frame.outcome {
+///         LiveOutcome::Answered(out) => println!("frame {}: {:?}", frame.frame, out.mask.dim()),
+///         LiveOutcome::Dropped(why) => println!("frame {} dropped: {why:?}", frame.frame),
+///         LiveOutcome::Failed(e) => return Err(e.into()),
+///     }
+/// }
+/// # Ok(()) }
+/// ```
 pub struct LatestStream {
     inner: Arc<Inner>,
 }

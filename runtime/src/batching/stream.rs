@@ -23,6 +23,28 @@ use super::{BatchError, Input, Output, QueueFull};
 ///
 /// Dropping the server first is safe: later frames (and queued ones) come out as
 /// [`BatchError::ShutDown`].
+///
+/// ```no_run
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use segtool_runtime::batching::{BatchConfig, BatchServer};
+/// use segtool_runtime::Segmenter;
+/// let server = BatchServer::open(&Segmenter::builder("danet.onnx"), 2, BatchConfig::new())?;
+/// let stream = server.ordered_stream(8);
+/// # let frames = vec![image::RgbImage::new(64, 48); 3];
+/// std::thread::scope(|s| {
+///     s.spawn(|| {
+///         for f in frames {
+///             stream.push(f);
+///         }
+///         stream.finish();
+///     });
+///     while let Some(out) = stream.next() {
+///         let out = out.expect("segmented");
+///         println!("frame {:?}: {:?}", out.frame, out.mask.dim()); // 0, 1, 2, ...
+///     }
+/// });
+/// # Ok(()) }
+/// ```
 pub struct OrderedStream {
     queue: Arc<Queue>,
     window: usize,

@@ -23,6 +23,14 @@ use crate::ort_engine::{OrtEngine, OrtOptions, Provider};
 use crate::tract_engine::{TractEngine, TractOptions};
 
 /// Which engine runs the model.
+///
+/// ```
+/// use segtool_runtime::EngineKind;
+/// let kind: EngineKind = "openvino".parse()?; // as every front end names them
+/// assert_eq!(kind, EngineKind::OpenVino);
+/// assert_eq!(EngineKind::default().to_string(), "auto");
+/// # Ok::<(), String>(())
+/// ```
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
 )]
@@ -88,6 +96,19 @@ impl FromStr for EngineKind {
 }
 
 /// A fallback taken while opening: the model runs, but not as first asked.
+///
+/// ```no_run
+/// use segtool_runtime::{Fallback, Provider, Segmenter};
+/// let seg = Segmenter::builder("danet.onnx")
+///     .providers([Provider::Cuda { device_id: 0 }, Provider::Cpu])
+///     .open()?;
+/// for fallback in seg.fallbacks() {
+///     if let Fallback::Provider { requested, running, reason } = fallback {
+///         eprintln!("{requested} did not load ({reason}); running on {running}");
+///     }
+/// }
+/// # Ok::<(), segtool_runtime::RuntimeError>(())
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Fallback {
     /// ONNX Runtime's library could not be loaded ([`EngineKind::Auto`]); tract runs.
@@ -134,6 +155,18 @@ impl fmt::Display for Fallback {
 }
 
 /// Configures and opens a [`Segmenter`]; see [`Segmenter::builder`].
+///
+/// ```no_run
+/// use segtool_runtime::openvino::Precision;
+/// use segtool_runtime::{EngineKind, Segmenter};
+/// let seg = Segmenter::builder("danet.int8.onnx")
+///     .engine(EngineKind::OpenVino)
+///     .precision(Precision::Bf16)
+///     .threads(4)
+///     .strict(true) // no fallback: an absent device is an error
+///     .open()?;
+/// # Ok::<(), segtool_runtime::RuntimeError>(())
+/// ```
 #[derive(Clone, Debug)]
 #[must_use = "a builder does nothing until `open` is called"]
 pub struct SegmenterBuilder {

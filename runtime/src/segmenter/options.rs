@@ -18,6 +18,16 @@ use crate::error::{Result, RuntimeError};
 use crate::openvino::{Device, PerformanceHint, Precision};
 
 /// Everything that says how a model opens (see the module docs).
+///
+/// ```no_run
+/// use segtool_runtime::{Segmenter, SegmenterOptions};
+/// // What a configuration file or a front end's flags say, with the defaults for the rest.
+/// let options: SegmenterOptions =
+///     serde_json::from_str(r#"{"engine": "openvino", "precision": "bf16", "threads": 2}"#)?;
+/// assert_eq!(options.providers, ["cpu"]);
+/// let seg = Segmenter::builder("danet.onnx").options(&options)?.open()?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SegmenterOptions {
