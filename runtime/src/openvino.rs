@@ -10,6 +10,13 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 /// Where OpenVINO compiles the model: its device names, as `benchmark_app -d` takes them.
+///
+/// ```
+/// use segtool_runtime::openvino::Device;
+/// let device: Device = "npu".parse()?; // any case, as benchmark_app's -d
+/// assert_eq!(device.as_str(), "NPU");
+/// # Ok::<(), String>(())
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "UPPERCASE")]
 pub enum Device {
@@ -142,6 +149,20 @@ impl FromStr for PerformanceHint {
 }
 
 /// How an OpenVINO engine compiles and runs a model. Start from [`OpenVinoOptions::new`].
+///
+/// ```
+/// use segtool_runtime::openvino::{Device, OpenVinoOptions, PerformanceHint, Precision};
+/// let options = OpenVinoOptions {
+///     device: Device::Cpu,
+///     precision: "bf16".parse::<Precision>()?,
+///     hint: PerformanceHint::Throughput,
+///     streams: Some(2), // for a batch server with two workers
+///     threads: Some(4),
+///     ..OpenVinoOptions::new()
+/// };
+/// assert_eq!(options.precision, Precision::Bf16);
+/// # Ok::<(), String>(())
+/// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct OpenVinoOptions {
     /// The device to compile for.

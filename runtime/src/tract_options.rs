@@ -2,6 +2,12 @@
 //! [`crate::SegmenterOptions`] has the same fields in builds without the `tract` feature.
 
 /// How a tract engine (`TractEngine`) runs. Start from [`TractOptions::new`] (the defaults).
+///
+/// ```
+/// use segtool_runtime::TractOptions;
+/// // A file from elsewhere whose first input and output are not the image and the scores.
+/// let options = TractOptions::new().with_threads(2).with_io_names("pixel_values", "logits");
+/// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TractOptions {
     /// Threads of the engine's pool; `None` (default): all cores

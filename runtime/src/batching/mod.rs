@@ -119,6 +119,16 @@ pub use stream::OrderedStream;
 
 /// How a [`BatchServer`] forms batches and how much it may hold; see the
 /// [module docs](self) for why each knob exists.
+///
+/// ```
+/// use segtool_runtime::batching::BatchConfig;
+/// use std::time::Duration;
+/// // A video pipeline: batches of up to 4, never waiting more than 5 ms to fill one.
+/// let config = BatchConfig::new()
+///     .with_max_batch(4)
+///     .with_max_wait(Duration::from_millis(5))
+///     .with_queue_capacity(16);
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BatchConfig {
     /// Most requests per engine run (at least 1).

@@ -163,6 +163,16 @@ impl std::fmt::Display for CardSource {
 }
 
 /// What the caller adds to the model file: a card file and fields of its own.
+///
+/// ```no_run
+/// use segtool_runtime::card::CardRequest;
+/// use segtool_runtime::Segmenter;
+/// // A model from elsewhere, with the card that says how to feed it and read its output.
+/// let seg = Segmenter::builder("deeplab.onnx")
+///     .card(CardRequest::new().card_file("deeplab.segtool.toml"))
+///     .open()?;
+/// # Ok::<(), segtool_runtime::RuntimeError>(())
+/// ```
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct CardRequest {
     /// A card file in TOML (`--card FILE`), in place of the sidecar.

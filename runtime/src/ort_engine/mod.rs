@@ -59,6 +59,17 @@ pub use providers::{CudaOptions, Provider, TensorRtOptions, TrtProfile, TRT_PROF
 pub use dylib::environment;
 
 /// Session settings, builder style: `OrtOptions::new().with_provider(Provider::Cuda { device_id: 0 })`.
+///
+/// ```no_run
+/// use segtool_runtime::{CudaOptions, OrtOptions, Provider, Segmenter, TensorRtOptions};
+/// let options = OrtOptions::new()
+///     .with_tensorrt(TensorRtOptions::new(0).with_fp16(true).with_engine_cache_dir("trt-cache"))
+///     .with_cuda(CudaOptions::new(0))
+///     .with_provider(Provider::Cpu) // the last resort
+///     .with_intra_threads(4);
+/// let seg = Segmenter::builder("danet.onnx").ort_options(options).open()?;
+/// # Ok::<(), segtool_runtime::RuntimeError>(())
+/// ```
 #[derive(Clone, Debug, Default)]
 pub struct OrtOptions {
     /// Threads inside one operator; `None` lets ONNX Runtime pick (all cores).

@@ -12,6 +12,16 @@ use ort::ep::{self, ExecutionProviderDispatch};
 
 /// An ONNX Runtime execution provider.
 ///
+/// ```
+/// use segtool_runtime::Provider;
+/// let providers: Vec<Provider> = ["tensorrt:0", "cuda:0", "cpu"]
+///     .iter()
+///     .map(|p| p.parse())
+///     .collect::<Result<_, _>>()?;
+/// assert_eq!(providers[1], Provider::Cuda { device_id: 0 });
+/// # Ok::<(), String>(())
+/// ```
+///
 /// `Cuda { device_id }` and `TensorRt { .. }` are the short forms (what the provider
 /// strings parse to); [`Provider::CudaWith`] and [`Provider::TensorRtWith`] carry every
 /// option (see [`OrtOptions::with_cuda`](super::OrtOptions::with_cuda) and
