@@ -68,7 +68,7 @@ fn ort_and_tract_match_tch_logits() {
 #[test]
 fn openvino_matches_its_python_api_and_onnxruntime() {
     use segtool_calibration::{calibrate, load_model, qdq::Layout, CalibrationOptions};
-    use segtool_runtime::expert::{normalise_batch, run_logits};
+    use segtool_runtime::expert::normalise_batch;
     use segtool_runtime::openvino::Precision;
     let Some(python) = std::env::var_os("SEGTOOL_PYTHON") else {
         eprintln!("SEGTOOL_PYTHON not set (scripts/setup.sh): skipping");
@@ -87,12 +87,7 @@ fn openvino_matches_its_python_api_and_onnxruntime() {
 
     let images: Vec<image::RgbImage> = (0..2u32).map(|k| test_image(k + 3, 72, 56)).collect();
     let x = normalise_batch(&images, &spec).unwrap();
-    let mut ort = Segmenter::builder(&onnx)
-        .engine(EngineKind::Ort)
-        .threads(1)
-        .open()
-        .unwrap();
-    let ort_logits = run_logits(ort.engine_mut(), x.view()).unwrap();
+    let ort_logits = ort_fp32_logits(&onnx, &x);
     for (model, precision) in [
         (&onnx, Precision::F32),
         (&onnx, Precision::Bf16),
@@ -138,12 +133,7 @@ fn the_openvino_layout_runs_more_of_the_attention_in_int8() {
     let (spec, onnx, calib) = export_with_calibration_images(dir.path());
     let images: Vec<image::RgbImage> = (0..4u32).map(|k| test_image(k + 3, 72, 56)).collect();
     let x = normalise_batch(&images, &spec).unwrap();
-    let mut ort = Segmenter::builder(&onnx)
-        .engine(EngineKind::Ort)
-        .threads(1)
-        .open()
-        .unwrap();
-    let reference = run_logits(ort.engine_mut(), x.view()).unwrap();
+    let reference = ort_fp32_logits(&onnx, &x);
     let options = OpenVinoOptions {
         threads: Some(1),
         ..OpenVinoOptions::new()
@@ -207,6 +197,17 @@ fn the_openvino_layout_runs_more_of_the_attention_in_int8() {
         openvino_agree >= ort_cpu_agree - 0.01,
         "agreement: openvino {openvino_agree}, ort-cpu {ort_cpu_agree}"
     );
+}
+
+/// ONNX Runtime's fp32 logits of `x` through `onnx` (one thread): the reference the
+/// OpenVINO tests measure against.
+fn ort_fp32_logits(onnx: &std::path::Path, x: &ndarray::Array4<f32>) -> ndarray::Array4<f32> {
+    let mut ort = Segmenter::builder(onnx)
+        .engine(EngineKind::Ort)
+        .threads(1)
+        .open()
+        .unwrap();
+    segtool_runtime::expert::run_logits(ort.engine_mut(), x.view()).unwrap()
 }
 
 /// A tiny DANet trained 12 steps, exported to `dir/m.onnx`, and four calibration images

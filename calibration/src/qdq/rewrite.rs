@@ -26,8 +26,8 @@ pub fn rewrite(
     let inits: HashMap<&str, &TensorProto> =
         g.initializer.iter().map(|t| (t.name.as_str(), t)).collect();
     let quantised_nodes: BTreeSet<usize> = plan.nodes.iter().copied().collect();
-    let placement = Placement::of(g, plan, &quantised_nodes);
     let cons = consumers(g);
+    let placement = Placement::of(g, &cons, plan, &quantised_nodes);
     let threshold = |t: &str| {
         thresholds
             .get(t)
@@ -94,9 +94,13 @@ struct Placement<'g> {
 }
 
 impl<'g> Placement<'g> {
-    fn of(g: &'g GraphProto, plan: &'g Plan, quantised_nodes: &BTreeSet<usize>) -> Self {
+    fn of(
+        g: &'g GraphProto,
+        cons: &HashMap<&str, Vec<(usize, usize)>>,
+        plan: &'g Plan,
+        quantised_nodes: &BTreeSet<usize>,
+    ) -> Self {
         let acts: HashSet<&str> = plan.activations.iter().map(String::as_str).collect();
-        let cons = consumers(g);
         let relu_output = g
             .node
             .iter()

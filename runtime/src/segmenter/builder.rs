@@ -329,13 +329,7 @@ impl SegmenterBuilder {
             path: &served,
             output,
         };
-        let (engine, choice) = match self.engine {
-            EngineKind::Auto => {
-                let (engine, why) = self.auto(&opened, &mut fallbacks)?;
-                (engine, Some(why))
-            }
-            _ => (self.build_engine(&opened, &mut fallbacks)?, None),
-        };
+        let (engine, choice) = self.build_engine(&opened, &mut fallbacks)?;
         if let Some(first) = fallbacks.first().filter(|_| self.strict) {
             return Err(RuntimeError::FallbackRefused {
                 path: self.path.clone(),
@@ -350,17 +344,19 @@ impl SegmenterBuilder {
         Ok(segmenter.with_logits(self.logits))
     }
 
+    /// The engine asked for, and (for [`EngineKind::Auto`]) why it was chosen.
     fn build_engine(
         &self,
         model: &Opened<'_>,
         fallbacks: &mut Vec<Fallback>,
-    ) -> Result<Box<dyn Engine>> {
-        match self.engine {
+    ) -> Result<(Box<dyn Engine>, Option<String>)> {
+        let engine = match self.engine {
             EngineKind::Tract => self.tract(model, fallbacks),
             EngineKind::Ort => self.ort(model, fallbacks),
             EngineKind::OpenVino => self.openvino(model, fallbacks),
-            EngineKind::Auto => self.auto(model, fallbacks).map(|(engine, _)| engine),
-        }
+            EngineKind::Auto => return self.auto(model, fallbacks).map(|(e, why)| (e, Some(why))),
+        };
+        Ok((engine?, None))
     }
 
     /// [`EngineKind::Auto`] (see [`super::auto`]): OpenVINO where it measured faster,
