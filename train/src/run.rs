@@ -220,25 +220,7 @@ pub fn run(
     let cfg = trainer.config.clone();
     let end = opts.stop_at.unwrap_or(cfg.iterations).min(cfg.iterations);
     let main = opts.is_main();
-    if main {
-        std::fs::create_dir_all(&opts.out_dir)
-            .with_context(|| format!("creating run directory {}", opts.out_dir.display()))?;
-        let config_path = opts.out_dir.join("config.toml");
-        segtool_spec::io::write_atomic(&config_path, opts.config_text.as_bytes())
-            .with_context(|| format!("writing {}", config_path.display()))?;
-    }
-    let mut log = MetricsLog::open(&opts.out_dir.join("metrics.jsonl"), state.iteration, main)?;
-    if main {
-        crate::telemetry::write_environment(
-            &opts.out_dir,
-            trainer,
-            opts.world_size,
-            state.iteration,
-        )?;
-        if opts.tensorboard {
-            log = log.with_tensorboard(&opts.out_dir, state.iteration, &opts.config_text)?;
-        }
-    }
+    let mut log = open_run_dir(trainer, opts, state.iteration)?;
     let loader_config = LoaderConfig {
         batch_size: cfg.batch_size,
         workers: opts.workers,
@@ -262,82 +244,146 @@ pub fn run(
         (state.iteration > 0 && opts.last_path().exists()).then(|| opts.last_path());
 
     while state.iteration < end {
-        let it = state.iteration;
-        let mut batches = Vec::with_capacity(cfg.accumulation);
-        for _ in 0..cfg.accumulation {
-            let batch = loader.next_batch()?;
-            state.position = batch.position;
-            batches.push(trainer.batch_tensors(&batch.samples));
-        }
-        let refs: Vec<_> = batches.iter().map(|(i, m)| (i, m)).collect();
-        let stats = match trainer.step_accumulated(&refs, it) {
-            Ok(stats) => stats,
-            Err(e) if e.is::<NonFiniteLoss>() => {
-                let last = last_saved
-                    .as_ref()
-                    .map_or("none written yet".to_string(), |p| p.display().to_string());
-                return Err(e.context(format!(
-                    "training stopped at iteration {it}; last good checkpoint: {last}"
-                )));
-            }
-            Err(e) => return Err(e),
-        };
-        state.iteration += 1;
+        let stats = train_step(trainer, &mut loader, &mut state, last_saved.as_deref())?;
         let done = state.iteration;
         window.add(&stats);
         record_amp(trainer, &mut state);
         if let Some(p) = progress {
             p.advance(1);
         }
-
         if done % opts.log_every.max(1) == 0 || done == end {
             let record = window.record(done, stats.lr, loader.wait_time());
             if let Some(p) = progress {
-                p.message(format!(
-                    "loss {:.4} lr {:.2e} data-wait {:.0}%",
-                    record.loss.unwrap_or(f64::NAN),
-                    stats.lr,
-                    record.data_wait.unwrap_or(0.0) * 100.0
-                ));
-                p.line(format!("  {}", record.describe(cfg.iterations)));
+                show_record(p, &record, stats.lr, cfg.iterations);
             }
             log.push(record)?;
         }
-        let finished = done == end;
-        if let Some(validate) = validate.as_mut() {
+        if let Some(validate) = validate.as_deref_mut() {
             let due = opts.eval_every > 0 && done % opts.eval_every == 0;
             if due || done == cfg.iterations {
-                let score = validate(&trainer.model)?;
-                let record = Record {
-                    class_iou: (!score.class_iou.is_empty()).then(|| score.class_iou.clone()),
-                    ..Record::val(done, score.miou, score.pixel_accuracy)
-                };
-                log.push_validation(record, &score.overlays)?;
-                if main && state.best_miou.is_none_or(|b| score.miou > b) {
-                    state.best_miou = Some(score.miou);
-                    state.best_iteration = Some(done);
-                    save(trainer, &opts.best_path(), &state, opts)?;
-                }
+                validate_and_keep_best(trainer, validate, &mut log, &mut state, opts)?;
             }
         }
-        let periodic = opts.checkpoint_every > 0 && done % opts.checkpoint_every == 0;
-        if main && (periodic || finished) {
-            save(trainer, &opts.last_path(), &state, opts)?;
-            last_saved = Some(opts.last_path());
-            if periodic && opts.keep > 0 {
-                let snapshot = opts.out_dir.join(format!("iter_{done:07}.safetensors"));
-                snapshot_of(&opts.last_path(), &snapshot)?;
-                prune_snapshots(&opts.out_dir, opts.keep)?;
+        let finished = done == end;
+        if main {
+            save_checkpoints(trainer, &state, opts, finished, &mut last_saved)?;
+            if done % opts.plot_every.max(1) == 0 || finished {
+                log.plot(&opts.out_dir)?;
             }
-        }
-        if main && (done % opts.plot_every.max(1) == 0 || finished) {
-            log.plot(&opts.out_dir)?;
         }
     }
     if let Some(p) = progress {
         p.finish(None);
     }
     Ok(state)
+}
+
+/// Creates the run directory with its `config.toml` and environment record (main rank),
+/// and opens the metrics log, resuming at `iteration`.
+fn open_run_dir(trainer: &Trainer, opts: &RunOptions, iteration: usize) -> Result<MetricsLog> {
+    let main = opts.is_main();
+    if main {
+        std::fs::create_dir_all(&opts.out_dir)
+            .with_context(|| format!("creating run directory {}", opts.out_dir.display()))?;
+        let config_path = opts.out_dir.join("config.toml");
+        segtool_spec::io::write_atomic(&config_path, opts.config_text.as_bytes())
+            .with_context(|| format!("writing {}", config_path.display()))?;
+    }
+    let mut log = MetricsLog::open(&opts.out_dir.join("metrics.jsonl"), iteration, main)?;
+    if main {
+        crate::telemetry::write_environment(&opts.out_dir, trainer, opts.world_size, iteration)?;
+        if opts.tensorboard {
+            log = log.with_tensorboard(&opts.out_dir, iteration, &opts.config_text)?;
+        }
+    }
+    Ok(log)
+}
+
+/// One optimiser step over `accumulation` batches; advances `state` past it. A
+/// non-finite loss stops the run, naming the last good checkpoint.
+fn train_step(
+    trainer: &mut Trainer,
+    loader: &mut Loader,
+    state: &mut RunState,
+    last_saved: Option<&Path>,
+) -> Result<crate::trainer::StepStats> {
+    let it = state.iteration;
+    let mut batches = Vec::with_capacity(trainer.config.accumulation);
+    for _ in 0..trainer.config.accumulation {
+        let batch = loader.next_batch()?;
+        state.position = batch.position;
+        batches.push(trainer.batch_tensors(&batch.samples));
+    }
+    let refs: Vec<_> = batches.iter().map(|(i, m)| (i, m)).collect();
+    let stats = trainer.step_accumulated(&refs, it).map_err(|e| {
+        if !e.is::<NonFiniteLoss>() {
+            return e;
+        }
+        let last = last_saved.map_or("none written yet".to_string(), |p| p.display().to_string());
+        e.context(format!(
+            "training stopped at iteration {it}; last good checkpoint: {last}"
+        ))
+    })?;
+    state.iteration += 1;
+    Ok(stats)
+}
+
+/// The progress bar's message and log line for a metrics record.
+fn show_record(progress: &dyn Progress, record: &Record, lr: f64, iterations: usize) {
+    progress.message(format!(
+        "loss {:.4} lr {:.2e} data-wait {:.0}%",
+        record.loss.unwrap_or(f64::NAN),
+        lr,
+        record.data_wait.unwrap_or(0.0) * 100.0
+    ));
+    progress.line(format!("  {}", record.describe(iterations)));
+}
+
+/// Validates the model, logs the score, and (main rank) saves `best` on a new best mIoU.
+fn validate_and_keep_best(
+    trainer: &Trainer,
+    validate: &mut dyn FnMut(&DaNet) -> Result<ValScore>,
+    log: &mut MetricsLog,
+    state: &mut RunState,
+    opts: &RunOptions,
+) -> Result<()> {
+    let done = state.iteration;
+    let score = validate(&trainer.model)?;
+    let record = Record {
+        class_iou: (!score.class_iou.is_empty()).then(|| score.class_iou.clone()),
+        ..Record::val(done, score.miou, score.pixel_accuracy)
+    };
+    log.push_validation(record, &score.overlays)?;
+    if opts.is_main() && state.best_miou.is_none_or(|b| score.miou > b) {
+        state.best_miou = Some(score.miou);
+        state.best_iteration = Some(done);
+        save(trainer, &opts.best_path(), state, opts)?;
+    }
+    Ok(())
+}
+
+/// Saves `last` when a periodic checkpoint is due or the run is `finished`, with the
+/// keep-k `iter_*` snapshots.
+fn save_checkpoints(
+    trainer: &Trainer,
+    state: &RunState,
+    opts: &RunOptions,
+    finished: bool,
+    last_saved: &mut Option<PathBuf>,
+) -> Result<()> {
+    let done = state.iteration;
+    let periodic = opts.checkpoint_every > 0 && done % opts.checkpoint_every == 0;
+    if !(periodic || finished) {
+        return Ok(());
+    }
+    save(trainer, &opts.last_path(), state, opts)?;
+    *last_saved = Some(opts.last_path());
+    if periodic && opts.keep > 0 {
+        let snapshot = opts.out_dir.join(format!("iter_{done:07}.safetensors"));
+        snapshot_of(&opts.last_path(), &snapshot)?;
+        prune_snapshots(&opts.out_dir, opts.keep)?;
+    }
+    Ok(())
 }
 
 fn save(trainer: &Trainer, path: &Path, state: &RunState, opts: &RunOptions) -> Result<()> {

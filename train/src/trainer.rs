@@ -350,39 +350,9 @@ impl Trainer {
         tch::manual_seed(iteration_seed(self.config.seed, it).wrapping_add(rank));
         self.optimizer.zero_grad();
         let scale = 1.0 / micro_batches.len() as f64;
-        let mut total = 0.0;
-        let mut terms = [0.0f64; 3];
-        let mut aux_total = None;
-        let aux_weight = self.model.spec.aux_head.as_ref().map(|a| a.loss_weight);
+        let mut sums = LossSums::default();
         for (images, masks) in micro_batches {
-            // amp: the forward under autocast; the loss from fp32 logits.
-            let out = match &self.amp {
-                Some(amp) => {
-                    let out = amp.forward(|| self.model.forward_all(images, true))?;
-                    DaNetOutputs {
-                        fused: crate::amp::at_least_fp32(&out.fused),
-                        position: crate::amp::at_least_fp32(&out.position),
-                        channel: crate::amp::at_least_fp32(&out.channel),
-                        aux: out.aux.as_ref().map(crate::amp::at_least_fp32),
-                    }
-                }
-                None => self.model.forward_all(images, true),
-            };
-            let spec = LossSpec {
-                weights: self.config.loss_weights,
-                aux_weight,
-                ce_mean: self.config.ce_mean,
-                ohem: self.config.ohem.as_ref(),
-            };
-            let t = loss_terms(&out, masks, &spec);
-            let loss = t.total();
-            let mut detached = vec![t.fused.detach(), t.position.detach(), t.channel.detach()];
-            detached.extend(t.aux.as_ref().map(Tensor::detach));
-            let parts = Tensor::stack(&detached, 0);
-            let value = loss.double_value(&[]);
-            let parts =
-                Vec::<f64>::try_from(parts.to_kind(tch::Kind::Double).to_device(Device::Cpu))
-                    .unwrap_or_default();
+            let (loss, value, parts) = self.micro_batch_loss(images, masks)?;
             // dist: a rank alone must not leave (its peers would wait in the gradient
             // all-reduce until the timeout); every rank stops together below, once the
             // averaged loss is non-finite.
@@ -401,34 +371,62 @@ impl Trainer {
                 Some(amp) => amp.scale_loss(&loss).f_backward()?,
                 None => loss.f_backward()?,
             }
-            total += value * scale;
-            for (t, p) in terms.iter_mut().zip(&parts) {
-                *t += p * scale;
-            }
-            if let Some(aux) = parts.get(3) {
-                *aux_total.get_or_insert(0.0) += aux * scale;
-            }
+            sums.add(value, &parts, scale);
         }
         // dist: one gradient all-reduce per step, after the last micro-batch, before
         // clipping (as PyTorch DDP).
         if let Some(ddp) = &self.ddp {
             ddp.average_gradients(&self.vs)?;
-            let mut values = vec![total, terms[0], terms[1], terms[2]];
-            values.extend(aux_total);
-            let means = ddp.mean_all(&values)?;
-            total = means[0];
-            terms.copy_from_slice(&means[1..4]);
-            aux_total = means.get(4).copied();
-            if !total.is_finite() {
+            sums = LossSums::from_values(&ddp.mean_all(&sums.values())?);
+            if !sums.total.is_finite() {
                 self.optimizer.zero_grad();
                 return Err(NonFiniteLoss {
                     iteration: it,
-                    value: total,
+                    value: sums.total,
                     lr,
                 }
                 .into());
             }
         }
+        self.apply_gradients(it, lr, sums)
+    }
+
+    /// The forward pass and loss of one micro-batch: the loss tensor, its value, and the
+    /// values of its terms (fused, position, channel, then aux when the model has one).
+    fn micro_batch_loss(&self, images: &Tensor, masks: &Tensor) -> Result<(Tensor, f64, Vec<f64>)> {
+        // amp: the forward under autocast; the loss from fp32 logits.
+        let out = match &self.amp {
+            Some(amp) => {
+                let out = amp.forward(|| self.model.forward_all(images, true))?;
+                DaNetOutputs {
+                    fused: crate::amp::at_least_fp32(&out.fused),
+                    position: crate::amp::at_least_fp32(&out.position),
+                    channel: crate::amp::at_least_fp32(&out.channel),
+                    aux: out.aux.as_ref().map(crate::amp::at_least_fp32),
+                }
+            }
+            None => self.model.forward_all(images, true),
+        };
+        let spec = LossSpec {
+            weights: self.config.loss_weights,
+            aux_weight: self.model.spec.aux_head.as_ref().map(|a| a.loss_weight),
+            ce_mean: self.config.ce_mean,
+            ohem: self.config.ohem.as_ref(),
+        };
+        let t = loss_terms(&out, masks, &spec);
+        let loss = t.total();
+        let mut detached = vec![t.fused.detach(), t.position.detach(), t.channel.detach()];
+        detached.extend(t.aux.as_ref().map(Tensor::detach));
+        let parts = Tensor::stack(&detached, 0);
+        let value = loss.double_value(&[]);
+        let parts = Vec::<f64>::try_from(parts.to_kind(tch::Kind::Double).to_device(Device::Cpu))
+            .unwrap_or_default();
+        Ok((loss, value, parts))
+    }
+
+    /// The end of a step whose gradients are in place: AMP's unscale and inf check,
+    /// clipping, the SGD update at `lr` (unless AMP skips it) and the loss history.
+    fn apply_gradients(&mut self, it: usize, lr: f64, sums: LossSums) -> Result<StepStats> {
         // amp: unscale (after the all-reduce, before clipping); inf/NaN skips the step.
         let found_inf = match &self.amp {
             Some(amp) => amp.unscale(&self.vs)?,
@@ -451,15 +449,15 @@ impl Trainer {
             ),
             None => (false, None),
         };
-        self.losses.push((it, total));
+        self.losses.push((it, sums.total));
         Ok(StepStats {
-            loss: total,
+            loss: sums.total,
             lr,
             grad_norm,
             skipped,
             loss_scale,
-            loss_terms: terms,
-            loss_aux: aux_total,
+            loss_terms: sums.terms,
+            loss_aux: sums.aux,
         })
     }
 
@@ -564,4 +562,40 @@ fn iteration_seed(seed: u64, it: usize) -> i64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     ((z ^ (z >> 31)) >> 1) as i64
+}
+
+/// A step's loss values summed over its micro-batches, each weighted by 1/n.
+#[derive(Default)]
+struct LossSums {
+    total: f64,
+    /// Fused, position and channel terms.
+    terms: [f64; 3],
+    aux: Option<f64>,
+}
+
+impl LossSums {
+    fn add(&mut self, value: f64, parts: &[f64], scale: f64) {
+        self.total += value * scale;
+        for (t, p) in self.terms.iter_mut().zip(parts) {
+            *t += p * scale;
+        }
+        if let Some(aux) = parts.get(3) {
+            *self.aux.get_or_insert(0.0) += aux * scale;
+        }
+    }
+
+    /// dist: the values the ranks average, in the order [`LossSums::from_values`] reads.
+    fn values(&self) -> Vec<f64> {
+        let mut values = vec![self.total, self.terms[0], self.terms[1], self.terms[2]];
+        values.extend(self.aux);
+        values
+    }
+
+    fn from_values(values: &[f64]) -> Self {
+        Self {
+            total: values[0],
+            terms: [values[1], values[2], values[3]],
+            aux: values.get(4).copied(),
+        }
+    }
 }

@@ -150,52 +150,9 @@ pub fn plan(
     layout: Layout,
 ) -> Result<Plan, CalibrationError> {
     let g = graph(model)?;
-    let inits: HashMap<&str, &TensorProto> =
-        g.initializer.iter().map(|t| (t.name.as_str(), t)).collect();
-    if let Some(t) = g.initializer.iter().find(|t| !t.external_data.is_empty()) {
-        return Err(CalibrationError::Model(format!(
-            "initialiser {:?} is stored as external data, which calibration does not read",
-            t.name
-        )));
-    }
-    if let Some(t) = g
-        .initializer
-        .iter()
-        .find(|t| t.data_type != DataType::Float as i32 && t.dims.len() >= 2)
-    {
-        return Err(CalibrationError::Model(format!(
-            "weight {:?} is not float32 (fp16 exports cannot be calibrated: export fp32)",
-            t.name
-        )));
-    }
+    refuse_unreadable(g, keep_float)?;
     let keep: HashSet<&str> = keep_float.iter().map(String::as_str).collect();
-    let names: HashSet<&str> = g.node.iter().map(|n| n.name.as_str()).collect();
-    if let Some(missing) = keep_float.iter().find(|k| !names.contains(k.as_str())) {
-        return Err(CalibrationError::Model(format!(
-            "--keep-float names node {missing:?}, which is not in the graph"
-        )));
-    }
-    let producer: HashMap<&str, &NodeProto> = g
-        .node
-        .iter()
-        .flat_map(|n| n.output.iter().map(move |o| (o.as_str(), n)))
-        .collect();
-    let cons = consumers(g);
-    // Walks producers back through shape ops; at most one step per node, so that a file
-    // whose shape ops form a cycle (no valid ONNX graph does) cannot loop forever.
-    let from_softmax = |t: &str| {
-        let mut t = t.to_string();
-        for _ in 0..=g.node.len() {
-            match producer.get(t.as_str()) {
-                Some(n) if n.op_type == "Softmax" || n.op_type == "LogSoftmax" => return true,
-                Some(n) if SHAPE_OPS.contains(&n.op_type.as_str()) && !n.input.is_empty() => {
-                    t = n.input[0].clone()
-                }
-                _ => return false,
-            }
-        }
-        false
-    };
+    let view = View::new(g);
     let mut plan = Plan {
         layout,
         ..Plan::default()
@@ -206,43 +163,13 @@ pub fn plan(
         if !is_default_domain(n) || keep.contains(n.name.as_str()) || n.output.is_empty() {
             continue;
         }
-        let acts: Vec<&str> = match n.op_type.as_str() {
-            "Conv" if n.input.len() >= 2 && inits.contains_key(n.input[1].as_str()) => {
-                vec![n.input[0].as_str()]
-            }
-            "MatMul" if n.input.len() == 2 => {
-                // The energies (into a softmax) stay float, and so does the
-                // attention-weighted sum (out of one) except for OpenVINO, whose int8
-                // MatMul takes it (NNCF quantises it too).
-                let weighted_sum = n.input.iter().any(|i| from_softmax(i));
-                if (weighted_sum && layout != Layout::OpenVino)
-                    || reaches_softmax(g, &cons, &n.output[0])
-                {
-                    continue;
-                }
-                n.input
-                    .iter()
-                    .map(String::as_str)
-                    .filter(|i| !inits.contains_key(i))
-                    .collect()
-            }
-            // A sum of two activations (residuals, DANet's two attention branches), out
-            // of attention: QLinearAdd when its output is quantised too.
-            "Add"
-                if layout.fuses_like_ort_cpu()
-                    && n.input.len() == 2
-                    && n.input.iter().all(|i| !inits.contains_key(i.as_str()))
-                    && !n.input.iter().any(|i| from_softmax(i))
-                    && !reaches_softmax(g, &cons, &n.output[0]) =>
-            {
-                n.input.iter().map(String::as_str).collect()
-            }
-            _ => continue,
+        let Some(acts) = view.quantised_inputs(n, layout) else {
+            continue;
         };
         let output = if n.op_type == "MatMul" {
             None
         } else {
-            quantised_output(g, &cons, &n.output[0])
+            quantised_output(g, &view.cons, &n.output[0])
         };
         if n.op_type == "Add" && output.is_none() {
             continue;
@@ -262,6 +189,112 @@ pub fn plan(
         }
     }
     Ok(plan)
+}
+
+/// Refuses what calibration cannot read (external data, non-float32 weights) and a
+/// `--keep-float` name that is not a node of the graph.
+fn refuse_unreadable(g: &GraphProto, keep_float: &[String]) -> Result<(), CalibrationError> {
+    if let Some(t) = g.initializer.iter().find(|t| !t.external_data.is_empty()) {
+        return Err(CalibrationError::Model(format!(
+            "initialiser {:?} is stored as external data, which calibration does not read",
+            t.name
+        )));
+    }
+    if let Some(t) = g
+        .initializer
+        .iter()
+        .find(|t| t.data_type != DataType::Float as i32 && t.dims.len() >= 2)
+    {
+        return Err(CalibrationError::Model(format!(
+            "weight {:?} is not float32 (fp16 exports cannot be calibrated: export fp32)",
+            t.name
+        )));
+    }
+    let names: HashSet<&str> = g.node.iter().map(|n| n.name.as_str()).collect();
+    if let Some(missing) = keep_float.iter().find(|k| !names.contains(k.as_str())) {
+        return Err(CalibrationError::Model(format!(
+            "--keep-float names node {missing:?}, which is not in the graph"
+        )));
+    }
+    Ok(())
+}
+
+/// The graph's initialisers, producers and consumers, looked up by tensor name.
+struct View<'a> {
+    g: &'a GraphProto,
+    inits: HashMap<&'a str, &'a TensorProto>,
+    producer: HashMap<&'a str, &'a NodeProto>,
+    cons: HashMap<&'a str, Vec<(usize, usize)>>,
+}
+
+impl<'a> View<'a> {
+    fn new(g: &'a GraphProto) -> Self {
+        Self {
+            g,
+            inits: g.initializer.iter().map(|t| (t.name.as_str(), t)).collect(),
+            producer: g
+                .node
+                .iter()
+                .flat_map(|n| n.output.iter().map(move |o| (o.as_str(), n)))
+                .collect(),
+            cons: consumers(g),
+        }
+    }
+
+    /// Whether `t` comes out of a Softmax through [`SHAPE_OPS`] only. Walks producers
+    /// back at most one step per node, so that a file whose shape ops form a cycle (no
+    /// valid ONNX graph does) cannot loop forever.
+    fn from_softmax(&self, t: &str) -> bool {
+        let mut t = t.to_string();
+        for _ in 0..=self.g.node.len() {
+            match self.producer.get(t.as_str()) {
+                Some(n) if n.op_type == "Softmax" || n.op_type == "LogSoftmax" => return true,
+                Some(n) if SHAPE_OPS.contains(&n.op_type.as_str()) && !n.input.is_empty() => {
+                    t = n.input[0].clone()
+                }
+                _ => return false,
+            }
+        }
+        false
+    }
+
+    /// The activations of `n` to quantise under `layout`; `None`: `n` stays float.
+    fn quantised_inputs<'n>(&self, n: &'n NodeProto, layout: Layout) -> Option<Vec<&'n str>> {
+        let is_init = |i: &str| self.inits.contains_key(i);
+        match n.op_type.as_str() {
+            "Conv" if n.input.len() >= 2 && is_init(&n.input[1]) => Some(vec![n.input[0].as_str()]),
+            "MatMul" if n.input.len() == 2 => {
+                // The energies (into a softmax) stay float, and so does the
+                // attention-weighted sum (out of one) except for OpenVINO, whose int8
+                // MatMul takes it (NNCF quantises it too).
+                let weighted_sum = n.input.iter().any(|i| self.from_softmax(i));
+                if (weighted_sum && layout != Layout::OpenVino)
+                    || reaches_softmax(self.g, &self.cons, &n.output[0])
+                {
+                    return None;
+                }
+                Some(
+                    n.input
+                        .iter()
+                        .map(String::as_str)
+                        .filter(|i| !is_init(i))
+                        .collect(),
+                )
+            }
+            // A sum of two activations (residuals, DANet's two attention branches), out
+            // of attention: QLinearAdd when its output is quantised too.
+            "Add"
+                if layout.fuses_like_ort_cpu()
+                    && n.input.len() == 2
+                    && n.input.iter().all(|i| !is_init(i))
+                    && !n.input.iter().any(|i| self.from_softmax(i))
+                    && !reaches_softmax(self.g, &self.cons, &n.output[0]) =>
+            {
+                Some(n.input.iter().map(String::as_str).collect())
+            }
+            _ => None,
+        }
+    }
 }
 
 /// The output `out` of a Conv or Add as quantised: (itself, the tensor whose threshold

@@ -56,36 +56,7 @@ pub fn line_chart(chart: &LineChart, width: u32, height: u32) -> Result<RgbImage
             .iter()
             .flat_map(|s| s.points.iter().filter(finite).copied())
             .collect();
-        let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
-        for &(x, y) in &pts {
-            x0 = x0.min(x);
-            x1 = x1.max(x);
-            y0 = y0.min(y);
-            y1 = y1.max(y);
-        }
-        if pts.is_empty() {
-            (x0, x1, y0, y1) = (0.0, 1.0, 0.0, 1.0);
-        }
-        if chart.y_from_zero {
-            y0 = y0.min(0.0);
-            y1 = y1.max(0.0);
-        }
-        if let Some((lo, hi)) = chart.y_range {
-            (y0, y1) = (lo, hi);
-        }
-        if x1 - x0 < 1e-12 {
-            (x0, x1) = (x0 - 0.5, x1 + 0.5);
-        }
-        if y1 - y0 < 1e-12 * y0.abs().max(1.0) {
-            let pad = 0.05 * y0.abs().max(1e-6);
-            (y0, y1) = (y0 - pad, y1 + pad);
-        } else if chart.y_range.is_none() {
-            let pad = 0.04 * (y1 - y0);
-            y1 += pad;
-            if !(chart.y_from_zero && y0 == 0.0) {
-                y0 -= pad;
-            }
-        }
+        let (x0, x1, y0, y1) = axis_ranges(chart, &pts);
         let e = |e: DrawingAreaErrorKind<_>| e.to_string();
         let mut ctx = ChartBuilder::on(&area)
             .x_label_area_size(22)
@@ -137,28 +108,7 @@ pub fn line_chart(chart: &LineChart, width: u32, height: u32) -> Result<RgbImage
             }
         }
         if legend {
-            // The place (corners first, then the right and left middles) with the
-            // fewest points under it.
-            let crowd = |right: bool, band: (f64, f64)| {
-                pts.iter()
-                    .filter(|(x, y)| {
-                        let fx = (x - x0) / (x1 - x0);
-                        let fy = (y - y0) / (y1 - y0);
-                        (if right { fx > 0.55 } else { fx < 0.45 })
-                            && (band.0..=band.1).contains(&fy)
-                    })
-                    .count()
-            };
-            let (top, bottom, middle) = ((0.62, 1.0), (0.0, 0.38), (0.3, 0.7));
-            let corners = [
-                (SeriesLabelPosition::UpperRight, crowd(true, top)),
-                (SeriesLabelPosition::LowerRight, crowd(true, bottom)),
-                (SeriesLabelPosition::UpperLeft, crowd(false, top)),
-                (SeriesLabelPosition::LowerLeft, crowd(false, bottom)),
-                (SeriesLabelPosition::MiddleRight, crowd(true, middle)),
-                (SeriesLabelPosition::MiddleLeft, crowd(false, middle)),
-            ];
-            let corner = corners.into_iter().min_by_key(|c| c.1).unwrap().0;
+            let corner = legend_corner(&pts, (x0, x1, y0, y1));
             ctx.configure_series_labels()
                 .position(corner)
                 .background_style(WHITE.mix(0.85))
@@ -169,4 +119,68 @@ pub fn line_chart(chart: &LineChart, width: u32, height: u32) -> Result<RgbImage
         }
         Ok(())
     })
+}
+
+/// The axes' ranges `(x0, x1, y0, y1)` over the finite points: `y_range` when given,
+/// else the data's, padded by 4% (from zero with `y_from_zero`), and widened where
+/// the data are flat.
+fn axis_ranges(chart: &LineChart, pts: &[(f64, f64)]) -> (f64, f64, f64, f64) {
+    let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
+    for &(x, y) in pts {
+        x0 = x0.min(x);
+        x1 = x1.max(x);
+        y0 = y0.min(y);
+        y1 = y1.max(y);
+    }
+    if pts.is_empty() {
+        (x0, x1, y0, y1) = (0.0, 1.0, 0.0, 1.0);
+    }
+    if chart.y_from_zero {
+        y0 = y0.min(0.0);
+        y1 = y1.max(0.0);
+    }
+    if let Some((lo, hi)) = chart.y_range {
+        (y0, y1) = (lo, hi);
+    }
+    if x1 - x0 < 1e-12 {
+        (x0, x1) = (x0 - 0.5, x1 + 0.5);
+    }
+    if y1 - y0 < 1e-12 * y0.abs().max(1.0) {
+        let pad = 0.05 * y0.abs().max(1e-6);
+        (y0, y1) = (y0 - pad, y1 + pad);
+    } else if chart.y_range.is_none() {
+        let pad = 0.04 * (y1 - y0);
+        y1 += pad;
+        if !(chart.y_from_zero && y0 == 0.0) {
+            y0 -= pad;
+        }
+    }
+    (x0, x1, y0, y1)
+}
+
+/// Where the legend goes: the place (corners first, then the right and left middles)
+/// with the fewest points under it.
+fn legend_corner(
+    pts: &[(f64, f64)],
+    (x0, x1, y0, y1): (f64, f64, f64, f64),
+) -> SeriesLabelPosition {
+    let crowd = |right: bool, band: (f64, f64)| {
+        pts.iter()
+            .filter(|(x, y)| {
+                let fx = (x - x0) / (x1 - x0);
+                let fy = (y - y0) / (y1 - y0);
+                (if right { fx > 0.55 } else { fx < 0.45 }) && (band.0..=band.1).contains(&fy)
+            })
+            .count()
+    };
+    let (top, bottom, middle) = ((0.62, 1.0), (0.0, 0.38), (0.3, 0.7));
+    let corners = [
+        (SeriesLabelPosition::UpperRight, crowd(true, top)),
+        (SeriesLabelPosition::LowerRight, crowd(true, bottom)),
+        (SeriesLabelPosition::UpperLeft, crowd(false, top)),
+        (SeriesLabelPosition::LowerLeft, crowd(false, bottom)),
+        (SeriesLabelPosition::MiddleRight, crowd(true, middle)),
+        (SeriesLabelPosition::MiddleLeft, crowd(false, middle)),
+    ];
+    corners.into_iter().min_by_key(|c| c.1).unwrap().0
 }

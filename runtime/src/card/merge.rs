@@ -3,7 +3,7 @@
 //! and everything still missing is reported at once with the ways to give it.
 
 use segtool_onnx::card::MAX_CLASSES;
-use segtool_onnx::ModelIo;
+use segtool_onnx::{ModelIo, TensorInfo};
 use segtool_spec::palette::default_palette;
 
 use super::{
@@ -95,27 +95,7 @@ pub(super) fn merge(
 
 /// The input's fields: name, type and layout from the graph where it says them.
 fn merge_input(layers: &[(CardFields, CardSource)], io: &ModelIo, notes: &mut Notes) -> InputCard {
-    let graph_input = &io.inputs[0];
-    let (input_name, s) = pick(layers, |f| f.input.name.clone())
-        .unwrap_or((graph_input.name.clone(), CardSource::Graph));
-    notes.note("input.name", s);
-    let input_info = io
-        .inputs
-        .iter()
-        .find(|t| t.name == input_name)
-        .unwrap_or(graph_input);
-    let (dtype, s) = match input_info.elem_type {
-        2 => (Dtype::Uint8, CardSource::Graph),
-        1 => (Dtype::Float32, CardSource::Graph),
-        _ => pick(layers, |f| f.input.dtype).unwrap_or((
-            Dtype::Float32,
-            CardSource::Default("the graph declares no element type"),
-        )),
-    };
-    notes.note("input.dtype", s);
-    let (layout, s) =
-        pick(layers, |f| f.input.layout).unwrap_or_else(|| graph_layout(&input_info.dims, dtype));
-    notes.note("input.layout", s);
+    let (input_name, input_info, dtype, layout) = input_tensor(layers, io, notes);
     let (channels, s) = pick(layers, |f| f.input.channels)
         .unwrap_or((ChannelOrder::Rgb, CardSource::Default("RGB")));
     notes.note("input.channels", s);
@@ -123,20 +103,7 @@ fn merge_input(layers: &[(CardFields, CardSource)], io: &ModelIo, notes: &mut No
     let (scale, mean, std) =
         normalisation(layers, dtype, input_channels(input_info, layout), notes);
 
-    let fixed_dims = match layout {
-        Layout::Nchw => (
-            input_info.dims.get(2).copied().flatten(),
-            input_info.dims.get(3).copied().flatten(),
-        ),
-        Layout::Nhwc => (
-            input_info.dims.get(1).copied().flatten(),
-            input_info.dims.get(2).copied().flatten(),
-        ),
-    };
-    let size = match fixed_dims {
-        (Some(h), Some(w)) if h > 0 && w > 0 => Some(([h as usize, w as usize], CardSource::Graph)),
-        _ => pick(layers, |f| f.input.size),
-    };
+    let size = input_size(layers, input_info, layout);
     notes.note(
         "input.size",
         size.as_ref()
@@ -211,6 +178,54 @@ fn merge_input(layers: &[(CardFields, CardSource)], io: &ModelIo, notes: &mut No
         ensure_multiple_of,
         center_crop,
         pad_size,
+    }
+}
+
+/// The graph input the card feeds, with its element type and layout: from the graph
+/// where it says them, else the card's layers, else the defaults (noted).
+fn input_tensor<'a>(
+    layers: &[(CardFields, CardSource)],
+    io: &'a ModelIo,
+    notes: &mut Notes,
+) -> (String, &'a TensorInfo, Dtype, Layout) {
+    let graph_input = &io.inputs[0];
+    let (input_name, s) = pick(layers, |f| f.input.name.clone())
+        .unwrap_or((graph_input.name.clone(), CardSource::Graph));
+    notes.note("input.name", s);
+    let input_info = io
+        .inputs
+        .iter()
+        .find(|t| t.name == input_name)
+        .unwrap_or(graph_input);
+    let (dtype, s) = match input_info.elem_type {
+        2 => (Dtype::Uint8, CardSource::Graph),
+        1 => (Dtype::Float32, CardSource::Graph),
+        _ => pick(layers, |f| f.input.dtype).unwrap_or((
+            Dtype::Float32,
+            CardSource::Default("the graph declares no element type"),
+        )),
+    };
+    notes.note("input.dtype", s);
+    let (layout, s) =
+        pick(layers, |f| f.input.layout).unwrap_or_else(|| graph_layout(&input_info.dims, dtype));
+    notes.note("input.layout", s);
+    (input_name, input_info, dtype, layout)
+}
+
+/// The fixed `[height, width]` the graph declares, else the card's layers' `size`.
+fn input_size(
+    layers: &[(CardFields, CardSource)],
+    input_info: &TensorInfo,
+    layout: Layout,
+) -> Option<([usize; 2], CardSource)> {
+    let dim = |i: usize| input_info.dims.get(i).copied().flatten();
+    let fixed_dims = match layout {
+        Layout::Nchw => (dim(2), dim(3)),
+        Layout::Nhwc => (dim(1), dim(2)),
+    };
+    match fixed_dims {
+        (Some(h), Some(w)) if h > 0 && w > 0 => Some(([h as usize, w as usize], CardSource::Graph)),
+        _ => pick(layers, |f| f.input.size),
     }
 }
 

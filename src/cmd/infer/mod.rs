@@ -169,6 +169,19 @@ pub struct Args {
 }
 
 impl Args {
+    /// Where the results go: raw class maps on stdout for `--out -`, else the folder.
+    fn sink(&self) -> Sink {
+        match self.out.as_os_str() == "-" {
+            true => Sink::Stdout,
+            false => Sink::Folder {
+                out: self.out.clone(),
+                overlay: !self.no_overlay,
+                labels: self.labels,
+                logits: self.logits,
+            },
+        }
+    }
+
     /// The one input size every image (or raw frame) has, `(height, width)`, when sessions
     /// may be fixed to it: ONNX Runtime, no accuracy mode (its windows and scales vary the
     /// size), no --dynamic-shapes. Files are sized from their headers; one that cannot be
@@ -205,17 +218,9 @@ pub fn run(args: Args) -> Result<()> {
     if args.live {
         return raw::run_live(&args);
     }
-    let to_stdout = args.out.as_os_str() == "-";
     let batch_size = args.batch_size.max(1);
     let (accuracy_opts, batched) = check_modes(&args)?;
-    let files = match args.raw {
-        Some(_) => Vec::new(),
-        None => {
-            let files = expand_inputs(&args.input)?;
-            check_unique_stems(&files)?;
-            files
-        }
-    };
+    let files = input_files(&args)?;
     // A card's resize or padding decides the tensor's size, not the images'.
     let fixed_size = match card.segtool_export {
         true => args.fixed_input_size(&files, accuracy_opts.is_some()),
@@ -226,15 +231,7 @@ pub fn run(args: Args) -> Result<()> {
     if spec.num_classes() > 256 {
         bail!("{} classes do not fit uint8 masks", spec.num_classes());
     }
-    let sink = match to_stdout {
-        true => Sink::Stdout,
-        false => Sink::Folder {
-            out: args.out.clone(),
-            overlay: !args.no_overlay,
-            labels: args.labels,
-            logits: args.logits,
-        },
-    };
+    let sink = args.sink();
 
     let bar = progress(
         args.raw.is_none().then_some(files.len() as u64),
@@ -297,27 +294,34 @@ pub fn run(args: Args) -> Result<()> {
     bar.finish_and_clear();
     let batching = batching_note(&stage);
     drop(stage);
-    let target = match to_stdout {
-        true => "stdout".to_string(),
-        false => args.out.display().to_string(),
-    };
     let summary = summary_line(
         images,
-        &target,
+        &sink.target(),
         start.elapsed().as_secs_f64(),
         &format!("{engine_desc}{batching}"),
         &busy,
         &flicker,
     );
-    if to_stdout {
-        eprintln!("{summary}");
-    } else {
-        println!("{summary}");
+    // Masks on stdout keep the summary off it.
+    match sink {
+        Sink::Stdout => eprintln!("{summary}"),
+        Sink::Folder { .. } => println!("{summary}"),
     }
     if !skipped.is_empty() {
         bail!("{}", skipped_summary(images, &skipped));
     }
     Ok(())
+}
+
+/// The input images in name order (none with `--raw`: frames come on stdin), refusing
+/// two with the same stem (their outputs would collide).
+fn input_files(args: &Args) -> Result<Vec<PathBuf>> {
+    if args.raw.is_some() {
+        return Ok(Vec::new());
+    }
+    let files = expand_inputs(&args.input)?;
+    check_unique_stems(&files)?;
+    Ok(files)
 }
 
 /// The run's accuracy mode and whether it batches over several sessions, refusing the

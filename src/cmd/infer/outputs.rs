@@ -56,6 +56,117 @@ pub(super) enum Sink {
     Stdout,
 }
 
+impl Sink {
+    /// Where the results went, for the summary line.
+    pub(super) fn target(&self) -> String {
+        match self {
+            Sink::Folder { out, .. } => out.display().to_string(),
+            Sink::Stdout => "stdout".to_string(),
+        }
+    }
+
+    /// Writes each image's files into the folder (in parallel); nothing for stdout.
+    fn write_folder(
+        &self,
+        spec: &ModelSpec,
+        names: &[String],
+        images: &[RgbImage],
+        slots: &[Slot<'_>],
+        masks: &[Array2<u8>],
+    ) -> Result<()> {
+        let Sink::Folder {
+            out,
+            overlay,
+            labels,
+            logits,
+        } = self
+        else {
+            return Ok(());
+        };
+        (0..names.len())
+            .into_par_iter()
+            .map(|i| -> Result<()> {
+                let name = &names[i];
+                let scores = match logits {
+                    true => Some(slots[i].logits().with_context(|| {
+                        format!("{name}: the model outputs no logits (--argmax export)")
+                    })?),
+                    false => None,
+                };
+                write_files(
+                    out,
+                    name,
+                    spec,
+                    &masks[i],
+                    overlay.then_some(&images[i]),
+                    *labels,
+                    scores.as_ref().map(|s| s.view()),
+                )
+            })
+            .collect()
+    }
+}
+
+/// Raw uint8 class maps, one after the other, flushed per batch.
+fn write_raw(stdout: &mut impl Write, masks: &[Array2<u8>]) -> Result<()> {
+    for mask in masks {
+        let bytes = mask.as_slice().expect("standard layout");
+        stdout
+            .write_all(bytes)
+            .context("writing class maps to stdout")?;
+    }
+    stdout.flush().context("writing class maps to stdout")
+}
+
+/// A scored batch's results, owned: the engine's per-group outputs, or per-image answers
+/// (a batch server's, waited for in input order, or a card model's segmentations).
+struct Answers {
+    groups: Vec<(Vec<usize>, EngineOutput)>,
+    done: Vec<(Array2<u8>, Option<Array3<f32>>)>,
+}
+
+impl Answers {
+    fn wait(results: Results, names: &[String]) -> Result<Self> {
+        let (groups, done) = match results {
+            Results::Groups(groups) => (groups, Vec::new()),
+            Results::Pending(handles) => {
+                let done = handles
+                    .into_iter()
+                    .zip(names)
+                    .map(|(h, name)| {
+                        h.wait()
+                            .map(|o| (o.mask, o.logits))
+                            .with_context(|| format!("segmenting {name}"))
+                    })
+                    .collect::<Result<_>>()?;
+                (Vec::new(), done)
+            }
+            Results::Segmented(segs) => (
+                Vec::new(),
+                segs.into_iter().map(|s| (s.mask, s.logits)).collect(),
+            ),
+        };
+        Ok(Self { groups, done })
+    }
+
+    /// Where each of the batch's `n` images finds its result.
+    fn slots(&self, n: usize) -> Vec<Slot<'_>> {
+        let mut slots: Vec<Option<Slot<'_>>> = (0..n).map(|_| None).collect();
+        for (members, out) in &self.groups {
+            for (j, &i) in members.iter().enumerate() {
+                slots[i] = Some(Slot::Group(out, j));
+            }
+        }
+        for (i, (mask, logits)) in self.done.iter().enumerate() {
+            slots[i] = Some(Slot::Done(mask, logits.as_ref()));
+        }
+        slots
+            .into_iter()
+            .map(|s| s.expect("every image has a result"))
+            .collect()
+    }
+}
+
 /// Per image of a scored batch: where its result is.
 enum Slot<'a> {
     /// Image `j` of a group's engine output.
@@ -148,39 +259,8 @@ pub(super) fn write_results(
     for scored in rx {
         let t0 = Instant::now();
         let n = scored.images.len();
-        // A batch server's answers, waited for in input order.
-        let (groups, answers) = match scored.results {
-            Results::Groups(groups) => (groups, Vec::new()),
-            Results::Pending(handles) => {
-                let answers: Vec<(Array2<u8>, Option<Array3<f32>>)> = handles
-                    .into_iter()
-                    .zip(&scored.names)
-                    .map(|(h, name)| {
-                        h.wait()
-                            .map(|o| (o.mask, o.logits))
-                            .with_context(|| format!("segmenting {name}"))
-                    })
-                    .collect::<Result<_>>()?;
-                (Vec::new(), answers)
-            }
-            Results::Segmented(segs) => (
-                Vec::new(),
-                segs.into_iter().map(|s| (s.mask, s.logits)).collect(),
-            ),
-        };
-        let mut slots: Vec<Option<Slot<'_>>> = (0..n).map(|_| None).collect();
-        for (members, out) in &groups {
-            for (j, &i) in members.iter().enumerate() {
-                slots[i] = Some(Slot::Group(out, j));
-            }
-        }
-        for (i, (mask, logits)) in answers.iter().enumerate() {
-            slots[i] = Some(Slot::Done(mask, logits.as_ref()));
-        }
-        let slots: Vec<Slot<'_>> = slots
-            .into_iter()
-            .map(|s| s.expect("every image has a result"))
-            .collect();
+        let answers = Answers::wait(scored.results, &scored.names)?;
+        let slots = answers.slots(n);
         let masks: Vec<Array2<u8>> = (0..n)
             .into_par_iter()
             .map(|i| slots[i].mask(&scored.images[i]))
@@ -191,44 +271,9 @@ pub(super) fn write_results(
             }
         }
         match sink {
-            Sink::Stdout => {
-                for mask in &masks {
-                    let bytes = mask.as_slice().expect("standard layout");
-                    stdout
-                        .write_all(bytes)
-                        .context("writing class maps to stdout")?;
-                }
-                stdout.flush().context("writing class maps to stdout")?;
-            }
-            Sink::Folder {
-                out,
-                overlay: want_overlay,
-                labels,
-                logits,
-            } => {
-                (0..n)
-                    .into_par_iter()
-                    .map(|i| -> Result<()> {
-                        let img = &scored.images[i];
-                        let name = &scored.names[i];
-                        let scores = if *logits {
-                            Some(slots[i].logits().with_context(|| {
-                                format!("{name}: the model outputs no logits (--argmax export)")
-                            })?)
-                        } else {
-                            None
-                        };
-                        write_files(
-                            out,
-                            name,
-                            spec,
-                            &masks[i],
-                            want_overlay.then_some(img),
-                            *labels,
-                            scores.as_ref().map(|s| s.view()),
-                        )
-                    })
-                    .collect::<Result<()>>()?;
+            Sink::Stdout => write_raw(&mut stdout, &masks)?,
+            Sink::Folder { .. } => {
+                sink.write_folder(spec, &scored.names, &scored.images, &slots, &masks)?
             }
         }
         busy += t0.elapsed();
