@@ -3,7 +3,7 @@
 //! CPU latency.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use prost::Message;
@@ -80,14 +80,7 @@ pub fn compare(
 ) -> Result<Report, CalibrationError> {
     let int8_model =
         ModelProto::decode(int8).map_err(|e| CalibrationError::Model(e.to_string()))?;
-    let output = match feed.output() {
-        Some(name) => name.to_string(),
-        None => qdq::graph(fp32)?
-            .output
-            .first()
-            .map(|o| o.name.clone())
-            .ok_or_else(|| CalibrationError::Model("the model has no output".into()))?,
-    };
+    let output = output_name(fp32, feed)?;
     let mut names: Vec<String> = layers.to_vec();
     names.push(output.clone());
     let mut a = OrtModel::new(
@@ -123,18 +116,7 @@ pub fn compare(
             same += ma.iter().zip(&mb).filter(|(p, q)| p == q).count() as u64;
             pixels += ma.len() as u64;
             if let Some(dir) = &opts.labels {
-                let stem = images[index]
-                    .file_stem()
-                    .unwrap_or_default()
-                    .to_string_lossy();
-                let path = dir.join(format!("{stem}.png"));
-                let label = crate::read_label(&path)?;
-                if label.len() != ma.len() {
-                    return Err(CalibrationError::Input(format!(
-                        "{}: label size differs from the image's",
-                        path.display()
-                    )));
-                }
+                let label = label_of(dir, &images[index], ma.len())?;
                 cm.0.update(label.as_raw(), &ma, 255);
                 cm.1.update(label.as_raw(), &mb, 255);
             }
@@ -150,16 +132,12 @@ pub fn compare(
             snr_db: s.snr_db(),
         })
         .collect();
-    let (mut lat_a, mut lat_b) = (0.0, 0.0);
-    if opts.latency_runs > 0 {
-        let x = feed.tensor(&crate::read_image(&images[0])?)?;
-        drop((a, b));
-        let mut pa = OrtModel::new(&fp32.encode_to_vec(), opts.threads)?;
-        lat_a = median_ms(&mut pa, x.view(), opts.latency_runs)?;
-        drop(pa);
-        let mut pb = OrtModel::new(int8, opts.threads)?;
-        lat_b = median_ms(&mut pb, x.view(), opts.latency_runs)?;
-    }
+    // The sessions with exposed layers go first: one model in memory at a time.
+    drop((a, b));
+    let (lat_a, lat_b) = match opts.latency_runs {
+        0 => (0.0, 0.0),
+        _ => latencies(fp32, int8, &images[0], feed, opts)?,
+    };
     Ok(Report {
         method: method.to_string(),
         samples: images.len(),
@@ -176,6 +154,49 @@ pub fn compare(
         latency_fp32_ms: lat_a,
         latency_int8_ms: lat_b,
     })
+}
+
+/// The output compared: the feed's (a model card's), else the graph's first.
+fn output_name(fp32: &ModelProto, feed: &Feed) -> Result<String, CalibrationError> {
+    match feed.output() {
+        Some(name) => Ok(name.to_string()),
+        None => qdq::graph(fp32)?
+            .output
+            .first()
+            .map(|o| o.name.clone())
+            .ok_or_else(|| CalibrationError::Model("the model has no output".into())),
+    }
+}
+
+/// The mask `<image stem>.png` in `dir`, refused unless it has `pixels` pixels.
+fn label_of(dir: &Path, image: &Path, pixels: usize) -> Result<image::GrayImage, CalibrationError> {
+    let stem = image.file_stem().unwrap_or_default().to_string_lossy();
+    let path = dir.join(format!("{stem}.png"));
+    let label = crate::read_label(&path)?;
+    if label.len() != pixels {
+        return Err(CalibrationError::Input(format!(
+            "{}: label size differs from the image's",
+            path.display()
+        )));
+    }
+    Ok(label)
+}
+
+/// Median ms of `opts.latency_runs` runs of each model on `image`, one session at a time.
+fn latencies(
+    fp32: &ModelProto,
+    int8: &[u8],
+    image: &Path,
+    feed: &Feed,
+    opts: &CompareOptions,
+) -> Result<(f64, f64), CalibrationError> {
+    let x = feed.tensor(&crate::read_image(image)?)?;
+    let mut pa = OrtModel::new(&fp32.encode_to_vec(), opts.threads)?;
+    let lat_a = median_ms(&mut pa, x.view(), opts.latency_runs)?;
+    drop(pa);
+    let mut pb = OrtModel::new(int8, opts.threads)?;
+    let lat_b = median_ms(&mut pb, x.view(), opts.latency_runs)?;
+    Ok((lat_a, lat_b))
 }
 
 impl Report {

@@ -391,7 +391,13 @@ impl ModelCard {
         self.check_self()?;
         let input = find(&io.inputs, &self.input.name, "input")?;
         let output = find(&io.outputs, &self.output.name, "output")?;
-        let (i, o) = (&self.input, &self.output);
+        self.check_input(input)?;
+        self.check_output(io, output)
+    }
+
+    /// The input's dtype, rank, channel count and fixed size against the graph's.
+    fn check_input(&self, input: &TensorInfo) -> Result<(), String> {
+        let i = &self.input;
         let dtype = match i.dtype {
             Dtype::Float32 => DataType::Float,
             Dtype::Uint8 => DataType::Uint8,
@@ -437,6 +443,13 @@ impl ModelCard {
                 ));
             }
         }
+        Ok(())
+    }
+
+    /// The output's kind against its graph type, its rank and its channels against the
+    /// classes.
+    fn check_output(&self, io: &ModelIo, output: &TensorInfo) -> Result<(), String> {
+        let o = &self.output;
         let integer = matches!(
             output.elem_type,
             t if t == DataType::Int64 as i32 || t == DataType::Int32 as i32 || t == DataType::Uint8 as i32

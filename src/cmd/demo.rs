@@ -129,26 +129,8 @@ pub fn run(args: Args) -> Result<()> {
     let val_images = (0..val_set.len())
         .map(|i| val_set.get(i).map(|s| (s.image, s.mask)))
         .collect::<Result<Vec<_>, _>>()?;
-    let mut overlays = None;
-    for engine in [
-        segtool_runtime::EngineKind::Ort,
-        segtool_runtime::EngineKind::Tract,
-    ] {
-        let mut seg = segtool_runtime::Segmenter::builder(&onnx_path)
-            .engine(engine)
-            .logits(true)
-            .open()?;
-        let name = format!("{} ({})", seg.engine().name(), seg.engine().provider());
-        let (row, masks) = run_engine(&mut seg, name, &val_images, &tch_logits, &spec)?;
-        rows.push(row);
-        overlays.get_or_insert(masks);
-    }
-    write_overlays(
-        &args.out.join("overlays"),
-        &val_images,
-        overlays.as_deref().unwrap_or(&[]),
-        &spec,
-    )?;
+    let masks = compare_engines(&onnx_path, &val_images, &tch_logits, &spec, &mut rows)?;
+    write_overlays(&args.out.join("overlays"), &val_images, &masks, &spec)?;
 
     stages.finish();
     print_table(&rows);
@@ -158,18 +140,15 @@ pub fn run(args: Args) -> Result<()> {
         .map(|(name, secs)| format!("{name} {secs:.1} s"))
         .collect();
     println!("stage times: {}", times.join(", "));
-    let summary = serde_json::json!({
-        "iterations": args.iterations,
-        "train_seconds": train_seconds,
-        "final_loss": trainer.losses.last().map(|l| l.1),
-        "rows": rows.iter().map(|r| serde_json::json!({
-            "engine": r.engine, "miou": r.miou, "max_abs_logit_diff_vs_tch": r.max_diff,
-            "images_per_second": r.images_per_second,
-        })).collect::<Vec<_>>(),
-        "per_class_iou_tch": eval.confusion.iou_per_class(),
-        "stage_seconds": stages.done.iter().map(|(n, s)| (n.to_string(), serde_json::json!(s))).collect::<serde_json::Map<_, _>>(),
-        "total_seconds": started.elapsed().as_secs_f64(),
-    });
+    let summary = summary_json(
+        &args,
+        &trainer,
+        train_seconds,
+        &rows,
+        &eval,
+        &stages,
+        started,
+    );
     let summary_path = args.out.join("summary.json");
     segtool_spec::io::write_atomic(
         &summary_path,
@@ -181,6 +160,56 @@ pub fn run(args: Args) -> Result<()> {
         started.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// Stage 5: the export through ONNX Runtime and tract, a row each in `rows`; returns
+/// ONNX Runtime's masks.
+fn compare_engines(
+    onnx_path: &std::path::Path,
+    val_images: &[(RgbImage, image::GrayImage)],
+    tch_logits: &[Vec<f32>],
+    spec: &ModelSpec,
+    rows: &mut Vec<Row>,
+) -> Result<Vec<ndarray::Array2<u8>>> {
+    let mut overlays = None;
+    for engine in [
+        segtool_runtime::EngineKind::Ort,
+        segtool_runtime::EngineKind::Tract,
+    ] {
+        let mut seg = segtool_runtime::Segmenter::builder(onnx_path)
+            .engine(engine)
+            .logits(true)
+            .open()?;
+        let name = format!("{} ({})", seg.engine().name(), seg.engine().provider());
+        let (row, masks) = run_engine(&mut seg, name, val_images, tch_logits, spec)?;
+        rows.push(row);
+        overlays.get_or_insert(masks);
+    }
+    Ok(overlays.unwrap_or_default())
+}
+
+/// `summary.json`: the run's settings, its rows, per-class IoU and stage times.
+fn summary_json(
+    args: &Args,
+    trainer: &Trainer,
+    train_seconds: f64,
+    rows: &[Row],
+    eval: &segtool_train::eval::EvalResult,
+    stages: &Stages,
+    started: Instant,
+) -> serde_json::Value {
+    serde_json::json!({
+        "iterations": args.iterations,
+        "train_seconds": train_seconds,
+        "final_loss": trainer.losses.last().map(|l| l.1),
+        "rows": rows.iter().map(|r| serde_json::json!({
+            "engine": r.engine, "miou": r.miou, "max_abs_logit_diff_vs_tch": r.max_diff,
+            "images_per_second": r.images_per_second,
+        })).collect::<Vec<_>>(),
+        "per_class_iou_tch": eval.confusion.iou_per_class(),
+        "stage_seconds": stages.done.iter().map(|(n, s)| (n.to_string(), serde_json::json!(s))).collect::<serde_json::Map<_, _>>(),
+        "total_seconds": started.elapsed().as_secs_f64(),
+    })
 }
 
 /// Stage 2: the tiny DANet trained on the generated shapes, its checkpoint and loss

@@ -196,6 +196,13 @@ impl RunConfig {
     }
 
     fn check_optim(&self, p: &mut Problems) {
+        self.check_schedule(p);
+        self.check_rates(p);
+        self.check_loss(p);
+    }
+
+    /// Iterations or epochs, and the batch.
+    fn check_schedule(&self, p: &mut Problems) {
         let mut check = |ok, msg| p.check(ok, msg);
         let o = &self.optim;
         match (o.iterations, o.epochs) {
@@ -230,6 +237,12 @@ impl RunConfig {
             o.accumulation >= 1,
             "optim.accumulation must be at least 1".into(),
         );
+    }
+
+    /// Learning rate, momentum, weight decay and warm-up.
+    fn check_rates(&self, p: &mut Problems) {
+        let mut check = |ok, msg| p.check(ok, msg);
+        let o = &self.optim;
         check(
             o.lr.is_finite() && o.lr > 0.0,
             format!("optim.lr {} must be positive", o.lr),
@@ -266,6 +279,12 @@ impl RunConfig {
             prob(o.warmup_ratio),
             format!("optim.warmup_ratio {} must be in [0, 1]", o.warmup_ratio),
         );
+    }
+
+    /// Loss weights, OHEM, clipping and precision.
+    fn check_loss(&self, p: &mut Problems) {
+        let mut check = |ok, msg| p.check(ok, msg);
+        let o = &self.optim;
         check(
             o.loss_weights.iter().all(|&w| finite_nonneg(w))
                 && o.loss_weights.iter().any(|&w| w > 0.0),

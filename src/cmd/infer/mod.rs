@@ -251,16 +251,8 @@ pub fn run(args: Args) -> Result<()> {
         };
         spawn_source(args.raw, files, opts, prepare, batch_tx, recycle_rx)?
     };
-    let writer = {
-        let (spec, sink, bar) = (spec.clone(), sink.clone(), bar.clone());
-        let recycle = args.raw.is_some().then_some(recycle_tx);
-        let lines = !args.quiet;
-        // Raw frames are a stream: how much the masks flicker is reported.
-        let flicker = args.raw.is_some();
-        std::thread::Builder::new()
-            .name("segtool-write".into())
-            .spawn(move || write_results(scored_rx, &spec, &sink, recycle, &bar, lines, flicker))?
-    };
+    let recycle = args.raw.is_some().then_some(recycle_tx);
+    let writer = spawn_writer(&args, scored_rx, &spec, &sink, &bar, recycle)?;
 
     let Scoring {
         mut busy,
@@ -311,6 +303,25 @@ pub fn run(args: Args) -> Result<()> {
         bail!("{}", skipped_summary(images, &skipped));
     }
     Ok(())
+}
+
+/// The writer stage's thread: results in input order into `sink`, buffers back to the
+/// raw-frame reader through `recycle`.
+fn spawn_writer(
+    args: &Args,
+    scored: std::sync::mpsc::Receiver<Scored>,
+    spec: &segtool_spec::ModelSpec,
+    sink: &Sink,
+    bar: &ProgressBar,
+    recycle: Option<std::sync::mpsc::Sender<Vec<u8>>>,
+) -> Result<std::thread::JoinHandle<Result<outputs::Written>>> {
+    let (spec, sink, bar) = (spec.clone(), sink.clone(), bar.clone());
+    let lines = !args.quiet;
+    // Raw frames are a stream: how much the masks flicker is reported.
+    let flicker = args.raw.is_some();
+    Ok(std::thread::Builder::new()
+        .name("segtool-write".into())
+        .spawn(move || write_results(scored, &spec, &sink, recycle, &bar, lines, flicker))?)
 }
 
 /// The input images in name order (none with `--raw`: frames come on stdin), refusing

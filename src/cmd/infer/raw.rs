@@ -130,13 +130,7 @@ pub(super) fn run_live(args: &Args) -> Result<()> {
         .with_queue_capacity(args.slot.max(1) + 1)
         .with_logits(args.logits || smoother.is_some());
     let server = BatchServer::from_segmenters(config, vec![seg])?;
-    let mut stream = server.latest_stream(args.slot.max(1));
-    if let Some(ms) = args.deadline_ms {
-        if !(ms > 0.0 && ms.is_finite()) {
-            bail!("--deadline-ms must be a positive number of milliseconds");
-        }
-        stream = stream.with_deadline(Duration::from_secs_f64(ms / 1e3));
-    }
+    let stream = live_stream(args, &server)?;
     if !to_stdout {
         std::fs::create_dir_all(&args.out)
             .with_context(|| format!("creating {}", args.out.display()))?;
@@ -180,21 +174,11 @@ pub(super) fn run_live(args: &Args) -> Result<()> {
                 stdout.write_all(mask.as_slice().expect("standard layout"))?;
                 stdout.flush()?;
             } else {
-                let logits = out
-                    .logits
-                    .as_ref()
-                    .filter(|_| args.logits)
-                    .map(|l| l.view());
+                let logits = out.logits.as_ref().filter(|_| args.logits);
                 let name = format!("frame_{:06}", frame.frame);
-                write_files(
-                    &args.out,
-                    &name,
-                    &spec,
-                    &mask,
-                    image.as_ref(),
-                    args.labels,
-                    logits,
-                )?;
+                let overlay = image.as_ref();
+                let logits = logits.map(|l| l.view());
+                write_files(&args.out, &name, &spec, &mask, overlay, args.labels, logits)?;
             }
         }
         Ok(())
@@ -218,6 +202,19 @@ pub(super) fn run_live(args: &Args) -> Result<()> {
         println!("{summary}");
     }
     Ok(())
+}
+
+/// The newest-frame-wins stream over `server`: `--slot` frames waiting at most, and
+/// `--deadline-ms` when given.
+fn live_stream(args: &Args, server: &BatchServer) -> Result<LatestStream> {
+    let stream = server.latest_stream(args.slot.max(1));
+    let Some(ms) = args.deadline_ms else {
+        return Ok(stream);
+    };
+    if !(ms > 0.0 && ms.is_finite()) {
+        bail!("--deadline-ms must be a positive number of milliseconds");
+    }
+    Ok(stream.with_deadline(Duration::from_secs_f64(ms / 1e3)))
 }
 
 /// The live session: the model opened for frames of `size`, the smoother when asked

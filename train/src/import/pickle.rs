@@ -295,7 +295,21 @@ impl Machine {
         self.push(start, Kind::Global(module.into(), name.into()));
     }
 
+    /// One opcode: `arg` is its argument bytes, `pos` its offset (for errors).
     fn step(&mut self, code: u8, arg: &[u8], pos: usize) -> Result<(), PickleError> {
+        match code {
+            b'q' | b'r' | 0x94 | b'h' | b'j' => self.memo_step(code, arg, pos),
+            b'c' | 0x93 => self.global_step(code, arg, pos),
+            b't' | b'l' | b'd' | 0x91 | b'e' | b'u' | 0x90 | 0x85..=0x87 | b'a' | b's' => {
+                self.container_step(code, pos)
+            }
+            b'Q' | b'R' | 0x81 | b'b' => self.call_step(code, pos),
+            _ => self.value_step(code, arg, pos),
+        }
+    }
+
+    /// Framing, marks and plain values: ints, strings, empty containers.
+    fn value_step(&mut self, code: u8, arg: &[u8], pos: usize) -> Result<(), PickleError> {
         match code {
             0x80 => self.out.extend_from_slice(&[0x80, 2]), // PROTO: the unpickler wants 2
             0x95 => {}                                      // FRAME: an optional read-ahead hint
@@ -339,6 +353,14 @@ impl Machine {
             b']' | 0x8f => self.emit_push(b']', &[], Kind::Other), // a set becomes a list
             b'}' => self.emit_push(b'}', &[], Kind::Dict),
             b')' => self.emit_push(b')', &[], Kind::Tuple(Vec::new())),
+            _ => return Err(PickleError::Unsupported(code, pos)),
+        }
+        Ok(())
+    }
+
+    /// The memo: PUT renumbers ids densely, GET pushes what was put.
+    fn memo_step(&mut self, code: u8, arg: &[u8], pos: usize) -> Result<(), PickleError> {
+        match code {
             b'q' | b'r' | 0x94 => {
                 let id = match code {
                     b'q' => arg[0] as u32,
@@ -383,6 +405,14 @@ impl Machine {
                 self.emit_push(b'j', &written.to_le_bytes(), kind);
                 self.nest_top(depth, pos)?;
             }
+            _ => return Err(PickleError::Unsupported(code, pos)),
+        }
+        Ok(())
+    }
+
+    /// Globals, as GLOBAL or protocol 4's STACK_GLOBAL, through the allow-list.
+    fn global_step(&mut self, code: u8, arg: &[u8], pos: usize) -> Result<(), PickleError> {
+        match code {
             b'c' => {
                 let text = utf8(arg);
                 let mut parts = text.split('\n');
@@ -398,6 +428,14 @@ impl Machine {
                 self.out.truncate(module.start);
                 self.emit_global(&m, &n);
             }
+            _ => return Err(PickleError::Unsupported(code, pos)),
+        }
+        Ok(())
+    }
+
+    /// Tuples, lists and dicts built from the stack, tracking their nesting depth.
+    fn container_step(&mut self, code: u8, pos: usize) -> Result<(), PickleError> {
+        match code {
             b't' | b'l' | b'd' | 0x91 => {
                 let (items, start) = self.pop_mark(pos)?;
                 let depth = nesting(&items);
@@ -436,6 +474,14 @@ impl Machine {
                 self.out.push(code);
                 self.nest_top(value.depth.max(key.depth) + 1, pos)?;
             }
+            _ => return Err(PickleError::Unsupported(code, pos)),
+        }
+        Ok(())
+    }
+
+    /// Persistent ids (tensor storages), calls and BUILD.
+    fn call_step(&mut self, code: u8, pos: usize) -> Result<(), PickleError> {
+        match code {
             b'Q' => {
                 let pid = self.pop(pos)?;
                 self.record_storage(&pid.kind);

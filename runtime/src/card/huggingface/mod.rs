@@ -24,7 +24,9 @@ use serde_json::Value;
 
 use self::keys::{rule, KeyRule, Processor, NOT_READ};
 use super::json::{floats, read_json};
-use super::{CardFields, ChannelOrder, Fit, OutputKind, Resample, ResizeFilter, Restore};
+use super::{
+    CardFields, ChannelOrder, Fit, InputFields, OutputKind, Resample, ResizeFilter, Restore,
+};
 use crate::error::{Result, RuntimeError};
 
 /// The image processor's file.
@@ -36,6 +38,29 @@ pub const CONFIG: &str = "config.json";
 const MASK2FORMER_MASK_SIZE: [usize; 2] = [384, 384];
 
 /// A folder's processor and what each key of its `preprocessor_config.json` does.
+///
+/// # Example
+///
+/// ```
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use segtool_runtime::card::huggingface::keys::{KeyRule, Processor};
+/// use segtool_runtime::card::huggingface::{key_report, PREPROCESSOR_CONFIG};
+/// let folder = tempfile::tempdir()?; // a Hugging Face export's folder
+/// std::fs::write(
+///     folder.path().join(PREPROCESSOR_CONFIG),
+///     r#"{"image_processor_type": "SegformerImageProcessor", "do_reduce_labels": true}"#,
+/// )?;
+/// let report = key_report(folder.path())?.ok_or("no preprocessor_config.json")?;
+/// assert_eq!(report.processor, Processor::Segformer);
+/// for (key, rule) in &report.keys {
+///     if let KeyRule::NoEffect(why) = rule {
+///         println!("{key}: no effect ({why})"); // do_reduce_labels: maps training labels only
+///     }
+/// }
+/// let (_, rule) = report.keys.iter().find(|(key, _)| key == "do_reduce_labels").ok_or("absent")?;
+/// assert!(matches!(rule, KeyRule::NoEffect(_)));
+/// # Ok(()) }
+/// ```
 #[derive(Clone, Debug, PartialEq)]
 pub struct KeyReport {
     /// The processor class (torchvision name) and whether its Pillow backend runs.
@@ -180,8 +205,15 @@ fn fields_of(m: &Value, p: Processor, pillow: bool) -> std::result::Result<CardF
     if truthy(m, "do_resize") {
         resize_fields(m, p, &mut f)?;
     }
-    let i = &mut f.input;
     let _ = pillow; // AutoImageProcessor loads the torchvision class even for a `...Pil` name
+    pixel_fields(m, p, &mut f.input)?;
+    padding_fields(m, p, &mut f.input)?;
+    output_fields(p, &mut f);
+    Ok(f)
+}
+
+/// Resampling, rescale, normalisation, centre crop and channel order.
+fn pixel_fields(m: &Value, p: Processor, i: &mut InputFields) -> std::result::Result<(), String> {
     i.resize_filter = Some(ResizeFilter::Torchvision);
     i.resample = Some(match m.get("resample").and_then(Value::as_u64) {
         Some(0) => Resample::Nearest,
@@ -223,6 +255,11 @@ fn fields_of(m: &Value, p: Processor, pillow: bool) -> std::result::Result<CardF
     } else {
         ChannelOrder::Rgb
     });
+    Ok(())
+}
+
+/// Size divisor and padding, refusing the paddings segtool does not follow.
+fn padding_fields(m: &Value, p: Processor, i: &mut InputFields) -> std::result::Result<(), String> {
     let divisor = m.get("size_divisor").and_then(positive);
     match p {
         Processor::Dpt if truthy(m, "do_pad") => {
@@ -263,6 +300,11 @@ fn fields_of(m: &Value, p: Processor, pillow: bool) -> std::result::Result<CardF
             ))
         }
     }
+    Ok(())
+}
+
+/// The output: logits, or a mask-classification head's two outputs.
+fn output_fields(p: Processor, f: &mut CardFields) {
     let o = &mut f.output;
     o.align_corners = Some(false);
     // OneFormer resizes its scores with torchvision's F.resize (antialiased), the others
@@ -291,7 +333,6 @@ fn fields_of(m: &Value, p: Processor, pillow: bool) -> std::result::Result<CardF
     } else {
         o.kind = Some(OutputKind::Logits);
     }
-    Ok(f)
 }
 
 /// `size` (and MaskFormer's `max_size`): a fixed size, the shortest edge, or the

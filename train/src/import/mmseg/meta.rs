@@ -81,6 +81,8 @@ pub(super) struct Settings {
 }
 
 impl Settings {
+    /// Each setting from `overrides`, else the file's `config`, else mmseg's DANet
+    /// configs as the `file_name` names them; each decision is noted with its source.
     pub fn decide(
         config: Option<&str>,
         file_name: &str,
@@ -89,110 +91,134 @@ impl Settings {
     ) -> Self {
         let name = file_name.to_ascii_lowercase();
         let from_config = |what: &str| config.and_then(|c| config_value(c, what));
-        let mut note = |what: &str, value: String, source: &str| {
-            notes.push(format!("{what} {value} ({source})"));
-        };
-        let large_crop = name.contains("769x769");
-        // align_corners
-        let align_corners = match (overrides.align_corners, from_config("align_corners")) {
-            (Some(a), _) => {
-                note("align_corners", a.to_string(), "--align-corners");
-                a
-            }
-            (None, Some(v)) => {
-                let a = v == "True";
-                note("align_corners", a.to_string(), "the file's config");
-                a
-            }
-            (None, None) => {
-                note(
-                    "align_corners",
-                    large_crop.to_string(),
-                    "mmseg's DANet configs: true for 769x769, else false; --align-corners sets it",
-                );
-                large_crop
-            }
-        };
-        // output stride from the backbone's dilations
-        let output_stride = match (overrides.output_stride, from_config("dilations")) {
-            (Some(os), _) => {
-                note("output stride", os.to_string(), "--output-stride");
-                os
-            }
-            (None, Some(d)) => {
-                let os = if d.replace(' ', "").starts_with("(1,1,1,") {
-                    16
-                } else {
-                    8
-                };
-                note(
-                    "output stride",
-                    os.to_string(),
-                    &format!("the file's config: dilations={d}"),
-                );
-                os
-            }
-            (None, None) => {
-                let os = if name.contains("-d16") { 16 } else { 8 };
-                note(
-                    "output stride",
-                    os.to_string(),
-                    "the file name (-d8 / -d16)",
-                );
-                os
-            }
-        };
         let contract_dilation = from_config("contract_dilation").is_none_or(|v| v == "True");
         let aux_loss_weight = config
             .and_then(|c| c.find("auxiliary_head").map(|i| &c[i..]))
             .and_then(|c| config_value(c, "loss_weight"))
             .and_then(|v| v.parse().ok())
             .unwrap_or(0.4);
-        let scale = if name.contains("ade20k") || name.contains("voc") || name.contains("pascal") {
-            [2048, 512]
-        } else {
-            [2048, 1024]
-        };
-        let scale = config.and_then(|c| scale_of(c)).unwrap_or(scale);
-        let mode = from_config("mode");
-        let slide = match mode.as_deref() {
-            Some("'slide'") | Some("\"slide\"") => {
-                let crop = config
-                    .and_then(|c| pair_after(c, "crop_size"))
-                    .map_or(769, |p| p[0]);
-                let stride = config
-                    .and_then(|c| pair_after(c, "stride"))
-                    .map_or(513, |p| p[0]);
-                Some((crop, stride))
-            }
-            Some(_) => None,
-            None => large_crop.then_some((769, 513)),
-        };
-        note(
-            "test pipeline",
-            match slide {
-                Some((c, s)) => {
-                    format!("keep-ratio resize to {scale:?}, slide crop {c} stride {s}")
-                }
-                None => format!("keep-ratio resize to {scale:?}, whole image"),
-            },
-            if config.is_some() {
-                "the file's config"
-            } else {
-                "the file name"
-            },
-        );
         Self {
-            align_corners,
-            output_stride,
+            align_corners: align_corners(config, &name, overrides, notes),
+            output_stride: output_stride(config, &name, overrides, notes),
             contract_dilation,
             aux_loss_weight,
-            test: MmsegTestCfg {
-                scale,
-                crop: slide.map(|s| s.0),
-                stride: slide.map(|s| s.1),
-            },
+            test: test_cfg(config, &name, notes),
         }
+    }
+}
+
+fn note(notes: &mut Vec<String>, what: &str, value: String, source: &str) {
+    notes.push(format!("{what} {value} ({source})"));
+}
+
+/// `align_corners`: the flag, the config, else true only for the 769x769 crops.
+fn align_corners(
+    config: Option<&str>,
+    name: &str,
+    overrides: &MmsegOverrides,
+    notes: &mut Vec<String>,
+) -> bool {
+    let large_crop = name.contains("769x769");
+    match (
+        overrides.align_corners,
+        config.and_then(|c| config_value(c, "align_corners")),
+    ) {
+        (Some(a), _) => {
+            note(notes, "align_corners", a.to_string(), "--align-corners");
+            a
+        }
+        (None, Some(v)) => {
+            let a = v == "True";
+            note(notes, "align_corners", a.to_string(), "the file's config");
+            a
+        }
+        (None, None) => {
+            note(
+                notes,
+                "align_corners",
+                large_crop.to_string(),
+                "mmseg's DANet configs: true for 769x769, else false; --align-corners sets it",
+            );
+            large_crop
+        }
+    }
+}
+
+/// The output stride: the flag, the backbone's dilations in the config, else the file
+/// name's `-d8` / `-d16`.
+fn output_stride(
+    config: Option<&str>,
+    name: &str,
+    overrides: &MmsegOverrides,
+    notes: &mut Vec<String>,
+) -> i64 {
+    match (
+        overrides.output_stride,
+        config.and_then(|c| config_value(c, "dilations")),
+    ) {
+        (Some(os), _) => {
+            note(notes, "output stride", os.to_string(), "--output-stride");
+            os
+        }
+        (None, Some(d)) => {
+            let os = if d.replace(' ', "").starts_with("(1,1,1,") {
+                16
+            } else {
+                8
+            };
+            let source = format!("the file's config: dilations={d}");
+            note(notes, "output stride", os.to_string(), &source);
+            os
+        }
+        (None, None) => {
+            let os = if name.contains("-d16") { 16 } else { 8 };
+            note(
+                notes,
+                "output stride",
+                os.to_string(),
+                "the file name (-d8 / -d16)",
+            );
+            os
+        }
+    }
+}
+
+/// The test pipeline: keep-ratio resize scale and whole-image or sliding-window mode,
+/// from the config, else the dataset and crop the file name says.
+fn test_cfg(config: Option<&str>, name: &str, notes: &mut Vec<String>) -> MmsegTestCfg {
+    let large_crop = name.contains("769x769");
+    let scale = if name.contains("ade20k") || name.contains("voc") || name.contains("pascal") {
+        [2048, 512]
+    } else {
+        [2048, 1024]
+    };
+    let scale = config.and_then(|c| scale_of(c)).unwrap_or(scale);
+    let slide = match config.and_then(|c| config_value(c, "mode")).as_deref() {
+        Some("'slide'") | Some("\"slide\"") => {
+            let crop = config
+                .and_then(|c| pair_after(c, "crop_size"))
+                .map_or(769, |p| p[0]);
+            let stride = config
+                .and_then(|c| pair_after(c, "stride"))
+                .map_or(513, |p| p[0]);
+            Some((crop, stride))
+        }
+        Some(_) => None,
+        None => large_crop.then_some((769, 513)),
+    };
+    let pipeline = match slide {
+        Some((c, s)) => format!("keep-ratio resize to {scale:?}, slide crop {c} stride {s}"),
+        None => format!("keep-ratio resize to {scale:?}, whole image"),
+    };
+    let source = match config {
+        Some(_) => "the file's config",
+        None => "the file name",
+    };
+    note(notes, "test pipeline", pipeline, source);
+    MmsegTestCfg {
+        scale,
+        crop: slide.map(|s| s.0),
+        stride: slide.map(|s| s.1),
     }
 }
 
