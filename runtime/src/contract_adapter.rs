@@ -22,6 +22,21 @@ use crate::io_contract::{EngineInput, EngineOutput, InputLayout, IoContract};
 /// [`normalise_batch`]; tensors that are not normalised pixels, such as resized or padded
 /// ones, are rounded to the nearest pixel value). `--argmax` graphs answer one-hot logits
 /// (1 for the predicted class, 0 elsewhere), whose argmax is the graph's class map.
+///
+/// # Example
+///
+/// ```
+/// use segtool_runtime::expert::{normalise, ContractAdapter};
+/// use segtool_spec::{BackboneSpec, ModelSpec};
+/// let spec = ModelSpec::new("demo", BackboneSpec::tiny(), vec!["road".into(), "car".into()]);
+/// let img = image::RgbImage::from_fn(4, 2, |x, y| image::Rgb([60 * x as u8, 100 * y as u8, 7]));
+/// // What a `--preprocess` graph behind `ContractAdapter::wrap(engine, contract, &spec)`
+/// // gets for a normalised tensor: the image's exact pixels, uint8 NHWC.
+/// let x = normalise(&img, &spec);
+/// let pixels = ContractAdapter::pixels(x.view(), &spec);
+/// assert_eq!(pixels.dim(), (1, 2, 4, 3));
+/// assert_eq!(pixels.as_slice(), Some(img.as_raw().as_slice()));
+/// ```
 pub struct ContractAdapter {
     inner: Box<dyn Engine>,
     contract: IoContract,

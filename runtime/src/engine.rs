@@ -19,6 +19,35 @@ use segtool_onnx::ModelFileError;
 ///
 /// `run` takes `&mut self` because ONNX Runtime's `Session::run` does: one engine per
 /// worker thread, no lock on the hot path. `Send` so an engine can move into a worker.
+///
+/// # Example
+///
+/// A stand-in model (tests, a backend of your own); a real one comes from
+/// `OrtEngine::open`, `TractEngine::open` or `OpenVinoEngine::open`.
+///
+/// ```
+/// use ndarray::Array4;
+/// use segtool_runtime::expert::{run_logits, Engine, EngineInput, EngineOutput};
+/// use segtool_runtime::{Result, RuntimeError};
+/// /// Class 1 scores the red channel, class 0 scores nothing.
+/// struct Red;
+/// impl Engine for Red {
+///     fn name(&self) -> &str { "red" }
+///     fn provider(&self) -> &str { "cpu" }
+///     fn run(&mut self, input: EngineInput<'_>) -> Result<EngineOutput> {
+///         let EngineInput::NchwF32(x) = input else {
+///             let (expected, got) = ("f32 NCHW".into(), "uint8 NHWC".into());
+///             return Err(RuntimeError::InputShape { expected, got });
+///         };
+///         let (n, _, h, w) = x.dim();
+///         let red = |(i, c, y, z): (usize, usize, usize, usize)| c as f32 * x[[i, 0, y, z]];
+///         Ok(EngineOutput::Logits(Array4::from_shape_fn((n, 2, h, w), red)))
+///     }
+/// }
+/// let logits = run_logits(&mut Red, Array4::from_elem((1, 3, 2, 2), 1.5).view())?;
+/// assert_eq!(logits[[0, 1, 0, 0]], 1.5);
+/// # Ok::<(), RuntimeError>(())
+/// ```
 pub trait Engine: Send {
     /// Backend name, e.g. `"onnxruntime"` or `"tract"`.
     fn name(&self) -> &str;

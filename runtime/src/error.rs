@@ -11,6 +11,18 @@ use segtool_onnx::ModelFileError;
 
 /// Everything opening or running a model can fail with; the `Display` message is meant
 /// to be shown to the user as is.
+///
+/// # Example
+///
+/// ```
+/// use segtool_runtime::{ModelFileError, RuntimeError, Segmenter};
+/// let Err(err) = Segmenter::builder("no-such-model.onnx").open() else {
+///     panic!("a missing file opened");
+/// };
+/// // Match a variant to act on it, or show the message: it names the file.
+/// assert!(matches!(err, RuntimeError::File(ModelFileError::NotFound { .. })));
+/// assert!(err.to_string().contains("no-such-model.onnx"));
+/// ```
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
     /// The model file is missing, unreadable, not ONNX, truncated, or its segtool

@@ -108,6 +108,19 @@ impl FromStr for PixelFormat {
 }
 
 /// Why bytes are not a frame.
+///
+/// # Example
+///
+/// ```
+/// use segtool_runtime::{Frame, FrameError, PixelFormat, RuntimeError};
+/// let data = [0u8; 12];
+/// // A row of two RGB pixels is 6 bytes: a stride of 4 would make the rows overlap.
+/// let err = Frame::new(&data, 2, 2, 4, PixelFormat::Rgb8).unwrap_err();
+/// assert!(matches!(err, FrameError::Stride { stride: 4, row: 6, .. }));
+/// // `?` in a function returning the crate's error turns it into `RuntimeError::Frame`.
+/// let err = RuntimeError::from(err);
+/// assert!(err.to_string().starts_with("bad frame: stride 4 is shorter than a row"));
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum FrameError {
     /// No pixels.

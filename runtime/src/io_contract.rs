@@ -22,6 +22,18 @@ use crate::preprocess::normalise_batch;
 pub use segtool_onnx::{InputLayout, IoContract, OutputKind};
 
 /// A batch in the layout an engine takes.
+///
+/// # Example
+///
+/// ```
+/// use ndarray::Array4;
+/// use segtool_runtime::expert::EngineInput;
+/// // Camera frames already packed as uint8 NHWC, for a `--preprocess` graph.
+/// let pixels = Array4::<u8>::zeros((2, 480, 640, 3));
+/// let input = EngineInput::NhwcU8(pixels.view());
+/// assert_eq!(input.dims(), (2, 480, 640)); // (N, H, W) whatever the layout
+/// // `engine.run(input)?` takes it by value: it only borrows the pixels.
+/// ```
 #[derive(Clone, Copy, Debug)]
 pub enum EngineInput<'a> {
     /// Normalised f32 `[N, 3, H, W]`.
@@ -59,6 +71,23 @@ pub struct Segmentation {
 }
 
 /// An owned [`EngineInput`] (what a decoding thread hands to the engine thread).
+///
+/// # Example
+///
+/// ```
+/// use segtool_runtime::expert::{EngineInput, EngineTensor};
+/// use segtool_runtime::InputLayout;
+/// use segtool_spec::{BackboneSpec, ModelSpec};
+/// let spec = ModelSpec::new("demo", BackboneSpec::tiny(), vec!["road".into(), "car".into()]);
+/// let frames = vec![image::RgbImage::new(64, 48); 2];
+/// // Normalised f32 NCHW for a plain graph (uint8 NHWC for a `--preprocess` one).
+/// let tensor = EngineTensor::from_images(&frames, &spec, InputLayout::NchwF32)?;
+/// let EngineTensor::NchwF32(x) = &tensor else { panic!("asked for NCHW") };
+/// assert_eq!(x.shape(), [2, 3, 48, 64]);
+/// // What `Engine::run` takes, borrowed.
+/// assert!(matches!(tensor.view(), EngineInput::NchwF32(_)));
+/// # Ok::<(), segtool_runtime::RuntimeError>(())
+/// ```
 #[derive(Clone, Debug)]
 pub enum EngineTensor {
     /// Normalised f32 `[N, 3, H, W]`.
@@ -104,6 +133,23 @@ impl EngineTensor {
 }
 
 /// What an engine returns.
+///
+/// # Example
+///
+/// ```
+/// use ndarray::Array4;
+/// use segtool_runtime::expert::EngineOutput;
+/// use segtool_spec::{BackboneSpec, ModelSpec};
+/// let spec = ModelSpec::new("demo", BackboneSpec::tiny(), vec!["road".into(), "car".into()]);
+/// // 2x2 logits (a coarse output) of one 4x4 image; class 1 wins on the right half.
+/// let logits = Array4::from_shape_vec((1, 2, 2, 2), vec![1., 0., 1., 0., 0., 1., 0., 1.])?;
+/// let out = EngineOutput::Logits(logits);
+/// out.check(1, &spec)?; // one image, the spec's two classes
+/// let mask = out.mask(0, 4, 4); // argmax, then resized to the image
+/// assert_eq!(mask.row(0).to_vec(), [0, 0, 1, 1]);
+/// assert_eq!(out.logits(0).map(|l| l.dim()), Some((2, 2, 2)));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone, Debug)]
 pub enum EngineOutput {
     /// f32 `[N, classes, H, W]`.

@@ -67,6 +67,19 @@ impl FromStr for Device {
 
 /// The precision OpenVINO computes a float32 model in (its `INFERENCE_PRECISION_HINT`).
 /// INT8 (QDQ) files run their quantised layers in INT8 either way.
+///
+/// # Example
+///
+/// ```
+/// use segtool_runtime::openvino::{OpenVinoOptions, Precision};
+/// let precision: Precision = "bf16".parse()?; // `--precision bf16`
+/// let options = OpenVinoOptions { precision, ..OpenVinoOptions::new() };
+/// assert_eq!(Precision::default(), Precision::F32); // segtool's default, whatever the CPU
+/// // The same name in a configuration file (`SegmenterOptions`' `precision`).
+/// assert_eq!(serde_json::from_str::<Precision>(r#""bf16""#)?, options.precision);
+/// assert!("fp16".parse::<Precision>().is_err());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Precision {
@@ -108,6 +121,18 @@ impl FromStr for Precision {
 }
 
 /// What OpenVINO tunes its streams and threads for (its `PERFORMANCE_HINT`).
+///
+/// # Example
+///
+/// ```
+/// use segtool_runtime::openvino::{OpenVinoOptions, PerformanceHint};
+/// // A batch server with two workers wants throughput; a robot's camera, latency.
+/// let hint: PerformanceHint = "throughput".parse()?; // `--hint throughput`
+/// let options = OpenVinoOptions { hint, streams: Some(2), ..OpenVinoOptions::new() };
+/// assert_eq!(serde_json::to_string(&options.hint)?, r#""throughput""#);
+/// assert_eq!(PerformanceHint::default().to_string(), "latency");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum PerformanceHint {

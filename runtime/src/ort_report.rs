@@ -4,6 +4,20 @@
 //! report that holds it both depend on it, not on each other.
 
 /// Whether one execution provider can be used.
+///
+/// # Example
+///
+/// ```no_run
+/// use segtool_runtime::expert::env_report::env_report;
+/// let ort = env_report().onnxruntime;
+/// for check in [&ort.cuda, &ort.tensorrt].into_iter().flatten() {
+///     match (check.in_build, check.registers) {
+///         (_, true) => println!("{}: usable", check.name),
+///         (false, _) => println!("{}: not in this ONNX Runtime build", check.name),
+///         (true, false) => println!("{}: {}", check.name, check.reason.as_deref().unwrap_or("?")),
+///     }
+/// }
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProviderCheck {
     /// The provider's ONNX Runtime name (`CUDAExecutionProvider`).
@@ -17,6 +31,18 @@ pub struct ProviderCheck {
 }
 
 /// ONNX Runtime as found now.
+///
+/// # Example
+///
+/// ```
+/// use segtool_runtime::expert::env_report::OrtReport;
+/// // `env_report().onnxruntime` probes this machine; a build without the `ort` feature
+/// // reports this:
+/// let report = OrtReport::not_compiled();
+/// assert!(!report.compiled && report.library.is_none());
+/// let gpu = report.cuda.as_ref().is_some_and(|cuda| cuda.registers);
+/// assert!(!gpu); // nothing loaded, so nothing was checked
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OrtReport {
     /// The `ort` feature is compiled in.

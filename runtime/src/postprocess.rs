@@ -68,6 +68,27 @@ pub fn resize_nearest(mask: ArrayView2<u8>, height: usize, width: usize) -> Arra
 }
 
 /// How logits reach another size before the argmax.
+///
+/// # Example
+///
+/// ```
+/// use ndarray::Array4;
+/// use segtool_runtime::expert::{prepare, PrepareOptions, Upsample};
+/// use segtool_spec::{BackboneSpec, ModelSpec};
+/// let spec = ModelSpec::new("demo", BackboneSpec::tiny(), vec!["road".into(), "car".into()]);
+/// // The model runs on the 6x8 image shrunk to 3x4; masks come back at 6x8.
+/// let options = PrepareOptions::new().with_resize(3, 4);
+/// let prepared = prepare(&[image::RgbImage::new(8, 6)], &spec, &options)?;
+/// // Stand-in for the model's logits at 3x4: class 1 ("car") on the right half.
+/// let car_on_right = |(_, c, _, x): (usize, usize, usize, usize)| f32::from((x >= 2) == (c == 1));
+/// let logits = Array4::from_shape_fn((1, 2, 3, 4), car_on_right);
+/// for upsample in [Upsample::Bilinear, Upsample::Nearest] {
+///     let masks = prepared.restore_masks(logits.view(), upsample);
+///     assert_eq!(masks[0].dim(), (6, 8));
+///     assert_eq!(masks[0].row(0).to_vec(), [0, 0, 0, 0, 1, 1, 1, 1]);
+/// }
+/// # Ok::<(), segtool_runtime::RuntimeError>(())
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Upsample {
     /// Resize the logits bilinearly, then take the argmax at the target size (smooth

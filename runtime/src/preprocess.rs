@@ -123,6 +123,20 @@ pub fn zero_pixel(spec: &ModelSpec) -> [f32; 3] {
 }
 
 /// What [`prepare`] does besides normalising.
+///
+/// # Example
+///
+/// ```
+/// use segtool_runtime::expert::{prepare, PrepareOptions};
+/// use segtool_spec::{BackboneSpec, ModelSpec};
+/// let spec = ModelSpec::new("demo", BackboneSpec::tiny(), vec!["road".into(), "car".into()]);
+/// // Shrink every frame to 30x60, then pad to the model's output stride (8 here).
+/// let options = PrepareOptions::new().with_resize(30, 60).with_pad_to_stride(true);
+/// let prepared = prepare(&[image::RgbImage::new(640, 320)], &spec, &options)?;
+/// assert_eq!(prepared.resized, (30, 60));
+/// assert_eq!(prepared.padded, (32, 64));
+/// # Ok::<(), segtool_runtime::RuntimeError>(())
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PrepareOptions {
     /// Resize the images (bilinear) to `(height, width)` first.
@@ -152,6 +166,23 @@ impl PrepareOptions {
 }
 
 /// A prepared batch and the sizes needed to map its output back to the images.
+///
+/// # Example
+///
+/// ```
+/// use ndarray::Array4;
+/// use segtool_runtime::expert::{prepare, PrepareOptions};
+/// use segtool_spec::{BackboneSpec, ModelSpec};
+/// let spec = ModelSpec::new("demo", BackboneSpec::tiny(), vec!["road".into(), "car".into()]);
+/// let options = PrepareOptions::new().with_pad_to_stride(true);
+/// let prepared = prepare(&[image::RgbImage::new(20, 10)], &spec, &options)?;
+/// assert_eq!(prepared.original, (10, 20));
+/// assert_eq!(prepared.input.dim(), (1, 3, 16, 24)); // what the engine runs
+/// // Stand-in for the engine's logits: the padding is cropped off on the way back.
+/// let logits = Array4::<f32>::zeros((1, 2, 16, 24));
+/// assert_eq!(prepared.restore_logits(logits.view()).dim(), (1, 2, 10, 20));
+/// # Ok::<(), segtool_runtime::RuntimeError>(())
+/// ```
 #[derive(Clone, Debug)]
 pub struct Prepared {
     /// Normalised `(N, 3, padded.0, padded.1)`.

@@ -45,6 +45,20 @@ pub const SMALL_INPUT_PIXELS: usize = 128 * 128;
 const MAX_PLANS: usize = 8;
 
 /// tract engine for one model file.
+///
+/// # Example
+///
+/// ```no_run
+/// use segtool_runtime::expert::{load_spec, normalise, run_logits, TractEngine};
+/// use segtool_runtime::TractOptions;
+/// let mut engine = TractEngine::open_with("model.onnx", &TractOptions::new().with_threads(2))?;
+/// let spec = load_spec("model.onnx")?;
+/// let x = normalise(&image::RgbImage::new(640, 480), &spec);
+/// // The first run of each input size optimises a plan for it; later ones reuse it.
+/// let logits = run_logits(&mut engine, x.view())?;
+/// assert_eq!(logits.dim().1, spec.num_classes());
+/// # Ok::<(), segtool_runtime::RuntimeError>(())
+/// ```
 pub struct TractEngine {
     path: PathBuf,
     /// The card's input and output names, applied on every load.

@@ -77,6 +77,23 @@ impl Drop for Reply {
 /// The caller's end of one submitted request.
 ///
 /// Dropping it before the request runs cancels the request.
+///
+/// # Example
+///
+/// ```no_run
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::time::Duration;
+/// use segtool_runtime::batching::{BatchConfig, BatchServer};
+/// use segtool_runtime::Segmenter;
+/// let server = BatchServer::open(&Segmenter::builder("model.onnx"), 1, BatchConfig::new())?;
+/// let handle = server.submit(image::RgbImage::new(640, 480));
+/// let id = handle.id();
+/// match handle.wait_timeout(Duration::from_millis(100)) {
+///     Ok(result) => println!("request {id}: {:?} mask", result?.mask.dim()),
+///     Err(handle) => drop(handle), // too late: a request not started yet is skipped
+/// }
+/// # Ok(()) }
+/// ```
 pub struct Handle {
     id: u64,
     slot: Arc<Slot>,

@@ -9,6 +9,19 @@ use super::queue::Queue;
 use super::{BatchError, Input, Output};
 
 /// Why a frame of a [`LatestStream`] got no mask.
+///
+/// # Example
+///
+/// ```
+/// use segtool_runtime::batching::DropReason;
+/// // What a robot's loop does with a frame that got no mask (from `LiveFrame::dropped`).
+/// let action = |why: DropReason| match why {
+///     DropReason::Replaced | DropReason::Deadline => "keep the last mask",
+///     DropReason::QueueFull => "the server is shared and saturated: slow the camera",
+/// };
+/// assert_eq!(action(DropReason::Replaced), "keep the last mask");
+/// assert_eq!(DropReason::Deadline.to_string(), "deadline passed before it started");
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DropReason {
     /// A newer frame took its place in the slot before a worker started it.
@@ -30,6 +43,22 @@ impl std::fmt::Display for DropReason {
 }
 
 /// What became of one frame.
+///
+/// # Example
+///
+/// ```
+/// use segtool_runtime::batching::{BatchError, DropReason, LiveOutcome};
+/// // One frame's fate, as `LiveFrame::outcome` holds it.
+/// let log_line = |outcome: &LiveOutcome| match outcome {
+///     LiveOutcome::Answered(out) => format!("mask {:?}", out.mask.dim()),
+///     LiveOutcome::Dropped(why) => format!("dropped: {why}"),
+///     LiveOutcome::Failed(err) => format!("failed: {err}"),
+/// };
+/// let dropped = LiveOutcome::Dropped(DropReason::Replaced);
+/// assert_eq!(log_line(&dropped), "dropped: replaced by a newer frame");
+/// let failed = LiveOutcome::Failed(BatchError::ShutDown);
+/// assert!(log_line(&failed).starts_with("failed: the batch server shut down"));
+/// ```
 #[derive(Debug)]
 pub enum LiveOutcome {
     /// It ran: its mask (and logits when the server keeps them), [`Output::frame`] set.
@@ -41,6 +70,28 @@ pub enum LiveOutcome {
 }
 
 /// One submitted frame's fate, as [`LatestStream::next`] returns it.
+///
+/// # Example
+///
+/// ```no_run
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use segtool_runtime::batching::{BatchConfig, BatchServer};
+/// use segtool_runtime::Segmenter;
+/// let server = BatchServer::open(&Segmenter::builder("model.onnx"), 1, BatchConfig::new())?;
+/// let stream = server.latest_stream(1);
+/// stream.submit(image::RgbImage::new(640, 480));
+/// stream.finish();
+/// while let Some(frame) = stream.next() {
+///     let latency = frame.submitted.elapsed(); // arrival to result
+///     let n = frame.frame;
+///     match (frame.output(), frame.dropped()) {
+///         (Some(out), _) => println!("frame {n}: {:?} mask in {latency:?}", out.mask.dim()),
+///         (None, Some(why)) => println!("frame {n} dropped: {why}"),
+///         (None, None) => println!("frame {n} failed: {:?}", frame.outcome),
+///     }
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug)]
 pub struct LiveFrame {
     /// The frame's index (0, 1, 2, ... in submission order).
@@ -81,6 +132,27 @@ impl LiveFrame {
 /// The counters of a [`LatestStream`]. At every moment
 /// `submitted == answered + failed + dropped() + pending`; once the stream is drained,
 /// `pending` is 0.
+///
+/// # Example
+///
+/// ```no_run
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use segtool_runtime::batching::{BatchConfig, BatchServer};
+/// use segtool_runtime::Segmenter;
+/// let server = BatchServer::open(&Segmenter::builder("model.onnx"), 1, BatchConfig::new())?;
+/// let stream = server.latest_stream(1);
+/// # let camera = std::iter::empty::<image::RgbImage>();
+/// for frame in camera {
+///     stream.submit(frame);
+/// }
+/// stream.finish();
+/// while stream.next().is_some() {}
+/// let stats = stream.stats();
+/// assert_eq!(stats.pending, 0); // drained: every frame's fate is counted
+/// assert_eq!(stats.submitted, stats.answered + stats.failed + stats.dropped());
+/// println!("{} of {} frames dropped", stats.dropped(), stats.submitted);
+/// # Ok(()) }
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LatestStats {
     /// Frames given to `submit`.

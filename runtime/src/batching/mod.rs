@@ -199,6 +199,19 @@ impl BatchConfig {
 
 /// One request: an image, normalised by the server with the model's mean/std, or a
 /// tensor `(3, H, W)` that is already normalised (e.g. from a GPU-side decoder).
+///
+/// # Example
+///
+/// ```
+/// use ndarray::Array3;
+/// use segtool_runtime::batching::Input;
+/// // `submit` takes anything `Into<Input>`: an image, or a normalised tensor.
+/// let image = Input::from(image::RgbImage::new(64, 48));
+/// let tensor = Input::from(Array3::<f32>::zeros((3, 48, 64)));
+/// assert_eq!(image.size(), (48, 64)); // (height, width): the batching key
+/// assert_eq!(image.size(), tensor.size()); // so the two may share a batch
+/// assert!(matches!(tensor, Input::Tensor(_)));
+/// ```
 #[derive(Clone, Debug)]
 pub enum Input {
     /// An RGB frame: normalised by the server, or handed as its uint8 pixels to a
@@ -252,6 +265,20 @@ impl From<Array3<f32>> for Input {
 }
 
 /// One request's result.
+///
+/// # Example
+///
+/// ```no_run
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use segtool_runtime::batching::{BatchConfig, BatchServer};
+/// use segtool_runtime::Segmenter;
+/// let server = BatchServer::open(&Segmenter::builder("model.onnx"), 2, BatchConfig::new())?;
+/// let out = server.submit(image::RgbImage::new(640, 480)).wait()?;
+/// assert_eq!(out.mask.dim(), (480, 640)); // (H, W) at the input's size
+/// println!("request {} ran on worker {} in a batch of {}", out.id, out.worker, out.batch_size);
+/// let colours = segtool_runtime::colorize(out.mask.view(), &server.spec().palette);
+/// # Ok(()) }
+/// ```
 #[derive(Clone, Debug)]
 pub struct Output {
     /// The request's number, as returned by [`Handle::id`] (unique per server).
@@ -279,6 +306,22 @@ impl Output {
 }
 
 /// Why a request produced no [`Output`].
+///
+/// # Example
+///
+/// ```
+/// use segtool_runtime::batching::{BatchConfig, BatchError, BatchServer};
+/// use segtool_spec::{BackboneSpec, ModelSpec};
+/// let spec = ModelSpec::new("demo", BackboneSpec::tiny(), vec!["road".into(), "car".into()]);
+/// // A server is checked before it starts: here it has no engine to run on.
+/// let err = BatchServer::new(BatchConfig::new(), spec, Vec::new()).unwrap_err();
+/// assert!(matches!(err, BatchError::InvalidConfig(_)));
+/// assert_eq!(err.to_string(), "invalid batch server configuration: no engines (workers) given");
+/// // A handle's error tells whether its request ran at all.
+/// let never_ran =
+///     |e: &BatchError| matches!(e, BatchError::ShutDown | BatchError::DeadlineExpired);
+/// assert!(never_ran(&BatchError::ShutDown));
+/// ```
 #[derive(Debug, thiserror::Error)]
 pub enum BatchError {
     /// Normalising, running or decoding this request failed (its own error: a failing
@@ -304,6 +347,25 @@ pub enum BatchError {
 
 /// [`BatchServer::try_submit`] / [`OrderedStream::try_push`] found no room; the request
 /// is given back untouched.
+///
+/// # Example
+///
+/// ```no_run
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use segtool_runtime::batching::{BatchConfig, BatchServer};
+/// use segtool_runtime::Segmenter;
+/// let config = BatchConfig::new().with_queue_capacity(4);
+/// let server = BatchServer::open(&Segmenter::builder("model.onnx"), 1, config)?;
+/// # let frame = image::RgbImage::new(640, 480);
+/// match server.try_submit(frame) {
+///     Ok(handle) => println!("queued as request {}", handle.id()),
+///     Err(full) => {
+///         eprintln!("{full}; frame dropped"); // or keep `full.into_input()` to retry
+///         assert_eq!(full.capacity(), 4);
+///     }
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(thiserror::Error)]
 #[error("the batch queue is full ({capacity} requests); retry later or drop the request")]
 pub struct QueueFull {
@@ -338,6 +400,24 @@ impl std::fmt::Debug for QueueFull {
 }
 
 /// One worker's counters.
+///
+/// # Example
+///
+/// ```no_run
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use segtool_runtime::batching::{BatchConfig, BatchServer};
+/// use segtool_runtime::Segmenter;
+/// let server = BatchServer::open(&Segmenter::builder("model.onnx"), 2, BatchConfig::new())?;
+/// # let frames: Vec<image::RgbImage> = Vec::new();
+/// server.segment_all(frames)?;
+/// for w in server.stats().workers {
+///     println!(
+///         "worker {} ({} on {}): {} requests, mean batch {:.1}, {} errors, busy {:?}",
+///         w.worker, w.engine, w.provider, w.requests, w.mean_batch_size(), w.errors, w.busy
+///     );
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct WorkerStats {
     /// The worker's index: its engine's (or segmenter's) position in the list the
@@ -376,6 +456,23 @@ impl WorkerStats {
 }
 
 /// A snapshot of the server.
+///
+/// # Example
+///
+/// ```no_run
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use segtool_runtime::batching::{BatchConfig, BatchServer};
+/// use segtool_runtime::Segmenter;
+/// let config = BatchConfig::new().with_queue_capacity(32);
+/// let server = BatchServer::open(&Segmenter::builder("model.onnx"), 2, config)?;
+/// # let frames: Vec<image::RgbImage> = Vec::new();
+/// server.segment_all(frames)?;
+/// let stats = server.stats();
+/// assert!(stats.peak_alive <= 32 + 2 * server.config().max_batch);
+/// // Near 1 under load: `max_wait` is too short, or the engines outpace the producers.
+/// println!("{} batches, mean size {:.1}", stats.batches(), stats.mean_batch_size());
+/// # Ok(()) }
+/// ```
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Stats {
     /// One entry per worker, in worker order.

@@ -24,6 +24,25 @@ use crate::{Segmentation, Segmenter};
 ///
 /// `Sync`: share it by reference (or in an `Arc`) between submitting threads. Dropping
 /// it shuts it down (see [`shutdown`](Self::shutdown)).
+///
+/// # Example
+///
+/// ```no_run
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use segtool_runtime::batching::{BatchConfig, BatchServer};
+/// use segtool_runtime::Segmenter;
+/// // Two sessions of one model; requests of the same size are batched up to 4.
+/// let config = BatchConfig::new().with_max_batch(4);
+/// let server = BatchServer::open(&Segmenter::builder("model.onnx"), 2, config)?;
+/// # let frames = vec![image::RgbImage::new(640, 480); 8];
+/// let handles = server.submit_all(frames); // from any thread: `&BatchServer` is enough
+/// for handle in handles {
+///     let out = handle.wait()?;
+///     println!("request {}: {:?} mask, batch of {}", out.id, out.mask.dim(), out.batch_size);
+/// }
+/// println!("mean batch size {:.1}", server.stats().mean_batch_size());
+/// # Ok(()) }
+/// ```
 pub struct BatchServer {
     queue: Arc<Queue>,
     config: BatchConfig,

@@ -40,6 +40,27 @@ use serde::Deserialize;
 use crate::error::{Result, RuntimeError};
 
 /// Every card field, each optional: what one source says.
+///
+/// # Example
+///
+/// ```
+/// use segtool_runtime::card::{preset, sidecar, CardRequest};
+/// // What a sidecar `deeplab.segtool.toml` says; what it leaves out stays `None`.
+/// let fields = sidecar::parse(
+///     r#"
+///     classes = ["background", "person"]
+///     [output]
+///     name = "out"
+///     "#,
+/// )?;
+/// assert_eq!(fields.classes, Some(vec!["background".to_string(), "person".to_string()]));
+/// assert_eq!(fields.input.mean, None);
+/// // The rest from a preset (torchvision's transforms), then handed to the builder.
+/// let fields = preset::fill(fields, preset::preset("torchvision")?);
+/// assert_eq!(fields.input.shortest_edge, Some(520));
+/// let request = CardRequest::new().fields(fields);
+/// # Ok::<(), String>(())
+/// ```
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct CardFields {
@@ -58,6 +79,31 @@ pub struct CardFields {
 }
 
 /// [`InputCard`]'s fields, each optional.
+///
+/// # Example
+///
+/// ```
+/// use segtool_runtime::card::{sidecar, CardFields, CardRequest, ChannelOrder, InputFields};
+/// // What `--mean 123.675,116.28,103.53 --std 58.395,57.12,57.375 --scale 1 --bgr` give.
+/// let input = InputFields {
+///     mean: Some(vec![123.675, 116.28, 103.53]),
+///     std: Some(vec![58.395, 57.12, 57.375]),
+///     scale: Some(1.0),
+///     channels: Some(ChannelOrder::Bgr),
+///     ..InputFields::default()
+/// };
+/// // The same as a card file's `[input]` table.
+/// let toml = r#"
+///     [input]
+///     mean = [123.675, 116.28, 103.53]
+///     std = [58.395, 57.12, 57.375]
+///     scale = 1.0
+///     channels = "bgr"
+///     "#;
+/// assert_eq!(sidecar::parse(toml)?.input, input);
+/// let request = CardRequest::new().fields(CardFields { input, ..CardFields::default() });
+/// # Ok::<(), String>(())
+/// ```
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct InputFields {
@@ -104,6 +150,28 @@ pub struct InputFields {
 }
 
 /// [`OutputCard`]'s fields, each optional.
+///
+/// # Example
+///
+/// ```
+/// use segtool_runtime::card::{sidecar, OutputFields, OutputKind};
+/// // A text detector's one probability channel: class 1 above 0.3 (`--output-kind binary
+/// // --threshold 0.3`, or a card file's `[output]` table).
+/// let output = OutputFields {
+///     name: Some("maps".into()),
+///     kind: Some(OutputKind::Binary),
+///     threshold: Some(0.3),
+///     ..OutputFields::default()
+/// };
+/// let toml = r#"
+///     [output]
+///     name = "maps"
+///     kind = "binary"
+///     threshold = 0.3
+///     "#;
+/// assert_eq!(sidecar::parse(toml)?.output, output);
+/// # Ok::<(), String>(())
+/// ```
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct OutputFields {
@@ -124,6 +192,21 @@ pub struct OutputFields {
 }
 
 /// Where a field's value came from.
+///
+/// # Example
+///
+/// ```
+/// use segtool_runtime::card::{self, CardSource};
+/// use segtool_runtime::IoContract;
+/// use segtool_spec::{BackboneSpec, ModelSpec};
+/// // A segtool export's card: every field from its spec (`card::resolve` reads a file's).
+/// let spec = ModelSpec::new("demo", BackboneSpec::tiny(), vec!["road".into(), "car".into()]);
+/// let resolved = card::from_spec(&spec, IoContract::default(), "image", "logits");
+/// assert_eq!(resolved.source_of("input.mean"), Some(&CardSource::SegtoolSpec));
+/// // Shown to the user as `segtool card --show` does.
+/// let sidecar = CardSource::Sidecar("deeplab.segtool.toml".into());
+/// assert_eq!(sidecar.to_string(), "sidecar deeplab.segtool.toml");
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CardSource {
     /// A segtool export's spec and I/O contract (`segtool.spec`).
@@ -201,6 +284,23 @@ impl CardRequest {
 }
 
 /// A card with the source of each field.
+///
+/// # Example
+///
+/// ```
+/// use segtool_runtime::card;
+/// use segtool_runtime::IoContract;
+/// use segtool_spec::{BackboneSpec, ModelSpec};
+/// let spec = ModelSpec::new("demo", BackboneSpec::tiny(), vec!["road".into(), "car".into()]);
+/// // `card::resolve("model.onnx", &request)` reads a file's; a segtool export's amounts to:
+/// let resolved = card::from_spec(&spec, IoContract::default(), "image", "logits");
+/// assert!(resolved.segtool_export);
+/// assert_eq!(resolved.card.input.mean, spec.mean.to_vec());
+/// assert_eq!(resolved.card.num_classes(), 2);
+/// for (field, source) in &resolved.sources {
+///     println!("{field}: {source}");
+/// }
+/// ```
 #[derive(Clone, Debug, PartialEq)]
 pub struct ResolvedCard {
     /// The model file the card describes (`None` for a card made from a spec alone).

@@ -43,6 +43,24 @@ use crate::postprocess::{argmax, resize_bilinear, resize_nearest};
 pub const MAX_INPUT_PIXELS: u64 = 1 << 28;
 
 /// Where the image sits in the tensor the graph got.
+///
+/// # Example
+///
+/// ```
+/// use segtool_runtime::card::{self, pipeline, Fit};
+/// use segtool_runtime::IoContract;
+/// use segtool_spec::{BackboneSpec, ModelSpec};
+/// let spec = ModelSpec::new("demo", BackboneSpec::tiny(), vec!["road".into(), "car".into()]);
+/// let mut card = card::from_spec(&spec, IoContract::default(), "image", "logits").card;
+/// card.input.size_divisor = Some(32); // sizes padded up to multiples of 32
+/// card.input.fit = Fit::PadCentre;
+/// let (tensor, geometry) = pipeline::prepare(&[image::RgbImage::new(100, 70)], &card)?;
+/// assert_eq!(geometry.image, (70, 100)); // (height, width)
+/// assert_eq!(geometry.tensor, (96, 128));
+/// assert_eq!(geometry.offset, (13, 14)); // the padding split between both sides
+/// assert_eq!(pipeline::Geometry::of(&card, (70, 100)), geometry);
+/// # Ok::<(), segtool_runtime::RuntimeError>(())
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Geometry {
     /// The images' own `(height, width)`.

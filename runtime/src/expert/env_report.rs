@@ -10,6 +10,20 @@ use serde_json::{json, Value};
 pub use crate::ort_report::{OrtReport, ProviderCheck};
 
 /// The TensorRT library, opened by name as ONNX Runtime's provider would.
+///
+/// # Example
+///
+/// ```
+/// use segtool_runtime::expert::env_report::{tensorrt_library, TENSORRT_SONAME};
+/// let trt = tensorrt_library(); // dlopens it now (also part of `env_report()`)
+/// assert_eq!(trt.soname, TENSORRT_SONAME);
+/// match (&trt.version, &trt.reason) {
+///     (Some(version), _) => println!("TensorRT {version} at {:?}", trt.path),
+///     (None, Some(why)) => println!("no TensorRT: {why}"),
+///     (None, None) => println!("{} loaded, without a version", trt.soname),
+/// }
+/// assert_eq!(trt.found, trt.reason.is_none());
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TensorRtLibrary {
     /// The name it was opened by ([`TENSORRT_SONAME`]).
@@ -25,6 +39,20 @@ pub struct TensorRtLibrary {
 }
 
 /// Everything [`env_report`] found.
+///
+/// # Example
+///
+/// ```no_run
+/// use segtool_runtime::expert::env_report;
+/// let report = env_report(); // loads ONNX Runtime and tries CUDA and TensorRT: a second or so
+/// let ort = &report.onnxruntime;
+/// match &ort.library {
+///     Some(lib) => println!("ONNX Runtime {:?} from {lib}", ort.version),
+///     None => println!("no ONNX Runtime (tried: {:?}); tract: {}", ort.tried, report.tract),
+/// }
+/// // Stable keys: `segtool doctor --json` prints them under `runtime`.
+/// println!("{}", report.to_json()["tensorrt_library"]["found"]);
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RuntimeEnvReport {
     /// ONNX Runtime: library, version, providers.

@@ -28,6 +28,21 @@ use crate::io_contract::{EngineInput, EngineOutput, InputLayout, IoContract, Out
 use crate::openvino::{Device, OpenVinoOptions};
 
 /// A model compiled by OpenVINO (see the module docs).
+///
+/// # Example
+///
+/// ```no_run
+/// use segtool_runtime::expert::{load_spec, normalise, run_logits, OpenVinoEngine};
+/// use segtool_runtime::openvino::{OpenVinoOptions, Precision};
+/// let options = OpenVinoOptions { precision: Precision::Bf16, ..OpenVinoOptions::new() };
+/// let mut engine = OpenVinoEngine::open("model.onnx", &options)?;
+/// let spec = load_spec("model.onnx")?;
+/// let x = normalise(&image::RgbImage::new(640, 480), &spec);
+/// let logits = run_logits(&mut engine, x.view())?;
+/// // e.g. "OpenVINO 2026.4.1-...: nodes by precision: bf16 118, f32 9"
+/// println!("OpenVINO {}: {}", engine.version(), engine.node_precisions()?);
+/// # Ok::<(), segtool_runtime::RuntimeError>(())
+/// ```
 pub struct OpenVinoEngine {
     // Declared before what they were made from: fields drop in order.
     request: ffi::InferRequest,
@@ -45,6 +60,22 @@ pub struct OpenVinoEngine {
 
 /// The precision each node of the compiled graph ran in (`f32`, `bf16`, `int8`, `i32`...),
 /// read from the kernel the plugin chose for it; fused nodes are left out.
+///
+/// # Example
+///
+/// ```
+/// use segtool_runtime::expert::NodePrecisions;
+/// // What `OpenVinoEngine::node_precisions` reads back from a model compiled for bf16.
+/// let precisions = NodePrecisions {
+///     nodes: vec![
+///         ("conv1".into(), "bf16".into()),
+///         ("conv2".into(), "bf16".into()),
+///         ("argmax".into(), "i32".into()),
+///     ],
+/// };
+/// assert_eq!(precisions.counts()["bf16"], 2);
+/// assert_eq!(precisions.to_string(), "nodes by precision: bf16 2, i32 1");
+/// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct NodePrecisions {
     /// `(node name, precision)`, in the compiled graph's order.

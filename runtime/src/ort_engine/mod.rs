@@ -170,6 +170,22 @@ impl OrtOptions {
 }
 
 /// ONNX Runtime engine for one model file: one session, used from one thread at a time.
+///
+/// # Example
+///
+/// ```no_run
+/// use segtool_runtime::expert::{load_spec, normalise, run_logits, Engine, OrtEngine};
+/// use segtool_runtime::{OrtOptions, Provider};
+/// let options = OrtOptions::new().with_provider(Provider::Cuda { device_id: 0 });
+/// let mut engine = OrtEngine::open("model.onnx", &options)?;
+/// if let Some(why) = engine.fallback_reason() {
+///     eprintln!("running on {}: {why}", engine.provider()); // e.g. "cpu: cuda:0 unavailable ..."
+/// }
+/// let spec = load_spec("model.onnx")?;
+/// let x = normalise(&image::RgbImage::new(640, 480), &spec);
+/// let logits = run_logits(&mut engine, x.view())?; // [1, classes, 480, 640]
+/// # Ok::<(), segtool_runtime::RuntimeError>(())
+/// ```
 pub struct OrtEngine {
     session: Session,
     input_name: String,

@@ -14,6 +14,22 @@ use std::collections::BTreeMap;
 use crate::error::{Result, RuntimeError};
 
 /// One node as the profile saw it run.
+///
+/// # Example
+///
+/// ```
+/// use segtool_runtime::expert::{NodePlacement, PlacedNode};
+/// let trace = r#"[{"cat": "Node", "name": "/head/Softmax_kernel_time",
+///     "args": {"op_name": "Softmax", "provider": "CPUExecutionProvider"}}]"#;
+/// // The nodes a CUDA session left to the CPU (each costs a copy between devices).
+/// let placement = NodePlacement::parse(trace)?;
+/// for (provider, node) in placement.elsewhere("CUDAExecutionProvider") {
+///     println!("{} ({}) ran on {provider}", node.node, node.op);
+/// }
+/// let softmax = PlacedNode { node: "/head/Softmax".into(), op: "Softmax".into() };
+/// assert_eq!(placement.nodes("CPUExecutionProvider"), [softmax]);
+/// # Ok::<(), segtool_runtime::RuntimeError>(())
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PlacedNode {
     /// The node's name in the graph (or TensorRT's name for a fused partition).
@@ -24,6 +40,26 @@ pub struct PlacedNode {
 
 /// The nodes each execution provider ran, by provider name (`CPUExecutionProvider`,
 /// `CUDAExecutionProvider`, `TensorrtExecutionProvider`), each node once.
+///
+/// # Example
+///
+/// ```
+/// use segtool_runtime::expert::NodePlacement;
+/// // ONNX Runtime's trace, as `OrtEngine::end_profiling` reads it (`OrtOptions::with_profiling`).
+/// let trace = r#"[
+///   {"cat": "Node", "name": "conv_kernel_time",
+///    "args": {"op_name": "Conv", "provider": "CUDAExecutionProvider"}},
+///   {"cat": "Node", "name": "shape_kernel_time",
+///    "args": {"op_name": "Shape", "provider": "CPUExecutionProvider"}}
+/// ]"#;
+/// let placement = NodePlacement::parse(trace)?;
+/// assert_eq!(placement.nodes("CUDAExecutionProvider").len(), 1);
+/// assert_eq!(
+///     placement.summary(),
+///     "CPUExecutionProvider: 1 node(s) (Shape 1); CUDAExecutionProvider: 1 node(s) (Conv 1)"
+/// );
+/// # Ok::<(), segtool_runtime::RuntimeError>(())
+/// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct NodePlacement {
     /// Provider name -> the nodes it ran, in first-run order.

@@ -53,6 +53,20 @@ pub enum Provider {
 }
 
 /// CUDA execution provider options, builder style.
+///
+/// # Example
+///
+/// ```
+/// use segtool_runtime::{CudaOptions, OrtOptions, Provider};
+/// // The second GPU, its arena capped at 4 GiB (a GPU shared with other processes).
+/// let cuda = CudaOptions::new(1).with_memory_limit(4 << 30);
+/// let options = OrtOptions::new().with_cuda(cuda.clone());
+/// assert_eq!(options.execution_providers[0].to_string(), "cuda:1");
+/// // The short form `cuda:1` is the same device with the default options.
+/// let short: Provider = "cuda:1".parse()?;
+/// assert_eq!(short.cuda_options(), Some(CudaOptions { memory_limit: None, ..cuda }));
+/// # Ok::<(), String>(())
+/// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CudaOptions {
     /// CUDA device ordinal.
@@ -92,6 +106,19 @@ impl CudaOptions {
 /// e.g. `image:1x3x512x512` (several inputs separated by commas). Left `None`, they are
 /// taken from the model's `segtool.trt_profile` metadata (written by `segtool export`
 /// for dynamic models) when the engine opens.
+///
+/// # Example
+///
+/// ```
+/// use segtool_runtime::{OrtOptions, Provider, TensorRtOptions};
+/// let trt = TensorRtOptions::new(0)
+///     .with_fp16(true)
+///     .with_engine_cache_dir("trt-cache") // building an engine takes minutes: keep it
+///     .with_timing_cache_dir("trt-cache")
+///     .with_profile_shapes("image:1x3x512x512", "image:4x3x512x1024", "image:8x3x1024x2048");
+/// assert_eq!(Provider::TensorRtWith(trt.clone()).to_string(), "tensorrt:0(fp16)");
+/// let options = OrtOptions::new().with_tensorrt(trt); // then CUDA, then the CPU
+/// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TensorRtOptions {
     /// CUDA device ordinal (TensorRT and the CUDA provider behind it).
@@ -233,6 +260,26 @@ pub use segtool_onnx::metadata::TRT_PROFILE_KEY;
 
 /// TensorRT optimisation-profile shapes in ONNX Runtime's syntax (`image:1x3x128x128`),
 /// from a model's [`TrtProfileHint`](segtool_onnx::TrtProfileHint).
+///
+/// # Example
+///
+/// ```
+/// use segtool_runtime::{TensorRtOptions, TrtProfile};
+/// // What `segtool export` records for a dynamic model (`OrtEngine::open` reads it) ...
+/// let hint = TrtProfile {
+///     min: "image:1x3x256x256".into(),
+///     opt: "image:1x3x512x1024".into(),
+///     max: "image:4x3x1024x2048".into(),
+/// };
+/// // ... fills the profile shapes the options leave open.
+/// let trt = TensorRtOptions {
+///     profile_opt_shapes: Some("image:1x3x720x1280".into()), // a 720p camera
+///     ..TensorRtOptions::new(0)
+/// }
+/// .with_profile_defaults(Some(&hint));
+/// assert_eq!(trt.profile_opt_shapes.as_deref(), Some("image:1x3x720x1280"));
+/// assert_eq!(trt.profile_max_shapes, Some(hint.max));
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TrtProfile {
     /// Smallest shape.

@@ -11,6 +11,21 @@ use serde_json::{json, Value};
 
 /// An image processor class segtool reads (`image_processor_type`, with or without the
 /// `Pil` suffix of its Pillow backend or the `Fast` suffix of transformers 4).
+///
+/// # Example
+///
+/// ```
+/// use segtool_runtime::card::huggingface::keys::Processor;
+/// // A folder's `image_processor_type`, transformers 4's name included.
+/// let (processor, pillow) = Processor::from_class("SegformerFeatureExtractor").ok_or("unknown")?;
+/// assert_eq!((processor, pillow), (Processor::Segformer, false));
+/// assert_eq!(processor.class(), "SegformerImageProcessor");
+/// assert!(!processor.mask_classification());
+/// // What a key the folder leaves out takes: the class's default.
+/// assert_eq!(processor.defaults()["size"]["height"], 512);
+/// assert_eq!(Processor::from_model_type("upernet"), Some(Processor::Segformer));
+/// # Ok::<(), &str>(())
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Processor {
     /// `SegformerImageProcessor` (SegFormer, UperNet).
@@ -202,6 +217,19 @@ impl Processor {
 }
 
 /// What a key does.
+///
+/// # Example
+///
+/// ```
+/// use segtool_runtime::card::huggingface::keys::{rule, KeyRule, Processor};
+/// assert_eq!(rule(Processor::Segformer, "image_mean"), KeyRule::Applied);
+/// assert!(matches!(rule(Processor::Segformer, "do_reduce_labels"), KeyRule::NoEffect(_)));
+/// // A refused key names the card field that would replace it.
+/// match rule(Processor::Beit, "crop_pct") {
+///     KeyRule::Refused(instead) => assert!(instead.starts_with("input.center_crop")),
+///     other => panic!("crop_pct is not followed, got {other:?}"),
+/// }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum KeyRule {
     /// It shapes the card.

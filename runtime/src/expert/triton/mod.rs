@@ -27,6 +27,26 @@ pub use config::config_pbtxt;
 pub use model_io::{model_io, ModelIo, TensorInfo};
 
 /// Repository settings, builder style.
+///
+/// # Example
+///
+/// ```
+/// use segtool_runtime::expert::triton::{config_pbtxt, ModelIo, TensorInfo, TritonOptions};
+/// // The graph's I/O, as `model_io("model.onnx")` reads it: dynamic batch, height, width.
+/// let tensor = |name: &str, channels| TensorInfo {
+///     name: name.into(),
+///     elem_type: 1, // float32
+///     dims: vec![None, Some(channels), None, None],
+///     dim_names: vec![None; 4],
+/// };
+/// let io = ModelIo { inputs: vec![tensor("image", 3)], outputs: vec![tensor("logits", 19)] };
+/// let options = TritonOptions::new().with_max_batch_size(4).with_gpus(vec![0, 1]);
+/// let (config, notes) = config_pbtxt("danet", &io, &options)?;
+/// assert!(config.contains("max_batch_size: 4") && config.contains("kind: KIND_GPU"));
+/// assert!(config.contains("preferred_batch_size: [ 2, 4 ]"));
+/// assert!(notes.is_empty()); // nothing had to be adjusted
+/// # Ok::<(), segtool_runtime::RuntimeError>(())
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TritonOptions {
     /// Folder name and `name:` of the model; the ONNX file's stem when `None`.
@@ -126,6 +146,22 @@ impl TritonOptions {
 }
 
 /// What [`write_repository`] wrote.
+///
+/// # Example
+///
+/// ```no_run
+/// use std::path::Path;
+/// use segtool_runtime::expert::triton::{write_repository, TritonOptions};
+/// let options = TritonOptions::new().with_model_name("danet").with_gpus(vec![0]);
+/// let report = write_repository(Path::new("model.onnx"), Path::new("models"), &options)?;
+/// println!("wrote {} and {}", report.config_path.display(), report.model_path.display());
+/// if report.max_batch_size == 0 {
+///     for note in &report.notes {
+///         eprintln!("note: {note}"); // e.g. a fixed batch dimension: no dynamic batching
+///     }
+/// }
+/// # Ok::<(), segtool_runtime::RuntimeError>(())
+/// ```
 #[derive(Clone, Debug)]
 pub struct TritonReport {
     /// The model's name in the repository (its folder name).
