@@ -14,7 +14,7 @@
 #   raw_frames         `WxH` lines and frames
 #   trt_cache          TensorRT cache texts in the layout `segtool calibrate` writes
 #   card_*             mmdeploy's pipeline.json and transformers' preprocessor_config.json +
-#                      config.json as those tools wrote them (tests/foreign_folders.rs's
+#                      config.json as those tools wrote them (tests/it/foreign_folders.rs's
 #                      fixtures under target/tmp, when present), and sidecar TOML cards
 #   capi               call programs (see fuzz/targets/capi.rs)
 #   cdr, mcap_bag      a rosbags-written bag (tests/reference/ros2_bags.py, 2 frames) and
@@ -36,8 +36,8 @@ tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 
 log "Rust-made seeds (small checkpoint, its export, test graphs)"
-(cd "$root" && SEGTOOL_FUZZ_SEEDS="$out" cargo test -q --test fuzz_regression -- \
-    --ignored --exact write_fuzz_seeds >&2)
+(cd "$root" && SEGTOOL_FUZZ_SEEDS="$out" cargo test -q --test it -- \
+    --ignored --exact fuzz_regression::write_fuzz_seeds >&2)
 if [ -f "$root/out/demo/danet_tiny.onnx" ]; then
     cp "$root/out/demo/danet_tiny.onnx" "$(seed_dir onnx)/"
     cp "$root/out/demo/danet_tiny.safetensors" "$(seed_dir safetensors)/"

@@ -9,7 +9,11 @@ output), then runs them JOBS at a time (SEGTOOL_TEST_JOBS, default: the CPU coun
 from its package's folder (cargo's working directory for tests), longest first by the
 previous run's times, one line per finished job:
 
-    [12/70] segtool-train tests/ddp.rs ... ok, 14 passed in 33.1 s | 5m10s elapsed, ~4m left
+    [12/70] segtool-train tests/ddp ... ok, 14 passed in 33.1 s | 5m10s elapsed, ~4m left
+
+Each package's integration tests are one binary (tests/it/main.rs: one link, not one per
+test file); each of its modules, a test file of its own before, is a job of its own, in a
+process of its own as cargo ran the files.
 
 The jobs besides the test binaries: the doctests (`cargo test --doc`) and the Python
 package (scripts/python_tests.sh test: the wheel, a fresh venv, mypy, pytest). Both run
@@ -74,16 +78,36 @@ def test_binaries():
             tail = package.split("#", 1)[1]
             name = tail.split("@")[0] if "@" in tail else name
         kind = target["kind"][0]
+        cwd = os.path.dirname(msg["manifest_path"])
+        group = name if name in SHARED_FIXTURES else None
+        if kind == "test" and target["name"] == "it":
+            found += module_jobs(name, msg["executable"], cwd, group)
+            continue
         found.append(Job(
             f"{name}/{kind}/{target['name']}",
             f"{name} {'unit tests' if kind == 'lib' else kind + ' ' + target['name']}",
             [msg["executable"]],
-            os.path.dirname(msg["manifest_path"]),
-            group=name if name in SHARED_FIXTURES else None,
+            cwd,
+            group=group,
         ))
     if proc.wait() != 0:
         sys.exit(f"cargo test --no-run failed (exit {proc.returncode})")
     return found
+
+
+def module_jobs(package, exe, cwd, group):
+    """A Job per module of a package's integration-test binary (tests/it/main.rs): each
+    module was a test file of its own, and runs in a process of its own, as then."""
+    listed = subprocess.run([exe, "--list", "--format", "terse"], cwd=cwd, check=True,
+                            stdout=subprocess.PIPE, text=True).stdout
+    modules = {}
+    for line in listed.splitlines():
+        if line.endswith(": test"):
+            name = line[: -len(": test")]
+            modules.setdefault(name.split("::", 1)[0], []).append(name)
+    return [Job(f"{package}/test/{module}", f"{package} tests/{module}",
+                [exe, "--exact", *names], cwd, group=group)
+            for module, names in sorted(modules.items())]
 
 
 def summary_of(output):

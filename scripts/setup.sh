@@ -146,7 +146,7 @@ fi
 
 # --- Telemetry test tools (issue 16; own stamp: editing the list keeps the venv) -------
 # requirements-telemetry.txt: the `tensorboard` package, whose event reader checks the
-# event files a run writes (train/tests/tensorboard.rs).
+# event files a run writes (train/tests/it/tensorboard.rs).
 pip_stamped telemetry requirements-telemetry.txt "4/4 tensorboard, the event-file reader the tests use (pip; about 15 s)"
 # --- foreign-model references: torchvision, transformers, mmdeploy, rapidocr (--no-deps keeps torch) ---
 pip_stamped models requirements-models.txt "torchvision, transformers, mmdeploy, rapidocr: the foreign-model tests' references (pip; about 40 s)" --no-deps
@@ -170,7 +170,7 @@ if [ "${SEGTOOL_BENCH:-0}" = 1 ]; then
     fi
 fi
 # SEGTOOL_BROWSER=1: Debian's chromium for the report page's headless-browser test
-# (tests/report.rs runs the set-up so itself when no chromium is on PATH).
+# (tests/it/report.rs runs the set-up so itself when no chromium is on PATH).
 if [ "${SEGTOOL_BROWSER:-0}" = 1 ] && ! command -v chromium >/dev/null 2>&1; then
     begin "chromium for the report page's browser test (apt; about 1 min)"
     sudo_cmd=""

@@ -4,9 +4,9 @@
 //! `segtool_runtime::Segmenter`.
 //!
 //! The header is generated from this crate by cbindgen (`capi/cbindgen.toml`), which
-//! follows the `mod` declarations below in order; the test `tests/header.rs` fails when
+//! follows the `mod` declarations below in order; the test `tests/it/header.rs` fails when
 //! the checked-in copy is stale and rewrites it with
-//! `SEGTOOL_BLESS=1 cargo test -p segtool-capi --test header`.
+//! `SEGTOOL_BLESS=1 cargo test -p segtool-capi --test it -- header::`.
 //!
 //! # Conventions
 //!

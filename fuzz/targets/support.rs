@@ -1,7 +1,7 @@
 //! What the fuzz targets share: a scratch folder per process and thread (for entry points
 //! that take a path), the small models some targets open, a byte reader to carve fuzz
 //! input into arguments, and the regression replay the stable tests run
-//! (tests/fuzz_regression.rs, ros2/tests/fuzz_regression.rs, capi/tests/fuzz_regression.rs
+//! (tests/it/fuzz_regression.rs, ros2/tests/it/fuzz_regression.rs, capi/tests/it/fuzz_regression.rs
 //! include this file and the targets' files with `#[path]`).
 //!
 //! Std only (plus the workspace crates every including package has): the regression tests

@@ -33,7 +33,7 @@
 //!   (else the cache was ignored). Each profile shows every computing node on
 //!   TensorrtExecutionProvider.
 //!
-//! Skip or fail (verdict.rs, unit-tested on any machine by tests/gpu_verdicts.rs): a check
+//! Skip or fail (verdict.rs, unit-tested on any machine by tests/it/gpu_verdicts.rs): a check
 //! is SKIPPED only when its capability is absent: no CUDA device, or an ONNX Runtime
 //! provider that does not register on a trivial model. Once present, every error is
 //! FAILED: a TensorRT parser or engine-build failure, out of memory, a failed run.
@@ -42,7 +42,7 @@
 //! - `infer_devices_all_gpus`: `segtool infer --devices 0,..,N-1 --strict` uses every GPU
 //!   and gives the labels of a CPU run (agreement >= 99.5%).
 
-#[path = "../common/mod.rs"]
+#[path = "../it/common/mod.rs"]
 mod common;
 
 use std::path::{Path, PathBuf};

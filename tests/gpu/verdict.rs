@@ -1,5 +1,5 @@
 //! The GPU tier's decisions, free of any GPU so that `make test` checks them
-//! (tests/gpu_verdicts.rs): a check is SKIPPED only where its capability is absent (no
+//! (tests/it/gpu_verdicts.rs): a check is SKIPPED only where its capability is absent (no
 //! CUDA device visible, or the provider does not register on a trivial model, the way
 //! `segtool doctor` probes it). Once the capability is present, every error, panic, or
 //! failed open of the real model is FAILED.

@@ -1,4 +1,4 @@
-"""Writes the PyTorch checkpoints tests/hostile_inputs.rs mutates, and hand-made hostile
+"""Writes the PyTorch checkpoints tests/it/hostile_inputs.rs mutates, and hand-made hostile
 ones, into the folder given as argv[1]:
 
 - zip.pth, legacy.pth: a training checkpoint ({'state_dict': OrderedDict, 'epoch',

@@ -1,5 +1,5 @@
 """mmsegmentation's train-pipeline arithmetic on fixed inputs, the reference for segtool's
-mmseg augmentation (train/tests/mmseg_augment.rs). Shares no code with segtool.
+mmseg augmentation (train/tests/it/mmseg_augment.rs). Shares no code with segtool.
 
 Usage: mmseg_augment_ref.py OUT.safetensors
 

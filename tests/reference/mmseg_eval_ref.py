@@ -1,4 +1,4 @@
-"""mmsegmentation 1.2.2's own test loop on its own DANet, for tests/mmseg_eval.rs.
+"""mmsegmentation 1.2.2's own test loop on its own DANet, for tests/it/mmseg_eval.rs.
 
 Builds a small registry EncoderDecoder (ResNetV1c-50 at width 16, DAHead, FCNHead aux; BN
 statistics recalibrated so logits are O(1-10): tests/reference/mmseg_ref.py), saves it in mmseg's

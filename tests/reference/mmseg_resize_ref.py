@@ -1,5 +1,5 @@
 """mmsegmentation's test-time geometry, from mmseg/mmcv/cv2 themselves, for
-model-spec/tests/mmseg_reference.rs:
+model-spec/tests/it/mmseg_reference.rs:
 
 - uint8 resizes: cv2.resize(img, (w, h), interpolation=cv2.INTER_LINEAR) on random
   RGB images, random sizes and scales (up, down, exact 2x, integer factors, one-pixel

@@ -1,5 +1,5 @@
 """One training step of mmsegmentation's own DANet, the reference segtool's mmseg presets
-are checked against (train/tests/mmseg_train_parity.rs). Shares no code with segtool.
+are checked against (train/tests/it/mmseg_train_parity.rs). Shares no code with segtool.
 
 Usage: mmseg_train_step.py CONFIG OUT_DIR [--depth 50] [--size 64] [--batch 2] [--seed 0]
                            [--quick]

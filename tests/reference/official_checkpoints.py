@@ -1,4 +1,4 @@
-"""Writes DANet checkpoints in the official format, for tests/import_official.rs: what
+"""Writes DANet checkpoints in the official format, for tests/it/import_official.rs: what
 DANet v0.5.0's training writes (a `.pth.tar` with `epoch`, `state_dict`, `optimizer`,
 `best_pred`; DataParallel's `module.` prefixes; parameter names `pretrained.*` and
 `head.*`; the ResNet's unused `pretrained.fc.*` classifier). The model is the independent

@@ -1,5 +1,5 @@
 """OpenVINO's own Python API on an ONNX file: the reference of segtool's OpenVINO engine
-(tests/parity.rs). Compiles the model for the CPU with the same properties segtool sets,
+(tests/it/parity.rs). Compiles the model for the CPU with the same properties segtool sets,
 runs one float32 NCHW batch, and writes the output (raw float32) and a JSON file with its
 shape, the inference precision the compiled model reports and each node's runtime
 precision (the runtime model's rt_info, which segtool reads through the C API's

@@ -1,4 +1,4 @@
-"""Writes PyTorch-made checkpoints for train/tests/import_pytorch.rs, the way users get
+"""Writes PyTorch-made checkpoints for train/tests/it/import_pytorch.rs, the way users get
 them: torch.save of a state dict (zip and legacy formats), a DataParallel training
 checkpoint, safetensors.torch.save_file, a torchvision-named ImageNet ResNet, and broken
 files. The model is the independent reference DANet (danet_ref.py), never segtool.

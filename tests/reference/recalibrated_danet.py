@@ -1,4 +1,4 @@
-"""A well-conditioned DANet on real frames, for label-agreement floors (tests/parity.rs).
+"""A well-conditioned DANet on real frames, for label-agreement floors (tests/it/parity.rs).
 
 The PyTorch reference DANet (danet_ref.py; bench/bench_models.py's random weights),
 output stride 8, 19 classes, with its BN statistics recalibrated on real frames: train

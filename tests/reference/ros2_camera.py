@@ -1,5 +1,5 @@
 """A ROS 2 camera and mask viewer played by Eclipse Cyclone DDS (PyPI `cyclonedds`, the DDS
-behind ROS 2's rmw_cyclonedds), no ROS 2 install: the peer of ros2/tests/live.rs.
+behind ROS 2's rmw_cyclonedds), no ROS 2 install: the peer of ros2/tests/it/live.rs.
 
     python ros2_camera.py --out DIR --domain D --topic /cam/image_raw --masks /seg/class_mask
         [--frames N] [--size WxH] [--rate HZ] [--compressed] [--bad] [--reliable]

@@ -1,5 +1,5 @@
 """A ROS 2 parameter client over Cyclone DDS, without ROS 2: the check of the node's six
-`rcl_interfaces` services and `/parameter_events` (ros2/tests/live.rs).
+`rcl_interfaces` services and `/parameter_events` (ros2/tests/it/live.rs).
 
     python ros2_params.py --domain D --node /seg/segmenter
 

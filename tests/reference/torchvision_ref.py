@@ -1,6 +1,6 @@
 """torchvision's segmentation models as their users export them, and the masks
 onnxruntime-Python gives with torchvision's own preprocessing: the reference of
-tests/foreign_models.rs.
+tests/it/foreign_models.rs.
 
     python torchvision_ref.py --out DIR
 

@@ -1,0 +1,248 @@
+//! The C API called from Rust, in-process: error reporting per thread, results equal to
+//! `Segmenter`'s, concurrent use of one segmenter. tract only (ONNX Runtime is loaded
+//! once per process; tests/it/c_api.rs covers it in a child process).
+
+use std::ffi::{CStr, CString};
+use std::ptr;
+
+use image::{Rgb, RgbImage};
+use segtool::*;
+use segtool_runtime::{EngineKind, Segmenter};
+use segtool_testkit::{tiny_model_bytes, tiny_spec};
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    path: CString,
+    seg: *mut segtool_segmenter,
+}
+
+// The handle is documented as usable from any thread.
+unsafe impl Send for Fixture {}
+unsafe impl Sync for Fixture {}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        unsafe { segtool_close(self.seg) };
+    }
+}
+
+fn open_tract() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.onnx");
+    let w = [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]];
+    std::fs::write(&path, tiny_model_bytes(&tiny_spec(3), &w, &[0.0; 3])).unwrap();
+    let path = CString::new(path.to_str().unwrap()).unwrap();
+    let mut opts = segtool_options_default();
+    opts.engine = SEGTOOL_ENGINE_TRACT;
+    let mut seg = ptr::null_mut();
+    let st = unsafe { segtool_open(path.as_ptr(), &opts, &mut seg) };
+    assert_eq!(st, segtool_status::SEGTOOL_OK, "{}", last_error());
+    Fixture {
+        _dir: dir,
+        path,
+        seg,
+    }
+}
+
+fn last_error() -> String {
+    unsafe { CStr::from_ptr(segtool_last_error()) }
+        .to_str()
+        .unwrap()
+        .to_owned()
+}
+
+fn image() -> RgbImage {
+    RgbImage::from_fn(6, 4, |x, y| {
+        Rgb([(x * 40) as u8, (y * 60) as u8, ((x + y) * 25) as u8])
+    })
+}
+
+/// Runs the C API on `img` with rows padded to `stride` bytes.
+fn segment(seg: *mut segtool_segmenter, img: &RgbImage, stride: u32) -> Vec<u8> {
+    let (w, h) = img.dimensions();
+    let row = w as usize * 3;
+    let stride_len = if stride == 0 { row } else { stride as usize };
+    let mut buf = vec![0x5Au8; stride_len * h as usize];
+    for y in 0..h as usize {
+        buf[y * stride_len..y * stride_len + row]
+            .copy_from_slice(&img.as_raw()[y * row..(y + 1) * row]);
+    }
+    let mut res = ptr::null_mut();
+    let st = unsafe { segtool_segment(seg, buf.as_ptr(), w, h, stride, &mut res) };
+    assert_eq!(st, segtool_status::SEGTOOL_OK, "{}", last_error());
+    unsafe {
+        assert_eq!(
+            (segtool_result_width(res), segtool_result_height(res)),
+            (w, h)
+        );
+        let map =
+            std::slice::from_raw_parts(segtool_result_class_map(res), (w * h) as usize).to_vec();
+        segtool_result_free(res);
+        map
+    }
+}
+
+#[test]
+fn results_equal_segmenter_for_packed_and_padded_rows() {
+    let f = open_tract();
+    let img = image();
+    let path = f.path.to_str().unwrap();
+    let expected: Vec<u8> = Segmenter::builder(path)
+        .engine(EngineKind::Tract)
+        .open()
+        .unwrap()
+        .segment(&img)
+        .unwrap()
+        .mask
+        .iter()
+        .copied()
+        .collect();
+    assert_eq!(segment(f.seg, &img, 0), expected);
+    assert_eq!(segment(f.seg, &img, 6 * 3), expected);
+    assert_eq!(segment(f.seg, &img, 6 * 3 + 7), expected);
+    assert!(
+        expected.iter().any(|&c| c != expected[0]),
+        "a non-trivial map"
+    );
+}
+
+#[test]
+fn model_information() {
+    let f = open_tract();
+    unsafe {
+        assert_eq!(segtool_num_classes(f.seg), 3);
+        assert_eq!(
+            CStr::from_ptr(segtool_class_name(f.seg, 2)).to_str(),
+            Ok("c2")
+        );
+        let mut rgb = [9u8; 3];
+        assert_eq!(
+            segtool_palette(f.seg, 2, rgb.as_mut_ptr()),
+            segtool_status::SEGTOOL_OK
+        );
+        assert_eq!(rgb, tiny_spec(3).palette[2]);
+        assert_eq!(CStr::from_ptr(segtool_provider(f.seg)).to_str(), Ok("cpu"));
+        assert_eq!(
+            CStr::from_ptr(segtool_engine_name(f.seg)).to_str(),
+            Ok("tract")
+        );
+        assert!(segtool_fallback_reason(f.seg).is_null());
+        assert_eq!(
+            CStr::from_ptr(segtool_version()).to_str(),
+            Ok(env!("CARGO_PKG_VERSION"))
+        );
+    }
+}
+
+#[test]
+fn last_error_is_per_thread_and_cleared_by_the_next_call() {
+    let missing = CString::new("/nowhere/absent.onnx").unwrap();
+    let mut seg = ptr::null_mut();
+    let st = unsafe { segtool_open(missing.as_ptr(), ptr::null(), &mut seg) };
+    assert_eq!(st, segtool_status::SEGTOOL_ERR_MODEL_NOT_FOUND);
+    assert!(seg.is_null());
+    assert!(
+        last_error().contains("/nowhere/absent.onnx"),
+        "{}",
+        last_error()
+    );
+    // Another thread has its own (empty) message.
+    let other = std::thread::spawn(last_error).join().unwrap();
+    assert_eq!(other, "");
+    // Still there on this thread, until the next call.
+    assert!(last_error().contains("absent.onnx"));
+    assert_eq!(unsafe { segtool_num_classes(ptr::null()) }, 0);
+    assert!(
+        last_error().contains("segmenter must not be NULL"),
+        "{}",
+        last_error()
+    );
+    unsafe { segtool_close(ptr::null_mut()) };
+    assert_eq!(last_error(), "");
+}
+
+#[test]
+fn bad_option_strings_are_errors() {
+    let f = open_tract();
+    let mut opts = segtool_options_default();
+    opts.engine = SEGTOOL_ENGINE_TRACT;
+    let bad_utf8 = [0xffu8, 0xfe, 0];
+    opts.providers = bad_utf8.as_ptr().cast();
+    let mut seg = ptr::null_mut();
+    let st = unsafe { segtool_open(f.path.as_ptr(), &opts, &mut seg) };
+    assert_eq!(st, segtool_status::SEGTOOL_ERR_INVALID_ARGUMENT);
+    assert!(last_error().contains("UTF-8"), "{}", last_error());
+    // Non-strict: tract ignores a GPU request but says so through the provider.
+    let cuda = CString::new(" cuda:0 , cpu ").unwrap();
+    opts.providers = cuda.as_ptr();
+    let st = unsafe { segtool_open(f.path.as_ptr(), &opts, &mut seg) };
+    assert_eq!(st, segtool_status::SEGTOOL_OK, "{}", last_error());
+    assert_eq!(
+        unsafe { CStr::from_ptr(segtool_provider(seg)) }.to_str(),
+        Ok("cpu")
+    );
+    unsafe { segtool_close(seg) };
+    opts.strict = true;
+    let st = unsafe { segtool_open(f.path.as_ptr(), &opts, &mut seg) };
+    assert_eq!(st, segtool_status::SEGTOOL_ERR_PROVIDER_UNAVAILABLE);
+    assert!(last_error().contains("cuda:0"), "{}", last_error());
+}
+
+#[test]
+fn one_segmenter_shared_by_threads() {
+    let f = open_tract();
+    let img = image();
+    let expected = segment(f.seg, &img, 0);
+    let f = &f;
+    std::thread::scope(|s| {
+        let workers: Vec<_> = (0..4)
+            .map(|i| {
+                let img = img.clone();
+                s.spawn(move || {
+                    for _ in 0..3 {
+                        assert_eq!(segment(f.seg, &img, 18 + i), segment(f.seg, &img, 0));
+                        assert_eq!(unsafe { segtool_num_classes(f.seg) }, 3);
+                    }
+                    segment(f.seg, &img, 0)
+                })
+            })
+            .collect();
+        for w in workers {
+            assert_eq!(w.join().unwrap(), expected);
+        }
+    });
+}
+
+/// A Hugging Face folder written by transformers' own `save_pretrained`
+/// (tests/reference/hf_processors_ref.py): Mask2Former's mask-classification head, opened
+/// by folder through `segtool_open`, with class maps equal to `Segmenter`'s on the same
+/// folder. Needs the project venv's python (`SEGTOOL_PYTHON`); skipped with a message
+/// without it.
+#[test]
+fn a_hugging_face_mask_classification_folder_opens_by_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(folder) = segtool_testkit::hugging_face_folder("mask2former", dir.path()) else {
+        return;
+    };
+    let path = CString::new(folder.to_str().unwrap()).unwrap();
+    let mut opts = segtool_options_default();
+    opts.engine = SEGTOOL_ENGINE_TRACT;
+    opts.threads = 1;
+    let mut seg = ptr::null_mut();
+    let st = unsafe { segtool_open(path.as_ptr(), &opts, &mut seg) };
+    assert_eq!(st, segtool_status::SEGTOOL_OK, "{}", last_error());
+    assert_eq!(unsafe { segtool_num_classes(seg) }, 6);
+    let mut rust = Segmenter::builder(&folder)
+        .engine(segtool_runtime::EngineKind::Tract)
+        .threads(1)
+        .open()
+        .unwrap();
+    for name in ["wide", "small"] {
+        let img = image::open(dir.path().join(format!("images/{name}.png")))
+            .unwrap()
+            .to_rgb8();
+        let expected: Vec<u8> = rust.segment(&img).unwrap().mask.iter().copied().collect();
+        assert_eq!(segment(seg, &img, 0), expected, "{name}");
+    }
+    unsafe { segtool_close(seg) };
+}
