@@ -290,6 +290,8 @@ pub fn auto_calibrate(
     auto: &AutoOptions,
 ) -> Result<AutoResult, CalibrationError> {
     stages::check_inputs(calib_images, val_images, auto)?;
+    // Weights written as Constant nodes are weights too (qdq::constants).
+    let model = &*qdq::with_constants_as_initializers(model);
     let feed = Feed::of_model(model, calib.card.as_ref())?;
     let fp32 = model.encode_to_vec();
     let val_images = &val_images[..val_images.len().min(auto.val_samples.max(1))];

@@ -82,6 +82,14 @@ impl Feed {
         }
     }
 
+    /// The card's `(input, output)` names (`None`: the graph's first of each).
+    pub fn io_names(&self) -> Option<(&str, &str)> {
+        match self {
+            Feed::Spec(_) => None,
+            Feed::Card(card) => Some((&card.input.name, &card.output.name)),
+        }
+    }
+
     /// The graph output the decision is read from (`None`: the graph's first).
     pub fn output(&self) -> Option<&str> {
         match self {

@@ -29,11 +29,13 @@ use segtool_onnx::proto::{ModelProto, NodeProto, TensorProto};
 
 use crate::CalibrationError;
 
+mod constants;
 mod layout;
 mod plan;
 mod quantise;
 mod rewrite;
 
+pub use constants::{constants_as_initializers, with_constants_as_initializers};
 pub use layout::Layout;
 pub use plan::{graph, plan, Plan, FLOAT_ONLY};
 pub use quantise::{quantise_bias, quantise_weights, scale_of, WeightRange};

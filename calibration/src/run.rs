@@ -151,9 +151,19 @@ pub fn calibrate(
             opts.percentile
         )));
     }
+    // Weights written as Constant nodes are weights too (qdq::constants).
+    let model = &*qdq::with_constants_as_initializers(model);
     let feed = Feed::of_model(model, opts.card.as_ref())?;
     let images = &images[..images.len().min(opts.samples)];
     let plan = qdq::plan(model, &opts.keep_float, opts.layout)?;
+    if plan.nodes.is_empty() && opts.keep_float.is_empty() {
+        // An "INT8" file that is the float one would look like a success.
+        return Err(CalibrationError::Model(
+            "no layer can be quantised: the graph has no Conv with constant weights and no \
+             MatMul or Add of activations outside attention"
+                .into(),
+        ));
+    }
     let stats = collect_stats(
         model,
         &plan.activations,

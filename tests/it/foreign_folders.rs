@@ -170,6 +170,8 @@ fn rapidocr_text_detector_with_a_card_matches_rapidocr_and_calibrates_through_it
         "--quiet",
     ]));
     assert!(text.contains("wrote"), "{text}");
+    // Its weights are Constant nodes (Paddle2ONNX): quantised all the same.
+    assert!(text.contains("62 weights per tensor"), "{text}");
     let out = dir.join("out-int8");
     common::ok(segtool(&[
         "infer",

@@ -50,13 +50,13 @@ pub(super) enum MixSession {
 }
 
 impl MixSession {
-    /// Opens `model` in `engine`; `output` names the scores to read (a card's), `threads`
-    /// is the calibration's thread count.
+    /// Opens `model` in `engine`; `io_names` names the input to feed and the scores to
+    /// read (a card's), `threads` is the calibration's thread count.
     pub(super) fn open(
         engine: &MixEngine,
         model: &[u8],
         threads: Option<usize>,
-        output: Option<&str>,
+        io_names: Option<(&str, &str)>,
     ) -> Result<Self, CalibrationError> {
         match engine {
             MixEngine::OrtCpu => Ok(Self::Ort(OrtModel::new(model, threads)?)),
@@ -64,16 +64,7 @@ impl MixSession {
                 let file = temporary_model(model)?;
                 let mut options = options.clone();
                 options.threads = options.threads.or(threads);
-                if let Some(output) = output {
-                    let io = segtool_onnx::read_io(&file)
-                        .map_err(|e| CalibrationError::Model(e.to_string()))?;
-                    let input = io
-                        .inputs
-                        .first()
-                        .map(|t| t.name.clone())
-                        .unwrap_or_default();
-                    options.io_names = Some((input, output.to_string()));
-                }
+                options.io_names = io_names.map(|(i, o)| (i.to_string(), o.to_string()));
                 let engine = OpenVinoEngine::open(&file, &options)?;
                 Ok(Self::OpenVino {
                     engine: Box::new(engine),

@@ -102,7 +102,8 @@ impl Evaluator {
 
     fn predict(&self, model: &[u8]) -> Result<(Vec<Vec<u8>>, Option<f64>), CalibrationError> {
         let output = self.feed.output();
-        let mut session = MixSession::open(&self.engine, model, self.threads, output)?;
+        let mut session =
+            MixSession::open(&self.engine, model, self.threads, self.feed.io_names())?;
         let mut out = Vec::with_capacity(self.inputs.len());
         let mut cm = ConfusionMatrix::new(self.classes);
         for (i, x) in self.inputs.iter().enumerate() {
