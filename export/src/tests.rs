@@ -9,7 +9,7 @@ use safetensors::{Dtype, SafeTensors};
 use segtool_spec::{BackboneSpec, ModelSpec, SPEC_METADATA_KEY};
 
 use crate::proto::tensor_shape_proto::dimension::Value as DimValue;
-use crate::proto::{type_proto, DataType, ModelProto, ValueInfoProto};
+use crate::proto::{type_proto, DataType, GraphProto, ModelProto, ValueInfoProto};
 use crate::testutil::{export_decoded, random_entries, serialize, spec_with, Entries};
 use crate::{export_onnx, export_onnx_bytes, ExportError, ExportOptions};
 
@@ -81,8 +81,13 @@ fn tiny_model_interface_and_well_formedness() {
     assert_eq!(report.initializers, g.initializer.len());
     assert_eq!(report.spec, spec);
 
-    // Topological order: every input is the graph input, an initializer, an earlier
-    // node's output, or "" (an omitted optional input). Every value is defined once.
+    assert_defined_once_in_order(&g);
+    assert_only_needed_ops_and_no_static_sizes(&g);
+}
+
+/// Topological order: every input is the graph input, an initializer, an earlier node's
+/// output, or "" (an omitted optional input). Every value is defined once.
+fn assert_defined_once_in_order(g: &GraphProto) {
     let mut defined: HashSet<String> = HashSet::from(["image".to_string()]);
     for t in &g.initializer {
         assert!(
@@ -118,7 +123,10 @@ fn tiny_model_interface_and_well_formedness() {
         }
     }
     assert!(defined.contains("logits"));
-    // Only the ops the maths needs; BN is folded and dropout is gone.
+}
+
+/// Only the ops the maths needs (BN is folded and dropout is gone), and no static sizes.
+fn assert_only_needed_ops_and_no_static_sizes(g: &GraphProto) {
     let allowed = [
         "Conv",
         "Relu",

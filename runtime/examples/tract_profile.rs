@@ -87,7 +87,18 @@ fn main() -> TractResult<()> {
             memory()
         );
     }
-    let model = plan.model();
+    report(plan.model(), per_node, &peak_raised, runs);
+    Ok(())
+}
+
+/// Per run: time by op kind (top 20), the nodes that raised the peak memory on the first
+/// run, and every node by time.
+fn report(
+    model: &TypedModel,
+    per_node: HashMap<usize, Duration>,
+    peak_raised: &[(usize, u64, u64)],
+    runs: usize,
+) {
     let total: Duration = per_node.values().sum();
     let mut by_op: HashMap<String, (Duration, usize)> = HashMap::new();
     for (&id, &d) in &per_node {
@@ -111,7 +122,7 @@ fn main() -> TractResult<()> {
         );
     }
     println!("\nnodes that raised the peak on the first run (MiB before -> after):");
-    for (id, before, after) in &peak_raised {
+    for (id, before, after) in peak_raised {
         if after - before >= 16 {
             let node = model.node(*id);
             println!(
@@ -139,7 +150,6 @@ fn main() -> TractResult<()> {
             facts.join(", ")
         );
     }
-    Ok(())
 }
 
 /// Resident and peak resident memory of this process (Linux), e.g. `rss 812 MiB, peak 1.9 GiB`.

@@ -6,6 +6,7 @@ use crate::common;
 
 use common::{p, segtool};
 
+use std::path::{Path, PathBuf};
 use std::process::Output;
 
 fn assert_fails_naming(out: &Output, needles: &[&str]) {
@@ -38,8 +39,17 @@ fn train_export_infer_and_bad_inputs() {
         String::from_utf8_lossy(&ok.stderr)
     );
     let run_dir = d.join("run");
-    let dataset = format!("data.dataset={}", p(&data));
-    let out_dir = format!("out_dir={}", p(&run_dir));
+    train_stop_and_resume(&data, &run_dir);
+    let ckpt = run_dir.join("last.safetensors");
+    let onnx = export_and_infer(d, &ckpt, &data);
+    bad_inputs_name_their_file(d, &ckpt, &onnx, &data);
+}
+
+/// Two iterations of `segtool train`, stopped after one and resumed: the run folder's
+/// files, and metrics for both iterations.
+fn train_stop_and_resume(data: &Path, run_dir: &Path) {
+    let dataset = format!("data.dataset={}", p(data));
+    let out_dir = format!("out_dir={}", p(run_dir));
     let train = |extra: &[&str]| {
         let mut args = vec!["train", "--set", &dataset, "--set", &out_dir];
         for set in [
@@ -62,7 +72,7 @@ fn train_export_infer_and_bad_inputs() {
         "{}",
         String::from_utf8_lossy(&ok.stderr)
     );
-    let ok = segtool(&["train", "--resume", p(&run_dir)]);
+    let ok = segtool(&["train", "--resume", p(run_dir)]);
     assert!(
         ok.status.success(),
         "{}",
@@ -87,9 +97,12 @@ fn train_export_infer_and_bad_inputs() {
         .map(|r| r["iteration"].as_u64().unwrap())
         .collect();
     assert_eq!(iterations, [1, 2]);
-    let ckpt = run_dir.join("last.safetensors");
+}
+
+/// The checkpoint exported and run in ONNX Runtime and tract; returns the export.
+fn export_and_infer(d: &Path, ckpt: &Path, data: &Path) -> PathBuf {
     let onnx = d.join("m.onnx");
-    let ok = segtool(&["export", "--checkpoint", p(&ckpt), "--onnx", p(&onnx)]);
+    let ok = segtool(&["export", "--checkpoint", p(ckpt), "--onnx", p(&onnx)]);
     assert!(
         ok.status.success(),
         "{}",
@@ -118,6 +131,13 @@ fn train_export_infer_and_bad_inputs() {
         out.join("4294967296_mask.png").is_file() && out.join("4294967296_overlay.png").is_file()
     );
 
+    onnx
+}
+
+/// A missing checkpoint, a corrupt image, a truncated ONNX file and a truncated
+/// checkpoint: each an error naming the file, and nothing written.
+fn bad_inputs_name_their_file(d: &Path, ckpt: &Path, onnx: &Path, data: &Path) {
+    let out = d.join("pred");
     // Missing checkpoint.
     let missing = d.join("missing.safetensors");
     assert_fails_naming(
@@ -143,7 +163,7 @@ fn train_export_infer_and_bad_inputs() {
         &segtool(&[
             "infer",
             "--model",
-            p(&onnx),
+            p(onnx),
             "--input",
             p(&corrupt),
             "--engine",
@@ -155,7 +175,7 @@ fn train_export_infer_and_bad_inputs() {
     );
 
     // Truncated ONNX, with both engines.
-    let bytes = std::fs::read(&onnx).unwrap();
+    let bytes = std::fs::read(onnx).unwrap();
     let truncated = d.join("truncated.onnx");
     std::fs::write(&truncated, &bytes[..bytes.len() / 3]).unwrap();
     for engine in ["ort", "tract"] {
@@ -177,7 +197,7 @@ fn train_export_infer_and_bad_inputs() {
     }
 
     // Truncated checkpoint: export fails and writes nothing.
-    let bytes = std::fs::read(&ckpt).unwrap();
+    let bytes = std::fs::read(ckpt).unwrap();
     let truncated_ckpt = d.join("truncated.safetensors");
     std::fs::write(&truncated_ckpt, &bytes[..bytes.len() - 100]).unwrap();
     assert_fails_naming(
@@ -383,6 +403,9 @@ fn model_options_are_flags_of_the_same_names() {
             continue;
         }
         let flag = format!("--{}", name.replace('_', "-"));
-        assert!(help.contains(&flag), "`segtool infer` has no {flag}:\n{help}");
+        assert!(
+            help.contains(&flag),
+            "`segtool infer` has no {flag}:\n{help}"
+        );
     }
 }

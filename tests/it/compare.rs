@@ -5,6 +5,8 @@
 
 use crate::common;
 
+use std::path::Path;
+
 use common::{p, segtool};
 
 use std::process::Output;
@@ -52,14 +54,20 @@ fn compare_per_layer_tables() {
     ]));
     let images = data.join("images/train");
 
-    // Two fp32 targets: every shared layer within 1e-4, in graph order.
+    two_fp32_targets_agree(d, &legacy, &ort, &images);
+    fp16_is_compared_through_a_cast(d, &legacy, &fp16, &images);
+    int8_names_its_first_layer_past_the_snr(d, &legacy, &images);
+}
+
+/// Two fp32 targets: every shared layer within 1e-4, in graph order.
+fn two_fp32_targets_agree(d: &Path, legacy: &Path, ort: &Path, images: &Path) {
     let j = d.join("targets.json");
     let out = ok(segtool(&[
         "compare",
-        p(&legacy),
-        p(&ort),
+        p(legacy),
+        p(ort),
         "--images",
-        p(&images),
+        p(images),
         "--samples",
         "2",
         "--json",
@@ -80,15 +88,17 @@ fn compare_per_layer_tables() {
     for l in layers {
         assert!(l["max_abs_diff"].as_f64().unwrap() <= 1e-4, "{l}");
     }
+}
 
-    // fp32 vs fp16 with fp32 islands: FLOAT16 tensors are compared through a Cast.
+/// fp32 vs fp16 with fp32 islands: FLOAT16 tensors are compared through a Cast.
+fn fp16_is_compared_through_a_cast(d: &Path, legacy: &Path, fp16: &Path, images: &Path) {
     let j = d.join("fp16.json");
     ok(segtool(&[
         "compare",
-        p(&legacy),
-        p(&fp16),
+        p(legacy),
+        p(fp16),
         "--images",
-        p(&images),
+        p(images),
         "--samples",
         "2",
         "--json",
@@ -101,15 +111,18 @@ fn compare_per_layer_tables() {
         .any(|l| l["name"] == "pretrained.layer1.0.conv1"));
     assert!(layers.iter().any(|l| l["name"] == "head.conv8.1"));
     assert_eq!(v["first_past_tolerance"], layers[0]["name"]);
+}
 
-    // fp32 vs INT8: the SNR tolerance names a layer, and the worst layers are listed.
+/// fp32 vs INT8: the SNR tolerance names a layer, the worst layers are listed, and
+/// OpenVINO's precisions are reported.
+fn int8_names_its_first_layer_past_the_snr(d: &Path, legacy: &Path, images: &Path) {
     let int8 = d.join("int8.onnx");
     ok(segtool(&[
         "calibrate",
         "--model",
-        p(&legacy),
+        p(legacy),
         "--images",
-        p(&images),
+        p(images),
         "--samples",
         "4",
         "--latency-runs",
@@ -121,10 +134,10 @@ fn compare_per_layer_tables() {
     let j = d.join("int8.json");
     let out = ok(segtool(&[
         "compare",
-        p(&legacy),
+        p(legacy),
         p(&int8),
         "--images",
-        p(&images),
+        p(images),
         "--samples",
         "2",
         "--min-snr",

@@ -39,7 +39,6 @@ fn no_nvidia_driver() -> bool {
 fn doctor_json_has_its_keys_with_their_types() {
     let r = doctor_json();
     assert!(get(&r, "segtool_version").is_string());
-
     for key in ["version", "lib_dir"] {
         assert!(
             get(&r, &format!("train.libtorch.{key}")).is_string(),
@@ -54,25 +53,7 @@ fn doctor_json_has_its_keys_with_their_types() {
 
     let cuda_available = get(&r, "train.cuda.available").as_bool().unwrap();
     let count = get(&r, "train.cuda.device_count").as_u64().unwrap();
-    let devices = get(&r, "train.cuda.devices").as_array().unwrap();
-    assert_eq!(devices.len() as u64, count);
-    for d in devices {
-        assert!(d["index"].is_u64() && d["name"].is_string());
-        assert!(d["memory_bytes"].is_u64() && d["compute_capability"].is_string());
-    }
-    assert!(is_str_or_null(get(&r, "train.cuda.reason")));
-    assert!(get(&r, "train.cuda.cudnn_available").is_boolean());
-    // libtorch decides: the report agrees with tch in this process.
-    let tch_devices = tch::Cuda::device_count();
-    assert_eq!(count as i64, tch_devices);
-    assert_eq!(cuda_available, tch_devices > 0);
-    if !cuda_available {
-        assert!(
-            get(&r, "train.cuda.reason").is_string(),
-            "a reason for no GPU"
-        );
-    }
-
+    check_cuda(&r, cuda_available, count);
     // NCCL is compiled into every default build; usable only with a GPU.
     assert_eq!(get(&r, "train.nccl.built"), true);
     for key in ["header_version", "library_version", "library_dir"] {
@@ -97,59 +78,8 @@ fn doctor_json_has_its_keys_with_their_types() {
     );
     assert!(get(&r, "train.gloo.detail").is_string());
 
-    let ort = get(&r, "runtime.onnxruntime");
-    assert_eq!(ort["compiled"], true);
-    assert!(ort["loaded"].is_boolean() && is_str_or_null(&ort["library"]));
-    assert!(ort["tried"].is_array() && is_str_or_null(&ort["version"]));
-    let providers = ort["available_providers"].as_array().unwrap();
-    let mut ort_cuda = false;
-    if ort["loaded"] == true {
-        // The set-up's wheel is 1.31.1 (CPU or GPU build).
-        assert_eq!(ort["version"], "1.31.1");
-        assert!(providers.iter().any(|p| p == "CPUExecutionProvider"));
-        for ep in ["cuda", "tensorrt"] {
-            let p = &ort[ep];
-            assert!(p["name"].is_string() && p["in_build"].is_boolean());
-            assert!(p["registers"].is_boolean() && is_str_or_null(&p["reason"]));
-            if p["registers"] == false {
-                assert!(p["reason"].is_string(), "{ep}: a reason");
-            }
-        }
-        ort_cuda = ort["cuda"]["registers"] == true;
-    }
-    let trt = get(&r, "runtime.tensorrt_library");
-    assert!(trt["soname"].is_string() && trt["found"].is_boolean());
-    for key in ["path", "version", "reason"] {
-        assert!(is_str_or_null(&trt[key]), "{key}");
-    }
-    assert_eq!(get(&r, "runtime.tract.compiled"), true);
-
-    let driver = get(&r, "driver");
-    assert!(driver["present"].is_boolean(), "{driver}");
-    for key in ["release", "cuda_version", "required_cuda", "advice"] {
-        assert!(is_str_or_null(&driver[key]), "{key}: {driver}");
-    }
-    assert!(driver["suits_build"].is_boolean() || driver["suits_build"].is_null());
-    // The driver is compared with the CUDA runtime libtorch was built with.
-    assert_eq!(
-        driver["required_cuda"],
-        get(&r, "train.libtorch.cuda_version").clone()
-    );
-    if no_nvidia_driver() {
-        assert_eq!(driver["present"], false, "{driver}");
-        assert_eq!(driver["suits_build"], Value::Null, "{driver}");
-        let advice = driver["advice"].as_str().unwrap();
-        assert!(
-            advice.starts_with("no NVIDIA driver installed (libcuda.so.1"),
-            "{advice}"
-        );
-        assert!(advice.contains("R580 (580.65.06) or later"), "{advice}");
-    } else if cuda_available {
-        // libtorch reaches a device, so the driver it loaded suits the build.
-        assert_eq!(driver["present"], true, "{driver}");
-        assert_eq!(driver["suits_build"], true, "{driver}");
-    }
-
+    let ort_cuda = check_runtime(&r);
+    check_driver(&r, cuda_available);
     assert_eq!(
         get(&r, "gpu.available").as_bool().unwrap(),
         cuda_available || ort_cuda
@@ -177,6 +107,90 @@ fn doctor_json_has_its_keys_with_their_types() {
     }
     if !cuda_available {
         assert!(features[..3].iter().all(|f| f["on"] == false));
+    }
+}
+
+/// libtorch's CUDA devices, as tch sees them in this process.
+fn check_cuda(r: &Value, cuda_available: bool, count: u64) {
+    let devices = get(r, "train.cuda.devices").as_array().unwrap();
+    assert_eq!(devices.len() as u64, count);
+    for d in devices {
+        assert!(d["index"].is_u64() && d["name"].is_string());
+        assert!(d["memory_bytes"].is_u64() && d["compute_capability"].is_string());
+    }
+    assert!(is_str_or_null(get(r, "train.cuda.reason")));
+    assert!(get(r, "train.cuda.cudnn_available").is_boolean());
+    // libtorch decides: the report agrees with tch in this process.
+    let tch_devices = tch::Cuda::device_count();
+    assert_eq!(count as i64, tch_devices);
+    assert_eq!(cuda_available, tch_devices > 0);
+    if !cuda_available {
+        assert!(
+            get(r, "train.cuda.reason").is_string(),
+            "a reason for no GPU"
+        );
+    }
+}
+
+/// ONNX Runtime's library and providers, TensorRT's library and tract; returns whether
+/// ONNX Runtime's CUDA provider registers.
+fn check_runtime(r: &Value) -> bool {
+    let ort = get(r, "runtime.onnxruntime");
+    assert_eq!(ort["compiled"], true);
+    assert!(ort["loaded"].is_boolean() && is_str_or_null(&ort["library"]));
+    assert!(ort["tried"].is_array() && is_str_or_null(&ort["version"]));
+    let providers = ort["available_providers"].as_array().unwrap();
+    let mut ort_cuda = false;
+    if ort["loaded"] == true {
+        // The set-up's wheel is 1.31.1 (CPU or GPU build).
+        assert_eq!(ort["version"], "1.31.1");
+        assert!(providers.iter().any(|p| p == "CPUExecutionProvider"));
+        for ep in ["cuda", "tensorrt"] {
+            let p = &ort[ep];
+            assert!(p["name"].is_string() && p["in_build"].is_boolean());
+            assert!(p["registers"].is_boolean() && is_str_or_null(&p["reason"]));
+            if p["registers"] == false {
+                assert!(p["reason"].is_string(), "{ep}: a reason");
+            }
+        }
+        ort_cuda = ort["cuda"]["registers"] == true;
+    }
+    let trt = get(r, "runtime.tensorrt_library");
+    assert!(trt["soname"].is_string() && trt["found"].is_boolean());
+    for key in ["path", "version", "reason"] {
+        assert!(is_str_or_null(&trt[key]), "{key}");
+    }
+    assert_eq!(get(r, "runtime.tract.compiled"), true);
+
+    ort_cuda
+}
+
+/// The NVIDIA driver against the CUDA runtime libtorch was built with.
+fn check_driver(r: &Value, cuda_available: bool) {
+    let driver = get(r, "driver");
+    assert!(driver["present"].is_boolean(), "{driver}");
+    for key in ["release", "cuda_version", "required_cuda", "advice"] {
+        assert!(is_str_or_null(&driver[key]), "{key}: {driver}");
+    }
+    assert!(driver["suits_build"].is_boolean() || driver["suits_build"].is_null());
+    // The driver is compared with the CUDA runtime libtorch was built with.
+    assert_eq!(
+        driver["required_cuda"],
+        get(r, "train.libtorch.cuda_version").clone()
+    );
+    if no_nvidia_driver() {
+        assert_eq!(driver["present"], false, "{driver}");
+        assert_eq!(driver["suits_build"], Value::Null, "{driver}");
+        let advice = driver["advice"].as_str().unwrap();
+        assert!(
+            advice.starts_with("no NVIDIA driver installed (libcuda.so.1"),
+            "{advice}"
+        );
+        assert!(advice.contains("R580 (580.65.06) or later"), "{advice}");
+    } else if cuda_available {
+        // libtorch reaches a device, so the driver it loaded suits the build.
+        assert_eq!(driver["present"], true, "{driver}");
+        assert_eq!(driver["suits_build"], true, "{driver}");
     }
 }
 

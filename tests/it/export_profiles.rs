@@ -87,27 +87,35 @@ fn every_profile_matches_tch_in_ort_and_tract() {
         paths.push(onnx);
     }
     check_with_onnx(&paths);
+    cli_targets_and_refusals(dir.path(), &ckpt, &paths[1]);
+    verify_and_memory_budget(dir.path(), &ckpt);
+    logits_match_tch_and_legacy(&spec, &model, &paths);
+}
 
-    // The CLI: `--target` picks the profile (same bytes as the library), `--attention`
-    // overrides it, and a form the target cannot load is refused.
-    let cli = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_segtool"))
-            .arg("export")
-            .arg("--checkpoint")
-            .arg(&ckpt)
-            .args(args)
-            .output()
-            .unwrap()
-    };
-    let via_cli = dir.path().join("cli-ort.onnx");
+/// `segtool export --checkpoint CKPT ARGS...`.
+fn export_cli(ckpt: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_segtool"))
+        .arg("export")
+        .arg("--checkpoint")
+        .arg(ckpt)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// The CLI: `--target` picks the profile (same bytes as the library's `ort_export`),
+/// `--attention` overrides it, and a form the target cannot load is refused.
+fn cli_targets_and_refusals(dir: &Path, ckpt: &Path, ort_export: &Path) {
+    let cli = |args: &[&str]| export_cli(ckpt, args);
+    let via_cli = dir.join("cli-ort.onnx");
     let out = cli(&["--onnx", via_cli.to_str().unwrap(), "--target", "ort"]);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(std::fs::read(&via_cli).unwrap() == std::fs::read(&paths[1]).unwrap());
-    let via_cli = dir.path().join("cli-legacy-onnx.onnx");
+    assert!(std::fs::read(&via_cli).unwrap() == std::fs::read(ort_export).unwrap());
+    let via_cli = dir.join("cli-legacy-onnx.onnx");
     let out = cli(&["--onnx", via_cli.to_str().unwrap(), "--attention", "onnx"]);
     assert!(
         out.status.success(),
@@ -115,7 +123,7 @@ fn every_profile_matches_tch_in_ort_and_tract() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("opset 23"));
-    let bad = dir.path().join("bad.onnx");
+    let bad = dir.join("bad.onnx");
     let out = cli(&[
         "--onnx",
         bad.to_str().unwrap(),
@@ -127,9 +135,12 @@ fn every_profile_matches_tch_in_ort_and_tract() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("tract"));
     assert!(!bad.exists());
+}
 
-    // `--verify` (tch vs ORT and, where it loads, tract; fp16 by argmax agreement) and
-    // the attention memory budget of dynamic exports.
+/// `--verify` (tch vs ORT and, where it loads, tract; fp16 by argmax agreement) and the
+/// attention memory budget of dynamic exports.
+fn verify_and_memory_budget(dir: &Path, ckpt: &Path) {
+    let cli = |args: &[&str]| export_cli(ckpt, args);
     for (extra, warns) in [
         (&["--target", "legacy"][..], true),
         // fp16 through ORT (which keeps fp32 accumulation): tract's native fp16 kernels
@@ -137,7 +148,7 @@ fn every_profile_matches_tch_in_ort_and_tract() {
         (&["--target", "ort", "--fp16"][..], false),
         (&["--target", "tract", "--max-size", "512x512"][..], false),
     ] {
-        let p = dir.path().join("verify.onnx");
+        let p = dir.join("verify.onnx");
         let out = cli(&[&["--onnx", p.to_str().unwrap(), "--verify"][..], extra].concat());
         let (stdout, stderr) = (
             String::from_utf8_lossy(&out.stdout),
@@ -161,15 +172,23 @@ fn every_profile_matches_tch_in_ort_and_tract() {
             .count();
         assert_eq!(passed, 2 * engines, "{stdout}");
     }
+}
 
-    // Two sizes (neither a multiple of the output stride) through one dynamic model.
+/// Two sizes (neither a multiple of the output stride) through each dynamic model, in
+/// ONNX Runtime and (where it loads) tract: logits within 1e-4 of tch's, and fused
+/// profiles within 1e-4 of the decomposed graph's in ONNX Runtime.
+fn logits_match_tch_and_legacy(
+    spec: &segtool_spec::ModelSpec,
+    model: &segtool_train::DaNet,
+    paths: &[PathBuf],
+) {
     let batches = [images(90, 70, 0), images(61, 83, 7)];
     let references: Vec<Vec<f32>> = batches
         .iter()
         .map(|imgs| {
             let input = segtool_train::data::images_to_tensor(
                 &imgs.iter().collect::<Vec<_>>(),
-                &spec,
+                spec,
                 tch::Device::Cpu,
             );
             let r = tch::no_grad(|| model.forward_all(&input, false).fused);
@@ -180,7 +199,7 @@ fn every_profile_matches_tch_in_ort_and_tract() {
     let mut failures = Vec::new();
     // Legacy ORT logits per size: fused profiles must equal the decomposed graph too.
     let mut legacy: Vec<Vec<f32>> = Vec::new();
-    for ((name, opts), path) in profiles().into_iter().zip(&paths) {
+    for ((name, opts), path) in profiles().into_iter().zip(paths) {
         let mut backends = vec![EngineKind::Ort];
         if opts.target.supports(opts.pam) && !opts.uses_ms_domain() {
             backends.push(EngineKind::Tract);

@@ -223,59 +223,11 @@ fn bf16_and_int8_label_agreement_on_real_frames() {
         eprintln!("SEGTOOL_PYTHON not set (scripts/setup.sh): skipping");
         return;
     }
-    let root = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("parity_real_frames");
-    let pngs = |dir: &std::path::Path| -> Vec<std::path::PathBuf> {
-        let mut files: Vec<_> = std::fs::read_dir(dir)
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .filter(|p| p.extension().is_some_and(|e| e == "png"))
-            .collect();
-        files.sort();
-        files
-    };
     for (backbone, floors) in [
         ("resnet18", [0.999, 0.95, 0.85]),
         ("tiny", [0.999, 0.95, 0.85]),
     ] {
-        let dir = root.join(backbone);
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let made = reference_json(
-            "recalibrated_danet.py",
-            &[
-                "--out",
-                p(&dir),
-                "--backbone",
-                backbone,
-                "--size",
-                "136x320",
-            ],
-        );
-        let (ckpt, onnx) = (dir.join("m.safetensors"), dir.join("m.onnx"));
-        ok(segtool(&[
-            "import",
-            "--from",
-            p(&dir.join("danet.pth")),
-            "--backbone",
-            backbone,
-            "--classes",
-            "19",
-            "--mode",
-            "full",
-            "--out",
-            p(&ckpt),
-        ]));
-        ok(segtool(&[
-            "export",
-            "--checkpoint",
-            p(&ckpt),
-            "--onnx",
-            p(&onnx),
-            "--target",
-            "ort",
-            "--input-size",
-            "136x320",
-        ]));
+        let (dir, onnx, logits_std) = recalibrated_export(backbone);
         let spec = load_spec(&onnx).unwrap();
         let options = CalibrationOptions {
             layout: Layout::OrtCpu,
@@ -284,11 +236,8 @@ fn bf16_and_int8_label_agreement_on_real_frames() {
             ..Default::default()
         };
         let int8 = dir.join("m.int8.onnx");
-        let calibrated = calibrate(
-            &load_model(&onnx).unwrap(),
-            &pngs(&dir.join("calib")),
-            &options,
-        );
+        let calib = pngs(&dir.join("calib"));
+        let calibrated = calibrate(&load_model(&onnx).unwrap(), &calib, &options);
         std::fs::write(&int8, calibrated.unwrap().model).unwrap();
         let held: Vec<image::RgbImage> = pngs(&dir.join("held"))
             .iter()
@@ -305,19 +254,16 @@ fn bf16_and_int8_label_agreement_on_real_frames() {
             let mut engine = OpenVinoEngine::open(model, &options).unwrap();
             argmax_agreement(&run_logits(&mut engine, x.view()).unwrap(), &reference)
         };
+        let int8_ort = argmax_agreement(&ort_logits(&int8, &x), &reference);
         let rows = [
             ("openvino f32", openvino(&onnx, Precision::F32), floors[0]),
             ("openvino bf16", openvino(&onnx, Precision::Bf16), floors[1]),
-            (
-                "int8 onnxruntime",
-                argmax_agreement(&ort_logits(&int8, &x), &reference),
-                floors[2],
-            ),
+            ("int8 onnxruntime", int8_ort, floors[2]),
             ("int8 openvino", openvino(&int8, Precision::F32), floors[2]),
         ];
         eprintln!(
-            "{backbone}, logits std {:.2}: label agreement with ONNX Runtime fp32 on {} frames:",
-            made["logits_std"].as_f64().unwrap(),
+            "{backbone}, logits std {logits_std:.2}: label agreement with ONNX Runtime fp32 \
+             on {} frames:",
             held.len()
         );
         for (what, agree, floor) in rows {
@@ -329,6 +275,63 @@ fn bf16_and_int8_label_agreement_on_real_frames() {
             assert!(agree >= floor, "{backbone} {what}: {agree} < {floor}");
         }
     }
+}
+
+/// A DANet with `backbone`, its BN statistics recalibrated on real frames
+/// (tests/reference/recalibrated_danet.py), imported and exported by segtool at 320x136:
+/// `(its folder, with calib/ and held/ frames; the export; the logits' std)`.
+fn recalibrated_export(backbone: &str) -> (std::path::PathBuf, std::path::PathBuf, f64) {
+    let root = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("parity_real_frames");
+    let dir = root.join(backbone);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let args = [
+        "--out",
+        p(&dir),
+        "--backbone",
+        backbone,
+        "--size",
+        "136x320",
+    ];
+    let made = reference_json("recalibrated_danet.py", &args);
+    let (ckpt, onnx) = (dir.join("m.safetensors"), dir.join("m.onnx"));
+    let pth = dir.join("danet.pth");
+    ok(segtool(&[
+        "import",
+        "--from",
+        p(&pth),
+        "--backbone",
+        backbone,
+        "--classes",
+        "19",
+        "--mode",
+        "full",
+        "--out",
+        p(&ckpt),
+    ]));
+    ok(segtool(&[
+        "export",
+        "--checkpoint",
+        p(&ckpt),
+        "--onnx",
+        p(&onnx),
+        "--target",
+        "ort",
+        "--input-size",
+        "136x320",
+    ]));
+    (dir, onnx, made["logits_std"].as_f64().unwrap())
+}
+
+/// The PNG files of `dir`, in name order.
+fn pngs(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "png"))
+        .collect();
+    files.sort();
+    files
 }
 
 /// ONNX Runtime's logits of `x` through `onnx` (one thread): on an fp32 file, the reference the

@@ -90,89 +90,9 @@ fn report_page_renders_in_headless_chromium() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let run = d.join("tiny-run");
-    let out_dir = format!("out_dir={}", p(&run));
-    let mut args = vec!["train", "--threads", "1", "--set", &out_dir];
-    for set in [
-        "data.shapes_size=32",
-        "data.shapes_train_count=8",
-        "data.shapes_val_count=2",
-        "optim.iterations=6",
-        "optim.batch_size=2",
-        "data.workers=1",
-        "log.every=1",
-        "eval.every=3",
-        "eval.batch_size=2",
-    ] {
-        args.extend(["--set", set]);
-    }
-    ok(&segtool(&args), "segtool train");
-    for f in [
-        "loss.png",
-        "lr.png",
-        "val_miou.png",
-        "environment.json",
-        "val_overlays/00.png",
-    ] {
-        assert!(run.join(f).exists(), "run directory lacks {f}");
-    }
-
-    // eval --metrics: the IoU bar chart and the confusion heatmap beside the JSON.
-    let metrics = d.join("m.json");
-    ok(
-        &segtool(&[
-            "eval",
-            "--checkpoint",
-            p(&run.join("last.safetensors")),
-            "--data",
-            "shapes",
-            "--size",
-            "32",
-            "--val-count",
-            "2",
-            "--metrics",
-            p(&metrics),
-        ]),
-        "segtool eval",
-    );
-    for f in ["m.iou.png", "m.confusion.png"] {
-        let img = image::open(d.join(f)).unwrap().to_rgb8();
-        assert!(
-            img.width() >= 500,
-            "{f} is {}x{}",
-            img.width(),
-            img.height()
-        );
-    }
-
-    let page = d.join("report.html");
-    ok(
-        &segtool(&["report", p(&run), "-o", p(&page)]),
-        "segtool report",
-    );
-    let html = std::fs::read_to_string(&page).unwrap();
-    // Self-contained: no external resource of any kind.
-    for needle in [
-        "http://",
-        "https://",
-        "<link",
-        "src=\"/",
-        "src=\"file",
-        "@import",
-        "url(",
-    ] {
-        assert!(!html.contains(needle), "the page references {needle:?}");
-    }
-    assert!(html.matches("data:image/png;base64,").count() >= 3 + 2);
-    for needle in [
-        "Per-class IoU",
-        "c0",
-        "Resolved configuration",
-        "tiny-run",
-        "intra-op threads",
-    ] {
-        assert!(html.contains(needle), "the page lacks {needle:?}");
-    }
-
+    train_tiny_run(&run);
+    eval_writes_its_charts(d, &run);
+    let page = self_contained_page(d, &run);
     let browser = chromium();
     // The console scan catches errors: a page whose script throws is reported.
     let broken = d.join("broken.html");
@@ -203,13 +123,110 @@ fn report_page_renders_in_headless_chromium() {
         console_errors(&stderr)
     );
 
-    // A screenshot shows the curves: the charts start below the summary table; their
-    // series colours (tab10 blue, orange) cover a real area, and the chart region is
-    // far from blank.
+    screenshot_shows_the_curves(d, &browser, &page);
+}
+
+/// Six iterations with validation every three: the run folder's pictures.
+fn train_tiny_run(run: &Path) {
+    let out_dir = format!("out_dir={}", p(run));
+    let mut args = vec!["train", "--threads", "1", "--set", &out_dir];
+    for set in [
+        "data.shapes_size=32",
+        "data.shapes_train_count=8",
+        "data.shapes_val_count=2",
+        "optim.iterations=6",
+        "optim.batch_size=2",
+        "data.workers=1",
+        "log.every=1",
+        "eval.every=3",
+        "eval.batch_size=2",
+    ] {
+        args.extend(["--set", set]);
+    }
+    ok(&segtool(&args), "segtool train");
+    for f in [
+        "loss.png",
+        "lr.png",
+        "val_miou.png",
+        "environment.json",
+        "val_overlays/00.png",
+    ] {
+        assert!(run.join(f).exists(), "run directory lacks {f}");
+    }
+}
+
+/// `eval --metrics`: the IoU bar chart and the confusion heatmap beside the JSON.
+fn eval_writes_its_charts(d: &Path, run: &Path) {
+    let metrics = d.join("m.json");
+    ok(
+        &segtool(&[
+            "eval",
+            "--checkpoint",
+            p(&run.join("last.safetensors")),
+            "--data",
+            "shapes",
+            "--size",
+            "32",
+            "--val-count",
+            "2",
+            "--metrics",
+            p(&metrics),
+        ]),
+        "segtool eval",
+    );
+    for f in ["m.iou.png", "m.confusion.png"] {
+        let img = image::open(d.join(f)).unwrap().to_rgb8();
+        assert!(
+            img.width() >= 500,
+            "{f} is {}x{}",
+            img.width(),
+            img.height()
+        );
+    }
+}
+
+/// `segtool report`: one page, no external resource, the run's figures and tables.
+fn self_contained_page(d: &Path, run: &Path) -> PathBuf {
+    let page = d.join("report.html");
+    ok(
+        &segtool(&["report", p(run), "-o", p(&page)]),
+        "segtool report",
+    );
+    let html = std::fs::read_to_string(&page).unwrap();
+    // Self-contained: no external resource of any kind.
+    for needle in [
+        "http://",
+        "https://",
+        "<link",
+        "src=\"/",
+        "src=\"file",
+        "@import",
+        "url(",
+    ] {
+        assert!(!html.contains(needle), "the page references {needle:?}");
+    }
+    assert!(html.matches("data:image/png;base64,").count() >= 3 + 2);
+    for needle in [
+        "Per-class IoU",
+        "c0",
+        "Resolved configuration",
+        "tiny-run",
+        "intra-op threads",
+    ] {
+        assert!(html.contains(needle), "the page lacks {needle:?}");
+    }
+
+    page
+}
+
+/// A screenshot shows the curves: the charts start below the summary table; their
+/// series colours (tab10 blue, orange) cover a real area, and the chart region is far
+/// from blank.
+fn screenshot_shows_the_curves(d: &Path, browser: &Path, page: &Path) {
     let shot = d.join("shot.png");
     browse(
-        &browser,
-        &page,
+        browser,
+        page,
         &[
             &format!("--screenshot={}", shot.display()),
             "--window-size=1500,1600",

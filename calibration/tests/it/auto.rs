@@ -231,8 +231,62 @@ fn auto_keeps_the_fewest_float_layers_that_meet_the_target() {
     assert_eq!((calib.len(), val.len()), (6, 6));
     assert_eq!(val[0], images[1]);
 
-    // Every subset of the three quantised convs, measured independently of the search.
-    let reference = argmax(&fp32, &val);
+    let (by_subset, layers) = every_subset(&model, &fp32, &calib, &val);
+    let best_of = |k: usize| {
+        by_subset
+            .iter()
+            .filter(|(s, _)| s.len() == k)
+            .map(|(_, a)| *a)
+            .fold(0.0, f64::max)
+    };
+    let (int8, one, two) = (best_of(0), best_of(1), best_of(2));
+    assert!(
+        int8 < one && one < two,
+        "the model should need two float layers: {int8} {one} {two}"
+    );
+    let target = (one + two) / 2.0;
+    let auto = search_needs_two_layers(&model, &calib, &val, &by_subset, target, int8, one);
+    timed_choice_is_never_slower(&model, &fp32, &calib, &val, &auto);
+    // A target all-INT8 meets: no float layer.
+    let easy = AutoOptions {
+        target: Target::MinAgreement(int8 * 0.99),
+        latency_runs: 0,
+        ..auto.clone()
+    };
+    let r = auto_calibrate(&model, &calib, &val, &opts(), &easy).unwrap();
+    assert_eq!(r.chosen, Some(1));
+    assert_eq!(r.rows.len(), 2);
+
+    // Out of reach of the one worst candidate: the search widens to every quantised
+    // layer (all float is a valid answer) and finds the pair.
+    let narrow = AutoOptions {
+        candidates: 1,
+        latency_runs: 0,
+        ..auto.clone()
+    };
+    let r = auto_calibrate(&model, &calib, &val, &opts(), &narrow).unwrap();
+    let chosen = r.chosen.expect("the widened search meets the target");
+    assert_eq!(r.rows[chosen].float_layers.len(), 2, "{}", r.to_text());
+    assert!(r.rows[chosen].agreement >= target);
+    assert_eq!(r.candidates.len(), layers.len());
+
+    // Validation images must be held out.
+    let err = auto_calibrate(&model, &calib, &calib[..2], &opts(), &auto).unwrap_err();
+    assert!(
+        err.to_string().contains("also a calibration image"),
+        "{err}"
+    );
+}
+
+/// Every subset of the three quantised convs kept float, measured independently of the
+/// search: `(subset, agreement)` per subset, and the layers' names.
+fn every_subset(
+    model: &ModelProto,
+    fp32: &[u8],
+    calib: &[PathBuf],
+    val: &[PathBuf],
+) -> (Vec<(Vec<String>, f64)>, [&'static str; 3]) {
+    let reference = argmax(fp32, val);
     let mut counts = [0usize; 3];
     reference
         .iter()
@@ -251,30 +305,31 @@ fn auto_keeps_the_fewest_float_layers_that_meet_the_target() {
             keep_float: keep.clone(),
             ..opts()
         };
-        let q = calibrate(&model, &calib, &o).unwrap();
-        let a = agreement(&argmax(&q.model, &val), &reference);
+        let q = calibrate(model, calib, &o).unwrap();
+        let a = agreement(&argmax(&q.model, val), &reference);
         eprintln!("float {keep:?}: agreement {a:.4}");
         by_subset.push((keep, a));
     }
-    let best_of = |k: usize| {
-        by_subset
-            .iter()
-            .filter(|(s, _)| s.len() == k)
-            .map(|(_, a)| *a)
-            .fold(0.0, f64::max)
-    };
-    let (int8, one, two) = (best_of(0), best_of(1), best_of(2));
-    assert!(
-        int8 < one && one < two,
-        "the model should need two float layers: {int8} {one} {two}"
-    );
+    (by_subset, layers)
+}
 
+/// A target between the best single layer (`one`) and the best pair: two layers needed,
+/// and the search's rows, trials and outputs say so. Returns the search's options.
+fn search_needs_two_layers(
+    model: &ModelProto,
+    calib: &[PathBuf],
+    val: &[PathBuf],
+    by_subset: &[(Vec<String>, f64)],
+    target: f64,
+    int8: f64,
+    one: f64,
+) -> AutoOptions {
+    let layers = ["conv_a", "conv_b", "logits"];
     // A target between the best single layer and the best pair: two layers needed.
     // The search alone: every validation image searched, the pooled agreement as the
     // criterion (the margin is tested below).
     // Untimed, so that the choice is the accuracy search's alone (a timed run may pass a
     // mix over for running slower than fp32: checked below).
-    let target = (one + two) / 2.0;
     let auto = AutoOptions {
         target: Target::MinAgreement(target),
         candidates: 3,
@@ -283,7 +338,7 @@ fn auto_keeps_the_fewest_float_layers_that_meet_the_target() {
         confidence: 0.0,
         ..Default::default()
     };
-    let r = auto_calibrate(&model, &calib, &val, &opts(), &auto).unwrap();
+    let r = auto_calibrate(model, calib, val, &opts(), &auto).unwrap();
     eprintln!("{}", r.to_text());
     let chosen = r.chosen.expect("a mix meets the target");
     let row = &r.rows[chosen];
@@ -334,21 +389,31 @@ fn auto_keeps_the_fewest_float_layers_that_meet_the_target() {
         keep_float: row.float_layers.clone(),
         ..opts()
     };
-    assert_eq!(r.model, calibrate(&model, &calib, &o).unwrap().model);
+    assert_eq!(r.model, calibrate(model, calib, &o).unwrap().model);
 
     // Deterministic.
-    let again = auto_calibrate(&model, &calib, &val, &opts(), &auto).unwrap();
+    let again = auto_calibrate(model, calib, val, &opts(), &auto).unwrap();
     assert_eq!(again.model, r.model);
     assert_eq!(again.chosen, r.chosen);
 
-    // Timed: every row has its latency, and the chosen mix is never slower than fp32
-    // (three 1x1 convs on 16x12 pixels: the Q/DQ work may well cost more than it saves).
+    auto
+}
+
+/// Timed: every row has its latency, and the chosen mix is never slower than fp32
+/// (three 1x1 convs on 16x12 pixels: the Q/DQ work may well cost more than it saves).
+fn timed_choice_is_never_slower(
+    model: &ModelProto,
+    fp32: &[u8],
+    calib: &[PathBuf],
+    val: &[PathBuf],
+    auto: &AutoOptions,
+) {
     let timed = AutoOptions {
         latency_runs: 3,
         latency_rounds: 2,
         ..auto.clone()
     };
-    let t = auto_calibrate(&model, &calib, &val, &opts(), &timed).unwrap();
+    let t = auto_calibrate(model, calib, val, &opts(), &timed).unwrap();
     eprintln!("{}", t.to_text());
     assert!(t.rows.iter().all(|x| x.latency_ms > 0.0));
     let fp32_ms = t.rows[0].latency_ms;
@@ -364,36 +429,6 @@ fn auto_keeps_the_fewest_float_layers_that_meet_the_target() {
         }
         other => panic!("{other:?}: {}", t.to_text()),
     }
-
-    // A target all-INT8 meets: no float layer.
-    let easy = AutoOptions {
-        target: Target::MinAgreement(int8 * 0.99),
-        latency_runs: 0,
-        ..auto.clone()
-    };
-    let r = auto_calibrate(&model, &calib, &val, &opts(), &easy).unwrap();
-    assert_eq!(r.chosen, Some(1));
-    assert_eq!(r.rows.len(), 2);
-
-    // Out of reach of the one worst candidate: the search widens to every quantised
-    // layer (all float is a valid answer) and finds the pair.
-    let narrow = AutoOptions {
-        candidates: 1,
-        latency_runs: 0,
-        ..auto.clone()
-    };
-    let r = auto_calibrate(&model, &calib, &val, &opts(), &narrow).unwrap();
-    let chosen = r.chosen.expect("the widened search meets the target");
-    assert_eq!(r.rows[chosen].float_layers.len(), 2, "{}", r.to_text());
-    assert!(r.rows[chosen].agreement >= target);
-    assert_eq!(r.candidates.len(), layers.len());
-
-    // Validation images must be held out.
-    let err = auto_calibrate(&model, &calib, &calib[..2], &opts(), &auto).unwrap_err();
-    assert!(
-        err.to_string().contains("also a calibration image"),
-        "{err}"
-    );
 }
 
 /// The search judges and times mixes in OpenVINO when the model ships there: each row's

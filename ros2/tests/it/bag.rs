@@ -159,122 +159,154 @@ fn compressed_frames_go_beside_the_base_topic_and_bad_frames_are_counted_not_fat
 fn refusals_name_the_file_and_what_to_do() {
     let Some(fx) = fixture() else { return };
     let tmp = tempfile::tempdir().unwrap();
-    let out = tmp.path().join("out.mcap");
-    let refuse = |input: &Path, topic: &str, needles: &[&str]| {
-        let o = run_bag(fx, input, topic, &out, &[]);
+    let refusals = Refusals {
+        fx,
+        dir: tmp.path(),
+        out: tmp.path().join("out.mcap"),
+    };
+    refusals.files_that_are_no_mcap_bag();
+    refusals.topics_and_outputs();
+    refusals.bad_frames_only();
+}
+
+/// Runs that must fail, naming what is wrong, and write nothing into `dir`.
+struct Refusals<'a> {
+    fx: &'a Fixture,
+    dir: &'a Path,
+    out: std::path::PathBuf,
+}
+
+impl Refusals<'_> {
+    fn refuse(&self, input: &Path, topic: &str, needles: &[&str]) {
+        let o = run_bag(self.fx, input, topic, &self.out, &[]);
         assert!(!o.status.success(), "{}", show(&o));
         let stderr = String::from_utf8_lossy(&o.stderr);
         for needle in needles {
             assert!(stderr.contains(needle), "{needle:?} missing:\n{stderr}");
         }
-        assert!(
-            no_output_in(tmp.path()).is_empty(),
-            "{:?}",
-            no_output_in(tmp.path())
+        let written = no_output_in(self.dir);
+        assert!(written.is_empty(), "{written:?}");
+    }
+
+    /// A ROS 2 sqlite3 bag (with how to convert it), a missing file, a text file, and a
+    /// record whose length is 2^40 bytes.
+    fn files_that_are_no_mcap_bag(&self) {
+        let db3 = self.fx.dir.join("bag_db3");
+        let convert = [
+            "ros2 bag convert -i",
+            "storage_id: mcap",
+            "rosbags-convert --src",
+            "--dst-storage mcap",
+        ];
+        let db3_shown = db3.display().to_string();
+        self.refuse(
+            &db3,
+            "/chatter",
+            &[&[db3_shown.as_str(), "sqlite3"][..], &convert].concat(),
         );
-    };
-    let db3 = fx.dir.join("bag_db3");
-    let convert = [
-        "ros2 bag convert -i",
-        "storage_id: mcap",
-        "rosbags-convert --src",
-        "--dst-storage mcap",
-    ];
-    let db3_shown = db3.display().to_string();
-    refuse(
-        &db3,
-        "/chatter",
-        &[&[db3_shown.as_str(), "sqlite3"][..], &convert].concat(),
-    );
-    refuse(&db3.join("bag_db3.db3"), "/chatter", &convert);
-    let missing = tmp.path().join("nothing.mcap");
-    refuse(
-        &missing,
-        "/x",
-        &[&format!("{}: no such file", missing.display())],
-    );
-    let text = tmp.path().join("notes.mcap");
-    std::fs::write(&text, "not a bag at all\n").unwrap();
-    refuse(
-        &text,
-        "/x",
-        &[&format!("{}: not an MCAP file", text.display())],
-    );
-    // A record declaring 2^40 bytes in a 100-byte file: refused, not allocated (the fuzz
-    // regression input, less its selector byte).
-    let regression = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../fuzz/regressions/mcap_bag/record_len_2e40.mcap");
-    let huge = tmp.path().join("huge_record.mcap");
-    std::fs::write(&huge, &std::fs::read(regression).unwrap()[1..]).unwrap();
-    refuse(
-        &huge,
-        "/x",
-        &[
-            &format!("{}: truncated or corrupt MCAP", huge.display()),
-            "length exceeds limit: `1099511627776`",
-        ],
-    );
-    refuse(
-        &fx.bag(),
-        "/camera/image",
-        &[
-            "topic /camera/image is not in",
-            "/cam/image_raw  sensor_msgs/msg/Image  (12 messages)",
-            "/cam/image_raw/compressed  sensor_msgs/msg/CompressedImage  (12 messages)",
-            "/chatter  std_msgs/msg/String  (12 messages)",
-        ],
-    );
-    refuse(
-        &fx.bag(),
-        "/chatter",
-        &[
-            "topic /chatter",
-            "carries std_msgs/msg/String, not sensor_msgs/msg/Image",
-        ],
-    );
-    let o = run_bag(fx, &fx.bag_file(), "/cam/image_raw", &fx.bag_file(), &[]);
-    let stderr = String::from_utf8_lossy(&o.stderr);
-    assert!(stderr.contains("would overwrite the input"), "{}", show(&o));
+        self.refuse(&db3.join("bag_db3.db3"), "/chatter", &convert);
+        let missing = self.dir.join("nothing.mcap");
+        self.refuse(
+            &missing,
+            "/x",
+            &[&format!("{}: no such file", missing.display())],
+        );
+        let text = self.dir.join("notes.mcap");
+        std::fs::write(&text, "not a bag at all\n").unwrap();
+        self.refuse(
+            &text,
+            "/x",
+            &[&format!("{}: not an MCAP file", text.display())],
+        );
+        // A record declaring 2^40 bytes in a 100-byte file: refused, not allocated (the fuzz
+        // regression input, less its selector byte).
+        let regression = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../fuzz/regressions/mcap_bag/record_len_2e40.mcap");
+        let huge = self.dir.join("huge_record.mcap");
+        std::fs::write(&huge, &std::fs::read(regression).unwrap()[1..]).unwrap();
+        self.refuse(
+            &huge,
+            "/x",
+            &[
+                &format!("{}: truncated or corrupt MCAP", huge.display()),
+                "length exceeds limit: `1099511627776`",
+            ],
+        );
+    }
 
-    // The bag is checked before the model loads: its mistake is the one reported.
-    let o = Command::new(BIN)
-        .args(["bag", "--model", "/no/such/model.onnx", "-i"])
-        .arg(fx.bag())
-        .args(["-t", "/camera/image", "-o"])
-        .arg(&out)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&o.stderr);
-    assert!(
-        !o.status.success() && stderr.contains("topic /camera/image is not in"),
-        "{stderr}"
-    );
+    /// A topic not in the bag (the bag's topics listed), one of another type, an output
+    /// over the input, and the bag checked before the model loads.
+    fn topics_and_outputs(&self) {
+        self.refuse(
+            &self.fx.bag(),
+            "/camera/image",
+            &[
+                "topic /camera/image is not in",
+                "/cam/image_raw  sensor_msgs/msg/Image  (12 messages)",
+                "/cam/image_raw/compressed  sensor_msgs/msg/CompressedImage  (12 messages)",
+                "/chatter  std_msgs/msg/String  (12 messages)",
+            ],
+        );
+        self.refuse(
+            &self.fx.bag(),
+            "/chatter",
+            &[
+                "topic /chatter",
+                "carries std_msgs/msg/String, not sensor_msgs/msg/Image",
+            ],
+        );
+        let o = run_bag(
+            self.fx,
+            &self.fx.bag_file(),
+            "/cam/image_raw",
+            &self.fx.bag_file(),
+            &[],
+        );
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert!(stderr.contains("would overwrite the input"), "{}", show(&o));
 
-    // A topic of bad frames only: an error with the causes, not an empty bag.
-    let bayer = tmp.path().join("bayer.mcap");
-    bag_of(
-        mcap::WriteOptions::new(),
-        &bayer,
-        "/cam/image_raw",
-        0..3,
-        |_, header| msgs::Image {
-            header,
-            height: 2,
-            width: 2,
-            encoding: "bayer_rggb8".into(),
-            step: 2,
-            data: Bytes(vec![0; 4]),
-            ..Default::default()
-        },
-    );
-    refuse(
-        &bayer,
-        "/cam/image_raw",
-        &[
-            "no frame of /cam/image_raw could be segmented",
-            "3 x unknown encoding; first: frame 0",
-        ],
-    );
+        // The bag is checked before the model loads: its mistake is the one reported.
+        let o = Command::new(BIN)
+            .args(["bag", "--model", "/no/such/model.onnx", "-i"])
+            .arg(self.fx.bag())
+            .args(["-t", "/camera/image", "-o"])
+            .arg(&self.out)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            !o.status.success() && stderr.contains("topic /camera/image is not in"),
+            "{stderr}"
+        );
+    }
+
+    /// A topic of bad frames only: an error with the causes, not an empty bag.
+    fn bad_frames_only(&self) {
+        let bayer = self.dir.join("bayer.mcap");
+        bag_of(
+            mcap::WriteOptions::new(),
+            &bayer,
+            "/cam/image_raw",
+            0..3,
+            |_, header| msgs::Image {
+                header,
+                height: 2,
+                width: 2,
+                encoding: "bayer_rggb8".into(),
+                step: 2,
+                data: Bytes(vec![0; 4]),
+                ..Default::default()
+            },
+        );
+        self.refuse(
+            &bayer,
+            "/cam/image_raw",
+            &[
+                "no frame of /cam/image_raw could be segmented",
+                "3 x unknown encoding; first: frame 0",
+            ],
+        );
+    }
 }
 
 /// A copy of the bag whose last chunk names an unknown compression: the summary is

@@ -1,6 +1,8 @@
 //! Globs, folders and files mixed, `--labels`/`--logits`, fixed and dynamic shapes, raw
 //! frames on stdin, and `segtool bench`.
 
+use std::path::Path;
+
 use crate::common::{self, p, segtool};
 
 use super::{labels, ok, segtool_stdin, setup, H, W};
@@ -10,15 +12,28 @@ fn glob_raw_frames_logits_and_bench() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let (onnx, images) = setup(d);
-    let pred = d.join("pred");
     // Glob (quoted: segtool expands it): img0..img2, not other.png or notes.txt.
     let pattern = format!("{}/img*.png", p(&d.join("imgs")));
+    let png_labels = glob_with_labels_and_logits(d, &onnx, &pattern);
+    dynamic_shapes_agree(d, &onnx, &pattern, &png_labels);
+    mixed_inputs_agree(d, &onnx, &png_labels);
+    let frames: Vec<u8> = images.iter().flat_map(|i| i.as_raw().clone()).collect();
+    raw_frames_agree(d, &onnx, &frames, &png_labels);
+    bad_raw_input_is_refused(&onnx, &pattern, &frames, &png_labels);
+    bench_reports_its_json(d, &onnx);
+}
+
+/// The glob at a fixed size, with `--labels` and `--logits`: every file written, the
+/// logits' argmax (numpy) equal to the labels; returns the labels, the reference of
+/// the other paths.
+fn glob_with_labels_and_logits(d: &Path, onnx: &Path, pattern: &str) -> Vec<Vec<u8>> {
+    let pred = d.join("pred");
     let first = segtool(&[
         "infer",
         "--model",
-        p(&onnx),
+        p(onnx),
         "--input",
-        &pattern,
+        pattern,
         "--out",
         p(&pred),
         "--labels",
@@ -64,14 +79,18 @@ fn glob_raw_frames_logits_and_bench() {
         assert_eq!(std::fs::read(&argmax).unwrap(), png_labels[i], "image {i}");
     }
 
+    png_labels
+}
+
+fn dynamic_shapes_agree(d: &Path, onnx: &Path, pattern: &str, png_labels: &[Vec<u8>]) {
     // The dynamic-shape session gives the same masks (batch 2 then 1, like above).
     let dynamic = d.join("pred_dynamic");
     let out = segtool(&[
         "infer",
         "--model",
-        p(&onnx),
+        p(onnx),
         "--input",
-        &pattern,
+        pattern,
         "--out",
         p(&dynamic),
         "--labels",
@@ -84,13 +103,15 @@ fn glob_raw_frames_logits_and_bench() {
     for (i, want) in png_labels.iter().enumerate() {
         assert_eq!(&labels(&dynamic.join(format!("img{i}_labels.png"))), want);
     }
+}
 
+fn mixed_inputs_agree(d: &Path, onnx: &Path, png_labels: &[Vec<u8>]) {
     // Explicit files, a folder and a glob mixed; duplicates are dropped, same outputs.
     let pred2 = d.join("pred2");
     ok(&segtool(&[
         "infer",
         "--model",
-        p(&onnx),
+        p(onnx),
         "--input",
         p(&d.join("imgs/img1.png")),
         "--input",
@@ -118,7 +139,7 @@ fn glob_raw_frames_logits_and_bench() {
     let out = segtool(&[
         "infer",
         "--model",
-        p(&onnx),
+        p(onnx),
         "--input",
         &format!("{}/zz*.png", p(&d.join("imgs"))),
         "--out",
@@ -126,16 +147,17 @@ fn glob_raw_frames_logits_and_bench() {
     ]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("zz*.png"));
+}
 
+fn raw_frames_agree(d: &Path, onnx: &Path, frames: &[u8], png_labels: &[Vec<u8>]) {
     // Raw frames on stdin -> raw class maps on stdout, identical to the PNG path.
-    let frames: Vec<u8> = images.iter().flat_map(|i| i.as_raw().clone()).collect();
     let raw = format!("{W}x{H}");
     for batch in ["1", "2"] {
         let out = segtool_stdin(
             &[
                 "infer",
                 "--model",
-                p(&onnx),
+                p(onnx),
                 "--raw",
                 &raw,
                 "--out",
@@ -145,7 +167,7 @@ fn glob_raw_frames_logits_and_bench() {
                 "--threads",
                 "1",
             ],
-            &frames,
+            frames,
         );
         ok(&out);
         assert_eq!(out.stdout.len(), 3 * (W * H) as usize);
@@ -160,14 +182,14 @@ fn glob_raw_frames_logits_and_bench() {
         &[
             "infer",
             "--model",
-            p(&onnx),
+            p(onnx),
             "--raw",
             &raw,
             "--out",
             p(&pred3),
             "--labels",
         ],
-        &frames,
+        frames,
     ));
     for i in 0..3 {
         assert!(pred3.join(format!("frame_{i:06}_mask.png")).is_file());
@@ -176,12 +198,15 @@ fn glob_raw_frames_logits_and_bench() {
             png_labels[i]
         );
     }
+}
 
+fn bad_raw_input_is_refused(onnx: &Path, pattern: &str, frames: &[u8], png_labels: &[Vec<u8>]) {
+    let raw = format!("{W}x{H}");
     // Bad --raw sizes: unparsable, zero, and frames that do not divide the input.
     for bad in ["48", "48x", "0x32", "axb"] {
         let out = segtool_stdin(
-            &["infer", "--model", p(&onnx), "--raw", bad, "--out", "-"],
-            &frames,
+            &["infer", "--model", p(onnx), "--raw", bad, "--out", "-"],
+            frames,
         );
         assert!(!out.status.success(), "--raw {bad} accepted");
         let err = String::from_utf8_lossy(&out.stderr);
@@ -189,7 +214,7 @@ fn glob_raw_frames_logits_and_bench() {
     }
     let frame = (W * H * 3) as usize;
     let out = segtool_stdin(
-        &["infer", "--model", p(&onnx), "--raw", &raw, "--out", "-"],
+        &["infer", "--model", p(onnx), "--raw", &raw, "--out", "-"],
         &frames[..2 * frame + 100],
     );
     assert!(!out.status.success());
@@ -204,15 +229,17 @@ fn glob_raw_frames_logits_and_bench() {
     let out = segtool(&[
         "infer",
         "--model",
-        p(&onnx),
+        p(onnx),
         "--input",
-        &pattern,
+        pattern,
         "--out",
         "-",
     ]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--raw"));
+}
 
+fn bench_reports_its_json(d: &Path, onnx: &Path) {
     // bench: JSON with per-batch-size latency stats, throughput and the provider (ONNX
     // Runtime named: `auto` picks by the CPU).
     let json_path = d.join("f.json");
@@ -221,7 +248,7 @@ fn glob_raw_frames_logits_and_bench() {
         "--engine",
         "ort",
         "--model",
-        p(&onnx),
+        p(onnx),
         "--iterations",
         "3",
         "--warmup",
@@ -267,7 +294,7 @@ fn glob_raw_frames_logits_and_bench() {
     ok(&segtool(&[
         "bench",
         "--model",
-        p(&onnx),
+        p(onnx),
         "--engine",
         "tract",
         "--duration",

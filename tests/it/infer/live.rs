@@ -1,5 +1,7 @@
 //! `--raw --live` (newest frame wins), flicker of ordered raw streams, `bench --stream`.
 
+use std::path::Path;
+
 use crate::common::{self, p, segtool};
 
 use super::{ok, segtool_stdin, setup, H, W};
@@ -14,34 +16,58 @@ fn live_raw_frames_flicker_and_stream_bench() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let (onnx, _) = setup(d);
-    const N: usize = 30;
     let frames: Vec<u8> = (0..N as u32)
         .flat_map(|i| common::test_image(i % 4, W, H).into_raw())
         .collect();
     let wxh = format!("{W}x{H}");
-    let count = |summary: &str, what: &str| -> usize {
-        let at = summary
-            .find(what)
-            .unwrap_or_else(|| panic!("{what} in {summary}"));
-        let digits: String = summary[..at]
-            .trim_end()
-            .rsplit(' ')
-            .next()
-            .unwrap()
-            .chars()
-            .filter(char::is_ascii_digit)
-            .collect();
-        digits.parse().unwrap()
-    };
+    newest_frame_wins_into_a_folder(d, &onnx, &wxh, &frames);
+    newest_frame_wins_on_stdout(&onnx, &wxh, &frames);
+    // Ordered raw frames report their flicker.
+    let ordered = d.join("ordered");
+    let args = [
+        "infer",
+        "--model",
+        p(&onnx),
+        "--raw",
+        &wxh,
+        "--out",
+        p(&ordered),
+    ];
+    let out = segtool_stdin(&args, &frames);
+    ok(&out);
+    let summary = String::from_utf8_lossy(&out.stdout);
+    assert!(summary.contains("flicker"), "{summary}");
+    smoothing_needs_logits(d, &wxh, &frames);
+    stream_bench_in_both_modes(d, &onnx);
+}
 
+const N: usize = 30;
+
+/// The number just before `what` in a summary line.
+fn count(summary: &str, what: &str) -> usize {
+    let at = summary
+        .find(what)
+        .unwrap_or_else(|| panic!("{what} in {summary}"));
+    let digits: String = summary[..at]
+        .trim_end()
+        .rsplit(' ')
+        .next()
+        .unwrap()
+        .chars()
+        .filter(char::is_ascii_digit)
+        .collect();
+    digits.parse().unwrap()
+}
+
+fn newest_frame_wins_into_a_folder(d: &Path, onnx: &Path, wxh: &str, frames: &[u8]) {
     let live = d.join("live");
     let out = segtool_stdin(
         &[
             "infer",
             "--model",
-            p(&onnx),
+            p(onnx),
             "--raw",
-            &wxh,
+            wxh,
             "--live",
             "--smooth",
             "0.6",
@@ -50,7 +76,7 @@ fn live_raw_frames_flicker_and_stream_bench() {
             "--threads",
             "1",
         ],
-        &frames,
+        frames,
     );
     ok(&out);
     let summary = String::from_utf8_lossy(&out.stdout).to_string();
@@ -81,20 +107,22 @@ fn live_raw_frames_flicker_and_stream_bench() {
     assert!(live
         .join(format!("frame_{:06}_overlay.png", N - 1))
         .is_file());
+}
 
+fn newest_frame_wins_on_stdout(onnx: &Path, wxh: &str, frames: &[u8]) {
     // stdout: 8-byte index, then W*H class bytes, per answered frame.
     let out = segtool_stdin(
         &[
             "infer",
             "--model",
-            p(&onnx),
+            p(onnx),
             "--raw",
-            &wxh,
+            wxh,
             "--live",
             "--out",
             "-",
         ],
-        &frames,
+        frames,
     );
     ok(&out);
     let record = 8 + (W * H) as usize;
@@ -108,24 +136,9 @@ fn live_raw_frames_flicker_and_stream_bench() {
     assert_eq!(indices.last(), Some(&(N as u64 - 1)));
     let summary = String::from_utf8_lossy(&out.stderr).to_string();
     assert_eq!(count(&summary, "answered,"), indices.len(), "{summary}");
+}
 
-    // Ordered raw frames report their flicker.
-    let out = segtool_stdin(
-        &[
-            "infer",
-            "--model",
-            p(&onnx),
-            "--raw",
-            &wxh,
-            "--out",
-            p(&d.join("ordered")),
-        ],
-        &frames,
-    );
-    ok(&out);
-    let summary = String::from_utf8_lossy(&out.stdout);
-    assert!(summary.contains("flicker"), "{summary}");
-
+fn smoothing_needs_logits(d: &Path, wxh: &str, frames: &[u8]) {
     // Smoothing needs logits.
     let argmax = d.join("argmax.onnx");
     let (_, _, ckpt) = common::tiny_checkpoint(d, 7);
@@ -143,14 +156,14 @@ fn live_raw_frames_flicker_and_stream_bench() {
             "--model",
             p(&argmax),
             "--raw",
-            &wxh,
+            wxh,
             "--live",
             "--smooth",
             "0.5",
             "--out",
             p(&d.join("x")),
         ],
-        &frames,
+        frames,
     );
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
@@ -158,14 +171,16 @@ fn live_raw_frames_flicker_and_stream_bench() {
         err.contains("--smooth") && err.contains("--argmax"),
         "{err}"
     );
+}
 
+fn stream_bench_in_both_modes(d: &Path, onnx: &Path) {
     // bench --stream, both modes, generated frames; JSON as bench writes it.
     for live in [false, true] {
         let json = d.join(format!("stream-{live}.json"));
         let mut args = vec![
             "bench",
             "--model",
-            p(&onnx),
+            p(onnx),
             "--stream",
             "--fps",
             "200",

@@ -31,6 +31,7 @@ use segtool_core::config::RunConfig;
 use segtool_train::import::{
     from_mmseg, import_into, read_state_dict, ImportMode, MmsegOverrides, StateDict,
 };
+use segtool_train::trainer::StepStats;
 use segtool_train::{presets, DaNet, TrainConfig, Trainer};
 use tch::{nn, Device, Kind, Tensor};
 
@@ -188,108 +189,127 @@ fn check_step(preset: &str, mmseg_config: &str, full: bool) {
             started.elapsed().as_secs_f64()
         );
 
-        let loss_tol = if f64_run { 1e-12 } else { 1e-5 };
-        let ours = [
-            ("loss/total", stats.loss),
-            ("loss/decode.pam_cam.loss_ce", stats.loss_terms[0]),
-            ("loss/decode.pam.loss_ce", stats.loss_terms[1]),
-            ("loss/decode.cam.loss_ce", stats.loss_terms[2]),
-            ("loss/aux.loss_ce", stats.loss_aux.expect("an aux term")),
-        ];
-        for (key, value) in ours {
-            let (r, noise) = (scalar(&reference, key), noise_floor(&reference, key));
-            let err = rel(value, r);
-            eprintln!("{what} {key}: ours {value:.9} mmseg {r:.9} rel {err:.2e} (mmseg f32 noise {noise:.1e})");
-            assert!(
-                err < loss_tol,
-                "{what} {key}: relative error {err:.3e} exceeds {loss_tol:e}"
-            );
-        }
+        check_losses(&what, &stats, &reference, f64_run);
+        check_gradients(&what, &trainer, &names, &reference, &initial, f64_run);
+    }
 
-        let variables = trainer.vs.variables();
-        let mut updates = 0;
-        let (mut errors, mut noises) = (Vec::new(), Vec::new());
-        let (mut worst, mut worst_name, mut worst_noise, mut checked) =
-            (0f64, String::new(), 0f64, 0);
-        for (mmseg, ours) in &names {
-            if mmseg.ends_with("num_batches_tracked") {
-                continue; // BN's step counter: mmseg's momentum is fixed, nothing reads it
-            }
-            let Some(var) = variables.get(ours) else {
-                panic!("{what}: {mmseg} imported as {ours}, which the model lacks");
-            };
-            if let Some(r) = reference.get(&format!("running/{mmseg}")) {
-                let d = (var.to_kind(Kind::Double) - r)
-                    .abs()
-                    .max()
-                    .double_value(&[]);
-                let tol = if f64_run { 1e-10 } else { 1e-4 };
-                assert!(d < tol, "{what} running statistic {ours}: {d:.3e}");
-                continue;
-            }
-            let Some(r) = reference.get(&format!("grad/{mmseg}")) else {
-                continue; // num_batches_tracked and the like
-            };
-            let g = var.grad();
-            assert!(g.defined(), "{what}: {ours} has no gradient");
-            let g = g.to_kind(Kind::Double);
-            let max_ref = r.abs().max().double_value(&[]);
-            if mmseg == "decode_head.pam.key_project.bias" {
-                let m = g.abs().max().double_value(&[]);
-                assert!(
-                    m < 1e-6 * max_ref.max(1e-3),
-                    "{what} {ours}: {m:.3e} should vanish"
-                );
-                continue;
-            }
-            let (err, bound) = if f64_run {
-                let d = (&g - r).abs().max().double_value(&[]);
-                (d / max_ref.max(1e-30), 1e-10)
-            } else {
-                let l2 = (&g - r).norm().double_value(&[]);
-                (l2 / r.norm().double_value(&[]).max(1e-30), FP32_GRAD_BOUND)
-            };
-            let noise = noise_floor(&reference, &format!("grad/{mmseg}"));
-            if err > worst {
-                (worst, worst_name, worst_noise) = (err, ours.clone(), noise);
-            }
-            errors.push(err);
-            noises.push(noise);
-            assert!(err < bound, "{what} {ours} ({mmseg}): gradient error {err:.3e} exceeds {bound:e} (mmseg f32 noise {noise:.2e})");
-            checked += 1;
-            if let Some(new) = reference.get(&format!("new/{mmseg}")) {
-                // The SGD update (lr 0.01, wd 5e-4, first step: no momentum history).
-                let before = &initial[mmseg.as_str()];
-                let (mine, theirs) = (var.to_kind(Kind::Double) - before, new - before);
-                let err = (&mine - &theirs).norm().double_value(&[])
-                    / theirs.norm().double_value(&[]).max(1e-30);
-                let tol = if f64_run { 1e-8 } else { FP32_GRAD_BOUND };
-                assert!(
-                    err < tol,
-                    "{what} {ours}: SGD update L2-relative error {err:.3e}"
-                );
-                updates += 1;
-            }
+    if full {
+        check_poly_lr(&dir.path().join("lr.safetensors"), &cfg);
+    }
+}
+
+/// The step's loss terms against mmseg's.
+fn check_losses(what: &str, stats: &StepStats, reference: &Tensors, f64_run: bool) {
+    let loss_tol = if f64_run { 1e-12 } else { 1e-5 };
+    let ours = [
+        ("loss/total", stats.loss),
+        ("loss/decode.pam_cam.loss_ce", stats.loss_terms[0]),
+        ("loss/decode.pam.loss_ce", stats.loss_terms[1]),
+        ("loss/decode.cam.loss_ce", stats.loss_terms[2]),
+        ("loss/aux.loss_ce", stats.loss_aux.expect("an aux term")),
+    ];
+    for (key, value) in ours {
+        let (r, noise) = (scalar(&reference, key), noise_floor(&reference, key));
+        let err = rel(value, r);
+        eprintln!("{what} {key}: ours {value:.9} mmseg {r:.9} rel {err:.2e} (mmseg f32 noise {noise:.1e})");
+        assert!(
+            err < loss_tol,
+            "{what} {key}: relative error {err:.3e} exceeds {loss_tol:e}"
+        );
+    }
+}
+
+/// Every gradient and running statistic against mmseg's, and the SGD update of the
+/// parameters mmseg recorded.
+fn check_gradients(
+    what: &str,
+    trainer: &Trainer,
+    names: &HashMap<String, String>,
+    reference: &Tensors,
+    initial: &HashMap<&str, Tensor>,
+    f64_run: bool,
+) {
+    let variables = trainer.vs.variables();
+    let mut updates = 0;
+    let (mut errors, mut noises) = (Vec::new(), Vec::new());
+    let (mut worst, mut worst_name, mut worst_noise, mut checked) = (0f64, String::new(), 0f64, 0);
+    for (mmseg, ours) in names {
+        if mmseg.ends_with("num_batches_tracked") {
+            continue; // BN's step counter: mmseg's momentum is fixed, nothing reads it
         }
-        let metric = if f64_run {
-            "max-relative"
-        } else {
-            "L2-relative"
+        let Some(var) = variables.get(ours) else {
+            panic!("{what}: {mmseg} imported as {ours}, which the model lacks");
         };
-        eprintln!("{what}: {checked} gradients, worst {metric} {worst:.2e} ({worst_name}; mmseg's own f32 noise there {worst_noise:.2e}); median {metric} {:.2e}, mmseg's own f32 L2-relative noise median {:.2e} max {:.2e}", median(&mut errors), median(&mut noises), noises.iter().cloned().fold(f64::NAN, f64::max));
-        // Every parameter mmseg has, but the vanishing key bias (checked above).
-        let expected = reference.keys().filter(|k| k.starts_with("grad/")).count() - 1;
-        assert_eq!(checked, expected, "{what}: gradients compared");
-        assert_eq!(updates, 7, "{what}: updated parameters compared");
+        if let Some(r) = reference.get(&format!("running/{mmseg}")) {
+            let d = (var.to_kind(Kind::Double) - r)
+                .abs()
+                .max()
+                .double_value(&[]);
+            let tol = if f64_run { 1e-10 } else { 1e-4 };
+            assert!(d < tol, "{what} running statistic {ours}: {d:.3e}");
+            continue;
+        }
+        let Some(r) = reference.get(&format!("grad/{mmseg}")) else {
+            continue; // num_batches_tracked and the like
+        };
+        let g = var.grad();
+        assert!(g.defined(), "{what}: {ours} has no gradient");
+        let g = g.to_kind(Kind::Double);
+        let max_ref = r.abs().max().double_value(&[]);
+        if mmseg == "decode_head.pam.key_project.bias" {
+            let m = g.abs().max().double_value(&[]);
+            assert!(
+                m < 1e-6 * max_ref.max(1e-3),
+                "{what} {ours}: {m:.3e} should vanish"
+            );
+            continue;
+        }
+        let (err, bound) = if f64_run {
+            let d = (&g - r).abs().max().double_value(&[]);
+            (d / max_ref.max(1e-30), 1e-10)
+        } else {
+            let l2 = (&g - r).norm().double_value(&[]);
+            (l2 / r.norm().double_value(&[]).max(1e-30), FP32_GRAD_BOUND)
+        };
+        let noise = noise_floor(reference, &format!("grad/{mmseg}"));
+        if err > worst {
+            (worst, worst_name, worst_noise) = (err, ours.clone(), noise);
+        }
+        errors.push(err);
+        noises.push(noise);
+        assert!(err < bound, "{what} {ours} ({mmseg}): gradient error {err:.3e} exceeds {bound:e} (mmseg f32 noise {noise:.2e})");
+        checked += 1;
+        if let Some(new) = reference.get(&format!("new/{mmseg}")) {
+            // The SGD update (lr 0.01, wd 5e-4, first step: no momentum history).
+            let before = &initial[mmseg.as_str()];
+            let (mine, theirs) = (var.to_kind(Kind::Double) - before, new - before);
+            let err = (&mine - &theirs).norm().double_value(&[])
+                / theirs.norm().double_value(&[]).max(1e-30);
+            let tol = if f64_run { 1e-8 } else { FP32_GRAD_BOUND };
+            assert!(
+                err < tol,
+                "{what} {ours}: SGD update L2-relative error {err:.3e}"
+            );
+            updates += 1;
+        }
     }
+    let metric = if f64_run {
+        "max-relative"
+    } else {
+        "L2-relative"
+    };
+    eprintln!("{what}: {checked} gradients, worst {metric} {worst:.2e} ({worst_name}; mmseg's own f32 noise there {worst_noise:.2e}); median {metric} {:.2e}, mmseg's own f32 L2-relative noise median {:.2e} max {:.2e}", median(&mut errors), median(&mut noises), noises.iter().cloned().fold(f64::NAN, f64::max));
+    // Every parameter mmseg has, but the vanishing key bias (checked above).
+    let expected = reference.keys().filter(|k| k.starts_with("grad/")).count() - 1;
+    assert_eq!(checked, expected, "{what}: gradients compared");
+    assert_eq!(updates, 7, "{what}: updated parameters compared");
+}
 
-    if !full {
-        return;
-    }
-    let lrs = read(&dir.path().join("lr.safetensors"));
-    // PolyLR(eta_min=1e-4, power=0.9, end=iterations): mmengine's chainable form stepped per
-    // iteration against segtool's closed form.
-    let config = TrainConfig::from_run_config(&cfg, cfg.optim.iterations as usize, Device::Cpu);
+/// PolyLR(eta_min=1e-4, power=0.9, end=iterations): mmengine's chainable form stepped per
+/// iteration (`lr_file`) against segtool's closed form.
+fn check_poly_lr(lr_file: &Path, cfg: &RunConfig) {
+    let lrs = read(lr_file);
+    let config = TrainConfig::from_run_config(cfg, cfg.optim.iterations as usize, Device::Cpu);
     let iters = Vec::<f64>::try_from(&lrs["iters"]).unwrap();
     let values = Vec::<f64>::try_from(&lrs["lr"]).unwrap();
     for (it, lr) in iters.iter().zip(&values) {
