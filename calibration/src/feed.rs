@@ -13,10 +13,10 @@
 
 use image::RgbImage;
 use ndarray::{Array4, ArrayD};
+use segtool_model_spec::ModelSpec;
 use segtool_onnx::proto::ModelProto;
 use segtool_runtime::card::{pipeline, Dtype, Layout, ModelCard, OutputKind};
 use segtool_runtime::expert::EngineTensor;
-use segtool_spec::ModelSpec;
 
 use crate::{model_spec, CalibrationError};
 

@@ -4,8 +4,8 @@ use std::path::{Path, PathBuf};
 
 use image::RgbImage;
 use prost::Message;
+use segtool_model_spec::{ModelSpec, SPEC_METADATA_KEY};
 use segtool_onnx::proto::ModelProto;
-use segtool_spec::{ModelSpec, SPEC_METADATA_KEY};
 
 use crate::error::{io_err, CalibrationError};
 
@@ -28,15 +28,15 @@ pub fn model_spec(model: &ModelProto) -> Result<ModelSpec, CalibrationError> {
     ModelSpec::from_json(&json.value).map_err(|e| CalibrationError::Model(e.to_string()))
 }
 
-/// The image files of a folder, sorted: [`segtool_spec::images::list_images`], the lister
+/// The image files of a folder, sorted: [`segtool_model_spec::images::list_images`], the lister
 /// every segtool command uses (exactly the formats the build decodes). None is an error.
 pub fn list_images(dir: &Path) -> Result<Vec<PathBuf>, CalibrationError> {
-    let out = segtool_spec::images::list_images(dir).map_err(io_err(dir))?;
+    let out = segtool_model_spec::images::list_images(dir).map_err(io_err(dir))?;
     if out.is_empty() {
         return Err(CalibrationError::Input(format!(
             "{}: no images ({})",
             dir.display(),
-            segtool_spec::images::IMAGE_EXTENSIONS.join(", ")
+            segtool_model_spec::images::IMAGE_EXTENSIONS.join(", ")
         )));
     }
     Ok(out)
@@ -53,10 +53,10 @@ pub fn read_label(path: &Path) -> Result<image::GrayImage, CalibrationError> {
     segtool_core::dataset::read_mask(path).map_err(|e| CalibrationError::Input(e.to_string()))
 }
 
-/// Writes `bytes` to `path` atomically ([`segtool_spec::io::write_atomic`]: a temp file
+/// Writes `bytes` to `path` atomically ([`segtool_model_spec::io::write_atomic`]: a temp file
 /// in the same folder, fsync, rename, fsync of the folder).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), CalibrationError> {
-    segtool_spec::io::write_atomic(path, bytes).map_err(io_err(path))
+    segtool_model_spec::io::write_atomic(path, bytes).map_err(io_err(path))
 }
 
 #[cfg(test)]

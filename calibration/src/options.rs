@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 use std::str::FromStr;
 
+use segtool_model_spec::progress::Reporter;
 use segtool_runtime::card::ModelCard;
-use segtool_spec::progress::Reporter;
 
 use crate::stats::{TensorStats, DEFAULT_BINS};
 use crate::{calibrators, qdq};

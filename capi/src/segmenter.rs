@@ -10,8 +10,8 @@ use std::ptr;
 use std::sync::Mutex;
 
 use image::RgbImage;
+use segtool_model_spec::ModelSpec;
 use segtool_runtime::{EngineKind, Frame, PixelFormat, Segmenter, SegmenterBuilder};
-use segtool_spec::ModelSpec;
 
 use crate::options::{
     parse_providers, segtool_options, segtool_options_default, SEGTOOL_ENGINE_AUTO,

@@ -51,7 +51,7 @@ fn main() {
         times[times.len() / 2]
     };
     // Peak RSS of this process (VmHWM, KiB).
-    let hwm = segtool_spec::process::memory_kib("VmHWM")
+    let hwm = segtool_model_spec::process::memory_kib("VmHWM")
         .map_or_else(|| "null".to_string(), |kib| kib.to_string());
     println!(
         "{{\"engine\": \"{}\", \"load_ms\": {load:.1}, \"first_ms\": {first:.1}, \"median_ms\": {median:.1}, \"runs\": {runs}, \"vm_hwm_kib\": {hwm}}}",

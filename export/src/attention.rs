@@ -214,7 +214,7 @@ fn reduce_max_last(ctx: &mut Ctx<'_, '_>, x: &str, out: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use segtool_spec::BackboneSpec;
+    use segtool_model_spec::BackboneSpec;
 
     use crate::testutil::{export_decoded_with, spec_with};
     use crate::ExportOptions;

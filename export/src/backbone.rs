@@ -2,7 +2,7 @@
 //! `pretrained.*` tensors. Geometry (stride, dilation per block, downsample branches)
 //! comes only from `BackboneSpec`, so training, export and inference cannot disagree.
 
-use segtool_spec::{BackboneSpec, BlockKind};
+use segtool_model_spec::{BackboneSpec, BlockKind};
 
 use crate::builder::attr_ints;
 use crate::conv::{Conv2d, Ctx};
@@ -158,7 +158,7 @@ impl Block<'_> {
 
 #[cfg(test)]
 mod tests {
-    use segtool_spec::{BackboneSpec, BlockKind};
+    use segtool_model_spec::{BackboneSpec, BlockKind};
 
     use crate::testutil::{conv_attr, export_decoded, spec_with};
 

@@ -4,9 +4,9 @@
 //! (skipped when its library is not found), at sizes whose position count N is a
 //! multiple of the block count, is not, and is below it (trailing empty blocks).
 
+use segtool_model_spec::{BackboneSpec, ModelSpec};
 use segtool_runtime::expert::run_logits;
 use segtool_runtime::{expert::TractEngine, TractOptions};
-use segtool_spec::{BackboneSpec, ModelSpec};
 
 use crate::testutil::{export_decoded_with, random_entries, serialize, spec_with};
 use crate::{export_onnx, AttentionForm, ExportOptions, ExportTarget, PAM_QUERY_BLOCKS};

@@ -13,7 +13,7 @@
 //! - `blocked` (PAM only; CAM stays decomposed): one query block's energy at a time,
 //!   1/[`crate::PAM_QUERY_BLOCKS`] of the matrix.
 
-use segtool_spec::ModelSpec;
+use segtool_model_spec::ModelSpec;
 
 use crate::{AttentionForm, ExportOptions};
 
@@ -162,7 +162,7 @@ mod tests {
     use super::*;
     use crate::testutil::spec_with;
     use crate::ExportTarget;
-    use segtool_spec::BackboneSpec;
+    use segtool_model_spec::BackboneSpec;
 
     #[test]
     fn pam_at_cityscapes_full_frame_is_4_gib_and_warns_only_when_decomposed() {

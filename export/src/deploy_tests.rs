@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use segtool_spec::{BackboneSpec, ModelSpec};
+use segtool_model_spec::{BackboneSpec, ModelSpec};
 
 use crate::proto::{tensor_shape_proto::dimension::Value as D, type_proto, DataType, ModelProto};
 use crate::testutil::{export_decoded_with, random_entries, serialize, spec_with};

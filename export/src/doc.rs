@@ -1,7 +1,7 @@
 //! The exported model's self-description: the ONNX IR version that goes with the opset,
 //! and the `doc_string` that states the interface in words.
 
-use segtool_spec::{ModelSpec, SPEC_METADATA_KEY};
+use segtool_model_spec::{ModelSpec, SPEC_METADATA_KEY};
 
 use crate::{ExportOptions, AUX_OUTPUT_NAME, INPUT_NAME, MASK_OUTPUT_NAME, OUTPUT_NAME};
 

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use segtool_spec::spec::SpecError;
+use segtool_model_spec::spec::SpecError;
 
 /// Everything [`export_onnx`](crate::export_onnx) and its in-memory forms can fail with.
 /// The `Display` message is meant to be shown to the user as is.
@@ -41,7 +41,7 @@ pub enum ExportError {
         "checkpoint {} has no `{key}` metadata: it was not written by segtool \
          (convert it with the train tool first)",
         path.display(),
-        key = segtool_spec::SPEC_METADATA_KEY
+        key = segtool_model_spec::SPEC_METADATA_KEY
     )]
     MissingSpec {
         /// The checkpoint path as given.

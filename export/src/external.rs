@@ -24,7 +24,7 @@
 //! header), and no `checksum` is written (optional in the spec).
 //!
 //! Writing ([`write_files`]) keeps the pair consistent: data first (temp file, fsync,
-//! rename), model last (`segtool_spec::io::write_atomic`), so a model on disk never points
+//! rename), model last (`segtool_model_spec::io::write_atomic`), so a model on disk never points
 //! at a missing or partial data file.
 
 use std::fs;
@@ -234,14 +234,14 @@ pub(crate) fn write_files(
         move |source| ExportError::Write { path, source }
     };
     let Some(data) = data else {
-        segtool_spec::io::write_atomic(out, onnx).map_err(werr(out))?;
+        segtool_model_spec::io::write_atomic(out, onnx).map_err(werr(out))?;
         if let Some(stale) = data_path_for(out) {
             let _ = fs::remove_file(stale);
         }
         return Ok(());
     };
     let data_path = out.with_file_name(data.location());
-    let tmp = segtool_spec::io::temp_path(&data_path);
+    let tmp = segtool_model_spec::io::temp_path(&data_path);
     let staged = (|| {
         if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
             fs::create_dir_all(dir)?;
@@ -266,7 +266,7 @@ pub(crate) fn write_files(
         let _ = fs::remove_file(&tmp);
         return Err(werr(&data_path)(e));
     }
-    if let Err(e) = segtool_spec::io::write_atomic(out, onnx) {
+    if let Err(e) = segtool_model_spec::io::write_atomic(out, onnx) {
         let _ = fs::remove_file(&data_path);
         return Err(werr(out)(e));
     }

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use prost::Message;
-use segtool_spec::{BackboneSpec, ModelSpec};
+use segtool_model_spec::{BackboneSpec, ModelSpec};
 
 use crate::external::ALIGNMENT;
 use crate::proto::{DataLocation, ModelProto, TensorProto};

@@ -3,7 +3,7 @@
 //! (align_corners as the spec says). conv6/conv7 only feed the auxiliary training losses
 //! and are not exported; mmsegmentation's auxiliary FCN head only when asked.
 
-use segtool_spec::ModelSpec;
+use segtool_model_spec::ModelSpec;
 
 use crate::attention;
 use crate::builder::{attr_int, attr_string};
@@ -133,7 +133,7 @@ pub fn upsample_into(ctx: &mut Ctx<'_, '_>, x: &str, image: &str, out: &str, ali
 
 #[cfg(test)]
 mod tests {
-    use segtool_spec::BackboneSpec;
+    use segtool_model_spec::BackboneSpec;
 
     use crate::testutil::{export_decoded, random_entries, serialize, spec_with};
 
@@ -144,7 +144,7 @@ mod tests {
         use crate::builder::GraphBuilder;
         use crate::conv::Ctx;
         use crate::weights::Weights;
-        use segtool_spec::BlockKind;
+        use segtool_model_spec::BlockKind;
         let b = BackboneSpec {
             block: BlockKind::Bottleneck,
             layers: [1, 2, 2, 2],

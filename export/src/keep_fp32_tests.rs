@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use segtool_spec::{BackboneSpec, ModelSpec};
+use segtool_model_spec::{BackboneSpec, ModelSpec};
 
 use crate::proto::{type_proto, DataType, GraphProto, NodeProto};
 use crate::testutil::{export_decoded_with, random_entries, serialize, spec_with};

@@ -7,7 +7,7 @@
 //! into its conv ([`fold`]). Input `image` is float32 `[batch, 3, height, width]`
 //! (normalised RGB), output `logits` float32 `[batch, classes, height, width]`; batch and
 //! image size are dynamic. The model spec travels in `metadata_props` under
-//! [`segtool_spec::SPEC_METADATA_KEY`], so an .onnx file is self-describing.
+//! [`segtool_model_spec::SPEC_METADATA_KEY`], so an .onnx file is self-describing.
 //!
 //! Weights that would take the model past protobuf's 2 GiB limit go to a side file
 //! `<model>.onnx.data` as ONNX external data ([`external`], [`ExternalData`]).

@@ -5,8 +5,8 @@ use std::path::Path;
 
 use prost::Message;
 use safetensors::SafeTensors;
+use segtool_model_spec::ModelSpec;
 use segtool_onnx::{InputLayout, IoContract, Metadata, OutputKind};
-use segtool_spec::ModelSpec;
 
 use crate::builder::{self, GraphBuilder};
 use crate::conv::Ctx;

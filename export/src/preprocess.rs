@@ -1,7 +1,7 @@
 //! `--preprocess` exports: the graph takes uint8 NHWC RGB frames as a camera or decoder
 //! gives them and normalises them itself, so the caller does no per-pixel work.
 
-use segtool_spec::ModelSpec;
+use segtool_model_spec::ModelSpec;
 
 use crate::builder::{attr_int, attr_ints};
 use crate::conv::Ctx;

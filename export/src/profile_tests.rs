@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use segtool_spec::BackboneSpec;
+use segtool_model_spec::BackboneSpec;
 
 use crate::proto::{GraphProto, ModelProto};
 use crate::testutil::{export_decoded_with, random_entries, serialize, spec_with};
@@ -35,7 +35,7 @@ fn ops(g: &GraphProto, prefix: &str) -> Vec<String> {
         .collect()
 }
 
-fn tiny() -> segtool_spec::ModelSpec {
+fn tiny() -> segtool_model_spec::ModelSpec {
     spec_with(BackboneSpec::tiny(), 3)
 }
 

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use prost::Message;
 use safetensors::{Dtype, SafeTensors};
-use segtool_spec::{BackboneSpec, ModelSpec, SPEC_METADATA_KEY};
+use segtool_model_spec::{BackboneSpec, ModelSpec, SPEC_METADATA_KEY};
 
 use crate::proto::tensor_shape_proto::dimension::Value as DimValue;
 use crate::proto::{type_proto, DataType, GraphProto, ModelProto, ValueInfoProto};

@@ -5,7 +5,7 @@
 use prost::Message;
 use safetensors::tensor::TensorView;
 use safetensors::Dtype;
-use segtool_spec::{BackboneSpec, BlockKind, ModelSpec, SPEC_METADATA_KEY};
+use segtool_model_spec::{BackboneSpec, BlockKind, ModelSpec, SPEC_METADATA_KEY};
 
 use crate::proto::{GraphProto, ModelProto};
 use crate::{export_onnx_bytes, ExportOptions, ExportReport};

@@ -12,8 +12,8 @@
 
 use std::io::Cursor;
 
-use segtool_spec::raw_frames::RawFrames;
-use segtool_spec::size::Size;
+use segtool_model_spec::raw_frames::RawFrames;
+use segtool_model_spec::size::Size;
 
 pub fn run(data: &[u8]) {
     let split = data.iter().position(|&b| b == b'\n').unwrap_or(data.len());

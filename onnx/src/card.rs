@@ -29,7 +29,7 @@ use crate::read::{ModelIo, TensorInfo};
 pub const CARD_METADATA_KEY: &str = "segtool.card";
 
 /// Most classes a card may name, as a spec: class maps are `u8`.
-pub use segtool_spec::MAX_CLASSES;
+pub use segtool_model_spec::MAX_CLASSES;
 
 /// Largest side a card's resize may ask for (`input.size`, `input.keep_ratio`,
 /// `input.min_short_side`, `input.size_divisor`): 16384, the C ABI's largest image side.

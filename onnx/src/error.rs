@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use segtool_spec::SpecError;
+use segtool_model_spec::SpecError;
 
 /// What went wrong reading a model file.
 #[derive(Debug, thiserror::Error)]

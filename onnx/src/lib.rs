@@ -18,7 +18,7 @@
 //!
 //! ```
 //! use segtool_onnx::{InputLayout, IoContract, Metadata, OutputKind, TrtProfileHint};
-//! # use segtool_spec::{BackboneSpec, ModelSpec};
+//! # use segtool_model_spec::{BackboneSpec, ModelSpec};
 //! # let spec = ModelSpec::new("tiny", BackboneSpec::tiny(), vec!["a".into(), "b".into()]);
 //! let mut meta = Metadata::new(spec);
 //! meta.contract = Some(IoContract { input: InputLayout::NhwcU8, output: OutputKind::Mask });

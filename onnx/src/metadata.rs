@@ -9,11 +9,11 @@
 use std::fmt;
 use std::path::Path;
 
+use segtool_model_spec::ModelSpec;
 use serde::{Deserialize, Serialize};
-use segtool_spec::ModelSpec;
 
 use crate::error::{ModelFileError, Result};
-pub use segtool_spec::SPEC_METADATA_KEY;
+pub use segtool_model_spec::SPEC_METADATA_KEY;
 
 /// Key of the export options (JSON), next to the spec.
 pub const EXPORT_METADATA_KEY: &str = "segtool.export";
@@ -155,7 +155,9 @@ impl TrtProfileHint {
         let hint: Self = serde_json::from_str(json).map_err(|e| e.to_string())?;
         for (name, dims) in [("min", &hint.min), ("opt", &hint.opt), ("max", &hint.max)] {
             if dims.len() != 4 || dims.iter().any(|&d| d < 1) {
-                return Err(format!("{name} must be 4 positive dimensions, got {dims:?}"));
+                return Err(format!(
+                    "{name} must be 4 positive dimensions, got {dims:?}"
+                ));
             }
         }
         Ok(hint)
@@ -248,7 +250,12 @@ impl Metadata {
             key,
             message,
         };
-        let get = |key: &str| props.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str());
+        let get = |key: &str| {
+            props
+                .iter()
+                .find(|(k, _)| k == key)
+                .map(|(_, v)| v.as_str())
+        };
         let json = |key: &'static str| -> Result<Option<serde_json::Value>> {
             get(key)
                 .map(|v| serde_json::from_str(v).map_err(|e| bad(key, format!("not JSON: {e}"))))
@@ -258,21 +265,28 @@ impl Metadata {
             path: path.into(),
             key: SPEC_METADATA_KEY,
         })?;
-        let spec = ModelSpec::from_json(spec_json).map_err(|source| ModelFileError::InvalidSpec {
-            path: path.into(),
-            source,
-        })?;
+        let spec =
+            ModelSpec::from_json(spec_json).map_err(|source| ModelFileError::InvalidSpec {
+                path: path.into(),
+                source,
+            })?;
         let layout = get(INPUT_LAYOUT_KEY)
             .map(|v| {
                 InputLayout::parse(v).ok_or_else(|| {
-                    bad(INPUT_LAYOUT_KEY, format!("{v:?}: expected {LAYOUT_NCHW_F32:?} or {LAYOUT_NHWC_U8:?}"))
+                    bad(
+                        INPUT_LAYOUT_KEY,
+                        format!("{v:?}: expected {LAYOUT_NCHW_F32:?} or {LAYOUT_NHWC_U8:?}"),
+                    )
                 })
             })
             .transpose()?;
         let output = get(OUTPUT_KIND_KEY)
             .map(|v| {
                 OutputKind::parse(v).ok_or_else(|| {
-                    bad(OUTPUT_KIND_KEY, format!("{v:?}: expected \"{OUTPUT_LOGITS}\" or \"{OUTPUT_MASK}\""))
+                    bad(
+                        OUTPUT_KIND_KEY,
+                        format!("{v:?}: expected \"{OUTPUT_LOGITS}\" or \"{OUTPUT_MASK}\""),
+                    )
                 })
             })
             .transpose()?;
@@ -282,17 +296,21 @@ impl Metadata {
         });
         let output_stride = get(OUTPUT_STRIDE_KEY)
             .map(|v| {
-                v.parse::<i64>()
-                    .ok()
-                    .filter(|s| *s > 0)
-                    .ok_or_else(|| bad(OUTPUT_STRIDE_KEY, format!("{v:?} is not a positive integer")))
+                v.parse::<i64>().ok().filter(|s| *s > 0).ok_or_else(|| {
+                    bad(
+                        OUTPUT_STRIDE_KEY,
+                        format!("{v:?} is not a positive integer"),
+                    )
+                })
             })
             .transpose()?;
         let checkpoint_sha256 = get(CHECKPOINT_SHA256_KEY)
             .map(|v| {
                 (v.len() == 64 && v.bytes().all(|b| b.is_ascii_hexdigit()))
                     .then(|| v.to_string())
-                    .ok_or_else(|| bad(CHECKPOINT_SHA256_KEY, format!("{v:?} is not 64 hex digits")))
+                    .ok_or_else(|| {
+                        bad(CHECKPOINT_SHA256_KEY, format!("{v:?} is not 64 hex digits"))
+                    })
             })
             .transpose()?;
         let trt_profile = get(TRT_PROFILE_KEY)
@@ -316,7 +334,11 @@ impl Metadata {
             checkpoint_sha256,
             trt_profile,
             calibration: json(CALIBRATION_METADATA_KEY)?,
-            other: props.iter().filter(|(k, _)| !OWNED.contains(&k.as_str())).cloned().collect(),
+            other: props
+                .iter()
+                .filter(|(k, _)| !OWNED.contains(&k.as_str()))
+                .cloned()
+                .collect(),
         })
     }
 }

@@ -93,7 +93,7 @@ fn top_level_fields(src: &Path) -> Result<(Vec<u8>, Vec<Field>)> {
 }
 
 fn write(dst: &Path, out: &[u8]) -> Result<()> {
-    segtool_spec::io::write_atomic(dst, out).map_err(|source| ModelFileError::Io {
+    segtool_model_spec::io::write_atomic(dst, out).map_err(|source| ModelFileError::Io {
         path: dst.to_path_buf(),
         source,
     })

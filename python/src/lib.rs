@@ -78,7 +78,7 @@ fn overlay<'py>(
     }
     let palette = match palette {
         Some(p) => palette_arg(p)?,
-        None => segtool_spec::palette::default_palette(
+        None => segtool_model_spec::palette::default_palette(
             usize::from(m.iter().copied().max().unwrap_or(0)) + 1,
         ),
     };
@@ -89,7 +89,7 @@ fn overlay<'py>(
 /// `default_palette(n)`: the palette segtool gives `n` classes without one of their own.
 #[pyfunction]
 fn default_palette<'py>(py: Python<'py>, n: usize) -> Bound<'py, PyArray2<u8>> {
-    let rows = segtool_spec::palette::default_palette(n);
+    let rows = segtool_model_spec::palette::default_palette(n);
     let flat: Vec<u8> = rows.iter().flatten().copied().collect();
     ndarray::Array2::from_shape_vec((rows.len(), 3), flat)
         .expect("three channels per row")

@@ -6,9 +6,9 @@ use image::RgbImage;
 use ndarray::{Array3, ArrayView3};
 use numpy::{PyReadonlyArray2, PyReadonlyArray3};
 use pyo3::prelude::*;
+use segtool_model_spec::ModelSpec;
 use segtool_runtime::expert::EngineTensor;
 use segtool_runtime::{Frame, FrameError, InputLayout, PixelFormat, RuntimeError};
-use segtool_spec::ModelSpec;
 
 use crate::errors;
 

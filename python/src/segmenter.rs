@@ -10,11 +10,11 @@ use ndarray::{Array2, Array3, ArrayView3};
 use numpy::{IntoPyArray, PyArray2, PyArray3, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
+use segtool_model_spec::ModelSpec;
 use segtool_runtime::accuracy::{AccuracyOptions, Protocol};
 use segtool_runtime::card::pipeline as card_pipeline;
 use segtool_runtime::openvino::OpenVinoOptions;
 use segtool_runtime::{EngineKind, IoContract, Provider, RuntimeError};
-use segtool_spec::ModelSpec;
 
 use crate::errors;
 use crate::pixels::{self, Color};

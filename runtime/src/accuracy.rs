@@ -1,5 +1,5 @@
 //! Accuracy mode: the evaluation protocol (DANet's `MultiEvalModule` or
-//! mmsegmentation's test pipeline, implemented once in `segtool_spec::protocol`) on any
+//! mmsegmentation's test pipeline, implemented once in `segtool_model_spec::protocol`) on any
 //! [`Engine`], on ndarray, without tch. The training crate's evaluation runs the same
 //! implementation on tch tensors, so the two agree step for step. DANet: for every scale
 //! the normalised batch is resized (bilinear, `align_corners=true`), run whole or in
@@ -7,23 +7,23 @@
 //! combined as `exp` scores, and the scores resized back and summed over scales. mmseg
 //! ([`segment`]): the uint8 images resized as `cv2.resize`, `whole` or unpadded
 //! edge-aligned `slide` windows, logits resized back with the model's `align_corners`,
-//! TTA as the mean softmax (see `segtool_spec::protocol::mmseg`).
+//! TTA as the mean softmax (see `segtool_model_spec::protocol::mmseg`).
 
 use image::RgbImage;
 use ndarray::{concatenate, s, Array2, Array4, ArrayView2, ArrayView4, Axis};
-use segtool_spec::protocol::{self, Stitch};
-use segtool_spec::ModelSpec;
+use segtool_model_spec::protocol::{self, Stitch};
+use segtool_model_spec::ModelSpec;
 
 use crate::engine::Engine;
 use crate::error::{Result, RuntimeError};
 use crate::postprocess::{argmax, resize_bilinear, softmax};
 use crate::preprocess::{normalise_batch, zero_pixel};
 
-pub use segtool_spec::protocol::{
+pub use segtool_model_spec::protocol::{
     window_starts, windows, Protocol, ProtocolOptions, Tiling, Window, MULTI_SCALES,
 };
 
-/// The protocol's options: `segtool_spec`'s [`ProtocolOptions`] builder, the one
+/// The protocol's options: `segtool_model_spec`'s [`ProtocolOptions`] builder, the one
 /// training's evaluation takes too.
 pub type AccuracyOptions = ProtocolOptions;
 

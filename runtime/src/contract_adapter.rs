@@ -5,7 +5,7 @@
 //! graphs.
 
 use ndarray::{Array4, ArrayView4, Zip};
-use segtool_spec::ModelSpec;
+use segtool_model_spec::ModelSpec;
 
 use crate::engine::Engine;
 use crate::error::Result;
@@ -27,7 +27,7 @@ use crate::io_contract::{EngineInput, EngineOutput, InputLayout, IoContract};
 ///
 /// ```
 /// use segtool_runtime::expert::{normalise, ContractAdapter};
-/// use segtool_spec::{BackboneSpec, ModelSpec};
+/// use segtool_model_spec::{BackboneSpec, ModelSpec};
 /// let spec = ModelSpec::new("demo", BackboneSpec::tiny(), vec!["road".into(), "car".into()]);
 /// let img = image::RgbImage::from_fn(4, 2, |x, y| image::Rgb([60 * x as u8, 100 * y as u8, 7]));
 /// // What a `--preprocess` graph behind `ContractAdapter::wrap(engine, contract, &spec)`

@@ -8,8 +8,8 @@
 use std::path::Path;
 
 use ndarray::{Array4, ArrayView4};
+use segtool_model_spec::ModelSpec;
 use segtool_onnx::ModelFile;
-use segtool_spec::ModelSpec;
 
 use crate::error::{fmt_shape, Result, RuntimeError};
 use crate::io_contract::{EngineInput, EngineOutput, IoContract};

@@ -13,7 +13,7 @@
 
 use image::RgbImage;
 use ndarray::{Array2, Array3, Array4, ArrayView4, Axis};
-use segtool_spec::ModelSpec;
+use segtool_model_spec::ModelSpec;
 
 use crate::error::{Result, RuntimeError};
 use crate::postprocess::{argmax, resize_nearest};
@@ -77,7 +77,7 @@ pub struct Segmentation {
 /// ```
 /// use segtool_runtime::expert::{EngineInput, EngineTensor};
 /// use segtool_runtime::InputLayout;
-/// use segtool_spec::{BackboneSpec, ModelSpec};
+/// use segtool_model_spec::{BackboneSpec, ModelSpec};
 /// let spec = ModelSpec::new("demo", BackboneSpec::tiny(), vec!["road".into(), "car".into()]);
 /// let frames = vec![image::RgbImage::new(64, 48); 2];
 /// // Normalised f32 NCHW for a plain graph (uint8 NHWC for a `--preprocess` one).
@@ -139,7 +139,7 @@ impl EngineTensor {
 /// ```
 /// use ndarray::Array4;
 /// use segtool_runtime::expert::EngineOutput;
-/// use segtool_spec::{BackboneSpec, ModelSpec};
+/// use segtool_model_spec::{BackboneSpec, ModelSpec};
 /// let spec = ModelSpec::new("demo", BackboneSpec::tiny(), vec!["road".into(), "car".into()]);
 /// // 2x2 logits (a coarse output) of one 4x4 image; class 1 wins on the right half.
 /// let logits = Array4::from_shape_vec((1, 2, 2, 2), vec![1., 0., 1., 0., 0., 1., 0., 1.])?;
@@ -254,7 +254,7 @@ mod tests {
         let props = |l: &str, o: &str| {
             vec![
                 (
-                    segtool_spec::SPEC_METADATA_KEY.to_string(),
+                    segtool_model_spec::SPEC_METADATA_KEY.to_string(),
                     tiny_spec(2).to_json(),
                 ),
                 (INPUT_LAYOUT_KEY.to_string(), l.to_string()),

@@ -74,8 +74,8 @@ pub use io_contract::{InputLayout, IoContract, OutputKind, Segmentation};
 pub use ort_engine::{CudaOptions, OrtOptions, Provider, TensorRtOptions, TrtProfile};
 pub use postprocess::{colorize, overlay, DEFAULT_ALPHA};
 pub use segmenter::{EngineKind, Fallback, Segmenter, SegmenterBuilder, SegmenterOptions};
+pub use segtool_model_spec::{io, progress};
 pub use segtool_onnx::{ModelFile, ModelFileError};
-pub use segtool_spec::{io, progress};
 pub use temporal::{FlickerMeter, TemporalSmoother};
 pub use tract_options::TractOptions;
 

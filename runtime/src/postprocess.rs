@@ -74,7 +74,7 @@ pub fn resize_nearest(mask: ArrayView2<u8>, height: usize, width: usize) -> Arra
 /// ```
 /// use ndarray::Array4;
 /// use segtool_runtime::expert::{prepare, PrepareOptions, Upsample};
-/// use segtool_spec::{BackboneSpec, ModelSpec};
+/// use segtool_model_spec::{BackboneSpec, ModelSpec};
 /// let spec = ModelSpec::new("demo", BackboneSpec::tiny(), vec!["road".into(), "car".into()]);
 /// // The model runs on the 6x8 image shrunk to 3x4; masks come back at 6x8.
 /// let options = PrepareOptions::new().with_resize(3, 4);

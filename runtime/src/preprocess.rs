@@ -9,7 +9,7 @@
 
 use image::RgbImage;
 use ndarray::{s, Array2, Array4, ArrayView4, ArrayViewMut3, Axis};
-use segtool_spec::ModelSpec;
+use segtool_model_spec::ModelSpec;
 
 use crate::error::{Result, RuntimeError};
 use crate::frame::Frame;
@@ -128,7 +128,7 @@ pub fn zero_pixel(spec: &ModelSpec) -> [f32; 3] {
 ///
 /// ```
 /// use segtool_runtime::expert::{prepare, PrepareOptions};
-/// use segtool_spec::{BackboneSpec, ModelSpec};
+/// use segtool_model_spec::{BackboneSpec, ModelSpec};
 /// let spec = ModelSpec::new("demo", BackboneSpec::tiny(), vec!["road".into(), "car".into()]);
 /// // Shrink every frame to 30x60, then pad to the model's output stride (8 here).
 /// let options = PrepareOptions::new().with_resize(30, 60).with_pad_to_stride(true);
@@ -172,7 +172,7 @@ impl PrepareOptions {
 /// ```
 /// use ndarray::Array4;
 /// use segtool_runtime::expert::{prepare, PrepareOptions};
-/// use segtool_spec::{BackboneSpec, ModelSpec};
+/// use segtool_model_spec::{BackboneSpec, ModelSpec};
 /// let spec = ModelSpec::new("demo", BackboneSpec::tiny(), vec!["road".into(), "car".into()]);
 /// let options = PrepareOptions::new().with_pad_to_stride(true);
 /// let prepared = prepare(&[image::RgbImage::new(20, 10)], &spec, &options)?;

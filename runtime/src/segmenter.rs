@@ -12,8 +12,8 @@ use std::path::Path;
 
 use image::RgbImage;
 use ndarray::ArrayView4;
+use segtool_model_spec::ModelSpec;
 use segtool_onnx::ModelFile;
-use segtool_spec::ModelSpec;
 
 pub use builder::{EngineKind, Fallback, SegmenterBuilder};
 pub use options::SegmenterOptions;

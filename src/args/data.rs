@@ -71,7 +71,7 @@ pub fn generate_shapes(out: &Path, shapes: &ShapesArgs) -> Result<()> {
         .iter()
         .map(|s| s.to_string())
         .collect::<Vec<_>>();
-    let palette = Some(segtool_spec::palette::default_palette(classes.len()));
+    let palette = Some(segtool_model_spec::palette::default_palette(classes.len()));
     write_classes(out, &ClassesFile { classes, palette })?;
     Ok(())
 }

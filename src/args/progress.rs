@@ -4,7 +4,7 @@
 use std::sync::Mutex;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use segtool_spec::progress::Progress;
+use segtool_model_spec::progress::Progress;
 
 /// Draws each loop it is told about ([`Progress::start`]) as a bar with rate and ETA,
 /// replacing the previous loop's.

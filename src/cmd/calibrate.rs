@@ -7,9 +7,9 @@ use segtool_calibration::report::{compare, CompareOptions};
 use segtool_calibration::{
     calibrate, list_images, load_model, write_atomic, CalibrationOptions, Feed, Method,
 };
+use segtool_model_spec::progress::Reporter;
 use segtool_runtime::card::ModelCard;
 use segtool_runtime::openvino::{Device, OpenVinoOptions, Precision};
-use segtool_spec::progress::Reporter;
 
 use crate::args::card::CardArgs;
 use crate::args::progress::Bar;

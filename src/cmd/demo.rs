@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 use image::RgbImage;
 use segtool_core::dataset::{FolderDataset, SegDataset};
 use segtool_core::{ConfusionMatrix, IGNORE_LABEL};
-use segtool_spec::ModelSpec;
+use segtool_model_spec::ModelSpec;
 use segtool_train::checkpoint::{self, CheckpointInfo};
 use segtool_train::data::Augment;
 use segtool_train::{TrainConfig, Trainer};
@@ -150,7 +150,7 @@ pub fn run(args: Args) -> Result<()> {
         started,
     );
     let summary_path = args.out.join("summary.json");
-    segtool_spec::io::write_atomic(
+    segtool_model_spec::io::write_atomic(
         &summary_path,
         serde_json::to_string_pretty(&summary)?.as_bytes(),
     )?;
@@ -222,7 +222,7 @@ fn train_tiny(
         .iter()
         .map(|s| s.to_string())
         .collect();
-    let spec = ModelSpec::new("tiny", segtool_spec::BackboneSpec::tiny(), classes);
+    let spec = ModelSpec::new("tiny", segtool_model_spec::BackboneSpec::tiny(), classes);
     let config = TrainConfig {
         iterations: args.iterations,
         batch_size: args.batch_size,
@@ -320,7 +320,7 @@ fn write_overlays(
         image::imageops::replace(&mut panel, &over, 2 * w as i64, 0);
         let path = dir.join(format!("val_{i:02}.png"));
         let png = segtool_core::dataset::encode_png(&image::DynamicImage::ImageRgb8(panel));
-        segtool_spec::io::write_atomic(&path, &png)
+        segtool_model_spec::io::write_atomic(&path, &png)
             .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())

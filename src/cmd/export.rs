@@ -314,7 +314,7 @@ fn verify(args: &Args, opts: &ExportOptions) -> Result<()> {
 #[cfg(feature = "train")]
 fn reference_logits(
     model: &segtool_train::DaNet,
-    spec: &segtool_spec::ModelSpec,
+    spec: &segtool_model_spec::ModelSpec,
     sizes: &[(u32, u32)],
     batch: u32,
 ) -> Result<Vec<(Vec<image::RgbImage>, Vec<f32>)>> {

@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
-use segtool_spec::ModelSpec;
+use segtool_model_spec::ModelSpec;
 use segtool_train::checkpoint::{self, CheckpointInfo};
 use segtool_train::import::{
     from_mmseg, import_from, infer_architecture, is_mmseg, read_state_dict, ImportMode,

@@ -5,7 +5,7 @@
 //! input size, including ones that would not fit in memory.
 
 use anyhow::{bail, Result};
-use segtool_spec::ModelSpec;
+use segtool_model_spec::ModelSpec;
 use segtool_train::model::{feature_size, module_costs, pam_cam_attention_bytes, AttentionImpl};
 
 use segtool_train::presets::backbone_spec;

@@ -36,7 +36,7 @@ pub fn run(args: Args) -> Result<()> {
     ];
     let html = segtool_train::report::build(&args.run_dir, &receipt)?;
     let out = args.out.unwrap_or_else(|| args.run_dir.join("report.html"));
-    segtool_spec::io::write_atomic(&out, html.as_bytes())
+    segtool_model_spec::io::write_atomic(&out, html.as_bytes())
         .with_context(|| format!("writing {}", out.display()))?;
     println!("wrote {}", out.display());
     Ok(())

@@ -7,12 +7,12 @@
 //! with `segtool-onnx`'s messages, so no exporter or Python is needed to test the engines.
 
 use prost::Message;
+use segtool_model_spec::{BackboneSpec, ModelSpec, SPEC_METADATA_KEY};
 use segtool_onnx::builders::{attr_int, tensor_f32};
 use segtool_onnx::proto::{
     tensor_value_info, DataType, Dim, GraphProto, ModelProto, NodeProto, OperatorSetIdProto,
     StringStringEntryProto,
 };
-use segtool_spec::{BackboneSpec, ModelSpec, SPEC_METADATA_KEY};
 
 /// A valid spec with `n` classes named `c0..`, default palette and ImageNet mean/std.
 pub fn tiny_spec(n: usize) -> ModelSpec {

@@ -52,11 +52,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
 use common::{p, segtool, test_image};
+use segtool_model_spec::{BackboneSpec, ModelSpec};
 use segtool_runtime::{
     expert::{Engine, OrtEngine},
     OrtOptions, Provider, TensorRtOptions,
 };
-use segtool_spec::{BackboneSpec, ModelSpec};
 use segtool_train::amp::{Amp, GradScalerConfig, Precision};
 use segtool_train::distributed::{Backend as DistBackend, Ddp, DistEnv, LaunchConfig, Launcher};
 use segtool_train::env_report::{cuda_devices, cuda_peak_allocated, set_cuda_allow_tf32};

@@ -178,7 +178,7 @@ fn verify_and_memory_budget(dir: &Path, ckpt: &Path) {
 /// ONNX Runtime and (where it loads) tract: logits within 1e-4 of tch's, and fused
 /// profiles within 1e-4 of the decomposed graph's in ONNX Runtime.
 fn logits_match_tch_and_legacy(
-    spec: &segtool_spec::ModelSpec,
+    spec: &segtool_model_spec::ModelSpec,
     model: &segtool_train::DaNet,
     paths: &[PathBuf],
 ) {

@@ -108,7 +108,7 @@ fn card_sidecar_corpus() {
 #[test]
 #[ignore = "writes fuzz seeds (scripts/fuzz_seeds.sh)"]
 fn write_fuzz_seeds() {
-    use segtool_spec::{BackboneSpec, ModelSpec};
+    use segtool_model_spec::{BackboneSpec, ModelSpec};
     let Some(out) = std::env::var_os("SEGTOOL_FUZZ_SEEDS") else {
         return;
     };

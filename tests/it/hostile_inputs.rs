@@ -44,7 +44,7 @@ const MIB: usize = 1 << 20;
 /// above this.
 const SMALL_FILE_BOUND: usize = 64 * MIB;
 /// Image decoding: the decoded buffer may reach the limit images are refused over
-/// (`segtool_spec::images::MAX_DECODED_BYTES`), plus the RGB copy.
+/// (`segtool_model_spec::images::MAX_DECODED_BYTES`), plus the RGB copy.
 const IMAGE_BOUND: usize = 520 * MIB;
 /// Virtual memory of a child process (libtorch and ONNX Runtime mapped in).
 const CHILD_VMEM_KIB: u64 = 8 << 20;

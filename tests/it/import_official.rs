@@ -15,7 +15,7 @@ use std::process::Output;
 use std::sync::OnceLock;
 
 use common::{p, python, segtool};
-use segtool_spec::BlockKind;
+use segtool_model_spec::BlockKind;
 use segtool_train::Checkpoint;
 use tch::{Kind, Tensor};
 

@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use common::{p, python, segtool};
-use segtool_spec::spec::MmsegTestCfg;
+use segtool_model_spec::spec::MmsegTestCfg;
 use segtool_train::eval::{sliding, EvalOptions};
 use tempfile::TempDir;
 

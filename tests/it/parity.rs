@@ -350,7 +350,7 @@ fn ort_logits(onnx: &std::path::Path, x: &ndarray::Array4<f32>) -> ndarray::Arra
 fn export_with_calibration_images(
     dir: &std::path::Path,
 ) -> (
-    segtool_spec::ModelSpec,
+    segtool_model_spec::ModelSpec,
     std::path::PathBuf,
     Vec<std::path::PathBuf>,
 ) {

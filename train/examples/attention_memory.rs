@@ -10,7 +10,7 @@
 
 use std::process::Command;
 
-use segtool_spec::{BackboneSpec, ModelSpec};
+use segtool_model_spec::{BackboneSpec, ModelSpec};
 use segtool_train::model::{module_costs, pam_cam_attention_bytes, AttentionImpl};
 use segtool_train::{TrainConfig, Trainer};
 use tch::{Device, Kind, Tensor};
@@ -19,7 +19,7 @@ const MIB: f64 = 1024.0 * 1024.0;
 
 /// A field of /proc/self/status in bytes (`VmHWM`, `VmRSS`).
 fn status_bytes(field: &str) -> u64 {
-    segtool_spec::process::memory_kib(field)
+    segtool_model_spec::process::memory_kib(field)
         .unwrap_or_else(|| panic!("no {field} in /proc/self/status (Linux only)"))
         * 1024
 }

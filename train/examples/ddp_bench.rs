@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use segtool_spec::{BackboneSpec, ModelSpec};
+use segtool_model_spec::{BackboneSpec, ModelSpec};
 use segtool_train::distributed::{
     Backend, Ddp, DistEnv, LaunchConfig, Launcher, ProcessGroup, ReduceOp,
 };

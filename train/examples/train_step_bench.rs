@@ -7,7 +7,7 @@
 
 use std::time::Instant;
 
-use segtool_spec::{BackboneSpec, ModelSpec};
+use segtool_model_spec::{BackboneSpec, ModelSpec};
 use segtool_train::trainer::danet_loss;
 use segtool_train::{TrainConfig, Trainer};
 use tch::{Kind, Tensor};

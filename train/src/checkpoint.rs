@@ -8,7 +8,7 @@ use std::path::Path;
 use anyhow::{bail, Context, Result};
 use safetensors::tensor::{Dtype, TensorView};
 use safetensors::SafeTensors;
-use segtool_spec::{ModelSpec, SPEC_METADATA_KEY};
+use segtool_model_spec::{ModelSpec, SPEC_METADATA_KEY};
 use tch::{nn, Kind, Tensor};
 
 /// Extra header entries a checkpoint may carry (training step, loss, ...).
@@ -84,7 +84,7 @@ pub fn save_with(
     extra: &[(String, Tensor)],
 ) -> Result<()> {
     let bytes = to_bytes_with(vs, spec, info, extra)?;
-    segtool_spec::io::write_atomic(path, &bytes)
+    segtool_model_spec::io::write_atomic(path, &bytes)
         .with_context(|| format!("writing checkpoint {}", path.display()))
 }
 

@@ -9,7 +9,7 @@ use image::{GrayImage, Luma, Rgb, RgbImage};
 use rand::Rng;
 use segtool_core::dataset::Sample;
 use segtool_core::IGNORE_LABEL;
-use segtool_spec::ModelSpec;
+use segtool_model_spec::ModelSpec;
 use tch::{Device, Kind, Tensor};
 
 pub use crate::photometric::PhotoMetric;
@@ -511,7 +511,11 @@ mod tests {
 
     #[test]
     fn normalisation_matches_formula() {
-        let spec = ModelSpec::new("tiny", segtool_spec::BackboneSpec::tiny(), vec!["a".into()]);
+        let spec = ModelSpec::new(
+            "tiny",
+            segtool_model_spec::BackboneSpec::tiny(),
+            vec!["a".into()],
+        );
         let img = RgbImage::from_pixel(2, 1, Rgb([255, 0, 128]));
         let t = images_to_tensor(&[&img], &spec, Device::Cpu);
         assert_eq!(t.size(), vec![1, 3, 1, 2]);

@@ -173,7 +173,7 @@ impl MetricsLog {
                 text.push_str(&serde_json::to_string(r)?);
                 text.push('\n');
             }
-            segtool_spec::io::write_atomic(path, text.as_bytes())
+            segtool_model_spec::io::write_atomic(path, text.as_bytes())
                 .with_context(|| format!("writing {}", path.display()))?;
         }
         Ok(log)
@@ -241,7 +241,7 @@ impl MetricsLog {
             for (k, img) in overlays.iter().enumerate() {
                 let png = encode(img);
                 let path = dir.join(format!("{k:02}.png"));
-                segtool_spec::io::write_atomic_unsynced(&path, &png)
+                segtool_model_spec::io::write_atomic_unsynced(&path, &png)
                     .with_context(|| format!("writing {}", path.display()))?;
                 if let Some(tb) = self.tensorboard.as_mut() {
                     let (w, h) = img.dimensions();
@@ -391,7 +391,7 @@ fn encode(img: &RgbImage) -> Vec<u8> {
 pub fn write_chart(path: &Path, chart: &LineChart) -> Result<()> {
     let img = plot::line_chart(chart, CHART_SIZE.0, CHART_SIZE.1)
         .map_err(|e| anyhow::anyhow!("drawing {}: {e}", path.display()))?;
-    segtool_spec::io::write_atomic_unsynced(path, &encode(&img))
+    segtool_model_spec::io::write_atomic_unsynced(path, &encode(&img))
         .with_context(|| format!("writing {}", path.display()))
 }
 
@@ -421,7 +421,7 @@ pub fn write_loss_curve(stem: &Path, losses: &[(usize, f64)]) -> Result<()> {
         .chain(losses.iter().map(|(i, l)| format!("{i},{l}\n")))
         .collect();
     let csv_path = stem.with_extension("loss.csv");
-    segtool_spec::io::write_atomic(&csv_path, csv.as_bytes())
+    segtool_model_spec::io::write_atomic(&csv_path, csv.as_bytes())
         .with_context(|| format!("writing {}", csv_path.display()))
 }
 

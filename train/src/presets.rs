@@ -4,9 +4,9 @@
 use anyhow::{bail, Result};
 use segtool_core::config::EvalMode;
 use segtool_core::config::{named_backbone, RunConfig, BACKBONE_NAMES};
-use segtool_spec::protocol::Protocol;
-use segtool_spec::spec::{AuxHeadSpec, MmsegTestCfg};
-use segtool_spec::{BackboneSpec, ModelSpec};
+use segtool_model_spec::protocol::Protocol;
+use segtool_model_spec::spec::{AuxHeadSpec, MmsegTestCfg};
+use segtool_model_spec::{BackboneSpec, ModelSpec};
 
 /// The backbone called `name` (tiny, resnet18/34/50/101/152, resnet50v1c/resnet101v1c:
 /// see [`segtool_core::config::named_backbone`]) at `output_stride`.

@@ -286,7 +286,7 @@ fn open_run_dir(trainer: &Trainer, opts: &RunOptions, iteration: usize) -> Resul
         std::fs::create_dir_all(&opts.out_dir)
             .with_context(|| format!("creating run directory {}", opts.out_dir.display()))?;
         let config_path = opts.out_dir.join("config.toml");
-        segtool_spec::io::write_atomic(&config_path, opts.config_text.as_bytes())
+        segtool_model_spec::io::write_atomic(&config_path, opts.config_text.as_bytes())
             .with_context(|| format!("writing {}", config_path.display()))?;
     }
     let mut log = MetricsLog::open(&opts.out_dir.join("metrics.jsonl"), iteration, main)?;
@@ -408,7 +408,7 @@ fn snapshot_of(last: &Path, snapshot: &Path) -> Result<()> {
     if std::fs::hard_link(last, snapshot).is_ok() {
         return Ok(());
     }
-    let tmp = segtool_spec::io::temp_path(snapshot);
+    let tmp = segtool_model_spec::io::temp_path(snapshot);
     std::fs::copy(last, &tmp)
         .and_then(|_| std::fs::rename(&tmp, snapshot))
         .inspect_err(|_| {

@@ -64,7 +64,7 @@ pub fn write_environment(
         started_at_iteration: iteration,
     };
     let path = dir.join(ENVIRONMENT_FILE);
-    segtool_spec::io::write_atomic(&path, serde_json::to_string_pretty(&env)?.as_bytes())
+    segtool_model_spec::io::write_atomic(&path, serde_json::to_string_pretty(&env)?.as_bytes())
         .with_context(|| format!("writing {}", path.display()))
 }
 
@@ -201,7 +201,7 @@ pub fn write_eval_charts(
     ];
     for (path, img) in paths.iter().zip([iou, heat]) {
         let png = segtool_core::dataset::encode_png(&image::DynamicImage::ImageRgb8(img));
-        segtool_spec::io::write_atomic(path, &png)
+        segtool_model_spec::io::write_atomic(path, &png)
             .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(paths)

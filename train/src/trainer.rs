@@ -10,7 +10,7 @@ use anyhow::{bail, Result};
 use segtool_core::config::PolyForm;
 use segtool_core::dataset::{Sample, SegDataset};
 use segtool_core::IGNORE_LABEL;
-use segtool_spec::ModelSpec;
+use segtool_model_spec::ModelSpec;
 use tch::{nn, Device, Reduction, Tensor};
 
 use crate::data::{images_to_tensor, images_to_tensor_padded, masks_to_tensor, Augment};

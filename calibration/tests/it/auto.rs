@@ -132,7 +132,7 @@ fn chain_model() -> ModelProto {
         }],
         graph: Some(graph),
         metadata_props: vec![StringStringEntryProto {
-            key: segtool_spec::SPEC_METADATA_KEY.into(),
+            key: segtool_model_spec::SPEC_METADATA_KEY.into(),
             value: segtool_testkit::tiny_spec(3).to_json(),
         }],
         ..Default::default()

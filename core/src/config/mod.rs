@@ -35,7 +35,7 @@ pub use sections::{
 };
 
 use presets::{DERIVED_PRESETS, PRESETS};
-use segtool_spec::spec::BackboneSpec;
+use segtool_model_spec::spec::BackboneSpec;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {

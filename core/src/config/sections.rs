@@ -12,9 +12,9 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-pub use segtool_spec::protocol::Protocol;
+pub use segtool_model_spec::protocol::Protocol;
 
-pub use segtool_spec::spec::AttentionImpl;
+pub use segtool_model_spec::spec::AttentionImpl;
 
 /// `[model]`: which DANet to build.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -308,7 +308,7 @@ fn every_mmseg_preset_is_its_mmseg_config() {
 
         // Evaluation: mmseg's protocol, whole or slide 769/513; val and checkpoint intervals.
         let e = &c.eval;
-        assert_eq!(e.protocol, segtool_spec::protocol::Protocol::Mmseg);
+        assert_eq!(e.protocol, segtool_model_spec::protocol::Protocol::Mmseg);
         match slide {
             Some((crop, stride)) => {
                 assert_eq!(e.mode, EvalMode::Sliding);

@@ -329,7 +329,7 @@ impl RunConfig {
         let e = &self.eval;
         if let Some(resize) = e.resize {
             check(
-                e.protocol == segtool_spec::protocol::Protocol::Mmseg
+                e.protocol == segtool_model_spec::protocol::Protocol::Mmseg
                     && resize.iter().all(|&s| s > 0),
                 format!("eval.resize {resize:?} needs protocol = \"mmseg\" and two sides > 0"),
             );
@@ -361,11 +361,11 @@ impl RunConfig {
             "eval.batch_size must be at least 1".into(),
         );
         match (e.protocol, e.base_size) {
-            (segtool_spec::protocol::Protocol::Mmseg, Some(b)) => check(
+            (segtool_model_spec::protocol::Protocol::Mmseg, Some(b)) => check(
                 false,
                 format!("eval.base_size {b} applies to eval.protocol = \"danet\" only"),
             ),
-            (segtool_spec::protocol::Protocol::Danet, Some(0)) => {
+            (segtool_model_spec::protocol::Protocol::Danet, Some(0)) => {
                 check(false, "eval.base_size must be at least 1".into())
             }
             _ => {}

@@ -205,7 +205,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let root = tmp.path();
         write_image(&root.join("images/val/x.png"), 2, 1);
-        let palette = segtool_spec::palette::default_palette(256);
+        let palette = segtool_model_spec::palette::default_palette(256);
         write_indexed(&root.join("masks/val/x.png"), 2, 1, &[4, 255], &palette);
         let ds = FolderDataset::open(root, "val").unwrap();
         assert!(ds.classes().is_none());

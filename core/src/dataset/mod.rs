@@ -30,7 +30,7 @@ pub mod voc;
 pub use classes::ClassesFile;
 pub use folder::FolderDataset;
 pub use paired::read_mask;
-pub use segtool_spec::images::{is_image, list_images};
+pub use segtool_model_spec::images::{is_image, list_images};
 pub use source::{class_info, open, DatasetKind, DatasetSource, OpenedDataset};
 
 #[derive(Debug, thiserror::Error)]
@@ -50,7 +50,7 @@ pub enum DatasetError {
     },
     #[error(
         "image {path} is too large: {}",
-        segtool_spec::images::too_large_message(*width, *height, *bytes)
+        segtool_model_spec::images::too_large_message(*width, *height, *bytes)
     )]
     TooLarge {
         path: PathBuf,
@@ -146,14 +146,14 @@ pub fn read_rgb(path: &Path) -> Result<RgbImage, DatasetError> {
     decode(path).map(|i| i.to_rgb8())
 }
 
-/// [`segtool_spec::images::decode`] with its errors as [`DatasetError`]s naming `path`.
+/// [`segtool_model_spec::images::decode`] with its errors as [`DatasetError`]s naming `path`.
 pub(crate) fn decode(path: &Path) -> Result<image::DynamicImage, DatasetError> {
-    segtool_spec::images::decode(path).map_err(|e| match e {
-        segtool_spec::images::DecodeError::Image(source) => DatasetError::Image {
+    segtool_model_spec::images::decode(path).map_err(|e| match e {
+        segtool_model_spec::images::DecodeError::Image(source) => DatasetError::Image {
             path: path.into(),
             source,
         },
-        segtool_spec::images::DecodeError::TooLarge {
+        segtool_model_spec::images::DecodeError::TooLarge {
             width,
             height,
             bytes,
@@ -185,7 +185,7 @@ pub fn write_split(root: &Path, split: &str, dataset: &dyn SegDataset) -> Result
             ),
         ] {
             let path = dir.join(format!("{name}.png"));
-            segtool_spec::io::write_atomic_unsynced(&path, &encoded)
+            segtool_model_spec::io::write_atomic_unsynced(&path, &encoded)
                 .map_err(|source| DatasetError::Io { path, source })?;
         }
     }
@@ -196,7 +196,8 @@ pub fn write_split(root: &Path, split: &str, dataset: &dyn SegDataset) -> Result
 pub fn write_classes(root: &Path, classes: &ClassesFile) -> Result<(), DatasetError> {
     let path = root.join("classes.json");
     let json = serde_json::to_vec_pretty(classes).expect("classes serialise");
-    segtool_spec::io::write_atomic(&path, &json).map_err(|source| DatasetError::Io { path, source })
+    segtool_model_spec::io::write_atomic(&path, &json)
+        .map_err(|source| DatasetError::Io { path, source })
 }
 
 pub fn encode_png(img: &image::DynamicImage) -> Vec<u8> {

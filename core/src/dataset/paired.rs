@@ -121,7 +121,7 @@ fn read_png_indices(path: &Path) -> Result<Option<GrayImage>, DatasetError> {
             path: path.into(),
             format: "too large to decode".into(),
         })?;
-    if size as u64 > segtool_spec::images::MAX_DECODED_BYTES {
+    if size as u64 > segtool_model_spec::images::MAX_DECODED_BYTES {
         let info = reader.info();
         return Err(DatasetError::TooLarge {
             path: path.into(),
@@ -229,7 +229,7 @@ mod tests {
     fn indexed_png_reads_indices_not_colours() {
         let tmp = tempfile::tempdir().unwrap();
         let path = tmp.path().join("m.png");
-        let palette = segtool_spec::palette::default_palette(256);
+        let palette = segtool_model_spec::palette::default_palette(256);
         write_indexed(&path, 3, 1, &[0, 15, 255], &palette);
         assert_eq!(read_mask(&path).unwrap().as_raw(), &[0, 15, 255]);
     }

@@ -25,7 +25,7 @@ pub const CLASSES: [&str; 21] = [
 
 /// The VOC colour map for the 21 classes (the colours in `SegmentationClass` PNGs).
 pub fn palette() -> Vec<[u8; 3]> {
-    segtool_spec::palette::default_palette(CLASSES.len())
+    segtool_model_spec::palette::default_palette(CLASSES.len())
 }
 
 /// `root` itself, or `root/VOC2012` when given the `VOCdevkit` folder.
@@ -110,7 +110,7 @@ mod tests {
         let root = tmp.path().join("VOC2012");
         write_image(&root.join(format!("JPEGImages/{ID}.jpg")), 4, 1);
         // The real VOC PLTE: 256 colours, 255 = [224, 224, 192].
-        let plte = segtool_spec::palette::default_palette(256);
+        let plte = segtool_model_spec::palette::default_palette(256);
         let mask = root.join(format!("SegmentationClass/{ID}.png"));
         write_indexed(&mask, 4, 1, &[0, 15, 255, 20], &plte);
         std::fs::create_dir_all(root.join("ImageSets/Segmentation")).unwrap();

@@ -7,11 +7,11 @@ use std::time::{Duration, Instant};
 
 use image::RgbImage;
 use ndarray::Array2;
+use segtool_model_spec::ModelSpec;
 use segtool_runtime::batching::{BatchConfig, BatchServer};
 use segtool_runtime::batching::{LatestStream, LiveFrame, Output};
 use segtool_runtime::card::CardRequest;
 use segtool_runtime::{Segmenter, TemporalSmoother};
-use segtool_spec::ModelSpec;
 
 use super::props::Settings;
 

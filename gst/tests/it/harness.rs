@@ -40,7 +40,7 @@ fn reference(
     model: &std::path::Path,
     engine: EngineKind,
     frames: &[RgbImage],
-) -> (Vec<Array2<u8>>, segtool_spec::ModelSpec) {
+) -> (Vec<Array2<u8>>, segtool_model_spec::ModelSpec) {
     let mut seg = Segmenter::builder(model)
         .engine(engine)
         .threads(1)

@@ -12,8 +12,8 @@
 use std::path::Path;
 use std::process::Command;
 
-use segtool_spec::protocol::resize::{keep_ratio_size, ratio_size, resize_linear_u8};
-use segtool_spec::protocol::windows;
+use segtool_model_spec::protocol::resize::{keep_ratio_size, ratio_size, resize_linear_u8};
+use segtool_model_spec::protocol::windows;
 use serde_json::Value;
 
 fn reference(dir: &Path) -> Option<(Value, Vec<u8>)> {

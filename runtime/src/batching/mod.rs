@@ -311,7 +311,7 @@ impl Output {
 ///
 /// ```
 /// use segtool_runtime::batching::{BatchConfig, BatchError, BatchServer};
-/// use segtool_spec::{BackboneSpec, ModelSpec};
+/// use segtool_model_spec::{BackboneSpec, ModelSpec};
 /// let spec = ModelSpec::new("demo", BackboneSpec::tiny(), vec!["road".into(), "car".into()]);
 /// // A server is checked before it starts: here it has no engine to run on.
 /// let err = BatchServer::new(BatchConfig::new(), spec, Vec::new()).unwrap_err();

@@ -8,8 +8,8 @@ use std::borrow::Cow;
 
 use image::RgbImage;
 use ndarray::{s, Array4, ArrayView4};
+use segtool_model_spec::ModelSpec;
 use segtool_onnx::ModelIo;
-use segtool_spec::ModelSpec;
 
 use super::Input;
 use crate::card::{pipeline, ModelCard};

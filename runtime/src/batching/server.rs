@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use segtool_spec::ModelSpec;
+use segtool_model_spec::ModelSpec;
 
 use super::handle::{Handle, Outcome, Reply};
 use super::queue::{Job, Queue};

@@ -2,9 +2,9 @@
 //! the graph fills names, types and fixed dims, defaults fill the rest (each with why),
 //! and everything still missing is reported at once with the ways to give it.
 
+use segtool_model_spec::palette::default_palette;
 use segtool_onnx::card::MAX_CLASSES;
 use segtool_onnx::{ModelIo, TensorInfo};
-use segtool_spec::palette::default_palette;
 
 use super::{
     CardFields, CardSource, ChannelOrder, Dtype, Fit, InputCard, Layout, ModelCard, OutputCard,

@@ -29,12 +29,12 @@ mod tests;
 
 use std::path::{Path, PathBuf};
 
+use segtool_model_spec::SPEC_METADATA_KEY;
 pub use segtool_onnx::card::{
     ChannelOrder, Dtype, Fit, InputCard, Layout, ModelCard, OutputCard, OutputKind, Resample,
     ResizeFilter, Restore, CARD_METADATA_KEY,
 };
 use segtool_onnx::{read_io, read_props, Metadata, ModelIo};
-use segtool_spec::SPEC_METADATA_KEY;
 use serde::Deserialize;
 
 use crate::error::{Result, RuntimeError};
@@ -198,7 +198,7 @@ pub struct OutputFields {
 /// ```
 /// use segtool_runtime::card::{self, CardSource};
 /// use segtool_runtime::IoContract;
-/// use segtool_spec::{BackboneSpec, ModelSpec};
+/// use segtool_model_spec::{BackboneSpec, ModelSpec};
 /// // A segtool export's card: every field from its spec (`card::resolve` reads a file's).
 /// let spec = ModelSpec::new("demo", BackboneSpec::tiny(), vec!["road".into(), "car".into()]);
 /// let resolved = card::from_spec(&spec, IoContract::default(), "image", "logits");
@@ -290,7 +290,7 @@ impl CardRequest {
 /// ```
 /// use segtool_runtime::card;
 /// use segtool_runtime::IoContract;
-/// use segtool_spec::{BackboneSpec, ModelSpec};
+/// use segtool_model_spec::{BackboneSpec, ModelSpec};
 /// let spec = ModelSpec::new("demo", BackboneSpec::tiny(), vec!["road".into(), "car".into()]);
 /// // `card::resolve("model.onnx", &request)` reads a file's; a segtool export's amounts to:
 /// let resolved = card::from_spec(&spec, IoContract::default(), "image", "logits");
@@ -448,7 +448,7 @@ pub fn from_segtool_export(metadata: &Metadata, io: &ModelIo) -> ResolvedCard {
 /// The card of a segtool model with `spec` and `contract`, whose graph input and output
 /// are named `input` and `output`.
 pub fn from_spec(
-    spec: &segtool_spec::ModelSpec,
+    spec: &segtool_model_spec::ModelSpec,
     contract: segtool_onnx::IoContract,
     input: &str,
     output: &str,
@@ -517,10 +517,10 @@ pub fn from_spec(
 /// RGB in 0-1 (`(x * scale - mean) / std` on 0-255 pixels is `(x / 255 - mean / (255 *
 /// scale)) / (std / (255 * scale))`, channels put in RGB order). The architecture fields
 /// are placeholders (`arch` `"external"`, the tiny backbone).
-pub fn spec_of(card: &ModelCard) -> segtool_spec::ModelSpec {
-    let mut spec = segtool_spec::ModelSpec::new(
+pub fn spec_of(card: &ModelCard) -> segtool_model_spec::ModelSpec {
+    let mut spec = segtool_model_spec::ModelSpec::new(
         "unknown (model card)",
-        segtool_spec::BackboneSpec::tiny(),
+        segtool_model_spec::BackboneSpec::tiny(),
         card.classes.clone(),
     );
     spec.arch = "external".into();

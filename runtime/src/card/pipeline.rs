@@ -24,14 +24,14 @@
 
 use image::RgbImage;
 use ndarray::{s, Array4, Axis};
+use segtool_model_spec::protocol::antialias::{
+    resize_antialias_f32, resize_kernel_u8, resize_nearest_u8, Antialias, Kernel,
+};
+use segtool_model_spec::protocol::resize::{keep_ratio_size, resize_linear_u8};
 use segtool_onnx::card::{
     ChannelOrder, Dtype, Fit, InputCard, Layout, ModelCard, OutputKind, Resample, ResizeFilter,
     Restore,
 };
-use segtool_spec::protocol::antialias::{
-    resize_antialias_f32, resize_kernel_u8, resize_nearest_u8, Antialias, Kernel,
-};
-use segtool_spec::protocol::resize::{keep_ratio_size, resize_linear_u8};
 
 use crate::engine::Engine;
 use crate::error::{Result, RuntimeError};
@@ -49,7 +49,7 @@ pub const MAX_INPUT_PIXELS: u64 = 1 << 28;
 /// ```
 /// use segtool_runtime::card::{self, pipeline, Fit};
 /// use segtool_runtime::IoContract;
-/// use segtool_spec::{BackboneSpec, ModelSpec};
+/// use segtool_model_spec::{BackboneSpec, ModelSpec};
 /// let spec = ModelSpec::new("demo", BackboneSpec::tiny(), vec!["road".into(), "car".into()]);
 /// let mut card = card::from_spec(&spec, IoContract::default(), "image", "logits").card;
 /// card.input.size_divisor = Some(32); // sizes padded up to multiples of 32

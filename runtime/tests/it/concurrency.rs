@@ -24,12 +24,12 @@ use std::time::Duration;
 
 use image::{Rgb, RgbImage};
 use ndarray::{Array2, Array4};
+use segtool_model_spec::ModelSpec;
 use segtool_runtime::batching::{BatchConfig, BatchServer};
 use segtool_runtime::{
     expert::{Engine, EngineInput, EngineOutput},
     Result, RuntimeError,
 };
-use segtool_spec::ModelSpec;
 use segtool_testkit::tiny_spec;
 
 const CLASSES: usize = 16;

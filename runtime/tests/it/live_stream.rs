@@ -12,12 +12,12 @@ use std::time::{Duration, Instant};
 use image::{Rgb, RgbImage};
 use ndarray::{Array2, Array4};
 use segtool_core::ConfusionMatrix;
+use segtool_model_spec::ModelSpec;
 use segtool_runtime::batching::{BatchConfig, BatchError, BatchServer, DropReason, LiveOutcome};
 use segtool_runtime::{
     expert::{Engine, EngineInput, EngineOutput},
     FlickerMeter, Result, TemporalSmoother,
 };
-use segtool_spec::ModelSpec;
 use segtool_testkit::tiny_spec;
 
 const CLASSES: usize = 16;

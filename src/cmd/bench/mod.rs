@@ -141,7 +141,7 @@ fn report_header(
 fn write_json(args: &Args, report: &serde_json::Value) -> Result<()> {
     if let Some(path) = &args.json {
         let bytes = serde_json::to_vec_pretty(report).expect("report serialises");
-        segtool_spec::io::write_atomic(path, &bytes)
+        segtool_model_spec::io::write_atomic(path, &bytes)
             .with_context(|| format!("writing {}", path.display()))?;
         eprintln!("wrote {}", path.display());
     }

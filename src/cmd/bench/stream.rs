@@ -276,7 +276,7 @@ fn stream_frames(args: &Args) -> Result<Vec<RgbImage>> {
         return Ok(frames);
     }
     if let Some(dir) = &args.input {
-        let files = segtool_spec::images::list_images(dir)
+        let files = segtool_model_spec::images::list_images(dir)
             .with_context(|| format!("listing {}", dir.display()))?;
         let frames = files
             .iter()

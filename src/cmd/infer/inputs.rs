@@ -12,7 +12,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use image::RgbImage;
 use rayon::prelude::*;
 
-use segtool_spec::images::{is_image, list_images};
+use segtool_model_spec::images::{is_image, list_images};
 
 use super::pipeline::{send_batch, Batch, Busy, Failure, Prepare};
 

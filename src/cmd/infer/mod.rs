@@ -310,7 +310,7 @@ pub fn run(args: Args) -> Result<()> {
 fn spawn_writer(
     args: &Args,
     scored: std::sync::mpsc::Receiver<Scored>,
-    spec: &segtool_spec::ModelSpec,
+    spec: &segtool_model_spec::ModelSpec,
     sink: &Sink,
     bar: &ProgressBar,
     recycle: Option<std::sync::mpsc::Sender<Vec<u8>>>,
@@ -359,7 +359,7 @@ fn check_modes(args: &Args) -> Result<(Option<segtool_runtime::accuracy::Accurac
 
 /// What an engine-side input needs to be prepared off the engine stage: the spec and the
 /// layout (`None`: the engine stage prepares it, as a card-driven model's).
-type Prepare = Option<(segtool_spec::ModelSpec, segtool_runtime::InputLayout)>;
+type Prepare = Option<(segtool_model_spec::ModelSpec, segtool_runtime::InputLayout)>;
 
 /// The engine stage (a batch server, or one segmenter with its accuracy options), the
 /// model's spec, how inputs are prepared, and a description for the summary line.
@@ -368,7 +368,7 @@ fn open_stage(
     batched: bool,
     fixed_size: Option<(usize, usize)>,
     accuracy_opts: Option<segtool_runtime::accuracy::AccuracyOptions>,
-) -> Result<(Stage, segtool_spec::ModelSpec, Prepare, String)> {
+) -> Result<(Stage, segtool_model_spec::ModelSpec, Prepare, String)> {
     let fixed_desc = fixed_size
         .map(|(h, w)| format!(", fixed {h}x{w}"))
         .unwrap_or_default();
@@ -524,7 +524,7 @@ fn summary_line(
     busy: &Busy,
     flicker: &str,
 ) -> String {
-    let peak = segtool_spec::process::memory_kib("VmHWM")
+    let peak = segtool_model_spec::process::memory_kib("VmHWM")
         .map(|kib| format!("; peak RSS {} MiB", kib / 1024))
         .unwrap_or_default();
     format!(

@@ -14,8 +14,8 @@ use image::{GrayImage, RgbImage};
 use indicatif::ProgressBar;
 use ndarray::{Array2, Array3, ArrayView3};
 use rayon::prelude::*;
+use segtool_model_spec::ModelSpec;
 use segtool_runtime::{colorize, expert::EngineOutput, overlay, FlickerMeter, DEFAULT_ALPHA};
-use segtool_spec::ModelSpec;
 
 use super::pipeline::{Results, Scored};
 
@@ -206,7 +206,7 @@ pub(super) fn write_files(
 ) -> Result<()> {
     let write = |suffix: &str, bytes: &[u8]| -> Result<()> {
         let path = out.join(format!("{name}_{suffix}"));
-        segtool_spec::io::write_atomic_unsynced(&path, bytes)
+        segtool_model_spec::io::write_atomic_unsynced(&path, bytes)
             .with_context(|| format!("writing {}", path.display()))
     };
     let png = |img: image::DynamicImage| segtool_core::dataset::encode_png(&img);

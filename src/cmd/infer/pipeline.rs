@@ -11,12 +11,12 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use image::RgbImage;
 use rayon::prelude::*;
+use segtool_model_spec::ModelSpec;
 use segtool_runtime::batching::Handle;
 use segtool_runtime::expert::EngineTensor;
 use segtool_runtime::{
     batching::BatchServer, expert::EngineOutput, InputLayout, Segmentation, Segmenter,
 };
-use segtool_spec::ModelSpec;
 
 /// Images of one batch plus their engine inputs, one per distinct size (none when the
 /// batch goes through a `BatchServer`, which prepares its own).

@@ -15,13 +15,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use image::RgbImage;
+use segtool_model_spec::raw_frames::RawFrames;
+use segtool_model_spec::size::Size;
 use segtool_runtime::batching::{LatestStream, LiveOutcome};
 use segtool_runtime::{
     batching::{BatchConfig, BatchServer},
     FlickerMeter, OutputKind, Segmenter, TemporalSmoother,
 };
-use segtool_spec::raw_frames::RawFrames;
-use segtool_spec::size::Size;
 
 use super::outputs::write_files;
 use super::pipeline::{send_batch, Batch, Busy, Prepare};

@@ -74,7 +74,7 @@ impl Args {
         if self.ms {
             opts = opts.scales(match protocol {
                 Protocol::Danet => accuracy::MULTI_SCALES.to_vec(),
-                Protocol::Mmseg => segtool_spec::protocol::mmseg::TTA_SCALES.to_vec(),
+                Protocol::Mmseg => segtool_model_spec::protocol::mmseg::TTA_SCALES.to_vec(),
             });
         } else if let Some(scales) = &self.scales {
             opts = opts.scales(scales.clone());

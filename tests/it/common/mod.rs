@@ -6,7 +6,7 @@ pub mod npy_file;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use segtool_spec::{BackboneSpec, ModelSpec};
+use segtool_model_spec::{BackboneSpec, ModelSpec};
 use segtool_train::{checkpoint, DaNet};
 use tch::{nn, Kind, Tensor};
 

@@ -12,12 +12,12 @@ use std::time::Instant;
 use anyhow::{bail, Result};
 use segtool_core::dataset::{Sample, SegDataset};
 use segtool_core::{ConfusionMatrix, IGNORE_LABEL};
-use segtool_spec::progress::Progress;
+use segtool_model_spec::progress::Progress;
 use tch::{Device, Kind, Tensor};
 
 use crate::model::DaNet;
 
-pub use segtool_spec::protocol::{Protocol, ProtocolOptions, Tiling, MULTI_SCALES};
+pub use segtool_model_spec::protocol::{Protocol, ProtocolOptions, Tiling, MULTI_SCALES};
 
 /// The evaluation protocol: `segtool_core`'s [`ProtocolOptions`] builder, the one the
 /// runtime's accuracy mode takes too.

@@ -1,21 +1,21 @@
 //! The evaluation protocol on one batch of same-size images: multi-scale, flip and
 //! sliding windows, DANet's `MultiEvalModule` or mmsegmentation's test pipeline, as
-//! `segtool_spec::protocol` implements them once; this module is its tch backend.
+//! `segtool_model_spec::protocol` implements them once; this module is its tch backend.
 
 use image::RgbImage;
-use segtool_spec::protocol::{self, Stitch};
-use segtool_spec::ModelSpec;
+use segtool_model_spec::protocol::{self, Stitch};
+use segtool_model_spec::ModelSpec;
 use tch::{Device, Kind, Tensor};
 
 use super::EvalOptions;
 use crate::data::images_to_tensor;
 use crate::model::DaNet;
 
-pub use segtool_spec::protocol::{window_starts, windows, Window};
+pub use segtool_model_spec::protocol::{window_starts, windows, Window};
 
 /// Fused scores (N, K, H, W) of normalised `images` (N, 3, H, W) under `opts`: summed
 /// `exp` scores (DANet), logits or mean softmax (mmseg, with float input resizes); see
-/// `segtool_spec::protocol`.
+/// `segtool_model_spec::protocol`.
 pub fn predict(model: &DaNet, images: &Tensor, opts: &EvalOptions) -> Tensor {
     let mut backend = TchStitch {
         model,
@@ -30,7 +30,7 @@ pub fn predict(model: &DaNet, images: &Tensor, opts: &EvalOptions) -> Tensor {
 /// Fused scores (N, K, H, W) of same-size `images` under `opts`, on `device`: what
 /// evaluation runs. DANet normalises them as training does and runs [`predict`]; mmseg
 /// resizes their uint8 pixels as `cv2.resize` and normalises as mmseg
-/// (`segtool_spec::protocol::mmseg`).
+/// (`segtool_model_spec::protocol::mmseg`).
 pub fn predict_images(
     model: &DaNet,
     images: &[&RgbImage],

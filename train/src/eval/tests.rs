@@ -1,6 +1,6 @@
 use segtool_core::dataset::ShapesDataset;
 use segtool_core::shapes::ShapesConfig;
-use segtool_spec::{BackboneSpec, ModelSpec};
+use segtool_model_spec::{BackboneSpec, ModelSpec};
 use tch::nn;
 
 use super::sliding::{self, forward_flip, window_counts, window_starts, windows};

@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 
 use anyhow::{bail, Result};
-use segtool_spec::{BackboneSpec, BlockKind};
+use segtool_model_spec::{BackboneSpec, BlockKind};
 
 use super::{is_torchvision, strip_module, StateDict};
 
@@ -315,7 +315,7 @@ impl Tensors<'_> {
 mod tests {
     use super::*;
     use crate::DaNet;
-    use segtool_spec::ModelSpec;
+    use segtool_model_spec::ModelSpec;
     use tch::{nn, Tensor};
 
     /// The state dict of a DaNet built for `backbone` (segtool's names are DANet's).

@@ -20,8 +20,8 @@
 use std::collections::BTreeMap;
 
 use anyhow::{bail, Result};
-use segtool_spec::spec::AuxHeadSpec;
-use segtool_spec::{BackboneSpec, BlockKind, ModelSpec};
+use segtool_model_spec::spec::AuxHeadSpec;
+use segtool_model_spec::{BackboneSpec, BlockKind, ModelSpec};
 
 use super::{strip_module, StateDict};
 

@@ -12,7 +12,7 @@
 use tch::nn::{self, Module};
 use tch::{Kind, Tensor};
 
-pub use segtool_spec::spec::AttentionImpl;
+pub use segtool_model_spec::spec::AttentionImpl;
 
 /// PyTorch's `SDPBackend::MATH`: the unfused composite, which materialises the matrix.
 const SDP_BACKEND_MATH: i64 = 0;

@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use segtool_spec::spec::AuxHeadSpec;
+use segtool_model_spec::spec::AuxHeadSpec;
 use tch::nn;
 use tch::Tensor;
 

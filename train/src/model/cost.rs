@@ -11,7 +11,7 @@
 //! output (BatchNorm's saved input), each ReLU's output, the max-pool output, the
 //! attention intermediates and the classifiers' dropout outputs and log-softmaxed logits.
 
-use segtool_spec::{BackboneSpec, BlockKind, ModelSpec};
+use segtool_model_spec::{BackboneSpec, BlockKind, ModelSpec};
 
 use super::AttentionImpl;
 

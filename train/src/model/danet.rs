@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use segtool_spec::ModelSpec;
+use segtool_model_spec::ModelSpec;
 use tch::nn::{self, ModuleT};
 use tch::Tensor;
 

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use segtool_spec::{BackboneSpec, BlockKind};
+use segtool_model_spec::{BackboneSpec, BlockKind};
 use tch::nn::{self, ModuleT};
 use tch::Tensor;
 

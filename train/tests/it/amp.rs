@@ -7,7 +7,7 @@ use crate::common;
 
 use common::spec;
 use rand::{Rng, SeedableRng};
-use segtool_spec::BackboneSpec;
+use segtool_model_spec::BackboneSpec;
 use segtool_train::amp::{self, Amp, GradScalerConfig, Precision};
 use segtool_train::model::{AttentionImpl, Cam, Pam};
 use segtool_train::optim::{Sgd, SgdConfig};

@@ -14,7 +14,7 @@
 use crate::common;
 
 use common::*;
-use segtool_spec::BackboneSpec;
+use segtool_model_spec::BackboneSpec;
 use segtool_train::model::attention::{cam_sdpa, pam_sdpa, pam_sdpa_with, PamSdpaForm};
 use segtool_train::model::{AttentionImpl, Cam, Pam};
 use tch::{nn, Kind, Tensor};

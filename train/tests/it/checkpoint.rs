@@ -3,7 +3,7 @@
 use crate::common;
 
 use common::*;
-use segtool_spec::BackboneSpec;
+use segtool_model_spec::BackboneSpec;
 use segtool_train::{checkpoint, load_model, Checkpoint};
 use tch::{Kind, Tensor};
 

@@ -8,7 +8,7 @@ use crate::common;
 use std::collections::BTreeMap;
 
 use common::*;
-use segtool_spec::BackboneSpec;
+use segtool_model_spec::BackboneSpec;
 use segtool_train::model::{
     attention_matrix_bytes, feature_size, module_costs, pam_cam_attention_bytes, AttentionImpl,
     ResNet,

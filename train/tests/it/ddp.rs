@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use anyhow::{ensure, Context, Result};
 use common::spec;
 use rand::{Rng, SeedableRng};
-use segtool_spec::BackboneSpec;
+use segtool_model_spec::BackboneSpec;
 use segtool_train::distributed::{
     launch::RankFailed, Backend, Ddp, DistEnv, GroupOptions, LaunchConfig, Launcher, ProcessGroup,
     ReduceOp,

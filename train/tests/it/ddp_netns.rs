@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
 use common::spec;
-use segtool_spec::BackboneSpec;
+use segtool_model_spec::BackboneSpec;
 use segtool_train::distributed::{Backend, Ddp, DistEnv, ProcessGroup, ReduceOp};
 use segtool_train::{TrainConfig, Trainer};
 use tch::{Kind, Tensor};
@@ -140,7 +140,12 @@ fn spawn_rank(ns: &Netns, rank: usize, out: &Path) -> Result<Child> {
     let mut cmd = Command::new("ip");
     cmd.args(["netns", "exec", &ns.names[rank]])
         .arg(exe)
-        .args(["--exact", "ddp_netns::child", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "ddp_netns::child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(CHILD_VAR, "1")
         .env(OUT_VAR, out)
         .env("MASTER_ADDR", &ns.addrs[0])

@@ -8,7 +8,7 @@ use crate::common;
 use std::collections::HashMap;
 
 use common::*;
-use segtool_spec::BackboneSpec;
+use segtool_model_spec::BackboneSpec;
 use segtool_train::{TrainConfig, Trainer};
 use tch::{Kind, Tensor};
 

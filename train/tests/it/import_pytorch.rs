@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use common::*;
-use segtool_spec::{BackboneSpec, ModelSpec};
+use segtool_model_spec::{BackboneSpec, ModelSpec};
 use segtool_train::checkpoint;
 use segtool_train::import::{import_into, read_state_dict, ImportMode, ImportReport};
 use segtool_train::DaNet;

@@ -157,7 +157,7 @@ fn mmseg_augmentation_matches_mmseg_and_opencv() {
 fn crop_padding_and_cat_max_ratio_follow_mmseg() {
     use rand::SeedableRng;
     use segtool_core::dataset::Sample;
-    use segtool_spec::{BackboneSpec, ModelSpec};
+    use segtool_model_spec::{BackboneSpec, ModelSpec};
     use segtool_train::data::{images_to_tensor_padded, Augment};
 
     // 30 x 20 image, crop (h 24, w 16): padded to 24 rows, cut to 16 columns.

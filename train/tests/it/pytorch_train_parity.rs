@@ -32,7 +32,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use common::*;
-use segtool_spec::{BackboneSpec, BlockKind, ModelSpec};
+use segtool_model_spec::{BackboneSpec, BlockKind, ModelSpec};
 use segtool_train::model::{AttentionImpl, DaNetOutputs};
 use segtool_train::trainer::danet_loss;
 use segtool_train::{checkpoint, load_model, Checkpoint, DaNet};

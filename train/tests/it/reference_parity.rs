@@ -5,11 +5,11 @@
 use crate::common;
 
 use common::*;
-use segtool_spec::BackboneSpec;
+use segtool_model_spec::BackboneSpec;
 use segtool_train::checkpoint;
 use tch::{Kind, Tensor};
 
-fn check_against_pytorch(spec: segtool_spec::ModelSpec, input: [i64; 4], seed: i64) {
+fn check_against_pytorch(spec: segtool_model_spec::ModelSpec, input: [i64; 4], seed: i64) {
     let dir = tempfile::tempdir().unwrap();
     let (vs, model) = random_model(&spec, seed);
     let ckpt = dir.path().join("model.safetensors");

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use common::spec;
 use segtool_core::dataset::{SegDataset, ShapesDataset};
 use segtool_core::shapes::ShapesConfig;
-use segtool_spec::BackboneSpec;
+use segtool_model_spec::BackboneSpec;
 use segtool_train::data::Augment;
 use segtool_train::metrics_log::MetricsLog;
 use segtool_train::optim::SgdConfig;

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use common::spec;
 use segtool_core::dataset::{SegDataset, ShapesDataset};
 use segtool_core::shapes::ShapesConfig;
-use segtool_spec::BackboneSpec;
+use segtool_model_spec::BackboneSpec;
 use segtool_train::eval::EvalOptions;
 use segtool_train::run::{self, RunOptions, RunState};
 use segtool_train::{Checkpoint, TrainConfig, Trainer};

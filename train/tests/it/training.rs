@@ -6,7 +6,7 @@ use crate::common;
 use common::*;
 use segtool_core::dataset::{SegDataset, ShapesDataset};
 use segtool_core::shapes::ShapesConfig;
-use segtool_spec::BackboneSpec;
+use segtool_model_spec::BackboneSpec;
 use segtool_train::data::{images_to_tensor, masks_to_tensor};
 use segtool_train::{TrainConfig, Trainer};
 use tch::Device;

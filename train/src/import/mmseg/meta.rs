@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use segtool_spec::spec::MmsegTestCfg;
+use segtool_model_spec::spec::MmsegTestCfg;
 
 use super::MmsegOverrides;
 

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::Command;
 
 use safetensors::tensor::{Dtype, TensorView};
-use segtool_spec::{BackboneSpec, BlockKind, ModelSpec};
+use segtool_model_spec::{BackboneSpec, BlockKind, ModelSpec};
 use segtool_train::DaNet;
 use tch::{nn, Kind, Tensor};
 
