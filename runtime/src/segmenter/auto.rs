@@ -18,6 +18,14 @@
 //! reference for segtool's float numbers). No CPU without AMX was measured, so there
 //! INT8 files stay in ONNX Runtime too.
 //!
+//! One exception comes first: an INT8 file with full-range weights on an x86 CPU without
+//! VNNI runs in tract. ONNX Runtime's u8s8 kernels there (AVX2) add u8 x s8 pairs in
+//! saturating int16, and so do OpenVINO's: a random tiny DANet agreed with fp32 on 85% of
+//! the pixels in ONNX Runtime against 98% in tract, which computes the QDQ graph exactly;
+//! a ResNet-18 DANet on 69.8% in OpenVINO (oneDNN capped at AVX2) against 90.4% in ONNX
+//! Runtime on this AVX-512 VNNI CPU. `segtool calibrate` picks reduced-range weights on
+//! such CPUs; a file calibrated elsewhere says which range it has.
+//!
 //! ONNX Runtime is also kept when execution providers other than the CPU are asked for,
 //! and when OpenVINO cannot open the model (its library is missing, or the graph holds
 //! operators it does not read); the reason is part of the choice.
@@ -38,6 +46,38 @@ pub(super) fn cpu_has_amx_int8() -> bool {
     false
 }
 
+/// Whether this CPU's u8 x s8 kernels accumulate without int16 saturation: AVX-512 VNNI
+/// or AVX-VNNI on x86_64; other architectures are not affected.
+pub(super) fn cpu_has_vnni() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx512vnni")
+            || std::arch::is_x86_feature_detected!("avxvnni")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    true
+}
+
+/// Whether a file's calibration record (`segtool.calibration`) says its weights use the
+/// full int8 range; a record without `weight_range` predates the choice, when every
+/// file was full-range.
+pub(super) fn full_range_weights(calibration: &serde_json::Value) -> bool {
+    calibration.get("weight_range").and_then(|v| v.as_str()) != Some("reduced")
+}
+
+/// Why auto runs tract for an INT8 file whose weights this CPU's ONNX Runtime and
+/// OpenVINO kernels would saturate (`Some`), else `None`.
+pub(super) fn prefer_exact_int8(s: &Situation<'_>) -> Option<String> {
+    let saturates = s.int8_file && s.full_range_weights && !s.vnni;
+    (saturates && s.gpu_providers.is_empty() && cfg!(feature = "tract")).then(|| {
+        "an INT8 file with full-range weights on a CPU without VNNI, where ONNX Runtime's \
+         and OpenVINO's u8s8 kernels saturate (85% label agreement against tract's 98% on \
+         a tiny DANet); tract computes it exactly but slower: recalibrate with \
+         --weight-range reduced for ONNX Runtime"
+            .into()
+    })
+}
+
 /// What the choice depends on.
 pub(super) struct Situation<'a> {
     /// Execution providers other than the CPU asked of ONNX Runtime.
@@ -48,6 +88,10 @@ pub(super) struct Situation<'a> {
     pub int8_file: bool,
     /// [`cpu_has_amx_int8`].
     pub amx_int8: bool,
+    /// The INT8 file's weights use the full int8 range ([`full_range_weights`]).
+    pub full_range_weights: bool,
+    /// [`cpu_has_vnni`].
+    pub vnni: bool,
 }
 
 /// Why auto starts with OpenVINO (`Ok`), or why it runs ONNX Runtime (`Err`).
@@ -82,7 +126,53 @@ mod tests {
             precision,
             int8_file,
             amx_int8,
+            full_range_weights: false,
+            vnni: true,
         }
+    }
+
+    #[test]
+    fn tract_for_full_range_int8_where_kernels_saturate() {
+        let saturating = Situation {
+            full_range_weights: true,
+            vnni: false,
+            ..situation(Precision::F32, true, false)
+        };
+        let why = prefer_exact_int8(&saturating);
+        assert_eq!(why.is_some(), cfg!(feature = "tract"), "{why:?}");
+        if let Some(why) = why {
+            assert!(why.contains("--weight-range reduced"), "{why}");
+        }
+        for s in [
+            Situation {
+                vnni: true,
+                ..saturating
+            },
+            Situation {
+                full_range_weights: false,
+                ..saturating
+            },
+            Situation {
+                int8_file: false,
+                ..saturating
+            },
+        ] {
+            assert_eq!(prefer_exact_int8(&s), None);
+        }
+        let gpu = ["cuda:0".to_string()];
+        assert_eq!(
+            prefer_exact_int8(&Situation {
+                gpu_providers: &gpu,
+                ..saturating
+            }),
+            None
+        );
+        let record = |r: &str| serde_json::json!({ "method": "entropy", "weight_range": r });
+        assert!(full_range_weights(&record("full")));
+        assert!(!full_range_weights(&record("reduced")));
+        assert!(full_range_weights(
+            &serde_json::json!({ "method": "entropy" })
+        ));
     }
 
     #[test]

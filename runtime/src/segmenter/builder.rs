@@ -368,14 +368,19 @@ impl SegmenterBuilder {
         fallbacks: &mut Vec<Fallback>,
     ) -> Result<(Box<dyn Engine>, String)> {
         let gpu_providers = self.gpu_providers();
+        let calibration = model.model.and_then(|m| m.metadata.calibration.as_ref());
         let situation = super::auto::Situation {
             gpu_providers: &gpu_providers,
             precision: self.openvino.precision,
-            int8_file: model
-                .model
-                .is_some_and(|m| m.metadata.calibration.is_some()),
+            int8_file: calibration.is_some(),
             amx_int8: super::auto::cpu_has_amx_int8(),
+            full_range_weights: calibration.is_some_and(super::auto::full_range_weights),
+            vnni: super::auto::cpu_has_vnni(),
         };
+        if let Some(why) = super::auto::prefer_exact_int8(&situation) {
+            let engine = self.tract(model, fallbacks)?;
+            return Ok((engine, format!("auto chose tract: {why}")));
+        }
         let why_not = match super::auto::prefer_openvino(&situation) {
             Ok(why) => match self.openvino(model, fallbacks) {
                 Ok(engine) => return Ok((engine, format!("auto chose openvino: {why}"))),
