@@ -193,6 +193,53 @@ pub struct Segmenter {
     protocol: Option<&'static str>,
 }
 
+/// OpenVINO's options from the keyword arguments, refusing a name it does not know.
+fn openvino_options(
+    device: &str,
+    precision: &str,
+    hint: &str,
+    streams: Option<usize>,
+    library: Option<PathBuf>,
+) -> PyResult<OpenVinoOptions> {
+    Ok(OpenVinoOptions {
+        device: device
+            .parse()
+            .map_err(|e: String| errors::input("a device", e))?,
+        precision: precision
+            .parse()
+            .map_err(|e: String| errors::input("a precision", e))?,
+        hint: hint
+            .parse()
+            .map_err(|e: String| errors::input("a hint", e))?,
+        streams,
+        library,
+        ..OpenVinoOptions::default()
+    })
+}
+
+/// `(kind, message)` per fallback taken: the package's own ONNX Runtime library search
+/// (`search`) replaces the runtime's report of it.
+fn fallback_rows(
+    seg: &segtool_runtime::Segmenter,
+    search: Option<&segtool_runtime::Fallback>,
+) -> Vec<(String, String)> {
+    let runtime_fallbacks = seg.fallbacks().iter().filter(|f| {
+        search.is_none() || !matches!(f, segtool_runtime::Fallback::OrtLibraryMissing { .. })
+    });
+    search
+        .into_iter()
+        .chain(runtime_fallbacks)
+        .map(|f| {
+            let kind = match f {
+                segtool_runtime::Fallback::OrtLibraryMissing { .. } => "ort_library_missing",
+                segtool_runtime::Fallback::Provider { .. } => "provider",
+                segtool_runtime::Fallback::TractCpuOnly { .. } => "tract_cpu_only",
+            };
+            (kind.to_string(), f.to_string())
+        })
+        .collect()
+}
+
 #[pymethods]
 impl Segmenter {
     #[new]
@@ -229,20 +276,7 @@ impl Segmenter {
         let kind: EngineKind = engine.parse().map_err(|e: String| {
             errors::input("engine \"auto\", \"ort\", \"tract\" or \"openvino\"", e)
         })?;
-        let openvino = OpenVinoOptions {
-            device: device
-                .parse()
-                .map_err(|e: String| errors::input("a device", e))?,
-            precision: precision
-                .parse()
-                .map_err(|e: String| errors::input("a precision", e))?,
-            hint: hint
-                .parse()
-                .map_err(|e: String| errors::input("a hint", e))?,
-            streams,
-            library: openvino_library,
-            ..OpenVinoOptions::default()
-        };
+        let openvino = openvino_options(device, precision, hint, streams, openvino_library)?;
         let providers = providers
             .iter()
             .map(|p| p.parse::<Provider>())
@@ -269,19 +303,7 @@ impl Segmenter {
                 )
             })
             .map_err(errors::runtime)?;
-        let mut fallbacks = Vec::new();
-        // The package's own library search replaces the runtime's report of it.
-        let runtime_fallbacks = seg.fallbacks().iter().filter(|f| {
-            search.is_none() || !matches!(f, segtool_runtime::Fallback::OrtLibraryMissing { .. })
-        });
-        for f in search.iter().chain(runtime_fallbacks) {
-            let kind = match f {
-                segtool_runtime::Fallback::OrtLibraryMissing { .. } => "ort_library_missing",
-                segtool_runtime::Fallback::Provider { .. } => "provider",
-                segtool_runtime::Fallback::TractCpuOnly { .. } => "tract_cpu_only",
-            };
-            fallbacks.push((kind.to_string(), f.to_string()));
-        }
+        let fallbacks = fallback_rows(&seg, search.as_ref());
         let seg = match accuracy.clone() {
             Some(opts) => seg.with_accuracy(opts).map_err(errors::runtime)?,
             None => seg,

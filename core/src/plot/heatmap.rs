@@ -4,7 +4,9 @@ use image::RgbImage;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use super::{class_names_below, frame, render, BackendCoord, FAMILY, TITLE_BAND, X_LABEL_BAND};
+use super::{
+    class_names_below, frame, render, Area, BackendCoord, FAMILY, TITLE_BAND, X_LABEL_BAND,
+};
 
 /// Confusion matrix `counts[truth][prediction]` normalised per row (each ground-truth
 /// class sums to 100 %), with class names on both axes and the percentages in the cells.
@@ -81,33 +83,39 @@ pub fn confusion_heatmap(
                 }
             }
         }
-        // Colour scale: 0 .. 100 % of the ground-truth class's pixels.
-        let (_, sh) = side.dim_in_pixel();
-        let top = TITLE_BAND as i32 + 10;
-        let bottom = sh as i32 - X_LABEL_BAND as i32 - name_px as i32;
-        let steps = 50;
-        for k in 0..steps {
-            let f0 = k as f64 / steps as f64;
-            let y_hi = bottom - ((bottom - top) as f64 * (f0 + 1.0 / steps as f64)) as i32;
-            let y_lo = bottom - ((bottom - top) as f64 * f0) as i32;
-            side.draw(&Rectangle::new([(8, y_hi), (24, y_lo)], heat(f0).filled()))
-                .map_err(e)?;
-        }
-        side.draw(&Rectangle::new(
-            [(8, top), (24, bottom)],
-            BLACK.stroke_width(1),
-        ))
-        .map_err(e)?;
-        let small = TextStyle::from((FAMILY, 11).into_font())
-            .color(&BLACK)
-            .pos(Pos::new(HPos::Left, VPos::Center));
-        for pct in [0, 50, 100] {
-            let y = bottom - ((bottom - top) as f64 * pct as f64 / 100.0) as i32;
-            side.draw(&Text::new(format!("{pct} %"), (28, y), small.clone()))
-                .map_err(e)?;
-        }
-        Ok(())
+        colour_scale(&side, name_px)
     })
+}
+
+/// The colour scale beside the matrix: 0 .. 100 % of the ground-truth class's pixels,
+/// between the title band and the class names (`name_px` high) below the matrix.
+fn colour_scale(side: &Area<'_>, name_px: u32) -> Result<(), String> {
+    let e = |e: DrawingAreaErrorKind<_>| e.to_string();
+    let (_, sh) = side.dim_in_pixel();
+    let top = TITLE_BAND as i32 + 10;
+    let bottom = sh as i32 - X_LABEL_BAND as i32 - name_px as i32;
+    let steps = 50;
+    for k in 0..steps {
+        let f0 = k as f64 / steps as f64;
+        let y_hi = bottom - ((bottom - top) as f64 * (f0 + 1.0 / steps as f64)) as i32;
+        let y_lo = bottom - ((bottom - top) as f64 * f0) as i32;
+        side.draw(&Rectangle::new([(8, y_hi), (24, y_lo)], heat(f0).filled()))
+            .map_err(e)?;
+    }
+    side.draw(&Rectangle::new(
+        [(8, top), (24, bottom)],
+        BLACK.stroke_width(1),
+    ))
+    .map_err(e)?;
+    let small = TextStyle::from((FAMILY, 11).into_font())
+        .color(&BLACK)
+        .pos(Pos::new(HPos::Left, VPos::Center));
+    for pct in [0, 50, 100] {
+        let y = bottom - ((bottom - top) as f64 * pct as f64 / 100.0) as i32;
+        side.draw(&Text::new(format!("{pct} %"), (28, y), small.clone()))
+            .map_err(e)?;
+    }
+    Ok(())
 }
 
 /// White (0) to dark blue (1).
