@@ -44,7 +44,10 @@ fn segmenter() -> *mut segtool_segmenter {
         opts.threads = 1;
         let mut seg = ptr::null_mut();
         let status = unsafe { segtool_open(path.as_ptr(), &opts, &mut seg) };
-        assert!(status == segtool_status::SEGTOOL_OK && !seg.is_null(), "opening the tiny model");
+        assert!(
+            status == segtool_status::SEGTOOL_OK && !seg.is_null(),
+            "opening the tiny model"
+        );
         Handle(seg)
     })
     .0
@@ -52,9 +55,12 @@ fn segmenter() -> *mut segtool_segmenter {
 
 /// A status of a call that must not panic inside: anything but `SEGTOOL_ERR_PANIC`.
 fn status(st: segtool_status) -> segtool_status {
-    assert_ne!(st, segtool_status::SEGTOOL_ERR_PANIC, "a call panicked: {:?}", unsafe {
-        CStr::from_ptr(segtool_last_error())
-    });
+    assert_ne!(
+        st,
+        segtool_status::SEGTOOL_ERR_PANIC,
+        "a call panicked: {:?}",
+        unsafe { CStr::from_ptr(segtool_last_error()) }
+    );
     st
 }
 
@@ -74,8 +80,12 @@ fn take_result(res: *mut segtool_result, w: u32, h: u32, classes: u32) {
         if w != 0 {
             assert_eq!((rw, rh), (w, h), "result size");
         }
-        let map = std::slice::from_raw_parts(segtool_result_class_map(res), rw as usize * rh as usize);
-        assert!(map.iter().all(|&c| u32::from(c) < classes), "class out of range");
+        let map =
+            std::slice::from_raw_parts(segtool_result_class_map(res), rw as usize * rh as usize);
+        assert!(
+            map.iter().all(|&c| u32::from(c) < classes),
+            "class out of range"
+        );
         segtool_result_free(res);
     }
 }
@@ -124,7 +134,11 @@ fn options(b: &mut super::support::Bytes, keep: &mut Vec<CString>) -> Option<seg
     }
     let mut o = segtool_options_default();
     o.engine = i32::from(b.u8()) % 4 - (i32::from(flags >> 7)); // -1..=3, mostly 0..=2
-    o.providers = if flags & 2 != 0 { c_str(b, keep) } else { ptr::null() };
+    o.providers = if flags & 2 != 0 {
+        c_str(b, keep)
+    } else {
+        ptr::null()
+    };
     o.threads = u32::from(b.u8() % 3);
     o.strict = flags & 4 != 0;
     if flags & 8 != 0 {
@@ -173,9 +187,130 @@ fn card_too_big(path: *const c_char, opts: Option<&segtool_options>, hw: (u32, u
         std::path::PathBuf::from(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
     };
     let request = CardRequest::new().card_file(to_path(o.card));
-    resolve(&to_path(path), &request).is_ok_and(|r| {
-        super::support::too_big_to_fuzz(&r.card, (hw.0 as usize, hw.1 as usize))
-    })
+    resolve(&to_path(path), &request)
+        .is_ok_and(|r| super::support::too_big_to_fuzz(&r.card, (hw.0 as usize, hw.1 as usize)))
+}
+
+/// Opens a model (path and options from the input), segments one image with it when it
+/// opened, closes it. `with_out`: a real handle pointer, else NULL.
+fn open_and_segment(b: &mut super::support::Bytes, keep: &mut Vec<CString>, with_out: bool) {
+    unsafe {
+        let path = model_path(b, keep);
+        let opts = options(b, keep);
+        let opts_ptr = opts.as_ref().map_or(ptr::null(), |o| o as *const _);
+        let mut other = ptr::null_mut();
+        let out = if with_out {
+            &mut other as *mut _
+        } else {
+            ptr::null_mut()
+        };
+        let st = status(segtool_open(path, opts_ptr, out));
+        if st == segtool_status::SEGTOOL_OK {
+            check_str(segtool_fallback_reason(other));
+            let (w, h) = match opts {
+                Some(o) if o.fixed_height > 0 => (o.fixed_width, o.fixed_height),
+                _ => (17, 11),
+            };
+            if card_too_big(path, opts.as_ref(), (h, w)) {
+                segtool_close(other);
+                return;
+            }
+            if let Some(buf) = image_arg(b, w, h, 0) {
+                let mut res = ptr::null_mut();
+                if status(segtool_segment(other, buf.as_ptr(), w, h, 0, &mut res))
+                    == segtool_status::SEGTOOL_OK
+                {
+                    take_result(res, w, h, segtool_num_classes(other).max(256));
+                }
+            }
+            segtool_close(other);
+        } else {
+            assert!(other.is_null(), "a failed open left a handle");
+        }
+    }
+}
+
+/// Opens a live session (tract, one thread, no card file); NULL when it did not open.
+fn open_live(b: &mut super::support::Bytes, keep: &mut Vec<CString>) -> *mut segtool_live {
+    unsafe {
+        let path = model_path(b, keep);
+        let mut o = options(b, keep).unwrap_or_else(|| segtool_options_default());
+        // Each live session builds its own engine: tract, one thread; no card file
+        // (frames of any size would be prepared under it on the server's thread,
+        // where a legitimately large card cannot be skipped).
+        (o.engine, o.threads, o.card) = (SEGTOOL_ENGINE_TRACT, 1, ptr::null());
+        let mut lo = segtool_live_options_default();
+        lo.slot = u32::from(b.u8() % 4);
+        lo.deadline_ms = u32::from(b.u8() % 4);
+        lo.sessions = u32::from(b.u8() % 3);
+        lo.smooth = match b.u8() % 4 {
+            0 => f32::from_bits(b.u32()),
+            1 => 0.5,
+            _ => 0.0,
+        };
+        let mut live = ptr::null_mut();
+        let st = status(segtool_live_open(path, &o, &lo, &mut live));
+        assert!(st == segtool_status::SEGTOOL_OK || live.is_null());
+        live
+    }
+}
+
+/// Every query of a handle (names, palette, provider, errors, version).
+fn query_everything(s: *mut segtool_segmenter, b: &mut super::support::Bytes, op: u8) {
+    unsafe {
+        let index = if op & 1 == 0 {
+            u32::from(b.u8() % 8)
+        } else {
+            b.u32()
+        };
+        check_str(segtool_class_name(s, index));
+        let mut rgb = [0u8; 3];
+        let out = if op & 2 == 0 {
+            rgb.as_mut_ptr()
+        } else {
+            ptr::null_mut()
+        };
+        status(segtool_palette(s, index, out));
+        let _ = segtool_num_classes(s);
+        check_str(segtool_provider(s));
+        check_str(segtool_engine_name(s));
+        check_str(segtool_fallback_reason(s));
+        check_str(segtool_last_error());
+        check_str(segtool_version());
+    }
+}
+
+/// The live counters add up. `with_out`: a real counts pointer, else NULL.
+fn check_live_counts(live: *mut segtool_live, with_out: bool) {
+    unsafe {
+        let mut counts = segtool_live_counts::default();
+        let out = if with_out {
+            &mut counts as *mut _
+        } else {
+            ptr::null_mut()
+        };
+        if status(segtool_live_stats(live, out)) == segtool_status::SEGTOOL_OK {
+            let c = counts;
+            assert_eq!(
+                c.submitted,
+                c.answered + c.failed + c.replaced + c.expired + c.rejected + c.pending,
+                "live counters: {c:?}"
+            );
+        }
+    }
+}
+
+/// NULL handles everywhere: refused or ignored, never dereferenced.
+fn null_handles_everywhere() {
+    unsafe {
+        segtool_close(ptr::null_mut());
+        segtool_result_free(ptr::null_mut());
+        segtool_live_close(ptr::null_mut());
+        let _ = segtool_live_finish(ptr::null());
+        let _ = segtool_live_next(ptr::null(), 0, ptr::null_mut(), ptr::null_mut());
+        let _ = segtool_result_width(ptr::null());
+        check_str(segtool_last_error());
+    }
 }
 
 pub fn run(data: &[u8]) {
@@ -195,7 +330,9 @@ pub fn run(data: &[u8]) {
         match op & 0x7f {
             0..=15 => unsafe {
                 let (w, h, stride) = dims(&mut b);
-                let Some(buf) = image_arg(&mut b, w, h, stride) else { continue };
+                let Some(buf) = image_arg(&mut b, w, h, stride) else {
+                    continue;
+                };
                 let mut res = ptr::null_mut();
                 let st = status(segtool_segment(s, buf.as_ptr(), w, h, stride, &mut res));
                 if st == segtool_status::SEGTOOL_OK {
@@ -213,94 +350,42 @@ pub fn run(data: &[u8]) {
                 status(segtool_segment(s, rgb.as_ptr(), 1, 1, 0, ptr::null_mut()));
                 assert!(res.is_null());
             },
-            20..=29 => unsafe {
-                let index = if op & 1 == 0 { u32::from(b.u8() % 8) } else { b.u32() };
-                check_str(segtool_class_name(s, index));
-                let mut rgb = [0u8; 3];
-                let out = if op & 2 == 0 { rgb.as_mut_ptr() } else { ptr::null_mut() };
-                status(segtool_palette(s, index, out));
-                let _ = segtool_num_classes(s);
-                check_str(segtool_provider(s));
-                check_str(segtool_engine_name(s));
-                check_str(segtool_fallback_reason(s));
-                check_str(segtool_last_error());
-                check_str(segtool_version());
-            },
-            30..=39 if opens < 2 => unsafe {
+            20..=29 => query_everything(s, &mut b, op),
+            30..=39 if opens < 2 => {
                 opens += 1;
-                let path = model_path(&mut b, &mut keep);
-                let opts = options(&mut b, &mut keep);
-                let opts_ptr = opts.as_ref().map_or(ptr::null(), |o| o as *const _);
-                let mut other = ptr::null_mut();
-                let out = if op & 1 == 0 { &mut other as *mut _ } else { ptr::null_mut() };
-                let st = status(segtool_open(path, opts_ptr, out));
-                if st == segtool_status::SEGTOOL_OK {
-                    check_str(segtool_fallback_reason(other));
-                    let (w, h) = match opts {
-                        Some(o) if o.fixed_height > 0 => (o.fixed_width, o.fixed_height),
-                        _ => (17, 11),
-                    };
-                    if card_too_big(path, opts.as_ref(), (h, w)) {
-                        segtool_close(other);
-                        continue;
-                    }
-                    if let Some(buf) = image_arg(&mut b, w, h, 0) {
-                        let mut res = ptr::null_mut();
-                        if status(segtool_segment(other, buf.as_ptr(), w, h, 0, &mut res))
-                            == segtool_status::SEGTOOL_OK
-                        {
-                            take_result(res, w, h, segtool_num_classes(other).max(256));
-                        }
-                    }
-                    segtool_close(other);
-                } else {
-                    assert!(other.is_null(), "a failed open left a handle");
-                }
-            },
-            40..=44 if live.is_null() && opens < 2 => unsafe {
+                open_and_segment(&mut b, &mut keep, op & 1 == 0);
+            }
+            40..=44 if live.is_null() && opens < 2 => {
                 opens += 1;
-                let path = model_path(&mut b, &mut keep);
-                let mut o = options(&mut b, &mut keep).unwrap_or_else(|| segtool_options_default());
-                // Each live session builds its own engine: tract, one thread; no card file
-                // (frames of any size would be prepared under it on the server's thread,
-                // where a legitimately large card cannot be skipped).
-                (o.engine, o.threads, o.card) = (SEGTOOL_ENGINE_TRACT, 1, ptr::null());
-                let mut lo = segtool_live_options_default();
-                lo.slot = u32::from(b.u8() % 4);
-                lo.deadline_ms = u32::from(b.u8() % 4);
-                lo.sessions = u32::from(b.u8() % 3);
-                lo.smooth = match b.u8() % 4 {
-                    0 => f32::from_bits(b.u32()),
-                    1 => 0.5,
-                    _ => 0.0,
-                };
-                let st = status(segtool_live_open(path, &o, &lo, &mut live));
-                assert!(st == segtool_status::SEGTOOL_OK || live.is_null());
-            },
+                live = open_live(&mut b, &mut keep);
+            }
             45..=54 => unsafe {
                 let (w, h, stride) = dims(&mut b);
-                let Some(buf) = image_arg(&mut b, w, h, stride) else { continue };
+                let Some(buf) = image_arg(&mut b, w, h, stride) else {
+                    continue;
+                };
                 let mut index = 0u64;
-                status(segtool_live_submit(live, buf.as_ptr(), w, h, stride, &mut index));
+                status(segtool_live_submit(
+                    live,
+                    buf.as_ptr(),
+                    w,
+                    h,
+                    stride,
+                    &mut index,
+                ));
             },
             55..=60 => unsafe {
                 let mut res = ptr::null_mut();
                 let mut index = 0u64;
-                status(segtool_live_next(live, u32::from(b.u8() % 20), &mut index, &mut res));
+                status(segtool_live_next(
+                    live,
+                    u32::from(b.u8() % 20),
+                    &mut index,
+                    &mut res,
+                ));
                 take_result(res, 0, 0, 256);
             },
-            61..=63 => unsafe {
-                let mut counts = segtool_live_counts::default();
-                let out = if op & 1 == 0 { &mut counts as *mut _ } else { ptr::null_mut() };
-                if status(segtool_live_stats(live, out)) == segtool_status::SEGTOOL_OK {
-                    let c = counts;
-                    assert_eq!(
-                        c.submitted,
-                        c.answered + c.failed + c.replaced + c.expired + c.rejected + c.pending,
-                        "live counters: {c:?}"
-                    );
-                }
-            },
+            61..=63 => check_live_counts(live, op & 1 == 0),
             64..=66 => unsafe {
                 status(segtool_live_finish(live));
             },
@@ -308,16 +393,7 @@ pub fn run(data: &[u8]) {
                 segtool_live_close(live);
                 live = ptr::null_mut();
             },
-            _ => unsafe {
-                // NULL handles everywhere.
-                segtool_close(ptr::null_mut());
-                segtool_result_free(ptr::null_mut());
-                segtool_live_close(ptr::null_mut());
-                let _ = segtool_live_finish(ptr::null());
-                let _ = segtool_live_next(ptr::null(), 0, ptr::null_mut(), ptr::null_mut());
-                let _ = segtool_result_width(ptr::null());
-                check_str(segtool_last_error());
-            },
+            _ => null_handles_everywhere(),
         }
     }
     unsafe { segtool_live_close(live) };
