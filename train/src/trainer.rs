@@ -20,6 +20,9 @@ use crate::ohem::Ohem;
 use crate::optim::{LrSchedule, Sgd, SgdConfig};
 use crate::progress::Progress;
 
+mod loss_sums;
+use loss_sums::LossSums;
+
 #[derive(Clone, Debug)]
 pub struct TrainConfig {
     pub iterations: usize,
@@ -562,40 +565,4 @@ fn iteration_seed(seed: u64, it: usize) -> i64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     ((z ^ (z >> 31)) >> 1) as i64
-}
-
-/// A step's loss values summed over its micro-batches, each weighted by 1/n.
-#[derive(Default)]
-struct LossSums {
-    total: f64,
-    /// Fused, position and channel terms.
-    terms: [f64; 3],
-    aux: Option<f64>,
-}
-
-impl LossSums {
-    fn add(&mut self, value: f64, parts: &[f64], scale: f64) {
-        self.total += value * scale;
-        for (t, p) in self.terms.iter_mut().zip(parts) {
-            *t += p * scale;
-        }
-        if let Some(aux) = parts.get(3) {
-            *self.aux.get_or_insert(0.0) += aux * scale;
-        }
-    }
-
-    /// dist: the values the ranks average, in the order [`LossSums::from_values`] reads.
-    fn values(&self) -> Vec<f64> {
-        let mut values = vec![self.total, self.terms[0], self.terms[1], self.terms[2]];
-        values.extend(self.aux);
-        values
-    }
-
-    fn from_values(values: &[f64]) -> Self {
-        Self {
-            total: values[0],
-            terms: [values[1], values[2], values[3]],
-            aux: values.get(4).copied(),
-        }
-    }
 }

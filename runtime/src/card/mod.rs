@@ -16,6 +16,7 @@
 //! (the normalisation of a float input) is an error naming what is missing and the ways
 //! to give it.
 
+mod fields;
 pub mod huggingface;
 mod json;
 pub mod mask_head;
@@ -35,161 +36,10 @@ pub use segtool_onnx::card::{
     ResizeFilter, Restore, CARD_METADATA_KEY,
 };
 use segtool_onnx::{read_io, read_props, Metadata, ModelIo};
-use serde::Deserialize;
 
 use crate::error::{Result, RuntimeError};
 
-/// Every card field, each optional: what one source says.
-///
-/// # Example
-///
-/// ```
-/// use segtool_runtime::card::{preset, sidecar, CardRequest};
-/// // What a sidecar `deeplab.segtool.toml` says; what it leaves out stays `None`.
-/// let fields = sidecar::parse(
-///     r#"
-///     classes = ["background", "person"]
-///     [output]
-///     name = "out"
-///     "#,
-/// )?;
-/// assert_eq!(fields.classes, Some(vec!["background".to_string(), "person".to_string()]));
-/// assert_eq!(fields.input.mean, None);
-/// // The rest from a preset (torchvision's transforms), then handed to the builder.
-/// let fields = preset::fill(fields, preset::preset("torchvision")?);
-/// assert_eq!(fields.input.shortest_edge, Some(520));
-/// let request = CardRequest::new().fields(fields);
-/// # Ok::<(), String>(())
-/// ```
-#[derive(Clone, Debug, Default, PartialEq, Deserialize, serde::Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct CardFields {
-    /// The input's fields.
-    #[serde(default)]
-    pub input: InputFields,
-    /// The output's fields.
-    #[serde(default)]
-    pub output: OutputFields,
-    /// Class names.
-    pub classes: Option<Vec<String>>,
-    /// A class count, when there are no names (classes are then `class_0`, ...).
-    pub num_classes: Option<usize>,
-    /// One RGB colour per class (default: the VOC-style palette segtool uses).
-    pub palette: Option<Vec<[u8; 3]>>,
-}
-
-/// [`InputCard`]'s fields, each optional.
-///
-/// # Example
-///
-/// ```
-/// use segtool_runtime::card::{sidecar, CardFields, CardRequest, ChannelOrder, InputFields};
-/// // What `--mean 123.675,116.28,103.53 --std 58.395,57.12,57.375 --scale 1 --bgr` give.
-/// let input = InputFields {
-///     mean: Some(vec![123.675, 116.28, 103.53]),
-///     std: Some(vec![58.395, 57.12, 57.375]),
-///     scale: Some(1.0),
-///     channels: Some(ChannelOrder::Bgr),
-///     ..InputFields::default()
-/// };
-/// // The same as a card file's `[input]` table.
-/// let toml = r#"
-///     [input]
-///     mean = [123.675, 116.28, 103.53]
-///     std = [58.395, 57.12, 57.375]
-///     scale = 1.0
-///     channels = "bgr"
-///     "#;
-/// assert_eq!(sidecar::parse(toml)?.input, input);
-/// let request = CardRequest::new().fields(CardFields { input, ..CardFields::default() });
-/// # Ok::<(), String>(())
-/// ```
-#[derive(Clone, Debug, Default, PartialEq, Deserialize, serde::Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct InputFields {
-    /// [`InputCard::name`].
-    pub name: Option<String>,
-    /// [`InputCard::layout`].
-    pub layout: Option<Layout>,
-    /// [`InputCard::dtype`].
-    pub dtype: Option<Dtype>,
-    /// [`InputCard::channels`].
-    pub channels: Option<ChannelOrder>,
-    /// [`InputCard::scale`].
-    pub scale: Option<f32>,
-    /// [`InputCard::mean`].
-    pub mean: Option<Vec<f32>>,
-    /// [`InputCard::std`].
-    pub std: Option<Vec<f32>>,
-    /// [`InputCard::size`].
-    pub size: Option<[usize; 2]>,
-    /// [`InputCard::size_divisor`].
-    pub size_divisor: Option<usize>,
-    /// [`InputCard::fit`].
-    pub fit: Option<Fit>,
-    /// [`InputCard::keep_ratio`].
-    pub keep_ratio: Option<[usize; 2]>,
-    /// [`InputCard::min_short_side`].
-    pub min_short_side: Option<usize>,
-    /// [`InputCard::resize_filter`].
-    pub resize_filter: Option<ResizeFilter>,
-    /// [`InputCard::resample`].
-    pub resample: Option<Resample>,
-    /// [`InputCard::shortest_edge`].
-    pub shortest_edge: Option<usize>,
-    /// [`InputCard::longest_edge`].
-    pub longest_edge: Option<usize>,
-    /// [`InputCard::keep_aspect_ratio`].
-    pub keep_aspect_ratio: Option<bool>,
-    /// [`InputCard::ensure_multiple_of`].
-    pub ensure_multiple_of: Option<usize>,
-    /// [`InputCard::center_crop`].
-    pub center_crop: Option<[usize; 2]>,
-    /// [`InputCard::pad_size`].
-    pub pad_size: Option<[usize; 2]>,
-}
-
-/// [`OutputCard`]'s fields, each optional.
-///
-/// # Example
-///
-/// ```
-/// use segtool_runtime::card::{sidecar, OutputFields, OutputKind};
-/// // A text detector's one probability channel: class 1 above 0.3 (`--output-kind binary
-/// // --threshold 0.3`, or a card file's `[output]` table).
-/// let output = OutputFields {
-///     name: Some("maps".into()),
-///     kind: Some(OutputKind::Binary),
-///     threshold: Some(0.3),
-///     ..OutputFields::default()
-/// };
-/// let toml = r#"
-///     [output]
-///     name = "maps"
-///     kind = "binary"
-///     threshold = 0.3
-///     "#;
-/// assert_eq!(sidecar::parse(toml)?.output, output);
-/// # Ok::<(), String>(())
-/// ```
-#[derive(Clone, Debug, Default, PartialEq, Deserialize, serde::Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct OutputFields {
-    /// [`OutputCard::name`].
-    pub name: Option<String>,
-    /// [`OutputCard::kind`].
-    pub kind: Option<OutputKind>,
-    /// [`OutputCard::align_corners`].
-    pub align_corners: Option<bool>,
-    /// [`OutputCard::threshold`].
-    pub threshold: Option<f32>,
-    /// [`OutputCard::restore`].
-    pub restore: Option<Restore>,
-    /// [`OutputCard::class_output`].
-    pub class_output: Option<String>,
-    /// [`OutputCard::mask_size`].
-    pub mask_size: Option<[usize; 2]>,
-}
+pub use fields::{CardFields, InputFields, OutputFields};
 
 /// Where a field's value came from.
 ///

@@ -31,6 +31,7 @@ mod outputs;
 mod pipeline;
 mod raw;
 mod sessions;
+mod summary;
 
 use std::path::PathBuf;
 use std::sync::mpsc::sync_channel;
@@ -51,6 +52,7 @@ use outputs::{write_results, Sink};
 use pipeline::{Batch, Busy, Failure, Scored, Stage};
 use raw::read_raw;
 use sessions::{check_contract, cuda_attention_note, open_server};
+use summary::{batching_note, skipped_summary, summary_line};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -499,47 +501,6 @@ fn spawn_source(
     }
 }
 
-/// `; 12 batches, mean batch 3.50` for a batch server, nothing for one session.
-fn batching_note(stage: &Stage) -> String {
-    match stage {
-        Stage::Server(server) => {
-            let stats = server.stats();
-            format!(
-                "; {} batches, mean batch {:.2}",
-                stats.batches(),
-                stats.mean_batch_size()
-            )
-        }
-        Stage::Single(_) => String::new(),
-    }
-}
-
-/// The run's summary: images, throughput, the engine, busy time per stage and the peak
-/// RSS (what a robot or edge box has to budget for).
-fn summary_line(
-    images: usize,
-    target: &str,
-    wall: f64,
-    engine: &str,
-    busy: &Busy,
-    flicker: &str,
-) -> String {
-    let peak = segtool_model_spec::process::memory_kib("VmHWM")
-        .map(|kib| format!("; peak RSS {} MiB", kib / 1024))
-        .unwrap_or_default();
-    format!(
-        "{images} image(s) -> {target} in {wall:.2} s ({:.1} img/s, {engine}; busy s: \
-         decode {:.2}, normalise {:.2}, engine {:.2}, post+write {:.2}{peak}){flicker}",
-        images as f64 / wall.max(1e-9),
-        busy.decode.as_secs_f64(),
-        busy.normalise.as_secs_f64(),
-        busy.engine.as_secs_f64(),
-        busy.post.as_secs_f64(),
-    )
-}
-
-/// `processed 7 images, 2 failed: a.png, b.png` (the first few failed files named; each
-/// was reported with its reason when it was skipped).
 /// What does not run on a card-driven model yet, refused before any work.
 fn refuse_for_card_models(args: &Args) -> Result<()> {
     let accuracy = args.protocol.is_some()
@@ -559,25 +520,6 @@ fn refuse_for_card_models(args: &Args) -> Result<()> {
         );
     }
     Ok(())
-}
-
-fn skipped_summary(processed: usize, skipped: &[Failure]) -> String {
-    const NAMED: usize = 10;
-    let plural = |n: usize| if n == 1 { "image" } else { "images" };
-    let mut names: Vec<String> = skipped
-        .iter()
-        .take(NAMED)
-        .map(|f| f.path.display().to_string())
-        .collect();
-    if skipped.len() > NAMED {
-        names.push(format!("and {} more", skipped.len() - NAMED));
-    }
-    format!(
-        "processed {processed} {}, {} failed: {}",
-        plural(processed),
-        skipped.len(),
-        names.join(", ")
-    )
 }
 
 fn progress(len: Option<u64>, visible: bool) -> ProgressBar {
