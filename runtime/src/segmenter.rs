@@ -2,6 +2,7 @@
 //! by [`Segmenter::builder`] ([`SegmenterBuilder`]), which reads the file once.
 
 mod auto;
+pub use auto::cpu_has_vnni;
 mod builder;
 mod options;
 #[cfg(test)]

@@ -236,13 +236,10 @@ fn bf16_and_int8_label_agreement_on_real_frames() {
             ..Default::default()
         };
         let int8 = dir.join("m.int8.onnx");
-        let calib = pngs(&dir.join("calib"));
+        let calib = segtool_model_spec::images::list_images(&dir.join("calib")).unwrap();
         let calibrated = calibrate(&load_model(&onnx).unwrap(), &calib, &options);
         std::fs::write(&int8, calibrated.unwrap().model).unwrap();
-        let held: Vec<image::RgbImage> = pngs(&dir.join("held"))
-            .iter()
-            .map(|f| image::open(f).unwrap().to_rgb8())
-            .collect();
+        let held = read_images(&dir.join("held"));
         let x = normalise_batch(&held, &spec).unwrap();
         let reference = ort_logits(&onnx, &x);
         let openvino = |model: &std::path::Path, precision| {
@@ -321,17 +318,6 @@ fn recalibrated_export(backbone: &str) -> (std::path::PathBuf, std::path::PathBu
         "136x320",
     ]));
     (dir, onnx, made["logits_std"].as_f64().unwrap())
-}
-
-/// The PNG files of `dir`, in name order.
-fn pngs(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut files: Vec<_> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "png"))
-        .collect();
-    files.sort();
-    files
 }
 
 /// ONNX Runtime's logits of `x` through `onnx` (one thread): on an fp32 file, the reference the

@@ -30,15 +30,10 @@ impl WeightRange {
     /// `Reduced` where this CPU's ONNX Runtime kernels would saturate (x86_64 without
     /// AVX-512 VNNI or AVX-VNNI), else `Full`.
     pub fn for_this_cpu() -> Self {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if !(std::arch::is_x86_feature_detected!("avx512vnni")
-                || std::arch::is_x86_feature_detected!("avxvnni"))
-            {
-                return Self::Reduced;
-            }
+        match segtool_runtime::expert::cpu_has_vnni() {
+            true => Self::Full,
+            false => Self::Reduced,
         }
-        Self::Full
     }
 
     /// The largest quantised magnitude.

@@ -17,6 +17,7 @@ pub use crate::openvino_engine::{
 pub use crate::ort_engine::{doctor, environment, NodePlacement, OrtEngine, PlacedNode};
 pub use crate::postprocess::{argmax, resize_bilinear, resize_nearest, softmax, Upsample};
 pub use crate::preprocess::{normalise, normalise_batch, prepare, PrepareOptions, Prepared};
+pub use crate::segmenter::cpu_has_vnni;
 #[cfg(feature = "tract")]
 pub use crate::tract_engine::TractEngine;
 pub use env_report::env_report;

@@ -46,9 +46,11 @@ pub(super) fn cpu_has_amx_int8() -> bool {
     false
 }
 
-/// Whether this CPU's u8 x s8 kernels accumulate without int16 saturation: AVX-512 VNNI
-/// or AVX-VNNI on x86_64; other architectures are not affected.
-pub(super) fn cpu_has_vnni() -> bool {
+/// Whether this CPU's u8 x s8 kernels (ONNX Runtime's, OpenVINO's) accumulate without
+/// int16 saturation: AVX-512 VNNI or AVX-VNNI on x86_64; other architectures are not
+/// affected. Where it is false, full-range INT8 weights drift: calibrate with reduced
+/// ones.
+pub fn cpu_has_vnni() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         std::arch::is_x86_feature_detected!("avx512vnni")
