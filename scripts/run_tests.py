@@ -11,6 +11,14 @@ previous run's times, one line per finished job:
 
     [12/70] segtool-train tests/ddp ... ok, 14 passed in 33.1 s | 5m10s elapsed, ~4m left
 
+Every job runs with SEGTOOL_REQUIRE_REFERENCES=1 (REQUIRE_VAR): a test whose reference (a
+Python tool in the venv, ONNX Runtime's or OpenVINO's library, valgrind, ...) is missing
+fails instead of skipping (segtool_testkit::missing_reference). A test that cannot run
+here for another reason (no network namespaces, a GPU check `make test-gpu` owns) prints
+`SKIPPED: <test>: <reason>` (segtool_testkit::skipped): this counts those lines per job,
+takes them from the passed count, prints them under the job's line and totals them in
+the summary, beside pytest's skips. A skip is never a pass.
+
 Each package's integration tests are one binary (tests/it/main.rs: one link, not one per
 test file); each of its modules, a test file of its own before, is a job of its own, in a
 process of its own as cargo ran the files.
@@ -42,6 +50,11 @@ SEED_TIMES = os.path.join(ROOT, "scripts", "test-times.json")
 # Packages whose test binaries share a fixture folder (see the module doc).
 SHARED_FIXTURES = {"segtool-gst", "segtool-capi", "segtool-ros2"}
 UNKNOWN_S = 30.0  # a job without a recorded time: started early rather than last
+# Set for every job: a missing reference fails the test (testkit/src/skip.rs).
+REQUIRE_VAR = "SEGTOOL_REQUIRE_REFERENCES"
+# The line segtool_testkit::skipped prints: `SKIPPED: <test>: <reason>`. Written past
+# libtest's capture, so it may follow a partial line of libtest's own output.
+SKIPPED_LINE = re.compile(r"(?:^|\s)SKIPPED: (\S+): (.*)$")
 
 
 def fmt(seconds):
@@ -110,9 +123,22 @@ def module_jobs(package, exe, cwd, group):
             for module, names in sorted(modules.items())]
 
 
+def skipped_tests(output):
+    """{test: reason} from the `SKIPPED: <test>: <reason>` lines (a test that skips
+    several parts counts once)."""
+    found = {}
+    for line in output.splitlines():
+        m = SKIPPED_LINE.search(line)
+        if m:
+            found.setdefault(m.group(1), m.group(2))
+    return found
+
+
 def summary_of(output):
-    """(passed, failed, ignored): libtest's `test result:` lines summed, else pytest's."""
-    counts = [0, 0, 0]
+    """(passed, failed, ignored, skipped): libtest's `test result:` lines summed, less the
+    tests that printed a SKIPPED line (libtest counts them as passed); else pytest's last
+    line (its skips as skipped)."""
+    counts = [0, 0, 0, 0]
     libtest = False
     for line in output.splitlines():
         if line.startswith("test result:"):
@@ -120,9 +146,13 @@ def summary_of(output):
             for i, word in enumerate(("passed", "failed", "ignored")):
                 m = re.search(rf"(\d+) {word}", line)
                 counts[i] += int(m.group(1)) if m else 0
-    if not libtest:  # pytest's last line: "25 passed, 1 skipped, 3 warnings in 34.03s"
+    if libtest:
+        skips = len(skipped_tests(output))
+        counts[3] += skips
+        counts[0] = max(0, counts[0] - skips)
+    else:  # pytest's last line: "25 passed, 1 skipped, 3 warnings in 34.03s"
         tail = output.strip().splitlines()[-1:] or [""]
-        for i, word in enumerate(("passed", "failed", "skipped")):
+        for i, word in ((0, "passed"), (1, "failed"), (3, "skipped")):
             m = re.search(rf"(\d+) {word}", tail[0])
             counts[i] += int(m.group(1)) if m else 0
     return tuple(counts)
@@ -138,7 +168,8 @@ def load_times(path):
 
 def run_job(job, done):
     job.started = time.time()
-    proc = subprocess.run(job.cmd, cwd=job.cwd, stdout=subprocess.PIPE,
+    env = dict(os.environ, **{REQUIRE_VAR: "1"})
+    proc = subprocess.run(job.cmd, cwd=job.cwd, stdout=subprocess.PIPE, env=env,
                           stderr=subprocess.STDOUT, text=True, errors="replace")
     done.put((job, proc.returncode, proc.stdout, time.time() - job.started))
 
@@ -164,7 +195,7 @@ def main():
 
     started = time.time()
     running, times, failures = [], {}, []
-    counts = [0, 0, 0]
+    counts = [0, 0, 0, 0]
     done = queue.Queue()
     finished = 0
     while pending or running:
@@ -182,15 +213,19 @@ def main():
         running.remove(job)
         finished += 1
         times[job.key] = secs
-        passed, failed, ignored = summary_of(output)
-        for i, v in enumerate((passed, failed, ignored)):
+        passed, failed, ignored, skipped = summary_of(output)
+        for i, v in enumerate((passed, failed, ignored, skipped)):
             counts[i] += v
         now = time.time()
         left = (sum(expected[j.key] for j in pending)
                 + sum(max(0.0, expected[j.key] - (now - j.started)) for j in running)) / slots
         status = "ok" if code == 0 else f"FAILED (exit {code})"
-        print(f"[{finished}/{total}] {job.label} ... {status}, {passed} passed in {secs:.1f} s"
-              f" | {fmt(now - started)} elapsed, ~{fmt(left)} left", flush=True)
+        skips = f", {skipped} skipped" if skipped else ""
+        print(f"[{finished}/{total}] {job.label} ... {status}, {passed} passed{skips} in "
+              f"{secs:.1f} s | {fmt(now - started)} elapsed, ~{fmt(left)} left", flush=True)
+        if code == 0:
+            for test, reason in skipped_tests(output).items():
+                print(f"    SKIPPED: {test}: {reason}", flush=True)
         if code != 0:
             failures.append(job.label)
             print(output, flush=True)
@@ -206,9 +241,9 @@ def main():
     with open(tmp, "w") as f:
         json.dump(times, f, indent=1, sort_keys=True)
     os.replace(tmp, times_path)
-    print(f"\n{counts[0]} passed, {counts[1]} failed, {counts[2]} ignored/skipped in {total} "
-          f"jobs ({fmt(time.time() - started)}; {fmt(sum(times.values()))} if run one at a "
-          f"time)")
+    print(f"\n{counts[0]} passed, {counts[1]} failed, {counts[2]} ignored, {counts[3]} skipped "
+          f"in {total} jobs ({fmt(time.time() - started)}; {fmt(sum(times.values()))} if run "
+          f"one at a time)")
     if failures:
         print("failed: " + ", ".join(failures))
         sys.exit(1)

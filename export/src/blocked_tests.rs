@@ -125,7 +125,10 @@ fn blocked_pam_matches_unblocked_in_tract_and_ort() {
         for name in ["tract", "split"] {
             match segtool_runtime::expert::OrtEngine::open(path(name), &opts) {
                 Err(segtool_runtime::RuntimeError::OrtLibraryNotFound { tried }) => {
-                    eprintln!("skipping ONNX Runtime: no library ({tried:?})");
+                    crate::testutil::skip::missing_reference(
+                        format_args!("the ONNX Runtime library (tried {tried:?})"),
+                        "source \"$(bash scripts/setup.sh)\" (ORT_DYLIB_PATH: the onnxruntime wheel's)",
+                    );
                 }
                 other => {
                     let d = max_diff(&r, &run_logits(&mut other.unwrap(), x.view()).unwrap());

@@ -23,7 +23,10 @@ fn python() -> Option<Command> {
     match std::env::var("SEGTOOL_PYTHON") {
         Ok(py) => Some(Command::new(py)),
         Err(_) => {
-            eprintln!("SEGTOOL_PYTHON not set: skipping the ONNX Runtime part");
+            crate::testutil::skip::missing_reference(
+                "the project venv's python (SEGTOOL_PYTHON), with onnxruntime",
+                "source \"$(bash scripts/setup.sh)\"",
+            );
             None
         }
     }
@@ -322,8 +325,10 @@ fn argmax_preprocess_masks_equal_the_runtime_pipeline() {
             .open()
         {
             Err(segtool_runtime::RuntimeError::OrtLibraryNotFound { tried }) => {
-                eprintln!("skipping: no ONNX Runtime library ({tried:?})");
-                return;
+                return crate::testutil::skip::missing_reference(
+                    format_args!("the ONNX Runtime library (tried {tried:?})"),
+                    "source \"$(bash scripts/setup.sh)\" (ORT_DYLIB_PATH: the onnxruntime wheel's)",
+                );
             }
             other => other.unwrap(),
         };

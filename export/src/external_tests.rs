@@ -367,7 +367,10 @@ fn runtime_engines_load_external_data_from_the_model_path() {
     let opts = segtool_runtime::OrtOptions::new();
     match segtool_runtime::expert::OrtEngine::open(&ext, &opts) {
         Err(segtool_runtime::RuntimeError::OrtLibraryNotFound { tried }) => {
-            eprintln!("skipping ONNX Runtime: no library ({tried:?})");
+            crate::testutil::skip::missing_reference(
+                format_args!("the ONNX Runtime library (tried {tried:?})"),
+                "source \"$(bash scripts/setup.sh)\" (ORT_DYLIB_PATH: the onnxruntime wheel's)",
+            );
         }
         other => {
             let a = run(&mut other.unwrap());
@@ -382,8 +385,10 @@ fn runtime_engines_load_external_data_from_the_model_path() {
 #[test]
 fn onnx_checker_and_python_onnxruntime_accept_external_data() {
     let Ok(py) = std::env::var("SEGTOOL_PYTHON") else {
-        eprintln!("SEGTOOL_PYTHON not set: skipping the onnx checker / onnxruntime test");
-        return;
+        return crate::testutil::skip::missing_reference(
+            "the project venv's python (SEGTOOL_PYTHON), with onnx and onnxruntime",
+            "source \"$(bash scripts/setup.sh)\"",
+        );
     };
     let dir = Scratch::new("python");
     let ckpt = dir.checkpoint();

@@ -152,7 +152,10 @@ fn python() -> Option<Command> {
     match std::env::var("SEGTOOL_PYTHON") {
         Ok(py) => Some(Command::new(py)),
         Err(_) => {
-            eprintln!("SEGTOOL_PYTHON not set: skipping the onnx checker");
+            crate::testutil::skip::missing_reference(
+                "the project venv's python (SEGTOOL_PYTHON), with onnx",
+                "source \"$(bash scripts/setup.sh)\"",
+            );
             None
         }
     }

@@ -222,7 +222,10 @@ fn cuda_form_matches_the_cpu_form_in_ort_cpu() {
             .open()
         {
             Err(segtool_runtime::RuntimeError::OrtLibraryNotFound { tried }) => {
-                eprintln!("skipping: no ONNX Runtime library ({tried:?})");
+                crate::testutil::skip::missing_reference(
+                    format_args!("the ONNX Runtime library (tried {tried:?})"),
+                    "source \"$(bash scripts/setup.sh)\" (ORT_DYLIB_PATH: the onnxruntime wheel's)",
+                );
                 None
             }
             other => Some(other.unwrap().with_logits(true)),

@@ -15,7 +15,10 @@ use crate::{export_onnx, ExportOptions, ExportTarget};
 fn open(path: &std::path::Path, engine: EngineKind) -> Option<Segmenter> {
     match Segmenter::builder(path).engine(engine).threads(1).open() {
         Err(segtool_runtime::RuntimeError::OrtLibraryNotFound { tried }) => {
-            eprintln!("skipping ONNX Runtime: no library ({tried:?})");
+            crate::testutil::skip::missing_reference(
+                format_args!("the ONNX Runtime library (tried {tried:?})"),
+                "source \"$(bash scripts/setup.sh)\" (ORT_DYLIB_PATH: the onnxruntime wheel's)",
+            );
             None
         }
         other => Some(other.unwrap()),

@@ -6,6 +6,9 @@
 //! `[batch, classes, height, width]`, opset 17, spec JSON under `segtool.spec`. Written
 //! with `segtool-onnx`'s messages, so no exporter or Python is needed to test the engines.
 
+pub mod skip;
+pub use skip::{missing_reference, skipped};
+
 use prost::Message;
 use segtool_model_spec::{BackboneSpec, ModelSpec, SPEC_METADATA_KEY};
 use segtool_onnx::builders::{attr_int, tensor_f32};
@@ -164,14 +167,20 @@ pub fn tiny_model_file(dir: &std::path::Path) -> std::io::Result<std::path::Path
 
 /// The Hugging Face folder `case` (`mask2former`, `segformer`, ...) written into `dir` by
 /// transformers' own `save_pretrained` through `tests/reference/hf_processors_ref.py`,
-/// with its photos in `dir/images` and transformers' masks in `dir/CASE/ref`. `None`,
-/// with a line on stderr, when the project venv's python (`SEGTOOL_PYTHON`) is not set.
+/// with its photos in `dir/images` and transformers' masks in `dir/CASE/ref`. `None`
+/// when the project venv's python (`SEGTOOL_PYTHON`) is not set: a [`missing_reference`]
+/// (the caller returns; under `make test` it fails instead).
 ///
 /// # Panics
-/// When the script fails (its output is in the message).
+/// When the script fails (its output is in the message), or under `make test` when
+/// `SEGTOOL_PYTHON` is not set.
+#[track_caller]
 pub fn hugging_face_folder(case: &str, dir: &std::path::Path) -> Option<std::path::PathBuf> {
     let Ok(python) = std::env::var("SEGTOOL_PYTHON") else {
-        eprintln!("SEGTOOL_PYTHON not set (scripts/setup.sh): skipping");
+        missing_reference(
+            "the project venv's python (SEGTOOL_PYTHON), with transformers",
+            "source \"$(bash scripts/setup.sh)\"",
+        );
         return None;
     };
     let script = concat!(

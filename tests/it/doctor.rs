@@ -233,8 +233,9 @@ fn doctor_text_says_plainly_what_is_off_without_a_gpu() {
 #[test]
 fn train_with_nccl_without_a_gpu_names_the_missing_device() {
     if tch::Cuda::device_count() > 0 {
-        eprintln!("this machine has a GPU: `make test-gpu` runs NCCL for real");
-        return;
+        return segtool_testkit::skipped(
+            "this machine has a GPU: `make test-gpu` runs NCCL for real",
+        );
     }
     let dir = tempfile::tempdir().unwrap();
     let port = segtool_train::distributed::launch::free_port().unwrap();

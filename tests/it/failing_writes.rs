@@ -36,7 +36,7 @@ fn segtool_full_disk(limit_kib: u64, args: &[&str]) -> Output {
 fn segtool_read_only(dir: &Path, args: &[&str]) -> Option<Output> {
     let probe = Command::new("unshare").args(["-m", "true"]).output().ok()?;
     if !probe.status.success() {
-        eprintln!("SKIPPED read-only directory: unshare -m not permitted");
+        segtool_testkit::skipped("the read-only directory part: unshare -m not permitted");
         return None;
     }
     Some(

@@ -64,15 +64,18 @@ fn ort_and_tract_match_tch_logits() {
 /// precision as the runtime model's rt_info says. Against ONNX Runtime on the fp32 file:
 /// f32 logits within 1e-4 (the float32 noise of two engines' kernels); bf16's and INT8's
 /// distance and label agreement are printed (they depend on the CPU: with neither AMX
-/// nor AVX-512 BF16, OpenVINO computes in f32). Skipped, saying so, without the venv.
+/// nor AVX-512 BF16, OpenVINO computes in f32). Without the venv: a missing reference
+/// (`segtool_testkit::missing_reference`: a failure under `make test`, else a counted skip).
 #[test]
 fn openvino_matches_its_python_api_and_onnxruntime() {
     use segtool_calibration::{calibrate, load_model, qdq::Layout, CalibrationOptions};
     use segtool_runtime::expert::normalise_batch;
     use segtool_runtime::openvino::Precision;
     let Some(python) = std::env::var_os("SEGTOOL_PYTHON") else {
-        eprintln!("SEGTOOL_PYTHON not set (scripts/setup.sh): skipping");
-        return;
+        return segtool_testkit::missing_reference(
+            "the project venv's python (SEGTOOL_PYTHON), with openvino",
+            "source \"$(bash scripts/setup.sh)\"",
+        );
     };
     let dir = tempfile::tempdir().unwrap();
     let (spec, onnx, calib) = export_with_calibration_images(dir.path());
@@ -220,8 +223,11 @@ fn bf16_and_int8_label_agreement_on_real_frames() {
     use segtool_runtime::expert::{load_spec, normalise_batch, run_logits, OpenVinoEngine};
     use segtool_runtime::openvino::{OpenVinoOptions, Precision};
     if std::env::var_os("SEGTOOL_PYTHON").is_none() {
-        eprintln!("SEGTOOL_PYTHON not set (scripts/setup.sh): skipping");
-        return;
+        return segtool_testkit::missing_reference(
+            "the project venv's python (SEGTOOL_PYTHON), with torch \
+             (tests/reference/recalibrated_danet.py)",
+            "source \"$(bash scripts/setup.sh)\"",
+        );
     }
     for (backbone, floors) in [
         ("resnet18", [0.999, 0.95, 0.85]),

@@ -42,7 +42,10 @@ fn reference_bins(h: &Histogram) -> Option<usize> {
     {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("skipping reference comparison: {py}: {e}");
+            segtool_testkit::missing_reference(
+                format_args!("python with numpy for the reference comparison ({py}: {e})"),
+                "source \"$(bash scripts/setup.sh)\" (SEGTOOL_PYTHON: the project venv's)",
+            );
             return None;
         }
     };

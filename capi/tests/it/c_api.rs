@@ -159,12 +159,15 @@ fn c_program_with_auto_engine() {
     eprintln!("{}", String::from_utf8_lossy(&output.stdout));
 }
 
-/// Needs ONNX Runtime (ORT_DYLIB_PATH, as exported by scripts/setup.sh); skipped without.
+/// Needs ONNX Runtime (ORT_DYLIB_PATH, as exported by scripts/setup.sh): a missing
+/// reference without it (a failure under `make test`, else a counted skip).
 #[test]
 fn c_program_with_onnx_runtime_matches_rust_segmenter() {
     let Some(dylib) = std::env::var_os("ORT_DYLIB_PATH").filter(|p| Path::new(p).is_file()) else {
-        eprintln!("skipping: ORT_DYLIB_PATH is not set to an existing ONNX Runtime library");
-        return;
+        return segtool_testkit::missing_reference(
+            "the ONNX Runtime library (ORT_DYLIB_PATH is not set to an existing file)",
+            "source \"$(bash scripts/setup.sh)\" (it sets ORT_DYLIB_PATH to the onnxruntime wheel's)",
+        );
     };
     eprintln!("ONNX Runtime: {}", dylib.to_string_lossy());
     let (output, _) = run_c(&[], "ort");
@@ -185,8 +188,10 @@ fn c_program_has_no_leaks_under_valgrind() {
         .into_iter()
         .find(|p| Path::new(p).is_file());
     let Some(valgrind) = valgrind else {
-        eprintln!("skipping: valgrind is not installed");
-        return;
+        return segtool_testkit::missing_reference(
+            "valgrind (/usr/bin/valgrind)",
+            "bash scripts/setup.sh installs it (apt-get install valgrind)",
+        );
     };
     let mut wrapper = vec![valgrind];
     wrapper.extend(common::VALGRIND_OPTIONS);
@@ -244,8 +249,10 @@ fn header_compiles_as_cpp() {
     {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("skipping: no C++ compiler ({cxx:?}: {e})");
-            return;
+            return segtool_testkit::missing_reference(
+                format_args!("a C++ compiler ({cxx:?}: {e})"),
+                "the build needs one too (train/csrc): install g++ or set CXX",
+            );
         }
     };
     use std::io::Write;

@@ -1,7 +1,7 @@
 //! The newest-frame C API from C: compiles `tests/c/live.c` (a camera thread submitting
 //! faster than the model, an inference thread taking answers) against
 //! `include/segtool.h` and the `libsegtool.so` cargo built, runs it on a tiny model with
-//! tract (ONNX Runtime too when it can be found), and under valgrind.
+//! tract and ONNX Runtime (ORT_DYLIB_PATH), and under valgrind.
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -43,12 +43,15 @@ fn live_c_program_with_tract() {
     assert!(stdout.contains("all live C API checks passed"), "{stdout}");
 }
 
-/// Needs ONNX Runtime (ORT_DYLIB_PATH, as exported by scripts/setup.sh); skipped without.
+/// Needs ONNX Runtime (ORT_DYLIB_PATH, as exported by scripts/setup.sh): a missing
+/// reference without it (a failure under `make test`, else a counted skip).
 #[test]
 fn live_c_program_with_onnx_runtime() {
     if std::env::var_os("ORT_DYLIB_PATH").is_none_or(|p| !Path::new(&p).is_file()) {
-        eprintln!("skipping: ORT_DYLIB_PATH is not set to an existing ONNX Runtime library");
-        return;
+        return segtool_testkit::missing_reference(
+            "the ONNX Runtime library (ORT_DYLIB_PATH is not set to an existing file)",
+            "source \"$(bash scripts/setup.sh)\" (it sets ORT_DYLIB_PATH to the onnxruntime wheel's)",
+        );
     }
     let output = run_live(&[], "ort");
     assert!(output.status.success(), "{}", show(&output));
@@ -59,8 +62,10 @@ fn live_c_program_with_onnx_runtime() {
 #[test]
 fn live_c_program_has_no_leaks_under_valgrind() {
     let Some(valgrind) = valgrind() else {
-        eprintln!("skipping: valgrind is not installed");
-        return;
+        return segtool_testkit::missing_reference(
+            "valgrind (/usr/bin/valgrind)",
+            "bash scripts/setup.sh installs it (apt-get install valgrind)",
+        );
     };
     let mut wrapper = vec![valgrind];
     wrapper.extend(VALGRIND_OPTIONS);

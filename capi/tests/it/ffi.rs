@@ -216,8 +216,9 @@ fn one_segmenter_shared_by_threads() {
 /// A Hugging Face folder written by transformers' own `save_pretrained`
 /// (tests/reference/hf_processors_ref.py): Mask2Former's mask-classification head, opened
 /// by folder through `segtool_open`, with class maps equal to `Segmenter`'s on the same
-/// folder. Needs the project venv's python (`SEGTOOL_PYTHON`); skipped with a message
-/// without it.
+/// folder. Needs the project venv's python (`SEGTOOL_PYTHON`): a missing reference
+/// without it (`hugging_face_folder` reports it: a failure under `make test`, else a
+/// counted skip).
 #[test]
 fn a_hugging_face_mask_classification_folder_opens_by_folder() {
     let dir = tempfile::tempdir().unwrap();

@@ -494,8 +494,9 @@ fn a_foreign_model_is_served_through_the_card_property() {
 /// (tests/reference/hf_processors_ref.py): Mask2Former's mask-classification head, served
 /// by folder alone (`model=FOLDER`, no card), on ONNX Runtime and tract. Masks equal to
 /// the runtime's `Segmenter` on the same folder (which tests/it/foreign_folders.rs holds to
-/// transformers' own pipeline). Needs the project venv's python (`SEGTOOL_PYTHON`);
-/// skipped with a message without it.
+/// transformers' own pipeline). Needs the project venv's python (`SEGTOOL_PYTHON`): a
+/// missing reference without it (`hugging_face_folder` reports it: a failure under
+/// `make test`, else a counted skip).
 #[test]
 fn a_hugging_face_mask_classification_folder_is_served_by_its_folder() {
     let dir = tempfile::tempdir().unwrap();

@@ -1,6 +1,7 @@
 //! mmseg's test-time geometry against mmseg, mmcv and OpenCV themselves
 //! (tests/reference/mmseg_resize_ref.py, run with the venv's python, `SEGTOOL_PYTHON`
-//! from scripts/setup.sh; skipped with a message without it):
+//! from scripts/setup.sh; without it a missing reference: a failure under `make test`,
+//! else a counted skip):
 //! - `resize_linear_u8` against `cv2.resize(INTER_LINEAR)` on ~320 random uint8 RGB
 //!   images and sizes (up, down, exact 2x, integer factors, one-pixel sides, mmseg's TTA
 //!   ratios, one 1024x2048 Cityscapes frame): tolerance none, every byte equal;
@@ -16,9 +17,17 @@ use segtool_model_spec::protocol::resize::{keep_ratio_size, ratio_size, resize_l
 use segtool_model_spec::protocol::windows;
 use serde_json::Value;
 
+// segtool-testkit's skip helper, by path: testkit depends on this crate.
+#[path = "../../../testkit/src/skip.rs"]
+#[allow(dead_code)]
+mod skip;
+
 fn reference(dir: &Path) -> Option<(Value, Vec<u8>)> {
     let Ok(python) = std::env::var("SEGTOOL_PYTHON") else {
-        eprintln!("SEGTOOL_PYTHON not set (source scripts/setup.sh): skipping");
+        skip::missing_reference(
+            "the project venv's python (SEGTOOL_PYTHON), with mmseg, mmcv and OpenCV",
+            "source \"$(bash scripts/setup.sh)\"",
+        );
         return None;
     };
     let script =

@@ -8,7 +8,8 @@
 //! the runs that must leave nothing behind (a corrupt chunk mid-bag, Ctrl-C).
 //!
 //! Needs the venv python (`SEGTOOL_PYTHON`, scripts/setup.sh) with rosbags and
-//! mcap-ros2-support; skipped with a message when `SEGTOOL_PYTHON` is not set.
+//! mcap-ros2-support; without `SEGTOOL_PYTHON`, a missing reference (a failure under
+//! `make test`, else a counted skip: `segtool_testkit::missing_reference`).
 
 #[path = "bag_support/mod.rs"]
 mod bag_support;

@@ -59,7 +59,8 @@ fn segmenter_with_tract_handles_mixed_sizes_in_order() {
     check_results(&mut seg);
 }
 
-/// Needs `libonnxruntime` (ORT_DYLIB_PATH or the build-time path); skipped without it.
+/// Needs `libonnxruntime` (ORT_DYLIB_PATH or the build-time path): a missing reference
+/// without it (a failure under `make test`, else a counted skip).
 #[cfg(feature = "ort")]
 #[test]
 fn segmenter_with_ort_falls_back_to_cpu_and_says_why() {
@@ -74,8 +75,10 @@ fn segmenter_with_ort_falls_back_to_cpu_and_says_why() {
         .open()
     {
         Err(RuntimeError::OrtLibraryNotFound { tried }) => {
-            eprintln!("skipping: no ONNX Runtime library ({tried:?})");
-            return;
+            return segtool_testkit::missing_reference(
+                format_args!("the ONNX Runtime library (tried {tried:?})"),
+                "source \"$(bash scripts/setup.sh)\" (ORT_DYLIB_PATH: the onnxruntime wheel's)",
+            );
         }
         other => other.unwrap(),
     };
@@ -175,7 +178,8 @@ fn accuracy_mode_is_refused_where_it_cannot_run() {
 
 /// OpenVINO through the builder: mixed sizes in order and logits as the other engines
 /// give them; a device that is absent (no Intel GPU here) falls back to the CPU and says
-/// why, and is an error when strict. Skipped, saying so, without the library.
+/// why, and is an error when strict. Without the library: a missing reference (a failure
+/// under `make test`, else a counted skip).
 #[cfg(feature = "openvino")]
 #[test]
 fn segmenter_with_openvino_handles_mixed_sizes_and_reports_an_absent_device() {
@@ -194,8 +198,10 @@ fn segmenter_with_openvino_handles_mixed_sizes_and_reports_an_absent_device() {
     };
     let mut seg = match open(Device::Cpu, false) {
         Err(RuntimeError::OpenVinoLibraryNotFound { tried }) => {
-            eprintln!("skipping: no OpenVINO library ({tried:?})");
-            return;
+            return segtool_testkit::missing_reference(
+                format_args!("the OpenVINO library (tried {tried:?})"),
+                "source \"$(bash scripts/setup.sh)\" (SEGTOOL_OPENVINO_LIB: the openvino wheel's)",
+            );
         }
         other => other.unwrap(),
     };

@@ -11,6 +11,11 @@
 
 use crate::common;
 
+// segtool-testkit's skip helper, by path (this crate does not depend on testkit).
+#[path = "../../../testkit/src/skip.rs"]
+#[allow(dead_code)]
+mod skip;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -492,8 +497,7 @@ fn launcher_reports_the_failing_rank() {
 #[test]
 fn nccl_without_nccl_or_gpu_is_a_clear_error() {
     if tch::Cuda::device_count() > 0 && Backend::Nccl.available() {
-        eprintln!("a GPU and NCCL are present: `make test-gpu` checks NCCL");
-        return;
+        return skip::skipped("a GPU and NCCL are present: `make test-gpu` checks NCCL");
     }
     let err = ProcessGroup::new(&GroupOptions {
         master_addr: "127.0.0.1".into(),

@@ -4,10 +4,16 @@
 //! ranks are this test binary re-executed (`--exact ddp_netns::child`): collectives, then 2 DDP +
 //! SyncBN steps of the tiny DANet whose weights must agree on both ranks.
 //!
-//! Needs root (CAP_NET_ADMIN) and iproute2; without them the test prints why and passes.
+//! Needs root (CAP_NET_ADMIN) and iproute2; without them the test prints
+//! `SKIPPED: <test>: <why>`, a counted skip (scripts/run_tests.py), not a pass.
 //! The namespaces (and with them the veth pair) are deleted whatever happens.
 
 use crate::common;
+
+// segtool-testkit's skip helper, by path (this crate does not depend on testkit).
+#[path = "../../../testkit/src/skip.rs"]
+#[allow(dead_code)]
+mod skip;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -164,18 +170,14 @@ fn spawn_rank(ns: &Netns, rank: usize, out: &Path) -> Result<Child> {
 #[test]
 fn two_namespaces_train_over_veth() {
     if let Some(why) = unsupported() {
-        println!("SKIPPED two_namespaces_train_over_veth: {why}");
-        eprintln!("SKIPPED two_namespaces_train_over_veth: {why}");
-        return;
+        return skip::skipped(why);
     }
     let dir = tempfile::tempdir().unwrap();
     let ns = match Netns::create() {
         Ok(ns) => ns,
         // E.g. a kernel without veth support: the namespaces cannot be joined here.
         Err(e) => {
-            println!("SKIPPED two_namespaces_train_over_veth: cannot set up the veth pair: {e:#}");
-            eprintln!("SKIPPED two_namespaces_train_over_veth: cannot set up the veth pair: {e:#}");
-            return;
+            return skip::skipped(format_args!("cannot set up the veth pair: {e:#}"));
         }
     };
     eprintln!(

@@ -57,7 +57,10 @@ pub fn python() -> Option<String> {
     match std::env::var("SEGTOOL_PYTHON") {
         Ok(p) => Some(p),
         Err(_) => {
-            eprintln!("SEGTOOL_PYTHON not set (scripts/setup.sh): skipping");
+            segtool_testkit::missing_reference(
+                "the project venv's python (SEGTOOL_PYTHON), with rosbags and mcap-ros2-support",
+                "source \"$(bash scripts/setup.sh)\"",
+            );
             None
         }
     }
