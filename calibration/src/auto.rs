@@ -207,12 +207,51 @@ pub struct Candidate {
     pub cosine: f64,
 }
 
+/// A target the result misses ([`AutoResult::misses`]): any one withholds the model
+/// unless the caller accepts the miss.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Miss {
+    /// No mix meets the accuracy target on the search images.
+    Accuracy,
+    /// The chosen point runs below [`AutoOptions::min_speedup`] over fp32.
+    Speed,
+    /// The model's final check on the held-out images misses the accuracy target.
+    FinalCheck,
+}
+
+impl Miss {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Miss::Accuracy => "accuracy",
+            Miss::Speed => "speed",
+            Miss::FinalCheck => "final_check",
+        }
+    }
+}
+
+/// What became of [`AutoResult::model`]. The library writes nothing: the caller records
+/// here what it did, so that the verdict says exactly that.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Written {
+    /// Nothing recorded (the verdict then only names the model the result holds).
+    #[default]
+    Undecided,
+    /// Written to this path.
+    To(PathBuf),
+    /// Not written to this path, because of [`AutoResult::misses`].
+    Withheld(PathBuf),
+}
+
 /// Result of [`auto_calibrate`].
 #[derive(Clone, Debug)]
 pub struct AutoResult {
     /// The chosen model (or, when none meets the target, the last step's), serialised:
     /// the float model itself when every mix that meets the target is slower.
     pub model: Vec<u8>,
+    /// Index in `rows` of `model`: `chosen`, or the last step's when none was.
+    pub model_row: usize,
+    /// What the caller did with `model` (see [`Written`]).
+    pub written: Written,
     /// TensorRT calibration cache of the chosen mix's quantised tensors.
     pub trt_cache: String,
     /// fp32, int8, then each step.
@@ -356,6 +395,8 @@ pub fn auto_calibrate(
     let trt_cache = trt_cache::cache_text(qdq::graph(model)?, &kept_thresholds)?;
     Ok(AutoResult {
         model: table.models.swap_remove(pick),
+        model_row: pick,
+        written: Written::Undecided,
         trt_cache,
         rows: table.rows,
         chosen: table.chosen,

@@ -12,7 +12,7 @@ use std::process::Output;
 
 use segtool_runtime::{EngineKind, Segmenter};
 
-fn ok(out: Output) -> Output {
+pub(crate) fn ok(out: Output) -> Output {
     assert!(
         out.status.success(),
         "stderr: {}\nstdout: {}",
@@ -29,7 +29,7 @@ const RANDOM_MODEL_MIN_AGREEMENT: f64 = 0.90;
 
 /// A random tiny DANet exported to `d/m.onnx`, and `d/data` with 8 training and 4
 /// validation images of 48x48 (`segtool generate`).
-fn tiny_model_and_images(d: &Path) -> (PathBuf, PathBuf) {
+pub(crate) fn tiny_model_and_images(d: &Path) -> (PathBuf, PathBuf) {
     let (_, _, ckpt) = common::tiny_checkpoint(d, 3);
     let fp32 = d.join("m.onnx");
     ok(segtool(&[

@@ -5,6 +5,7 @@
 
 mod common;
 mod calibrate;
+mod calibrate_auto_cli;
 mod calibrate_trained;
 mod cli;
 mod compare;

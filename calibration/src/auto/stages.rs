@@ -17,7 +17,8 @@ use crate::report::CompareOptions;
 use crate::{qdq, rewrite_with, Calibrated, CalibrationError, CalibrationOptions, Feed};
 
 /// Refuses what the search cannot measure honestly: no images, a validation image that
-/// also calibrates, a target out of range, fractions outside [0, 1).
+/// also calibrates, a target out of range, a speed target that nothing times, fractions
+/// outside [0, 1).
 pub(super) fn check_inputs(
     calib_images: &[PathBuf],
     val_images: &[PathBuf],
@@ -49,6 +50,18 @@ pub(super) fn check_inputs(
         }
         Target::MaxMiouDrop(_) if auto.labels.is_none() => {
             return input("--max-miou-drop needs --labels (masks of the validation images)".into())
+        }
+        _ => {}
+    }
+    match auto.min_speedup {
+        Some(s) if !(s > 0.0 && s.is_finite()) => {
+            return input(format!("--min-speedup {s} must be a speed-up above 0"))
+        }
+        // An untimed speed target could only pass unchecked.
+        Some(s) if auto.latency_runs == 0 => {
+            return input(format!(
+                "--min-speedup {s} needs timing: --latency-runs must be at least 1"
+            ))
         }
         _ => {}
     }

@@ -10,12 +10,89 @@ impl AutoResult {
         (f > 0.0 && r > 0.0).then(|| f / r)
     }
 
-    /// Whether the chosen point also meets `min_speedup` (true when none was asked or
-    /// nothing was timed).
+    /// Whether the chosen point also meets `min_speedup` (true when none was asked, or
+    /// when no point was chosen: the accuracy miss is the one to report then). An
+    /// untimed point does not meet it.
     pub fn meets_speed(&self) -> bool {
         match (self.chosen, self.min_speedup) {
-            (Some(i), Some(s)) => self.speedup(i).is_none_or(|x| x >= s),
+            (Some(i), Some(s)) => self.speedup(i).is_some_and(|x| x >= s),
             _ => true,
+        }
+    }
+
+    /// Every target the result misses (empty: the model may ship).
+    pub fn misses(&self) -> Vec<Miss> {
+        let final_miss = self.final_check.as_ref().is_some_and(|f| !f.meets_target);
+        [
+            (self.chosen.is_none(), Miss::Accuracy),
+            (!self.meets_speed(), Miss::Speed),
+            (final_miss, Miss::FinalCheck),
+        ]
+        .into_iter()
+        .filter_map(|(missed, m)| missed.then_some(m))
+        .collect()
+    }
+
+    /// A miss in words: what was required, and where it was not met.
+    fn miss_text(&self, miss: Miss) -> String {
+        let t = self.target.describe();
+        match miss {
+            Miss::Accuracy => format!("{t} on the {} search images", self.validation_images),
+            Miss::Speed => format!(
+                "a {:.2}x speed-up over fp32 in {} (it runs at {})",
+                self.min_speedup.unwrap_or(0.0),
+                self.engine,
+                match self.speedup(self.model_row) {
+                    Some(x) => format!("{x:.2}x"),
+                    None => "an untimed speed".into(),
+                }
+            ),
+            Miss::FinalCheck => format!(
+                "{t} on the {} held-out images of the final check",
+                self.final_check.as_ref().map_or(0, |f| f.images)
+            ),
+        }
+    }
+
+    /// The model the result holds, in words.
+    fn model_text(&self) -> String {
+        let r = &self.rows[self.model_row];
+        let what = match r.kind {
+            RowKind::Fp32 => "fp32, the float model".to_string(),
+            RowKind::Int8 => "the all-INT8 model".to_string(),
+            RowKind::Step(_) => format!("the mix {}", r.label()),
+        };
+        match self.chosen {
+            Some(_) => format!("{what}, the chosen point"),
+            None => format!("{what}, the last one measured, as none was chosen"),
+        }
+    }
+
+    /// What became of the model, in one sentence: written where, despite which misses,
+    /// or not written and why ([`Written`]).
+    pub fn written_line(&self) -> String {
+        let misses = self.misses();
+        let missed = misses
+            .iter()
+            .map(|&m| self.miss_text(m))
+            .collect::<Vec<_>>()
+            .join(" and ");
+        let model = self.model_text();
+        match (&self.written, misses.is_empty()) {
+            (Written::To(p), true) => format!("written: {} ({model})", p.display()),
+            (Written::To(p), false) => format!(
+                "written despite the miss (--accept-miss): {} ({model}), which misses {missed}",
+                p.display()
+            ),
+            (Written::Withheld(p), false) => format!(
+                "nothing written: {} would be {model}, which misses {missed}; --accept-miss writes it anyway",
+                p.display()
+            ),
+            (Written::Withheld(p), true) => {
+                format!("nothing written: {} would be {model}", p.display())
+            }
+            (Written::Undecided, true) => format!("the model: {model}"),
+            (Written::Undecided, false) => format!("the model: {model}, which misses {missed}"),
         }
     }
 
@@ -63,12 +140,18 @@ impl AutoResult {
         )
     }
 
-    /// One sentence: what was chosen, or honestly that no mix meets the target(s).
+    /// One sentence: what was chosen, or honestly that no mix meets the target(s), then
+    /// what became of the model ([`Self::written_line`]).
     pub fn verdict(&self) -> String {
+        format!("{}; {}", self.choice(), self.written_line())
+    }
+
+    /// What the search and the timing chose.
+    fn choice(&self) -> String {
         let t = self.target.describe();
         let Some(i) = self.chosen else {
             return format!(
-                "no mix of up to {} float layers meets {t} on {} validation images; the model written is the last step's",
+                "no mix of up to {} float layers meets {t} on {} validation images",
                 self.candidates.len(),
                 self.validation_images
             );
@@ -91,7 +174,7 @@ impl AutoResult {
         let r = &self.rows[i];
         if !self.meets_speed() {
             return format!(
-                "no mix meets both {t} and a {:.2}x speed-up: the fewest float layers meeting the accuracy target ({}) run at {} in {}",
+                "no mix meets both {t} and a {:.2}x speed-up: the chosen one meeting the accuracy target ({}) runs at {} in {}",
                 self.min_speedup.unwrap_or(0.0),
                 r.label(),
                 self.speed_text(i),
@@ -196,6 +279,20 @@ impl AutoResult {
             "chosen": self.chosen.map(|i| self.rows[i].label()),
             "passed_over_for_speed": self.slower_mix.map(|i| self.rows[i].label()),
             "meets_speed": self.meets_speed(),
+            "misses": self.misses().iter().map(Miss::name).collect::<Vec<_>>(),
+            "model": {
+                "row": self.rows[self.model_row].label(),
+                "chosen": self.chosen == Some(self.model_row),
+                "written": match &self.written {
+                    Written::To(_) => Some(true),
+                    Written::Withheld(_) => Some(false),
+                    Written::Undecided => None,
+                },
+                "path": match &self.written {
+                    Written::To(p) | Written::Withheld(p) => Some(p.display().to_string()),
+                    Written::Undecided => None,
+                },
+            },
             "verdict": self.verdict(),
             "candidates": self.candidates.iter().map(|c| serde_json::json!({
                 "node": c.node, "output": c.output, "snr_db": c.snr_db, "cosine": c.cosine,
@@ -259,5 +356,104 @@ fn csv_field(s: &str) -> String {
         format!("\"{}\"", s.replace('"', "\"\""))
     } else {
         s.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// fp32 at 10 ms and all-INT8 at `int8_ms`, `chosen` as given; timed, no final check.
+    fn result(int8_ms: f64, chosen: Option<usize>, min_speedup: Option<f64>) -> AutoResult {
+        let row = |kind, latency_ms, meets_target| Row {
+            kind,
+            float_layers: Vec::new(),
+            agreement: 0.99,
+            agreement_bound: 0.98,
+            miou: None,
+            latency_ms,
+            size_bytes: 1,
+            meets_target,
+        };
+        AutoResult {
+            model: Vec::new(),
+            model_row: chosen.unwrap_or(1),
+            written: Written::Undecided,
+            trt_cache: String::new(),
+            rows: vec![
+                row(RowKind::Fp32, 10.0, true),
+                row(RowKind::Int8, int8_ms, chosen.is_some()),
+            ],
+            chosen,
+            slower_mix: None,
+            candidates: Vec::new(),
+            trials: Vec::new(),
+            target: Target::MinAgreement(0.95),
+            min_speedup,
+            engine: "ONNX Runtime CPU".into(),
+            calibration_images: 4,
+            validation_images: 3,
+            final_check: None,
+            confidence: 0.95,
+            quantised_layers: 2,
+        }
+    }
+
+    #[test]
+    fn every_miss_is_listed_and_the_verdict_says_what_was_written() {
+        // Met: written, named.
+        let mut r = result(5.0, Some(1), Some(1.5));
+        assert!(r.misses().is_empty());
+        r.written = Written::To("m.onnx".into());
+        assert!(
+            r.verdict()
+                .ends_with("; written: m.onnx (the all-INT8 model, the chosen point)"),
+            "{}",
+            r.verdict()
+        );
+
+        // The speed target missed: withheld, saying why and what --accept-miss writes.
+        let mut r = result(5.0, Some(1), Some(3.0));
+        assert_eq!(r.misses(), [Miss::Speed]);
+        r.written = Written::Withheld("m.onnx".into());
+        let v = r.verdict();
+        assert!(
+            v.contains("nothing written: m.onnx would be the all-INT8 model")
+                && v.contains(
+                    "misses a 3.00x speed-up over fp32 in ONNX Runtime CPU (it runs at 2.00x)"
+                )
+                && v.ends_with("--accept-miss writes it anyway"),
+            "{v}"
+        );
+        assert!(!v.contains("model written"), "{v}");
+        let json = r.to_json();
+        assert_eq!(json["misses"], serde_json::json!(["speed"]));
+        assert_eq!(json["model"]["written"], false);
+        assert_eq!(json["model"]["path"], "m.onnx");
+        r.written = Written::To("m.onnx".into());
+        assert!(
+            r.verdict()
+                .contains("written despite the miss (--accept-miss): m.onnx"),
+            "{}",
+            r.verdict()
+        );
+
+        // fp32 chosen (every mix slower) runs at 1x: a speed target above 1x is missed.
+        let r = result(12.0, Some(0), Some(1.3));
+        assert_eq!(r.misses(), [Miss::Speed]);
+        assert!(r
+            .verdict()
+            .contains("fp32, the float model, the chosen point"));
+
+        // No mix: the accuracy miss alone, the model the last one measured.
+        let r = result(5.0, None, Some(3.0));
+        assert_eq!(r.misses(), [Miss::Accuracy]);
+        assert!(
+            r.verdict()
+                .contains("the all-INT8 model, the last one measured"),
+            "{}",
+            r.verdict()
+        );
+        assert_eq!(r.to_json()["model"]["written"], serde_json::Value::Null);
     }
 }
