@@ -156,7 +156,8 @@ typedef struct segtool_options {
    * Input height and width every image will have (a fixed camera), or 0 and 0
    * (default) for any size. ONNX Runtime then plans memory for that size (buffers
    * reused in place: about 25% less activation memory for a ResNet-50 DANet) and
-   * refuses other sizes with `SEGTOOL_ERR_INVALID_ARGUMENT`. Ignored by tract.
+   * refuses other sizes with `SEGTOOL_ERR_INVALID_ARGUMENT`. Refused by tract (it plans each
+   * size as it comes); with auto, the size the engines are timed at.
    */
   uint32_t fixed_height;
   uint32_t fixed_width;
@@ -389,8 +390,9 @@ const char *segtool_engine_name(const struct segtool_segmenter *seg);
 const char *segtool_fallback_reason(const struct segtool_segmenter *seg);
 
 /**
- * Why `SEGTOOL_ENGINE_AUTO` chose the engine it did (`"auto chose onnxruntime: a float32
- * file, ..."`); NULL when an engine was named (or `seg` is NULL).
+ * Why `SEGTOOL_ENGINE_AUTO` chose the engine it did (`"auto chose openvino: the fastest
+ * when timed on this machine at 512x512, 2 threads: ..."`); NULL when an engine was named
+ * (or `seg` is NULL).
  *
  * # Safety
  * `seg` is NULL or a live handle.

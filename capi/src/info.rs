@@ -105,8 +105,9 @@ pub unsafe extern "C" fn segtool_fallback_reason(seg: *const segtool_segmenter) 
     })
 }
 
-/// Why `SEGTOOL_ENGINE_AUTO` chose the engine it did (`"auto chose onnxruntime: a float32
-/// file, ..."`); NULL when an engine was named (or `seg` is NULL).
+/// Why `SEGTOOL_ENGINE_AUTO` chose the engine it did (`"auto chose openvino: the fastest
+/// when timed on this machine at 512x512, 2 threads: ..."`); NULL when an engine was named
+/// (or `seg` is NULL).
 ///
 /// # Safety
 /// `seg` is NULL or a live handle.

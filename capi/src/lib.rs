@@ -33,7 +33,7 @@
 //!
 //! int run(const char *model, const uint8_t *rgb, uint32_t w, uint32_t h, uint32_t step) {
 //!     segtool_options opts = segtool_options_default();
-//!     opts.engine = SEGTOOL_ENGINE_AUTO;   /* OpenVINO or ONNX Runtime by file and CPU, else tract */
+//!     opts.engine = SEGTOOL_ENGINE_AUTO;   /* the engine timed fastest here (cached) */
 //!     opts.providers = "cuda,cpu";         /* ONNX Runtime providers, in preference order */
 //!     opts.threads = 4;
 //!

@@ -55,7 +55,8 @@ pub struct segtool_options {
     /// Input height and width every image will have (a fixed camera), or 0 and 0
     /// (default) for any size. ONNX Runtime then plans memory for that size (buffers
     /// reused in place: about 25% less activation memory for a ResNet-50 DANet) and
-    /// refuses other sizes with `SEGTOOL_ERR_INVALID_ARGUMENT`. Ignored by tract.
+    /// refuses other sizes with `SEGTOOL_ERR_INVALID_ARGUMENT`. Refused by tract (it plans each
+    /// size as it comes); with auto, the size the engines are timed at.
     pub fixed_height: u32,
     pub fixed_width: u32,
     /// Path of a model card (TOML) for an ONNX file segtool did not write: its input's

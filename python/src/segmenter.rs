@@ -229,14 +229,7 @@ fn fallback_rows(
     search
         .into_iter()
         .chain(runtime_fallbacks)
-        .map(|f| {
-            let kind = match f {
-                segtool_runtime::Fallback::OrtLibraryMissing { .. } => "ort_library_missing",
-                segtool_runtime::Fallback::Provider { .. } => "provider",
-                segtool_runtime::Fallback::TractCpuOnly { .. } => "tract_cpu_only",
-            };
-            (kind.to_string(), f.to_string())
-        })
+        .map(|f| (f.kind().to_string(), f.to_string()))
         .collect()
 }
 
@@ -282,9 +275,6 @@ impl Segmenter {
             .map(|p| p.parse::<Provider>())
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| errors::input("providers like (\"cuda:0\", \"cpu\")", e))?;
-        if threads == Some(0) {
-            return Err(errors::input("threads >= 1 or None", "0"));
-        }
         let accuracy = accuracy_options(
             protocol, base_size, scales, flip, mode, crop, stride, batch_size,
         )?;

@@ -86,11 +86,13 @@ def test_spec_and_fallbacks(models: Dict[str, Path], caplog: pytest.LogCaptureFi
     tract = segtool.Segmenter(models["plain"], engine="tract", providers=["cuda:0"])
     assert [f.kind for f in tract.fallbacks] == ["tract_cpu_only"]
     assert tract.engine_choice is None
-    # auto names its choice: ONNX Runtime here, since CUDA was asked for.
+    # auto names its choice: ONNX Runtime here, since CUDA was asked for; on the CPU alone,
+    # the engine it timed fastest, with the timings.
     assert seg.engine_choice == "auto chose onnxruntime: cuda:0 asked for", seg.engine_choice
     cpu = segtool.Segmenter(models["plain"], providers=["cpu"], threads=1)
     choice = cpu.engine_choice
     assert choice is not None and choice.startswith(f"auto chose {cpu.engine}: "), choice
+    assert "timed on this machine at" in choice and " ms" in choice, choice
 
 
 def test_accuracy_mode_equals_segtool_eval(work: Path, checkpoint: Path, models: Dict[str, Path]) -> None:
@@ -144,11 +146,13 @@ def test_without_onnxruntime_tract_runs_and_fallback_is_reported(models: Dict[st
         logging.getLogger("segtool").addHandler(Keep())
         import numpy as np, segtool
         seg = segtool.Segmenter({str(models["plain"])!r}, providers=["cpu"])
-        assert seg.engine == "tract", (seg.engine, seg.engine_choice)
-        assert seg.engine_choice.startswith("auto chose tract: "), seg.engine_choice
+        # auto times what opens (tract; OpenVINO where its library loads) and keeps the fastest.
+        assert seg.engine in ("tract", "openvino"), (seg.engine, seg.engine_choice)
+        assert seg.engine_choice.startswith(f"auto chose {seg.engine}: "), seg.engine_choice
+        assert "onnxruntime is missing" in seg.engine_choice, seg.engine_choice
         assert [f.kind for f in seg.fallbacks] == ["ort_library_missing"], seg.fallbacks
         assert "ONNX Runtime cannot be loaded" in seg.fallbacks[0].reason
-        assert any("using tract" in m for m in records), records
+        assert any("ONNX Runtime cannot be loaded" in m for m in records), records
         out = seg.segment(np.zeros((24, 32, 3), np.uint8))
         assert out.mask.shape == (24, 32)
         with_ort = [c for c in segtool.ort_library_candidates() if "package" in c[1]]
@@ -156,8 +160,6 @@ def test_without_onnxruntime_tract_runs_and_fallback_is_reported(models: Dict[st
         print("ok")
     """)
     env = {k: v for k, v in os.environ.items() if k not in ("SEGTOOL_ORT_LIB", "ORT_DYLIB_PATH", "PYTHONPATH")}
-    # Nor OpenVINO, which `auto` prefers on CPUs with AMX or AVX-512 BF16.
-    env["OPENVINO_LIB"] = str(tmp_path / "no" / "libopenvino_c.so")
     proc = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "ok" and proc.stderr == ""

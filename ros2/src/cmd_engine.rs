@@ -1,12 +1,12 @@
 //! The model and engine flags both commands take: the runtime's `SegmenterOptions`, under
-//! the same names.
+//! the same names, as the shared [`EngineArgs`] that `segtool infer` takes too.
 
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
+use segtool_engine_args::EngineArgs;
 use segtool_ros2::params::Given;
-use segtool_runtime::openvino::{Device, Precision};
-use segtool_runtime::{EngineKind, Segmenter, SegmenterOptions};
+use segtool_runtime::{Segmenter, SegmenterOptions};
 
 #[derive(clap::Args, Clone, Debug)]
 pub struct ModelArgs {
@@ -18,25 +18,10 @@ pub struct ModelArgs {
     /// A model card (TOML) for a file segtool did not write.
     #[arg(long, value_name = "FILE")]
     pub card: Option<PathBuf>,
-    /// auto (OpenVINO for INT8 files on CPUs with AMX and for bf16, else ONNX Runtime,
-    /// else tract),
-    /// ort, tract or openvino.
-    #[arg(long, default_value_t = EngineKind::Auto)]
-    pub engine: EngineKind,
-    /// ONNX Runtime execution providers in preference order, e.g. `cuda,cpu` (CPU is the
-    /// last resort; a provider that does not load is reported in the diagnostics).
-    #[arg(long, value_delimiter = ',', default_value = "cpu")]
-    pub providers: Vec<String>,
-    /// OpenVINO's device: CPU, GPU, NPU or AUTO (an absent one falls back to the CPU,
-    /// reported in the diagnostics).
-    #[arg(long, default_value_t = Device::Cpu)]
-    pub device: Device,
-    /// OpenVINO's precision for float32 layers: f32 or bf16.
-    #[arg(long, default_value_t = Precision::F32)]
-    pub precision: Precision,
-    /// Engine threads (default: the engine's choice).
-    #[arg(long)]
-    pub threads: Option<usize>,
+    /// `--engine`, `--threads`, ...: the same flags as `segtool infer`'s; a fallback is
+    /// reported in the diagnostics.
+    #[command(flatten)]
+    pub engine: EngineArgs,
 }
 
 impl ModelArgs {
@@ -52,36 +37,42 @@ impl ModelArgs {
             ),
         };
         let parsed = |name: &str, e: String| anyhow::anyhow!("parameter {name}: {e}");
+        let count = |name: &str| match given.integer(name) {
+            Some(n) if n >= 0 => Ok(Some(n as usize)),
+            Some(n) => anyhow::bail!("parameter {name}: {n}, expected 0 (the engine's) or more"),
+            None => Ok(None),
+        };
+        let flags = &self.engine;
         let options = SegmenterOptions {
             engine: match given.string("engine") {
                 Some(e) => e.parse().map_err(|e| parsed("engine", e))?,
-                None => self.engine,
+                None => flags.engine,
             },
             providers: given
                 .strings("providers")
-                .map_or_else(|| self.providers.clone(), <[String]>::to_vec),
+                .map_or_else(|| flags.providers.clone(), <[String]>::to_vec),
             device: match given.string("device") {
                 Some(d) => d.parse().map_err(|e| parsed("device", e))?,
-                None => self.device,
+                None => flags.device,
             },
             precision: match given.string("precision") {
                 Some(p) => p.parse().map_err(|e| parsed("precision", e))?,
-                None => self.precision,
+                None => flags.precision,
             },
-            threads: match given.integer("threads") {
-                Some(n) if n > 0 => Some(n as usize),
-                Some(0) => None,
-                Some(n) => {
-                    anyhow::bail!("parameter threads: {n}, expected 0 (the engine's) or more")
-                }
-                None => self.threads,
+            hint: match given.string("hint") {
+                Some(h) => h.parse().map_err(|e| parsed("hint", e))?,
+                None => flags.hint,
             },
+            // 0 is the engine's default, as everywhere.
+            streams: count("streams")?.map_or(flags.streams, |n| (n > 0).then_some(n)),
+            threads: count("threads")?.map_or(flags.threads, |n| (n > 0).then_some(n)),
+            strict: given.bool("strict").unwrap_or(flags.strict),
             card: given
                 .string("card")
                 .filter(|c| !c.is_empty())
                 .map(PathBuf::from)
                 .or_else(|| self.card.clone()),
-            ..SegmenterOptions::default()
+            ..flags.options()
         };
         Ok((model, options))
     }

@@ -135,10 +135,16 @@ fn node_config(args: &Args, ros: &RosArgs, given: &Given) -> Result<NodeConfig> 
         ("providers", Value::StringArray(options.providers.clone())),
         ("device", text(options.device.as_str())),
         ("precision", text(options.precision.as_str())),
+        ("hint", text(options.hint.as_str())),
+        (
+            "streams",
+            Value::Integer(options.streams.unwrap_or(0) as i64),
+        ),
         (
             "threads",
             Value::Integer(options.threads.unwrap_or(0) as i64),
         ),
+        ("strict", Value::Bool(options.strict)),
         (
             "transport",
             text(match transport {

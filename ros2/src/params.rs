@@ -85,7 +85,7 @@ const fn declared(
 }
 
 /// Every parameter the node declares, in the order `ros2 param list` shows them.
-pub const DECLARED: [Declared; 17] = [
+pub const DECLARED: [Declared; 20] = [
     declared(
         "model",
         Kind::String,
@@ -118,10 +118,28 @@ pub const DECLARED: [Declared; 17] = [
         "OpenVINO's precision for float32 layers: f32 or bf16",
     ),
     declared(
+        "hint",
+        Kind::String,
+        true,
+        "OpenVINO's performance hint: latency or throughput",
+    ),
+    declared(
+        "streams",
+        Kind::Integer,
+        true,
+        "OpenVINO's parallel inference streams (0: what the hint picks)",
+    ),
+    declared(
         "threads",
         Kind::Integer,
         true,
         "Engine threads (0: the engine's choice)",
+    ),
+    declared(
+        "strict",
+        Kind::Bool,
+        true,
+        "No fallback of any kind: an engine, provider, device or option not as asked is an error",
     ),
     declared(
         "transport",

@@ -6,7 +6,7 @@
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use segtool_runtime::{EngineKind, Provider, Segmenter};
 //! let mut seg = Segmenter::builder("model.onnx")
-//!     .engine(EngineKind::Auto) // OpenVINO or ONNX Runtime by file and CPU, else tract
+//!     .engine(EngineKind::Auto) // the engine timed fastest here (cached)
 //!     .providers([Provider::Cuda { device_id: 0 }])
 //!     .threads(4)
 //!     .open()?;

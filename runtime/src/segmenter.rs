@@ -186,8 +186,9 @@ impl Segmenter {
         self.contract
     }
 
-    /// Which engine [`EngineKind::Auto`] chose and why (`auto chose onnxruntime: a float32
-    /// file, ...`); `None` when an engine was named.
+    /// Which engine [`EngineKind::Auto`] chose and why (`auto chose openvino: the fastest
+    /// when timed on this machine at 512x512, 2 threads: openvino 40.1 ms, ...`); `None`
+    /// when an engine was named.
     pub fn engine_choice(&self) -> Option<&str> {
         self.engine_choice.as_deref()
     }

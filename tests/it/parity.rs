@@ -180,16 +180,28 @@ fn the_openvino_layout_runs_more_of_the_attention_in_int8() {
         );
         measured.push((int8, agree));
     }
-    // `--engine auto` runs an INT8 file in OpenVINO on a CPU with AMX-INT8, else in ONNX
-    // Runtime, and says why.
+    // `--engine auto` runs the INT8 file in the engine it timed fastest here, and says so
+    // with each engine's time (no rule about INT8 files or CPUs decides it any more).
     let int8 = dir.path().join("m.openvino.onnx");
-    let auto = Segmenter::builder(&int8).threads(1).open().unwrap();
-    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let amx_int8 = cpuinfo.contains(" amx_int8") && cpuinfo.contains(" avx512f");
-    let want = if amx_int8 { "openvino" } else { "onnxruntime" };
+    let auto = Segmenter::builder(&int8)
+        .threads(1)
+        .auto_cache(None)
+        .open()
+        .unwrap();
     let choice = auto.engine_choice().unwrap();
-    assert_eq!(auto.engine().name(), want, "{choice}");
-    assert!(choice.contains("an INT8 file"), "{choice}");
+    let ran = auto.engine().name();
+    assert!(
+        choice.starts_with(&format!("auto chose {ran}: ")),
+        "{choice}"
+    );
+    // (A CPU without VNNI runs a full-range INT8 file in tract by rule, untimed.)
+    if segtool_runtime::expert::cpu_has_vnni() {
+        assert!(choice.contains("the fastest when timed"), "{choice}");
+        assert!(
+            choice.contains("openvino ") && choice.contains("onnxruntime "),
+            "{choice}"
+        );
+    }
     let ((ort_cpu_int8, ort_cpu_agree), (openvino_int8, openvino_agree)) =
         (measured[0], measured[1]);
     assert!(

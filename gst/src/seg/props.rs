@@ -11,10 +11,10 @@ use segtool_runtime::{EngineKind, Provider};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, glib::Enum)]
 #[enum_type(name = "GstSegtoolSegEngine")]
 pub enum EngineChoice {
-    /// OpenVINO for INT8 files on CPUs with AMX and for bf16, else ONNX Runtime, else tract.
+    /// The engine timed fastest for the model on this machine (cached); OpenVINO for bf16.
     #[default]
     #[enum_value(
-        name = "Auto: OpenVINO or ONNX Runtime by file, precision and CPU, else tract",
+        name = "Auto: the engine timed fastest for the model on this machine",
         nick = "auto"
     )]
     Auto,
@@ -154,7 +154,7 @@ pub fn specs() -> Vec<glib::ParamSpec> {
         glib::ParamSpecEnum::builder_with_default("engine", d.engine)
             .nick("Engine")
             .blurb(
-                "Engine running the model: auto (OpenVINO or ONNX Runtime by file, precision and CPU, else tract), ort, tract, openvino",
+                "Engine running the model: auto (the engine timed fastest for the model on this machine, cached), ort, tract, openvino",
             )
             .build(),
         glib::ParamSpecString::builder("providers")

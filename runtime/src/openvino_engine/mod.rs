@@ -25,7 +25,7 @@ use crate::engine::Engine;
 use crate::engine::{check_input_shape, check_nhwc_shape, check_output_shape, mask_to_u8};
 use crate::error::{Result, RuntimeError};
 use crate::io_contract::{EngineInput, EngineOutput, InputLayout, IoContract, OutputKind};
-use crate::openvino::{Device, OpenVinoOptions};
+use crate::openvino::{Device, OpenVinoOptions, Precision};
 
 /// A model compiled by OpenVINO (see the module docs).
 ///
@@ -125,7 +125,7 @@ impl OpenVinoEngine {
             DeviceMissing::Failed(e) => failed(e),
         })?;
         let model = core.read_model(path).map_err(failed)?;
-        let properties = properties(device, options);
+        let properties = properties(device, options)?;
         let compiled = core
             .compile(&model, device.as_str(), &properties)
             .map_err(|e| failed(format!("{e} (device {device}, {properties:?})")))?;
@@ -280,8 +280,13 @@ fn pick_device(
     Ok((Device::Cpu, Some(why)))
 }
 
-/// The compile properties for `device`: each one only where the device takes it.
-fn properties(device: Device, options: &OpenVinoOptions) -> Vec<(&'static str, String)> {
+/// The compile properties for `device`: each one only where the device takes it. An
+/// option set for a device that does not take it is refused by name, never dropped.
+fn properties(device: Device, options: &OpenVinoOptions) -> Result<Vec<(&'static str, String)>> {
+    let refuse = |name: &'static str, takes: &str| RuntimeError::Option {
+        name,
+        message: format!("OpenVINO's {device} device does not take it (only {takes} do)"),
+    };
     let mut out = vec![("PERFORMANCE_HINT", options.hint.as_str().to_uppercase())];
     if matches!(device, Device::Cpu | Device::Gpu) {
         out.push((
@@ -291,13 +296,17 @@ fn properties(device: Device, options: &OpenVinoOptions) -> Vec<(&'static str, S
         if let Some(n) = options.streams {
             out.push(("NUM_STREAMS", n.to_string()));
         }
+    } else if options.precision != Precision::F32 {
+        return Err(refuse("precision", "CPU and GPU"));
+    } else if options.streams.is_some() {
+        return Err(refuse("streams", "CPU and GPU"));
     }
-    if device == Device::Cpu {
-        if let Some(n) = options.threads {
-            out.push(("INFERENCE_NUM_THREADS", n.to_string()));
-        }
+    match (device, options.threads) {
+        (Device::Cpu, Some(n)) => out.push(("INFERENCE_NUM_THREADS", n.to_string())),
+        (_, Some(_)) => return Err(refuse("threads", "the CPU")),
+        (_, None) => {}
     }
-    out
+    Ok(out)
 }
 
 impl Engine for OpenVinoEngine {
@@ -367,5 +376,41 @@ impl OpenVinoEngine {
     /// OpenVINO's message, naming the model.
     fn failed(&self, e: String) -> RuntimeError {
         RuntimeError::OpenVino(format!("{}: {e}", self.path.display()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_a_device_does_not_take_are_refused_by_name() {
+        let with = |f: fn(&mut OpenVinoOptions)| {
+            let mut o = OpenVinoOptions::new();
+            f(&mut o);
+            o
+        };
+        let cpu = properties(Device::Cpu, &with(|o| o.threads = Some(2))).unwrap();
+        assert!(
+            cpu.contains(&("INFERENCE_NUM_THREADS", "2".into())),
+            "{cpu:?}"
+        );
+        let cases: [(Device, fn(&mut OpenVinoOptions), &str); 4] = [
+            (Device::Npu, |o| o.precision = Precision::Bf16, "precision"),
+            (Device::Auto, |o| o.streams = Some(2), "streams"),
+            (Device::Gpu, |o| o.threads = Some(2), "threads"),
+            (Device::Npu, |o| o.threads = Some(1), "threads"),
+        ];
+        for (device, set, name) in cases {
+            match properties(device, &with(set)) {
+                Err(RuntimeError::Option { name: n, message }) => {
+                    assert_eq!(n, name, "{message}");
+                    assert!(message.contains(device.as_str()), "{message}");
+                }
+                other => panic!("{device} with {name}: {other:?}"),
+            }
+        }
+        let gpu = properties(Device::Gpu, &with(|o| o.streams = Some(2))).unwrap();
+        assert!(gpu.contains(&("NUM_STREAMS", "2".into())), "{gpu:?}");
     }
 }

@@ -57,6 +57,7 @@ pub use placement::{NodePlacement, PlacedNode};
 pub use providers::{CudaOptions, Provider, TensorRtOptions, TrtProfile, TRT_PROFILE_KEY};
 
 pub use dylib::environment;
+pub(crate) use dylib::dylib_candidates;
 
 /// Session settings, builder style: `OrtOptions::new().with_provider(Provider::Cuda { device_id: 0 })`.
 ///

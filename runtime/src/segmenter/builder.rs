@@ -8,10 +8,10 @@ use std::fmt;
 use std::path::PathBuf;
 use std::str::FromStr;
 
-use segtool_onnx::ModelFile;
+use segtool_onnx::{ModelFile, ModelFileError};
 
-use super::Segmenter;
-use crate::card::{self, CardRequest};
+use super::{auto, Segmenter};
+use crate::card::{self, CardRequest, ResolvedCard};
 use crate::engine::Engine;
 use crate::error::{Result, RuntimeError};
 use crate::openvino::{Device, OpenVinoOptions, PerformanceHint, Precision};
@@ -36,10 +36,12 @@ use crate::tract_engine::{TractEngine, TractOptions};
 )]
 #[serde(rename_all = "lowercase")]
 pub enum EngineKind {
-    /// OpenVINO for segtool's INT8 files on CPUs with AMX-INT8 and when bf16 is asked
-    /// for, where it measured faster (and no GPU provider is asked for); else ONNX
-    /// Runtime when its library loads; else tract (a [`Fallback::OrtLibraryMissing`]).
-    /// The reason is [`Segmenter::engine_choice`].
+    /// The engine measured fastest for this model on this machine (timed on first use,
+    /// then cached under `$SEGTOOL_HOME`), except where correctness decides: ONNX Runtime
+    /// when GPU providers are asked for, OpenVINO for `bf16`, tract for full-range INT8
+    /// weights on a CPU without VNNI. ONNX Runtime's library missing is a
+    /// [`Fallback::OrtLibraryMissing`]. What was timed and why is
+    /// [`Segmenter::engine_choice`].
     #[default]
     Auto,
     /// ONNX Runtime (CPU, CUDA, TensorRT); fails when its library cannot be loaded.
@@ -111,7 +113,9 @@ impl FromStr for EngineKind {
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Fallback {
-    /// ONNX Runtime's library could not be loaded ([`EngineKind::Auto`]); tract runs.
+    /// ONNX Runtime's library could not be loaded ([`EngineKind::Auto`]); another engine
+    /// runs (tract, or OpenVINO where it was timed faster): see
+    /// [`Segmenter::engine_choice`].
     OrtLibraryMissing {
         /// Each library candidate with why it was rejected.
         tried: Vec<String>,
@@ -130,6 +134,38 @@ pub enum Fallback {
         /// The providers asked for.
         requested: String,
     },
+    /// [`EngineKind::Auto`]'s rule named an engine (OpenVINO for `bf16`) that did not
+    /// open the model; `running` does, without what only `requested` computes.
+    Engine {
+        /// The engine the rule named, e.g. `openvino`.
+        requested: String,
+        /// The engine in use, e.g. `onnxruntime`.
+        running: String,
+        /// Why the rule named it, and why it did not open.
+        reason: String,
+    },
+    /// [`EngineKind::Auto`] runs an engine that does not take an option that was set
+    /// (OpenVINO's device or hint on ONNX Runtime, say): the option is not applied.
+    OptionNotApplied {
+        /// The option's name ([`crate::SegmenterOptions::NAMES`]).
+        option: &'static str,
+        /// Why the engine that runs does not take it.
+        reason: String,
+    },
+}
+
+impl Fallback {
+    /// The fallback's kind as every front end names it: `ort_library_missing`,
+    /// `provider`, `tract_cpu_only`, `engine` or `option_not_applied`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Fallback::OrtLibraryMissing { .. } => "ort_library_missing",
+            Fallback::Provider { .. } => "provider",
+            Fallback::TractCpuOnly { .. } => "tract_cpu_only",
+            Fallback::Engine { .. } => "engine",
+            Fallback::OptionNotApplied { .. } => "option_not_applied",
+        }
+    }
 }
 
 impl fmt::Display for Fallback {
@@ -137,7 +173,7 @@ impl fmt::Display for Fallback {
         match self {
             Fallback::OrtLibraryMissing { tried } => write!(
                 f,
-                "ONNX Runtime cannot be loaded (tried: {}); using tract",
+                "ONNX Runtime cannot be loaded (tried: {}); another engine runs",
                 tried.join("; ")
             ),
             Fallback::Provider {
@@ -149,6 +185,14 @@ impl fmt::Display for Fallback {
             }
             Fallback::TractCpuOnly { requested } => {
                 write!(f, "tract runs on the CPU only; {requested} not used")
+            }
+            Fallback::Engine {
+                requested,
+                running,
+                reason,
+            } => write!(f, "{requested} asked for, running {running}: {reason}"),
+            Fallback::OptionNotApplied { option, reason } => {
+                write!(f, "option {option} not applied: {reason}")
             }
         }
     }
@@ -180,11 +224,13 @@ pub struct SegmenterBuilder {
     fixed_size: Option<(usize, usize)>,
     logits: bool,
     card: CardRequest,
+    auto_cache: Option<PathBuf>,
 }
 
 impl SegmenterBuilder {
     pub(super) fn new(path: PathBuf) -> Self {
         Self {
+            auto_cache: auto::cache::default_path(),
             path,
             engine: EngineKind::Auto,
             #[cfg(feature = "ort")]
@@ -258,9 +304,9 @@ impl SegmenterBuilder {
         self
     }
 
-    /// OpenVINO's parallel inference streams (default: what the hint picks).
+    /// OpenVINO's parallel inference streams; default, and `0`: what the hint picks.
     pub fn streams(mut self, streams: usize) -> Self {
-        self.openvino.streams = Some(streams.max(1));
+        self.openvino.streams = (streams > 0).then_some(streams);
         self
     }
 
@@ -272,9 +318,10 @@ impl SegmenterBuilder {
     }
 
     /// Threads for one inference (ONNX Runtime's intra-op pool, tract's executor,
-    /// OpenVINO's CPU plugin); default: the engine's (all cores).
+    /// OpenVINO's CPU plugin); default, and `0`: the engine's (all cores), as in every
+    /// front end.
     pub fn threads(mut self, threads: usize) -> Self {
-        self.threads = Some(threads.max(1));
+        self.threads = (threads > 0).then_some(threads);
         self
     }
 
@@ -290,6 +337,14 @@ impl SegmenterBuilder {
     /// memory for that size and refuses others (tract plans per size anyway).
     pub fn fixed_size(mut self, height: usize, width: usize) -> Self {
         self.fixed_size = Some((height, width));
+        self
+    }
+
+    /// Where [`EngineKind::Auto`] keeps the engine it timed fastest per model, machine and
+    /// options (default `$SEGTOOL_HOME/auto-engine.json`, else under `~/.cache/segtool`);
+    /// `None`: time the engines at every open and keep nothing.
+    pub fn auto_cache(mut self, file: Option<PathBuf>) -> Self {
+        self.auto_cache = file;
         self
     }
 
@@ -322,83 +377,348 @@ impl SegmenterBuilder {
             Some(c) => Some(c.output.name.clone()),
             None => None,
         };
-        let mut fallbacks = Vec::new();
         let opened = Opened {
             model: model.as_ref(),
+            resolved: &resolved,
             card,
             path: &served,
             output,
         };
-        let (engine, choice) = self.build_engine(&opened, &mut fallbacks)?;
+        let mut fallbacks = Vec::new();
+        let (mut segmenter, choice) = match self.engine {
+            EngineKind::Auto => {
+                let (segmenter, why) = self.auto(&opened, &mut fallbacks)?;
+                (segmenter, Some(why))
+            }
+            kind => {
+                self.check_applies(kind)?;
+                let engine = self.build(kind, &opened, &mut fallbacks)?;
+                (opened.segmenter(engine), None)
+            }
+        };
         if let Some(first) = fallbacks.first().filter(|_| self.strict) {
             return Err(RuntimeError::FallbackRefused {
                 path: self.path.clone(),
                 fallback: first.to_string(),
             });
         }
-        let mut segmenter = match model {
-            Some(model) => Segmenter::assemble(engine, model, fallbacks),
-            None => Segmenter::assemble_foreign(engine, resolved, fallbacks),
-        };
+        segmenter.fallbacks = fallbacks;
         segmenter.engine_choice = choice;
         Ok(segmenter.with_logits(self.logits))
     }
 
-    /// The engine asked for, and (for [`EngineKind::Auto`]) why it was chosen.
-    fn build_engine(
+    /// The engine of kind `kind` (not [`EngineKind::Auto`]).
+    fn build(
         &self,
+        kind: EngineKind,
         model: &Opened<'_>,
         fallbacks: &mut Vec<Fallback>,
-    ) -> Result<(Box<dyn Engine>, Option<String>)> {
-        let engine = match self.engine {
+    ) -> Result<Box<dyn Engine>> {
+        match kind {
             EngineKind::Tract => self.tract(model, fallbacks),
             EngineKind::Ort => self.ort(model, fallbacks),
             EngineKind::OpenVino => self.openvino(model, fallbacks),
-            EngineKind::Auto => return self.auto(model, fallbacks).map(|(e, why)| (e, Some(why))),
-        };
-        Ok((engine?, None))
+            EngineKind::Auto => unreachable!("auto resolves to an engine first"),
+        }
     }
 
-    /// [`EngineKind::Auto`] (see [`super::auto`]): OpenVINO where it measured faster,
-    /// else ONNX Runtime, else tract when ONNX Runtime's library is
-    /// missing; with the reason for the choice.
+    /// The options set that engine `kind` does not take, each with why; a named engine
+    /// refuses the first ([`check_applies`](Self::check_applies)), auto reports them
+    /// ([`Fallback::OptionNotApplied`]).
+    fn inapplicable(&self, kind: EngineKind) -> Vec<(&'static str, String)> {
+        let openvino_only =
+            |what: &str| format!("{what} is OpenVINO's, and {} runs the model", kind.as_str());
+        let mut out = Vec::new();
+        if kind != EngineKind::OpenVino {
+            let o = &self.openvino;
+            if o.precision != Precision::F32 {
+                out.push((
+                    "precision",
+                    openvino_only(&format!("precision {}", o.precision)),
+                ));
+            }
+            if o.device != Device::Cpu {
+                out.push(("device", openvino_only(&format!("device {}", o.device))));
+            }
+            if o.hint != PerformanceHint::Latency {
+                out.push(("hint", openvino_only(&format!("hint {}", o.hint))));
+            }
+            if let Some(n) = o.streams {
+                out.push(("streams", openvino_only(&format!("streams {n}"))));
+            }
+        }
+        let gpu = self.gpu_providers();
+        if kind == EngineKind::OpenVino && !gpu.is_empty() {
+            out.push((
+                "providers",
+                format!(
+                    "{} are ONNX Runtime's; OpenVINO takes a device",
+                    gpu.join(", ")
+                ),
+            ));
+        }
+        if kind != EngineKind::Ort && self.fixed_size.is_some() {
+            out.push((
+                "fixed_size",
+                format!(
+                    "it plans ONNX Runtime's memory, and {} plans each size as it comes",
+                    kind.as_str()
+                ),
+            ));
+        }
+        out
+    }
+
+    /// Refuses, by name, the first option set that a named engine does not take.
+    fn check_applies(&self, kind: EngineKind) -> Result<()> {
+        match self.inapplicable(kind).into_iter().next() {
+            Some((name, message)) => Err(RuntimeError::Option { name, message }),
+            None => Ok(()),
+        }
+    }
+
+    /// [`EngineKind::Auto`] (see [`super::auto`]): a rule of correctness, else the engine
+    /// measured fastest for this model on this machine; with the reason for the choice.
+    /// Options the chosen engine does not take are reported as fallbacks.
     fn auto(
         &self,
         model: &Opened<'_>,
         fallbacks: &mut Vec<Fallback>,
-    ) -> Result<(Box<dyn Engine>, String)> {
+    ) -> Result<(Segmenter, String)> {
         let gpu_providers = self.gpu_providers();
         let calibration = model.model.and_then(|m| m.metadata.calibration.as_ref());
-        let situation = super::auto::Situation {
+        let situation = auto::Situation {
             gpu_providers: &gpu_providers,
             precision: self.openvino.precision,
             int8_file: calibration.is_some(),
-            amx_int8: super::auto::cpu_has_amx_int8(),
-            full_range_weights: calibration.is_some_and(super::auto::full_range_weights),
-            vnni: super::auto::cpu_has_vnni(),
+            full_range_weights: calibration.is_some_and(auto::full_range_weights),
+            vnni: auto::cpu_has_vnni(),
         };
-        if let Some(why) = super::auto::prefer_exact_int8(&situation) {
-            let engine = self.tract(model, fallbacks)?;
-            return Ok((engine, format!("auto chose tract: {why}")));
+        let (segmenter, why) = match auto::plan(&situation) {
+            auto::Plan::Rule(kind, why) => self.auto_rule(kind, why, model, fallbacks)?,
+            auto::Plan::Measure(kinds) => self.auto_measured(&kinds, model, fallbacks)?,
+        };
+        // `fixed_size` is applied either way: it is the size auto timed at.
+        let running = engine_kind_of(segmenter.engine.name());
+        for (option, reason) in self.inapplicable(running) {
+            if option != "fixed_size" {
+                fallbacks.push(Fallback::OptionNotApplied { option, reason });
+            }
         }
-        let why_not = match super::auto::prefer_openvino(&situation) {
-            Ok(why) => match self.openvino(model, fallbacks) {
-                Ok(engine) => return Ok((engine, format!("auto chose openvino: {why}"))),
-                Err(e) => format!("{why}, but it did not open the model: {e}"),
-            },
-            Err(why) => why,
-        };
-        match self.ort(model, fallbacks) {
+        Ok((segmenter, why))
+    }
+
+    /// Auto's rule named `kind`: that engine; ONNX Runtime when it does not open (a
+    /// [`Fallback::Engine`]); tract when ONNX Runtime's library is missing.
+    fn auto_rule(
+        &self,
+        kind: EngineKind,
+        why: String,
+        model: &Opened<'_>,
+        fallbacks: &mut Vec<Fallback>,
+    ) -> Result<(Segmenter, String)> {
+        let name = auto::measure::engine_name(kind);
+        let failure = match self.build(kind, model, fallbacks) {
+            Ok(engine) => {
+                return Ok((model.segmenter(engine), format!("auto chose {name}: {why}")))
+            }
             Err(RuntimeError::OrtLibraryNotFound { tried }) if cfg!(feature = "tract") => {
                 fallbacks.push(Fallback::OrtLibraryMissing { tried });
                 let engine = self.tract(model, fallbacks)?;
-                Ok((
-                    engine,
-                    format!("auto chose tract: {why_not}; ONNX Runtime is missing"),
-                ))
+                let why = format!("auto chose tract: {why}; ONNX Runtime is missing");
+                return Ok((model.segmenter(engine), why));
             }
-            other => Ok((other?, format!("auto chose onnxruntime: {why_not}"))),
+            Err(e) if kind == EngineKind::Ort || kind == EngineKind::Tract => return Err(e),
+            Err(e) => e,
+        };
+        fallbacks.push(Fallback::Engine {
+            requested: name.into(),
+            running: "onnxruntime".into(),
+            reason: format!("{why}, but it did not open the model: {failure}"),
+        });
+        self.auto_rule(
+            EngineKind::Ort,
+            format!("{name} did not open the model"),
+            model,
+            fallbacks,
+        )
+    }
+
+    /// Times each engine of `kinds` that opens the model (or takes the cached choice for
+    /// this model, machine and options) and keeps the fastest.
+    fn auto_measured(
+        &self,
+        kinds: &[EngineKind],
+        model: &Opened<'_>,
+        fallbacks: &mut Vec<Fallback>,
+    ) -> Result<(Segmenter, String)> {
+        let size = self
+            .fixed_size
+            .or_else(|| model.graph_size())
+            .unwrap_or(auto::measure::DEFAULT_SIZE);
+        let key = self.auto_key(model, size)?;
+        let cache = self.auto_cache.as_deref();
+        let cached = cache.and_then(|path| auto::cache::lookup(path, &key));
+        // A cached engine that no longer opens is measured over with the others.
+        let hit = cached.and_then(|entry| {
+            let mut own = Vec::new();
+            let engine = self.build(entry.engine, model, &mut own).ok()?;
+            Some((model.segmenter(engine), own, entry))
+        });
+        let (segmenter, own, entry, kept) = match hit {
+            Some((segmenter, own, entry)) => {
+                let path = cache.map_or_else(String::new, |p| p.display().to_string());
+                (segmenter, own, entry, format!("cached in {path}"))
+            }
+            None => {
+                let (segmenter, own, entry) = self.time_engines(kinds, model, key, size)?;
+                let kept = match cache {
+                    Some(path) => match auto::cache::store(path, entry.clone()) {
+                        Ok(()) => format!("timed now, cached in {}", path.display()),
+                        Err(why) => format!("timed now, not cached: {why}"),
+                    },
+                    None => "timed now, not cached".into(),
+                };
+                (segmenter, own, entry, kept)
+            }
+        };
+        fallbacks.extend(own);
+        if let Some(tried) = entry
+            .ort_missing
+            .filter(|_| entry.engine != EngineKind::Ort)
+        {
+            fallbacks.push(Fallback::OrtLibraryMissing { tried });
         }
+        let mut why = format!(
+            "auto chose {}: the fastest when timed on this machine {}: {}",
+            auto::measure::engine_name(entry.engine),
+            self.timed_at(size),
+            auto::measure::describe(&entry.timings)
+        );
+        for line in &entry.unavailable {
+            why.push_str(&format!("; {line}"));
+        }
+        why.push_str(&format!("; {kept}"));
+        Ok((segmenter, why))
+    }
+
+    /// Opens and times each engine of `kinds` in turn within the time cap, keeping only
+    /// the fastest so far open (a large model is never held three times).
+    fn time_engines(
+        &self,
+        kinds: &[EngineKind],
+        model: &Opened<'_>,
+        key: auto::cache::Key,
+        size: (usize, usize),
+    ) -> Result<(Segmenter, Vec<Fallback>, auto::cache::Entry)> {
+        let budget = auto::measure::budget().map_err(|message| RuntimeError::Option {
+            name: "engine",
+            message,
+        })?;
+        let started = std::time::Instant::now();
+        let frame = auto::measure::probe_frame(size);
+        let mut best: Option<(Segmenter, Vec<Fallback>, EngineKind)> = None;
+        let mut timings: Vec<auto::measure::Timing> = Vec::new();
+        let mut unavailable = Vec::new();
+        let mut ort_missing = None;
+        for (i, &kind) in kinds.iter().enumerate() {
+            let mut own = Vec::new();
+            let name = auto::measure::engine_name(kind);
+            let mut segmenter = match self.build(kind, model, &mut own) {
+                Ok(engine) => model.segmenter(engine),
+                Err(RuntimeError::OrtLibraryNotFound { tried }) => {
+                    unavailable.push(format!("{name} is missing"));
+                    ort_missing = Some(tried);
+                    continue;
+                }
+                Err(e) => {
+                    unavailable.push(format!("{name} did not open the model ({e})"));
+                    continue;
+                }
+            };
+            let share = budget.saturating_sub(started.elapsed()) / (kinds.len() - i) as u32;
+            let deadline = std::time::Instant::now() + share;
+            match auto::measure::time(&mut segmenter, kind, &frame, deadline) {
+                Ok(timing) => {
+                    let fastest = timings.iter().all(|t| timing.median_ms < t.median_ms);
+                    timings.push(timing);
+                    if fastest {
+                        best = Some((segmenter, own, kind));
+                    }
+                }
+                Err(e) => unavailable.push(format!("{name} failed on the probe frame ({e})")),
+            }
+        }
+        let Some((segmenter, own, engine)) = best else {
+            return Err(match ort_missing {
+                Some(tried) => RuntimeError::OrtLibraryNotFound { tried },
+                None => RuntimeError::Option {
+                    name: "engine",
+                    message: format!(
+                        "auto found no engine that runs the model: {}",
+                        unavailable.join("; ")
+                    ),
+                },
+            });
+        };
+        let entry = auto::cache::Entry {
+            key,
+            engine,
+            timings,
+            unavailable,
+            ort_missing,
+        };
+        Ok((segmenter, own, entry))
+    }
+
+    /// `at 512x512, 2 threads`: the conditions auto timed under.
+    fn timed_at(&self, (h, w): (usize, usize)) -> String {
+        let threads = match self.threads {
+            Some(1) => "1 thread".to_string(),
+            Some(n) => format!("{n} threads"),
+            None => "the engines' default threads".to_string(),
+        };
+        format!("at {h}x{w}, {threads}")
+    }
+
+    /// What auto's cached choice for this model depends on (see [`auto::cache`]).
+    fn auto_key(&self, model: &Opened<'_>, (h, w): (usize, usize)) -> Result<auto::cache::Key> {
+        let model_sha256 =
+            auto::cache::sha256_of(model.path).map_err(|source| ModelFileError::Io {
+                path: model.path.to_path_buf(),
+                source,
+            })?;
+        let paths = |candidates: Vec<(PathBuf, &'static str)>| -> Vec<PathBuf> {
+            candidates.into_iter().map(|(p, _)| p).collect()
+        };
+        let mut libraries = Vec::new();
+        #[cfg(feature = "ort")]
+        libraries.push(auto::cache::library_identity(
+            "onnxruntime",
+            &paths(crate::ort_engine::dylib_candidates(
+                self.ort.dylib_path.as_deref(),
+            )),
+        ));
+        #[cfg(feature = "openvino")]
+        libraries.push(auto::cache::library_identity(
+            "openvino",
+            &paths(crate::openvino_engine::library::candidates(
+                self.openvino.library.as_deref(),
+            )),
+        ));
+        let o = &self.openvino;
+        Ok(auto::cache::Key {
+            model_sha256,
+            cpu: auto::cache::cpu_identity(),
+            libraries,
+            segtool: env!("CARGO_PKG_VERSION").into(),
+            threads: self.threads,
+            settings: format!(
+                "precision {}, device {}, hint {}, streams {:?}",
+                o.precision, o.device, o.hint, o.streams
+            ),
+            size: [h, w],
+        })
     }
 
     /// The execution providers asked of ONNX Runtime other than the CPU (`cuda:0`).
@@ -517,7 +837,35 @@ impl SegmenterBuilder {
 #[derive(Clone)]
 struct Opened<'a> {
     model: Option<&'a ModelFile>,
+    resolved: &'a ResolvedCard,
     card: Option<&'a crate::card::ModelCard>,
     path: &'a std::path::Path,
     output: Option<String>,
+}
+
+impl Opened<'_> {
+    /// A segmenter around `engine` for this model (its fallbacks and choice come later).
+    fn segmenter(&self, engine: Box<dyn Engine>) -> Segmenter {
+        match self.model {
+            Some(model) => Segmenter::assemble(engine, model.clone(), Vec::new()),
+            None => Segmenter::assemble_foreign(engine, self.resolved.clone(), Vec::new()),
+        }
+    }
+
+    /// A segtool export's fixed input size, if its graph has one.
+    fn graph_size(&self) -> Option<(usize, usize)> {
+        let model = self.model?;
+        let contract =
+            crate::io_contract::IoContract::resolve(model.metadata.contract, model.io.contract());
+        crate::batching::run::graph_size(&model.io, contract.input)
+    }
+}
+
+/// The kind of an engine from its name ([`Engine::name`]).
+fn engine_kind_of(name: &str) -> EngineKind {
+    match name {
+        "onnxruntime" => EngineKind::Ort,
+        "openvino" => EngineKind::OpenVino,
+        _ => EngineKind::Tract,
+    }
 }

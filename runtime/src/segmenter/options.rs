@@ -31,9 +31,8 @@ use crate::openvino::{Device, PerformanceHint, Precision};
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SegmenterOptions {
-    /// `auto` (OpenVINO for INT8 files on CPUs with AMX and for bf16, else ONNX Runtime, else tract;
-    /// the choice is reported), `ort`,
-    /// `tract` or `openvino`.
+    /// `auto` (the engine measured fastest for this model on this machine, cached; the
+    /// choice and its timings are reported), `ort`, `tract` or `openvino`.
     pub engine: EngineKind,
     /// ONNX Runtime's execution providers in preference order: `cpu`, `cuda[:N]`,
     /// `tensorrt[:N]`, `tensorrt-fp16[:N]`. One that does not load falls back to the next
@@ -46,10 +45,10 @@ pub struct SegmenterOptions {
     pub precision: Precision,
     /// OpenVINO's performance hint: `latency` or `throughput`.
     pub hint: PerformanceHint,
-    /// OpenVINO's parallel inference streams; `None`: what the hint picks.
+    /// OpenVINO's parallel inference streams; `None` or 0: what the hint picks.
     pub streams: Option<usize>,
     /// Threads for one inference (ONNX Runtime's intra-op pool, tract's executor,
-    /// OpenVINO's CPU plugin); `None`: the engine's choice (all cores).
+    /// OpenVINO's CPU plugin); `None` or 0: the engine's choice (all cores).
     pub threads: Option<usize>,
     /// A model card (TOML) for a file segtool did not write.
     pub card: Option<PathBuf>,

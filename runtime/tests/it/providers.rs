@@ -144,6 +144,13 @@ fn tensorrt_options_and_strictness() {
     assert!(["cpu", "cuda:0"].contains(&engine.provider()));
 }
 
+/// A builder for `path` whose auto cache is `cache` (a test's own, never the user's).
+fn auto(path: &Path, cache: &Path) -> segtool_runtime::SegmenterBuilder {
+    Segmenter::builder(path)
+        .engine(EngineKind::Auto)
+        .auto_cache(Some(cache.join("auto-engine.json")))
+}
+
 #[test]
 fn auto_backend_falls_back_to_tract_when_ort_cannot_load() {
     let dir = tempfile::tempdir().unwrap();
@@ -153,16 +160,35 @@ fn auto_backend_falls_back_to_tract_when_ort_cannot_load() {
         library: Some(dir.path().join("no/libopenvino_c.so")),
         ..OpenVinoOptions::new()
     };
-    let seg = Segmenter::builder(&path)
-        .engine(EngineKind::Auto)
-        .ort_options(bogus.clone())
-        .openvino_options(no_openvino.clone())
-        .open()
-        .unwrap();
-    assert_eq!(seg.engine().name(), "tract");
-    let choice = seg.engine_choice().unwrap();
-    assert!(choice.starts_with("auto chose tract: "), "{choice}");
-    assert!(choice.ends_with("ONNX Runtime is missing"), "{choice}");
+    let without_libraries = || {
+        auto(&path, dir.path())
+            .ort_options(bogus.clone())
+            .openvino_options(no_openvino.clone())
+    };
+    // Timed now, then taken from the cache: the same choice, the same report.
+    for kept in ["timed now, cached in", "; cached in"] {
+        let seg = without_libraries().open().unwrap();
+        assert_eq!(seg.engine().name(), "tract");
+        let choice = seg.engine_choice().unwrap();
+        assert!(
+            choice.starts_with("auto chose tract: the fastest when timed"),
+            "{choice}"
+        );
+        assert!(choice.contains("onnxruntime is missing"), "{choice}");
+        assert!(choice.contains(kept), "{choice}");
+        let kinds: Vec<&str> = seg.fallbacks().iter().map(|f| f.kind()).collect();
+        assert_eq!(kinds, ["ort_library_missing"]);
+    }
+    // strict refuses it: tract is not what was asked of a machine without ONNX Runtime.
+    match without_libraries().strict(true).open() {
+        Err(RuntimeError::FallbackRefused { fallback, .. }) => {
+            assert!(
+                fallback.contains("ONNX Runtime cannot be loaded"),
+                "{fallback}"
+            )
+        }
+        other => panic!("strict auto without ONNX Runtime: {:?}", other.err()),
+    }
     // Explicit ONNX Runtime stays an error.
     match Segmenter::builder(&path)
         .engine(EngineKind::Ort)
@@ -178,53 +204,114 @@ fn auto_backend_falls_back_to_tract_when_ort_cannot_load() {
         Err(e) => panic!("unexpected error {e}"),
         Ok(_) => panic!("a bogus library path must not load"),
     }
-    // Auto with both libraries, a float32 file at float32: ONNX Runtime, saying why.
+}
+
+#[test]
+fn auto_times_the_engines_on_this_machine_and_keeps_the_fastest() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = model(dir.path());
     if open(&path, &OrtOptions::new().with_intra_threads(1)).is_none() {
         return;
     }
-    let seg = Segmenter::builder(&path)
-        .engine(EngineKind::Auto)
-        .threads(1)
-        .open()
-        .unwrap();
-    assert_eq!(seg.engine().name(), "onnxruntime");
-    let choice = seg.engine_choice().unwrap();
+    // Every engine this build has is timed, with its median in the report.
+    let seg = auto(&path, dir.path()).threads(1).open().unwrap();
+    let choice = seg.engine_choice().unwrap().to_string();
+    let running = seg.engine().name().to_string();
     assert!(
-        choice.starts_with("auto chose onnxruntime: a float32 file"),
+        choice.starts_with(&format!(
+            "auto chose {running}: the fastest when timed on this machine at 512x512, 1 thread: "
+        )),
         "{choice}"
     );
-    // bf16 asked for: OpenVINO, which computes it; without its library, ONNX Runtime.
+    for engine in ["onnxruntime", "tract", "openvino"] {
+        assert!(choice.contains(&format!("{engine} ")), "{engine}: {choice}");
+    }
+    assert!(choice.contains("timed now, cached in"), "{choice}");
+    assert!(seg.fallbacks().is_empty(), "{:?}", seg.fallbacks());
+    // The fastest median is the one chosen: it comes first in the report.
+    let first = choice.split(": ").nth(2).unwrap();
+    assert!(first.starts_with(&format!("{running} ")), "{choice}");
+    // Taken from the cache the second time: the same engine, nothing timed.
+    let again = auto(&path, dir.path()).threads(1).open().unwrap();
+    assert_eq!(again.engine().name(), running);
+    assert!(again.engine_choice().unwrap().contains("; cached in"));
+    // Another thread count, another fixed size or another file is another entry.
+    let two = auto(&path, dir.path())
+        .threads(2)
+        .fixed_size(32, 48)
+        .open()
+        .unwrap();
+    let two = two.engine_choice().unwrap();
+    assert!(
+        two.contains("at 32x48, 2 threads") && two.contains("timed now"),
+        "{two}"
+    );
+    // Without a cache, every open times.
+    let uncached = Segmenter::builder(&path)
+        .threads(1)
+        .auto_cache(None)
+        .open()
+        .unwrap();
+    assert!(uncached
+        .engine_choice()
+        .unwrap()
+        .ends_with("timed now, not cached"));
+}
+
+#[test]
+fn auto_rules_and_their_fallbacks() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = model(dir.path());
+    if open(&path, &OrtOptions::new().with_intra_threads(1)).is_none() {
+        return;
+    }
+    // bf16 asked for: OpenVINO, the one engine that computes it.
     if cfg!(feature = "openvino") {
-        let seg = Segmenter::builder(&path)
-            .engine(EngineKind::Auto)
+        let seg = auto(&path, dir.path())
             .precision(Precision::Bf16)
             .threads(1)
             .open()
             .unwrap();
         assert_eq!(seg.engine().name(), "openvino", "{:?}", seg.engine_choice());
-        let choice = seg.engine_choice().unwrap();
-        assert!(
-            choice.starts_with("auto chose openvino: bf16 asked for"),
-            "{choice}"
+        assert_eq!(
+            seg.engine_choice(),
+            Some("auto chose openvino: bf16 asked for, which only OpenVINO computes")
         );
-        let seg = Segmenter::builder(&path)
-            .engine(EngineKind::Auto)
-            .precision(Precision::Bf16)
-            .openvino_options(OpenVinoOptions {
-                precision: Precision::Bf16,
-                ..no_openvino
-            })
+        // Without OpenVINO: ONNX Runtime at float32, a fallback that strict refuses.
+        let no_openvino = OpenVinoOptions {
+            precision: Precision::Bf16,
+            library: Some(dir.path().join("no/libopenvino_c.so")),
+            ..OpenVinoOptions::new()
+        };
+        let seg = auto(&path, dir.path())
+            .openvino_options(no_openvino.clone())
             .threads(1)
             .open()
             .unwrap();
         assert_eq!(seg.engine().name(), "onnxruntime");
-        let choice = seg.engine_choice().unwrap();
-        assert!(choice.contains("but it did not open the model"), "{choice}");
-        assert!(choice.contains("libopenvino_c.so"), "{choice}");
+        let kinds: Vec<&str> = seg.fallbacks().iter().map(|f| f.kind()).collect();
+        assert_eq!(
+            kinds,
+            ["engine", "option_not_applied"],
+            "{:?}",
+            seg.fallbacks()
+        );
+        let text = seg.fallbacks()[0].to_string();
+        assert!(text.contains("did not open the model"), "{text}");
+        assert!(text.contains("libopenvino_c.so"), "{text}");
+        assert!(seg.fallbacks()[1].to_string().contains("precision bf16"));
+        let strict = auto(&path, dir.path())
+            .openvino_options(no_openvino)
+            .strict(true)
+            .open();
+        assert!(
+            matches!(strict, Err(RuntimeError::FallbackRefused { .. })),
+            "{:?}",
+            strict.err()
+        );
     }
     // A GPU provider asked of ONNX Runtime keeps it, on any CPU.
-    let seg = Segmenter::builder(&path)
-        .engine(EngineKind::Auto)
+    let seg = auto(&path, dir.path())
         .providers([Provider::Cuda { device_id: 0 }])
         .threads(1)
         .open()
@@ -240,6 +327,45 @@ fn auto_backend_falls_back_to_tract_when_ort_cannot_load() {
         .open()
         .unwrap();
     assert_eq!(seg.engine_choice(), None);
+}
+
+#[test]
+fn an_option_the_named_engine_does_not_take_is_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = model(dir.path());
+    let refused = |builder: segtool_runtime::SegmenterBuilder, name: &str| match builder.open() {
+        Err(RuntimeError::Option { name: n, message }) => {
+            assert_eq!(n, name, "{message}");
+            message
+        }
+        other => panic!("{name}: {:?}", other.err()),
+    };
+    let b = || Segmenter::builder(&path);
+    let why = refused(
+        b().engine(EngineKind::Ort).precision(Precision::Bf16),
+        "precision",
+    );
+    assert!(
+        why.contains("OpenVINO's") && why.contains("ort runs the model"),
+        "{why}"
+    );
+    refused(
+        b().engine(EngineKind::Tract).precision(Precision::Bf16),
+        "precision",
+    );
+    refused(
+        b().engine(EngineKind::Tract).fixed_size(32, 48),
+        "fixed_size",
+    );
+    refused(b().engine(EngineKind::Ort).streams(2), "streams");
+    refused(
+        b().engine(EngineKind::OpenVino)
+            .providers([Provider::Cuda { device_id: 0 }]),
+        "providers",
+    );
+    // 0 threads is the engine's default in every front end, not 1.
+    let seg = b().engine(EngineKind::Tract).threads(0).open().unwrap();
+    assert_eq!(seg.engine().name(), "tract");
 }
 
 #[test]

@@ -115,6 +115,7 @@ fn print_table(args: &Args, report: &serde_json::Value) {
         report["engine"].as_str().unwrap_or_default(),
         report["provider"].as_str().unwrap_or_default(),
         args.engine
+            .options
             .threads
             .map_or_else(|| "default".to_string(), |t| t.to_string()),
         if report["shapes"] == "fixed" {
