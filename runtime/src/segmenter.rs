@@ -54,6 +54,8 @@ pub struct Segmenter {
     fallbacks: Vec<Fallback>,
     /// Why [`EngineKind::Auto`] picked the engine it did (None for a named engine).
     engine_choice: Option<String>,
+    /// What it was opened with (the builder's settings, defaults filled in).
+    options: SegmenterOptions,
     model: Option<ModelFile>,
     /// The graph's fixed spatial input `(height, width)`, if it has one.
     graph_size: Option<(usize, usize)>,
@@ -85,6 +87,7 @@ impl Segmenter {
             keep_logits: false,
             fallbacks,
             engine_choice: None,
+            options: SegmenterOptions::default(),
             model: Some(model),
         }
     }
@@ -104,6 +107,7 @@ impl Segmenter {
             keep_logits: false,
             fallbacks,
             engine_choice: None,
+            options: SegmenterOptions::default(),
             model: None,
             graph_size: None,
             accuracy: None,
@@ -123,6 +127,7 @@ impl Segmenter {
             keep_logits: false,
             fallbacks: Vec::new(),
             engine_choice: None,
+            options: SegmenterOptions::default(),
             model: None,
             graph_size: None,
             accuracy: None,
@@ -184,6 +189,13 @@ impl Segmenter {
     /// The input layout and output kind the model is driven with.
     pub fn contract(&self) -> IoContract {
         self.contract
+    }
+
+    /// The options this segmenter was opened with, as [`SegmenterOptions`] names them
+    /// (the defaults filled in; `from_engine`: the defaults): what every front end
+    /// reports back, so that a flag, keyword or property is seen to arrive.
+    pub fn options(&self) -> &SegmenterOptions {
+        &self.options
     }
 
     /// Which engine [`EngineKind::Auto`] chose and why (`auto chose openvino: the fastest

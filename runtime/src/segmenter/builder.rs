@@ -404,7 +404,40 @@ impl SegmenterBuilder {
         }
         segmenter.fallbacks = fallbacks;
         segmenter.engine_choice = choice;
+        segmenter.options = self.as_options();
         Ok(segmenter.with_logits(self.logits))
+    }
+
+    /// The builder's settings as [`SegmenterOptions`] (what [`Segmenter::options`] reports).
+    fn as_options(&self) -> super::SegmenterOptions {
+        // No providers listed is ONNX Runtime's CPU, as the default option says.
+        #[cfg(feature = "ort")]
+        let providers: Vec<String> = self
+            .ort
+            .execution_providers
+            .iter()
+            .map(Provider::to_string)
+            .collect();
+        #[cfg(not(feature = "ort"))]
+        let providers: Vec<String> = Vec::new();
+        let providers = match providers.is_empty() {
+            true => super::SegmenterOptions::default().providers,
+            false => providers,
+        };
+        let o = &self.openvino;
+        super::SegmenterOptions {
+            engine: self.engine,
+            providers,
+            device: o.device,
+            precision: o.precision,
+            hint: o.hint,
+            streams: o.streams,
+            threads: self.threads,
+            card: self.card.card_file.clone(),
+            strict: self.strict,
+            fixed_size: self.fixed_size.map(|(h, w)| [h, w]),
+            logits: self.logits,
+        }
     }
 
     /// The engine of kind `kind` (not [`EngineKind::Auto`]).

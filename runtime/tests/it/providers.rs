@@ -431,3 +431,66 @@ fn profile_names_the_provider_of_every_node() {
         placement.summary()
     );
 }
+
+#[test]
+fn the_segmenter_reports_the_options_it_was_opened_with() {
+    use segtool_runtime::openvino::{Device, PerformanceHint};
+    use segtool_runtime::SegmenterOptions;
+    let dir = tempfile::tempdir().unwrap();
+    let path = model(dir.path());
+    let defaults = Segmenter::builder(&path)
+        .engine(EngineKind::Tract)
+        .open()
+        .unwrap();
+    let want = SegmenterOptions {
+        engine: EngineKind::Tract,
+        ..SegmenterOptions::default()
+    };
+    assert_eq!(defaults.options(), &want);
+    // Every option set through the one value comes back as set (0 threads: the default).
+    let set = SegmenterOptions {
+        engine: EngineKind::Ort,
+        providers: vec!["cuda:1".into(), "cpu".into()],
+        threads: Some(2),
+        fixed_size: Some([32, 48]),
+        logits: true,
+        ..SegmenterOptions::default()
+    };
+    if open(&path, &OrtOptions::new()).is_none() {
+        return;
+    }
+    let seg = Segmenter::builder(&path)
+        .options(&set)
+        .unwrap()
+        .open()
+        .unwrap();
+    assert_eq!(seg.options(), &set);
+    let zero = SegmenterOptions {
+        threads: Some(0),
+        ..set.clone()
+    };
+    let seg = Segmenter::builder(&path)
+        .options(&zero)
+        .unwrap()
+        .open()
+        .unwrap();
+    assert_eq!(seg.options().threads, None);
+    if cfg!(feature = "openvino") {
+        let openvino = SegmenterOptions {
+            engine: EngineKind::OpenVino,
+            device: Device::Cpu,
+            precision: Precision::Bf16,
+            hint: PerformanceHint::Throughput,
+            streams: Some(2),
+            threads: Some(1),
+            strict: true,
+            ..SegmenterOptions::default()
+        };
+        let seg = Segmenter::builder(&path)
+            .options(&openvino)
+            .unwrap()
+            .open()
+            .unwrap();
+        assert_eq!(seg.options(), &openvino);
+    }
+}
