@@ -59,6 +59,7 @@ mod openvino_engine;
 #[cfg(feature = "ort")]
 mod ort_engine;
 mod ort_report;
+pub mod pipeline;
 mod postprocess;
 mod preprocess;
 mod segmenter;

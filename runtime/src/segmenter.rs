@@ -8,24 +8,23 @@ mod options;
 #[cfg(test)]
 mod tests;
 
-use std::collections::HashMap;
 use std::path::Path;
 
 use image::RgbImage;
-use ndarray::ArrayView4;
 use segtool_model_spec::ModelSpec;
 use segtool_onnx::ModelFile;
 
 pub use builder::{EngineKind, Fallback, SegmenterBuilder};
 pub use options::SegmenterOptions;
 
-use crate::accuracy::{self, AccuracyOptions, Protocol};
-use crate::batching::run::{decode, fit_to_graph, graph_size, run_normalised};
-use crate::card::{self, pipeline, ResolvedCard};
+use crate::accuracy::AccuracyOptions;
+use crate::batching::run::graph_size;
+use crate::card::{self, ResolvedCard};
 use crate::contract_adapter::ContractAdapter;
 use crate::engine::Engine;
 use crate::error::Result;
-use crate::io_contract::{EngineInput, EngineOutput, EngineTensor, IoContract, Segmentation};
+use crate::io_contract::{IoContract, Segmentation};
+use crate::pipeline::{Plan, Prepared, Preparer, Scored};
 
 /// A model plus its spec: images in, masks out.
 ///
@@ -261,70 +260,25 @@ impl Segmenter {
         ContractAdapter::wrap(self.engine, self.contract, &self.spec)
     }
 
-    /// The engine input for same-size `imgs` in the model's layout (normalised f32 NCHW,
-    /// or raw uint8 NHWC for `--preprocess` exports; for a card-driven model, what its
-    /// card says: [`crate::card::pipeline::prepare`]).
-    pub fn prepare_input(&self, imgs: &[RgbImage]) -> Result<EngineTensor> {
-        if self.is_foreign() {
-            return Ok(pipeline::prepare(imgs, &self.card.card)?.0);
-        }
-        EngineTensor::from_images(imgs, &self.spec, self.contract.input)
+    /// The first stage of the path from pixels to masks, for any thread: see
+    /// [`crate::pipeline`]. It captures how this segmenter prepares and decodes now
+    /// (accuracy mode, logits); set those first.
+    pub fn preparer(&self) -> Preparer {
+        Preparer::new(Plan {
+            card: self.is_foreign().then(|| self.card.card.clone()),
+            spec: self.spec.clone(),
+            contract: self.contract,
+            graph: self.graph_size,
+            accuracy: self.accuracy.clone(),
+            keep_logits: self.keep_logits,
+        })
     }
 
-    /// Runs a batch prepared by [`prepare_input`](Self::prepare_input) (on another
-    /// thread, say) the way this segmenter runs: one engine run, or the evaluation
-    /// protocol in accuracy mode. `images` are the pixels the batch was prepared from:
-    /// mmseg's protocol resizes from them (`cv2.resize`'s uint8 resize); with none it
-    /// resizes the floats. The output is checked against the spec (batch size, class
-    /// count; a card-driven model's as it is decoded, [`crate::card::pipeline::decode`]).
-    pub fn run_prepared(
-        &mut self,
-        input: EngineInput<'_>,
-        images: &[RgbImage],
-    ) -> Result<EngineOutput> {
-        let n = input.dims().0;
-        let (engine, spec) = (self.engine.as_mut(), &self.spec);
-        let out = match (&self.accuracy, input) {
-            (None, input) => engine.run(input)?,
-            (Some(opts), _) if opts.protocol == Protocol::Mmseg && images.len() == n => {
-                EngineOutput::Logits(accuracy::predict_images(engine, images, spec, opts)?)
-            }
-            (Some(opts), EngineInput::NchwF32(x)) => {
-                EngineOutput::Logits(accuracy::predict(engine, x, spec, opts)?)
-            }
-            (Some(_), input) => engine.run(input)?, // refused by with_accuracy
-        };
-        if !self.is_foreign() {
-            out.check(n, &self.spec)?;
-        }
-        Ok(out)
-    }
-
-    /// Runs an already-normalised `[N, 3, H, W]` batch and decodes it: one
-    /// [`Segmentation`] per image, its mask resized (nearest) to `sizes[i]` =
-    /// `(height, width)`. A `--preprocess` graph gets the pixels the tensor was
-    /// normalised from.
-    pub fn run_normalised(
-        &mut self,
-        input: ArrayView4<f32>,
-        sizes: &[(usize, usize)],
-    ) -> Result<Vec<Segmentation>> {
-        if self.is_foreign() {
-            return Err(crate::error::RuntimeError::InputShape {
-                expected: "images: a card-driven model prepares its own input (segment_batch)"
-                    .into(),
-                got: "a normalised tensor".into(),
-            });
-        }
-        let contract = self.contract;
-        run_normalised(
-            self.engine.as_mut(),
-            contract,
-            &self.spec,
-            input,
-            sizes,
-            self.keep_logits,
-        )
+    /// The engine stage: runs a batch its [`preparer`](Self::preparer) made, each size
+    /// group once (or under the evaluation protocol in accuracy mode); decode the answer
+    /// with [`Scored::decode`], here or on another thread.
+    pub fn run(&mut self, batch: Prepared) -> Result<Scored> {
+        batch.run(self.engine.as_mut())
     }
 
     /// Segments one frame (any [`crate::PixelFormat`], padded rows) at its own size.
@@ -342,48 +296,12 @@ impl Segmenter {
     /// sizes costs one run per distinct size. Results come back in input order, each at
     /// its image's size: a fixed-size graph gets its images resized to its size
     /// ([`graph_size`](Self::graph_size)), and in accuracy mode each group runs under the
-    /// evaluation protocol.
+    /// evaluation protocol. The three stages of [`crate::pipeline`] in a row.
     pub fn segment_batch(&mut self, imgs: &[RgbImage]) -> Result<Vec<Segmentation>> {
-        let mut groups: Vec<((u32, u32), Vec<usize>)> = Vec::new();
-        let mut by_size: HashMap<(u32, u32), usize> = HashMap::new();
-        for (i, img) in imgs.iter().enumerate() {
-            let g = *by_size.entry(img.dimensions()).or_insert_with(|| {
-                groups.push((img.dimensions(), Vec::new()));
-                groups.len() - 1
-            });
-            groups[g].1.push(i);
+        if imgs.is_empty() {
+            return Ok(Vec::new());
         }
-        let mut results: Vec<Option<Segmentation>> = vec![None; imgs.len()];
-        for ((w, h), members) in groups {
-            let batch: Vec<RgbImage> = members.iter().map(|&i| imgs[i].clone()).collect();
-            if self.is_foreign() {
-                let segs = pipeline::run(
-                    self.engine.as_mut(),
-                    &self.card.card,
-                    &batch,
-                    self.keep_logits,
-                )?;
-                for (i, seg) in members.into_iter().zip(segs) {
-                    results[i] = Some(seg);
-                }
-                continue;
-            }
-            let sizes = vec![(h as usize, w as usize); batch.len()];
-            let graph = self.accuracy.is_none().then_some(self.graph_size).flatten();
-            let batch = fit_to_graph(&batch, graph);
-            let input = self.prepare_input(&batch)?;
-            let out = self.run_prepared(input.view(), &batch)?;
-            for (i, seg) in
-                members
-                    .into_iter()
-                    .zip(decode(out, &self.spec, &sizes, self.keep_logits)?)
-            {
-                results[i] = Some(seg);
-            }
-        }
-        Ok(results
-            .into_iter()
-            .map(|r| r.expect("every image in a group"))
-            .collect())
+        let prepared = self.preparer().prepare(imgs)?;
+        self.run(prepared)?.decode()
     }
 }

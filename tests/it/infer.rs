@@ -9,6 +9,8 @@
 mod bad_inputs;
 #[path = "infer/batch.rs"]
 mod batch;
+#[path = "infer/fixed_graph.rs"]
+mod fixed_graph;
 use crate::common;
 #[path = "infer/live.rs"]
 mod live;

@@ -778,10 +778,11 @@ impl SegmenterBuilder {
             options = options.with_intra_threads(n);
         }
         if let Some((h, w)) = self.fixed_size {
-            // A card's resize or padding decides the tensor's size, not the image's.
+            // A card's resize or padding, or a fixed-size graph the images are fitted to,
+            // decides the tensor's size, not the images'.
             let (h, w) = match model.card {
                 Some(card) => crate::card::pipeline::Geometry::of(card, (h, w)).tensor,
-                None => (h, w),
+                None => model.graph_size().unwrap_or((h, w)),
             };
             options = options.with_fixed_input_size(h, w);
         }

@@ -55,21 +55,16 @@ pub(super) fn run(args: &Args) -> Result<()> {
 fn time_batch(seg: &mut Segmenter, images: &[RgbImage], args: &Args) -> Result<serde_json::Value> {
     let n = images.len();
     let (h, w) = (args.size.height, args.size.width);
-    let classes = seg.spec().num_classes();
+    // The runtime's three stages, timed apart: prepare, engine, decode.
     let mut step = || -> Result<[Duration; 3]> {
         let t0 = Instant::now();
-        let input = seg.prepare_input(images)?;
+        let prepared = seg.preparer().prepare(images)?;
         let t1 = Instant::now();
-        let out = seg
-            .run_prepared(input.view(), images)
+        let scored = seg
+            .run(prepared)
             .with_context(|| format!("batch {n} at {h}x{w}"))?;
         let t2 = Instant::now();
-        if classes > 256 {
-            bail!("{classes} classes do not fit uint8 masks");
-        }
-        let masks: Vec<_> = (0..n)
-            .map(|i| out.mask(i, h as usize, w as usize))
-            .collect();
+        let masks = scored.decode()?;
         let t3 = Instant::now();
         std::hint::black_box(masks);
         Ok([t1 - t0, t2 - t1, t3 - t2])

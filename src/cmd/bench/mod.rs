@@ -2,11 +2,11 @@
 //! per batch size, with pre-processing (normalisation), engine and post-processing
 //! (argmax to a mask at image size) timed separately.
 //!
-//! Each timed iteration runs the library path `Segmenter` uses, single-threaded outside
-//! the engine: `Segmenter::prepare_input` (normalisation, or packing uint8 NHWC pixels for
-//! `--preprocess` exports), `Segmenter::run_prepared`, then `argmax` (+ `resize_nearest`
-//! when the output is not at input resolution; a class map from an `--argmax` export is
-//! taken as is). Latency is the sum of the three.
+//! Each timed iteration runs the runtime's three stages, the path `Segmenter::segment_batch`
+//! takes, single-threaded outside the engine: `Preparer::prepare` (fitting a fixed-size
+//! graph, the card's steps, normalisation or packing uint8 pixels for `--preprocess`
+//! exports), `Segmenter::run`, then `Scored::decode` (the mask at image size). Latency is
+//! the sum of the three.
 //!
 //! `--stream --fps F` measures a video stream instead: a producer thread feeds frames at
 //! a fixed rate (from `--raw WxH` stdin, a `--input` folder, or generated panning

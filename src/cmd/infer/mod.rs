@@ -49,7 +49,7 @@ pub use outputs::npy_f32;
 
 use inputs::{check_unique_stems, decode_files, DecodeOptions};
 use outputs::{write_results, Sink};
-use pipeline::{Batch, Busy, Failure, Scored, Stage};
+use pipeline::{Batch, Busy, Failure, Prepare, Scored, Stage};
 use raw::read_raw;
 use sessions::{check_contract, cuda_attention_note, open_server};
 use summary::{batching_note, skipped_summary, summary_line};
@@ -359,10 +359,6 @@ fn check_modes(args: &Args) -> Result<(Option<segtool_runtime::accuracy::Accurac
     Ok((accuracy, batched))
 }
 
-/// What an engine-side input needs to be prepared off the engine stage: the spec and the
-/// layout (`None`: the engine stage prepares it, as a card-driven model's).
-type Prepare = Option<(segtool_model_spec::ModelSpec, segtool_runtime::InputLayout)>;
-
 /// The engine stage (a batch server, or one segmenter with its accuracy options), the
 /// model's spec, how inputs are prepared, and a description for the summary line.
 fn open_stage(
@@ -389,15 +385,15 @@ fn open_stage(
         if let Some(opts) = accuracy_opts {
             seg = seg.with_accuracy(opts)?;
         }
-        let contract = seg.contract();
+        seg = seg.with_logits(args.logits);
         let spec = seg.spec().clone();
         let desc = format!(
             "{} on {}{fixed_desc}",
             seg.engine().name(),
             seg.engine().provider()
         );
-        // A card-driven model prepares its own input on the engine stage.
-        let prepare = (!seg.is_foreign()).then(|| (spec.clone(), contract.input));
+        // The runtime's first stage, on the source thread (overlapping the engine).
+        let prepare = Some(seg.preparer());
         let stage = Stage::Single(Box::new(seg));
         (stage, spec, prepare, desc)
     })

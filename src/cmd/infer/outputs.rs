@@ -15,7 +15,7 @@ use indicatif::ProgressBar;
 use ndarray::{Array2, Array3, ArrayView3};
 use rayon::prelude::*;
 use segtool_model_spec::ModelSpec;
-use segtool_runtime::{colorize, expert::EngineOutput, overlay, FlickerMeter, DEFAULT_ALPHA};
+use segtool_runtime::{colorize, overlay, FlickerMeter, DEFAULT_ALPHA};
 
 use super::pipeline::{Results, Scored};
 
@@ -71,7 +71,7 @@ impl Sink {
         spec: &ModelSpec,
         names: &[String],
         images: &[RgbImage],
-        slots: &[Slot<'_>],
+        logits_of: &[Option<Array3<f32>>],
         masks: &[Array2<u8>],
     ) -> Result<()> {
         let Sink::Folder {
@@ -88,7 +88,7 @@ impl Sink {
             .map(|i| -> Result<()> {
                 let name = &names[i];
                 let scores = match logits {
-                    true => Some(slots[i].logits().with_context(|| {
+                    true => Some(logits_of[i].as_ref().with_context(|| {
                         format!("{name}: the model outputs no logits (--argmax export)")
                     })?),
                     false => None,
@@ -118,78 +118,32 @@ fn write_raw(stdout: &mut impl Write, masks: &[Array2<u8>]) -> Result<()> {
     stdout.flush().context("writing class maps to stdout")
 }
 
-/// A scored batch's results, owned: the engine's per-group outputs, or per-image answers
-/// (a batch server's, waited for in input order, or a card model's segmentations).
+/// A scored batch's results, owned: per image its mask and, when asked for, its logits
+/// (the pipeline's decoding stage, run here on the writer thread; a batch server's
+/// answers, waited for in input order; or a card model's segmentations).
 struct Answers {
-    groups: Vec<(Vec<usize>, EngineOutput)>,
     done: Vec<(Array2<u8>, Option<Array3<f32>>)>,
 }
 
 impl Answers {
     fn wait(results: Results, names: &[String]) -> Result<Self> {
-        let (groups, done) = match results {
-            Results::Groups(groups) => (groups, Vec::new()),
-            Results::Pending(handles) => {
-                let done = handles
-                    .into_iter()
-                    .zip(names)
-                    .map(|(h, name)| {
-                        h.wait()
-                            .map(|o| (o.mask, o.logits))
-                            .with_context(|| format!("segmenting {name}"))
-                    })
-                    .collect::<Result<_>>()?;
-                (Vec::new(), done)
-            }
-            Results::Segmented(segs) => (
-                Vec::new(),
-                segs.into_iter().map(|s| (s.mask, s.logits)).collect(),
-            ),
+        let done = match results {
+            Results::Scored(scored) => scored
+                .decode()?
+                .into_iter()
+                .map(|s| (s.mask, s.logits))
+                .collect(),
+            Results::Pending(handles) => handles
+                .into_iter()
+                .zip(names)
+                .map(|(h, name)| {
+                    h.wait()
+                        .map(|o| (o.mask, o.logits))
+                        .with_context(|| format!("segmenting {name}"))
+                })
+                .collect::<Result<_>>()?,
         };
-        Ok(Self { groups, done })
-    }
-
-    /// Where each of the batch's `n` images finds its result.
-    fn slots(&self, n: usize) -> Vec<Slot<'_>> {
-        let mut slots: Vec<Option<Slot<'_>>> = (0..n).map(|_| None).collect();
-        for (members, out) in &self.groups {
-            for (j, &i) in members.iter().enumerate() {
-                slots[i] = Some(Slot::Group(out, j));
-            }
-        }
-        for (i, (mask, logits)) in self.done.iter().enumerate() {
-            slots[i] = Some(Slot::Done(mask, logits.as_ref()));
-        }
-        slots
-            .into_iter()
-            .map(|s| s.expect("every image has a result"))
-            .collect()
-    }
-}
-
-/// Per image of a scored batch: where its result is.
-enum Slot<'a> {
-    /// Image `j` of a group's engine output.
-    Group(&'a EngineOutput, usize),
-    /// A batch server's answer.
-    Done(&'a Array2<u8>, Option<&'a Array3<f32>>),
-}
-
-impl Slot<'_> {
-    /// The class map at the image's size.
-    fn mask(&self, img: &RgbImage) -> Array2<u8> {
-        match self {
-            Slot::Group(out, j) => out.mask(*j, img.height() as usize, img.width() as usize),
-            Slot::Done(mask, _) => (*mask).clone(),
-        }
-    }
-
-    /// Logits `(classes, h, w)`, when the model gives them.
-    fn logits(&self) -> Option<std::borrow::Cow<'_, Array3<f32>>> {
-        match self {
-            Slot::Group(out, j) => out.logits(*j).map(std::borrow::Cow::Owned),
-            Slot::Done(_, logits) => logits.map(std::borrow::Cow::Borrowed),
-        }
+        Ok(Self { done })
     }
 }
 
@@ -260,11 +214,8 @@ pub(super) fn write_results(
         let t0 = Instant::now();
         let n = scored.images.len();
         let answers = Answers::wait(scored.results, &scored.names)?;
-        let slots = answers.slots(n);
-        let masks: Vec<Array2<u8>> = (0..n)
-            .into_par_iter()
-            .map(|i| slots[i].mask(&scored.images[i]))
-            .collect();
+        let (masks, logits): (Vec<Array2<u8>>, Vec<Option<Array3<f32>>>) =
+            answers.done.into_iter().unzip();
         if let Some(meter) = &mut meter {
             for mask in &masks {
                 meter.observe(mask.view());
@@ -273,7 +224,7 @@ pub(super) fn write_results(
         match sink {
             Sink::Stdout => write_raw(&mut stdout, &masks)?,
             Sink::Folder { .. } => {
-                sink.write_folder(spec, &scored.names, &scored.images, &slots, &masks)?
+                sink.write_folder(spec, &scored.names, &scored.images, &logits, &masks)?
             }
         }
         busy += t0.elapsed();

@@ -10,21 +10,16 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use image::RgbImage;
-use rayon::prelude::*;
-use segtool_model_spec::ModelSpec;
 use segtool_runtime::batching::Handle;
-use segtool_runtime::expert::EngineTensor;
-use segtool_runtime::{
-    batching::BatchServer, expert::EngineOutput, InputLayout, Segmentation, Segmenter,
-};
+use segtool_runtime::pipeline::{Prepared, Preparer, Scored as ScoredBatch};
+use segtool_runtime::{batching::BatchServer, Segmenter};
 
-/// Images of one batch plus their engine inputs, one per distinct size (none when the
-/// batch goes through a `BatchServer`, which prepares its own).
+/// Images of one batch, prepared for the engine by the runtime's first stage on the source
+/// thread (none when the batch goes through a `BatchServer`, which prepares its own).
 pub(super) struct Batch {
     pub(super) names: Vec<String>,
     pub(super) images: Vec<RgbImage>,
-    /// (indices into `images`, the same-size images in the model's input layout).
-    pub(super) groups: Vec<(Vec<usize>, EngineTensor)>,
+    pub(super) prepared: Option<Prepared>,
     /// Inputs of this batch that could not be read (`--keep-going`), in input order.
     pub(super) failures: Vec<Failure>,
 }
@@ -37,12 +32,10 @@ pub(super) struct Failure {
 
 /// What the engine stage made of a batch.
 pub(super) enum Results {
-    /// Per same-size group: the engine's output (logits or class maps).
-    Groups(Vec<(Vec<usize>, EngineOutput)>),
+    /// The engine's answers, decoded on the writer thread (the runtime's last stage).
+    Scored(ScoredBatch),
     /// One handle per image, answered by the batch server.
     Pending(Vec<Handle>),
-    /// Per image, segmented already (a model driven by its card).
-    Segmented(Vec<Segmentation>),
 }
 
 /// A batch after the engine.
@@ -60,40 +53,9 @@ pub(super) struct Busy {
     pub(super) post: Duration,
 }
 
-/// How the source thread prepares engine inputs: `None` when a batch server does it.
-pub(super) type Prepare = Option<(ModelSpec, InputLayout)>;
-
-/// Same-size groups in order of first appearance, each in the model's input layout
-/// (`segtool_runtime::expert::normalise_batch` for f32 models; this runs on the source thread,
-/// overlapping the engine).
-pub(super) fn group_and_prepare(
-    images: &[RgbImage],
-    prepare: &Prepare,
-) -> Result<Vec<(Vec<usize>, EngineTensor)>> {
-    let Some((spec, layout)) = prepare else {
-        return Ok(Vec::new());
-    };
-    let mut groups: Vec<((u32, u32), Vec<usize>)> = Vec::new();
-    for (i, img) in images.iter().enumerate() {
-        match groups.iter_mut().find(|(d, _)| *d == img.dimensions()) {
-            Some((_, members)) => members.push(i),
-            None => groups.push((img.dimensions(), vec![i])),
-        }
-    }
-    groups
-        .into_par_iter()
-        .map(|(_, members)| {
-            let input = if members.len() == images.len() {
-                EngineTensor::from_images(images, spec, *layout)
-            } else {
-                // Mixed sizes in one batch (rare): copy this size's images together.
-                let same: Vec<RgbImage> = members.iter().map(|&i| images[i].clone()).collect();
-                EngineTensor::from_images(&same, spec, *layout)
-            };
-            Ok((members, input?))
-        })
-        .collect()
-}
+/// How the source thread prepares engine inputs: the runtime's first stage, `None` when
+/// a batch server prepares its own.
+pub(super) type Prepare = Option<Preparer>;
 
 /// The sources' last step: groups and prepares `images` (timed as normalise; `decode` is
 /// the source's own time) and sends the batch, with the inputs of it that `failures`
@@ -108,10 +70,12 @@ pub(super) fn send_batch(
     decode: Duration,
 ) -> bool {
     let t0 = Instant::now();
-    let groups = match group_and_prepare(&images, prepare) {
-        Ok(g) => g,
+    // A batch whose every input failed to decode (--keep-going) has nothing to prepare.
+    let prepare = prepare.as_ref().filter(|_| !images.is_empty());
+    let prepared = match prepare.map(|p| p.prepare(&images)).transpose() {
+        Ok(p) => p,
         Err(e) => {
-            let _ = tx.send(Err(e));
+            let _ = tx.send(Err(e.into()));
             return false;
         }
     };
@@ -123,7 +87,7 @@ pub(super) fn send_batch(
     let batch = Batch {
         names,
         images,
-        groups,
+        prepared,
         failures,
     };
     tx.send(Ok((batch, busy))).is_ok()
@@ -137,25 +101,17 @@ pub(super) enum Stage {
 
 impl Stage {
     pub(super) fn run(&mut self, batch: &mut Batch) -> Result<Results> {
+        if batch.images.is_empty() {
+            // Every input of the batch failed to decode (--keep-going): nothing to run.
+            return Ok(Results::Pending(Vec::new()));
+        }
         match self {
-            // A card-driven model prepares and decodes by its card.
-            Stage::Single(seg) if seg.is_foreign() => {
-                Ok(Results::Segmented(seg.segment_batch(&batch.images)?))
-            }
             Stage::Single(seg) => {
-                let groups = std::mem::take(&mut batch.groups);
-                let mut out = Vec::with_capacity(groups.len());
-                for (members, input) in groups {
-                    // Accuracy mode's mmseg protocol resizes from the pixels (as cv2's).
-                    let pixels: Vec<RgbImage> = match seg.accuracy() {
-                        Some(_) => members.iter().map(|&i| batch.images[i].clone()).collect(),
-                        None => Vec::new(),
-                    };
-                    let result = seg.run_prepared(input.view(), &pixels)?;
-                    drop(input);
-                    out.push((members, result));
-                }
-                Ok(Results::Groups(out))
+                let prepared = match batch.prepared.take() {
+                    Some(prepared) => prepared,
+                    None => seg.preparer().prepare(&batch.images)?,
+                };
+                Ok(Results::Scored(seg.run(prepared)?))
             }
             Stage::Server(server) => Ok(Results::Pending(
                 batch
