@@ -108,6 +108,10 @@ impl Preparer {
         }
     }
 
+    pub(crate) fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
     /// Whether decoding keeps each image's logits (the segmenter's
     /// [`with_logits`](crate::Segmenter::with_logits) by default).
     pub fn logits(mut self, keep: bool) -> Self {

@@ -12,12 +12,12 @@ use segtool_model_spec::ModelSpec;
 use segtool_onnx::ModelIo;
 
 use super::Input;
-use crate::card::{pipeline, ModelCard};
 use crate::contract_adapter::ContractAdapter;
 use crate::engine::Engine;
 use crate::error::{Result, RuntimeError};
 use crate::io_contract::Segmentation;
-use crate::io_contract::{EngineInput, EngineOutput, EngineTensor, InputLayout, IoContract};
+use crate::io_contract::{EngineInput, EngineOutput, InputLayout, IoContract};
+use crate::pipeline::Preparer;
 use crate::preprocess::normalise;
 
 /// The graph's fixed spatial input `(height, width)`, when both dims are fixed numbers.
@@ -164,62 +164,44 @@ impl Inputs {
         Ok(out)
     }
 
-    /// Runs all inputs as one batch (`only = None`) or input `only` alone. Images go to
-    /// the engine in the model's own layout (uint8 pixels for `--preprocess` graphs).
+    /// Runs all inputs as one batch (`only = None`) or input `only` alone: images through
+    /// the pipeline's stages (as a `Segmenter` runs them), tensors normalised already
+    /// straight to the engine (a segtool export only).
     pub(crate) fn run(
         &self,
         only: Option<usize>,
         engine: &mut dyn Engine,
-        contract: IoContract,
-        spec: &ModelSpec,
-        card: Option<&ModelCard>,
-        keep_logits: bool,
-        graph: Option<(usize, usize)>,
+        preparer: &Preparer,
     ) -> Result<Vec<Segmentation>> {
-        if let Some(card) = card {
-            return self.run_by_card(only, engine, card, keep_logits);
-        }
-        let sizes: Vec<(usize, usize)> = match only {
-            None => (0..self.len()).map(|i| self.size(i)).collect(),
-            Some(i) => vec![self.size(i)],
-        };
         match self {
-            // The segmenter's own path: the model's layout straight from the pixels.
             Inputs::Images(imgs) => {
                 let imgs = match only {
                     None => &imgs[..],
                     Some(i) => std::slice::from_ref(&imgs[i]),
                 };
-                let imgs = fit_to_graph(imgs, graph);
-                let input = EngineTensor::from_images(&imgs, spec, contract.input)?;
-                decode(engine.run(input.view())?, spec, &sizes, keep_logits)
+                preparer.prepare(imgs)?.run(engine)?.decode()
             }
-            Inputs::Mixed(inputs) => {
-                let tensor = Self::mixed_tensor(inputs, only, spec)?;
-                run_normalised(engine, contract, spec, tensor.view(), &sizes, keep_logits)
-            }
-        }
-    }
-
-    /// A model from elsewhere: images through its card's pipeline, as
-    /// [`Segmenter::segment_batch`](crate::Segmenter::segment_batch) runs them.
-    fn run_by_card(
-        &self,
-        only: Option<usize>,
-        engine: &mut dyn Engine,
-        card: &ModelCard,
-        keep_logits: bool,
-    ) -> Result<Vec<Segmentation>> {
-        let Inputs::Images(imgs) = self else {
-            return Err(RuntimeError::InputShape {
+            Inputs::Mixed(_) if preparer.plan().card.is_some() => Err(RuntimeError::InputShape {
                 expected: "images: a model driven by its card prepares its own input".into(),
                 got: "a normalised tensor".into(),
-            });
-        };
-        let imgs = match only {
-            None => &imgs[..],
-            Some(i) => std::slice::from_ref(&imgs[i]),
-        };
-        pipeline::run(engine, card, imgs, keep_logits)
+            }),
+            Inputs::Mixed(inputs) => {
+                let plan = preparer.plan();
+                let sizes: Vec<(usize, usize)> = match only {
+                    None => (0..self.len()).map(|i| self.size(i)).collect(),
+                    Some(i) => vec![self.size(i)],
+                };
+                let tensor = Self::mixed_tensor(inputs, only, &plan.spec)?;
+                let keep = plan.keep_logits;
+                run_normalised(
+                    engine,
+                    plan.contract,
+                    &plan.spec,
+                    tensor.view(),
+                    &sizes,
+                    keep,
+                )
+            }
+        }
     }
 }

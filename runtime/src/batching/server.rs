@@ -18,6 +18,7 @@ use crate::card::ModelCard;
 use crate::engine::Engine;
 use crate::error::Result;
 use crate::io_contract::IoContract;
+use crate::pipeline::{Plan, Preparer};
 use crate::{Segmentation, Segmenter};
 
 /// Batches requests from many threads onto one or more engines.
@@ -187,19 +188,23 @@ impl BatchServer {
             })
             .collect();
         let queue = Arc::new(Queue::new(&config, stats));
-        let spec = Arc::new(spec);
         let count = engines.len();
         let mut workers = Vec::with_capacity(count);
-        for (index, (engine, contract, graph_size)) in engines.into_iter().enumerate() {
+        for (index, (engine, contract, graph)) in engines.into_iter().enumerate() {
+            // Each worker runs the pipeline's stages as a `Segmenter` does.
+            let preparer = Preparer::new(Plan {
+                card: card.as_deref().cloned(),
+                spec: spec.clone(),
+                contract,
+                graph,
+                accuracy: None,
+                keep_logits: config.keep_logits,
+            });
             let worker = Worker {
                 index,
                 engine,
-                contract,
-                graph_size,
+                preparer,
                 queue: queue.clone(),
-                spec: spec.clone(),
-                card: card.clone(),
-                keep_logits: config.keep_logits,
             };
             let spawned = std::thread::Builder::new()
                 .name(format!("segtool-batch-{index}"))
@@ -220,7 +225,7 @@ impl BatchServer {
         Ok(Self {
             queue,
             config,
-            spec,
+            spec: Arc::new(spec),
             workers: Mutex::new(workers),
             count,
         })
@@ -343,14 +348,10 @@ impl std::fmt::Debug for BatchServer {
 struct Worker {
     index: usize,
     engine: Box<dyn Engine>,
-    contract: IoContract,
-    /// The graph's fixed input size: images are fitted to it (`run::fit_to_graph`).
-    graph_size: Option<(usize, usize)>,
+    /// How the worker's model is prepared and decoded (a segtool export's spec and graph,
+    /// or a card).
+    preparer: Preparer,
     queue: Arc<Queue>,
-    spec: Arc<ModelSpec>,
-    /// The card of a model from elsewhere (it prepares and decodes instead of `spec`).
-    card: Option<Arc<ModelCard>>,
-    keep_logits: bool,
 }
 
 impl Worker {
@@ -412,11 +413,8 @@ impl Worker {
         inputs: &Inputs,
         only: Option<usize>,
     ) -> Result<Vec<Segmentation>, BatchError> {
-        let (engine, spec, keep) = (self.engine.as_mut(), &*self.spec, self.keep_logits);
-        let (contract, card, graph) = (self.contract, self.card.as_deref(), self.graph_size);
-        match catch_unwind(AssertUnwindSafe(|| {
-            inputs.run(only, engine, contract, spec, card, keep, graph)
-        })) {
+        let (engine, preparer) = (self.engine.as_mut(), &self.preparer);
+        match catch_unwind(AssertUnwindSafe(|| inputs.run(only, engine, preparer))) {
             Ok(result) => result.map_err(BatchError::from),
             Err(payload) => Err(BatchError::EnginePanicked(
                 payload
