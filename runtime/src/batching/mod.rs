@@ -158,6 +158,25 @@ impl BatchConfig {
         Self::default()
     }
 
+    /// A newest-frame stream's server ([`BatchServer::latest_stream`]): each frame runs
+    /// alone as soon as a session is free (`max_batch` 1, no wait), and the queue holds
+    /// the frames a `slot` of `slot` may keep waiting plus one in flight per session.
+    /// Every live front end (the CLI's `--live`, Python's, C's, the GStreamer element's,
+    /// the ROS 2 node's) starts from this, so they drop and answer frames alike.
+    ///
+    /// ```
+    /// use segtool_runtime::batching::BatchConfig;
+    /// let config = BatchConfig::live(1, 2);
+    /// assert_eq!((config.max_batch, config.queue_capacity), (1, 3));
+    /// assert!(config.max_wait.is_zero());
+    /// ```
+    pub fn live(slot: usize, sessions: usize) -> Self {
+        Self::new()
+            .with_max_batch(1)
+            .with_max_wait(Duration::ZERO)
+            .with_queue_capacity(slot.max(1) + sessions.max(1))
+    }
+
     /// Upper bound of the batch dimension `N` handed to an engine.
     pub fn with_max_batch(mut self, max_batch: usize) -> Self {
         self.max_batch = max_batch;

@@ -124,11 +124,7 @@ pub(super) fn run_live(args: &Args) -> Result<()> {
     }
     let (seg, smoother, desc) = open_live(args, size)?;
     let spec = seg.spec().clone();
-    let config = BatchConfig::new()
-        .with_max_batch(1)
-        .with_max_wait(Duration::ZERO)
-        .with_queue_capacity(args.slot.max(1) + 1)
-        .with_logits(args.logits || smoother.is_some());
+    let config = BatchConfig::live(args.slot, 1).with_logits(args.logits || smoother.is_some());
     let server = BatchServer::from_segmenters(config, vec![seg])?;
     let stream = live_stream(args, &server)?;
     if !to_stdout {
