@@ -75,4 +75,30 @@ fn a_fixed_size_graph_takes_frames_of_another_size_in_every_mode() {
             assert!(got == coloured, "batch {batch}, frame {i} ({w}x{h})");
         }
     }
+    // One input size: infer plans ONNX Runtime's memory for the tensor the graph takes
+    // (its own size), not for the frames'.
+    let out = dir.path().join("single");
+    let stderr = ok(segtool(&[
+        "infer",
+        "--model",
+        p(&onnx),
+        "--input",
+        p(&frames.join("f2.png")),
+        "--out",
+        p(&out),
+        "--engine",
+        "ort",
+        "--threads",
+        "1",
+        "--no-overlay",
+    ]));
+    let img = image::open(frames.join("f2.png")).unwrap().to_rgb8();
+    let want = seg.segment(&img).unwrap();
+    let palette = &seg.spec().palette;
+    let coloured: Vec<u8> = want
+        .mask
+        .iter()
+        .flat_map(|&c| palette[c as usize])
+        .collect();
+    assert!(mask_png(&out.join("f2_mask.png")) == coloured, "{stderr}");
 }
