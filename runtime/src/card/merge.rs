@@ -6,6 +6,7 @@ use segtool_model_spec::palette::default_palette;
 use segtool_onnx::card::MAX_CLASSES;
 use segtool_onnx::{ModelIo, TensorInfo};
 
+use super::pipeline::{Geometry, TensorSize};
 use super::{
     CardFields, CardSource, ChannelOrder, Dtype, Fit, InputCard, Layout, ModelCard, OutputCard,
     OutputKind, Resample, ResizeFilter, ResolvedCard, Restore, FIELDS,
@@ -212,20 +213,98 @@ fn input_tensor<'a>(
     (input_name, input_info, dtype, layout)
 }
 
-/// The fixed `[height, width]` the graph declares, else the card's layers' `size`.
+/// `input.size`: the card's layers', else the graph's fixed `[height, width]` when no
+/// layer gives another resize or a centre crop. A processor resizes before it crops, so a
+/// fixed graph's size is the tensor's, not the resize's ([`check_fixed_size`]).
 fn input_size(
     layers: &[(CardFields, CardSource)],
     input_info: &TensorInfo,
     layout: Layout,
 ) -> Option<([usize; 2], CardSource)> {
+    if let Some(given) = pick(layers, |f| f.input.size) {
+        return Some(given);
+    }
+    let steps = |f: &CardFields| {
+        let i = &f.input;
+        i.shortest_edge.is_some()
+            || i.keep_ratio.is_some()
+            || i.min_short_side.is_some()
+            || i.center_crop.is_some()
+    };
+    if layers.iter().any(|(f, _)| steps(f)) {
+        return None;
+    }
+    graph_size(input_info, layout).map(|(h, w)| ([h, w], CardSource::Graph))
+}
+
+/// The graph input's fixed `(height, width)`, where both are fixed.
+fn graph_size(input_info: &TensorInfo, layout: Layout) -> Option<(usize, usize)> {
     let dim = |i: usize| input_info.dims.get(i).copied().flatten();
-    let fixed_dims = match layout {
+    let (h, w) = match layout {
         Layout::Nchw => (dim(2), dim(3)),
         Layout::Nhwc => (dim(1), dim(2)),
     };
-    match fixed_dims {
-        (Some(h), Some(w)) if h > 0 && w > 0 => Some(([h as usize, w as usize], CardSource::Graph)),
-        _ => pick(layers, |f| f.input.size),
+    match (h, w) {
+        (Some(h), Some(w)) if h > 0 && w > 0 => Some((h as usize, w as usize)),
+        _ => None,
+    }
+}
+
+/// A card whose steps do not make the tensor a fixed-size graph takes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct SizeConflict {
+    /// The card field that decides the tensor's size, or makes it follow the image.
+    pub field: &'static str,
+    /// The tensor the steps make (`None`: each image's own).
+    pub tensor: Option<(usize, usize)>,
+    /// The graph's input.
+    pub input: String,
+    /// Its fixed `(height, width)`.
+    pub graph: (usize, usize),
+}
+
+impl std::fmt::Display for SizeConflict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (gh, gw) = self.graph;
+        match self.tensor {
+            Some((h, w)) => write!(f, "{} makes a {h}x{w} input tensor", self.field)?,
+            None => write!(
+                f,
+                "{} makes an input tensor of each image's size",
+                self.field
+            )?,
+        }
+        write!(
+            f,
+            ", but the graph fixes input {:?} at {gh}x{gw}",
+            self.input
+        )
+    }
+}
+
+/// The graph's fixed input size against the tensor `card`'s steps make (a card with no
+/// resize at all takes the graph's size in [`merge`]).
+pub(super) fn check_fixed_size(card: &ModelCard, io: &ModelIo) -> Result<(), SizeConflict> {
+    let i = &card.input;
+    let Some(graph) = io
+        .inputs
+        .iter()
+        .find(|t| t.name == i.name)
+        .and_then(|t| graph_size(t, i.layout))
+    else {
+        return Ok(());
+    };
+    let conflict = |field, tensor| SizeConflict {
+        field,
+        tensor,
+        input: i.name.clone(),
+        graph,
+    };
+    match Geometry::tensor_size(card) {
+        TensorSize::Fixed(tensor, _) if tensor == graph => Ok(()),
+        TensorSize::Fixed(tensor, field) => Err(conflict(field, Some(tensor))),
+        TensorSize::FollowsImage(None) => Ok(()),
+        TensorSize::FollowsImage(Some(field)) => Err(conflict(field, None)),
     }
 }
 

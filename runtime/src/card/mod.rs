@@ -11,8 +11,10 @@
 //!    `--classes`, ...).
 //!
 //! Then the graph: its input and output names, element types and fixed dims fill what no
-//! source gave (and win over a source that contradicts them: [`ModelCard::check_graph`]
-//! refuses such a card, naming both sides). A field nothing gives and nothing can default
+//! source gave; a card that contradicts them is refused, naming both sides
+//! ([`ModelCard::check_graph`]). A fixed graph size fills `input.size` only where no source
+//! gives a resize or a centre crop: otherwise the tensor the source's steps make (a
+//! processor's resize to 256, then its crop to 224) must be the graph's size. A field nothing gives and nothing can default
 //! (the normalisation of a float input) is an error naming what is missing and the ways
 //! to give it.
 
@@ -177,7 +179,9 @@ impl ResolvedCard {
 /// checked against the graph first; the copy describes itself from then on.
 pub fn write_card(model: &Path, out: &Path, card: &ModelCard) -> Result<()> {
     let io = read_io(model)?;
-    card.check_graph(&io)
+    merge::check_fixed_size(card, &io)
+        .map_err(|c| c.to_string())
+        .and_then(|()| check_graph(card, &io))
         .map_err(|message| RuntimeError::Card {
             path: model.to_path_buf(),
             message: format!("the card contradicts the graph: {message}"),
@@ -277,11 +281,52 @@ pub fn resolve(path: &Path, request: &CardRequest) -> Result<ResolvedCard> {
         path: Some(path.to_path_buf()),
         ..merge::merge(&layers, &io).map_err(err)?
     };
-    resolved
-        .card
-        .check_graph(&io)
+    merge::check_fixed_size(&resolved.card, &io).map_err(|c| size_refusal(path, &resolved, &c))?;
+    check_graph(&resolved.card, &io)
         .map_err(|e| err(format!("the card contradicts the graph: {e}")))?;
     Ok(resolved)
+}
+
+/// [`ModelCard::check_graph`] without its fixed-size check, which compares `input.size`
+/// alone (a centre crop or padding makes another tensor); [`merge::check_fixed_size`]
+/// compares the tensor the card's steps make instead.
+fn check_graph(card: &ModelCard, io: &ModelIo) -> std::result::Result<(), String> {
+    let mut io = io.clone();
+    let spatial = match card.input.layout {
+        Layout::Nchw => [2, 3],
+        Layout::Nhwc => [1, 2],
+    };
+    for input in io.inputs.iter_mut().filter(|t| t.name == card.input.name) {
+        for axis in spatial {
+            if let Some(dim) = input.dims.get_mut(axis) {
+                *dim = None;
+            }
+        }
+    }
+    card.check_graph(&io)
+}
+
+/// The refusal of a card whose steps do not make the graph's fixed size: it names the
+/// file the deciding field came from (and its key there), the model, and both sizes.
+fn size_refusal(model: &Path, resolved: &ResolvedCard, c: &merge::SizeConflict) -> RuntimeError {
+    let (path, key) = match resolved.source_of(c.field) {
+        Some(CardSource::HuggingFace(folder)) => (
+            folder.join(huggingface::PREPROCESSOR_CONFIG),
+            huggingface::key_of(c.field),
+        ),
+        Some(CardSource::Mmdeploy(folder)) => (folder.join(mmdeploy::PIPELINE), None),
+        Some(CardSource::Sidecar(file) | CardSource::CardFile(file)) => (file.clone(), None),
+        _ => (model.to_path_buf(), None),
+    };
+    let key = key.map_or_else(String::new, |k| format!("{k}: "));
+    RuntimeError::Card {
+        path,
+        message: format!(
+            "{key}{c} ({}): the steps and the export disagree; give a card file (--card) \
+             with the steps the graph was exported for",
+            model.display()
+        ),
+    }
 }
 
 /// The card a segtool export's spec and I/O contract amount to.

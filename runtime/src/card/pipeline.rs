@@ -130,6 +130,54 @@ impl Geometry {
     fn padded(&self) -> bool {
         self.content != self.tensor
     }
+
+    /// The tensor size `card`'s steps give every image, or what makes it follow the image.
+    pub(super) fn tensor_size(card: &ModelCard) -> TensorSize {
+        let i = &card.input;
+        let content = match (i.center_crop, i.size) {
+            (Some(_), _) => Some("input.center_crop"),
+            (None, Some(_)) if !i.keep_aspect_ratio => Some("input.size"),
+            _ => None,
+        };
+        if let Some(field) = content {
+            // The content no longer depends on the image, so neither does the padding.
+            let g = Self::of(card, (1, 1));
+            let field = match i.pad_size {
+                _ if g.tensor == g.content => field,
+                Some([h, w]) if (h, w) == g.tensor => "input.pad_size",
+                _ => "input.size_divisor",
+            };
+            return TensorSize::Fixed(g.tensor, field);
+        }
+        let divisor_pads = i
+            .size_divisor
+            .filter(|_| matches!(i.fit, Fit::Pad | Fit::PadCentre));
+        if let Some([h, w]) = i.pad_size {
+            // `prepare` refuses an image whose resize exceeds `pad_size`.
+            if divisor_pads.is_none_or(|d| h % d == 0 && w % d == 0) {
+                return TensorSize::Fixed((h, w), "input.pad_size");
+            }
+        }
+        TensorSize::FollowsImage(
+            [
+                (i.keep_aspect_ratio, "input.keep_aspect_ratio"),
+                (i.shortest_edge.is_some(), "input.shortest_edge"),
+                (i.keep_ratio.is_some(), "input.keep_ratio"),
+                (i.min_short_side.is_some(), "input.min_short_side"),
+            ]
+            .into_iter()
+            .find_map(|(given, field)| given.then_some(field)),
+        )
+    }
+}
+
+/// What decides the spatial size of the tensor a card makes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum TensorSize {
+    /// Every image gives this `(height, width)`, decided by this card field.
+    Fixed((usize, usize), &'static str),
+    /// It follows the image through this resize field (`None`: no resize at all).
+    FollowsImage(Option<&'static str>),
 }
 
 /// `v` rounded to the nearest multiple of `d` (ties to even, as Python's `round`, which

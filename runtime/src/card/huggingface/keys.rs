@@ -236,8 +236,8 @@ pub enum KeyRule {
     Applied,
     /// It changes nothing at inference, for this reason.
     NoEffect(&'static str),
-    /// segtool refuses a folder that has it (unless it holds its neutral value); the card
-    /// field that would replace it.
+    /// segtool refuses a folder that has it, whatever its value; the card field that would
+    /// replace it.
     Refused(&'static str),
 }
 

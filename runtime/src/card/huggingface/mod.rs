@@ -17,6 +17,8 @@
 //! and DETR answer a mask-classification head.
 
 pub mod keys;
+#[cfg(test)]
+mod tests;
 
 use std::path::Path;
 
@@ -109,14 +111,14 @@ fn read(folder: &Path) -> Result<Option<(CardFields, KeyReport)>> {
     };
     for (key, value) in own {
         let r = rule(processor, key);
+        // Whatever the value: what `false` or `null` means to a key segtool does not
+        // follow is not known here.
         if let KeyRule::Refused(instead) = r {
-            if !neutral(value) {
-                return Err(err(format!(
-                    "key {key:?} ({value}) changes preprocessing in a way segtool does not \
-                     follow for {}: give {instead}",
-                    processor.class()
-                )));
-            }
+            return Err(err(format!(
+                "key {key:?} ({value}) changes preprocessing in a way segtool does not \
+                 follow for {}: give {instead}",
+                processor.class()
+            )));
         }
         report.keys.push((key.clone(), r));
     }
@@ -134,9 +136,17 @@ fn read(folder: &Path) -> Result<Option<(CardFields, KeyReport)>> {
     Ok(Some((f, report)))
 }
 
-/// A value that asks for nothing: absent, `null`, `false`.
-fn neutral(v: &Value) -> bool {
-    matches!(v, Value::Null | Value::Bool(false))
+/// The `preprocessor_config.json` key a card field comes from, for refusals that name it.
+pub(super) fn key_of(field: &str) -> Option<&'static str> {
+    Some(match field {
+        "input.size" | "input.shortest_edge" | "input.longest_edge" => "size",
+        "input.center_crop" => "crop_size",
+        "input.pad_size" => "pad_size",
+        "input.size_divisor" => "size_divisor",
+        "input.keep_aspect_ratio" => "keep_aspect_ratio",
+        "input.ensure_multiple_of" => "ensure_multiple_of",
+        _ => return None,
+    })
 }
 
 /// The processor class a folder names, and whether its Pillow backend runs.
@@ -146,8 +156,11 @@ fn processor_of(
 ) -> std::result::Result<(Processor, bool), String> {
     let named = ["image_processor_type", "feature_extractor_type"]
         .iter()
-        .find_map(|k| pre.get(*k).and_then(Value::as_str));
-    if let Some(name) = named {
+        .find_map(|k| pre.get(*k).filter(|v| !v.is_null()).map(|v| (*k, v)));
+    if let Some((key, value)) = named {
+        let name = value
+            .as_str()
+            .ok_or_else(|| format!("{key} {value} is not a class name"))?;
         if let Some(found) = Processor::from_class(name) {
             return Ok(found);
         }
@@ -175,12 +188,36 @@ fn processor_of(
         })
 }
 
-fn truthy(v: &Value, key: &str) -> bool {
-    v.get(key).and_then(Value::as_bool).unwrap_or(false)
+/// A boolean key: absent or `null` is `None` (unset). Anything but a JSON boolean is
+/// refused: transformers tests the value's truth, and Python reads the string `"false"`
+/// as true.
+fn opt_flag(m: &Value, key: &str) -> std::result::Result<Option<bool>, String> {
+    match m.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Bool(b)) => Ok(Some(*b)),
+        Some(other) => Err(format!(
+            "{key} {other} is not a JSON boolean (true or false)"
+        )),
+    }
+}
+
+/// A boolean key, unset read as false (as the processors test it).
+fn flag(m: &Value, key: &str) -> std::result::Result<bool, String> {
+    Ok(opt_flag(m, key)?.unwrap_or(false))
 }
 
 fn positive(v: &Value) -> Option<usize> {
     v.as_u64().filter(|n| *n > 0).map(|n| n as usize)
+}
+
+/// A positive integer key: absent or `null` is `None`; anything else is refused by name.
+fn opt_positive(m: &Value, key: &str) -> std::result::Result<Option<usize>, String> {
+    match m.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => positive(v)
+            .map(Some)
+            .ok_or_else(|| format!("{key} {v} is not a positive integer")),
+    }
 }
 
 /// `{"height", "width"}` or a plain number (a square).
@@ -202,7 +239,7 @@ fn height_width(v: &Value, key: &str) -> std::result::Result<[usize; 2], String>
 /// The card fields of a processor's merged configuration.
 fn fields_of(m: &Value, p: Processor, pillow: bool) -> std::result::Result<CardFields, String> {
     let mut f = CardFields::default();
-    if truthy(m, "do_resize") {
+    if flag(m, "do_resize")? {
         resize_fields(m, p, &mut f)?;
     }
     let _ = pillow; // AutoImageProcessor loads the torchvision class even for a `...Pil` name
@@ -215,26 +252,42 @@ fn fields_of(m: &Value, p: Processor, pillow: bool) -> std::result::Result<CardF
 /// Resampling, rescale, normalisation, centre crop and channel order.
 fn pixel_fields(m: &Value, p: Processor, i: &mut InputFields) -> std::result::Result<(), String> {
     i.resize_filter = Some(ResizeFilter::Torchvision);
-    i.resample = Some(match m.get("resample").and_then(Value::as_u64) {
+    // Every class has a default: only the folder's own `null` leaves it unset.
+    let resample = m.get("resample").unwrap_or(&Value::Null);
+    i.resample = Some(match resample.as_u64() {
         Some(0) => Resample::Nearest,
         Some(1) => Resample::Lanczos,
-        Some(2) | None => Resample::Bilinear,
+        Some(2) => Resample::Bilinear,
         Some(3) => Resample::Bicubic,
-        Some(other) => {
+        Some(4 | 5) => {
             return Err(format!(
-                "resample {other} (box or hamming) is not followed: give input.resample \
+                "resample {resample} (box or hamming) is not followed: give input.resample \
                  (nearest, bilinear, bicubic, lanczos) in a card file"
             ))
         }
+        _ => {
+            return Err(format!(
+                "resample {resample} is not a PIL filter number (0 nearest, 1 lanczos, 2 \
+                 bilinear, 3 bicubic)"
+            ))
+        }
     });
-    i.scale = Some(if truthy(m, "do_rescale") {
-        m.get("rescale_factor")
-            .and_then(Value::as_f64)
-            .unwrap_or(1.0 / 255.0) as f32
+    i.scale = Some(if flag(m, "do_rescale")? {
+        let factor = m.get("rescale_factor").unwrap_or(&Value::Null);
+        factor
+            .as_f64()
+            .filter(|f| f.is_finite() && *f > 0.0)
+            .ok_or_else(|| format!("rescale_factor {factor} is not a positive number"))?
+            as f32
     } else {
         1.0
     });
-    let normalise = truthy(m, "do_normalize") && p != Processor::MobileVit;
+    // Frames are RGB before the card sees them (each front end converts its pixel format),
+    // where the conversion is the identity: either value feeds an RGB photo the same, and
+    // `false` only leaves greyscale, palette or RGBA files, which a 3-channel model cannot
+    // take as they are, unconverted. Read so that a malformed value is refused.
+    flag(m, "do_convert_rgb")?;
+    let normalise = p != Processor::MobileVit && flag(m, "do_normalize")?;
     (i.mean, i.std) = if normalise {
         (
             Some(floats(m, "image_mean")?),
@@ -243,13 +296,13 @@ fn pixel_fields(m: &Value, p: Processor, i: &mut InputFields) -> std::result::Re
     } else {
         (Some(vec![0.0; 3]), Some(vec![1.0; 3]))
     };
-    if truthy(m, "do_center_crop") {
+    if flag(m, "do_center_crop")? {
         let crop = m
             .get("crop_size")
             .ok_or("do_center_crop without crop_size")?;
         i.center_crop = Some(height_width(crop, "crop_size")?);
     }
-    let flip = p == Processor::MobileVit && truthy(m, "do_flip_channel_order");
+    let flip = p == Processor::MobileVit && flag(m, "do_flip_channel_order")?;
     i.channels = Some(if flip {
         ChannelOrder::Bgr
     } else {
@@ -260,17 +313,18 @@ fn pixel_fields(m: &Value, p: Processor, i: &mut InputFields) -> std::result::Re
 
 /// Size divisor and padding, refusing the paddings segtool does not follow.
 fn padding_fields(m: &Value, p: Processor, i: &mut InputFields) -> std::result::Result<(), String> {
-    let divisor = m.get("size_divisor").and_then(positive);
+    let divisor = opt_positive(m, "size_divisor")?;
+    let pad = flag(m, "do_pad")?;
     match p {
-        Processor::Dpt if truthy(m, "do_pad") => {
+        Processor::Dpt if pad => {
             i.size_divisor = Some(divisor.ok_or("do_pad without a positive size_divisor")?);
             i.fit = Some(Fit::PadCentre);
         }
-        Processor::MaskFormer | Processor::Mask2Former if truthy(m, "do_resize") => {
+        Processor::MaskFormer | Processor::Mask2Former if flag(m, "do_resize")? => {
             i.size_divisor = divisor;
             i.fit = divisor.map(|_| Fit::ResizeUp);
         }
-        Processor::Eomt if truthy(m, "do_split_image") || truthy(m, "do_pad") => {
+        Processor::Eomt if flag(m, "do_split_image")? || pad => {
             return Err(
                 "do_split_image or do_pad true: EoMT's overlapping square crops (merged \
                  after the model) and its padding before normalisation are not followed; \
@@ -278,7 +332,7 @@ fn padding_fields(m: &Value, p: Processor, i: &mut InputFields) -> std::result::
                     .into(),
             )
         }
-        Processor::Sapiens2 if truthy(m, "do_pad") => {
+        Processor::Sapiens2 if pad => {
             return Err(
                 "do_pad true: Sapiens2 pads for its normal, albedo and pointmap heads (an \
                  aspect-keeping resize, then centre padding), which segtool does not follow; \
@@ -288,17 +342,14 @@ fn padding_fields(m: &Value, p: Processor, i: &mut InputFields) -> std::result::
         }
         _ => {}
     }
-    let pads = p.mask_classification() || (p != Processor::Dpt && truthy(m, "do_pad"));
+    let pads = p.mask_classification() || (p != Processor::Dpt && pad);
     if let Some(pad) = m.get("pad_size").filter(|v| !v.is_null() && pads) {
         i.pad_size = Some(height_width(pad, "pad_size")?);
     }
-    match m.get("data_format").and_then(Value::as_str) {
-        None | Some("channels_first") => {}
-        Some(other) => {
-            return Err(format!(
-                "data_format {other:?}: segtool feeds channels_first"
-            ))
-        }
+    match m.get("data_format") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(f)) if f == "channels_first" => {}
+        Some(other) => return Err(format!("data_format {other}: segtool feeds channels_first")),
     }
     Ok(())
 }
@@ -343,11 +394,8 @@ fn resize_fields(m: &Value, p: Processor, f: &mut CardFields) -> std::result::Re
         .get("size")
         .filter(|v| !v.is_null())
         .ok_or("do_resize without size")?;
-    let max_size = m.get("max_size").and_then(positive);
-    let square = m
-        .get("default_to_square")
-        .and_then(Value::as_bool)
-        .unwrap_or(p.int_size_is_square());
+    let max_size = opt_positive(m, "max_size")?;
+    let square = opt_flag(m, "default_to_square")?.unwrap_or(p.int_size_is_square());
     if let Some(s) = positive(size) {
         if square {
             i.size = Some([s, s]);
@@ -362,7 +410,9 @@ fn resize_fields(m: &Value, p: Processor, f: &mut CardFields) -> std::result::Re
         )?);
     } else if let Some(short) = size.get("shortest_edge").and_then(positive) {
         i.shortest_edge = Some(short);
-        i.longest_edge = size.get("longest_edge").and_then(positive).or(max_size);
+        let longest =
+            opt_positive(size, "longest_edge").map_err(|e| format!("size {size}: {e}"))?;
+        i.longest_edge = longest.or(max_size);
     } else {
         return Err(format!(
             "size {size} is not {{\"height\", \"width\"}}, {{\"shortest_edge\"}} or \
@@ -382,26 +432,28 @@ fn resize_fields(m: &Value, p: Processor, f: &mut CardFields) -> std::result::Re
                 "size {size}: DPT's processor takes {{\"height\", \"width\"}}"
             ));
         }
-        i.keep_aspect_ratio = Some(truthy(m, "keep_aspect_ratio"));
-        i.ensure_multiple_of = m
-            .get("ensure_multiple_of")
-            .and_then(positive)
-            .filter(|&k| k > 1);
+        i.keep_aspect_ratio = Some(flag(m, "keep_aspect_ratio")?);
+        i.ensure_multiple_of = opt_positive(m, "ensure_multiple_of")?.filter(|&k| k > 1);
     }
     Ok(())
 }
 
 /// `id2label`'s names in id order (`None` without it).
 fn classes(config: &Value) -> std::result::Result<Option<Vec<String>>, String> {
-    let Some(map) = config.get("id2label").and_then(Value::as_object) else {
-        return Ok(None);
+    let map = match config.get("id2label") {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::Object(map)) => map,
+        Some(other) => return Err(format!("id2label {other} is not an object of class names")),
     };
     let mut pairs: Vec<(usize, String)> = Vec::new();
     for (k, v) in map {
         let id = k
             .parse::<usize>()
             .map_err(|_| format!("id2label key {k:?} is not a class id"))?;
-        pairs.push((id, v.as_str().unwrap_or_default().to_string()));
+        let name = v
+            .as_str()
+            .ok_or_else(|| format!("id2label {k:?} holds {v}, not a class name"))?;
+        pairs.push((id, name.to_string()));
     }
     pairs.sort();
     if pairs.iter().enumerate().any(|(i, (id, _))| i != *id) {
