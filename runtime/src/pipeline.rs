@@ -41,6 +41,8 @@ pub(crate) struct Plan {
     /// A segtool export's fixed graph size, which images are fitted to (not in accuracy
     /// mode, whose protocol sizes its own windows).
     pub graph: Option<(usize, usize)>,
+    /// The graph's fixed batch size: a larger group runs in pieces of it.
+    pub graph_batch: Option<usize>,
     pub accuracy: Option<AccuracyOptions>,
     pub keep_logits: bool,
 }
@@ -123,7 +125,8 @@ impl Preparer {
     /// fixed-size graph (resized, bilinear) or through the card's resize, crop,
     /// normalisation and padding. Refuses an empty batch.
     pub fn prepare(&self, images: &[RgbImage]) -> Result<Prepared> {
-        let groups = by_size(images.iter().map(RgbImage::dimensions))?
+        let groups = self
+            .batches(by_size(images.iter().map(RgbImage::dimensions))?)
             .into_iter()
             .map(|((w, h), members)| {
                 // The common case, one size: the images as they are, no copy.
@@ -156,7 +159,8 @@ impl Preparer {
             let images: Vec<RgbImage> = frames.iter().map(Frame::to_rgb).collect();
             return self.prepare(&images);
         }
-        let groups = by_size(frames.iter().map(|f| (f.width(), f.height())))?
+        let groups = self
+            .batches(by_size(frames.iter().map(|f| (f.width(), f.height())))?)
             .into_iter()
             .map(|((w, h), members)| {
                 let same: Vec<Frame<'_>> = members.iter().map(|&i| frames[i].clone()).collect();
@@ -170,6 +174,21 @@ impl Preparer {
             })
             .collect::<Result<_>>()?;
         Ok(self.prepared(frames.len(), groups))
+    }
+
+    /// Same-size groups cut to the graph's fixed batch size, if it has one (a graph
+    /// exported for batch 1 takes one image per run).
+    fn batches(&self, groups: Vec<((u32, u32), Vec<usize>)>) -> Vec<((u32, u32), Vec<usize>)> {
+        let Some(most) = self.plan.graph_batch else {
+            return groups;
+        };
+        groups
+            .into_iter()
+            .flat_map(|(size, members)| {
+                let pieces: Vec<Vec<usize>> = members.chunks(most).map(<[usize]>::to_vec).collect();
+                pieces.into_iter().map(move |piece| (size, piece))
+            })
+            .collect()
     }
 
     fn prepared(&self, count: usize, groups: Vec<PreparedGroup>) -> Prepared {

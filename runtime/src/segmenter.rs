@@ -18,7 +18,7 @@ pub use builder::{EngineKind, Fallback, SegmenterBuilder};
 pub use options::SegmenterOptions;
 
 use crate::accuracy::AccuracyOptions;
-use crate::batching::run::graph_size;
+use crate::batching::run::{graph_batch, graph_size};
 use crate::card::{self, ResolvedCard};
 use crate::contract_adapter::ContractAdapter;
 use crate::engine::Engine;
@@ -58,6 +58,8 @@ pub struct Segmenter {
     model: Option<ModelFile>,
     /// The graph's fixed spatial input `(height, width)`, if it has one.
     graph_size: Option<(usize, usize)>,
+    /// The graph's fixed batch size, if it has one: larger batches run in pieces.
+    pub(crate) graph_batch: Option<usize>,
     /// Accuracy mode: every batch runs under this evaluation protocol.
     accuracy: Option<AccuracyOptions>,
 }
@@ -78,6 +80,7 @@ impl Segmenter {
         let contract = IoContract::resolve(model.metadata.contract, graph);
         Self {
             graph_size: graph_size(&model.io, contract.input),
+            graph_batch: graph_batch(&model.io),
             accuracy: None,
             contract,
             spec: model.metadata.spec.clone(),
@@ -109,6 +112,7 @@ impl Segmenter {
             options: SegmenterOptions::default(),
             model: None,
             graph_size: None,
+            graph_batch: None,
             accuracy: None,
         }
     }
@@ -129,6 +133,7 @@ impl Segmenter {
             options: SegmenterOptions::default(),
             model: None,
             graph_size: None,
+            graph_batch: None,
             accuracy: None,
         }
     }
@@ -269,6 +274,7 @@ impl Segmenter {
             spec: self.spec.clone(),
             contract: self.contract,
             graph: self.graph_size,
+            graph_batch: self.graph_batch,
             accuracy: self.accuracy.clone(),
             keep_logits: self.keep_logits,
         })

@@ -33,6 +33,14 @@ pub(crate) fn graph_size(io: &ModelIo, layout: InputLayout) -> Option<(usize, us
     }
 }
 
+/// The graph's fixed batch size, when its first input's batch dimension is a number.
+pub(crate) fn graph_batch(io: &ModelIo) -> Option<usize> {
+    match io.inputs.first()?.dims.first()? {
+        Some(n) if *n > 0 => Some(*n as usize),
+        _ => None,
+    }
+}
+
 /// Same-size images as a fixed-size graph takes them: resized (bilinear, as
 /// `image`'s triangle filter) when the graph has another fixed size. [`decode`] brings
 /// the masks back to the sizes the caller keeps.

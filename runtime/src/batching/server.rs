@@ -123,8 +123,8 @@ impl BatchServer {
         let engines = segmenters
             .into_iter()
             .map(|s| {
-                let (contract, graph) = (s.contract(), s.graph_size());
-                (s.into_engine(), contract, graph)
+                let (contract, graph, batch) = (s.contract(), s.graph_size(), s.graph_batch);
+                (s.into_engine(), contract, graph, batch)
             })
             .collect();
         Self::start(config, spec, card, engines)
@@ -143,7 +143,7 @@ impl BatchServer {
             .into_iter()
             .map(|e| {
                 let contract = e.io_contract().unwrap_or_default();
-                (e, contract, None)
+                (e, contract, None, None)
             })
             .collect();
         Self::start(config, spec, None, engines)
@@ -160,7 +160,7 @@ impl BatchServer {
         let spec = crate::card::spec_of(&card);
         let engines = engines
             .into_iter()
-            .map(|e| (e, IoContract::default(), None))
+            .map(|e| (e, IoContract::default(), None, None))
             .collect();
         Self::start(config, spec, Some(Arc::new(card)), engines)
     }
@@ -169,7 +169,7 @@ impl BatchServer {
         config: BatchConfig,
         spec: ModelSpec,
         card: Option<Arc<ModelCard>>,
-        engines: Vec<(Box<dyn Engine>, IoContract, Option<(usize, usize)>)>,
+        engines: Vec<WorkerEngine>,
     ) -> Result<Self, BatchError> {
         config.validate()?;
         if engines.is_empty() {
@@ -180,7 +180,7 @@ impl BatchServer {
         let stats = engines
             .iter()
             .enumerate()
-            .map(|(worker, (e, _, _))| WorkerStats {
+            .map(|(worker, (e, _, _, _))| WorkerStats {
                 worker,
                 engine: e.name().to_string(),
                 provider: e.provider().to_string(),
@@ -190,13 +190,14 @@ impl BatchServer {
         let queue = Arc::new(Queue::new(&config, stats));
         let count = engines.len();
         let mut workers = Vec::with_capacity(count);
-        for (index, (engine, contract, graph)) in engines.into_iter().enumerate() {
+        for (index, (engine, contract, graph, graph_batch)) in engines.into_iter().enumerate() {
             // Each worker runs the pipeline's stages as a `Segmenter` does.
             let preparer = Preparer::new(Plan {
                 card: card.as_deref().cloned(),
                 spec: spec.clone(),
                 contract,
                 graph,
+                graph_batch,
                 accuracy: None,
                 keep_logits: config.keep_logits,
             });
@@ -344,6 +345,14 @@ impl std::fmt::Debug for BatchServer {
             .finish_non_exhaustive()
     }
 }
+
+/// A worker's engine with its contract, its graph's fixed size and fixed batch size.
+type WorkerEngine = (
+    Box<dyn Engine>,
+    IoContract,
+    Option<(usize, usize)>,
+    Option<usize>,
+);
 
 struct Worker {
     index: usize,

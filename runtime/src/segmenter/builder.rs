@@ -402,6 +402,12 @@ impl SegmenterBuilder {
                 fallback: first.to_string(),
             });
         }
+        if !resolved.segtool_export {
+            // A graph from elsewhere may fix its batch size (mmdeploy, Hugging Face
+            // exports at batch 1): batches run in pieces of it.
+            let io = segtool_onnx::read_io(&served)?;
+            segmenter.graph_batch = crate::batching::run::graph_batch(&io);
+        }
         segmenter.fallbacks = fallbacks;
         segmenter.engine_choice = choice;
         segmenter.options = self.as_options();

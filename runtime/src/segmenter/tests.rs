@@ -136,8 +136,15 @@ fn a_fixed_size_graph_gets_fitted_images_and_frame_size_masks() {
     let at_graph = seg.segment(&small).unwrap().mask;
     let want = resize_nearest(at_graph.view(), 15, 20);
     assert_eq!(seg.segment(&frame).unwrap().mask, want);
+    // The graph also fixes its batch at 1: batches of one size run in pieces of one.
+    let batch = seg
+        .segment_batch(&[frame.clone(), small.clone(), frame.clone()])
+        .unwrap();
+    let masks: Vec<_> = batch.into_iter().map(|s| s.mask).collect();
+    assert_eq!(masks, [want.clone(), at_graph, want.clone()]);
     let server = BatchServer::from_segmenters(BatchConfig::new(), vec![open().unwrap()]).unwrap();
-    assert_eq!(server.segment_all(vec![frame]).unwrap()[0].mask, want);
+    let served = server.segment_all(vec![frame.clone(), frame]).unwrap();
+    assert!(served.iter().all(|s| s.mask == want));
 }
 
 /// Accuracy mode is refused, naming the model, for a graph that takes uint8 pixels or
