@@ -108,8 +108,12 @@ typedef struct segtool_segmenter segtool_segmenter;
 typedef int32_t segtool_engine;
 
 /**
- * Options for `segtool_open`. Start from `segtool_options_default()` and change fields;
- * passing NULL to `segtool_open` means the defaults.
+ * Options for `segtool_open`: the runtime's `SegmenterOptions`, field for option, under
+ * the same names and with the same defaults as every front end's (`ort_library` aside).
+ * Start from `segtool_options_default()` and change fields; passing NULL to
+ * `segtool_open` means the defaults. `segtool_options_json` reports what a segmenter
+ * was opened with. Fields are only ever added at the end; the struct carries no size,
+ * so a program is rebuilt against the header it links with.
  */
 typedef struct segtool_options {
   /**
@@ -119,8 +123,8 @@ typedef struct segtool_options {
   segtool_engine engine;
   /**
    * ONNX Runtime execution providers in preference order, comma separated:
-   * `"cuda,cpu"`, `"cuda:1"`, `"tensorrt-fp16:0,cuda:0"`. CPU is always the last
-   * resort. NULL or `""` means CPU only. tract always runs on the CPU.
+   * `"cuda,cpu"`, `"cuda:1"`, `"tensorrt-fp16:0,cuda:0"`. One that does not load falls
+   * back to the next (reported), unless `strict`. NULL or `""` (default): `"cpu"`.
    */
   const char *providers;
   /**
@@ -134,16 +138,15 @@ typedef struct segtool_options {
    */
   const char *precision;
   /**
-   * Threads for one inference (the runtime's `SegmenterOptions::threads`): ONNX
-   * Runtime's intra-op pool, or tract's own pool; 0 (default) lets the engine decide
-   * (all cores).
+   * Threads for one inference: ONNX Runtime's intra-op pool, tract's pool, OpenVINO's
+   * CPU plugin; 0 (default): the engine's choice (all cores).
    */
   uint32_t threads;
   /**
-   * Fail with `SEGTOOL_ERR_PROVIDER_UNAVAILABLE` instead of falling back when the first
-   * requested provider cannot be used (another ONNX Runtime provider, or tract with
-   * `SEGTOOL_ENGINE_AUTO`). Default false: fall back and report it through
-   * `segtool_fallback_reason`.
+   * No fallback of any kind: fail with `SEGTOOL_ERR_PROVIDER_UNAVAILABLE` instead of
+   * running on something not asked for (another provider or device, another engine
+   * with `SEGTOOL_ENGINE_AUTO`, an option the engine that runs does not take). Default
+   * false: fall back and report it through `segtool_fallback_reason`.
    */
   bool strict;
   /**
@@ -153,8 +156,8 @@ typedef struct segtool_options {
    */
   const char *ort_library;
   /**
-   * Input height and width every image will have (a fixed camera), or 0 and 0
-   * (default) for any size. ONNX Runtime then plans memory for that size (buffers
+   * `fixed_size`: the input height and width every image will have (a fixed camera),
+   * or 0 and 0 (default) for any size. ONNX Runtime then plans memory for that size (buffers
    * reused in place: about 25% less activation memory for a ResNet-50 DANet) and
    * refuses other sizes with `SEGTOOL_ERR_INVALID_ARGUMENT`. Refused by tract (it plans each
    * size as it comes); with auto, the size the engines are timed at.
@@ -169,6 +172,19 @@ typedef struct segtool_options {
    * `SEGTOOL_ERR_INVALID_MODEL`, naming what is missing.
    */
   const char *card;
+  /**
+   * OpenVINO's performance hint: `"latency"` or `"throughput"`; NULL or `""`
+   * (default): latency.
+   */
+  const char *hint;
+  /**
+   * OpenVINO's parallel inference streams; 0 (default): what the hint picks.
+   */
+  uint32_t streams;
+  /**
+   * Also keep each image's logits: `segtool_result_logits`. Default false.
+   */
+  bool logits;
 } segtool_options;
 
 /**
@@ -236,7 +252,8 @@ typedef struct segtool_live_counts {
 } segtool_live_counts;
 
 /**
- * ONNX Runtime when its library can be loaded, tract otherwise (the default).
+ * The engine timed fastest for the model on this machine (cached); ONNX Runtime for GPU
+ * providers, OpenVINO for bf16 (the default).
  */
 #define SEGTOOL_ENGINE_AUTO 0
 
@@ -260,8 +277,9 @@ extern "C" {
 #endif // __cplusplus
 
 /**
- * The default options: `SEGTOOL_ENGINE_AUTO`, CPU only, ONNX Runtime's thread default,
- * not strict, ONNX Runtime library from the usual search path.
+ * The default options, those of every front end: `SEGTOOL_ENGINE_AUTO`, providers
+ * `"cpu"`, OpenVINO's CPU at f32 with the latency hint, each engine's own threads and
+ * streams, not strict, any input size, no logits, the usual library and card search.
  */
 struct segtool_options segtool_options_default(void);
 
@@ -327,6 +345,22 @@ uint32_t segtool_result_height(const struct segtool_result *res);
  * `res` is NULL or a live result.
  */
 const uint8_t *segtool_result_class_map(const struct segtool_result *res);
+
+/**
+ * The image's logits, `classes * height * width` floats, row-major (class `c` at row
+ * `y`, column `x` is at `(c * height + y) * width + x`), at the size the model outputs
+ * them, which may be smaller than the image's. Writes the three sizes to those of
+ * `classes`, `height` and `width` that are not NULL. Owned by the result. NULL when the
+ * segmenter was opened without `segtool_options.logits` or the model outputs class
+ * maps (`--argmax`), the sizes then 0, or when `res` is NULL.
+ *
+ * # Safety
+ * `res` is NULL or a live result; `classes`, `height` and `width` are NULL or writable.
+ */
+const float *segtool_result_logits(const struct segtool_result *res,
+                                   uint32_t *classes,
+                                   uint32_t *height,
+                                   uint32_t *width);
 
 /**
  * Frees a result. NULL is a no-op.
@@ -398,6 +432,20 @@ const char *segtool_fallback_reason(const struct segtool_segmenter *seg);
  * `seg` is NULL or a live handle.
  */
 const char *segtool_engine_choice(const struct segtool_segmenter *seg);
+
+/**
+ * What the segmenter was opened with, as JSON keyed by the option names every front end
+ * uses (`segtool_options`' fields, `fixed_size` as `[height, width]`): `{"engine":
+ * "openvino", "providers": ["cpu"], "device": "CPU", "precision": "bf16", "hint":
+ * "throughput", "streams": 2, "threads": 1, "card": null, "strict": true, "fixed_size":
+ * null, "logits": false}`. The defaults are filled in; `streams` and `threads` are `null`
+ * for the hint's and the engine's own (0 in the struct). Owned by the segmenter, valid
+ * until `segtool_close`; NULL if `seg` is NULL.
+ *
+ * # Safety
+ * `seg` is NULL or a live handle.
+ */
+const char *segtool_options_json(const struct segtool_segmenter *seg);
 
 /**
  * The default live options: slot 1, no deadline, one session, no smoothing.

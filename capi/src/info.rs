@@ -1,5 +1,6 @@
-//! Model information on an open segmenter: class count and names, palette colours, and
-//! which engine and execution provider actually run (with the fallback reason). These
+//! Model information on an open segmenter: class count and names, palette colours,
+//! which engine and execution provider actually run (with the fallback reason), and the
+//! options it was opened with. These
 //! accessors only read data copied out at open time, so they never wait on the
 //! segmenter's inference mutex.
 
@@ -119,4 +120,19 @@ pub unsafe extern "C" fn segtool_engine_choice(seg: *const segtool_segmenter) ->
             .as_ref()
             .map_or(ptr::null(), |r| r.as_ptr()))
     })
+}
+
+/// What the segmenter was opened with, as JSON keyed by the option names every front end
+/// uses (`segtool_options`' fields, `fixed_size` as `[height, width]`): `{"engine":
+/// "openvino", "providers": ["cpu"], "device": "CPU", "precision": "bf16", "hint":
+/// "throughput", "streams": 2, "threads": 1, "card": null, "strict": true, "fixed_size":
+/// null, "logits": false}`. The defaults are filled in; `streams` and `threads` are `null`
+/// for the hint's and the engine's own (0 in the struct). Owned by the segmenter, valid
+/// until `segtool_close`; NULL if `seg` is NULL.
+///
+/// # Safety
+/// `seg` is NULL or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn segtool_options_json(seg: *const segtool_segmenter) -> *const c_char {
+    value_guard(ptr::null(), || Ok(segmenter_ref(seg)?.options.as_ptr()))
 }

@@ -35,7 +35,7 @@
 //!     segtool_options opts = segtool_options_default();
 //!     opts.engine = SEGTOOL_ENGINE_AUTO;   /* the engine timed fastest here (cached) */
 //!     opts.providers = "cuda,cpu";         /* ONNX Runtime providers, in preference order */
-//!     opts.threads = 4;
+//!     opts.threads = 4;                    /* 0: the engine's own */
 //!
 //!     segtool_segmenter *seg = NULL;
 //!     if (segtool_open(model, &opts, &seg) != SEGTOOL_OK) {
@@ -44,6 +44,7 @@
 //!     }
 //!     printf("segtool %s on %s/%s, %u classes\n", segtool_version(),
 //!            segtool_engine_name(seg), segtool_provider(seg), segtool_num_classes(seg));
+//!     printf("options: %s\n", segtool_options_json(seg)); /* what arrived, as JSON */
 //!
 //!     segtool_result *res = NULL;
 //!     if (segtool_segment(seg, rgb, w, h, step, &res) != SEGTOOL_OK) {
@@ -108,7 +109,7 @@ mod status;
 
 pub use info::{
     segtool_class_name, segtool_engine_choice, segtool_engine_name, segtool_fallback_reason,
-    segtool_num_classes, segtool_palette, segtool_provider,
+    segtool_num_classes, segtool_options_json, segtool_palette, segtool_provider,
 };
 pub use live::{
     segtool_live, segtool_live_close, segtool_live_counts, segtool_live_finish, segtool_live_next,
@@ -117,11 +118,11 @@ pub use live::{
 };
 pub use options::{
     segtool_engine, segtool_options, segtool_options_default, SEGTOOL_ENGINE_AUTO,
-    SEGTOOL_ENGINE_ORT, SEGTOOL_ENGINE_TRACT,
+    SEGTOOL_ENGINE_OPENVINO, SEGTOOL_ENGINE_ORT, SEGTOOL_ENGINE_TRACT,
 };
 pub use result::{
     segtool_result, segtool_result_class_map, segtool_result_free, segtool_result_height,
-    segtool_result_width,
+    segtool_result_logits, segtool_result_width,
 };
 pub use segmenter::{
     segtool_close, segtool_open, segtool_segment, segtool_segmenter, SEGTOOL_MAX_PIXELS,

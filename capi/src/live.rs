@@ -12,7 +12,7 @@ use segtool_runtime::batching::{BatchConfig, BatchError, BatchServer, LatestStre
 use segtool_runtime::{OutputKind, TemporalSmoother};
 
 use crate::options::{segtool_options, segtool_options_default};
-use crate::result::segtool_result;
+use crate::result::{segtool_result, Logits};
 use crate::segmenter::{builder, copy_image};
 use crate::status::segtool_status::{self, *};
 use crate::status::{path_arg, status_guard, Error};
@@ -65,6 +65,8 @@ pub struct segtool_live {
     stream: LatestStream,
     server: BatchServer,
     smoother: Option<Mutex<TemporalSmoother>>,
+    /// `segtool_options.logits`: results carry their logits.
+    logits: bool,
 }
 
 /// The default live options: slot 1, no deadline, one session, no smoothing.
@@ -123,7 +125,7 @@ fn open_live(
         .with_max_batch(1)
         .with_max_wait(Duration::ZERO)
         .with_queue_capacity(live.slot.max(1) as usize + sessions)
-        .with_logits(live.smooth > 0.0);
+        .with_logits(live.smooth > 0.0 || opts.logits);
     let server = BatchServer::from_segmenters(config, segmenters)?;
     let stream = server.latest_stream(live.slot.max(1) as usize);
     if live.deadline_ms > 0 {
@@ -137,6 +139,7 @@ fn open_live(
         stream,
         server,
         smoother,
+        logits: opts.logits,
     })
 }
 
@@ -271,10 +274,16 @@ pub unsafe extern "C" fn segtool_live_next(
                     .mask(logits.view(), height, width),
                 _ => out_map.mask,
             };
+            // Logits for smoothing alone stay inside.
+            let logits = out_map
+                .logits
+                .filter(|_| live.logits)
+                .map(|l| Logits::new(l.dim(), l.iter().copied().collect()));
             let result = segtool_result {
                 width: width as u32,
                 height: height as u32,
                 class_map: mask.iter().copied().collect(),
+                logits,
             };
             // SAFETY: as above.
             unsafe { *out = Box::into_raw(Box::new(result)) };

@@ -1,6 +1,6 @@
 //! The segmenter handle: the opaque [`segtool_segmenter`], built from a model path and
-//! `segtool_options` through the runtime's `SegmenterBuilder` (engine choice, fallbacks and
-//! `strict` are the builder's), `segtool_open`,
+//! `segtool_options` (read as the runtime's `SegmenterOptions`) through the runtime's
+//! `SegmenterBuilder` (engine choice, fallbacks and `strict` are the builder's), `segtool_open`,
 //! `segtool_close` and `segtool_segment` with the validation and copy of the caller's RGB
 //! buffer. The per-model accessors live in `info.rs`, the class map in `result.rs`.
 
@@ -11,13 +11,10 @@ use std::sync::Mutex;
 
 use image::RgbImage;
 use segtool_model_spec::ModelSpec;
-use segtool_runtime::{EngineKind, Frame, PixelFormat, Segmenter, SegmenterBuilder};
+use segtool_runtime::{Frame, PixelFormat, Segmenter, SegmenterBuilder};
 
-use crate::options::{
-    parse_providers, segtool_options, segtool_options_default, SEGTOOL_ENGINE_AUTO,
-    SEGTOOL_ENGINE_OPENVINO, SEGTOOL_ENGINE_ORT, SEGTOOL_ENGINE_TRACT,
-};
-use crate::result::segtool_result;
+use crate::options::{segtool_options, segtool_options_default};
+use crate::result::{segtool_result, Logits};
 use crate::status::segtool_status::{self, *};
 use crate::status::{opt_str, path_arg, status_guard, Error};
 
@@ -30,6 +27,8 @@ pub struct segtool_segmenter {
     pub(crate) provider: CString,
     pub(crate) fallback: Option<CString>,
     pub(crate) engine_choice: Option<CString>,
+    /// What it was opened with, as JSON (`segtool_options_json`).
+    pub(crate) options: CString,
 }
 
 /// Largest image accepted by `segtool_segment`, in pixels (a guard against garbage sizes;
@@ -47,61 +46,17 @@ fn c_string(s: &str) -> CString {
     CString::new(s.replace('\0', "")).expect("NUL bytes were removed")
 }
 
-/// The builder `opts` describe: the C ABI adds no logic of its own.
+/// The builder `opts` describe: the runtime's options, and where ONNX Runtime's library
+/// is (not an option); the C ABI adds no logic of its own.
 pub(crate) fn builder(path: &Path, opts: &segtool_options) -> Result<SegmenterBuilder, Error> {
     // SAFETY: the caller's contract for `segtool_options` strings.
-    let providers = parse_providers(unsafe { opt_str(opts.providers, "providers") }?)?;
-    let engine = match opts.engine {
-        SEGTOOL_ENGINE_AUTO => EngineKind::Auto,
-        SEGTOOL_ENGINE_ORT => EngineKind::Ort,
-        SEGTOOL_ENGINE_TRACT => EngineKind::Tract,
-        SEGTOOL_ENGINE_OPENVINO => EngineKind::OpenVino,
-        other => {
-            return Err(Error::invalid(format!(
-                "unknown engine {other} (SEGTOOL_ENGINE_AUTO = 0, SEGTOOL_ENGINE_ORT = 1, \
-                 SEGTOOL_ENGINE_TRACT = 2, SEGTOOL_ENGINE_OPENVINO = 3)"
-            )))
-        }
-    };
-    // SAFETY: as above.
-    let device = match unsafe { opt_str(opts.device, "device") }?.filter(|d| !d.is_empty()) {
-        Some(d) => d.parse().map_err(Error::invalid)?,
-        None => segtool_runtime::openvino::Device::Cpu,
-    };
-    // SAFETY: as above.
-    let precision = match unsafe { opt_str(opts.precision, "precision") }?.filter(|p| !p.is_empty())
-    {
-        Some(p) => p.parse().map_err(Error::invalid)?,
-        None => segtool_runtime::openvino::Precision::F32,
-    };
-    let mut builder = Segmenter::builder(path)
-        .engine(engine)
-        .providers(providers)
-        .device(device)
-        .precision(precision)
-        .strict(opts.strict);
-    if opts.threads > 0 {
-        builder = builder.threads(opts.threads as usize);
-    }
-    match (opts.fixed_height, opts.fixed_width) {
-        (0, 0) => {}
-        (0, _) | (_, 0) => {
-            return Err(Error::invalid(format!(
-                "fixed_height {} and fixed_width {}: give both, or 0 and 0 for any size",
-                opts.fixed_height, opts.fixed_width
-            )))
-        }
-        (h, w) => builder = builder.fixed_size(h as usize, w as usize),
-    }
+    let options = unsafe { opts.runtime_options() }?;
+    let mut builder = Segmenter::builder(path).options(&options)?;
     // SAFETY: as above.
     if let Some(lib) =
         unsafe { opt_str(opts.ort_library, "ort_library") }?.filter(|p| !p.is_empty())
     {
         builder = builder.ort_library(lib);
-    }
-    // SAFETY: as above.
-    if let Some(card) = unsafe { opt_str(opts.card, "card") }?.filter(|p| !p.is_empty()) {
-        builder = builder.card(segtool_runtime::card::CardRequest::new().card_file(card));
     }
     Ok(builder)
 }
@@ -111,6 +66,8 @@ pub(crate) fn open(path: &Path, opts: &segtool_options) -> Result<segtool_segmen
     let engine = segmenter.engine();
     let fallback = segmenter.fallback_summary();
     let spec: &ModelSpec = segmenter.spec();
+    let options = serde_json::to_string(segmenter.options())
+        .map_err(|e| Error::new(SEGTOOL_ERR_INFERENCE, format!("the options as JSON: {e}")))?;
     Ok(segtool_segmenter {
         class_names: spec.classes.iter().map(|c| c_string(c)).collect(),
         palette: spec.palette.clone(),
@@ -118,6 +75,7 @@ pub(crate) fn open(path: &Path, opts: &segtool_options) -> Result<segtool_segmen
         provider: c_string(engine.provider()),
         fallback: fallback.as_deref().map(c_string),
         engine_choice: segmenter.engine_choice().map(c_string),
+        options: c_string(&options),
         inner: Mutex::new(segmenter),
     })
 }
@@ -202,12 +160,13 @@ pub unsafe extern "C" fn segtool_segment(
             return Err(Error::null("rgb"));
         }
         let image = copy_image(rgb, width, height, stride_bytes)?;
-        let mask = {
+        let segmented = {
             // A panic while running leaves the engine usable for the next image (tract and
             // ONNX Runtime keep no half-updated state we rely on), so ignore poisoning.
             let mut inner = seg.inner.lock().unwrap_or_else(|e| e.into_inner());
-            inner.segment(&image)?.mask
+            inner.segment(&image)?
         };
+        let mask = segmented.mask;
         if mask.dim() != (height as usize, width as usize) {
             return Err(Error::new(
                 SEGTOOL_ERR_INFERENCE,
@@ -221,6 +180,10 @@ pub unsafe extern "C" fn segtool_segment(
             width,
             height,
             class_map: mask.iter().copied().collect(),
+            // `iter` walks the array in logical (row-major) order, whatever its strides.
+            logits: segmented
+                .logits
+                .map(|l| Logits::new(l.dim(), l.iter().copied().collect())),
         };
         // SAFETY: as above.
         unsafe { *out = Box::into_raw(Box::new(result)) };

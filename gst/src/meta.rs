@@ -10,6 +10,14 @@
 //! | `pixel-counts` | `GstValueArray` of `guint64` | pixels per class id, `classes` entries |
 //! | `frame` | `guint64` | the element's frame index (0, 1, ... since the last start or flush) |
 //!
+//! With the element's `logits` property, the same structure also holds the frame's
+//! logits ([`Logits`]), at the size the model outputs them:
+//!
+//! | field | type | what |
+//! |---|---|---|
+//! | `logits` | `GBytes` | `classes * logits-height * logits-width` float32 values, native byte order, row-major (class, row, column) |
+//! | `logits-height`, `logits-width` | `guint` | their size |
+//!
 //! The meta has no tags, so elements that copy or transform buffers (`videoconvert`,
 //! `tee`, `queue`) keep it. Read it with [`ClassMap::from_buffer`] in Rust, or with
 //! `gst_buffer_get_custom_meta(buf, "SegtoolClassMapMeta")` in C (the inline helpers of
@@ -122,6 +130,65 @@ impl ClassMap {
         for (name, value) in self.to_structure().iter() {
             s.set_value(name, value.clone());
         }
+        Ok(())
+    }
+}
+
+/// One frame's logits, in the class map's meta when the element's `logits` property is
+/// set.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Logits {
+    /// The model's class count.
+    pub classes: u32,
+    /// The logits' height and width: the model's output size, which may be smaller than
+    /// the frame's.
+    pub height: u32,
+    pub width: u32,
+    /// `classes * height * width` values, row-major (class, row, column).
+    pub values: Vec<f32>,
+}
+
+impl Logits {
+    /// From the runtime's `(classes, height, width)` array.
+    pub fn new(logits: ndarray::Array3<f32>) -> Self {
+        let (classes, height, width) = logits.dim();
+        Self {
+            classes: classes as u32,
+            height: height as u32,
+            width: width as u32,
+            // `iter` walks the array in logical (row-major) order, whatever its strides.
+            values: logits.iter().copied().collect(),
+        }
+    }
+
+    /// The logits in the meta on `buffer`, if any.
+    pub fn from_buffer(buffer: &gst::BufferRef) -> Option<Self> {
+        let meta = gst::meta::CustomMeta::from_buffer(buffer, META_NAME).ok()?;
+        let s = meta.structure();
+        let classes = s.get::<u32>("classes").ok()?;
+        let height = s.get::<u32>("logits-height").ok()?;
+        let width = s.get::<u32>("logits-width").ok()?;
+        let bytes = s.get::<glib::Bytes>("logits").ok()?;
+        let values: Vec<f32> = bytes
+            .chunks_exact(4)
+            .map(|b| f32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        (values.len() == (classes * height * width) as usize).then_some(Self {
+            classes,
+            height,
+            width,
+            values,
+        })
+    }
+
+    /// Adds these logits to the class map's meta on `buffer` (attached first).
+    pub fn attach(&self, buffer: &mut gst::BufferRef) -> Result<(), glib::BoolError> {
+        let mut meta = gst::meta::CustomMeta::from_mut_buffer(buffer, META_NAME)?;
+        let bytes: Vec<u8> = self.values.iter().flat_map(|v| v.to_ne_bytes()).collect();
+        let s = meta.mut_structure();
+        s.set("logits", glib::Bytes::from_owned(bytes));
+        s.set("logits-height", self.height);
+        s.set("logits-width", self.width);
         Ok(())
     }
 }

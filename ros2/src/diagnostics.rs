@@ -1,5 +1,6 @@
 //! The node's counters and their `/diagnostics` message: rate, latency p50/p99,
-//! answered, dropped, lost, bad messages (in all and per cause), provider, fallbacks and why.
+//! answered, dropped, lost, bad messages (in all and per cause), provider, fallbacks and
+//! why, and the options the model was opened with.
 //! The figures a robot's `diagnostic_aggregator` or `rqt_runtime_monitor` shows.
 
 use std::collections::BTreeMap;
@@ -99,6 +100,22 @@ pub struct EngineStatus {
     pub fallbacks: Option<String>,
     /// Which engine `--engine auto` chose and why (None: the engine was named).
     pub choice: Option<String>,
+    /// The options the model was opened with, as the runtime reports them, in JSON.
+    pub options: String,
+}
+
+impl EngineStatus {
+    /// What `segmenter` reports of its opening.
+    pub fn of(segmenter: &segtool_runtime::Segmenter) -> Self {
+        Self {
+            provider: segmenter.engine().provider().to_string(),
+            fallbacks: segmenter.fallback_summary(),
+            choice: segmenter.engine_choice().map(str::to_string),
+            // Fails only for a card path that is not UTF-8: said so, not hidden.
+            options: serde_json::to_string(segmenter.options())
+                .unwrap_or_else(|e| format!("(not shown as JSON: {e})")),
+        }
+    }
 }
 
 /// The node's `/diagnostics` message at `now`.
@@ -107,6 +124,7 @@ pub fn message(node: &str, stats: &NodeStats, engine: &EngineStatus, now: Time) 
         provider,
         fallbacks,
         choice,
+        options,
     } = engine;
     let fallbacks = fallbacks.as_deref();
     let kv = |key: &str, value: String| KeyValue {
@@ -132,6 +150,7 @@ pub fn message(node: &str, stats: &NodeStats, engine: &EngineStatus, now: Time) 
             "engine_choice",
             choice.as_deref().unwrap_or("named").to_string(),
         ),
+        kv("options", options.clone()),
     ];
     values.extend(
         stats
@@ -195,9 +214,52 @@ mod tests {
         assert_eq!(get("lost"), "2");
         assert_eq!(get("bad: unknown encoding"), "2");
         assert_eq!(get("provider"), "cpu");
+        assert_eq!(get("options"), "");
         assert_eq!(
             (get("color_masks_drawn"), get("overlays_drawn")),
             ("3".into(), "1".into())
         );
+    }
+
+    #[test]
+    fn the_options_the_model_was_opened_with_are_reported() {
+        use segtool_runtime::{EngineKind, Segmenter, SegmenterOptions};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.onnx");
+        let spec = segtool_testkit::tiny_spec(3);
+        let w = [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]];
+        std::fs::write(
+            &path,
+            segtool_testkit::tiny_model_bytes(&spec, &w, &[0.0; 3]),
+        )
+        .unwrap();
+        // What the node's flags and parameters resolve to, each off its default where tract
+        // takes it.
+        let set = SegmenterOptions {
+            engine: EngineKind::Tract,
+            threads: Some(2),
+            strict: true,
+            logits: true,
+            ..SegmenterOptions::default()
+        };
+        let seg = Segmenter::builder(&path)
+            .options(&set)
+            .unwrap()
+            .open()
+            .unwrap();
+        let m = message(
+            "/seg",
+            &NodeStats::default(),
+            &EngineStatus::of(&seg),
+            Time::default(),
+        );
+        let json = &m.status[0]
+            .values
+            .iter()
+            .find(|v| v.key == "options")
+            .unwrap()
+            .value;
+        let reported: SegmenterOptions = serde_json::from_str(json).unwrap();
+        assert_eq!(reported, set, "{json}");
     }
 }

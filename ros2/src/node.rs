@@ -280,11 +280,7 @@ pub fn run(
     on_event: &mut dyn FnMut(NodeEvent),
 ) -> Result<NodeStats, NodeError> {
     let mut wired = connect(config)?;
-    let engine_status = diagnostics::EngineStatus {
-        provider: segmenter.engine().provider().to_string(),
-        fallbacks: segmenter.fallback_summary(),
-        choice: segmenter.engine_choice().map(str::to_string),
-    };
+    let engine_status = diagnostics::EngineStatus::of(&segmenter);
     let spec = segmenter.spec().clone();
     let classes = spec.num_classes();
     if classes > 256 {

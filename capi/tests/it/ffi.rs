@@ -1,13 +1,15 @@
 //! The C API called from Rust, in-process: error reporting per thread, results equal to
-//! `Segmenter`'s, concurrent use of one segmenter. tract only (ONNX Runtime is loaded
-//! once per process; tests/it/c_api.rs covers it in a child process).
+//! `Segmenter`'s, concurrent use of one segmenter, every option reaching the engine.
+//! tract, but for the options (ONNX Runtime is loaded once per process, from
+//! `ORT_DYLIB_PATH`; tests/it/c_api.rs covers its other paths in a child process).
 
 use std::ffi::{CStr, CString};
 use std::ptr;
 
 use image::{Rgb, RgbImage};
 use segtool::*;
-use segtool_runtime::{EngineKind, Segmenter};
+use segtool_runtime::openvino::{PerformanceHint, Precision};
+use segtool_runtime::{EngineKind, Segmenter, SegmenterOptions};
 use segtool_testkit::{tiny_model_bytes, tiny_spec};
 
 struct Fixture {
@@ -246,4 +248,162 @@ fn a_hugging_face_mask_classification_folder_opens_by_folder() {
         assert_eq!(segment(seg, &img, 0), expected, "{name}");
     }
     unsafe { segtool_close(seg) };
+}
+
+/// What `segtool_options_json` reports of `seg`.
+fn reported(seg: *const segtool_segmenter) -> SegmenterOptions {
+    let json = unsafe { CStr::from_ptr(segtool_options_json(seg)) };
+    serde_json::from_str(json.to_str().unwrap()).unwrap()
+}
+
+/// Opens `path` with `opts`; `None` (a missing reference) when the engine's library
+/// cannot be loaded.
+fn open_with(path: &CString, opts: &segtool_options) -> Option<*mut segtool_segmenter> {
+    let mut seg = ptr::null_mut();
+    let st = unsafe { segtool_open(path.as_ptr(), opts, &mut seg) };
+    if st == segtool_status::SEGTOOL_ERR_BACKEND_UNAVAILABLE {
+        segtool_testkit::missing_reference(
+            last_error(),
+            "source \"$(bash scripts/setup.sh)\" (ORT_DYLIB_PATH, the openvino wheel)",
+        );
+        return None;
+    }
+    assert_eq!(st, segtool_status::SEGTOOL_OK, "{}", last_error());
+    Some(seg)
+}
+
+/// Each of the runtime's options (`SegmenterOptions::NAMES`), set through its
+/// `segtool_options` field off its default, is what `segtool_options_json` reports: what
+/// the engine was opened with. 0 threads and streams report `null` (the engine's own).
+#[test]
+fn every_option_arrives_and_is_reported() {
+    let f = open_tract();
+    let defaults = SegmenterOptions {
+        engine: EngineKind::Tract,
+        ..SegmenterOptions::default()
+    };
+    assert_eq!(reported(f.seg), defaults);
+    let json = unsafe { CStr::from_ptr(segtool_options_json(f.seg)) };
+    let keys: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(json.to_str().unwrap()).unwrap();
+    assert_eq!(keys.len(), SegmenterOptions::NAMES.len(), "{keys:?}");
+    assert!(
+        keys["threads"].is_null() && keys["streams"].is_null(),
+        "{keys:?}"
+    );
+    assert!(unsafe { segtool_options_json(ptr::null()) }.is_null());
+
+    // card, strict and logits with tract (a model from elsewhere needs its card).
+    let dir = tempfile::tempdir().unwrap();
+    let foreign = dir.path().join("foreign.onnx");
+    std::fs::write(&foreign, segtool_testkit::foreign_model_bytes(3, 3, false)).unwrap();
+    let card = dir.path().join("card.toml");
+    std::fs::write(
+        &card,
+        "num_classes = 3\n[input]\nmean = [0.5, 0.5, 0.5]\nstd = [0.25, 0.25, 0.25]\n",
+    )
+    .unwrap();
+    let card_c = CString::new(card.to_str().unwrap()).unwrap();
+    let mut opts = segtool_options_default();
+    opts.engine = SEGTOOL_ENGINE_TRACT;
+    opts.card = card_c.as_ptr();
+    opts.strict = true;
+    opts.logits = true;
+    opts.threads = 0;
+    let foreign_c = CString::new(foreign.to_str().unwrap()).unwrap();
+    let seg = open_with(&foreign_c, &opts).unwrap();
+    let want = SegmenterOptions {
+        engine: EngineKind::Tract,
+        card: Some(card.clone()),
+        strict: true,
+        logits: true,
+        ..SegmenterOptions::default()
+    };
+    assert_eq!(reported(seg), want);
+    // logits: every result carries them, as the runtime computes them.
+    let img = image();
+    let mut rust = Segmenter::builder(&foreign)
+        .options(&want)
+        .unwrap()
+        .open()
+        .unwrap();
+    let expected = rust.segment(&img).unwrap().logits.unwrap();
+    let mut res = ptr::null_mut();
+    let st = unsafe { segtool_segment(seg, img.as_raw().as_ptr(), 6, 4, 0, &mut res) };
+    assert_eq!(st, segtool_status::SEGTOOL_OK, "{}", last_error());
+    let (mut c, mut h, mut w) = (0, 0, 0);
+    let logits = unsafe { segtool_result_logits(res, &mut c, &mut h, &mut w) };
+    assert!(!logits.is_null());
+    let (ec, eh, ew) = expected.dim();
+    assert_eq!((c, h, w), (ec as u32, eh as u32, ew as u32));
+    let got = unsafe { std::slice::from_raw_parts(logits, (c * h * w) as usize) };
+    assert_eq!(got, expected.iter().copied().collect::<Vec<f32>>());
+    unsafe { segtool_result_free(res) };
+    unsafe { segtool_close(seg) };
+    // Without the option, none.
+    let mut res = ptr::null_mut();
+    let st = unsafe { segtool_segment(f.seg, img.as_raw().as_ptr(), 6, 4, 0, &mut res) };
+    assert_eq!(st, segtool_status::SEGTOOL_OK, "{}", last_error());
+    let mut c = 9;
+    assert!(
+        unsafe { segtool_result_logits(res, &mut c, ptr::null_mut(), ptr::null_mut()) }.is_null()
+    );
+    assert_eq!(c, 0);
+    unsafe { segtool_result_free(res) };
+
+    // OpenVINO's: device, precision, hint, streams, threads.
+    let (cpu, bf16, throughput) = (c"CPU", c"bf16", c"throughput");
+    let mut opts = segtool_options_default();
+    opts.engine = SEGTOOL_ENGINE_OPENVINO;
+    opts.device = cpu.as_ptr();
+    opts.precision = bf16.as_ptr();
+    opts.hint = throughput.as_ptr();
+    opts.streams = 2;
+    opts.threads = 1;
+    opts.strict = true;
+    if let Some(seg) = open_with(&f.path, &opts) {
+        let want = SegmenterOptions {
+            engine: EngineKind::OpenVino,
+            precision: Precision::Bf16,
+            hint: PerformanceHint::Throughput,
+            streams: Some(2),
+            threads: Some(1),
+            strict: true,
+            ..SegmenterOptions::default()
+        };
+        assert_eq!(reported(seg), want);
+        unsafe { segtool_close(seg) };
+    }
+
+    // ONNX Runtime's: providers (CUDA, absent here, falls back: not strict), fixed_size.
+    let providers = c"cuda:0,cpu";
+    let mut opts = segtool_options_default();
+    opts.engine = SEGTOOL_ENGINE_ORT;
+    opts.providers = providers.as_ptr();
+    opts.threads = 1;
+    opts.fixed_height = 4;
+    opts.fixed_width = 6;
+    opts.logits = true;
+    if let Some(seg) = open_with(&f.path, &opts) {
+        let want = SegmenterOptions {
+            engine: EngineKind::Ort,
+            providers: vec!["cuda:0".into(), "cpu".into()],
+            threads: Some(1),
+            fixed_size: Some([4, 6]),
+            logits: true,
+            ..SegmenterOptions::default()
+        };
+        assert_eq!(reported(seg), want);
+        unsafe { segtool_close(seg) };
+    }
+
+    // A value that is not one is refused, naming the option.
+    let fastest = c"fastest";
+    let mut opts = segtool_options_default();
+    opts.engine = SEGTOOL_ENGINE_TRACT;
+    opts.hint = fastest.as_ptr();
+    let mut seg = ptr::null_mut();
+    let st = unsafe { segtool_open(f.path.as_ptr(), &opts, &mut seg) };
+    assert_eq!(st, segtool_status::SEGTOOL_ERR_INVALID_ARGUMENT);
+    assert!(last_error().contains("option hint"), "{}", last_error());
 }

@@ -6,11 +6,10 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use image::RgbImage;
-use ndarray::Array2;
+use ndarray::{Array2, Array3};
 use segtool_model_spec::ModelSpec;
 use segtool_runtime::batching::{BatchConfig, BatchServer};
 use segtool_runtime::batching::{LatestStream, LiveFrame, Output};
-use segtool_runtime::card::CardRequest;
 use segtool_runtime::{Segmenter, TemporalSmoother};
 
 use super::props::Settings;
@@ -25,6 +24,8 @@ pub struct Opened {
     pub fallbacks: Vec<String>,
     /// Which engine `engine=auto` chose and why (None: the engine was named).
     pub engine_choice: Option<String>,
+    /// What it was opened with: the runtime's options as JSON.
+    pub options: String,
     /// The model's fixed input size `(width, height)`, when its graph has one (the
     /// runtime resizes frames to it and brings masks back to the frame's size).
     pub fixed: Option<(u32, u32)>,
@@ -41,6 +42,8 @@ pub enum Runner {
 pub struct SyncRunner {
     seg: Segmenter,
     smoother: Option<TemporalSmoother>,
+    /// The `logits` option: answers carry them.
+    logits: bool,
 }
 
 pub struct LiveRunner {
@@ -48,6 +51,14 @@ pub struct LiveRunner {
     pub stream: LatestStream,
     smoother: Option<TemporalSmoother>,
     deadline: Option<Duration>,
+    logits: bool,
+}
+
+/// One frame's answer: its class map at the frame's size, and its logits when the
+/// `logits` option asks for them.
+pub struct Answer {
+    pub mask: Array2<u8>,
+    pub logits: Option<Array3<f32>>,
 }
 
 /// Why the model could not be opened: (is it a missing file, message).
@@ -82,9 +93,7 @@ pub fn open(settings: &Settings) -> Result<Opened, OpenError> {
         true => err(false, what),
         false => err(false, format!("model {path}: {what}")),
     };
-    let providers = settings
-        .providers()
-        .map_err(|e| bad(format!("providers: {e}")))?;
+    let options = settings.options().map_err(|e| bad(e.to_string()))?;
     let accuracy = settings.accuracy().map_err(bad)?;
     let smooth = settings.smooth as f32;
     let smoother = if smooth > 0.0 {
@@ -97,21 +106,10 @@ pub fn open(settings: &Settings) -> Result<Opened, OpenError> {
             "accuracy mode (protocol) runs frame by frame: set live=false".into(),
         ));
     }
-    let (device, precision) = settings.openvino().map_err(bad)?;
-    let mut builder = Segmenter::builder(&path)
-        .engine(settings.engine.into())
-        .device(device)
-        .precision(precision);
-    if !providers.is_empty() {
-        builder = builder.providers(providers);
-    }
-    if settings.threads > 0 {
-        builder = builder.threads(settings.threads as usize);
-    }
-    if let Some(card) = &settings.card {
-        builder = builder.card(CardRequest::new().card_file(card));
-    }
-    let mut seg = builder.open().map_err(|e| bad(e.to_string()))?;
+    let mut seg = Segmenter::builder(&path)
+        .options(&options)
+        .and_then(|b| b.open())
+        .map_err(|e| bad(e.to_string()))?;
     let accuracy_mode = accuracy.is_some();
     if let Some(opts) = accuracy {
         seg = seg.with_accuracy(opts).map_err(|e| bad(e.to_string()))?;
@@ -120,6 +118,8 @@ pub fn open(settings: &Settings) -> Result<Opened, OpenError> {
     let provider = format!("{}/{}", seg.engine().name(), seg.engine().provider());
     let fallbacks = seg.fallbacks().iter().map(ToString::to_string).collect();
     let engine_choice = seg.engine_choice().map(str::to_string);
+    let json = serde_json::to_string(seg.options())
+        .map_err(|e| bad(format!("the options as JSON: {e}")))?;
     let fixed = seg.graph_size().map(|(h, w)| (w as u32, h as u32));
     if smoother.is_some() && !seg.contract().is_plain() && !accuracy_mode {
         let c = seg.contract();
@@ -132,7 +132,7 @@ pub fn open(settings: &Settings) -> Result<Opened, OpenError> {
             .with_max_batch(1)
             .with_max_wait(Duration::ZERO)
             .with_queue_capacity(4)
-            .with_logits(smoother.is_some());
+            .with_logits(smoother.is_some() || options.logits);
         let server =
             BatchServer::from_segmenters(config, vec![seg]).map_err(|e| bad(e.to_string()))?;
         let deadline =
@@ -143,11 +143,13 @@ pub fn open(settings: &Settings) -> Result<Opened, OpenError> {
             stream,
             smoother,
             deadline,
+            logits: options.logits,
         })
     } else {
         Runner::Sync(SyncRunner {
-            seg: seg.with_logits(smoother.is_some()),
+            seg: seg.with_logits(smoother.is_some() || options.logits),
             smoother,
+            logits: options.logits,
         })
     };
     Ok(Opened {
@@ -156,6 +158,7 @@ pub fn open(settings: &Settings) -> Result<Opened, OpenError> {
         provider,
         fallbacks,
         engine_choice,
+        options: json,
         fixed,
     })
 }
@@ -167,14 +170,16 @@ fn new_stream(server: &BatchServer, deadline: Option<Duration>) -> LatestStream 
 }
 
 impl SyncRunner {
-    /// One frame's class map at the input's size.
-    pub fn run(&mut self, img: &RgbImage) -> Result<Array2<u8>, String> {
+    /// One frame's answer, its class map at the input's size.
+    pub fn run(&mut self, img: &RgbImage) -> Result<Answer, String> {
         let (w, h) = (img.width() as usize, img.height() as usize);
         let out = self.seg.segment(img).map_err(|e| e.to_string())?;
-        match (&mut self.smoother, out.logits) {
-            (Some(sm), Some(logits)) => Ok(sm.mask(logits.view(), h, w)),
-            _ => Ok(out.mask),
-        }
+        let mask = match (&mut self.smoother, &out.logits) {
+            (Some(sm), Some(logits)) => sm.mask(logits.view(), h, w),
+            _ => out.mask,
+        };
+        let logits = out.logits.filter(|_| self.logits);
+        Ok(Answer { mask, logits })
     }
 
     /// Forgets the smoothing history.
@@ -185,12 +190,18 @@ impl SyncRunner {
     }
 }
 
-/// An answered frame's class map, smoothed when `smoother` is set.
-fn smoothed(smoother: &mut Option<TemporalSmoother>, out: &mut Output) -> Array2<u8> {
+/// An answered frame's class map, smoothed when `smoother` is set, and its logits when
+/// `logits`.
+fn answer(smoother: &mut Option<TemporalSmoother>, logits: bool, out: &mut Output) -> Answer {
     let (h, w) = out.mask.dim();
-    match (smoother, out.logits.take()) {
-        (Some(sm), Some(logits)) => sm.mask(logits.view(), h, w),
+    let raw = out.logits.take();
+    let mask = match (smoother, &raw) {
+        (Some(sm), Some(l)) => sm.mask(l.view(), h, w),
         _ => std::mem::take(&mut out.mask),
+    };
+    Answer {
+        mask,
+        logits: raw.filter(|_| logits),
     }
 }
 
@@ -206,11 +217,12 @@ impl LiveRunner {
         self.stream.set_deadline(deadline);
     }
 
-    /// The class map of an answered frame (smoothed when asked), at the frame's size.
-    pub fn mask_of(&mut self, frame: &mut LiveFrame) -> Option<Array2<u8>> {
+    /// The answer of an answered frame (its class map smoothed when asked, at the
+    /// frame's size).
+    pub fn answer_of(&mut self, frame: &mut LiveFrame) -> Option<Answer> {
         match &mut frame.outcome {
             segtool_runtime::batching::LiveOutcome::Answered(out) => {
-                Some(smoothed(&mut self.smoother, out))
+                Some(answer(&mut self.smoother, self.logits, out))
             }
             _ => None,
         }

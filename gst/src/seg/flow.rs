@@ -9,13 +9,12 @@ use gst::subclass::prelude::*;
 use gst_base::prelude::*;
 use gst_video::VideoFrameRef;
 use image::RgbImage;
-use ndarray::Array2;
 
 use super::caps;
-use super::engine::Runner;
+use super::engine::{Answer, Runner};
 use super::imp::{lock, SegtoolSeg, State, CAT, DROP_REPORT_EVERY};
 use super::props::OutputMode;
-use crate::meta::ClassMap;
+use crate::meta::{ClassMap, Logits};
 
 impl SegtoolSeg {
     pub(super) fn post(&self, s: gst::Structure) {
@@ -43,8 +42,9 @@ impl SegtoolSeg {
         index: u64,
         inbuf: &gst::Buffer,
         rgb: &RgbImage,
-        mask: Array2<u8>,
+        answer: Answer,
     ) -> Result<gst::Buffer, gst::FlowError> {
+        let Answer { mask, logits } = answer;
         let (in_info, out_info) = match (&state.in_info, &state.out_info) {
             (Some(i), Some(o)) => (i.clone(), o.clone()),
             _ => return Err(gst::FlowError::NotNegotiated),
@@ -106,6 +106,11 @@ impl SegtoolSeg {
                 },
             )?;
             map.attach(outbuf).map_err(|_| gst::FlowError::Error)?;
+            if let Some(logits) = logits {
+                Logits::new(logits)
+                    .attach(outbuf)
+                    .map_err(|_| gst::FlowError::Error)?;
+            }
         }
         Ok(out)
     }
@@ -125,13 +130,13 @@ impl SegtoolSeg {
             let Some(mut frame) = next else {
                 return Ok(());
             };
-            let mask = live.mask_of(&mut frame);
+            let answer = live.answer_of(&mut frame);
             let Some((index, inbuf, rgb, _)) = state.in_flight.remove(&frame.frame) else {
                 continue;
             };
-            match (mask, frame.outcome) {
-                (Some(mask), _) => {
-                    let out = self.render(state, index, &inbuf, &rgb, mask)?;
+            match (answer, frame.outcome) {
+                (Some(answer), _) => {
+                    let out = self.render(state, index, &inbuf, &rgb, answer)?;
                     state.ready.push_back(out);
                     lock(&self.stats).answered(frame.submitted.elapsed());
                 }

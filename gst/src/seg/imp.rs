@@ -169,6 +169,7 @@ impl BaseTransformImpl for SegtoolSeg {
                     "engine-choice",
                     opened.engine_choice.as_deref().unwrap_or("named"),
                 )
+                .field("options", &opened.options)
                 .build(),
         );
         for reason in &opened.fallbacks {
@@ -351,7 +352,7 @@ impl BaseTransformImpl for SegtoolSeg {
         let t0 = Instant::now();
         match &mut state.opened.runner {
             Runner::Sync(sync) => {
-                let mask = sync.run(&input).map_err(|e| {
+                let answer = sync.run(&input).map_err(|e| {
                     lock(&self.stats).failed += 1;
                     gst::element_imp_error!(
                         self,
@@ -360,7 +361,7 @@ impl BaseTransformImpl for SegtoolSeg {
                     );
                     gst::FlowError::Error
                 })?;
-                let out = self.render(state, index, &inbuf, &rgb, mask)?;
+                let out = self.render(state, index, &inbuf, &rgb, answer)?;
                 state.ready.push_back(out);
                 lock(&self.stats).answered(t0.elapsed());
             }

@@ -1,11 +1,14 @@
 //! The element's properties: their GObject specs, the settings they fill, and how the
-//! settings become a runtime configuration.
+//! settings become the runtime's configuration. The properties that open the model are
+//! the runtime's `SegmenterOptions` under the same names (dashes for underscores, as
+//! GStreamer spells them: `fixed-size`) and with the same defaults.
+
+use std::path::PathBuf;
 
 use gst::glib;
 use gst::prelude::*;
 use segtool_runtime::accuracy::{AccuracyOptions, Protocol};
-use segtool_runtime::openvino::{Device, Precision};
-use segtool_runtime::{EngineKind, Provider};
+use segtool_runtime::{EngineKind, RuntimeError, SegmenterOptions};
 
 /// Which engine runs the model (the `engine` property).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, glib::Enum)]
@@ -69,11 +72,22 @@ pub struct Settings {
     /// A model card (TOML) for an ONNX file segtool did not write.
     pub card: Option<String>,
     pub engine: EngineChoice,
+    /// Comma separated, as the runtime names them (`cuda:0,cpu`).
     pub providers: String,
-    /// OpenVINO's device and precision, as the runtime names them (`CPU`, `bf16`).
+    /// OpenVINO's device, precision and hint, as the runtime names them (`CPU`, `bf16`,
+    /// `throughput`).
     pub device: String,
     pub precision: String,
+    pub hint: String,
+    /// 0: what the hint picks.
+    pub streams: u32,
+    /// 0: the engine's default.
     pub threads: u32,
+    pub strict: bool,
+    /// `HxW`, or empty for any size.
+    pub fixed_size: String,
+    /// Each frame's logits in its meta.
+    pub logits: bool,
     pub output: OutputMode,
     pub alpha: f64,
     pub live: bool,
@@ -89,10 +103,15 @@ impl Default for Settings {
             model: None,
             card: None,
             engine: EngineChoice::Auto,
-            providers: String::new(),
+            providers: "cpu".into(),
             device: "CPU".into(),
             precision: "f32".into(),
+            hint: "latency".into(),
+            streams: 0,
             threads: 0,
+            strict: false,
+            fixed_size: String::new(),
+            logits: false,
             output: OutputMode::Overlay,
             alpha: segtool_runtime::DEFAULT_ALPHA as f64,
             live: false,
@@ -105,19 +124,59 @@ impl Default for Settings {
 }
 
 impl Settings {
-    /// The `providers` property as the runtime's providers (empty: the engine's default).
-    pub fn providers(&self) -> Result<Vec<Provider>, String> {
-        self.providers
+    /// The runtime's options the properties say; a value that is not one is refused,
+    /// naming the option.
+    pub fn options(&self) -> Result<SegmenterOptions, RuntimeError> {
+        let bad = |name: &'static str, message: String| RuntimeError::Option { name, message };
+        let defaults = SegmenterOptions::default();
+        let providers: Vec<String> = self
+            .providers
             .split(',')
             .map(str::trim)
             .filter(|s| !s.is_empty())
-            .map(str::parse)
-            .collect()
-    }
-
-    /// The `device` and `precision` properties as the runtime's values.
-    pub fn openvino(&self) -> Result<(Device, Precision), String> {
-        Ok((self.device.parse()?, self.precision.parse()?))
+            .map(str::to_owned)
+            .collect();
+        let fixed_size = match self.fixed_size.trim() {
+            "" => None,
+            text => {
+                let size = text
+                    .split_once('x')
+                    .and_then(|(h, w)| Some([h.trim().parse().ok()?, w.trim().parse().ok()?]));
+                match size {
+                    Some([h, w]) if h > 0 && w > 0 => Some([h, w]),
+                    _ => {
+                        return Err(bad(
+                            "fixed_size",
+                            format!(
+                            "{text:?} is not HEIGHTxWIDTH (e.g. 480x640), or empty for any size"
+                        ),
+                        ))
+                    }
+                }
+            }
+        };
+        Ok(SegmenterOptions {
+            engine: self.engine.into(),
+            // Empty is the default, as every front end's.
+            providers: match providers.is_empty() {
+                true => defaults.providers,
+                false => providers,
+            },
+            device: self.device.parse().map_err(|e| bad("device", e))?,
+            precision: self.precision.parse().map_err(|e| bad("precision", e))?,
+            hint: self.hint.parse().map_err(|e| bad("hint", e))?,
+            // 0 is the default (the hint's streams, the engine's threads), as everywhere.
+            streams: (self.streams > 0).then_some(self.streams as usize),
+            threads: (self.threads > 0).then_some(self.threads as usize),
+            card: self
+                .card
+                .as_deref()
+                .filter(|c| !c.is_empty())
+                .map(PathBuf::from),
+            strict: self.strict,
+            fixed_size,
+            logits: self.logits,
+        })
     }
 
     /// Accuracy mode's options, when `protocol` is set.
@@ -161,9 +220,10 @@ pub fn specs() -> Vec<glib::ParamSpec> {
             .nick("Providers")
             .blurb(
                 "ONNX Runtime execution providers in order of preference, e.g. \
-                 \"cuda:0,cpu\" or \"tensorrt:0,cuda:0,cpu\" (empty: cpu)",
+                 \"cuda:0,cpu\" or \"tensorrt:0,cuda:0,cpu\"; one that does not load falls \
+                 back to the next, unless strict (empty: cpu)",
             )
-            .default_value(Some(""))
+            .default_value(Some("cpu"))
             .build(),
         glib::ParamSpecString::builder("device")
             .nick("Device")
@@ -175,11 +235,50 @@ pub fn specs() -> Vec<glib::ParamSpec> {
             .blurb("OpenVINO's precision for float32 layers: f32, or bf16 (AMX, AVX-512 BF16)")
             .default_value(Some("f32"))
             .build(),
+        glib::ParamSpecString::builder("hint")
+            .nick("Performance hint")
+            .blurb("OpenVINO's performance hint: latency or throughput")
+            .default_value(Some("latency"))
+            .build(),
+        glib::ParamSpecUInt::builder("streams")
+            .nick("Streams")
+            .blurb("OpenVINO's parallel inference streams (0: what the hint picks)")
+            .maximum(1024)
+            .default_value(d.streams)
+            .build(),
         glib::ParamSpecUInt::builder("threads")
             .nick("Threads")
-            .blurb("Engine threads (0: the engine's default)")
+            .blurb(
+                "Threads for one inference: ONNX Runtime's intra-op pool, tract's, OpenVINO's \
+                 CPU plugin (0: the engine's default, all cores)",
+            )
             .maximum(1024)
             .default_value(d.threads)
+            .build(),
+        glib::ParamSpecBoolean::builder("strict")
+            .nick("Strict")
+            .blurb(
+                "No fallback of any kind: a provider or device that does not load, an engine \
+                 auto could not open, or an option the engine that runs does not take fails \
+                 the start",
+            )
+            .default_value(d.strict)
+            .build(),
+        glib::ParamSpecString::builder("fixed-size")
+            .nick("Fixed size")
+            .blurb(
+                "HEIGHTxWIDTH every frame will have (a fixed camera): ONNX Runtime plans its \
+                 memory for it and refuses other sizes (empty: any size)",
+            )
+            .default_value(Some(""))
+            .build(),
+        glib::ParamSpecBoolean::builder("logits")
+            .nick("Logits")
+            .blurb(
+                "Also carry each frame's logits in its SegtoolClassMapMeta (fields logits, \
+                 logits-height, logits-width)",
+            )
+            .default_value(d.logits)
             .build(),
         glib::ParamSpecEnum::builder_with_default("output", d.output)
             .nick("Output")
@@ -249,13 +348,32 @@ pub fn set(settings: &mut Settings, name: &str, value: &glib::Value) {
         }
         "device" => {
             let text = value.get::<Option<String>>().expect("type checked");
+            // NULL or empty: the default, as in every front end.
+            let text = text.filter(|t| !t.is_empty());
             settings.device = text.unwrap_or_else(|| Settings::default().device);
         }
         "precision" => {
             let text = value.get::<Option<String>>().expect("type checked");
+            // NULL or empty: the default, as in every front end.
+            let text = text.filter(|t| !t.is_empty());
             settings.precision = text.unwrap_or_else(|| Settings::default().precision);
         }
+        "hint" => {
+            let text = value.get::<Option<String>>().expect("type checked");
+            // NULL or empty: the default, as in every front end.
+            let text = text.filter(|t| !t.is_empty());
+            settings.hint = text.unwrap_or_else(|| Settings::default().hint);
+        }
+        "streams" => settings.streams = value.get().expect("type checked"),
         "threads" => settings.threads = value.get().expect("type checked"),
+        "strict" => settings.strict = value.get().expect("type checked"),
+        "fixed-size" => {
+            settings.fixed_size = value
+                .get::<Option<String>>()
+                .expect("type checked")
+                .unwrap_or_default()
+        }
+        "logits" => settings.logits = value.get().expect("type checked"),
         "output" => settings.output = value.get().expect("type checked"),
         "alpha" => settings.alpha = value.get().expect("type checked"),
         "live" => settings.live = value.get().expect("type checked"),
@@ -281,7 +399,12 @@ pub fn get(settings: &Settings, name: &str) -> Option<glib::Value> {
         "providers" => settings.providers.to_value(),
         "device" => settings.device.to_value(),
         "precision" => settings.precision.to_value(),
+        "hint" => settings.hint.to_value(),
+        "streams" => settings.streams.to_value(),
         "threads" => settings.threads.to_value(),
+        "strict" => settings.strict.to_value(),
+        "fixed-size" => settings.fixed_size.to_value(),
+        "logits" => settings.logits.to_value(),
         "output" => settings.output.to_value(),
         "alpha" => settings.alpha.to_value(),
         "live" => settings.live.to_value(),

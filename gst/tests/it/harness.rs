@@ -12,7 +12,7 @@ use image::RgbImage;
 use ndarray::Array2;
 use segtool_runtime::{colorize, overlay, EngineKind, Segmenter};
 
-use gstsegtool::meta::ClassMap;
+use gstsegtool::meta::{ClassMap, Logits};
 
 const W: u32 = 24;
 const H: u32 = 16;
@@ -523,7 +523,7 @@ fn a_hugging_face_mask_classification_folder_is_served_by_its_folder() {
 }
 
 /// The element's properties that open a model are named as the runtime's options
-/// (`SegmenterOptions::NAMES`): engine, providers, device, precision, threads, card.
+/// (`SegmenterOptions::NAMES`), dashes for underscores as GStreamer spells them.
 #[test]
 fn model_properties_are_named_as_the_runtime_options() {
     common::init();
@@ -533,21 +533,70 @@ fn model_properties_are_named_as_the_runtime_options() {
         .iter()
         .map(|p| p.name().to_string())
         .collect();
-    for name in [
-        "engine",
-        "providers",
-        "device",
-        "precision",
-        "threads",
-        "card",
+    for name in segtool_runtime::SegmenterOptions::NAMES {
+        let property = name.replace('_', "-");
+        assert!(
+            names.contains(&property),
+            "no property {property}: {names:?}"
+        );
+    }
+}
+
+/// `logits=true`: each buffer's meta carries the frame's logits, those the runtime
+/// computes, in order and in live mode alike; without it, none.
+#[test]
+fn logits_ride_in_the_meta_when_asked_for() {
+    common::init();
+    let dir = tempfile::tempdir().unwrap();
+    let model = common::tiny_model(dir.path(), 4);
+    let frames: Vec<RgbImage> = (0..N).map(|i| common::frame(i, W, H)).collect();
+    let mut seg = Segmenter::builder(&model)
+        .engine(EngineKind::Tract)
+        .threads(1)
+        .logits(true)
+        .open()
+        .unwrap();
+    let want: Vec<_> = frames
+        .iter()
+        .map(|f| seg.segment(f).unwrap().logits.unwrap())
+        .collect();
+    let base = format!(
+        "model={} engine=tract threads=1 output=mask",
+        model.display()
+    );
+    for (props, logits) in [
+        ("logits=true", true),
+        ("logits=true live=true", true),
+        ("", false),
     ] {
-        assert!(
-            segtool_runtime::SegmenterOptions::NAMES.contains(&name),
-            "{name} is no runtime option"
-        );
-        assert!(
-            names.iter().any(|n| n == name),
-            "no property {name}: {names:?}"
-        );
+        let mut h = Harness::new_parse(&format!("segtoolseg {base} {props}"));
+        h.set_src_caps_str(&format!(
+            "video/x-raw,format=RGB,width={W},height={H},framerate=30/1"
+        ));
+        for f in &frames {
+            let buf = gst::Buffer::from_mut_slice(encode(f, VideoFormat::Rgb));
+            assert_eq!(h.push(buf), Ok(gst::FlowSuccess::Ok));
+        }
+        assert!(h.push_event(gst::event::Eos::new()));
+        let mut answered = 0;
+        // Live mode may drop frames: each answered one is checked against its own.
+        while let Some(buf) = h.try_pull() {
+            answered += 1;
+            let frame = ClassMap::from_buffer(&buf).unwrap().frame as usize;
+            let got = Logits::from_buffer(&buf);
+            if !logits {
+                assert!(got.is_none(), "no logits unless asked for");
+                continue;
+            }
+            let got = got.unwrap_or_else(|| panic!("logits of frame {frame} ({props})"));
+            let (c, h, w) = want[frame].dim();
+            assert_eq!(
+                (got.classes, got.height, got.width),
+                (c as u32, h as u32, w as u32)
+            );
+            let values: Vec<f32> = want[frame].iter().copied().collect();
+            assert_eq!(got.values, values, "frame {frame} ({props})");
+        }
+        assert!(answered > 0, "{props}");
     }
 }

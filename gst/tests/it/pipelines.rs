@@ -13,6 +13,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gst::prelude::*;
+use segtool_runtime::openvino::{PerformanceHint, Precision};
+use segtool_runtime::{EngineKind, SegmenterOptions};
 
 use common::{gst_launch, show};
 
@@ -46,9 +48,17 @@ fn gst_inspect_lists_the_element_and_its_properties() {
     let text = String::from_utf8_lossy(&out.stdout);
     for prop in [
         "model",
+        "card",
         "engine",
         "providers",
+        "device",
+        "precision",
+        "hint",
+        "streams",
         "threads",
+        "strict",
+        "fixed-size",
+        "logits",
         "output",
         "alpha",
         "live",
@@ -423,4 +433,131 @@ fn bus_reports_provider_fallbacks_stats_and_latency() {
         named("segtool-drops").is_some(),
         "the final drop count is reported"
     );
+}
+
+/// Runs `segtoolseg <props>` on two frames of 64x48 to EOS; the options its
+/// `segtool-engine` message reports, or the error's text. `None` (a missing reference)
+/// when the engine's library cannot be loaded.
+fn reported_options(props: &str) -> Option<Result<SegmenterOptions, String>> {
+    common::init();
+    let description = format!(
+        "videotestsrc num-buffers=2 ! video/x-raw,format=RGB,width=64,height=48 \
+         ! segtoolseg {props} output=mask ! fakesink"
+    );
+    let pipeline = gst::parse::launch(&description)
+        .unwrap()
+        .downcast::<gst::Pipeline>()
+        .unwrap();
+    let bus = pipeline.bus().unwrap();
+    let _ = pipeline.set_state(gst::State::Playing);
+    let mut options = None;
+    let outcome = loop {
+        let msg = bus
+            .timed_pop(gst::ClockTime::from_seconds(60))
+            .expect("EOS or an error within the limit");
+        match msg.view() {
+            gst::MessageView::Eos(_) => break Ok(()),
+            gst::MessageView::Error(e) => break Err(e.error().to_string()),
+            gst::MessageView::Element(e) => {
+                let s = e.structure().filter(|s| s.name() == "segtool-engine");
+                if let Some(s) = s {
+                    let json = s.get::<String>("options").expect("an options field");
+                    options = Some(serde_json::from_str(&json).unwrap());
+                }
+            }
+            _ => {}
+        }
+    };
+    pipeline.set_state(gst::State::Null).unwrap();
+    match outcome {
+        Err(e) if e.contains("cannot be loaded") || e.contains("library not found") => {
+            segtool_testkit::missing_reference(
+                e,
+                "source \"$(bash scripts/setup.sh)\" (ORT_DYLIB_PATH, the openvino wheel)",
+            );
+            None
+        }
+        Err(e) => Some(Err(e)),
+        Ok(()) => Some(Ok(options.expect("a segtool-engine message"))),
+    }
+}
+
+/// Each of the runtime's options (`SegmenterOptions::NAMES`), set through its property
+/// off its default, is what the `segtool-engine` message's `options` field (JSON) says
+/// the model was opened with; the properties not set give the runtime's defaults, 0
+/// threads and streams included (`null`: the engine's own).
+#[test]
+fn every_option_arrives_and_is_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = common::tiny_model(dir.path(), 4);
+    let model = format!("model={}", model.display());
+    let reported = |props: &str| reported_options(&format!("{model} {props}"));
+
+    let defaults = SegmenterOptions {
+        engine: EngineKind::Tract,
+        ..SegmenterOptions::default()
+    };
+    assert_eq!(reported("engine=tract threads=0").unwrap(), Ok(defaults));
+
+    // card, strict and logits with tract (a model from elsewhere needs its card).
+    let foreign = dir.path().join("foreign.onnx");
+    std::fs::write(&foreign, segtool_testkit::foreign_model_bytes(3, 3, false)).unwrap();
+    let card = dir.path().join("card.toml");
+    std::fs::write(
+        &card,
+        "num_classes = 3\n[input]\nmean = [0.5, 0.5, 0.5]\nstd = [0.25, 0.25, 0.25]\n",
+    )
+    .unwrap();
+    let props = format!(
+        "model={} card={} engine=tract strict=true logits=true",
+        foreign.display(),
+        card.display()
+    );
+    let want = SegmenterOptions {
+        engine: EngineKind::Tract,
+        card: Some(card.clone()),
+        strict: true,
+        logits: true,
+        ..SegmenterOptions::default()
+    };
+    assert_eq!(reported_options(&props).unwrap(), Ok(want));
+
+    // OpenVINO's: device, precision, hint, streams, threads.
+    let props = "engine=openvino device=CPU precision=bf16 hint=throughput streams=2 \
+                 threads=1 strict=true";
+    if let Some(got) = reported(props) {
+        let want = SegmenterOptions {
+            engine: EngineKind::OpenVino,
+            precision: Precision::Bf16,
+            hint: PerformanceHint::Throughput,
+            streams: Some(2),
+            threads: Some(1),
+            strict: true,
+            ..SegmenterOptions::default()
+        };
+        assert_eq!(got, Ok(want));
+    }
+
+    // ONNX Runtime's: providers (CUDA, absent here, falls back: not strict), fixed-size.
+    let props = "engine=ort providers=cuda:0,cpu threads=1 fixed-size=48x64 logits=true";
+    if let Some(got) = reported(props) {
+        let want = SegmenterOptions {
+            engine: EngineKind::Ort,
+            providers: vec!["cuda:0".into(), "cpu".into()],
+            threads: Some(1),
+            fixed_size: Some([48, 64]),
+            logits: true,
+            ..SegmenterOptions::default()
+        };
+        assert_eq!(got, Ok(want));
+    }
+
+    // A value that is not one stops the start, naming the option.
+    for (props, name) in [
+        ("engine=tract hint=fastest", "option hint"),
+        ("engine=tract fixed-size=48", "option fixed_size"),
+    ] {
+        let e = reported(props).unwrap().unwrap_err();
+        assert!(e.contains(name), "{props}: {e}");
+    }
 }

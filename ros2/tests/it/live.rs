@@ -4,7 +4,8 @@
 //!
 //! - Every mask the viewer receives equals the runtime's `Segmenter` on the same frame
 //!   (the library `segtool infer` runs), stamp and frame_id carried through.
-//! - answered + dropped = sent, by the node's own `/diagnostics`, which arrive.
+//! - answered + dropped = sent, by the node's own `/diagnostics`, which arrive, with the
+//!   options the engine was opened with.
 //! - Each bad message (unknown encodings, short step, short data, big-endian flag; a
 //!   corrupt JPEG) is counted under its cause, and the node keeps answering.
 //! - Compressed input works; a camera on another domain id reaches nothing.
@@ -19,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use segtool_runtime::{EngineKind, Segmenter};
+use segtool_runtime::{EngineKind, Segmenter, SegmenterOptions};
 use segtool_testkit::{tiny_model_bytes, tiny_spec};
 use serde_json::Value;
 
@@ -222,6 +223,17 @@ fn raw_frames_and_bad_messages_over_cyclone_dds() {
         count(&summary, "bad_messages"),
         summary["bad_sent"].as_u64().unwrap()
     );
+    // The options the flags resolved to, as the engine received them.
+    let options: SegmenterOptions = summary["diagnostics"]["options"]
+        .as_str()
+        .and_then(|json| serde_json::from_str(json).ok())
+        .unwrap_or_else(|| panic!("options in the diagnostics: {summary}"));
+    let want = SegmenterOptions {
+        engine: EngineKind::Tract,
+        threads: Some(1),
+        ..SegmenterOptions::default()
+    };
+    assert_eq!(options, want, "{summary}");
     let (ok, stderr, took) = node.interrupt();
     assert!(ok, "exit status after SIGINT: {stderr}");
     assert!(took < Duration::from_secs(1), "SIGINT took {took:?}");
