@@ -6,9 +6,7 @@ use image::RgbImage;
 use ndarray::{Array3, ArrayView3};
 use numpy::{PyReadonlyArray2, PyReadonlyArray3};
 use pyo3::prelude::*;
-use segtool_model_spec::ModelSpec;
-use segtool_runtime::expert::EngineTensor;
-use segtool_runtime::{Frame, FrameError, InputLayout, PixelFormat, RuntimeError};
+use segtool_runtime::{Frame, FrameError, PixelFormat};
 
 use crate::errors;
 
@@ -83,22 +81,6 @@ pub(crate) fn frame(view: ArrayView3<'_, u8>, color: Color) -> Result<Frame<'_>,
     };
     let data = view.to_slice().expect("a standard-layout array");
     Frame::new(data, w as u32, h as u32, 0, format)
-}
-
-/// Same-size arrays as the model's input, read in place by the runtime
-/// ([`EngineTensor::from_frames`]; a strided array is packed first).
-pub(crate) fn engine_input(
-    imgs: &[ArrayView3<'_, u8>],
-    color: Color,
-    spec: &ModelSpec,
-    layout: InputLayout,
-) -> Result<EngineTensor, RuntimeError> {
-    let packed: Vec<_> = imgs.iter().map(|v| v.as_standard_layout()).collect();
-    let frames = packed
-        .iter()
-        .map(|v| frame(v.view(), color))
-        .collect::<Result<Vec<_>, _>>()?;
-    EngineTensor::from_frames(&frames, spec, layout)
 }
 
 /// The pixels as an owned RGB image (for the batch server and live streams, which keep

@@ -1,7 +1,6 @@
 //! `Segmenter` (one model: `segment`, `segment_batch`, spec, provider, fallbacks; plain or
 //! accuracy mode), its `Segmentation` results and their `Timings`.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -11,14 +10,12 @@ use numpy::{IntoPyArray, PyArray2, PyArray3, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use segtool_model_spec::ModelSpec;
-use segtool_runtime::accuracy::{AccuracyOptions, Protocol};
-use segtool_runtime::card::pipeline as card_pipeline;
-use segtool_runtime::openvino::OpenVinoOptions;
-use segtool_runtime::{EngineKind, IoContract, Provider, RuntimeError};
+use segtool_runtime::accuracy::AccuracyOptions;
+use segtool_runtime::{IoContract, RuntimeError, SegmenterOptions};
 
 use crate::errors;
 use crate::pixels::{self, Color};
-use opening::{accuracy_options, open};
+use opening::{accuracy_options, open, segmenter_options};
 
 mod opening;
 
@@ -111,8 +108,9 @@ pub(crate) struct Model {
 }
 
 impl Model {
-    /// Runs same-size images (read in place) and decodes them; `Err` carries the
-    /// runtime's error. Called without the GIL.
+    /// Runs images (of any sizes) and decodes them through the runtime's three stages (the
+    /// path every front end takes); `Err` carries the runtime's error. Called without the
+    /// GIL.
     fn run(
         &self,
         imgs: &[ArrayView3<'_, u8>],
@@ -120,58 +118,24 @@ impl Model {
         scores: bool,
         t: &mut Timings,
     ) -> Result<Decoded, RuntimeError> {
-        if self.foreign {
-            return self.run_by_card(imgs, color, scores, t);
-        }
         let t0 = Instant::now();
-        let input = pixels::engine_input(imgs, color, &self.spec, self.contract.input)?;
-        let t1 = Instant::now();
-        t.pre += (t1 - t0).as_secs_f64();
-        // Accuracy mode's mmseg protocol resizes from the pixels (as cv2's).
-        let rgb: Vec<image::RgbImage> = match &self.accuracy {
-            Some(opts) if opts.protocol == Protocol::Mmseg => imgs
-                .iter()
-                .map(|v| pixels::to_rgb_image(*v, color))
-                .collect(),
-            _ => Vec::new(),
-        };
-        let out = lock(&self.seg).run_prepared(input.view(), &rgb)?;
-        drop(input);
-        let t2 = Instant::now();
-        t.engine += (t2 - t1).as_secs_f64();
-        out.check(imgs.len(), &self.spec)?;
-        let (h, w, _) = imgs[0].dim();
-        let decoded = (0..imgs.len())
-            .map(|i| (out.mask(i, h, w), if scores { out.logits(i) } else { None }))
-            .collect();
-        t.post += t2.elapsed().as_secs_f64();
-        Ok(decoded)
-    }
-
-    /// A model from elsewhere, prepared and decoded as its card says
-    /// (`segtool_runtime::card::pipeline`, the same steps as `segtool infer`).
-    fn run_by_card(
-        &self,
-        imgs: &[ArrayView3<'_, u8>],
-        color: Color,
-        scores: bool,
-        t: &mut Timings,
-    ) -> Result<Decoded, RuntimeError> {
-        let t0 = Instant::now();
-        let rgb: Vec<image::RgbImage> = imgs
+        // Read in place where the model takes the pixels at their size (a strided array
+        // is packed first).
+        let packed: Vec<_> = imgs.iter().map(|v| v.as_standard_layout()).collect();
+        let frames = packed
             .iter()
-            .map(|v| pixels::to_rgb_image(*v, color))
-            .collect();
+            .map(|v| pixels::frame(v.view(), color))
+            .collect::<Result<Vec<_>, _>>()?;
         let mut seg = lock(&self.seg);
-        let card = seg.card().card.clone();
-        let (input, geometry) = card_pipeline::prepare(&rgb, &card)?;
+        let prepared = seg.preparer().logits(scores).prepare_frames(&frames)?;
         let t1 = Instant::now();
         t.pre += (t1 - t0).as_secs_f64();
-        let out = seg.run_prepared(input.view(), &rgb)?;
+        let scored = seg.run(prepared)?;
         drop(seg);
         let t2 = Instant::now();
         t.engine += (t2 - t1).as_secs_f64();
-        let decoded = card_pipeline::decode(out, &card, geometry, scores)?
+        let decoded = scored
+            .decode()?
             .into_iter()
             .map(|s| (s.mask, s.logits))
             .collect();
@@ -189,32 +153,10 @@ pub struct Segmenter {
     pub(crate) provider: String,
     fallbacks: Vec<(String, String)>,
     engine_choice: Option<String>,
+    /// What it was opened with, as the runtime reports it.
+    options: SegmenterOptions,
     input_size: Option<(i64, i64)>,
     protocol: Option<&'static str>,
-}
-
-/// OpenVINO's options from the keyword arguments, refusing a name it does not know.
-fn openvino_options(
-    device: &str,
-    precision: &str,
-    hint: &str,
-    streams: Option<usize>,
-    library: Option<PathBuf>,
-) -> PyResult<OpenVinoOptions> {
-    Ok(OpenVinoOptions {
-        device: device
-            .parse()
-            .map_err(|e: String| errors::input("a device", e))?,
-        precision: precision
-            .parse()
-            .map_err(|e: String| errors::input("a precision", e))?,
-        hint: hint
-            .parse()
-            .map_err(|e: String| errors::input("a hint", e))?,
-        streams,
-        library,
-        ..OpenVinoOptions::default()
-    })
 }
 
 /// `(kind, message)` per fallback taken: the package's own ONNX Runtime library search
@@ -240,7 +182,7 @@ impl Segmenter {
         ort_libraries = vec![], device = "CPU", precision = "f32", hint = "latency", streams = None,
         openvino_library = None, strict = false, protocol = None, base_size = None, scales = None,
         flip = false, mode = None, crop = None, stride = None, batch_size = 1, fixed_size = None,
-        card = None))]
+        card = None, logits = false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -265,33 +207,17 @@ impl Segmenter {
         batch_size: usize,
         fixed_size: Option<(usize, usize)>,
         card: Option<PathBuf>,
+        logits: bool,
     ) -> PyResult<Self> {
-        let kind: EngineKind = engine.parse().map_err(|e: String| {
-            errors::input("engine \"auto\", \"ort\", \"tract\" or \"openvino\"", e)
-        })?;
-        let openvino = openvino_options(device, precision, hint, streams, openvino_library)?;
-        let providers = providers
-            .iter()
-            .map(|p| p.parse::<Provider>())
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| errors::input("providers like (\"cuda:0\", \"cpu\")", e))?;
+        let options = segmenter_options(
+            engine, providers, device, precision, hint, streams, threads, card, strict, fixed_size,
+            logits,
+        )?;
         let accuracy = accuracy_options(
             protocol, base_size, scales, flip, mode, crop, stride, batch_size,
         )?;
         let (seg, search) = py
-            .detach(|| {
-                open(
-                    &path,
-                    kind,
-                    &openvino,
-                    &providers,
-                    threads,
-                    strict,
-                    fixed_size,
-                    &ort_libraries,
-                    card.as_ref(),
-                )
-            })
+            .detach(|| open(&path, &options, openvino_library, &ort_libraries))
             .map_err(errors::runtime)?;
         let fallbacks = fallback_rows(&seg, search.as_ref());
         let seg = match accuracy.clone() {
@@ -306,6 +232,7 @@ impl Segmenter {
             engine: seg.engine().name().to_string(),
             provider: seg.engine().provider().to_string(),
             engine_choice: seg.engine_choice().map(str::to_string),
+            options: seg.options().clone(),
             protocol: accuracy.as_ref().map(|o| o.protocol.name()),
             model: Arc::new(Model {
                 seg: Mutex::new(seg),
@@ -321,16 +248,16 @@ impl Segmenter {
     }
 
     /// Segments one HxWx3 uint8 image, read in place.
-    #[pyo3(signature = (img, color = "rgb", scores = false))]
+    #[pyo3(signature = (img, color = "rgb", scores = None))]
     fn segment(
         &self,
         py: Python<'_>,
         img: &Bound<'_, PyAny>,
         color: &str,
-        scores: bool,
+        scores: Option<bool>,
     ) -> PyResult<Py<Segmentation>> {
         let color = Color::parse(color)?;
-        self.check_scores(scores)?;
+        let scores = self.scores(scores)?;
         let arr = pixels::image_arg(img)?;
         let view = arr.as_array();
         let mut t = Timings::default();
@@ -344,16 +271,16 @@ impl Segmenter {
 
     /// Segments a list of images: one engine call per distinct size (one for a batch of
     /// same-size frames). Results in input order; Ctrl-C interrupts the wait.
-    #[pyo3(signature = (imgs, color = "rgb", scores = false))]
+    #[pyo3(signature = (imgs, color = "rgb", scores = None))]
     fn segment_batch(
         &self,
         py: Python<'_>,
         imgs: &Bound<'_, PyList>,
         color: &str,
-        scores: bool,
+        scores: Option<bool>,
     ) -> PyResult<Vec<Py<Segmentation>>> {
         let color = Color::parse(color)?;
-        self.check_scores(scores)?;
+        let scores = self.scores(scores)?;
         let mut owned: Vec<ndarray::Array3<u8>> = Vec::with_capacity(imgs.len());
         for (i, obj) in imgs.iter().enumerate() {
             let arr = pixels::image_arg(&obj)
@@ -365,40 +292,15 @@ impl Segmenter {
         if owned.is_empty() {
             return Ok(Vec::new());
         }
-        let mut groups: Vec<((usize, usize), Vec<usize>)> = Vec::new();
-        let mut by_size: HashMap<(usize, usize), usize> = HashMap::new();
-        for (i, a) in owned.iter().enumerate() {
-            let key = (a.dim().0, a.dim().1);
-            let g = *by_size.entry(key).or_insert_with(|| {
-                groups.push((key, Vec::new()));
-                groups.len() - 1
-            });
-            groups[g].1.push(i);
-        }
+        // The runtime's pipeline groups the batch by size (one engine run per size).
         let model = self.model.clone();
         let (tx, rx) = mpsc::channel();
         std::thread::Builder::new()
             .name("segtool-batch-call".into())
             .spawn(move || {
                 let mut t = Timings::default();
-                let mut results: Vec<Option<(Array2<u8>, Option<Array3<f32>>)>> =
-                    vec![None; owned.len()];
-                for (_, members) in &groups {
-                    let views: Vec<ArrayView3<u8>> =
-                        members.iter().map(|&i| owned[i].view()).collect();
-                    match model.run(&views, color, scores, &mut t) {
-                        Ok(decoded) => {
-                            for (&i, d) in members.iter().zip(decoded) {
-                                results[i] = Some(d);
-                            }
-                        }
-                        Err(e) => {
-                            let _ = tx.send(Err(e));
-                            return;
-                        }
-                    }
-                }
-                let _ = tx.send(Ok((results, t)));
+                let views: Vec<ArrayView3<u8>> = owned.iter().map(|a| a.view()).collect();
+                let _ = tx.send(model.run(&views, color, scores, &mut t).map(|r| (r, t)));
             })
             .map_err(|e| {
                 errors::EngineError::new_err(format!("cannot start the batch thread: {e}"))
@@ -406,10 +308,7 @@ impl Segmenter {
         let (results, t) = wait_interruptibly(py, rx)?.map_err(errors::runtime)?;
         results
             .into_iter()
-            .map(|r| {
-                let (mask, s) = r.expect("every image in a group");
-                segmentation(py, mask, s, Some(t))
-            })
+            .map(|(mask, s)| segmentation(py, mask, s, Some(t)))
             .collect()
     }
 
@@ -459,6 +358,15 @@ impl Segmenter {
         self.engine_choice.clone()
     }
 
+    /// What it was opened with, keyed by the runtime's option names (`engine`,
+    /// `providers`, ..., `logits`), defaults filled in; a fresh dict per call.
+    #[getter]
+    fn options<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let json = serde_json::to_string(&self.options)
+            .map_err(|e| errors::EngineError::new_err(format!("the options as JSON: {e}")))?;
+        py.import("json")?.call_method1("loads", (json,))
+    }
+
     #[getter]
     fn path(&self) -> PathBuf {
         self.path.clone()
@@ -476,17 +384,20 @@ impl Segmenter {
 }
 
 impl Segmenter {
-    fn check_scores(&self, scores: bool) -> PyResult<()> {
-        if scores
-            && self.model.contract.output == segtool_runtime::OutputKind::Mask
-            && self.model.accuracy.is_none()
-        {
-            return Err(errors::input(
+    /// Whether a call returns scores: as asked, else the `logits` option. Asked of a
+    /// model without scores (`--argmax`) it is an error; by the option, `None` scores, as
+    /// the runtime's `logits` means.
+    fn scores(&self, asked: Option<bool>) -> PyResult<bool> {
+        let has_scores = self.model.contract.output != segtool_runtime::OutputKind::Mask
+            || self.model.accuracy.is_some();
+        match asked {
+            Some(true) if !has_scores => Err(errors::input(
                 "scores=False for a model exported with --argmax (it outputs class maps, no scores)",
                 format!("scores=True with {}", self.path.display()),
-            ));
+            )),
+            Some(asked) => Ok(asked),
+            None => Ok(self.options.logits && has_scores),
         }
-        Ok(())
     }
 }
 

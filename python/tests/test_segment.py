@@ -75,7 +75,7 @@ def test_tract_equals_ort(models: Dict[str, Path]) -> None:
 
 def test_spec_and_fallbacks(models: Dict[str, Path], caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger="segtool"):
-        seg = segtool.Segmenter(models["plain"])  # providers ("cuda:0", "cpu"): no CUDA here
+        seg = segtool.Segmenter(models["plain"], providers=["cuda:0", "cpu"])  # no CUDA here
     spec = seg.spec
     assert len(spec["classes"]) == len(spec["palette"]) >= 2
     assert spec["protocol"] is None and spec["input"] == "NchwF32"
@@ -148,7 +148,7 @@ def test_without_onnxruntime_tract_runs_and_fallback_is_reported(models: Dict[st
         seg = segtool.Segmenter({str(models["plain"])!r}, providers=["cpu"])
         # auto times what opens (tract; OpenVINO where its library loads) and keeps the fastest.
         assert seg.engine in ("tract", "openvino"), (seg.engine, seg.engine_choice)
-        assert seg.engine_choice.startswith(f"auto chose {seg.engine}: "), seg.engine_choice
+        assert seg.engine_choice.startswith(f"auto chose {{seg.engine}}: "), seg.engine_choice
         assert "onnxruntime is missing" in seg.engine_choice, seg.engine_choice
         assert [f.kind for f in seg.fallbacks] == ["ort_library_missing"], seg.fallbacks
         assert "ONNX Runtime cannot be loaded" in seg.fallbacks[0].reason
@@ -202,6 +202,50 @@ def test_fixed_size(models: Dict[str, Path]) -> None:
         fixed.segment(frames(1, h + 8, w, seed=8)[0])
 
 
+def test_every_option_arrives_and_is_reported(models: Dict[str, Path]) -> None:
+    """Each of the runtime's options (SegmenterOptions::NAMES), set through its keyword
+    argument to a value other than its default, is what the opened segmenter reports."""
+    defaults = segtool.Segmenter(models["plain"], engine="tract").options
+    assert defaults == {
+        "engine": "tract", "providers": ["cpu"], "device": "CPU", "precision": "f32",
+        "hint": "latency", "streams": None, "threads": None, "card": None, "strict": False,
+        "fixed_size": None, "logits": False,
+    }
+    img = frames(1, seed=3)[0]
+    h, w = img.shape[:2]
+    ort_seg = segtool.Segmenter(
+        models["plain"], engine="ort", providers=["cuda:0", "cpu"], threads=1,
+        fixed_size=(h, w), logits=True,
+    )
+    assert ort_seg.options == {
+        **defaults, "engine": "ort", "providers": ["cuda:0", "cpu"], "threads": 1,
+        "fixed_size": [h, w], "logits": True,
+    }
+    # logits: every result carries its scores, unless the call says otherwise.
+    assert ort_seg.segment(img).scores is not None
+    assert ort_seg.segment(img, scores=False).scores is None
+    # A read-only report: changing the dict changes nothing.
+    ort_seg.options["threads"] = 7
+    assert ort_seg.options["threads"] == 1
+    openvino = dict(
+        engine="openvino", device="CPU", precision="bf16", hint="throughput", streams=2,
+        threads=1, strict=True,
+    )
+    try:
+        ov = segtool.Segmenter(models["plain"], **openvino)  # type: ignore[arg-type]
+    except segtool.EngineError as e:
+        # A missing library is a skip, except where every reference must be present.
+        if "OpenVINO cannot be loaded" not in str(e) or os.environ.get("SEGTOOL_REQUIRE_REFERENCES") == "1":
+            raise
+        pytest.skip(f"no OpenVINO library here: {e}")
+    assert ov.options == {**defaults, **openvino}
+    # 0 threads and streams: the engine's and the hint's own, reported as None.
+    zero = segtool.Segmenter(models["plain"], engine="tract", threads=0)
+    assert zero.options["threads"] is None
+    with pytest.raises(segtool.InputError, match="option hint"):
+        segtool.Segmenter(models["plain"], engine="tract", hint="fastest")
+
+
 def test_model_options_are_keyword_arguments_of_the_same_names() -> None:
     """The options that open a model have one set of names in the runtime
     (SegmenterOptions): Segmenter takes them as keyword arguments under those names."""
@@ -209,5 +253,5 @@ def test_model_options_are_keyword_arguments_of_the_same_names() -> None:
 
     params = inspect.signature(segtool.Segmenter).parameters
     names = ["engine", "providers", "device", "precision", "hint", "streams", "threads"]
-    for name in names + ["card", "strict", "fixed_size"]:
+    for name in names + ["card", "strict", "fixed_size", "logits"]:
         assert name in params, (name, list(params))

@@ -136,17 +136,22 @@ def ort_library_candidates() -> List[Tuple[str, str]]:
 class Segmenter:
     """One exported model, opened for inference.
 
-    ``engine``: ``"auto"`` (the engine timed fastest for the model on this machine, cached;
-    OpenVINO for bf16; ``engine_choice`` says which and why), ``"ort"``, ``"tract"`` or
-    ``"openvino"`` (Intel CPUs, iGPUs, NPUs: ``device="CPU"``, ``"GPU"``, ``"NPU"`` or
-    ``"AUTO"``; ``precision="f32"`` or ``"bf16"``; ``hint="latency"`` or
-    ``"throughput"``; ``streams``).
-    ``providers``: ONNX Runtime's execution providers in preference order (``"cuda:0"``,
-    ``"tensorrt:0"``, ``"cpu"``); one that does not load is a reported fallback.
+    The options that open the model are the runtime's, under the names and with the
+    defaults every front end uses (``options`` reports them back):
+    ``engine``: ``"auto"`` (default: the engine timed fastest for the model on this
+    machine, cached; OpenVINO for bf16; ``engine_choice`` says which and why), ``"ort"``,
+    ``"tract"`` or ``"openvino"``.
+    ``providers``: ONNX Runtime's execution providers in preference order (default
+    ``("cpu",)``; ``"cuda:0"``, ``"tensorrt:0"``, ...); one that does not load is a
+    reported fallback.
+    OpenVINO's ``device`` (``"CPU"``, default; ``"GPU"``, ``"NPU"``, ``"AUTO"``),
+    ``precision`` (``"f32"``, default, or ``"bf16"``), ``hint`` (``"latency"``, default,
+    or ``"throughput"``) and ``streams`` (default, and 0: what the hint picks).
     ``threads``: threads per inference (default, and 0: the engine's, all cores).
     ``strict=True`` refuses every fallback (raises instead). ``fixed_size=(H, W)``: every
     image has that size (a fixed camera); ONNX Runtime plans its memory for it and
-    refuses other sizes.
+    refuses other sizes. ``logits=True``: every result carries its scores unless a call
+    says ``scores=False``.
 
     Accuracy mode (the evaluation protocol on every call): ``protocol="danet"`` (DANet's
     MultiEvalModule: long side resized to ``base_size * scale``, sliding ``crop`` windows,
@@ -164,7 +169,7 @@ class Segmenter:
         self,
         path: PathLike,
         engine: str = "auto",
-        providers: Sequence[str] = ("cuda:0", "cpu"),
+        providers: Sequence[str] = ("cpu",),
         threads: Optional[int] = None,
         *,
         device: str = "CPU",
@@ -182,6 +187,7 @@ class Segmenter:
         batch_size: int = 1,
         fixed_size: Optional[Tuple[int, int]] = None,
         card: Optional[PathLike] = None,
+        logits: bool = False,
     ) -> None:
         if isinstance(providers, str):
             providers = (providers,)
@@ -207,18 +213,22 @@ class Segmenter:
             batch_size=batch_size,
             fixed_size=fixed_size,
             card=None if card is None else os.fspath(card),
+            logits=logits,
         )
         self.fallbacks: List[Fallback] = [Fallback(k, r) for k, r in self._native.fallbacks]
         for f in self.fallbacks:
             logger.warning("%s: %s", os.fspath(path), f.reason)
 
-    def segment(self, img: np.ndarray, color: str = "rgb", scores: bool = False) -> Segmentation:
+    def segment(
+        self, img: np.ndarray, color: str = "rgb", scores: Optional[bool] = None
+    ) -> Segmentation:
         """Segments one HxWx3 uint8 image (``color="bgr"`` for OpenCV frames), read in
-        place whatever its strides. ``scores=True`` adds the float32 CxHxW scores."""
+        place whatever its strides. ``scores=True`` adds the float32 CxHxW scores
+        (default: the ``logits`` option)."""
         return self._native.segment(img, color, scores)
 
     def segment_batch(
-        self, imgs: Sequence[np.ndarray], color: str = "rgb", scores: bool = False
+        self, imgs: Sequence[np.ndarray], color: str = "rgb", scores: Optional[bool] = None
     ) -> List[Segmentation]:
         """Segments a list of images: one engine call per batch (per distinct size)."""
         return self._native.segment_batch(list(imgs), color, scores)
@@ -240,6 +250,15 @@ class Segmenter:
     def provider(self) -> str:
         """The execution provider actually in use (``cpu``, ``cuda:0``, ...)."""
         return self._native.provider
+
+    @property
+    def options(self) -> Dict[str, Any]:
+        """What the model was opened with, keyed by the option names every front end uses
+        (``engine``, ``providers``, ``device``, ``precision``, ``hint``, ``streams``,
+        ``threads``, ``card``, ``strict``, ``fixed_size``, ``logits``), the defaults
+        filled in: ``streams`` and ``threads`` None for the hint's and the engine's own,
+        ``fixed_size`` ``[H, W]`` or None. A copy: changing it changes nothing."""
+        return self._native.options
 
     @property
     def engine_choice(self) -> Optional[str]:

@@ -1,12 +1,12 @@
-//! How a `segtool.Segmenter` is opened: its keyword arguments as runtime options (the
-//! accuracy mode's), and the engine through the runtime's builder.
+//! How a `segtool.Segmenter` is opened: its keyword arguments as the runtime's options
+//! ([`SegmenterOptions`] and the accuracy mode's), and the engine through the runtime's
+//! builder.
 
 use std::path::{Path, PathBuf};
 
 use segtool_runtime::accuracy::{AccuracyOptions, Protocol};
-use segtool_runtime::card::CardRequest;
 use segtool_runtime::openvino::OpenVinoOptions;
-use segtool_runtime::{EngineKind, Provider, RuntimeError};
+use segtool_runtime::{EngineKind, RuntimeError, SegmenterOptions};
 
 use pyo3::PyResult;
 
@@ -74,21 +74,54 @@ pub(super) fn accuracy_options(
     Ok(Some(opts))
 }
 
-/// Opens through the runtime's builder, `kind` deciding the engine as everywhere else
-/// (`auto`: the runtime's choice and its reason). Only ONNX Runtime's library search is
-/// the package's own (`candidates`: the onnxruntime wheel beside it, ...): the first that
-/// loads becomes the process's library before opening. When none loads, `ort` is an
-/// error and `auto` goes on without it (OpenVINO, else tract), the search reported.
-pub(super) fn open(
-    path: &PathBuf,
-    kind: EngineKind,
-    openvino: &OpenVinoOptions,
-    providers: &[Provider],
+/// The keyword arguments that are [`SegmenterOptions`], under its names; a value that
+/// is not one is an `InputError` naming the option.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn segmenter_options(
+    engine: &str,
+    providers: Vec<String>,
+    device: &str,
+    precision: &str,
+    hint: &str,
+    streams: Option<usize>,
     threads: Option<usize>,
+    card: Option<PathBuf>,
     strict: bool,
     fixed_size: Option<(usize, usize)>,
+    logits: bool,
+) -> PyResult<SegmenterOptions> {
+    // The runtime's own error for an option, by name (an `InputError`).
+    let bad = |name: &'static str, message: String| {
+        errors::runtime(RuntimeError::Option { name, message })
+    };
+    Ok(SegmenterOptions {
+        engine: engine.parse().map_err(|e| bad("engine", e))?,
+        // The runtime's builder checks each name.
+        providers,
+        device: device.parse().map_err(|e| bad("device", e))?,
+        precision: precision.parse().map_err(|e| bad("precision", e))?,
+        hint: hint.parse().map_err(|e| bad("hint", e))?,
+        // 0 is the default (the hint's streams, the engine's threads), as everywhere.
+        streams: streams.filter(|&n| n > 0),
+        threads: threads.filter(|&n| n > 0),
+        card,
+        strict,
+        fixed_size: fixed_size.map(|(h, w)| [h, w]),
+        logits,
+    })
+}
+
+/// Opens `options` through the runtime's builder, the engine decided as everywhere else
+/// (`auto`: the runtime's choice and its reason). Only the libraries are the package's
+/// own: `openvino_library` (the openvino wheel's), and ONNX Runtime's search
+/// (`candidates`: the onnxruntime wheel beside it, ...), whose first library that loads
+/// becomes the process's before opening. When none loads, `ort` is an error and `auto`
+/// goes on without it (OpenVINO, else tract), the search reported.
+pub(super) fn open(
+    path: &PathBuf,
+    options: &SegmenterOptions,
+    openvino_library: Option<PathBuf>,
     candidates: &[(String, String)],
-    card: Option<&PathBuf>,
 ) -> Result<
     (
         segtool_runtime::Segmenter,
@@ -96,20 +129,16 @@ pub(super) fn open(
     ),
     RuntimeError,
 > {
+    // The library first: `openvino_options` sets every OpenVINO setting, and `options`
+    // then sets those that are options.
+    let openvino = OpenVinoOptions {
+        library: openvino_library,
+        ..OpenVinoOptions::default()
+    };
     let mut b = segtool_runtime::Segmenter::builder(path)
-        .engine(kind)
-        .providers(providers.iter().cloned())
-        .openvino_options(openvino.clone())
-        .strict(strict);
-    if let Some(n) = threads {
-        b = b.threads(n);
-    }
-    if let Some((h, w)) = fixed_size {
-        b = b.fixed_size(h, w);
-    }
-    if let Some(card) = card {
-        b = b.card(CardRequest::new().card_file(card));
-    }
+        .openvino_options(openvino)
+        .options(options)?;
+    let (kind, strict) = (options.engine, options.strict);
     if kind == EngineKind::Tract || kind == EngineKind::OpenVino {
         return Ok((b.open()?, None));
     }
