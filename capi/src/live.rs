@@ -121,10 +121,7 @@ fn open_live(
         }
         segmenters.push(seg);
     }
-    let config = BatchConfig::new()
-        .with_max_batch(1)
-        .with_max_wait(Duration::ZERO)
-        .with_queue_capacity(live.slot.max(1) as usize + sessions)
+    let config = BatchConfig::live(live.slot as usize, sessions)
         .with_logits(live.smooth > 0.0 || opts.logits);
     let server = BatchServer::from_segmenters(config, segmenters)?;
     let stream = server.latest_stream(live.slot.max(1) as usize);

@@ -305,11 +305,7 @@ impl LiveStream {
                 ));
             }
         }
-        let config = BatchConfig::new()
-            .with_max_batch(1)
-            .with_max_wait(Duration::ZERO)
-            .with_queue_capacity(slot + 1)
-            .with_logits(smooth.is_some());
+        let config = BatchConfig::live(slot, 1).with_logits(smooth.is_some());
         let server = server_over(&[segmenter], config)?;
         let stream = server.latest_stream(slot);
         match deadline_ms {

@@ -67,6 +67,10 @@ impl ModelArgs {
             streams: count("streams")?.map_or(flags.streams, |n| (n > 0).then_some(n)),
             threads: count("threads")?.map_or(flags.threads, |n| (n > 0).then_some(n)),
             strict: given.bool("strict").unwrap_or(flags.strict),
+            fixed_size: match given.string("fixed_size").filter(|s| !s.is_empty()) {
+                Some(text) => Some(hxw(text).map_err(|e| parsed("fixed_size", e))?),
+                None => None,
+            },
             card: given
                 .string("card")
                 .filter(|c| !c.is_empty())
@@ -85,5 +89,27 @@ impl ModelArgs {
             .open()
             .with_context(|| format!("opening {}", model.display()))?;
         Ok((model, seg))
+    }
+}
+
+/// `HxW` as `[height, width]`, both positive.
+fn hxw(text: &str) -> std::result::Result<[usize; 2], String> {
+    let parsed = text
+        .split_once('x')
+        .and_then(|(h, w)| Some([h.trim().parse().ok()?, w.trim().parse().ok()?]));
+    match parsed {
+        Some([h, w]) if h > 0 && w > 0 => Ok([h, w]),
+        _ => Err(format!("{text:?}: expected HxW, e.g. 480x640")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn fixed_size_is_height_by_width() {
+        assert_eq!(super::hxw("480x640"), Ok([480, 640]));
+        for bad in ["480", "0x640", "ax640", "480x"] {
+            assert!(super::hxw(bad).unwrap_err().contains("HxW"), "{bad}");
+        }
     }
 }

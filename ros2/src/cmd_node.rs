@@ -144,6 +144,15 @@ fn node_config(args: &Args, ros: &RosArgs, given: &Given) -> Result<NodeConfig> 
             "threads",
             Value::Integer(options.threads.unwrap_or(0) as i64),
         ),
+        (
+            "fixed_size",
+            text(
+                &options
+                    .fixed_size
+                    .map(|[h, w]| format!("{h}x{w}"))
+                    .unwrap_or_default(),
+            ),
+        ),
         ("strict", Value::Bool(options.strict)),
         (
             "transport",

@@ -287,13 +287,7 @@ pub fn run(
         return Err(NodeError::TooManyClasses(classes));
     }
     let palette = spec.palette.clone();
-    let server = BatchServer::from_segmenters(
-        BatchConfig::new()
-            .with_max_batch(1)
-            .with_max_wait(Duration::ZERO)
-            .with_queue_capacity(2),
-        vec![segmenter],
-    )?;
+    let server = BatchServer::from_segmenters(BatchConfig::live(1, 1), vec![segmenter])?;
     let stream = Arc::new(server.latest_stream(1));
     let waiting: Arc<Waiting> = Arc::default();
     let window = Arc::new(Mutex::new(Window::new()));

@@ -85,7 +85,7 @@ const fn declared(
 }
 
 /// Every parameter the node declares, in the order `ros2 param list` shows them.
-pub const DECLARED: [Declared; 20] = [
+pub const DECLARED: [Declared; 21] = [
     declared(
         "model",
         Kind::String,
@@ -134,6 +134,12 @@ pub const DECLARED: [Declared; 20] = [
         Kind::Integer,
         true,
         "Engine threads (0: the engine's choice)",
+    ),
+    declared(
+        "fixed_size",
+        Kind::String,
+        true,
+        "HxW every camera frame has (ONNX Runtime plans its memory for it); empty: any size",
     ),
     declared(
         "strict",

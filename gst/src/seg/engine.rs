@@ -128,11 +128,7 @@ pub fn open(settings: &Settings) -> Result<Opened, OpenError> {
         }
     }
     let runner = if settings.live {
-        let config = BatchConfig::new()
-            .with_max_batch(1)
-            .with_max_wait(Duration::ZERO)
-            .with_queue_capacity(4)
-            .with_logits(smoother.is_some() || options.logits);
+        let config = BatchConfig::live(1, 1).with_logits(smoother.is_some() || options.logits);
         let server =
             BatchServer::from_segmenters(config, vec![seg]).map_err(|e| bad(e.to_string()))?;
         let deadline =
