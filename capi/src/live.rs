@@ -9,6 +9,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use segtool_runtime::batching::{BatchConfig, BatchError, BatchServer, LatestStream, LiveOutcome};
+use segtool_runtime::expert::SegmenterExt;
 use segtool_runtime::{OutputKind, TemporalSmoother};
 
 use crate::options::{segtool_options, segtool_options_default};

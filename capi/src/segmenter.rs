@@ -11,6 +11,7 @@ use std::sync::Mutex;
 
 use image::RgbImage;
 use segtool_model_spec::ModelSpec;
+use segtool_runtime::expert::SegmenterExt;
 use segtool_runtime::{Frame, PixelFormat, Segmenter, SegmenterBuilder};
 
 use crate::options::{segtool_options, segtool_options_default};

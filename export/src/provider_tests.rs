@@ -15,6 +15,8 @@ use crate::{
 use AttentionForm::{Decomposed, MsMultiHeadAttention, QueryBlocked};
 use ExportProvider::{Cpu, Cuda};
 
+use segtool_runtime::expert::SegmenterExt;
+
 /// Nodes of `module` (name prefix) with op type `op`.
 fn count(g: &GraphProto, module: &str, op: &str) -> usize {
     g.node

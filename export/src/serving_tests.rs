@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use segtool_runtime::batching::{BatchConfig, BatchServer};
+use segtool_runtime::expert::SegmenterExt;
 use segtool_runtime::{EngineKind, OutputKind, Segmenter};
 
 use crate::deploy_tests::{images, tempdir, tiny, write_checkpoint};
@@ -46,10 +47,23 @@ fn batch_server_and_ordered_stream_serve_every_export_contract() {
                 .with_preprocess(preprocess)
                 .with_argmax(argmax);
             export_onnx(&ckpt, &path, &opts).unwrap();
-            let Some(mut seg) = open(&path, engine) else { return };
+            let Some(mut seg) = open(&path, engine) else {
+                return;
+            };
             let c = seg.contract();
-            assert_eq!((c.input == segtool_runtime::InputLayout::NhwcU8, c.output == OutputKind::Mask), (preprocess, argmax));
-            let expected = masks(seg.segment_batch(&frames).unwrap().into_iter().map(|s| s.mask));
+            assert_eq!(
+                (
+                    c.input == segtool_runtime::InputLayout::NhwcU8,
+                    c.output == OutputKind::Mask
+                ),
+                (preprocess, argmax)
+            );
+            let expected = masks(
+                seg.segment_batch(&frames)
+                    .unwrap()
+                    .into_iter()
+                    .map(|s| s.mask),
+            );
 
             let config = BatchConfig::new()
                 .with_max_batch(3)
@@ -58,7 +72,11 @@ fn batch_server_and_ordered_stream_serve_every_export_contract() {
             let workers = vec![seg, open(&path, engine).unwrap()];
             let server = BatchServer::from_segmenters(config, workers).unwrap();
             let served = server.segment_all(frames.clone()).unwrap();
-            assert_eq!(masks(served.into_iter().map(|s| s.mask)), expected, "{engine} server {c}");
+            assert_eq!(
+                masks(served.into_iter().map(|s| s.mask)),
+                expected,
+                "{engine} server {c}"
+            );
 
             let stream = server.ordered_stream(4);
             let streamed = std::thread::scope(|s| {
@@ -74,14 +92,29 @@ fn batch_server_and_ordered_stream_serve_every_export_contract() {
                 }
                 out
             });
-            assert_eq!(streamed.iter().map(|o| o.frame.unwrap()).collect::<Vec<_>>(), (0..frames.len() as u64).collect::<Vec<_>>());
-            assert_eq!(masks(streamed.into_iter().map(|o| o.mask)), expected, "{engine} stream {c}");
+            assert_eq!(
+                streamed
+                    .iter()
+                    .map(|o| o.frame.unwrap())
+                    .collect::<Vec<_>>(),
+                (0..frames.len() as u64).collect::<Vec<_>>()
+            );
+            assert_eq!(
+                masks(streamed.into_iter().map(|o| o.mask)),
+                expected,
+                "{engine} stream {c}"
+            );
 
             match &plain {
                 None => plain = Some(expected),
                 Some(p) => {
                     let differ = p.iter().zip(&expected).filter(|(a, b)| a != b).count();
-                    assert_eq!(differ, 0, "{engine} {c}: {differ} of {} pixels differ from the plain graph", p.len());
+                    assert_eq!(
+                        differ,
+                        0,
+                        "{engine} {c}: {differ} of {} pixels differ from the plain graph",
+                        p.len()
+                    );
                 }
             }
         }

@@ -11,6 +11,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use segtool_model_spec::ModelSpec;
 use segtool_runtime::accuracy::AccuracyOptions;
+use segtool_runtime::expert::SegmenterExt;
 use segtool_runtime::{IoContract, RuntimeError, SegmenterOptions};
 
 use crate::errors;

@@ -12,6 +12,7 @@ use pyo3::types::PyDict;
 use segtool_runtime::batching::{
     BatchConfig, BatchError, Handle, LatestStream, LiveOutcome, Output,
 };
+use segtool_runtime::expert::SegmenterExt;
 use segtool_runtime::{
     expert::{Engine, EngineInput, EngineOutput},
     IoContract, OutputKind, TemporalSmoother,

@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 
 use crate::msgs::{DiagnosticArray, DiagnosticStatus, Header, KeyValue, Time};
 
+use segtool_runtime::expert::SegmenterExt;
+
 /// What the node has done so far.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct NodeStats {

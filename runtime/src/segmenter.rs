@@ -23,6 +23,7 @@ use crate::card::{self, ResolvedCard};
 use crate::contract_adapter::ContractAdapter;
 use crate::engine::Engine;
 use crate::error::Result;
+use crate::expert::SegmenterExt;
 use crate::io_contract::{IoContract, Segmentation};
 use crate::pipeline::{Plan, Prepared, Preparer, Scored};
 
@@ -117,84 +118,6 @@ impl Segmenter {
         }
     }
 
-    /// Wraps an engine built by hand (custom options, a spec from elsewhere). The
-    /// contract is the engine's [`Engine::io_contract`], else the plain one; see
-    /// [`Segmenter::with_contract`].
-    pub fn from_engine(engine: Box<dyn Engine>, spec: ModelSpec) -> Self {
-        let contract = engine.io_contract().unwrap_or_default();
-        Self {
-            card: card::from_spec(&spec, contract, "image", "logits"),
-            engine,
-            spec,
-            contract,
-            keep_logits: false,
-            fallbacks: Vec::new(),
-            engine_choice: None,
-            options: SegmenterOptions::default(),
-            model: None,
-            graph_size: None,
-            graph_batch: None,
-            accuracy: None,
-        }
-    }
-
-    /// Runs every batch under the evaluation protocol `opts` (scales, flips, sliding
-    /// windows) instead of once: accuracy mode. Refused for a card-driven model and for a
-    /// graph without float input and logits output (`--preprocess` / `--argmax`
-    /// exports), naming the model.
-    pub fn with_accuracy(mut self, opts: AccuracyOptions) -> Result<Self> {
-        let path = self
-            .model
-            .as_ref()
-            .map(|m| m.path.clone())
-            .unwrap_or_default();
-        let refuse = |why: String| crate::error::RuntimeError::AccuracyMode { path, why };
-        if self.is_foreign() {
-            return Err(refuse(
-                "it serves segtool exports; this model is driven by its card".into(),
-            ));
-        }
-        if !self.contract.is_plain() {
-            return Err(refuse(format!(
-                "it needs float32 normalised input and logits output; the model takes {} \
-                 (export it without --preprocess / --argmax)",
-                self.contract
-            )));
-        }
-        self.accuracy = Some(opts);
-        Ok(self)
-    }
-
-    /// The evaluation protocol every batch runs under, in accuracy mode.
-    pub fn accuracy(&self) -> Option<&AccuracyOptions> {
-        self.accuracy.as_ref()
-    }
-
-    /// The graph's fixed spatial input `(height, width)`, if it has one: images of
-    /// another size are resized to it (bilinear) and their masks brought back (nearest)
-    /// by [`segment_batch`](Self::segment_batch) and the batch server.
-    pub fn graph_size(&self) -> Option<(usize, usize)> {
-        self.graph_size
-    }
-
-    /// Overrides the input layout / output kind the model is driven with.
-    pub fn with_contract(mut self, contract: IoContract) -> Self {
-        self.contract = contract;
-        self
-    }
-
-    /// Also return the raw logits of every image (costly for large class counts). Models
-    /// exported with `--argmax` have none: their results carry `logits: None`.
-    pub fn with_logits(mut self, keep: bool) -> Self {
-        self.keep_logits = keep;
-        self
-    }
-
-    /// The input layout and output kind the model is driven with.
-    pub fn contract(&self) -> IoContract {
-        self.contract
-    }
-
     /// The options this segmenter was opened with, as [`SegmenterOptions`] names them
     /// (the defaults filled in; `from_engine`: the defaults): what every front end
     /// reports back, so that a flag, keyword or property is seen to arrive.
@@ -214,18 +137,6 @@ impl Segmenter {
         &self.fallbacks
     }
 
-    /// [`Segmenter::fallbacks`] as one line (`"; "` between them), `None` when there were
-    /// none: for reports and the C ABI's `segtool_fallback_reason`.
-    pub fn fallback_summary(&self) -> Option<String> {
-        let all: Vec<String> = self.fallbacks.iter().map(ToString::to_string).collect();
-        (!all.is_empty()).then(|| all.join("; "))
-    }
-
-    /// The model file as read when opening (`None` for [`Segmenter::from_engine`]).
-    pub fn model(&self) -> Option<&ModelFile> {
-        self.model.as_ref()
-    }
-
     /// The model's spec: classes, palette, normalisation. For a file from elsewhere, what
     /// its card says of them (architecture fields are placeholders: `arch` is
     /// `"external"`).
@@ -238,31 +149,9 @@ impl Segmenter {
         &self.card
     }
 
-    /// Driven by a card rather than a segtool spec (an ONNX file from elsewhere).
-    pub fn is_foreign(&self) -> bool {
-        !self.card.segtool_export
-    }
-
     /// The engine, for its name and provider.
     pub fn engine(&self) -> &dyn Engine {
         self.engine.as_ref()
-    }
-
-    /// The engine, mutably (to run tensors by hand).
-    pub fn engine_mut(&mut self) -> &mut dyn Engine {
-        self.engine.as_mut()
-    }
-
-    /// Takes the engine out as it is (it answers in the model's own contract).
-    pub fn into_engine(self) -> Box<dyn Engine> {
-        self.engine
-    }
-
-    /// Takes the engine out, made to answer like a plain model whatever its contract
-    /// (see [`ContractAdapter`]): for code that computes on normalised tensors, such as
-    /// accuracy mode's tiles.
-    pub fn into_plain_engine(self) -> Box<dyn Engine> {
-        ContractAdapter::wrap(self.engine, self.contract, &self.spec)
     }
 
     /// The first stage of the path from pixels to masks, for any thread: see
@@ -309,5 +198,95 @@ impl Segmenter {
         }
         let prepared = self.preparer().prepare(imgs)?;
         self.run(prepared)?.decode()
+    }
+}
+
+impl SegmenterExt for Segmenter {
+    fn from_engine(engine: Box<dyn Engine>, spec: ModelSpec) -> Self {
+        let contract = engine.io_contract().unwrap_or_default();
+        Self {
+            card: card::from_spec(&spec, contract, "image", "logits"),
+            engine,
+            spec,
+            contract,
+            keep_logits: false,
+            fallbacks: Vec::new(),
+            engine_choice: None,
+            options: SegmenterOptions::default(),
+            model: None,
+            graph_size: None,
+            graph_batch: None,
+            accuracy: None,
+        }
+    }
+
+    fn with_accuracy(mut self, opts: AccuracyOptions) -> Result<Self> {
+        let path = self
+            .model
+            .as_ref()
+            .map(|m| m.path.clone())
+            .unwrap_or_default();
+        let refuse = |why: String| crate::error::RuntimeError::AccuracyMode { path, why };
+        if self.is_foreign() {
+            return Err(refuse(
+                "it serves segtool exports; this model is driven by its card".into(),
+            ));
+        }
+        if !self.contract.is_plain() {
+            return Err(refuse(format!(
+                "it needs float32 normalised input and logits output; the model takes {} \
+                 (export it without --preprocess / --argmax)",
+                self.contract
+            )));
+        }
+        self.accuracy = Some(opts);
+        Ok(self)
+    }
+
+    fn accuracy(&self) -> Option<&AccuracyOptions> {
+        self.accuracy.as_ref()
+    }
+
+    fn graph_size(&self) -> Option<(usize, usize)> {
+        self.graph_size
+    }
+
+    fn with_contract(mut self, contract: IoContract) -> Self {
+        self.contract = contract;
+        self
+    }
+
+    fn with_logits(mut self, keep: bool) -> Self {
+        self.keep_logits = keep;
+        self
+    }
+
+    fn contract(&self) -> IoContract {
+        self.contract
+    }
+
+    fn fallback_summary(&self) -> Option<String> {
+        let all: Vec<String> = self.fallbacks.iter().map(ToString::to_string).collect();
+        (!all.is_empty()).then(|| all.join("; "))
+    }
+
+    fn model(&self) -> Option<&ModelFile> {
+        self.model.as_ref()
+    }
+
+    fn is_foreign(&self) -> bool {
+        !self.card.segtool_export
+    }
+
+    fn engine_mut(&mut self) -> &mut dyn Engine {
+        self.engine.as_mut()
+    }
+
+    fn into_engine(self) -> Box<dyn Engine> {
+        self.engine
+    }
+
+    fn into_plain_engine(self) -> Box<dyn Engine> {
+        ContractAdapter::wrap(self.engine, self.contract, &self.spec)
     }
 }

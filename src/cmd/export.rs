@@ -8,6 +8,8 @@ use segtool_export::{
 
 use crate::args::triton::TritonArgs;
 
+use segtool_runtime::expert::SegmenterExt;
+
 #[derive(clap::Args)]
 pub struct Args {
     /// Checkpoint (.safetensors written by `segtool train`).

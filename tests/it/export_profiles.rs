@@ -14,6 +14,7 @@ use std::time::Instant;
 
 use common::*;
 use segtool_export::{AttentionForm, ExportOptions, ExportTarget};
+use segtool_runtime::expert::SegmenterExt;
 use segtool_runtime::{EngineKind, Segmenter};
 
 fn profiles() -> Vec<(&'static str, ExportOptions)> {

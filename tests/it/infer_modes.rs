@@ -12,6 +12,7 @@ use std::process::Output;
 
 use segtool_runtime::accuracy::{self, AccuracyOptions};
 use segtool_runtime::expert::load_spec;
+use segtool_runtime::expert::SegmenterExt;
 use segtool_runtime::{expert::TractEngine, EngineKind, InputLayout, OutputKind, Segmenter};
 
 const W: u32 = 48;

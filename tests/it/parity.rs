@@ -7,6 +7,7 @@
 use crate::common;
 
 use common::*;
+use segtool_runtime::expert::SegmenterExt;
 use segtool_runtime::{EngineKind, Segmenter};
 
 #[test]

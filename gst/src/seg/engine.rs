@@ -10,6 +10,7 @@ use ndarray::{Array2, Array3};
 use segtool_model_spec::ModelSpec;
 use segtool_runtime::batching::{BatchConfig, BatchServer};
 use segtool_runtime::batching::{LatestStream, LiveFrame, Output};
+use segtool_runtime::expert::SegmenterExt;
 use segtool_runtime::{Segmenter, TemporalSmoother};
 
 use super::props::Settings;

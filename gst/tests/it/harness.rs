@@ -10,6 +10,7 @@ use gst_check::Harness;
 use gst_video::VideoFormat;
 use image::RgbImage;
 use ndarray::Array2;
+use segtool_runtime::expert::SegmenterExt;
 use segtool_runtime::{colorize, overlay, EngineKind, Segmenter};
 
 use gstsegtool::meta::{ClassMap, Logits};

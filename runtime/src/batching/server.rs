@@ -17,6 +17,7 @@ use super::{
 use crate::card::ModelCard;
 use crate::engine::Engine;
 use crate::error::Result;
+use crate::expert::SegmenterExt;
 use crate::io_contract::IoContract;
 use crate::pipeline::{Plan, Preparer};
 use crate::{Segmentation, Segmenter};

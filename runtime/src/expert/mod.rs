@@ -1,9 +1,11 @@
 //! What most programs never need: the engines themselves (to run a graph without a
-//! [`Segmenter`](crate::Segmenter), or to wrap one), the pre- and post-processing steps
+//! [`Segmenter`](crate::Segmenter), or to wrap one), the segmenter's own plumbing
+//! ([`SegmenterExt`]), the pre- and post-processing steps
 //! one at a time, the environment report, heap trimming and the Triton repository writer.
 
 pub mod env_report;
 pub mod memory;
+mod segmenter;
 pub mod triton;
 
 pub use crate::contract_adapter::ContractAdapter;
@@ -21,3 +23,4 @@ pub use crate::segmenter::cpu_has_vnni;
 #[cfg(feature = "tract")]
 pub use crate::tract_engine::TractEngine;
 pub use env_report::env_report;
+pub use segmenter::SegmenterExt;

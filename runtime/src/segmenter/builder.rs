@@ -14,6 +14,7 @@ use super::{auto, Segmenter};
 use crate::card::{self, CardRequest, ResolvedCard};
 use crate::engine::Engine;
 use crate::error::{Result, RuntimeError};
+use crate::expert::SegmenterExt;
 use crate::openvino::{Device, OpenVinoOptions, PerformanceHint, Precision};
 #[cfg(feature = "openvino")]
 use crate::openvino_engine::OpenVinoEngine;
@@ -225,12 +226,14 @@ pub struct SegmenterBuilder {
     logits: bool,
     card: CardRequest,
     auto_cache: Option<PathBuf>,
+    accuracy: Option<crate::accuracy::AccuracyOptions>,
 }
 
 impl SegmenterBuilder {
     pub(super) fn new(path: PathBuf) -> Self {
         Self {
             auto_cache: auto::cache::default_path(),
+            accuracy: None,
             path,
             engine: EngineKind::Auto,
             #[cfg(feature = "ort")]
@@ -348,6 +351,14 @@ impl SegmenterBuilder {
         self
     }
 
+    /// Accuracy mode: every batch runs under the evaluation protocol `opts` (scales,
+    /// flips, sliding windows) instead of once. Refused at open for a card-driven model
+    /// and for a graph without float input and logits output, naming the model.
+    pub fn accuracy(mut self, opts: crate::accuracy::AccuracyOptions) -> Self {
+        self.accuracy = Some(opts);
+        self
+    }
+
     /// Also return each image's logits (models exported with `--argmax` have none).
     pub fn logits(mut self, keep: bool) -> Self {
         self.logits = keep;
@@ -411,6 +422,9 @@ impl SegmenterBuilder {
         segmenter.fallbacks = fallbacks;
         segmenter.engine_choice = choice;
         segmenter.options = self.as_options();
+        if let Some(opts) = self.accuracy.clone() {
+            segmenter = segmenter.with_accuracy(opts)?;
+        }
         Ok(segmenter.with_logits(self.logits))
     }
 

@@ -5,6 +5,7 @@ use std::path::Path;
 
 #[cfg(feature = "ort")]
 use crate::expert::OrtEngine;
+use crate::expert::SegmenterExt;
 use crate::{EngineKind, Segmenter};
 #[cfg(feature = "ort")]
 use crate::{Fallback, ModelFileError, OrtOptions, Provider, RuntimeError};

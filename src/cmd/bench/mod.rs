@@ -18,6 +18,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use segtool_runtime::expert::SegmenterExt;
 use segtool_runtime::Segmenter;
 use serde_json::json;
 

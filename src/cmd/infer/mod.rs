@@ -54,6 +54,8 @@ use raw::read_raw;
 use sessions::{check_contract, cuda_attention_note, open_server};
 use summary::{batching_note, skipped_summary, summary_line};
 
+use segtool_runtime::expert::SegmenterExt;
+
 #[derive(clap::Args)]
 pub struct Args {
     /// Exported model (.onnx from `segtool export`).

@@ -18,6 +18,7 @@ use image::RgbImage;
 use segtool_model_spec::raw_frames::RawFrames;
 use segtool_model_spec::size::Size;
 use segtool_runtime::batching::{LatestStream, LiveOutcome};
+use segtool_runtime::expert::SegmenterExt;
 use segtool_runtime::{
     batching::{BatchConfig, BatchServer},
     FlickerMeter, OutputKind, Segmenter, TemporalSmoother,

@@ -4,6 +4,7 @@
 
 use std::path::Path;
 
+use segtool_runtime::expert::SegmenterExt;
 use segtool_runtime::{EngineKind, Segmenter};
 
 use crate::common::{self, ok, p, segtool};

@@ -7,6 +7,7 @@ use ndarray::Axis;
 use segtool_runtime::batching::{BatchConfig, BatchServer, Handle};
 use segtool_runtime::expert::normalise;
 use segtool_runtime::expert::Engine;
+use segtool_runtime::expert::SegmenterExt;
 use segtool_testkit::tiny_spec;
 
 /// The real thing: two tract sessions of a tiny ONNX model give exactly the masks and
