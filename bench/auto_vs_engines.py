@@ -18,20 +18,12 @@ import json
 import os
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 
-
-def cpu():
-    name, flags = "unknown CPU", set()
-    for line in open("/proc/cpuinfo"):
-        if line.startswith("model name") and name == "unknown CPU":
-            name = line.split(":", 1)[1].strip()
-        if line.startswith("flags") and not flags:
-            flags = set(line.split(":", 1)[1].split())
-    isa = [f for f in ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8")
-           if f in flags]
-    return f"{name} ({os.cpu_count()} cores; {', '.join(isa)})"
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from openvino_vs_ort import cpu  # noqa: E402  (the same CPU line in both benches)
 
 
 def bench(a, model, engine, precision, env):

@@ -108,7 +108,7 @@ impl EngineTensor {
     /// [`EngineTensor::from_images`] of frames (any pixel format, strided rows), read in
     /// place: what a front end holding camera buffers or arrays hands over.
     pub fn from_frames(
-        frames: &[crate::Frame<'_>],
+        frames: &[crate::frame::Frame<'_>],
         spec: &ModelSpec,
         layout: InputLayout,
     ) -> Result<Self> {

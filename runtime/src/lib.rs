@@ -53,6 +53,7 @@ mod error;
 pub mod expert;
 mod frame;
 mod io_contract;
+mod memory;
 pub mod openvino;
 #[cfg(feature = "openvino")]
 mod openvino_engine;

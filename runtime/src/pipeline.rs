@@ -17,19 +17,22 @@
 //! graph size) and decoded from its logits or class map; a file from elsewhere through its
 //! card ([`crate::card::pipeline`]). The choice is made here, once, and nowhere else.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use image::RgbImage;
 use segtool_model_spec::ModelSpec;
+use segtool_onnx::ModelIo;
 
 use crate::accuracy::{self, AccuracyOptions, Protocol};
-use crate::batching::run::{decode as decode_logits, fit_to_graph};
 use crate::card::pipeline::{self as card_pipeline, Geometry};
 use crate::card::ModelCard;
 use crate::engine::Engine;
 use crate::error::{Result, RuntimeError};
 use crate::frame::Frame;
-use crate::io_contract::{EngineInput, EngineOutput, EngineTensor, IoContract, Segmentation};
+use crate::io_contract::{
+    EngineInput, EngineOutput, EngineTensor, InputLayout, IoContract, Segmentation,
+};
 
 /// What the stages of one model need: how it is prepared and decoded.
 #[derive(Clone, Debug)]
@@ -314,7 +317,7 @@ impl Scored {
                 }
                 _ => {
                     let sizes = vec![g.size; g.members.len()];
-                    decode_logits(g.output, &plan.spec, &sizes, plan.keep_logits)?
+                    decode(g.output, &plan.spec, &sizes, plan.keep_logits)?
                 }
             };
             for (i, seg) in g.members.into_iter().zip(segs) {
@@ -326,4 +329,62 @@ impl Scored {
             .map(|r| r.expect("every image is in a group"))
             .collect())
     }
+}
+
+/// The graph's fixed spatial input `(height, width)`, when both dims are fixed numbers.
+pub(crate) fn graph_size(io: &ModelIo, layout: InputLayout) -> Option<(usize, usize)> {
+    let dims = &io.inputs.first()?.dims;
+    let (h, w) = match layout {
+        InputLayout::NchwF32 => (*dims.get(2)?, *dims.get(3)?),
+        InputLayout::NhwcU8 => (*dims.get(1)?, *dims.get(2)?),
+    };
+    match (h, w) {
+        (Some(h), Some(w)) if h > 0 && w > 0 => Some((h as usize, w as usize)),
+        _ => None,
+    }
+}
+
+/// The graph's fixed batch size, when its first input's batch dimension is a number.
+pub(crate) fn graph_batch(io: &ModelIo) -> Option<usize> {
+    match io.inputs.first()?.dims.first()? {
+        Some(n) if *n > 0 => Some(*n as usize),
+        _ => None,
+    }
+}
+
+/// Same-size images as a fixed-size graph takes them: resized (bilinear, as
+/// `image`'s triangle filter) when the graph has another fixed size. [`decode`] brings
+/// the masks back to the sizes the caller keeps.
+pub(crate) fn fit_to_graph(
+    imgs: &[RgbImage],
+    graph: Option<(usize, usize)>,
+) -> Cow<'_, [RgbImage]> {
+    use image::imageops::{resize, FilterType};
+    match (graph, imgs.first()) {
+        (Some((h, w)), Some(first)) if first.dimensions() != (w as u32, h as u32) => imgs
+            .iter()
+            .map(|img| resize(img, w as u32, h as u32, FilterType::Triangle))
+            .collect(),
+        _ => Cow::Borrowed(imgs),
+    }
+}
+
+/// Decodes an engine's output for a batch: checks it against the spec (batch size, class
+/// count), then one [`Segmentation`] per image, its mask resized (nearest) to `sizes[i]`
+/// = `(height, width)`; logits kept when asked for and the graph has them.
+pub(crate) fn decode(
+    out: EngineOutput,
+    spec: &ModelSpec,
+    sizes: &[(usize, usize)],
+    keep_logits: bool,
+) -> Result<Vec<Segmentation>> {
+    out.check(sizes.len(), spec)?;
+    Ok(sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &(h, w))| Segmentation {
+            mask: out.mask(i, h, w),
+            logits: if keep_logits { out.logits(i) } else { None },
+        })
+        .collect())
 }

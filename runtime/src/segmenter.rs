@@ -2,7 +2,9 @@
 //! by [`Segmenter::builder`] ([`SegmenterBuilder`]), which reads the file once.
 
 mod auto;
+mod ext;
 pub use auto::cpu_has_vnni;
+pub use ext::SegmenterExt;
 mod builder;
 mod options;
 #[cfg(test)]
@@ -18,13 +20,12 @@ pub use builder::{EngineKind, Fallback, SegmenterBuilder};
 pub use options::SegmenterOptions;
 
 use crate::accuracy::AccuracyOptions;
-use crate::batching::run::{graph_batch, graph_size};
 use crate::card::{self, ResolvedCard};
 use crate::contract_adapter::ContractAdapter;
 use crate::engine::Engine;
 use crate::error::Result;
-use crate::expert::SegmenterExt;
 use crate::io_contract::{IoContract, Segmentation};
+use crate::pipeline::{graph_batch, graph_size};
 use crate::pipeline::{Plan, Prepared, Preparer, Scored};
 
 /// A model plus its spec: images in, masks out.
@@ -177,7 +178,7 @@ impl Segmenter {
     }
 
     /// Segments one frame (any [`crate::PixelFormat`], padded rows) at its own size.
-    pub fn segment_frame(&mut self, frame: &crate::Frame<'_>) -> Result<Segmentation> {
+    pub fn segment_frame(&mut self, frame: &crate::frame::Frame<'_>) -> Result<Segmentation> {
         self.segment(&frame.to_rgb())
     }
 

@@ -24,7 +24,6 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -76,50 +75,14 @@ def live(domain: int, topic: str, masks_topic: str, node: str, frames_dir: Path,
          timeout: float, discovery_s: float) -> None:
     from cyclonedds.core import Policy, Qos
     from cyclonedds.domain import DomainParticipant
-    from cyclonedds.idl import IdlStruct
-    from cyclonedds.idl.types import int32, sequence, uint8, uint32
     from cyclonedds.pub import DataWriter
     from cyclonedds.sub import DataReader
     from cyclonedds.topic import Topic
     from cyclonedds.util import duration
 
-    @dataclass
-    class Time(IdlStruct, typename="builtin_interfaces::msg::dds_::Time_"):
-        sec: int32
-        nanosec: uint32
-
-    @dataclass
-    class Header(IdlStruct, typename="std_msgs::msg::dds_::Header_"):
-        stamp: Time
-        frame_id: str
-
-    @dataclass
-    class Image(IdlStruct, typename="sensor_msgs::msg::dds_::Image_"):
-        header: Header
-        height: uint32
-        width: uint32
-        encoding: str
-        is_bigendian: uint8
-        step: uint32
-        data: sequence[uint8]
-
-    @dataclass
-    class KeyValue(IdlStruct, typename="diagnostic_msgs::msg::dds_::KeyValue_"):
-        key: str
-        value: str
-
-    @dataclass
-    class DiagnosticStatus(IdlStruct, typename="diagnostic_msgs::msg::dds_::DiagnosticStatus_"):
-        level: uint8
-        name: str
-        message: str
-        hardware_id: str
-        values: sequence[KeyValue]
-
-    @dataclass
-    class DiagnosticArray(IdlStruct, typename="diagnostic_msgs::msg::dds_::DiagnosticArray_"):
-        header: Header
-        status: sequence[DiagnosticStatus]
+    # The ROS 2 message types as DDS sees them, as the node's own tests declare them.
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from ros2_camera import DiagnosticArray, Header, Image, Time
 
     dump.mkdir(parents=True, exist_ok=True)
     q = Qos(Policy.Reliability.Reliable(duration(seconds=1)), Policy.History.KeepLast(16),

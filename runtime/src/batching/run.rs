@@ -1,82 +1,19 @@
-//! Running one same-size batch: inputs -> the model's input tensor -> engine -> masks.
-//!
-//! The one path from pixels to masks: [`Segmenter::segment_batch`](crate::Segmenter::segment_batch)
-//! takes it for each size group and the batch server's workers for each batch, so a
-//! batched mask is bit-identical to a `Segmenter` one, whatever the model's contract.
-
-use std::borrow::Cow;
+//! Running one batch of the batch server: images through the pipeline's stages
+//! ([`crate::pipeline`], as a `Segmenter` runs them, so a batched mask is bit-identical to
+//! a `Segmenter` one), tensors normalised already straight to the engine.
 
 use image::RgbImage;
 use ndarray::{s, Array4, ArrayView4};
 use segtool_model_spec::ModelSpec;
-use segtool_onnx::ModelIo;
 
 use super::Input;
 use crate::contract_adapter::ContractAdapter;
 use crate::engine::Engine;
 use crate::error::{Result, RuntimeError};
 use crate::io_contract::Segmentation;
-use crate::io_contract::{EngineInput, EngineOutput, InputLayout, IoContract};
-use crate::pipeline::Preparer;
+use crate::io_contract::{EngineInput, InputLayout, IoContract};
+use crate::pipeline::{decode, Preparer};
 use crate::preprocess::normalise;
-
-/// The graph's fixed spatial input `(height, width)`, when both dims are fixed numbers.
-pub(crate) fn graph_size(io: &ModelIo, layout: InputLayout) -> Option<(usize, usize)> {
-    let dims = &io.inputs.first()?.dims;
-    let (h, w) = match layout {
-        InputLayout::NchwF32 => (*dims.get(2)?, *dims.get(3)?),
-        InputLayout::NhwcU8 => (*dims.get(1)?, *dims.get(2)?),
-    };
-    match (h, w) {
-        (Some(h), Some(w)) if h > 0 && w > 0 => Some((h as usize, w as usize)),
-        _ => None,
-    }
-}
-
-/// The graph's fixed batch size, when its first input's batch dimension is a number.
-pub(crate) fn graph_batch(io: &ModelIo) -> Option<usize> {
-    match io.inputs.first()?.dims.first()? {
-        Some(n) if *n > 0 => Some(*n as usize),
-        _ => None,
-    }
-}
-
-/// Same-size images as a fixed-size graph takes them: resized (bilinear, as
-/// `image`'s triangle filter) when the graph has another fixed size. [`decode`] brings
-/// the masks back to the sizes the caller keeps.
-pub(crate) fn fit_to_graph(
-    imgs: &[RgbImage],
-    graph: Option<(usize, usize)>,
-) -> Cow<'_, [RgbImage]> {
-    use image::imageops::{resize, FilterType};
-    match (graph, imgs.first()) {
-        (Some((h, w)), Some(first)) if first.dimensions() != (w as u32, h as u32) => imgs
-            .iter()
-            .map(|img| resize(img, w as u32, h as u32, FilterType::Triangle))
-            .collect(),
-        _ => Cow::Borrowed(imgs),
-    }
-}
-
-/// Decodes an engine's output for a batch: checks it against the spec (batch size, class
-/// count), then one [`Segmentation`] per image, its mask resized (nearest) to `sizes[i]`
-/// = `(height, width)`; logits kept when asked for and the graph has them.
-pub(crate) fn decode(
-    out: EngineOutput,
-    spec: &ModelSpec,
-    sizes: &[(usize, usize)],
-    keep_logits: bool,
-) -> Result<Vec<Segmentation>> {
-    out.check(sizes.len(), spec)?;
-    Ok(sizes
-        .iter()
-        .enumerate()
-        .map(|(i, &(h, w))| Segmentation {
-            mask: out.mask(i, h, w),
-            logits: if keep_logits { out.logits(i) } else { None },
-        })
-        .collect())
-}
 
 /// Runs an already-normalised `[N, 3, H, W]` batch on a model of `contract` and decodes
 /// it (see [`Segmenter::run_normalised`](crate::Segmenter::run_normalised)).

@@ -17,9 +17,9 @@ use super::{
 use crate::card::ModelCard;
 use crate::engine::Engine;
 use crate::error::Result;
-use crate::expert::SegmenterExt;
 use crate::io_contract::IoContract;
 use crate::pipeline::{Plan, Preparer};
+use crate::segmenter::SegmenterExt;
 use crate::{Segmentation, Segmenter};
 
 /// Batches requests from many threads onto one or more engines.

@@ -4,8 +4,6 @@
 //! one at a time, the environment report, heap trimming and the Triton repository writer.
 
 pub mod env_report;
-pub mod memory;
-mod segmenter;
 pub mod triton;
 
 pub use crate::contract_adapter::ContractAdapter;
@@ -20,7 +18,13 @@ pub use crate::ort_engine::{doctor, environment, NodePlacement, OrtEngine, Place
 pub use crate::postprocess::{argmax, resize_bilinear, resize_nearest, softmax, Upsample};
 pub use crate::preprocess::{normalise, normalise_batch, prepare, PrepareOptions, Prepared};
 pub use crate::segmenter::cpu_has_vnni;
+pub use crate::segmenter::SegmenterExt;
 #[cfg(feature = "tract")]
 pub use crate::tract_engine::TractEngine;
 pub use env_report::env_report;
-pub use segmenter::SegmenterExt;
+
+/// Handing the heap's freed memory back to the system (glibc's `malloc_trim`; a no-op
+/// elsewhere): see the functions. Below the engines, which trim after building a session.
+pub mod memory {
+    pub use crate::memory::{release_freed_heap, release_freed_heap_every};
+}

@@ -56,8 +56,8 @@ use segtool_onnx::{ModelFile, ModelIo};
 pub use placement::{NodePlacement, PlacedNode};
 pub use providers::{CudaOptions, Provider, TensorRtOptions, TrtProfile, TRT_PROFILE_KEY};
 
-pub use dylib::environment;
 pub(crate) use dylib::dylib_candidates;
+pub use dylib::environment;
 
 /// Session settings, builder style: `OrtOptions::new().with_provider(Provider::Cuda { device_id: 0 })`.
 ///
@@ -252,7 +252,7 @@ impl OrtEngine {
             match build_session(&env, &path, options, &overrides, provider, hint.as_ref()) {
                 Ok(session) => {
                     // The parsed model's weight buffers, freed once repacked (module docs).
-                    crate::expert::memory::release_freed_heap();
+                    crate::memory::release_freed_heap();
                     let fallback = (!failures.is_empty()).then(|| failures.join("; "));
                     return Self::from_session(
                         session,

@@ -14,12 +14,12 @@ use super::{auto, Segmenter};
 use crate::card::{self, CardRequest, ResolvedCard};
 use crate::engine::Engine;
 use crate::error::{Result, RuntimeError};
-use crate::expert::SegmenterExt;
 use crate::openvino::{Device, OpenVinoOptions, PerformanceHint, Precision};
 #[cfg(feature = "openvino")]
 use crate::openvino_engine::OpenVinoEngine;
 #[cfg(feature = "ort")]
 use crate::ort_engine::{OrtEngine, OrtOptions, Provider};
+use crate::segmenter::SegmenterExt;
 #[cfg(feature = "tract")]
 use crate::tract_engine::{TractEngine, TractOptions};
 
@@ -417,7 +417,7 @@ impl SegmenterBuilder {
             // A graph from elsewhere may fix its batch size (mmdeploy, Hugging Face
             // exports at batch 1): batches run in pieces of it.
             let io = segtool_onnx::read_io(&served)?;
-            segmenter.graph_batch = crate::batching::run::graph_batch(&io);
+            segmenter.graph_batch = crate::pipeline::graph_batch(&io);
         }
         segmenter.fallbacks = fallbacks;
         segmenter.engine_choice = choice;
@@ -911,7 +911,7 @@ impl Opened<'_> {
         let model = self.model?;
         let contract =
             crate::io_contract::IoContract::resolve(model.metadata.contract, model.io.contract());
-        crate::batching::run::graph_size(&model.io, contract.input)
+        crate::pipeline::graph_size(&model.io, contract.input)
     }
 }
 

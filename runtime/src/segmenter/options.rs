@@ -106,7 +106,7 @@ impl SegmenterBuilder {
             let providers = options
                 .providers
                 .iter()
-                .map(|p| p.parse::<crate::Provider>())
+                .map(|p| p.parse::<crate::ort_engine::Provider>())
                 .collect::<std::result::Result<Vec<_>, _>>()
                 .map_err(|message| RuntimeError::Option {
                     name: "providers",

@@ -5,7 +5,7 @@ use std::path::Path;
 
 #[cfg(feature = "ort")]
 use crate::expert::OrtEngine;
-use crate::expert::SegmenterExt;
+use crate::segmenter::SegmenterExt;
 use crate::{EngineKind, Segmenter};
 #[cfg(feature = "ort")]
 use crate::{Fallback, ModelFileError, OrtOptions, Provider, RuntimeError};

@@ -13,6 +13,16 @@ fn mask_png(path: &Path) -> Vec<u8> {
     image::open(path).unwrap().to_rgb8().into_raw()
 }
 
+/// The `_mask.png` pixels `segtool infer` should write for the frame at `path`: the
+/// segmenter's mask in the model's palette, at the frame's size.
+fn expected_png(seg: &mut Segmenter, path: &Path) -> Vec<u8> {
+    let img = image::open(path).unwrap().to_rgb8();
+    let mask = seg.segment(&img).unwrap().mask;
+    assert_eq!(mask.dim(), (img.height() as usize, img.width() as usize));
+    let palette = &seg.spec().palette;
+    mask.iter().flat_map(|&c| palette[c as usize]).collect()
+}
+
 #[test]
 fn a_fixed_size_graph_takes_frames_of_another_size_in_every_mode() {
     let dir = tempfile::tempdir().unwrap();
@@ -61,19 +71,9 @@ fn a_fixed_size_graph_takes_frames_of_another_size_in_every_mode() {
             "--no-overlay",
         ]));
         for (i, &(w, h)) in sizes.iter().enumerate() {
-            let img = image::open(frames.join(format!("f{i}.png")))
-                .unwrap()
-                .to_rgb8();
-            let want = seg.segment(&img).unwrap();
-            assert_eq!(want.mask.dim(), (h as usize, w as usize));
-            let palette = &seg.spec().palette;
-            let coloured: Vec<u8> = want
-                .mask
-                .iter()
-                .flat_map(|&c| palette[c as usize])
-                .collect();
+            let want = expected_png(&mut seg, &frames.join(format!("f{i}.png")));
             let got = mask_png(&out.join(format!("f{i}_mask.png")));
-            assert!(got == coloured, "batch {batch}, frame {i} ({w}x{h})");
+            assert!(got == want, "batch {batch}, frame {i} ({w}x{h})");
         }
     }
     // One input size: infer plans ONNX Runtime's memory for the tensor the graph takes
@@ -93,13 +93,6 @@ fn a_fixed_size_graph_takes_frames_of_another_size_in_every_mode() {
         "1",
         "--no-overlay",
     ]));
-    let img = image::open(frames.join("f2.png")).unwrap().to_rgb8();
-    let want = seg.segment(&img).unwrap();
-    let palette = &seg.spec().palette;
-    let coloured: Vec<u8> = want
-        .mask
-        .iter()
-        .flat_map(|&c| palette[c as usize])
-        .collect();
-    assert!(mask_png(&out.join("f2_mask.png")) == coloured, "{stderr}");
+    let want = expected_png(&mut seg, &frames.join("f2.png"));
+    assert!(mask_png(&out.join("f2_mask.png")) == want, "{stderr}");
 }

@@ -14,7 +14,7 @@ use crate::io_contract::IoContract;
 
 mod sealed {
     pub trait Sealed {}
-    impl Sealed for crate::Segmenter {}
+    impl Sealed for crate::segmenter::Segmenter {}
 }
 
 /// The expert side of a [`Segmenter`] (see the module docs). Sealed: only `Segmenter`
