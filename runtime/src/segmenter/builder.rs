@@ -547,9 +547,23 @@ impl SegmenterBuilder {
             full_range_weights: calibration.is_some_and(auto::full_range_weights),
             vnni: auto::cpu_has_vnni(),
         };
-        let (segmenter, why) = match auto::plan(&situation) {
+        let size = self
+            .fixed_size
+            .or_else(|| model.graph_size())
+            .unwrap_or(auto::measure::DEFAULT_SIZE);
+        let plan = match auto::plan(&situation) {
+            auto::Plan::Measure(_) if size.0 * size.1 > auto::measure::MAX_PROBE_PIXELS => {
+                let why = format!(
+                    "{}x{} is too large to time the engines at (over 4096x4096 pixels)",
+                    size.0, size.1
+                );
+                auto::Plan::Rule(EngineKind::Ort, why)
+            }
+            plan => plan,
+        };
+        let (segmenter, why) = match plan {
             auto::Plan::Rule(kind, why) => self.auto_rule(kind, why, model, fallbacks)?,
-            auto::Plan::Measure(kinds) => self.auto_measured(&kinds, model, fallbacks)?,
+            auto::Plan::Measure(kinds) => self.auto_measured(&kinds, size, model, fallbacks)?,
         };
         // `fixed_size` is applied either way: it is the size auto timed at.
         let running = engine_kind_of(segmenter.engine.name());
@@ -597,18 +611,15 @@ impl SegmenterBuilder {
         )
     }
 
-    /// Times each engine of `kinds` that opens the model (or takes the cached choice for
-    /// this model, machine and options) and keeps the fastest.
+    /// Times each engine of `kinds` that opens the model on a frame of `size` (or takes
+    /// the cached choice for this model, machine and options) and keeps the fastest.
     fn auto_measured(
         &self,
         kinds: &[EngineKind],
+        size: (usize, usize),
         model: &Opened<'_>,
         fallbacks: &mut Vec<Fallback>,
     ) -> Result<(Segmenter, String)> {
-        let size = self
-            .fixed_size
-            .or_else(|| model.graph_size())
-            .unwrap_or(auto::measure::DEFAULT_SIZE);
         let key = self.auto_key(model, size)?;
         let cache = self.auto_cache.as_deref();
         let cached = cache.and_then(|path| auto::cache::lookup(path, &key));

@@ -321,6 +321,19 @@ fn auto_rules_and_their_fallbacks() {
         seg.engine_choice(),
         Some("auto chose onnxruntime: cuda:0 asked for")
     );
+    // A size too large to time at (its probe alone would take gigabytes): ONNX Runtime,
+    // untimed, saying why.
+    let seg = auto(&path, dir.path())
+        .fixed_size(5000, 5000)
+        .threads(1)
+        .open()
+        .unwrap();
+    assert_eq!(seg.engine().name(), "onnxruntime");
+    let choice = seg.engine_choice().unwrap();
+    assert!(
+        choice.contains("5000x5000 is too large to time"),
+        "{choice}"
+    );
     // A named engine makes no choice.
     let seg = Segmenter::builder(&path)
         .engine(EngineKind::Ort)

@@ -25,6 +25,10 @@ pub(in crate::segmenter) const DEFAULT_BUDGET: Duration = Duration::from_secs(30
 /// The input size timed when neither the options (`fixed_size`) nor the graph fix one.
 pub(in crate::segmenter) const DEFAULT_SIZE: (usize, usize) = (512, 512);
 
+/// The largest frame auto times with (4096 x 4096 pixels): a larger fixed size is not
+/// timed (its probe alone would take gigabytes), and a rule decides instead.
+pub(in crate::segmenter) const MAX_PROBE_PIXELS: usize = 4096 * 4096;
+
 /// What one engine measured.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub(in crate::segmenter) struct Timing {
