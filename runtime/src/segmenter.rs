@@ -6,6 +6,7 @@ mod ext;
 pub use auto::cpu_has_vnni;
 pub use ext::SegmenterExt;
 mod builder;
+mod kinds;
 mod options;
 #[cfg(test)]
 mod tests;
@@ -16,7 +17,8 @@ use image::RgbImage;
 use segtool_model_spec::ModelSpec;
 use segtool_onnx::ModelFile;
 
-pub use builder::{EngineKind, Fallback, SegmenterBuilder};
+pub use builder::SegmenterBuilder;
+pub use kinds::{EngineKind, Fallback};
 pub use options::SegmenterOptions;
 
 use crate::accuracy::AccuracyOptions;
