@@ -68,22 +68,29 @@ fn server_over(
             format!("segmenter {i} has another model spec than segmenter 0"),
         ));
     }
-    if !first.model.foreign {
-        return segtool_runtime::batching::BatchServer::new(config, spec, engines)
-            .map_err(errors::batch);
-    }
-    // Models from elsewhere: the workers prepare and decode as the card says.
+    // The workers run the pipeline as the segmenters do (card or spec, the graph's fixed
+    // size and batch): every segmenter must serve the same model.
     let card = lock(&first.model.seg).card().card.clone();
-    if let Some(i) = segmenters
-        .iter()
-        .position(|s| !s.model.foreign || lock(&s.model.seg).card().card != card)
-    {
+    if let Some(i) = segmenters.iter().position(|s| {
+        s.model.foreign != first.model.foreign || lock(&s.model.seg).card().card != card
+    }) {
         return Err(errors::input(
             "segmenters of one model (the same model card)",
             format!("segmenter {i} has another model card than segmenter 0"),
         ));
     }
-    segtool_runtime::batching::BatchServer::with_card(config, card, engines).map_err(errors::batch)
+    if segmenters
+        .iter()
+        .any(|s| lock(&s.model.seg).accuracy().is_some())
+    {
+        return Err(errors::input(
+            "segmenters without accuracy mode (it runs image by image: segment_batch)",
+            "a segmenter opened with protocol=",
+        ));
+    }
+    let preparer = lock(&first.model.seg).preparer();
+    segtool_runtime::batching::BatchServer::with_preparer(config, preparer, engines)
+        .map_err(errors::batch)
 }
 
 fn output_segmentation(py: Python<'_>, out: Output, scores: bool) -> PyResult<Py<Segmentation>> {

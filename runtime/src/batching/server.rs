@@ -124,11 +124,26 @@ impl BatchServer {
         let engines = segmenters
             .into_iter()
             .map(|s| {
-                let (contract, graph, batch) = (s.contract(), s.graph_size(), s.graph_batch);
-                (s.into_engine(), contract, graph, batch)
+                let preparer = s.preparer().logits(config.keep_logits);
+                (s.into_engine(), preparer)
             })
             .collect();
-        Self::start(config, spec, card, engines)
+        Self::start(config, spec, engines)
+    }
+
+    /// One worker thread per engine, each running the model as the segmenter that made
+    /// `preparer` does (its card or spec, its graph's fixed size and batch, its contract):
+    /// for engines that stand in for a segmenter's own, such as sessions shared with
+    /// callers of the segmenter (Python's). Every engine must run that model.
+    pub fn with_preparer(
+        config: BatchConfig,
+        preparer: Preparer,
+        engines: Vec<Box<dyn Engine>>,
+    ) -> Result<Self, BatchError> {
+        let preparer = preparer.logits(config.keep_logits);
+        let spec = preparer.plan().spec.clone();
+        let engines = engines.into_iter().map(|e| (e, preparer.clone())).collect();
+        Self::start(config, spec, engines)
     }
 
     /// One worker thread per engine; `spec` gives the normalisation and the class count
@@ -140,14 +155,23 @@ impl BatchServer {
         spec: ModelSpec,
         engines: Vec<Box<dyn Engine>>,
     ) -> Result<Self, BatchError> {
+        let keep_logits = config.keep_logits;
         let engines = engines
             .into_iter()
             .map(|e| {
-                let contract = e.io_contract().unwrap_or_default();
-                (e, contract, None, None)
+                let preparer = Preparer::new(Plan {
+                    card: None,
+                    spec: spec.clone(),
+                    contract: e.io_contract().unwrap_or_default(),
+                    graph: None,
+                    graph_batch: None,
+                    accuracy: None,
+                    keep_logits,
+                });
+                (e, preparer)
             })
             .collect();
-        Self::start(config, spec, None, engines)
+        Self::start(config, spec, engines)
     }
 
     /// One worker thread per engine, each running a model from elsewhere as `card` says
@@ -159,18 +183,23 @@ impl BatchServer {
         engines: Vec<Box<dyn Engine>>,
     ) -> Result<Self, BatchError> {
         let spec = crate::card::spec_of(&card);
-        let engines = engines
-            .into_iter()
-            .map(|e| (e, IoContract::default(), None, None))
-            .collect();
-        Self::start(config, spec, Some(Arc::new(card)), engines)
+        let preparer = Preparer::new(Plan {
+            card: Some(card),
+            spec: spec.clone(),
+            contract: IoContract::default(),
+            graph: None,
+            graph_batch: None,
+            accuracy: None,
+            keep_logits: config.keep_logits,
+        });
+        let engines = engines.into_iter().map(|e| (e, preparer.clone())).collect();
+        Self::start(config, spec, engines)
     }
 
     fn start(
         config: BatchConfig,
         spec: ModelSpec,
-        card: Option<Arc<ModelCard>>,
-        engines: Vec<WorkerEngine>,
+        engines: Vec<(Box<dyn Engine>, Preparer)>,
     ) -> Result<Self, BatchError> {
         config.validate()?;
         if engines.is_empty() {
@@ -181,7 +210,7 @@ impl BatchServer {
         let stats = engines
             .iter()
             .enumerate()
-            .map(|(worker, (e, _, _, _))| WorkerStats {
+            .map(|(worker, (e, _))| WorkerStats {
                 worker,
                 engine: e.name().to_string(),
                 provider: e.provider().to_string(),
@@ -191,17 +220,7 @@ impl BatchServer {
         let queue = Arc::new(Queue::new(&config, stats));
         let count = engines.len();
         let mut workers = Vec::with_capacity(count);
-        for (index, (engine, contract, graph, graph_batch)) in engines.into_iter().enumerate() {
-            // Each worker runs the pipeline's stages as a `Segmenter` does.
-            let preparer = Preparer::new(Plan {
-                card: card.as_deref().cloned(),
-                spec: spec.clone(),
-                contract,
-                graph,
-                graph_batch,
-                accuracy: None,
-                keep_logits: config.keep_logits,
-            });
+        for (index, (engine, preparer)) in engines.into_iter().enumerate() {
             let worker = Worker {
                 index,
                 engine,
@@ -346,14 +365,6 @@ impl std::fmt::Debug for BatchServer {
             .finish_non_exhaustive()
     }
 }
-
-/// A worker's engine with its contract, its graph's fixed size and fixed batch size.
-type WorkerEngine = (
-    Box<dyn Engine>,
-    IoContract,
-    Option<(usize, usize)>,
-    Option<usize>,
-);
 
 struct Worker {
     index: usize,
