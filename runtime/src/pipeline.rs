@@ -166,7 +166,7 @@ impl Preparer {
             .batches(by_size(frames.iter().map(|f| (f.width(), f.height())))?)
             .into_iter()
             .map(|((w, h), members)| {
-                let same: Vec<Frame<'_>> = members.iter().map(|&i| frames[i].clone()).collect();
+                let same: Vec<Frame<'_>> = members.iter().map(|&i| frames[i]).collect();
                 Ok(PreparedGroup {
                     input: EngineTensor::from_frames(&same, &plan.spec, plan.contract.input)?,
                     members,
@@ -181,7 +181,7 @@ impl Preparer {
 
     /// Same-size groups cut to the graph's fixed batch size, if it has one (a graph
     /// exported for batch 1 takes one image per run).
-    fn batches(&self, groups: Vec<((u32, u32), Vec<usize>)>) -> Vec<((u32, u32), Vec<usize>)> {
+    fn batches(&self, groups: SizeGroups) -> SizeGroups {
         let Some(most) = self.plan.graph_batch else {
             return groups;
         };
@@ -235,10 +235,13 @@ impl Preparer {
     }
 }
 
+/// Each distinct `(width, height)` with the indices of its images.
+type SizeGroups = Vec<((u32, u32), Vec<usize>)>;
+
 /// The indices of each distinct `(width, height)`, in order of first appearance; an
 /// empty batch is refused.
-fn by_size(dims: impl Iterator<Item = (u32, u32)>) -> Result<Vec<((u32, u32), Vec<usize>)>> {
-    let mut groups: Vec<((u32, u32), Vec<usize>)> = Vec::new();
+fn by_size(dims: impl Iterator<Item = (u32, u32)>) -> Result<SizeGroups> {
+    let mut groups: SizeGroups = Vec::new();
     for (i, d) in dims.enumerate() {
         match groups.iter_mut().find(|(size, _)| *size == d) {
             Some((_, members)) => members.push(i),

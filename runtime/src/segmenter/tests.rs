@@ -275,3 +275,60 @@ fn a_batch_server_opens_from_the_segmenter_builder() {
         Err(BatchError::InvalidConfig(_))
     ));
 }
+
+/// The pipeline's first stage reads frames in any pixel format with padded rows in place,
+/// and gives what the same pixels as RGB images give: at the graph's size (no copy) and
+/// fitted to a fixed-size graph (through RGB copies) alike, grouped by size.
+#[cfg(feature = "tract")]
+#[test]
+fn frames_in_place_and_rgb_images_give_the_same_masks() {
+    use crate::{Frame, PixelFormat};
+    let dir = tempfile::tempdir().unwrap();
+    let plain = write_rgb_model(dir.path());
+    let fixed = dir.path().join("fixed.onnx");
+    let bytes = std::fs::read(&plain).unwrap();
+    std::fs::write(&fixed, segtool_testkit::with_fixed_size(&bytes, 3, 6, 8)).unwrap();
+    // BGRA rows padded to a stride of 4 extra bytes, three frames of two sizes.
+    let image = |w: u32, h: u32, seed: u32| {
+        RgbImage::from_fn(w, h, |x, y| {
+            let v = (x * 37 + y * 91 + seed * 53) % 256;
+            Rgb([v as u8, (255 - v) as u8, ((v * 7) % 256) as u8])
+        })
+    };
+    let images = [image(8, 6, 1), image(11, 5, 2), image(8, 6, 3)];
+    let buffers: Vec<(Vec<u8>, usize)> = images
+        .iter()
+        .map(|img| {
+            let stride = img.width() as usize * 4 + 4;
+            let mut buf = vec![0u8; stride * img.height() as usize];
+            for (x, y, p) in img.enumerate_pixels() {
+                let at = y as usize * stride + x as usize * 4;
+                buf[at..at + 4].copy_from_slice(&[p[2], p[1], p[0], 255]);
+            }
+            (buf, stride)
+        })
+        .collect();
+    let frames: Vec<Frame<'_>> = buffers
+        .iter()
+        .zip(&images)
+        .map(|((buf, stride), img)| {
+            Frame::new(buf, img.width(), img.height(), *stride, PixelFormat::Bgra8).unwrap()
+        })
+        .collect();
+    for model in [&plain, &fixed] {
+        let mut seg = Segmenter::builder(model)
+            .engine(EngineKind::Tract)
+            .threads(1)
+            .open()
+            .unwrap();
+        let from_frames = seg.preparer().prepare_frames(&frames).unwrap();
+        assert_eq!(from_frames.len(), 3);
+        let got = seg.run(from_frames).unwrap().decode().unwrap();
+        let want = seg.segment_batch(&images).unwrap();
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(g.mask, w.mask, "{}: frame {i}", model.display());
+            let (h, w) = (images[i].height() as usize, images[i].width() as usize);
+            assert_eq!(g.mask.dim(), (h, w));
+        }
+    }
+}
