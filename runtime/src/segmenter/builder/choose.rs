@@ -12,8 +12,8 @@ use crate::segmenter::auto;
 use crate::segmenter::{EngineKind, Fallback, Segmenter};
 
 impl SegmenterBuilder {
-    /// [`EngineKind::Auto`] (see [`super::super::auto`]): a rule of correctness, else the engine
-    /// measured fastest for this model on this machine; with the reason for the choice.
+    /// [`EngineKind::Auto`] (see [`crate::segmenter::auto`]): a rule of correctness, else
+    /// the engine measured fastest for this model on this machine; with the reason for the choice.
     /// Options the chosen engine does not take are reported as fallbacks.
     pub(super) fn auto(
         &self,
@@ -80,17 +80,21 @@ impl SegmenterBuilder {
             Err(e) if kind == EngineKind::Ort || kind == EngineKind::Tract => return Err(e),
             Err(e) => e,
         };
-        fallbacks.push(Fallback::Engine {
-            requested: name.into(),
-            running: "onnxruntime".into(),
-            reason: format!("{why}, but it did not open the model: {failure}"),
-        });
-        self.auto_rule(
+        let mut then = Vec::new();
+        let (segmenter, choice) = self.auto_rule(
             EngineKind::Ort,
             format!("{name} did not open the model"),
             model,
-            fallbacks,
-        )
+            &mut then,
+        )?;
+        // The rule's engine first, then what its replacement took (ONNX Runtime missing).
+        fallbacks.push(Fallback::Engine {
+            requested: name.into(),
+            running: segmenter.engine.name().into(),
+            reason: format!("{why}, but it did not open the model: {failure}"),
+        });
+        fallbacks.extend(then);
+        Ok((segmenter, choice))
     }
 
     /// Times each engine of `kinds` that opens the model on a frame of `size` (or takes
