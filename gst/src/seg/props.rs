@@ -194,9 +194,18 @@ impl Settings {
     }
 }
 
-/// The property specs, in the order `gst-inspect-1.0` lists them.
+/// The property specs, in the order `gst-inspect-1.0` lists them: the model and the
+/// runtime's options under their names, then the element's own.
 pub fn specs() -> Vec<glib::ParamSpec> {
     let d = Settings::default();
+    let mut specs = model_and_option_specs(&d);
+    specs.extend(element_specs(&d));
+    specs
+}
+
+/// `model`, then the runtime's `SegmenterOptions` as properties (dashes for underscores),
+/// with the runtime's defaults.
+fn model_and_option_specs(d: &Settings) -> Vec<glib::ParamSpec> {
     vec![
         glib::ParamSpecString::builder("model")
             .nick("Model")
@@ -280,6 +289,13 @@ pub fn specs() -> Vec<glib::ParamSpec> {
             )
             .default_value(d.logits)
             .build(),
+    ]
+}
+
+/// The element's own properties: what it outputs, live mode, smoothing, accuracy mode
+/// and its statistics.
+fn element_specs(d: &Settings) -> Vec<glib::ParamSpec> {
+    vec![
         glib::ParamSpecEnum::builder_with_default("output", d.output)
             .nick("Output")
             .blurb("overlay (frame with the colour mask), color (palette mask) or mask (class ids)")
