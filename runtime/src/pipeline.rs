@@ -50,6 +50,27 @@ pub(crate) struct Plan {
     pub keep_logits: bool,
 }
 
+impl Plan {
+    /// The plan for an engine opened without a segmenter: a card or a spec and the
+    /// engine's contract, no fixed graph size or batch known, no accuracy mode.
+    pub(crate) fn for_engine(
+        card: Option<ModelCard>,
+        spec: ModelSpec,
+        contract: IoContract,
+        keep_logits: bool,
+    ) -> Self {
+        Self {
+            card,
+            spec,
+            contract,
+            graph: None,
+            graph_batch: None,
+            accuracy: None,
+            keep_logits,
+        }
+    }
+}
+
 /// The first stage, for any thread: same-size images into the graph's input.
 ///
 /// ```no_run

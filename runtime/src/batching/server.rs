@@ -159,15 +159,9 @@ impl BatchServer {
         let engines = engines
             .into_iter()
             .map(|e| {
-                let preparer = Preparer::new(Plan {
-                    card: None,
-                    spec: spec.clone(),
-                    contract: e.io_contract().unwrap_or_default(),
-                    graph: None,
-                    graph_batch: None,
-                    accuracy: None,
-                    keep_logits,
-                });
+                let contract = e.io_contract().unwrap_or_default();
+                let preparer =
+                    Preparer::new(Plan::for_engine(None, spec.clone(), contract, keep_logits));
                 (e, preparer)
             })
             .collect();
@@ -183,15 +177,13 @@ impl BatchServer {
         engines: Vec<Box<dyn Engine>>,
     ) -> Result<Self, BatchError> {
         let spec = crate::card::spec_of(&card);
-        let preparer = Preparer::new(Plan {
-            card: Some(card),
-            spec: spec.clone(),
-            contract: IoContract::default(),
-            graph: None,
-            graph_batch: None,
-            accuracy: None,
-            keep_logits: config.keep_logits,
-        });
+        let plan = Plan::for_engine(
+            Some(card),
+            spec.clone(),
+            IoContract::default(),
+            config.keep_logits,
+        );
+        let preparer = Preparer::new(plan);
         let engines = engines.into_iter().map(|e| (e, preparer.clone())).collect();
         Self::start(config, spec, engines)
     }
