@@ -165,6 +165,22 @@ pub fn tiny_model_file(dir: &std::path::Path) -> std::io::Result<std::path::Path
     Ok(path)
 }
 
+/// A 3-class [`foreign_model_bytes`] file with the card it needs beside it (ImageNet-like
+/// mean and std), written as `dir/foreign.onnx` and `dir/card.toml`: a model from
+/// elsewhere for the front ends' card options. Returns `(model, card)`.
+pub fn foreign_model_with_card(
+    dir: &std::path::Path,
+) -> std::io::Result<(std::path::PathBuf, std::path::PathBuf)> {
+    let model = dir.join("foreign.onnx");
+    std::fs::write(&model, foreign_model_bytes(3, 3, false))?;
+    let card = dir.join("card.toml");
+    std::fs::write(
+        &card,
+        "num_classes = 3\n[input]\nmean = [0.5, 0.5, 0.5]\nstd = [0.25, 0.25, 0.25]\n",
+    )?;
+    Ok((model, card))
+}
+
 /// The Hugging Face folder `case` (`mask2former`, `segformer`, ...) written into `dir` by
 /// transformers' own `save_pretrained` through `tests/reference/hf_processors_ref.py`,
 /// with its photos in `dir/images` and transformers' masks in `dir/CASE/ref`. `None`

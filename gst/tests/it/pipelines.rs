@@ -500,14 +500,7 @@ fn every_option_arrives_and_is_reported() {
     assert_eq!(reported("engine=tract threads=0").unwrap(), Ok(defaults));
 
     // card, strict and logits with tract (a model from elsewhere needs its card).
-    let foreign = dir.path().join("foreign.onnx");
-    std::fs::write(&foreign, segtool_testkit::foreign_model_bytes(3, 3, false)).unwrap();
-    let card = dir.path().join("card.toml");
-    std::fs::write(
-        &card,
-        "num_classes = 3\n[input]\nmean = [0.5, 0.5, 0.5]\nstd = [0.25, 0.25, 0.25]\n",
-    )
-    .unwrap();
+    let (foreign, card) = segtool_testkit::foreign_model_with_card(dir.path()).unwrap();
     let props = format!(
         "model={} card={} engine=tract strict=true logits=true",
         foreign.display(),
