@@ -130,7 +130,7 @@ impl Default for AutoOptions {
             latency_runs: 10,
             latency_rounds: 3,
             min_speedup: None,
-            engine: MixEngine::OrtCpu,
+            engine: MixEngine::ort(),
         }
     }
 }

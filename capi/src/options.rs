@@ -194,3 +194,24 @@ pub extern "C" fn segtool_options_default() -> segtool_options {
         logits: false,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The C constants are the runtime's engines, in the order of `EngineKind::ALL`: one
+    /// list of engines, with numbers for C.
+    #[test]
+    fn engine_constants_are_the_runtime_engines_in_order() {
+        for (i, kind) in EngineKind::ALL.into_iter().enumerate() {
+            let mut o = segtool_options_default();
+            o.engine = i as segtool_engine;
+            // SAFETY: the default options hold no pointers but static strings or NULL.
+            let got = unsafe { o.runtime_options() }.map(|r| r.engine).ok();
+            assert_eq!(got, Some(kind), "SEGTOOL_ENGINE value {i}");
+        }
+        let mut o = segtool_options_default();
+        o.engine = EngineKind::ALL.len() as segtool_engine;
+        assert!(unsafe { o.runtime_options() }.is_err());
+    }
+}

@@ -12,6 +12,7 @@ use segtool_calibration::{
 use segtool_model_spec::progress::Reporter;
 use segtool_runtime::card::ModelCard;
 use segtool_runtime::openvino::{Device, OpenVinoOptions, Precision};
+use segtool_runtime::EngineKind;
 
 use crate::args::card::CardArgs;
 use crate::args::progress::Bar;
@@ -138,8 +139,8 @@ pub struct Args {
     /// --auto: the engine the model will ship on, where every mix is judged and timed
     /// with --threads: ort (ONNX Runtime's CPU provider) or openvino. The same INT8 file
     /// agrees and runs differently in each; a mix slower than fp32 there is not chosen.
-    #[arg(long, value_enum, default_value = "ort")]
-    pub engine: AutoEngineArg,
+    #[arg(long, default_value_t = EngineKind::Ort, value_parser = parse_mix_engine)]
+    pub engine: EngineKind,
     /// --auto --engine openvino: the device (CPU, GPU, NPU, AUTO).
     #[arg(long, default_value_t = Device::Cpu)]
     pub device: Device,
@@ -153,6 +154,17 @@ pub struct Args {
 
 fn parse_method(s: &str) -> Result<Method, String> {
     s.parse()
+}
+
+/// The runtime's engine names, of which `--auto` measures in two.
+fn parse_mix_engine(s: &str) -> Result<EngineKind, String> {
+    match s.parse()? {
+        kind @ (EngineKind::Ort | EngineKind::OpenVino) => Ok(kind),
+        other => Err(format!(
+            "--auto judges and times mixes in the engine the model ships on: ort or \
+             openvino, not {other}"
+        )),
+    }
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -288,13 +300,13 @@ fn run_auto(args: Args) -> Result<()> {
         latency_runs: args.latency_runs,
         latency_rounds: args.latency_rounds,
         min_speedup: args.min_speedup,
-        engine: match args.engine {
-            AutoEngineArg::Ort => MixEngine::OrtCpu,
-            AutoEngineArg::Openvino => MixEngine::OpenVino(OpenVinoOptions {
+        engine: MixEngine {
+            kind: args.engine,
+            openvino: OpenVinoOptions {
                 device: args.device,
                 precision: args.precision,
                 ..OpenVinoOptions::new()
-            }),
+            },
         },
     };
     let mut r = auto_calibrate(&model, &calib, &val, &opts, &auto)
@@ -352,12 +364,6 @@ fn run_auto(args: Args) -> Result<()> {
         eprintln!("{line}");
     }
     Ok(())
-}
-
-#[derive(Clone, Copy, Debug, clap::ValueEnum)]
-pub enum AutoEngineArg {
-    Ort,
-    Openvino,
 }
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]

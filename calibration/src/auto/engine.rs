@@ -15,26 +15,64 @@ use std::io::Write;
 use ndarray::{ArrayD, ArrayView4};
 use segtool_runtime::expert::{Engine, EngineInput, EngineOutput, OpenVinoEngine};
 use segtool_runtime::openvino::OpenVinoOptions;
+use segtool_runtime::EngineKind;
 
 use crate::session::OrtModel;
 use crate::CalibrationError;
 
-/// Where `--auto` runs the mixes it measures: the deployment's engine and settings.
-#[derive(Clone, Debug, Default)]
-pub enum MixEngine {
-    /// ONNX Runtime's CPU provider with the calibration's thread count.
-    #[default]
-    OrtCpu,
-    /// OpenVINO with these options (device, precision, threads; the calibration's
-    /// thread count when they name none).
-    OpenVino(OpenVinoOptions),
+/// Where `--auto` runs the mixes it measures: the engine the model will ship on, named by
+/// the runtime's own [`EngineKind`] (`ort` or `openvino`), and OpenVINO's settings.
+#[derive(Clone, Debug)]
+pub struct MixEngine {
+    /// [`EngineKind::Ort`] (the CPU provider, the calibration's thread count) or
+    /// [`EngineKind::OpenVino`]; `auto` and `tract` are refused when a session opens.
+    pub kind: EngineKind,
+    /// OpenVINO's device, precision and threads (the calibration's thread count when
+    /// they name none); unused with ONNX Runtime.
+    pub openvino: OpenVinoOptions,
+}
+
+impl MixEngine {
+    /// ONNX Runtime's CPU provider.
+    pub fn ort() -> Self {
+        Self {
+            kind: EngineKind::Ort,
+            openvino: OpenVinoOptions::new(),
+        }
+    }
+
+    /// OpenVINO with `options`.
+    pub fn openvino(options: OpenVinoOptions) -> Self {
+        Self {
+            kind: EngineKind::OpenVino,
+            openvino: options,
+        }
+    }
+
+    /// The engine's threads: OpenVINO's own when set, else the calibration's.
+    pub(super) fn threads(&self, calibration: Option<usize>) -> Option<usize> {
+        match self.kind {
+            EngineKind::OpenVino => self.openvino.threads.or(calibration),
+            _ => calibration,
+        }
+    }
+}
+
+impl Default for MixEngine {
+    fn default() -> Self {
+        Self::ort()
+    }
 }
 
 impl fmt::Display for MixEngine {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            MixEngine::OrtCpu => f.write_str("ONNX Runtime CPU"),
-            MixEngine::OpenVino(o) => write!(f, "OpenVINO {} {}", o.device, o.precision),
+        match self.kind {
+            EngineKind::OpenVino => {
+                let o = &self.openvino;
+                write!(f, "OpenVINO {} {}", o.device, o.precision)
+            }
+            EngineKind::Ort => f.write_str("ONNX Runtime CPU"),
+            other => write!(f, "{other}"),
         }
     }
 }
@@ -58,11 +96,11 @@ impl MixSession {
         threads: Option<usize>,
         io_names: Option<(&str, &str)>,
     ) -> Result<Self, CalibrationError> {
-        match engine {
-            MixEngine::OrtCpu => Ok(Self::Ort(OrtModel::new(model, threads)?)),
-            MixEngine::OpenVino(options) => {
+        match engine.kind {
+            EngineKind::Ort => Ok(Self::Ort(OrtModel::new(model, threads)?)),
+            EngineKind::OpenVino => {
                 let file = temporary_model(model)?;
-                let mut options = options.clone();
+                let mut options = engine.openvino.clone();
                 options.threads = options.threads.or(threads);
                 options.io_names = io_names.map(|(i, o)| (i.to_string(), o.to_string()));
                 let engine = OpenVinoEngine::open(&file, &options)?;
@@ -70,6 +108,13 @@ impl MixSession {
                     engine: Box::new(engine),
                     _file: file,
                 })
+            }
+            other @ (EngineKind::Tract | EngineKind::Auto) => {
+                Err(CalibrationError::Input(format!(
+                    "--auto judges and times mixes in the engine the model ships on, ort or \
+                 openvino; not {other} (tract runs no QLinear kernels of ONNX Runtime's or \
+                 OpenVINO's, and auto is not one engine)"
+                )))
             }
         }
     }

@@ -364,11 +364,7 @@ pub(super) fn final_check(
 
 /// How the result names where it measured: `ONNX Runtime CPU, 2 threads`.
 pub(super) fn engine_label(engine: &MixEngine, threads: Option<usize>) -> String {
-    let threads = match engine {
-        MixEngine::OpenVino(o) => o.threads.or(threads),
-        MixEngine::OrtCpu => threads,
-    };
-    match threads {
+    match engine.threads(threads) {
         Some(n) => format!("{engine}, {n} thread(s)"),
         None => format!("{engine}, the engine's default threads"),
     }

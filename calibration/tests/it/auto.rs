@@ -255,7 +255,7 @@ fn auto_judges_and_times_mixes_in_openvino() {
         latency_rounds: 1,
         final_check: 0.0,
         confidence: 0.0,
-        engine: MixEngine::OpenVino(options.clone()),
+        engine: MixEngine::openvino(options.clone()),
         ..Default::default()
     };
     let r = auto_calibrate(&model, &calib, &val, &opts(), &auto).unwrap();

@@ -431,3 +431,23 @@ pub fn get(settings: &Settings, name: &str) -> Option<glib::Value> {
         _ => return None,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The `engine` property's values are the runtime's engines under the runtime's
+    /// names: one list of engines, as a GEnum for GStreamer.
+    #[test]
+    fn engine_enum_is_the_runtime_engines_by_name() {
+        let class = glib::EnumClass::with_type(EngineChoice::static_type()).unwrap();
+        assert_eq!(class.values().len(), EngineKind::ALL.len());
+        for kind in EngineKind::ALL {
+            let value = class
+                .value_by_nick(kind.as_str())
+                .unwrap_or_else(|| panic!("no GEnum value named {kind}"));
+            let choice: EngineChoice = unsafe { glib::translate::from_glib(value.value()) };
+            assert_eq!(EngineKind::from(choice), kind);
+        }
+    }
+}
