@@ -133,6 +133,14 @@ pub struct Args {
     /// written, the model and its --trt-cache are not, and the exit status is 1).
     #[arg(long, requires = "auto")]
     pub accept_miss: bool,
+    /// --auto: search images each layer's cost is measured on, the layer alone in INT8
+    /// against fp32 (0: rank the layers by SNR alone).
+    #[arg(long, default_value_t = 8, requires = "auto")]
+    pub cost_samples: usize,
+    /// --auto: seconds the cost ranking may take; layers not reached keep their SNR
+    /// order after those measured.
+    #[arg(long, default_value_t = 120.0, requires = "auto")]
+    pub cost_budget_s: f64,
     /// --auto: latency rounds over all the table's models (each --latency-runs runs).
     #[arg(long, default_value_t = 3)]
     pub latency_rounds: usize,
@@ -300,6 +308,8 @@ fn run_auto(args: Args) -> Result<()> {
         latency_runs: args.latency_runs,
         latency_rounds: args.latency_rounds,
         min_speedup: args.min_speedup,
+        cost_samples: args.cost_samples,
+        cost_budget_s: args.cost_budget_s,
         engine: MixEngine {
             kind: args.engine,
             openvino: OpenVinoOptions {

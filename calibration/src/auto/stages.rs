@@ -125,12 +125,27 @@ pub(super) fn rank_layers(
                     output,
                     snr_db,
                     cosine,
+                    cost: None,
                 },
             )
         })
         .collect();
     ranked.sort_by(|(oa, a), (ob, b)| a.snr_db.total_cmp(&b.snr_db).then(oa.cmp(ob)));
     Ok(ranked.into_iter().map(|(_, c)| c).collect())
+}
+
+/// The model with `float` (and `--keep-float`) left in float and every other layer of the
+/// plan quantised with the calibration's thresholds, encoded.
+pub(super) fn mix_bytes(
+    model: &ModelProto,
+    cal: &Calibrated,
+    calib: &CalibrationOptions,
+    float: &[String],
+) -> Result<Vec<u8>, CalibrationError> {
+    let keep = [&calib.keep_float[..], float].concat();
+    let plan = qdq::plan(model, &keep, calib.layout)?;
+    let m = rewrite_with(model, &plan, &cal.thresholds, calib, cal.samples, &keep)?;
+    Ok(prost::Message::encode_to_vec(&m))
 }
 
 /// The trade-off table as it fills: rows and their models in the same order (fp32,
@@ -259,12 +274,7 @@ pub(super) fn search(
     if candidates.is_empty() {
         return Ok((candidates, Vec::new()));
     }
-    let mix = |float: &[String]| -> Result<Vec<u8>, CalibrationError> {
-        let keep = [&calib.keep_float[..], float].concat();
-        let plan = qdq::plan(model, &keep, calib.layout)?;
-        let m = rewrite_with(model, &plan, &cal.thresholds, calib, cal.samples, &keep)?;
-        Ok(prost::Message::encode_to_vec(&m))
-    };
+    let mix = |float: &[String]| mix_bytes(model, cal, calib, float);
     let progress = &calib.progress;
     // At most: the candidates' search, then (widened) every layer's.
     let bound = search_bound(candidates.len())

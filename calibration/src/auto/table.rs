@@ -273,6 +273,13 @@ impl AutoResult {
                 "miou_fp32": f.miou_fp32, "meets_target": f.meets_target,
             })),
             "quantised_layers": self.quantised_layers,
+            "cost_ranking": {
+                "measured": self.cost_ranking.measured,
+                "layers": self.cost_ranking.layers,
+                "images": self.cost_ranking.images,
+                "seconds": self.cost_ranking.seconds,
+                "budget_s": self.cost_ranking.budget_s,
+            },
             "engine": self.engine,
             "latency": format!("{}, one validation image, median over rounds x runs interleaved across the models", self.engine),
             "rows": rows,
@@ -296,6 +303,7 @@ impl AutoResult {
             "verdict": self.verdict(),
             "candidates": self.candidates.iter().map(|c| serde_json::json!({
                 "node": c.node, "output": c.output, "snr_db": c.snr_db, "cosine": c.cosine,
+                "cost": c.cost,
             })).collect::<Vec<_>>(),
             "trials": self.trials.iter().map(|t| serde_json::json!({
                 "step": t.step, "layer": t.layer, "agreement": t.agreement,
@@ -313,13 +321,18 @@ impl AutoResult {
             .unwrap_or(4)
             .clamp(4, 56);
         let mut s = format!(
-            "--auto: {} by {} (calibrated on {} images); {} of {} quantised layers searched, worst SNR first; measured in {}\n",
+            "--auto: {} by {} (calibrated on {} images); {} of {} quantised layers searched, {} first; measured in {}\n  {}\n",
             self.target.describe(),
             self.criterion(),
             self.calibration_images,
             self.candidates.len(),
             self.quantised_layers,
-            self.engine
+            match self.cost_ranking.measured {
+                0 => "worst SNR",
+                _ => "costliest",
+            },
+            self.engine,
+            self.cost_ranking.describe()
         );
         s += &format!(
             "  {:<w$} {:>10} {:>11} {:>8} {:>11} {:>8} {:>10}  target\n",
@@ -396,6 +409,13 @@ mod tests {
             final_check: None,
             confidence: 0.95,
             quantised_layers: 2,
+            cost_ranking: CostRanking {
+                measured: 0,
+                layers: 2,
+                images: 0,
+                seconds: 0.0,
+                budget_s: 0.0,
+            },
         }
     }
 

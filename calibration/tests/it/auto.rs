@@ -83,6 +83,74 @@ fn auto_keeps_the_fewest_float_layers_that_meet_the_target() {
 
 /// Every subset of the three quantised convs kept float, measured independently of the
 /// search: `(subset, agreement)` per subset, and the layers' names.
+/// Each layer's cost is what quantising it alone does to fp32's decisions, measured
+/// independently here (calibrating with the other layers float), and the search's
+/// candidates come costliest first, whatever their SNR.
+#[test]
+fn layers_are_ranked_by_what_each_costs_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = chain_model();
+    let fp32 = model.encode_to_vec();
+    let images = write_images(dir.path(), 12);
+    let (calib, val) = holdout_split(&images);
+    let (by_subset, layers) = every_subset(&model, &fp32, &calib, &val);
+    let alone = |layer: &str| {
+        let others: Vec<String> = layers
+            .iter()
+            .filter(|l| **l != layer)
+            .map(|l| l.to_string())
+            .collect();
+        1.0 - by_subset.iter().find(|(s, _)| *s == others).unwrap().1
+    };
+    let auto = AutoOptions {
+        target: Target::MinAgreement(1.0),
+        candidates: 3,
+        latency_runs: 0,
+        final_check: 0.0,
+        confidence: 0.0,
+        cost_samples: val.len(),
+        ..Default::default()
+    };
+    let r = auto_calibrate(&model, &calib, &val, &opts(), &auto).unwrap();
+    eprintln!("{}", r.to_text());
+    assert_eq!(r.cost_ranking.measured, 3, "{:?}", r.cost_ranking);
+    assert_eq!(r.cost_ranking.images, val.len());
+    let costs: Vec<(String, f64)> = r
+        .candidates
+        .iter()
+        .map(|c| (c.node.clone(), c.cost.expect("every layer measured")))
+        .collect();
+    for (node, cost) in &costs {
+        assert!(
+            (cost - alone(node)).abs() < 1e-12,
+            "{node}: {cost} vs {}",
+            alone(node)
+        );
+    }
+    assert!(costs.windows(2).all(|w| w[0].1 >= w[1].1), "{costs:?}");
+    assert!(
+        r.to_text().contains("ranked by cost: 3 of 3 layers"),
+        "{}",
+        r.to_text()
+    );
+    assert_eq!(r.to_json()["cost_ranking"]["measured"], 3);
+
+    // No time for it: the SNR order, said as such.
+    let snr_only = AutoOptions {
+        cost_budget_s: 0.0,
+        ..auto
+    };
+    let r = auto_calibrate(&model, &calib, &val, &opts(), &snr_only).unwrap();
+    assert_eq!(r.cost_ranking.measured, 0);
+    assert!(r.candidates.iter().all(|c| c.cost.is_none()));
+    assert!(r.candidates.windows(2).all(|w| w[0].snr_db <= w[1].snr_db));
+    assert!(
+        r.to_text().contains("ranked by SNR alone"),
+        "{}",
+        r.to_text()
+    );
+}
+
 fn every_subset(
     model: &ModelProto,
     fp32: &[u8],
