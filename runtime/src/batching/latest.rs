@@ -231,10 +231,60 @@ pub struct LatestStream {
 struct Inner {
     queue: Arc<Queue>,
     slot: usize,
+    /// Newest first (a full slot drops its oldest frame), or ordered (a full slot makes
+    /// `submit` wait: every frame runs).
+    backlog: Backlog,
+    /// The camera this stream is, within a [`super::MultiStream`] (one frame per source
+    /// per batch).
+    source: Option<u32>,
     state: Mutex<State>,
     changed: Condvar,
     /// Wakes a consumer when a worker answers one of this stream's frames.
     notify: Notify,
+}
+
+/// What a stream's slot does with a frame that finds it full.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Backlog {
+    /// The oldest waiting frame is dropped ([`DropReason::Replaced`]): the newest frame
+    /// is answered (a robot's camera).
+    #[default]
+    Newest,
+    /// `submit` waits for room: every frame runs, in order (a recording, an inspection
+    /// line).
+    Ordered,
+}
+
+/// Most answered frames whose latency a stream keeps for its percentiles.
+const LATENCY_SAMPLES: usize = 4096;
+
+/// Arrival-to-answer latency of a stream's answered frames (the last 4096), from
+/// `submit` to the moment the stream recorded the answer (at once when a consumer
+/// waits in `next`).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Latency {
+    /// Frames the percentiles are over.
+    pub samples: usize,
+    /// Median, milliseconds.
+    pub p50_ms: f64,
+    /// 99th percentile (nearest rank), milliseconds.
+    pub p99_ms: f64,
+}
+
+impl Latency {
+    fn of(samples: &VecDeque<f64>) -> Self {
+        let mut ms: Vec<f64> = samples.iter().copied().collect();
+        ms.sort_by(f64::total_cmp);
+        let at = |q: f64| match ms.len() {
+            0 => 0.0,
+            n => ms[((n - 1) as f64 * q).round() as usize],
+        };
+        Self {
+            samples: ms.len(),
+            p50_ms: at(0.5),
+            p99_ms: at(0.99),
+        }
+    }
 }
 
 struct State {
@@ -244,6 +294,8 @@ struct State {
     deadline: Option<Duration>,
     finished: bool,
     stats: LatestStats,
+    /// Milliseconds from submission to answer, the last [`LATENCY_SAMPLES`].
+    latencies: VecDeque<f64>,
 }
 
 struct Entry {
@@ -276,6 +328,18 @@ impl Entry {
 
 impl LatestStream {
     pub(crate) fn new(queue: Arc<Queue>, slot: usize) -> Self {
+        Self::for_source(queue, slot, Backlog::Newest, None, None)
+    }
+
+    /// A stream whose requests name `source`, and whose answers also run `listener`
+    /// (a [`super::MultiStream`]'s wake-up).
+    pub(crate) fn for_source(
+        queue: Arc<Queue>,
+        slot: usize,
+        backlog: Backlog,
+        source: Option<u32>,
+        listener: Option<Notify>,
+    ) -> Self {
         let inner = Arc::new_cyclic(|weak: &std::sync::Weak<Inner>| {
             let weak = weak.clone();
             let notify: Notify = Arc::new(move || {
@@ -284,16 +348,22 @@ impl LatestStream {
                     drop(lock(&inner.state));
                     inner.changed.notify_all();
                 }
+                if let Some(listener) = &listener {
+                    listener();
+                }
             });
             Inner {
                 queue,
                 slot: slot.max(1),
+                backlog,
+                source,
                 state: Mutex::new(State {
                     entries: VecDeque::new(),
                     next_frame: 0,
                     deadline: None,
                     finished: false,
                     stats: LatestStats::default(),
+                    latencies: VecDeque::new(),
                 }),
                 changed: Condvar::new(),
                 notify,
@@ -374,6 +444,18 @@ impl LatestStream {
         self.inner.scan(&mut st, Instant::now());
         st.stats
     }
+
+    /// Latency percentiles of the answered frames (see [`Latency`]).
+    pub fn latency(&self) -> Latency {
+        let mut st = lock(&self.inner.state);
+        self.inner.scan(&mut st, Instant::now());
+        Latency::of(&st.latencies)
+    }
+
+    /// What a full slot does ([`Backlog`]).
+    pub fn backlog(&self) -> Backlog {
+        self.inner.backlog
+    }
 }
 
 impl Inner {
@@ -385,6 +467,17 @@ impl Inner {
         deadline: Option<Instant>,
     ) -> u64 {
         self.scan(&mut guard, now);
+        // Ordered: wait for room rather than drop a frame.
+        while self.backlog == Backlog::Ordered
+            && guard.entries.iter().filter(|e| e.waiting()).count() >= self.slot
+        {
+            guard = self
+                .changed
+                .wait_timeout(guard, Duration::from_millis(5))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+            self.scan(&mut guard, Instant::now());
+        }
         let st = &mut *guard;
         let frame = st.next_frame;
         st.next_frame += 1;
@@ -412,23 +505,25 @@ impl Inner {
             }
         }
         let size = input.size();
-        let (id, fate) =
-            match self
-                .queue
-                .push_with(input, false, deadline, Some(self.notify.clone()))
-            {
-                Ok(handle) => {
-                    st.stats.pending += 1;
-                    (handle.id(), Fate::Pending(handle))
-                }
-                Err(_full) => {
-                    st.stats.rejected += 1;
-                    (
-                        u64::MAX,
-                        Fate::Known(LiveOutcome::Dropped(DropReason::QueueFull)),
-                    )
-                }
-            };
+        let (id, fate) = match self.queue.push_with(
+            input,
+            false,
+            deadline,
+            Some(self.notify.clone()),
+            self.source,
+        ) {
+            Ok(handle) => {
+                st.stats.pending += 1;
+                (handle.id(), Fate::Pending(handle))
+            }
+            Err(_full) => {
+                st.stats.rejected += 1;
+                (
+                    u64::MAX,
+                    Fate::Known(LiveOutcome::Dropped(DropReason::QueueFull)),
+                )
+            }
+        };
         st.entries.push_back(Entry {
             frame,
             id,
@@ -446,7 +541,12 @@ impl Inner {
     /// Records the outcomes the workers gave, and drops waiting frames past their
     /// deadline.
     fn scan(&self, st: &mut State, now: Instant) {
-        let State { entries, stats, .. } = st;
+        let State {
+            entries,
+            stats,
+            latencies,
+            ..
+        } = st;
         for e in entries.iter_mut() {
             let Fate::Pending(handle) = &e.fate else {
                 continue;
@@ -466,6 +566,10 @@ impl Inner {
                     Ok(mut out) => {
                         out.frame = Some(e.frame);
                         stats.answered += 1;
+                        if latencies.len() == LATENCY_SAMPLES {
+                            latencies.pop_front();
+                        }
+                        latencies.push_back(now.duration_since(e.submitted).as_secs_f64() * 1e3);
                         LiveOutcome::Answered(out)
                     }
                     Err(BatchError::DeadlineExpired) => {

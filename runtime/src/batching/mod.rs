@@ -98,6 +98,7 @@
 
 mod handle;
 mod latest;
+mod multi;
 mod queue;
 pub(crate) mod run;
 mod server;
@@ -112,7 +113,8 @@ use crate::error::RuntimeError;
 use crate::io_contract::Segmentation;
 
 pub use handle::Handle;
-pub use latest::{DropReason, LatestStats, LatestStream, LiveFrame, LiveOutcome};
+pub use latest::{Backlog, DropReason, Latency, LatestStats, LatestStream, LiveFrame, LiveOutcome};
+pub use multi::{MultiStream, SourceConfig, SourceError, SourceFrame, SourceStats};
 
 pub use server::BatchServer;
 pub use stream::OrderedStream;

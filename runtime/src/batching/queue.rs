@@ -10,6 +10,11 @@
 //! A request may carry a deadline: a worker never starts it later than that (it is
 //! answered [`BatchError::DeadlineExpired`] instead), and a queued request can be taken
 //! back unstarted ([`Queue::cancel`]); the newest-frame stream is built on both.
+//!
+//! A request may name its source (a camera of a [`super::MultiStream`]): a batch takes
+//! at most one request per source, oldest first, so a camera with a backlog never fills
+//! a batch while another camera's frame waits; the rest of its backlog waits for the
+//! next batch.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -28,6 +33,8 @@ pub(crate) struct Job {
     pub enqueued: Instant,
     /// Not started after this: answered [`BatchError::DeadlineExpired`].
     pub deadline: Option<Instant>,
+    /// The source (camera) it came from: one per source per batch.
+    pub source: Option<u32>,
     pub reply: Reply,
 }
 
@@ -39,6 +46,9 @@ struct State {
     expired: Vec<Job>,
     closed: bool,
     stats: Stats,
+    /// Batches taken so far, and the last batch each source (camera) was in.
+    batches: u64,
+    served: HashMap<u32, u64>,
 }
 
 pub(crate) struct Queue {
@@ -65,6 +75,8 @@ impl Queue {
                     workers,
                     ..Stats::default()
                 },
+                batches: 0,
+                served: HashMap::new(),
             }),
             work: Condvar::new(),
             space: Condvar::new(),
@@ -83,17 +95,18 @@ impl Queue {
     /// Queues `input`. Full queue: waits for room when `block`, else gives it back.
     /// Invalid inputs and a closed queue answer the handle at once.
     pub(crate) fn push(&self, input: Input, block: bool) -> Result<Handle, QueueFull> {
-        self.push_with(input, block, None, None)
+        self.push_with(input, block, None, None, None)
     }
 
-    /// [`push`](Self::push) with a start deadline and a wake-up run once the request is
-    /// answered by a worker (or by shutdown).
+    /// [`push`](Self::push) with a start deadline, a wake-up run once the request is
+    /// answered by a worker (or by shutdown), and the source it came from.
     pub(crate) fn push_with(
         &self,
         input: Input,
         block: bool,
         deadline: Option<Instant>,
         notify: Option<Notify>,
+        source: Option<u32>,
     ) -> Result<Handle, QueueFull> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         if let Err(e) = input.check() {
@@ -120,6 +133,7 @@ impl Queue {
             input,
             enqueued: Instant::now(),
             deadline,
+            source,
             reply,
         });
         st.stats.queued += 1;
@@ -202,6 +216,7 @@ impl Queue {
             }
             st.gathering.retain(|s| *s != size);
         }
+        st.served(&batch);
         st.stats.queued -= batch.len();
         st.stats.in_batches += batch.len();
         let leftovers = st.buckets.contains_key(&size);
@@ -256,15 +271,21 @@ impl Queue {
 }
 
 impl State {
-    /// Pops the oldest live job among the buckets nobody is gathering from.
+    /// Pops the first live job among the buckets nobody is gathering from: by
+    /// [`turn`], so the oldest request, or the camera served longest ago.
     fn pop_oldest(&mut self) -> Option<(Size, Job)> {
         loop {
             let size = *self
                 .buckets
                 .iter()
                 .filter(|(size, _)| !self.gathering.contains(size))
-                .filter_map(|(size, b)| b.front().map(|j| (size, j.id)))
-                .min_by_key(|(_, id)| *id)?
+                .filter_map(|(size, b)| {
+                    b.iter()
+                        .map(|j| turn(&self.served, j))
+                        .min()
+                        .map(|t| (size, t))
+                })
+                .min_by_key(|(_, turn)| *turn)?
                 .0;
             if let Some(job) = self.take(size) {
                 return Some((size, job));
@@ -272,37 +293,58 @@ impl State {
         }
     }
 
-    /// Appends jobs of `size` to `batch` up to `max` in all.
+    /// Records the sources of a batch taken (the cameras' turns).
+    fn served(&mut self, batch: &[Job]) {
+        self.batches += 1;
+        for source in batch.iter().filter_map(|j| j.source) {
+            self.served.insert(source, self.batches);
+        }
+    }
+
+    /// Appends jobs of `size` to `batch` up to `max` in all, at most one per source.
     fn take_more(&mut self, size: Size, max: usize, batch: &mut Vec<Job>) {
         while batch.len() < max {
-            match self.take(size) {
+            let taken: Vec<u32> = batch.iter().filter_map(|j| j.source).collect();
+            let fresh = |job: &Job| job.source.is_none_or(|s| !taken.contains(&s));
+            match self.take_where(size, fresh) {
                 Some(job) => batch.push(job),
                 None => break,
             }
         }
     }
 
-    /// Front job of a bucket, skipping (and dropping) jobs whose handles are gone and
-    /// setting aside those past their deadline; removes emptied buckets so the map only
-    /// holds sizes with work.
+    /// Front job of a bucket (see [`take_where`](Self::take_where)).
     fn take(&mut self, size: Size) -> Option<Job> {
+        self.take_where(size, |_| true)
+    }
+
+    /// The first job of a bucket in line ([`turn`]) that `wanted` accepts,
+    /// dropping jobs whose handles are gone and setting aside those past their deadline
+    /// on the way; removes emptied buckets so the map only holds sizes with work.
+    fn take_where(&mut self, size: Size, wanted: impl Fn(&Job) -> bool) -> Option<Job> {
         let bucket = self.buckets.get_mut(&size)?;
         let mut abandoned = 0;
         let mut expired = Vec::new();
-        let mut found = None;
         let now = Instant::now();
-        while let Some(job) = bucket.pop_front() {
+        let mut at = 0;
+        while at < bucket.len() {
+            let job = &bucket[at];
             if job.reply.abandoned() {
+                bucket.remove(at);
                 abandoned += 1;
-                continue;
+            } else if job.deadline.is_some_and(|d| now >= d) {
+                expired.extend(bucket.remove(at));
+            } else {
+                at += 1;
             }
-            if job.deadline.is_some_and(|d| now >= d) {
-                expired.push(job);
-                continue;
-            }
-            found = Some(job);
-            break;
         }
+        let first = bucket
+            .iter()
+            .enumerate()
+            .filter(|(_, job)| wanted(job))
+            .min_by_key(|(_, job)| turn(&self.served, job))
+            .map(|(at, _)| at);
+        let found = first.and_then(|at| bucket.remove(at));
         if bucket.is_empty() {
             self.buckets.remove(&size);
         }
@@ -312,4 +354,13 @@ impl State {
         self.expired.append(&mut expired);
         found
     }
+}
+
+/// A job's place in line: `(the last batch its source was in, its id)`. A request
+/// without a source, or from a camera never served, goes by its age alone; among cameras,
+/// the one served longest ago goes first, so that a camera whose newest frame keeps
+/// replacing its waiting one (and so is always the youngest request) still gets its turn.
+fn turn(served: &HashMap<u32, u64>, job: &Job) -> (u64, u64) {
+    let last = job.source.and_then(|s| served.get(&s)).copied();
+    (last.unwrap_or(0), job.id)
 }

@@ -11,7 +11,7 @@ use super::handle::{Handle, Outcome, Reply};
 use super::queue::{Job, Queue};
 use super::run::Inputs;
 use super::{
-    BatchConfig, BatchError, Input, LatestStream, OrderedStream, Output, QueueFull, Stats,
+    BatchConfig, BatchError, Input, LatestStream, MultiStream, OrderedStream, Output, QueueFull, Stats,
     WorkerStats,
 };
 use crate::card::ModelCard;
@@ -305,6 +305,12 @@ impl BatchServer {
     /// 1): a newer frame replaces the oldest of them; see [`LatestStream`].
     pub fn latest_stream(&self, slot: usize) -> LatestStream {
         LatestStream::new(self.queue.clone(), slot)
+    }
+
+    /// Many cameras on this server's model: named sources, each with its own slot and
+    /// deadline, batched across the cameras (see [`MultiStream`]).
+    pub fn multi_stream(&self) -> MultiStream {
+        MultiStream::new(self.queue.clone())
     }
 
     /// The configuration the server was started with.

@@ -5,4 +5,5 @@
 
 mod concurrency;
 mod live_stream;
+mod multi_camera;
 mod providers;
