@@ -135,3 +135,48 @@ pub fn export_qat(
     let q = rewrite_qat(&fp32, &qat)?;
     Ok((q.encode_to_vec(), qat))
 }
+
+/// The QAT record of a checkpoint's bytes; `None` for a float checkpoint.
+pub fn checkpoint_qat(checkpoint: &[u8]) -> Result<Option<QatRecord>, CalibrationError> {
+    let bad = |e: String| CalibrationError::Model(e);
+    let (_, meta) = SafeTensors::read_metadata(checkpoint).map_err(|e| bad(e.to_string()))?;
+    let metadata: BTreeMap<String, String> = meta
+        .metadata()
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .collect();
+    if !metadata.contains_key(QAT_METADATA_KEY) {
+        return Ok(None);
+    }
+    let tensors = SafeTensors::deserialize(checkpoint).map_err(|e| bad(e.to_string()))?;
+    read_qat(&tensors, &metadata)
+}
+
+/// Refuses a QAT layout that `target`'s runtime cannot run: TensorRT takes only zero
+/// points of 0, which `ort-cpu`'s uint8 activations (zero point 128) are not.
+pub fn check_target(
+    layout: &str,
+    target: segtool_export::ExportTarget,
+) -> Result<(), CalibrationError> {
+    if target == segtool_export::ExportTarget::TensorRt && layout == Layout::OrtCpu.name() {
+        return Err(CalibrationError::Input(format!(
+            "QAT layout {layout:?} cannot run on export target {target}: TensorRT refuses its \
+             nonzero zero points (train with layout \"portable\" for TensorRT)"
+        )));
+    }
+    Ok(())
+}
+
+/// What exporting a QAT checkpoint as float drops, for the message that says so.
+pub fn float_export_drops(qat: &QatRecord) -> String {
+    format!(
+        "the checkpoint was trained with QAT (layout {}, {} learned activation ranges, weights \
+         per output channel, {} range): the float export drops the ranges and the weight \
+         quantisation, so it is not the model QAT trained (export without --float for its \
+         INT8 file)",
+        qat.spec.layout,
+        qat.thresholds.len(),
+        qat.spec.weight_range
+    )
+}

@@ -196,3 +196,34 @@ fn qat_int8_file_gives_the_fake_quant_models_labels_in_onnx_runtime() {
         );
     }
 }
+
+#[test]
+fn another_layout_is_refused_by_name_on_resume_and_at_export() {
+    let _serial = serial();
+    let spec = spec(BackboneSpec::tiny(), 3);
+    let (vs, _) = common::random_model(&spec, 0);
+    let options = QatOptions {
+        layout: Layout::OrtCpu,
+        ..QatOptions::default()
+    };
+    let fq = FakeQuant::new(&vs, &spec, options).unwrap();
+    fq.check_resume(&fq.spec(4)).unwrap();
+    let mut other = fq.spec(4);
+    other.layout = "portable".into();
+    let err = fq.check_resume(&other).unwrap_err().to_string();
+    assert!(
+        err.contains("\"portable\"") && err.contains("\"ort-cpu\""),
+        "{err}"
+    );
+    let mut other = fq.spec(4);
+    other.weight_range = "other".into();
+    let err = fq.check_resume(&other).unwrap_err().to_string();
+    assert!(err.contains("weight range"), "{err}");
+    let err =
+        segtool_calibration::qat::check_target("ort-cpu", segtool_export::ExportTarget::TensorRt)
+            .unwrap_err()
+            .to_string();
+    assert!(err.contains("ort-cpu") && err.contains("TensorRT"), "{err}");
+    segtool_calibration::qat::check_target("portable", segtool_export::ExportTarget::TensorRt)
+        .unwrap();
+}
