@@ -16,6 +16,7 @@ pub mod compare;
 pub mod feed;
 pub mod kernels;
 pub mod plot;
+pub mod qat;
 pub mod qdq;
 pub mod report;
 pub mod session;

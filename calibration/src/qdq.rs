@@ -39,7 +39,7 @@ pub use constants::{constants_as_initializers, with_constants_as_initializers};
 pub use layout::Layout;
 pub use plan::{graph, plan, Plan, FLOAT_ONLY};
 pub use quantise::{quantise_bias, quantise_weights, scale_of, WeightRange};
-pub use rewrite::rewrite;
+pub use rewrite::{quantised_reads, rewrite, QuantisedRead, QuantisedWeight};
 
 /// Opset needed by per-axis DequantizeLinear.
 pub const MIN_QDQ_OPSET: i64 = 13;

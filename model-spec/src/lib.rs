@@ -13,6 +13,7 @@ pub mod palette;
 pub mod process;
 pub mod progress;
 pub mod protocol;
+pub mod qat;
 pub mod raw_frames;
 pub mod size;
 pub mod spec;

@@ -15,9 +15,15 @@ pub struct Args {
     /// Checkpoint (.safetensors written by `segtool train`).
     #[arg(long)]
     pub checkpoint: PathBuf,
-    /// Output ONNX file (written atomically).
+    /// Output ONNX file (written atomically). A QAT checkpoint (trained with
+    /// `[quant]` / `--qat`) is written as its INT8 QDQ file, with the learned ranges of
+    /// the layout it was trained for: no calibration images.
     #[arg(long)]
     pub onnx: PathBuf,
+    /// A QAT checkpoint: write the float model instead of its INT8 file (says what it
+    /// drops).
+    #[arg(long)]
+    pub float: bool,
     /// Runtime the model is for; picks the attention forms and the opset.
     /// `legacy`: MatMul/Softmax/MatMul, opset 17, loads everywhere (ORT, TensorRT,
     /// tract). `ort`: shape hints for ORT's fusions; on the CPU (`--provider cpu`, its
@@ -146,6 +152,10 @@ impl Args {
 
 pub fn run(args: Args) -> Result<()> {
     let opts = args.options();
+    #[cfg(feature = "ort")]
+    if export_qat(&args, &opts)? {
+        return Ok(());
+    }
     let report = export_onnx(&args.checkpoint, &args.onnx, &opts)
         .with_context(|| format!("exporting {}", args.checkpoint.display()))?;
     println!(
@@ -221,6 +231,34 @@ pub fn run(args: Args) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// A QAT checkpoint: its INT8 file (true), or, with `--float`, a note of what the float
+/// export drops (false: the float export follows). A float checkpoint: false.
+#[cfg(feature = "ort")]
+fn export_qat(args: &Args, opts: &ExportOptions) -> Result<bool> {
+    use segtool_calibration::qat;
+    let bytes = std::fs::read(&args.checkpoint)
+        .with_context(|| format!("reading {}", args.checkpoint.display()))?;
+    let Some(record) = qat::checkpoint_qat(&bytes)? else {
+        return Ok(false);
+    };
+    if args.float {
+        eprintln!("note: {}", qat::float_export_drops(&record));
+        return Ok(false);
+    }
+    qat::check_target(&record.spec.layout, opts.target)?;
+    // The QDQ graph is the one QAT planned and trained: the default export's.
+    let (int8, record) = qat::export_qat(&bytes, &ExportOptions::default())?;
+    segtool_calibration::write_atomic(&args.onnx, &int8)?;
+    println!(
+        "wrote {} (INT8 from QAT: layout {}, {} learned activation ranges, weights per channel {})",
+        args.onnx.display(),
+        record.spec.layout,
+        record.thresholds.len(),
+        record.spec.weight_range
+    );
+    Ok(true)
 }
 
 #[cfg(not(feature = "train"))]

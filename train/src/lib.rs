@@ -21,6 +21,7 @@ pub mod optim;
 pub mod photometric;
 pub mod presets;
 pub mod progress;
+pub mod qat;
 pub mod report;
 pub mod resize;
 pub mod run;

@@ -351,6 +351,10 @@ impl Trainer {
         // dist: each rank its own dropout stream (rank 0's is the single-process one).
         let rank = self.ddp.as_ref().map_or(0, |d| d.rank()) as i64;
         tch::manual_seed(iteration_seed(self.config.seed, it).wrapping_add(rank));
+        // QAT: BatchNorm statistics frozen from the configured iteration on.
+        if let Some(q) = self.model.qat() {
+            q.set_bn_frozen(q.options.freeze_bn_at.is_some_and(|f| it >= f));
+        }
         self.optimizer.zero_grad();
         let scale = 1.0 / micro_batches.len() as f64;
         let mut sums = LossSums::default();
@@ -391,7 +395,15 @@ impl Trainer {
                 .into());
             }
         }
-        self.apply_gradients(it, lr, sums)
+        let stats = self.apply_gradients(it, lr, sums)?;
+        // QAT: the observers' step (EMA thresholds, the same on every rank).
+        if let Some(q) = self.model.qat() {
+            q.end_step(|v| match &self.ddp {
+                Some(ddp) => ddp.mean_all(v),
+                None => Ok(v.to_vec()),
+            })?;
+        }
+        Ok(stats)
     }
 
     /// The forward pass and loss of one micro-batch: the loss tensor, its value, and the

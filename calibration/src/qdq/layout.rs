@@ -44,6 +44,13 @@ impl Layout {
         }
     }
 
+    /// The layout [`Layout::name`] names.
+    pub fn from_name(name: &str) -> Option<Self> {
+        [Layout::Portable, Layout::OrtCpu, Layout::OpenVino]
+            .into_iter()
+            .find(|l| l.name() == name)
+    }
+
     /// Scale and zero point (as a scalar initialiser named `zero_point`) of an activation
     /// whose calibrated threshold is `threshold`; `relu_output`: it cannot be negative.
     pub fn activation(

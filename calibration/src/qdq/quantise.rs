@@ -50,6 +50,13 @@ impl WeightRange {
             Self::Reduced => "reduced",
         }
     }
+
+    /// The range [`WeightRange::name`] names.
+    pub fn from_name(name: &str) -> Option<Self> {
+        [Self::Full, Self::Reduced]
+            .into_iter()
+            .find(|r| r.name() == name)
+    }
 }
 
 /// Symmetric int8 quantisation of weights, per output channel (axis 0) or per tensor, in

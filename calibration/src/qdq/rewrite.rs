@@ -82,6 +82,82 @@ pub fn rewrite(
     Ok(out.into_model(model, g, metadata))
 }
 
+/// One input of one node read through a Q/DQ pair: what [`rewrite`] writes, as data,
+/// so that a model trained with fake quantisation in the loop (segtool-train's QAT)
+/// quantises exactly the reads the QDQ file will.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QuantisedRead {
+    /// The consuming node's name.
+    pub node: String,
+    /// The input slot of `node`.
+    pub slot: usize,
+    /// The activation tensor read.
+    pub tensor: String,
+    /// The tensor whose threshold scales the pair: `tensor` itself, or the output of
+    /// the Relu that `tensor` feeds (a Conv or Add output whose range is the Relu's).
+    pub scale_source: String,
+    /// The pair's values cannot be negative (a Relu or softmax output): the layout's
+    /// unsigned form ([`Layout::activation`]'s `relu_output`).
+    pub nonneg: bool,
+}
+
+/// A node whose weight (input 1 of a Conv) is quantised, and whether its bias is
+/// quantised too (int32, scale `input scale x weight scale`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QuantisedWeight {
+    pub node: String,
+    pub weight: String,
+    /// The bias initialiser, when [`rewrite`] quantises it (its input is quantised and
+    /// the Conv is its only user).
+    pub bias: Option<String>,
+}
+
+/// What [`rewrite`] quantises for `plan`: every activation read through a Q/DQ pair, in
+/// graph order, and every quantised Conv weight (and bias).
+pub fn quantised_reads(
+    model: &ModelProto,
+    plan: &Plan,
+) -> Result<(Vec<QuantisedRead>, Vec<QuantisedWeight>), CalibrationError> {
+    let g = graph(model)?;
+    let inits: HashSet<&str> = g.initializer.iter().map(|t| t.name.as_str()).collect();
+    let quantised_nodes: BTreeSet<usize> = plan.nodes.iter().copied().collect();
+    let cons = consumers(g);
+    let placement = Placement::of(g, &cons, plan, &quantised_nodes);
+    let mut reads = Vec::new();
+    let mut weights = Vec::new();
+    for (idx, n) in g.node.iter().enumerate() {
+        let slots = placement.slots.get(&idx);
+        for &slot in slots.into_iter().flatten() {
+            let tensor = n.input[slot].as_str();
+            reads.push(QuantisedRead {
+                node: n.name.clone(),
+                slot,
+                tensor: tensor.to_string(),
+                scale_source: placement.scale_source(tensor).to_string(),
+                nonneg: placement.relu_output.contains(tensor),
+            });
+        }
+        if quantised_nodes.contains(&idx)
+            && n.op_type == "Conv"
+            && n.input.len() >= 2
+            && inits.contains(n.input[1].as_str())
+        {
+            let input_quantised = slots.is_some_and(|s| s.contains(&0));
+            let bias = n.input.get(2).filter(|b| {
+                input_quantised
+                    && inits.contains(b.as_str())
+                    && cons.get(b.as_str()).map_or(0, Vec::len) == 1
+            });
+            weights.push(QuantisedWeight {
+                node: n.name.clone(),
+                weight: n.input[1].clone(),
+                bias: bias.cloned(),
+            });
+        }
+    }
+    Ok((reads, weights))
+}
+
 /// Where the activation Q/DQ pairs go.
 struct Placement<'g> {
     /// Tensor -> tensor whose threshold gives its scale.

@@ -12,6 +12,9 @@
 use tch::nn::{self, Module};
 use tch::{Kind, Tensor};
 
+use super::Conv;
+use crate::qat::FakeQuant;
+
 pub use segtool_model_spec::spec::AttentionImpl;
 
 /// PyTorch's `SDPBackend::MATH`: the unfused composite, which materialises the matrix.
@@ -120,9 +123,9 @@ fn softmax_at_least_fp32(energy: &Tensor) -> Tensor {
 /// Position attention: every position attends over all N = H*W positions.
 #[derive(Debug)]
 pub struct Pam {
-    query_conv: nn::Conv2D,
-    key_conv: nn::Conv2D,
-    value_conv: nn::Conv2D,
+    query_conv: Conv,
+    key_conv: Conv,
+    value_conv: Conv,
     pub gamma: Tensor,
     /// Switchable at any time: the parameters are the same for both.
     pub attention: AttentionImpl,
@@ -139,7 +142,7 @@ impl Pam {
         qk_channels: i64,
         attention: AttentionImpl,
     ) -> Self {
-        let conv = |name: &str, out| nn::conv2d(p / name, channels, out, 1, Default::default());
+        let conv = |name: &str, out| super::conv_1x1(p / name, channels, out);
         Self {
             query_conv: conv("query_conv", qk_channels),
             key_conv: conv("key_conv", qk_channels),
@@ -147,6 +150,40 @@ impl Pam {
             gamma: p.zeros("gamma", &[1]),
             attention,
         }
+    }
+
+    /// PAM with fake quantisation `q` (QAT) on the exported tensor `head.conv5a`: the
+    /// explicit form, each op input read as the exported graph reads it.
+    pub(crate) fn forward_quantised(&self, x: &Tensor, q: Option<&FakeQuant>) -> Tensor {
+        let Some(q) = q else {
+            return self.forward(x);
+        };
+        let p = "head.sa";
+        let input = "head.conv5a";
+        let (b, c, h, w) = x.size4().expect("PAM input is NCHW");
+        let n = h * w;
+        let proj =
+            |conv: &Conv, name: &str| q.conv(&format!("{p}.{name}"), input, x, conv, None, false);
+        let query = proj(&self.query_conv, "query_conv");
+        let key = proj(&self.key_conv, "key_conv");
+        let value = proj(&self.value_conv, "value_conv");
+        let query = q
+            .read("head.sa.query_flat", "head.sa.query_conv", &query)
+            .view([b, -1, n])
+            .permute([0, 2, 1]);
+        let key = q
+            .read("head.sa.key_flat", "head.sa.key_conv", &key)
+            .view([b, -1, n]);
+        let value = q
+            .read("head.sa.value_flat", "head.sa.value_conv", &value)
+            .view([b, -1, n]);
+        let attention = softmax_at_least_fp32(&query.bmm(&key));
+        let attention_t = attention.permute([0, 2, 1]);
+        let attention_t = q.read("head.sa.matmul", "head.sa.attention_t", &attention_t);
+        let value = q.read("head.sa.matmul", "head.sa.value_flat", &value);
+        let out = value.bmm(&attention_t);
+        let scaled = &self.gamma * out.reshape([b, c, h, w]);
+        q.read(p, "head.sa.scaled", &scaled) + q.read(p, input, x)
     }
 
     pub fn forward(&self, x: &Tensor) -> Tensor {
@@ -195,6 +232,25 @@ impl Cam {
             gamma: p.zeros("gamma", &[1]),
             attention,
         }
+    }
+
+    /// CAM with fake quantisation `q` (QAT) on the exported tensor `head.conv5c`, the
+    /// explicit form, each op input read as the exported graph reads it.
+    pub(crate) fn forward_quantised(&self, x: &Tensor, q: Option<&FakeQuant>) -> Tensor {
+        let Some(q) = q else {
+            return self.forward(x);
+        };
+        let p = "head.sc";
+        let input = "head.conv5c";
+        let (b, c, h, w) = x.size4().expect("CAM input is NCHW");
+        let flat = q.read("head.sc.flat", input, x).view([b, c, -1]);
+        let energy = flat.bmm(&flat.permute([0, 2, 1]));
+        let energy_new = energy.amax([-1].as_slice(), true).expand_as(&energy) - &energy;
+        let attention = softmax_at_least_fp32(&energy_new);
+        let attention = q.read("head.sc.matmul", "head.sc.attention", &attention);
+        let out = attention.bmm(&q.read("head.sc.matmul", "head.sc.flat", &flat));
+        let scaled = &self.gamma * out.reshape([b, c, h, w]);
+        q.read(p, "head.sc.scaled", &scaled) + q.read(p, input, x)
     }
 
     pub fn forward(&self, x: &Tensor) -> Tensor {

@@ -11,14 +11,14 @@ use segtool_model_spec::spec::AuxHeadSpec;
 use tch::nn;
 use tch::Tensor;
 
-use super::{batch_norm, bn_t, conv_no_bias, Bn};
+use super::{batch_norm, bn_t, conv_1x1, conv_no_bias, Bn, Conv};
 use crate::distributed::ProcessGroup;
 
 #[derive(Debug)]
 pub struct AuxHead {
-    conv: nn::Conv2D,
+    conv: Conv,
     bn: Bn,
-    classifier: nn::Conv2D,
+    classifier: Conv,
     /// The backbone stage it reads (1-based).
     pub in_layer: usize,
 }
@@ -30,7 +30,7 @@ impl AuxHead {
         Self {
             conv: conv_no_bias(&s / "0", in_ch, spec.channels, 3, 1, 1, 1),
             bn: batch_norm(&s / "1", spec.channels),
-            classifier: nn::conv2d(&s / "4", spec.channels, classes, 1, Default::default()),
+            classifier: conv_1x1(&s / "4", spec.channels, classes),
             in_layer: spec.in_layer,
         }
     }

@@ -11,6 +11,7 @@ use tch::Tensor;
 
 use super::{AttentionImpl, AuxHead, DaNetHead, ResNet};
 use crate::distributed::ProcessGroup;
+use crate::qat::FakeQuant;
 
 /// Optimiser group of the backbone's parameters; the head's are in [`DaNet::HEAD_GROUP`]
 /// so that they can train at 10x the learning rate.
@@ -24,6 +25,8 @@ pub struct DaNet {
     /// mmsegmentation's auxiliary head on layer3 (training loss only).
     pub aux: Option<AuxHead>,
     sync_bn: bool,
+    /// QAT: fake quantisation in the forward ([`crate::qat`]).
+    qat: Option<Arc<FakeQuant>>,
 }
 
 /// DANet's three outputs at input resolution.
@@ -76,6 +79,7 @@ impl DaNet {
             head,
             aux,
             sync_bn: false,
+            qat: None,
         }
     }
 
@@ -128,11 +132,28 @@ impl DaNet {
         self.sync_bn
     }
 
+    /// QAT: forwards fake-quantise as `qat` says from now on (`None`: float).
+    pub fn set_qat(&mut self, qat: Option<Arc<FakeQuant>>) {
+        self.qat = qat;
+    }
+
+    /// The model's fake quantisation, when it trains with QAT.
+    pub fn qat(&self) -> Option<&Arc<FakeQuant>> {
+        self.qat.as_ref()
+    }
+
     pub fn forward_all(&self, xs: &Tensor, train: bool) -> DaNetOutputs {
         let (_, _, h, w) = xs.size4().expect("DANet input is NCHW");
         let tap = self.aux.as_ref().map(|a| a.in_layer);
-        let (features, tapped) = self.pretrained.forward_with_tap(xs, train, tap);
-        let (fused, position, channel) = self.head.forward_t(&features, train);
+        let q = self.qat.as_deref();
+        if let Some(q) = q {
+            q.begin_forward(train);
+        }
+        let ((features, tapped), feat_name) = self.pretrained.forward_quantised(xs, train, tap, q);
+        let (fused, position, channel) = match q {
+            Some(q) => self.head.forward_quantised(&features, train, q, &feat_name),
+            None => self.head.forward_t(&features, train),
+        };
         let align_corners = self.spec.align_corners;
         let up = |t: Tensor| t.upsample_bilinear2d([h, w], align_corners, None, None);
         let dropout = (train && self.head.dropout).then_some(self.head.dropout_ratio);

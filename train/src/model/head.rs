@@ -6,13 +6,14 @@ use tch::Tensor;
 
 use std::sync::Arc;
 
-use super::{batch_norm, bn_t, conv_no_bias, AttentionImpl, Bn, Cam, Pam};
+use super::{batch_norm, bn_t, conv_1x1, conv_no_bias, AttentionImpl, Bn, Cam, Conv, Pam};
 use crate::distributed::ProcessGroup;
+use crate::qat::FakeQuant;
 
 /// 3x3 conv, BN, ReLU, named `.0` and `.1` as PyTorch's `nn.Sequential`.
 #[derive(Debug)]
 struct ConvBnRelu {
-    conv: nn::Conv2D,
+    conv: Conv,
     bn: Bn,
 }
 
@@ -24,6 +25,20 @@ impl ConvBnRelu {
         }
     }
 
+    /// With fake quantisation: the conv `{name}.0` reads `input`, its ReLU is `name`.
+    fn forward_q(
+        &self,
+        xs: &Tensor,
+        train: bool,
+        q: &FakeQuant,
+        name: &str,
+        input: &str,
+    ) -> Tensor {
+        let node = format!("{name}.0");
+        let y = q.conv(&node, input, xs, &self.conv, Some(&self.bn), train);
+        q.read(name, &node, &y).relu()
+    }
+
     fn forward_t(&self, xs: &Tensor, train: bool) -> Tensor {
         // dist: SyncBN when the model has a group (DaNet::set_sync_bn), else plain BN.
         bn_t(&xs.apply(&self.conv), &self.bn, train).relu()
@@ -33,13 +48,13 @@ impl ConvBnRelu {
 /// Dropout2d then a 1x1 classifier, named `.1` as in PyTorch's Sequential.
 #[derive(Debug)]
 struct Classifier {
-    conv: nn::Conv2D,
+    conv: Conv,
 }
 
 impl Classifier {
     fn new(p: nn::Path, in_ch: i64, classes: i64) -> Self {
         Self {
-            conv: nn::conv2d(&p / "1", in_ch, classes, 1, Default::default()),
+            conv: conv_1x1(&p / "1", in_ch, classes),
         }
     }
 
@@ -137,6 +152,52 @@ impl DaNetHead {
         let dropout = (train && self.dropout).then_some(self.dropout_ratio);
         (
             self.conv8.forward_t(&feat_sum, dropout),
+            self.conv6.forward_t(&sa_feat, dropout),
+            self.conv7.forward_t(&sc_feat, dropout),
+        )
+    }
+}
+
+impl DaNetHead {
+    /// [`DaNetHead::forward_t`] with fake quantisation `q` (QAT) on layer4's output, the
+    /// exported tensor `input`. The branch classifiers (conv6, conv7) serve the training
+    /// losses only (not exported) and stay float.
+    pub(crate) fn forward_quantised(
+        &self,
+        x: &Tensor,
+        train: bool,
+        q: &FakeQuant,
+        input: &str,
+    ) -> (Tensor, Tensor, Tensor) {
+        let sa = self.conv5a.forward_q(x, train, q, "head.conv5a", input);
+        let sa = self.sa.forward_quantised(&sa, Some(q));
+        let sa_feat = self
+            .conv51
+            .forward_q(&sa, train, q, "head.conv51", "head.sa");
+        let sc = self.conv5c.forward_q(x, train, q, "head.conv5c", input);
+        let sc = self.sc.forward_quantised(&sc, Some(q));
+        let sc_feat = self
+            .conv52
+            .forward_q(&sc, train, q, "head.conv52", "head.sc");
+        let feat_sum = q.read("head.feat_sum", "head.conv51", &sa_feat)
+            + q.read("head.feat_sum", "head.conv52", &sc_feat);
+        let dropout = (train && self.dropout).then_some(self.dropout_ratio);
+        let xq = q.read("head.conv8.1", "head.feat_sum", &feat_sum);
+        let xq = match dropout {
+            Some(p) if p > 0.0 => xq.feature_dropout(p, true),
+            _ => xq,
+        };
+        // conv8 after the read: its input is already quantised (the read is idempotent).
+        let fused = q.conv(
+            "head.conv8.1",
+            "head.feat_sum",
+            &xq,
+            &self.conv8.conv,
+            None,
+            train,
+        );
+        (
+            fused,
             self.conv6.forward_t(&sa_feat, dropout),
             self.conv7.forward_t(&sc_feat, dropout),
         )

@@ -48,6 +48,41 @@ pub(crate) fn bn_t(xs: &tch::Tensor, bn: &Bn, train: bool) -> tch::Tensor {
     crate::distributed::sync_bn::batch_norm_t(xs, &bn.bn, bn.group.as_deref(), train)
 }
 
+/// A 2D convolution and its geometry (tch keeps the geometry private): QAT runs it with
+/// a fake-quantised, BN-folded weight ([`crate::qat`]).
+#[derive(Debug)]
+pub(crate) struct Conv {
+    pub inner: nn::Conv2D,
+    pub stride: i64,
+    pub padding: i64,
+    pub dilation: i64,
+}
+
+impl nn::Module for Conv {
+    fn forward(&self, xs: &tch::Tensor) -> tch::Tensor {
+        xs.apply(&self.inner)
+    }
+}
+
+impl Conv {
+    /// This convolution with `weight` and `bias` in place of its own.
+    pub fn with(
+        &self,
+        xs: &tch::Tensor,
+        weight: &tch::Tensor,
+        bias: Option<&tch::Tensor>,
+    ) -> tch::Tensor {
+        xs.conv2d(
+            weight,
+            bias,
+            [self.stride, self.stride],
+            [self.padding, self.padding],
+            [self.dilation, self.dilation],
+            1,
+        )
+    }
+}
+
 /// Bias-free convolution, as every conv in the backbone and the head's 3x3 convs.
 pub(crate) fn conv_no_bias(
     p: nn::Path,
@@ -57,7 +92,7 @@ pub(crate) fn conv_no_bias(
     stride: i64,
     padding: i64,
     dilation: i64,
-) -> nn::Conv2D {
+) -> Conv {
     let cfg = nn::ConvConfig {
         stride,
         padding,
@@ -65,5 +100,20 @@ pub(crate) fn conv_no_bias(
         bias: false,
         ..Default::default()
     };
-    nn::conv2d(p, in_ch, out_ch, kernel, cfg)
+    Conv {
+        inner: nn::conv2d(p, in_ch, out_ch, kernel, cfg),
+        stride,
+        padding,
+        dilation,
+    }
+}
+
+/// A 1x1 convolution with a bias (PAM's projections, the classifiers).
+pub(crate) fn conv_1x1(p: nn::Path, in_ch: i64, out_ch: i64) -> Conv {
+    Conv {
+        inner: nn::conv2d(p, in_ch, out_ch, 1, Default::default()),
+        stride: 1,
+        padding: 0,
+        dilation: 1,
+    }
 }

@@ -10,12 +10,13 @@ use tch::Tensor;
 
 use crate::distributed::ProcessGroup;
 
-use super::{batch_norm, bn_t, conv_no_bias, Bn};
+use super::{batch_norm, bn_t, conv_no_bias, Bn, Conv};
+use crate::qat::FakeQuant;
 
 #[derive(Debug)]
 struct Block {
-    convs: Vec<(nn::Conv2D, Bn)>,
-    downsample: Option<(nn::Conv2D, Bn)>,
+    convs: Vec<(Conv, Bn)>,
+    downsample: Option<(Conv, Bn)>,
 }
 
 impl Block {
@@ -59,6 +60,43 @@ impl Block {
         Self { convs, downsample }
     }
 
+    /// `xs` is the ONNX tensor `input`; the block's output is the tensor `prefix`.
+    fn forward_q(
+        &self,
+        xs: &Tensor,
+        train: bool,
+        q: Option<&FakeQuant>,
+        prefix: &str,
+        input: &str,
+    ) -> Tensor {
+        let Some(q) = q else {
+            return self.forward_t(xs, train);
+        };
+        let last = self.convs.len() - 1;
+        let mut out = xs.shallow_clone();
+        let mut name = input.to_string();
+        for (n, (conv, bn)) in self.convs.iter().enumerate() {
+            let node = format!("{prefix}.conv{}", n + 1);
+            out = q.conv(&node, &name, &out, conv, Some(bn), train);
+            name = node;
+            if n != last {
+                let relu = format!("{prefix}.relu{}", n + 1);
+                out = q.read(&relu, &name, &out).relu();
+                name = relu;
+            }
+        }
+        let (identity, id_name) = match &self.downsample {
+            Some((conv, bn)) => {
+                let node = format!("{prefix}.downsample.0");
+                (q.conv(&node, input, xs, conv, Some(bn), train), node)
+            }
+            None => (xs.shallow_clone(), input.to_string()),
+        };
+        let add = format!("{prefix}.add");
+        let sum = q.read(&add, &name, &out) + q.read(&add, &id_name, &identity);
+        q.read(prefix, &add, &sum).relu()
+    }
+
     fn forward_t(&self, xs: &Tensor, train: bool) -> Tensor {
         let last = self.convs.len() - 1;
         let mut out = xs.shallow_clone();
@@ -92,15 +130,12 @@ impl Block {
 #[allow(clippy::large_enum_variant)] // one per model
 enum Stem {
     /// torchvision's `conv1`: 7x7, stride 2, 3 -> width.
-    Plain(nn::Conv2D),
+    Plain(Conv),
     /// PyTorch-Encoding's `deep_base` Sequential: `conv1.0` (3x3 s2, 3 -> w), `conv1.1` BN,
     /// ReLU, `conv1.3` (w -> w), `conv1.4` BN, ReLU, `conv1.6` (w -> 2w). Indices 2 and 5
     /// are the parameter-free ReLUs, hence the gaps in the names. The widths follow
     /// [`BackboneSpec::stem_conv_widths`] (mmsegmentation's ResNetV1c: 32, 32, 64).
-    Deep {
-        convs: [(nn::Conv2D, Bn); 2],
-        last: nn::Conv2D,
-    },
+    Deep { convs: [(Conv, Bn); 2], last: Conv },
 }
 
 impl Stem {
@@ -122,6 +157,50 @@ impl Stem {
                 ),
             ],
             last: conv_no_bias(&s / "6", w1, w2, 3, 1, 1, 1),
+        }
+    }
+
+    /// The stem's last conv output (the ONNX tensor of the returned name), before `bn1`
+    /// when `q` is `None`; with `q`, `bn1` is applied (folded into the last conv).
+    fn forward_q(
+        &self,
+        xs: &Tensor,
+        train: bool,
+        q: &FakeQuant,
+        bn1: &Bn,
+    ) -> (Tensor, &'static str) {
+        match self {
+            Stem::Plain(conv) => (
+                q.conv("pretrained.conv1", "image", xs, conv, Some(bn1), train),
+                "pretrained.conv1",
+            ),
+            Stem::Deep { convs, last } => {
+                let [(c0, b0), (c3, b3)] = convs;
+                let x = q.conv("pretrained.conv1.0", "image", xs, c0, Some(b0), train);
+                let x = q
+                    .read("pretrained.conv1.2", "pretrained.conv1.0", &x)
+                    .relu();
+                let x = q.conv(
+                    "pretrained.conv1.3",
+                    "pretrained.conv1.2",
+                    &x,
+                    c3,
+                    Some(b3),
+                    train,
+                );
+                let x = q
+                    .read("pretrained.conv1.5", "pretrained.conv1.3", &x)
+                    .relu();
+                let x = q.conv(
+                    "pretrained.conv1.6",
+                    "pretrained.conv1.5",
+                    &x,
+                    last,
+                    Some(bn1),
+                    train,
+                );
+                (x, "pretrained.conv1.6")
+            }
         }
     }
 
@@ -235,8 +314,48 @@ impl ResNet {
         train: bool,
         tap: Option<usize>,
     ) -> (Tensor, Option<Tensor>) {
+        self.forward_quantised(xs, train, tap, None).0
+    }
+
+    /// [`Self::forward_with_tap`] with fake quantisation `q` (QAT); also returns the
+    /// name of layer4's output in the exported graph.
+    pub(crate) fn forward_quantised(
+        &self,
+        xs: &Tensor,
+        train: bool,
+        tap: Option<usize>,
+        q: Option<&FakeQuant>,
+    ) -> ((Tensor, Option<Tensor>), String) {
         // Only BatchNorm looks at `train` in the backbone.
         let train = train && !self.frozen_bn;
+        if let Some(q) = q {
+            let (x, name) = self.stem.forward_q(xs, train, q, &self.bn1);
+            let x = q.read("pretrained.relu", name, &x).relu();
+            let x = q.read("pretrained.maxpool", "pretrained.relu", &x);
+            let mut x = x.max_pool2d([3, 3], [2, 2], [1, 1], [1, 1], false);
+            let mut name = "pretrained.maxpool".to_string();
+            let mut tapped = None;
+            for (k, layer) in self.layers.iter().enumerate() {
+                for (i, block) in layer.iter().enumerate() {
+                    let prefix = format!("pretrained.layer{}.{i}", k + 1);
+                    x = block.forward_q(&x, train, Some(q), &prefix, &name);
+                    name = prefix;
+                }
+                if tap == Some(k + 1) {
+                    tapped = Some(x.shallow_clone());
+                }
+            }
+            return ((x, tapped), name);
+        }
+        ((self.forward_plain(xs, train, tap)), String::new())
+    }
+
+    fn forward_plain(
+        &self,
+        xs: &Tensor,
+        train: bool,
+        tap: Option<usize>,
+    ) -> (Tensor, Option<Tensor>) {
         let mut x = bn_t(&self.stem.forward_t(xs, train), &self.bn1, train)
             .relu()
             .max_pool2d([3, 3], [2, 2], [1, 1], [1, 1], false);

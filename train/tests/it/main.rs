@@ -16,6 +16,7 @@ mod loader;
 mod mmseg_augment;
 mod mmseg_train_parity;
 mod pytorch_train_parity;
+mod qat;
 mod reference_parity;
 mod resume;
 mod session;

@@ -1,0 +1,627 @@
+//! Quantisation-aware training: fake quantisation in the loop, placed exactly where the
+//! INT8 file quantises.
+//!
+//! Placement is not written here. [`FakeQuant::new`] exports the model being trained to
+//! its fp32 ONNX graph in memory (segtool-export, BatchNorm folded), asks the calibration
+//! crate's QDQ plan which reads of which tensors go through a Q/DQ pair for the layout
+//! ([`segtool_calibration::qdq::quantised_reads`]) and which Conv weights and biases are
+//! quantised, and the tch model calls [`FakeQuant::read`] at every op input, named by
+//! the ONNX node and tensor it becomes. A read the plan quantises and the model never
+//! visits is refused ([`FakeQuant::check_coverage`]), so the two cannot drift apart.
+//!
+//! The arithmetic is ONNX's: an activation read is `(clamp(round(x / s) + z, qmin, qmax)
+//! - z) * s` (round half to even, as QuantizeLinear), with the scale and zero point the
+//! layout derives from the threshold T ([`Layout::activation`], the function the QDQ
+//! rewrite calls); a Conv weight is the export's BN-folded weight (folded in f64, rounded
+//! once to f32, as the export folds it), quantised per output channel, symmetric, over
+//! the weight range; a quantised bias is rounded to the int32 grid of `s_in * s_w`.
+//! Gradients pass rounding straight through (STE) and are zero where the clamp
+//! saturates; with [`RangeLearning::Lsq`] they reach the thresholds too (LSQ).
+//!
+//! Thresholds start from a calibration of the float model on training images with the
+//! calibration crate's statistics and calibrators ([`FakeQuant::calibrate`]), and live in
+//! the checkpoint as [`QAT_THRESHOLDS_TENSOR`] beside a [`QatSpec`] (the contract, owned
+//! by `segtool_model_spec::qat`).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+
+use anyhow::{bail, Context, Result};
+use prost::Message;
+use segtool_calibration::qdq::{self, Layout, WeightRange};
+use segtool_calibration::stats::{Histogram, Range, TensorStats, DEFAULT_BINS};
+use segtool_calibration::Method;
+use segtool_export::proto::ModelProto;
+use segtool_model_spec::qat::{QatSpec, QAT_METADATA_KEY, QAT_THRESHOLDS_TENSOR};
+use segtool_model_spec::ModelSpec;
+use tch::{nn, Kind, Tensor};
+
+use crate::model::{bn_t, Bn, Conv};
+
+/// PyTorch's BatchNorm epsilon, which the export folds with.
+const BN_EPS: f64 = 1e-5;
+
+/// How thresholds move in training.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RangeLearning {
+    /// A moving average of each batch's range (PyTorch's default QAT observers), all
+    /// ranks averaged; gradients through rounding by the straight-through estimator.
+    Ema,
+    /// Learned by gradient (LSQ, Esser et al. 2020), with LSQ's gradient scale.
+    Lsq,
+}
+
+impl RangeLearning {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Ema => "ema",
+            Self::Lsq => "lsq",
+        }
+    }
+
+    pub fn from_name(s: &str) -> Option<Self> {
+        [Self::Ema, Self::Lsq].into_iter().find(|r| r.name() == s)
+    }
+}
+
+/// QAT settings.
+#[derive(Clone, Debug)]
+pub struct QatOptions {
+    pub layout: Layout,
+    pub weight_range: WeightRange,
+    pub ranges: RangeLearning,
+    /// Calibrator of the initial thresholds (the calibration crate's).
+    pub method: Method,
+    pub percentile: f64,
+    /// Iteration from which BatchNorm statistics are frozen (running statistics, the
+    /// exported folding in the forward); `None`: never.
+    pub freeze_bn_at: Option<usize>,
+    /// EMA: weight of each batch's range.
+    pub ema_momentum: f64,
+}
+
+impl Default for QatOptions {
+    fn default() -> Self {
+        Self {
+            layout: Layout::Portable,
+            weight_range: WeightRange::for_this_cpu(),
+            ranges: RangeLearning::Ema,
+            method: Method::Entropy,
+            percentile: 99.99,
+            freeze_bn_at: None,
+            ema_momentum: 0.01,
+        }
+    }
+}
+
+/// One quantised read as the tch model sees it.
+#[derive(Clone, Debug)]
+struct Read {
+    /// Index into the thresholds.
+    source: usize,
+    nonneg: bool,
+    /// Statistics of the source come from this read: `Some(false)` the value read,
+    /// `Some(true)` its Relu (the read's source is the Relu of the tensor), `None` not
+    /// from here.
+    observe: Option<bool>,
+}
+
+enum Mode {
+    Quantise,
+    Ranges(Vec<Range>),
+    Histograms(Vec<Histogram>),
+}
+
+struct State {
+    mode: Mode,
+    visited: HashSet<(String, String)>,
+    /// Sources already observed in this forward.
+    observed: Vec<bool>,
+    /// EMA: the largest |x| of each source in this step.
+    batch_max: Vec<f32>,
+    /// The current forward is a training one.
+    training: bool,
+}
+
+/// Fake quantisation of one model for one layout (see the module docs).
+pub struct FakeQuant {
+    pub options: QatOptions,
+    /// Scale sources (ONNX tensor names), the order of `thresholds`.
+    pub sources: Vec<String>,
+    reads: HashMap<(String, String), Read>,
+    /// Quantised Conv nodes -> whether their bias is quantised too.
+    weights: HashMap<String, bool>,
+    /// `qat.thresholds` in the VarStore.
+    pub thresholds: Tensor,
+    bn_frozen: AtomicBool,
+    state: Mutex<State>,
+}
+
+// SAFETY: the thresholds tensor is a libtorch tensor like every model parameter (tch
+// marks Tensor Send); forwards only read it, and writes (`set_thresholds`) happen between
+// steps on the training thread, as for the parameters the optimiser updates. The rest of
+// the state is behind a Mutex or atomic.
+unsafe impl Send for FakeQuant {}
+unsafe impl Sync for FakeQuant {}
+
+impl std::fmt::Debug for FakeQuant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FakeQuant")
+            .field("layout", &self.options.layout)
+            .field("sources", &self.sources.len())
+            .field("reads", &self.reads.len())
+            .finish()
+    }
+}
+
+/// The fp32 ONNX graph `segtool export` writes for the variables of `vs`.
+pub fn export_fp32(vs: &nn::VarStore, spec: &ModelSpec) -> Result<ModelProto> {
+    let bytes = crate::checkpoint::to_bytes(vs, spec, &Default::default())?;
+    let st = safetensors::SafeTensors::deserialize(&bytes)?;
+    let (onnx, _) =
+        segtool_export::export_onnx_bytes(&st, spec, &segtool_export::ExportOptions::default())
+            .context("exporting the model to plan its quantisation")?;
+    Ok(ModelProto::decode(onnx.as_slice())?)
+}
+
+impl FakeQuant {
+    /// Plans fake quantisation of the model in `vs` for `options.layout` and adds the
+    /// thresholds variable ([`QAT_THRESHOLDS_TENSOR`], zeros until [`Self::calibrate`] or
+    /// a checkpoint fills it; trainable with LSQ) to `vs`.
+    pub fn new(vs: &nn::VarStore, spec: &ModelSpec, options: QatOptions) -> Result<Self> {
+        let model = export_fp32(vs, spec)?;
+        let plan = qdq::plan(&model, &[], options.layout)?;
+        let (reads, weights) = qdq::quantised_reads(&model, &plan)?;
+        let g = qdq::graph(&model)?;
+        let op: HashMap<&str, &str> = g
+            .node
+            .iter()
+            .map(|n| (n.name.as_str(), n.op_type.as_str()))
+            .collect();
+        let relu_of: HashSet<(&str, &str)> = plan
+            .outputs
+            .iter()
+            .filter(|(t, s)| t != s)
+            .map(|(t, s)| (t.as_str(), s.as_str()))
+            .collect();
+        let mut sources: Vec<String> = Vec::new();
+        let mut index: HashMap<String, usize> = HashMap::new();
+        let mut by_read = HashMap::new();
+        for r in &reads {
+            // A Shape reads only the dimensions: nothing to quantise in tch.
+            if op.get(r.node.as_str()) == Some(&"Shape") {
+                continue;
+            }
+            let source = *index.entry(r.scale_source.clone()).or_insert_with(|| {
+                sources.push(r.scale_source.clone());
+                sources.len() - 1
+            });
+            let observe = if r.tensor == r.scale_source {
+                Some(false)
+            } else if relu_of.contains(&(r.tensor.as_str(), r.scale_source.as_str())) {
+                Some(true)
+            } else {
+                None
+            };
+            by_read.insert(
+                (r.node.clone(), r.tensor.clone()),
+                Read {
+                    source,
+                    nonneg: r.nonneg,
+                    observe,
+                },
+            );
+        }
+        let weights = weights
+            .into_iter()
+            .map(|w| (w.node, w.bias.is_some()))
+            .collect();
+        let n = sources.len() as i64;
+        let root = vs.root() / "qat";
+        let name = QAT_THRESHOLDS_TENSOR
+            .strip_prefix("qat.")
+            .expect("the thresholds tensor lives under qat.");
+        let thresholds = match options.ranges {
+            RangeLearning::Lsq => root.zeros(name, &[n]),
+            RangeLearning::Ema => root.zeros_no_train(name, &[n]),
+        };
+        Ok(Self {
+            sources,
+            reads: by_read,
+            weights,
+            thresholds,
+            bn_frozen: AtomicBool::new(false),
+            state: Mutex::new(State {
+                mode: Mode::Quantise,
+                visited: HashSet::new(),
+                observed: vec![false; n as usize],
+                batch_max: vec![0.0; n as usize],
+                training: false,
+            }),
+            options,
+        })
+    }
+
+    /// The contract written beside the thresholds in a checkpoint.
+    pub fn spec(&self, init_samples: usize) -> QatSpec {
+        QatSpec {
+            layout: self.options.layout.name().into(),
+            per_channel: true,
+            weight_range: self.options.weight_range.name().into(),
+            ranges: self.options.ranges.name().into(),
+            init_method: self.options.method.name().into(),
+            init_samples,
+            freeze_bn_at: self.options.freeze_bn_at.map(|i| i as u64),
+            sources: self.sources.clone(),
+        }
+    }
+
+    /// Refuses to resume `spec` (a checkpoint's) with other settings: the layout, the
+    /// weight granularity and range, or the quantised tensors.
+    pub fn check_resume(&self, spec: &QatSpec) -> Result<()> {
+        let mine = self.spec(spec.init_samples);
+        let differ = |what: &str, a: &str, b: &str| -> Result<()> {
+            if a != b {
+                bail!("the checkpoint was trained with QAT {what} {b:?}; resuming it with {a:?} is refused (start a new QAT run from a float checkpoint)");
+            }
+            Ok(())
+        };
+        differ("layout", &mine.layout, &spec.layout)?;
+        differ(
+            "weight granularity",
+            if mine.per_channel {
+                "per-channel"
+            } else {
+                "per-tensor"
+            },
+            if spec.per_channel {
+                "per-channel"
+            } else {
+                "per-tensor"
+            },
+        )?;
+        differ("weight range", &mine.weight_range, &spec.weight_range)?;
+        differ("range learning", &mine.ranges, &spec.ranges)?;
+        if mine.sources != spec.sources {
+            bail!("the checkpoint's QAT quantises other tensors than this model's plan for layout {:?}", mine.layout);
+        }
+        Ok(())
+    }
+
+    pub fn set_bn_frozen(&self, frozen: bool) {
+        self.bn_frozen.store(frozen, Ordering::Relaxed);
+    }
+
+    pub fn bn_frozen(&self) -> bool {
+        self.bn_frozen.load(Ordering::Relaxed)
+    }
+
+    /// The thresholds as f32, in [`Self::sources`] order.
+    pub fn threshold_values(&self) -> Vec<f32> {
+        Vec::<f32>::try_from(
+            self.thresholds
+                .detach()
+                .to_device(tch::Device::Cpu)
+                .to_kind(Kind::Float),
+        )
+        .expect("thresholds convert")
+    }
+
+    /// Thresholds by source name.
+    pub fn thresholds_by_name(&self) -> BTreeMap<String, f32> {
+        self.sources
+            .iter()
+            .cloned()
+            .zip(self.threshold_values())
+            .collect()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Called by the model at the start of each forward.
+    pub(crate) fn begin_forward(&self, train: bool) {
+        let mut s = self.lock();
+        s.training = train;
+        s.observed.iter_mut().for_each(|o| *o = false);
+    }
+
+    /// Input `input` of node `node` (ONNX names): fake-quantised when the plan quantises
+    /// that read, as is otherwise; with the scale used.
+    pub(crate) fn read_scaled(
+        &self,
+        node: &str,
+        input: &str,
+        x: &Tensor,
+    ) -> (Tensor, Option<Tensor>) {
+        let Some(r) = self.reads.get(&(node.to_string(), input.to_string())) else {
+            return (x.shallow_clone(), None);
+        };
+        let mut s = self.lock();
+        s.visited.insert((node.to_string(), input.to_string()));
+        let observe = |s: &mut State| -> Option<Tensor> {
+            let relu = r.observe?;
+            if s.observed[r.source] {
+                return None;
+            }
+            s.observed[r.source] = true;
+            let v = x.detach();
+            Some(if relu { v.relu() } else { v })
+        };
+        match &mut s.mode {
+            Mode::Ranges(_) | Mode::Histograms(_) => {
+                if let Some(v) = observe(&mut s) {
+                    let v = Vec::<f32>::try_from(
+                        v.to_device(tch::Device::Cpu)
+                            .to_kind(Kind::Float)
+                            .contiguous()
+                            .view(-1),
+                    )
+                    .expect("f32");
+                    match &mut s.mode {
+                        Mode::Ranges(r2) => r2[r.source].update(&v),
+                        Mode::Histograms(h) => h[r.source].add(&v),
+                        Mode::Quantise => unreachable!(),
+                    }
+                }
+                (x.shallow_clone(), None)
+            }
+            Mode::Quantise => {
+                if self.options.ranges == RangeLearning::Ema && s.training {
+                    if let Some(v) = observe(&mut s) {
+                        let m = v.abs().max().double_value(&[]) as f32;
+                        s.batch_max[r.source] = s.batch_max[r.source].max(m);
+                    }
+                }
+                drop(s);
+                let (scale, zp, qmin, qmax) = self.activation(r, x.numel() as i64);
+                let y = fake_quant(x, &scale, zp, qmin, qmax);
+                (y, Some(scale))
+            }
+        }
+    }
+
+    /// [`Self::read_scaled`] without the scale.
+    pub(crate) fn read(&self, node: &str, input: &str, x: &Tensor) -> Tensor {
+        self.read_scaled(node, input, x).0
+    }
+
+    /// Scale (a 0-dim f32 tensor), zero point and integer range of read `r`. The value
+    /// of the scale is the QDQ rewrite's own ([`Layout::activation`] on the threshold);
+    /// with LSQ it carries the threshold's gradient.
+    fn activation(&self, r: &Read, numel: i64) -> (Tensor, f64, f64, f64) {
+        let t = self.thresholds.get(r.source as i64);
+        let tv = t.double_value(&[]) as f32;
+        let (scale, zp) = self.options.layout.activation(tv, r.nonneg, "z");
+        let (zp, qmin, qmax) = match (
+            zp.data_type == segtool_export::proto::DataType::Uint8 as i32,
+            zp.raw_data.first().copied().unwrap_or(0),
+        ) {
+            (true, z) => (z as f64, 0.0, 255.0),
+            (false, z) => (z as i8 as f64, -128.0, 127.0),
+        };
+        let exact = Tensor::from(scale).to_device(self.thresholds.device());
+        let scale = if self.options.ranges == RangeLearning::Lsq && tv > 0.0 {
+            // d scale / d T, and LSQ's gradient scale 1 / sqrt(N * Qp).
+            let k = (scale / tv) as f64;
+            let g = 1.0 / ((numel.max(1) as f64) * (qmax - zp).max(1.0)).sqrt();
+            let ts = &t * (k * g);
+            exact + (&ts - ts.detach()) * (1.0 / g)
+        } else {
+            exact
+        };
+        (scale, zp, qmin, qmax)
+    }
+
+    /// Conv `node` reading `input` (ONNX names), with its BatchNorm when it has one: the
+    /// export's BN-folded weight (and bias), fake-quantised as the plan says. Before the
+    /// BN freeze, a training forward normalises with batch statistics as PyTorch's QAT
+    /// ConvBn does (weight folded with the running statistics, the conv output scaled
+    /// back, then BatchNorm).
+    pub(crate) fn conv(
+        &self,
+        node: &str,
+        input: &str,
+        x: &Tensor,
+        conv: &Conv,
+        bn: Option<&Bn>,
+        bn_train: bool,
+    ) -> Tensor {
+        let (xq, s_in) = self.read_scaled(node, input, x);
+        let Some(&bias_quantised) = self.weights.get(node) else {
+            return match bn {
+                Some(bn) => bn_t(&xq.apply(conv), bn, bn_train),
+                None => xq.apply(conv),
+            };
+        };
+        let observing = !matches!(self.lock().mode, Mode::Quantise);
+        let w = &conv.inner.ws;
+        let bn_train = bn_train && !self.bn_frozen();
+        match bn {
+            Some(bn) if bn_train => {
+                let (gamma, rv) = (bn.bn.ws.as_ref().expect("affine BN"), &bn.bn.running_var);
+                let sf = gamma / (rv + BN_EPS).sqrt();
+                let wf = w * sf.view([-1, 1, 1, 1]);
+                let wq = if observing { wf } else { self.weight(&wf).0 };
+                let y = conv.with(&xq, &wq, None) / sf.view([1, -1, 1, 1]);
+                bn_t(&y, bn, true)
+            }
+            _ => {
+                let (wf, bf) = match bn {
+                    Some(bn) => fold(w, bn),
+                    None => (
+                        w.shallow_clone(),
+                        conv.inner.bs.as_ref().expect("conv bias").shallow_clone(),
+                    ),
+                };
+                if observing {
+                    return conv.with(&xq, &wf, Some(&bf));
+                }
+                let (wq, s_w) = self.weight(&wf);
+                let bq = match (bias_quantised, s_in) {
+                    (true, Some(s_in)) => quantise_bias(&bf, &(s_in.detach() * s_w)),
+                    _ => bf,
+                };
+                conv.with(&xq, &wq, Some(&bq))
+            }
+        }
+    }
+
+    /// Per-output-channel symmetric fake quantisation of a weight, as the rewrite
+    /// quantises it; returns it and the scales.
+    fn weight(&self, w: &Tensor) -> (Tensor, Tensor) {
+        let max = self.options.weight_range.max() as f64;
+        let absmax = w.detach().abs().amax([1, 2, 3].as_slice(), false);
+        let s = absmax.divide_scalar(max);
+        let ok = absmax.gt(0.0).logical_and(&absmax.isfinite());
+        let s = s.where_self(&ok, &s.ones_like());
+        let q = fake_quant(w, &s.view([-1, 1, 1, 1]), 0.0, -max, max);
+        (q, s)
+    }
+
+    /// Every read the plan quantises was visited by a forward since the last check.
+    pub fn check_coverage(&self) -> Result<()> {
+        let s = self.lock();
+        let mut missing: Vec<_> = self
+            .reads
+            .keys()
+            .filter(|k| !s.visited.contains(*k))
+            .collect();
+        missing.sort();
+        if let Some((node, tensor)) = missing.first() {
+            bail!(
+                "the {} QDQ plan quantises {} read(s) the tch model never makes, e.g. node {node:?} reading {tensor:?}",
+                self.options.layout.name(),
+                missing.len()
+            );
+        }
+        Ok(())
+    }
+
+    /// Initial thresholds: statistics of the float model (no fake quantisation) over
+    /// `batches` (normalised images), in two passes as the calibration crate collects
+    /// them (range, then a histogram of |x|), turned into thresholds by its calibrator.
+    /// `forward` runs the model in eval mode on a batch. Checks that every quantised
+    /// read was made.
+    pub fn calibrate(&self, batches: &[Tensor], forward: impl Fn(&Tensor)) -> Result<()> {
+        let n = self.sources.len();
+        self.lock().mode = Mode::Ranges(vec![Range::default(); n]);
+        self.lock().visited.clear();
+        tch::no_grad(|| batches.iter().for_each(&forward));
+        let ranges = match std::mem::replace(&mut self.lock().mode, Mode::Quantise) {
+            Mode::Ranges(r) => r,
+            _ => unreachable!(),
+        };
+        if let Some(i) = ranges.iter().position(|r| r.count == 0) {
+            bail!(
+                "no statistics for {:?}: the tch model never produced it",
+                self.sources[i]
+            );
+        }
+        let mut hists = None;
+        if self.options.method.needs_histogram() {
+            self.lock().mode = Mode::Histograms(
+                ranges
+                    .iter()
+                    .map(|r| Histogram::new(DEFAULT_BINS, r.absmax()))
+                    .collect(),
+            );
+            tch::no_grad(|| batches.iter().for_each(&forward));
+            hists = match std::mem::replace(&mut self.lock().mode, Mode::Quantise) {
+                Mode::Histograms(h) => Some(h),
+                _ => unreachable!(),
+            };
+        }
+        let values: Vec<f32> = ranges
+            .into_iter()
+            .enumerate()
+            .map(|(i, range)| {
+                let stats = TensorStats {
+                    range,
+                    hist: hists.as_ref().map(|h| h[i].clone()),
+                };
+                self.options
+                    .method
+                    .threshold(&stats, self.options.percentile)
+            })
+            .collect();
+        self.set_thresholds(&values);
+        self.check_coverage()
+    }
+
+    /// Sets the thresholds (e.g. from a checkpoint's values).
+    pub fn set_thresholds(&self, values: &[f32]) {
+        tch::no_grad(|| {
+            let mut t = self.thresholds.shallow_clone();
+            t.copy_(&Tensor::from_slice(values).to_device(t.device()));
+        });
+    }
+
+    /// The end of a training step: EMA moves each threshold towards the step's range
+    /// (`ranks_mean` averages the per-source maxima over the ranks: identical
+    /// thresholds everywhere).
+    pub fn end_step(&self, ranks_mean: impl FnOnce(&[f64]) -> Result<Vec<f64>>) -> Result<()> {
+        if self.options.ranges != RangeLearning::Ema {
+            return Ok(());
+        }
+        let maxima: Vec<f64> = {
+            let mut s = self.lock();
+            let m = s.batch_max.iter().map(|&v| v as f64).collect();
+            s.batch_max.iter_mut().for_each(|v| *v = 0.0);
+            m
+        };
+        let maxima = ranks_mean(&maxima)?;
+        let c = self.options.ema_momentum;
+        let next: Vec<f32> = self
+            .threshold_values()
+            .into_iter()
+            .zip(maxima)
+            .map(|(t, m)| {
+                if m > 0.0 {
+                    ((1.0 - c) * t as f64 + c * m) as f32
+                } else {
+                    t
+                }
+            })
+            .collect();
+        self.set_thresholds(&next);
+        Ok(())
+    }
+
+    /// The checkpoint header entry ([`QAT_METADATA_KEY`], the [`QatSpec`] JSON).
+    pub fn metadata(&self, init_samples: usize) -> (String, String) {
+        (
+            QAT_METADATA_KEY.to_string(),
+            self.spec(init_samples).to_json(),
+        )
+    }
+}
+
+/// `(clamp(round(x / s) + z, qmin, qmax) - z) * s`, rounding half to even and passing
+/// gradients straight through the rounding.
+pub fn fake_quant(x: &Tensor, s: &Tensor, zp: f64, qmin: f64, qmax: f64) -> Tensor {
+    let v = x / s;
+    let r = &v + (v.round() - &v).detach();
+    ((r + zp).clamp(qmin, qmax) - zp) * s
+}
+
+/// The export's folding of `bn` into a bias-free conv weight `w` (f64, rounded once).
+fn fold(w: &Tensor, bn: &Bn) -> (Tensor, Tensor) {
+    let d = |t: &Tensor| t.to_kind(Kind::Double);
+    let gamma = d(bn.bn.ws.as_ref().expect("affine BN"));
+    let beta = d(bn.bn.bs.as_ref().expect("affine BN"));
+    let scale = gamma / (d(&bn.bn.running_var) + BN_EPS).sqrt();
+    let wf = (d(w) * scale.view([-1, 1, 1, 1])).to_kind(Kind::Float);
+    let bf = ((-d(&bn.bn.running_mean)) * &scale + beta).to_kind(Kind::Float);
+    (wf, bf)
+}
+
+/// A bias on the int32 grid of `scales` (one per output channel), as the rewrite's
+/// `quantise_bias` (in f64) and DequantizeLinear (in f32).
+fn quantise_bias(b: &Tensor, scales: &Tensor) -> Tensor {
+    let v = b.to_kind(Kind::Double) / scales.to_kind(Kind::Double);
+    let q = &v + (v.round() - &v).detach();
+    q.to_kind(Kind::Float) * scales
+}
