@@ -589,3 +589,32 @@ fn frames_read_in_place_equal_their_rgb_copies_under_any_card() {
     let blue = f32::from(img.get_pixel(1, 1).0[2]);
     assert_eq!(b[[0, 0, 1, 1]], (blue - 103.53) / 57.375);
 }
+
+/// A fixed-size segtool export's card resizes to the graph's size, said to come from the
+/// graph; a dynamic one's takes images as they are.
+#[test]
+fn a_segtool_exports_card_takes_its_fixed_graph_size_as_its_resize() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = tiny_spec(3);
+    let w = [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]];
+    let plain = tiny_model_bytes(&spec, &w, &[0.0; 3]);
+    let dynamic = dir.path().join("dynamic.onnx");
+    std::fs::write(&dynamic, &plain).unwrap();
+    let fixed = dir.path().join("fixed.onnx");
+    std::fs::write(&fixed, segtool_testkit::with_fixed_size(&plain, 3, 6, 8)).unwrap();
+    let r = resolve(&dynamic, &CardRequest::new()).unwrap();
+    assert_eq!(r.card.input.size, None);
+    assert!(pipeline::Geometry::of(&r.card, (15, 20)).is_identity());
+    let r = resolve(&fixed, &CardRequest::new()).unwrap();
+    assert!(r.segtool_export);
+    assert_eq!(r.card.input.size, Some([6, 8]));
+    assert_eq!(r.source_of("input.size"), Some(&CardSource::Graph));
+    assert_eq!(r.source_of("input.mean"), Some(&CardSource::SegtoolSpec));
+    let (i, g) = (&r.card.input, pipeline::Geometry::of(&r.card, (15, 20)));
+    assert_eq!(
+        (i.resize_filter, i.resample),
+        (ResizeFilter::Opencv, Resample::Bilinear)
+    );
+    assert_eq!((g.resized, g.tensor), ((6, 8), (6, 8)));
+    assert!(pipeline::Geometry::of(&r.card, (6, 8)).is_identity());
+}
