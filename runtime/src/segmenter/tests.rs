@@ -169,8 +169,8 @@ fn a_fixed_size_graph_gets_fitted_images_and_frame_size_masks() {
     assert!(served.iter().all(|s| s.mask == want));
 }
 
-/// Accuracy mode is refused, naming the model, for a graph that takes uint8 pixels or
-/// answers a class map, and for a batch server.
+/// Accuracy mode is refused, naming the model, where its card says the protocol cannot
+/// run it (a class map, a resize of its own), and for a batch server.
 #[cfg(feature = "tract")]
 #[test]
 fn accuracy_mode_is_refused_where_it_cannot_run() {
@@ -191,6 +191,27 @@ fn accuracy_mode_is_refused_where_it_cannot_run() {
         .unwrap();
     match foreign.with_accuracy(AccuracyOptions::default()) {
         Err(RuntimeError::AccuracyMode { why, .. }) => assert!(why.contains("card"), "{why}"),
+        other => panic!("expected a refusal, got {:?}", other.err()),
+    }
+    // What refuses is what the card says, not where the model came from: the same card
+    // on a graph answering logits runs, one with a resize of its own does not.
+    let logits = dir.path().join("logits.onnx");
+    std::fs::write(&logits, segtool_testkit::foreign_model_bytes(3, 3, false)).unwrap();
+    let open_logits = |fields: &str| {
+        std::fs::write(&card, fields).unwrap();
+        Segmenter::builder(&logits)
+            .engine(EngineKind::Tract)
+            .card(crate::card::CardRequest::new().card_file(&card))
+            .open()
+            .unwrap()
+            .with_accuracy(AccuracyOptions::default())
+    };
+    assert!(open_logits(fields).is_ok());
+    let resized = fields.replace("[input]\n", "[input]\nsize = [16, 16]\n");
+    match open_logits(&resized) {
+        Err(RuntimeError::AccuracyMode { why, .. }) => {
+            assert!(why.contains("input.size"), "{why}")
+        }
         other => panic!("expected a refusal, got {:?}", other.err()),
     }
     let plain = write_rgb_model(dir.path());
@@ -240,7 +261,7 @@ fn segmenter_with_openvino_handles_mixed_sizes_and_reports_an_absent_device() {
     );
     check_results(&mut seg);
     assert!(seg.engine().ran_in().unwrap().contains("f32"));
-    let gpu_present = matches!(open(Device::Gpu, true), Ok(_));
+    let gpu_present = open(Device::Gpu, true).is_ok();
     if !gpu_present {
         let seg = open(Device::Gpu, false).unwrap();
         match seg.fallbacks() {
