@@ -451,9 +451,9 @@ pub fn spec_of(card: &ModelCard) -> segtool_model_spec::ModelSpec {
             ChannelOrder::Rgb => [0, 1, 2],
             ChannelOrder::Bgr => [2, 1, 0],
         };
-        for c in 0..3 {
-            spec.mean[c] = i.mean[order[c]] / k;
-            spec.std[c] = i.std[order[c]] / k;
+        for (c, &from) in order.iter().enumerate() {
+            spec.mean[c] = i.mean[from] / k;
+            spec.std[c] = i.std[from] / k;
         }
     }
     spec
