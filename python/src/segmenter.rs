@@ -104,8 +104,6 @@ pub(crate) struct Model {
     pub(crate) spec: ModelSpec,
     pub(crate) contract: IoContract,
     accuracy: Option<AccuracyOptions>,
-    /// Driven by its model card (an ONNX file segtool did not write).
-    pub(crate) foreign: bool,
 }
 
 impl Model {
@@ -226,7 +224,6 @@ impl Segmenter {
             None => seg,
         };
         let contract = seg.contract();
-        let foreign = seg.is_foreign();
         let input_size = seg.graph_size().map(|(h, w)| (h as i64, w as i64));
         let spec = seg.spec().clone();
         Ok(Self {
@@ -240,7 +237,6 @@ impl Segmenter {
                 spec,
                 contract,
                 accuracy,
-                foreign,
             }),
             path,
             fallbacks,

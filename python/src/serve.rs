@@ -68,12 +68,13 @@ fn server_over(
             format!("segmenter {i} has another model spec than segmenter 0"),
         ));
     }
-    // The workers run the pipeline as the segmenters do (card or spec, the graph's fixed
-    // size and batch): every segmenter must serve the same model.
+    // The workers run the pipeline as the segmenters do (their card, the graph's fixed
+    // batch): every segmenter must serve the same model.
     let card = lock(&first.model.seg).card().card.clone();
-    if let Some(i) = segmenters.iter().position(|s| {
-        s.model.foreign != first.model.foreign || lock(&s.model.seg).card().card != card
-    }) {
+    if let Some(i) = segmenters
+        .iter()
+        .position(|s| lock(&s.model.seg).card().card != card)
+    {
         return Err(errors::input(
             "segmenters of one model (the same model card)",
             format!("segmenter {i} has another model card than segmenter 0"),

@@ -58,5 +58,5 @@ fn every_request_is_served() {
     let dir = tempfile::tempdir().unwrap();
     let (requests, batches) = run(&tiny_model_file(dir.path()).unwrap()).unwrap();
     assert_eq!(requests, 20);
-    assert!(batches >= 1 && batches <= 20);
+    assert!((1..=20).contains(&batches));
 }

@@ -109,7 +109,7 @@ fn report(
         e.1 += 1;
     }
     let mut by_op: Vec<_> = by_op.into_iter().collect();
-    by_op.sort_by(|a, b| b.1 .0.cmp(&a.1 .0));
+    by_op.sort_by_key(|op| std::cmp::Reverse(op.1 .0));
     println!(
         "\nper run, by op ({:.0} ms in nodes):",
         total.as_secs_f64() * 1e3 / runs as f64
@@ -133,7 +133,7 @@ fn report(
         }
     }
     let mut nodes: Vec<_> = per_node.into_iter().collect();
-    nodes.sort_by(|a, b| b.1.cmp(&a.1));
+    nodes.sort_by_key(|node| std::cmp::Reverse(node.1));
     println!("\nslowest nodes:");
     for (id, d) in nodes.iter().take(usize::MAX) {
         let node = model.node(*id);

@@ -14,6 +14,8 @@ use ndarray::{concatenate, s, Array2, Array4, ArrayView2, ArrayView4, Axis};
 use segtool_model_spec::protocol::{self, Stitch};
 use segtool_model_spec::ModelSpec;
 
+use crate::card::CardSource;
+use crate::card::{ChannelOrder, Dtype, Layout, OutputKind, ResolvedCard};
 use crate::engine::Engine;
 use crate::error::{Result, RuntimeError};
 use crate::postprocess::{argmax, resize_bilinear, softmax};
@@ -26,6 +28,49 @@ pub use segtool_model_spec::protocol::{
 /// The protocol's options: `segtool_model_spec`'s [`ProtocolOptions`] builder, the one
 /// training's evaluation takes too.
 pub type AccuracyOptions = ProtocolOptions;
+
+/// Why accuracy mode cannot run the model `card` describes, if it cannot. The protocol
+/// feeds the graph windows of float32 RGB normalised as the spec says, sized by its own
+/// scales and crops, and combines the scores it gets back: the card must take float32
+/// NCHW RGB input without steps of its own that the protocol would replace (a resize,
+/// crop or padding; a fixed-size graph's own size aside, which the crop must then match)
+/// and answer logits.
+pub(crate) fn refusal(card: &ResolvedCard) -> Option<String> {
+    let (i, o) = (&card.card.input, &card.card.output);
+    let plain = i.dtype == Dtype::Float32
+        && i.layout == Layout::Nchw
+        && i.channels == ChannelOrder::Rgb
+        && i.mean.len() == 3
+        && o.kind == OutputKind::Logits;
+    if !plain {
+        let channels = match i.mean.len() {
+            1 => "grey".to_string(),
+            _ => format!("{:?}", i.channels).to_uppercase(),
+        };
+        return Some(format!(
+            "it needs float32 normalised RGB input and logits output; the model's card says \
+             {:?} {:?} {channels} input and {} output (a segtool export: export it without \
+             --preprocess / --argmax)",
+            i.dtype, i.layout, o.kind
+        ));
+    }
+    let from_graph = card.source_of("input.size") == Some(&CardSource::Graph);
+    let steps = [
+        ("input.size", i.size.is_some() && !from_graph),
+        ("input.shortest_edge", i.shortest_edge.is_some()),
+        ("input.keep_ratio", i.keep_ratio.is_some()),
+        ("input.min_short_side", i.min_short_side.is_some()),
+        ("input.center_crop", i.center_crop.is_some()),
+        ("input.size_divisor", i.size_divisor.is_some()),
+        ("input.pad_size", i.pad_size.is_some()),
+    ];
+    steps.iter().find(|(_, set)| *set).map(|(field, _)| {
+        format!(
+            "the model's card prepares images by steps of its own ({field}), which the \
+             evaluation protocol's resizes and windows would replace"
+        )
+    })
+}
 
 /// [`ProtocolOptions::validate`] as this crate's error.
 fn validate(opts: &ProtocolOptions) -> Result<()> {

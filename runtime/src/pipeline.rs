@@ -2,10 +2,10 @@
 //!
 //! ```text
 //! images --[Preparer::prepare]--> Prepared --[Segmenter::run]--> Scored --[Scored::decode]--> Segmentations
-//!          group by size,                     the engine (or the          restore to each image's
-//!          fit a fixed-size graph,            evaluation protocol         size, argmax, logits
-//!          the card's resize, crop,           in accuracy mode)           on request
-//!          normalise, pad
+//!          group by size, cut to              the engine (or the          checked against the
+//!          the graph's batch; the             evaluation protocol         card, restored to each
+//!          card's resize, crop,               in accuracy mode)           image's size, argmax,
+//!          normalisation, padding                                         logits on request
 //! ```
 //!
 //! [`Segmenter::segment_batch`](crate::Segmenter::segment_batch) runs the three in a row.
@@ -13,11 +13,13 @@
 //! reading thread and decodes on its writing thread: the same stages, on other threads, so
 //! the masks are the same bit for bit. [`Preparer`] and [`Scored`] are `Send` for that.
 //!
-//! A segtool export is prepared from its spec (normalisation, the graph's layout, a fixed
-//! graph size) and decoded from its logits or class map; a file from elsewhere through its
-//! card ([`crate::card::pipeline`]). The choice is made here, once, and nowhere else.
+//! Every model runs through its card ([`crate::card::pipeline`]): a segtool export's comes
+//! from its spec and I/O contract (a fixed-size graph's size is its resize), a file from
+//! elsewhere's from its metadata, sidecar or folder. One path for all of them: a
+//! fixed-size graph, accuracy mode, grouping by size, the graph's fixed batch, and the
+//! batch server and temporal smoothing built on these stages work the same whatever made
+//! the model.
 
-use std::borrow::Cow;
 use std::sync::Arc;
 
 use image::RgbImage;
@@ -30,20 +32,15 @@ use crate::card::ModelCard;
 use crate::engine::Engine;
 use crate::error::{Result, RuntimeError};
 use crate::frame::Frame;
-use crate::io_contract::{
-    EngineInput, EngineOutput, EngineTensor, InputLayout, IoContract, Segmentation,
-};
+use crate::io_contract::{EngineInput, EngineOutput, EngineTensor, InputLayout, Segmentation};
 
 /// What the stages of one model need: how it is prepared and decoded.
 #[derive(Clone, Debug)]
 pub(crate) struct Plan {
-    /// The card of a file from elsewhere; `None` for a segtool export.
-    pub card: Option<ModelCard>,
+    /// How images become the graph's input and its output becomes masks.
+    pub card: ModelCard,
+    /// The classes, palette and normalisation as the evaluation protocol takes them.
     pub spec: ModelSpec,
-    pub contract: IoContract,
-    /// A segtool export's fixed graph size, which images are fitted to (not in accuracy
-    /// mode, whose protocol sizes its own windows).
-    pub graph: Option<(usize, usize)>,
     /// The graph's fixed batch size: a larger group runs in pieces of it.
     pub graph_batch: Option<usize>,
     pub accuracy: Option<AccuracyOptions>,
@@ -51,22 +48,25 @@ pub(crate) struct Plan {
 }
 
 impl Plan {
-    /// The plan for an engine opened without a segmenter: a card or a spec and the
-    /// engine's contract, no fixed graph size or batch known, no accuracy mode.
-    pub(crate) fn for_engine(
-        card: Option<ModelCard>,
-        spec: ModelSpec,
-        contract: IoContract,
-        keep_logits: bool,
-    ) -> Self {
+    /// The plan for an engine opened without a segmenter: its card and spec, no fixed
+    /// batch known, no accuracy mode.
+    pub(crate) fn for_engine(card: ModelCard, spec: ModelSpec, keep_logits: bool) -> Self {
         Self {
             card,
             spec,
-            contract,
-            graph: None,
             graph_batch: None,
             accuracy: None,
             keep_logits,
+        }
+    }
+
+    /// Where an image of `size` sits in the graph's input: as the card's resize, crop and
+    /// padding place it, or in accuracy mode as it is (the protocol sizes its own
+    /// windows from it).
+    fn geometry(&self, size: (usize, usize)) -> Geometry {
+        match self.accuracy {
+            Some(_) => Geometry::identity(size),
+            None => Geometry::of(&self.card, size),
         }
     }
 }
@@ -101,11 +101,9 @@ pub struct Prepared {
 struct PreparedGroup {
     /// Indices of the group's images in the batch.
     members: Vec<usize>,
-    /// The images' own `(height, width)`.
-    size: (usize, usize),
     input: EngineTensor,
-    /// Where the images sit in the tensor (a card's resize, crop and padding).
-    geometry: Option<Geometry>,
+    /// Where the images sit in the tensor (the card's resize, crop and padding).
+    geometry: Geometry,
     /// The pixels themselves, for accuracy mode's mmseg protocol (it resizes from them,
     /// as `cv2.resize` does); empty otherwise.
     pixels: Vec<RgbImage>,
@@ -122,9 +120,8 @@ pub struct Scored {
 #[derive(Debug)]
 struct ScoredGroup {
     members: Vec<usize>,
-    size: (usize, usize),
     output: EngineOutput,
-    geometry: Option<Geometry>,
+    geometry: Geometry,
 }
 
 impl Preparer {
@@ -145,9 +142,9 @@ impl Preparer {
         self
     }
 
-    /// Groups `images` by size and makes each group's input tensor: fitted to a
-    /// fixed-size graph (resized, bilinear) or through the card's resize, crop,
-    /// normalisation and padding. Refuses an empty batch.
+    /// Groups `images` by size and makes each group's input tensor through the card's
+    /// resize (a fixed-size graph's size among them), crop, normalisation and padding.
+    /// Refuses an empty batch.
     pub fn prepare(&self, images: &[RgbImage]) -> Result<Prepared> {
         let groups = self
             .batches(by_size(images.iter().map(RgbImage::dimensions))?)
@@ -169,16 +166,16 @@ impl Preparer {
     }
 
     /// [`prepare`](Self::prepare) for frames in any [`PixelFormat`](crate::PixelFormat)
-    /// with padded rows: a segtool export at the frames' own size reads them in place;
-    /// anything that resizes (a fixed-size graph, a card, accuracy mode) gets RGB copies.
+    /// with padded rows: frames the card takes as they are (no resize, crop or padding at
+    /// their size) are read in place, bit for bit what their RGB copies give; anything
+    /// that resizes (a fixed-size graph of another size, the card's steps, accuracy mode)
+    /// or a grey input gets RGB copies.
     pub fn prepare_frames(&self, frames: &[Frame<'_>]) -> Result<Prepared> {
         let plan = &self.plan;
         let size = |f: &Frame<'_>| (f.height() as usize, f.width() as usize);
-        let in_place = plan.card.is_none()
-            && plan.accuracy.is_none()
-            && frames
-                .iter()
-                .all(|f| plan.graph.is_none_or(|g| g == size(f)));
+        let in_place = plan.accuracy.is_none()
+            && card_pipeline::reads_frames_in_place(&plan.card)
+            && frames.iter().all(|f| plan.geometry(size(f)).is_identity());
         if !in_place {
             let images: Vec<RgbImage> = frames.iter().map(Frame::to_rgb).collect();
             return self.prepare(&images);
@@ -189,10 +186,9 @@ impl Preparer {
             .map(|((w, h), members)| {
                 let same: Vec<Frame<'_>> = members.iter().map(|&i| frames[i]).collect();
                 Ok(PreparedGroup {
-                    input: EngineTensor::from_frames(&same, &plan.spec, plan.contract.input)?,
+                    input: card_pipeline::prepare_frames(&same, &plan.card)?,
                     members,
-                    size: (h as usize, w as usize),
-                    geometry: None,
+                    geometry: Geometry::identity((h as usize, w as usize)),
                     pixels: Vec::new(),
                 })
             })
@@ -230,25 +226,14 @@ impl Preparer {
         size: (usize, usize),
     ) -> Result<PreparedGroup> {
         let plan = &self.plan;
-        let (input, geometry) = match &plan.card {
-            Some(card) => {
-                let (input, geometry) = card_pipeline::prepare(images, card)?;
-                (input, Some(geometry))
-            }
-            None => {
-                let graph = plan.accuracy.is_none().then_some(plan.graph).flatten();
-                let fitted = fit_to_graph(images, graph);
-                let input = EngineTensor::from_images(&fitted, &plan.spec, plan.contract.input)?;
-                (input, None)
-            }
-        };
+        let geometry = plan.geometry(size);
+        let input = card_pipeline::prepare_at(images, &plan.card, geometry)?;
         let mmseg = plan
             .accuracy
             .as_ref()
             .is_some_and(|o| o.protocol == Protocol::Mmseg);
         Ok(PreparedGroup {
             members,
-            size,
             input,
             geometry,
             pixels: if mmseg { images.to_vec() } else { Vec::new() },
@@ -290,8 +275,7 @@ impl Prepared {
     }
 
     /// Runs each group through `engine`: one run, or the evaluation protocol in accuracy
-    /// mode. Each output is checked against the spec (batch size, classes) for a segtool
-    /// export, and as it is decoded for a card.
+    /// mode. Each output is checked against the card (batch size, classes).
     pub(crate) fn run(self, engine: &mut dyn Engine) -> Result<Scored> {
         let plan = self.plan;
         let groups = self
@@ -310,12 +294,9 @@ impl Prepared {
                     // Refused when accuracy mode was set (Segmenter::with_accuracy).
                     (Some(_), input) => engine.run(input)?,
                 };
-                if plan.card.is_none() {
-                    output.check(n, &plan.spec)?;
-                }
+                card_pipeline::check_output(&output, n, &plan.card)?;
                 Ok(ScoredGroup {
                     members: g.members,
-                    size: g.size,
                     output,
                     geometry: g.geometry,
                 })
@@ -335,15 +316,8 @@ impl Scored {
         let plan = &self.plan;
         let mut results: Vec<Option<Segmentation>> = (0..self.count).map(|_| None).collect();
         for g in self.groups {
-            let segs = match (&plan.card, g.geometry) {
-                (Some(card), Some(geometry)) => {
-                    card_pipeline::decode(g.output, card, geometry, plan.keep_logits)?
-                }
-                _ => {
-                    let sizes = vec![g.size; g.members.len()];
-                    decode(g.output, &plan.spec, &sizes, plan.keep_logits)?
-                }
-            };
+            let segs =
+                card_pipeline::decode_checked(g.output, &plan.card, g.geometry, plan.keep_logits)?;
             for (i, seg) in g.members.into_iter().zip(segs) {
                 results[i] = Some(seg);
             }
@@ -374,41 +348,4 @@ pub(crate) fn graph_batch(io: &ModelIo) -> Option<usize> {
         Some(n) if *n > 0 => Some(*n as usize),
         _ => None,
     }
-}
-
-/// Same-size images as a fixed-size graph takes them: resized (bilinear, as
-/// `image`'s triangle filter) when the graph has another fixed size. [`decode`] brings
-/// the masks back to the sizes the caller keeps.
-pub(crate) fn fit_to_graph(
-    imgs: &[RgbImage],
-    graph: Option<(usize, usize)>,
-) -> Cow<'_, [RgbImage]> {
-    use image::imageops::{resize, FilterType};
-    match (graph, imgs.first()) {
-        (Some((h, w)), Some(first)) if first.dimensions() != (w as u32, h as u32) => imgs
-            .iter()
-            .map(|img| resize(img, w as u32, h as u32, FilterType::Triangle))
-            .collect(),
-        _ => Cow::Borrowed(imgs),
-    }
-}
-
-/// Decodes an engine's output for a batch: checks it against the spec (batch size, class
-/// count), then one [`Segmentation`] per image, its mask resized (nearest) to `sizes[i]`
-/// = `(height, width)`; logits kept when asked for and the graph has them.
-pub(crate) fn decode(
-    out: EngineOutput,
-    spec: &ModelSpec,
-    sizes: &[(usize, usize)],
-    keep_logits: bool,
-) -> Result<Vec<Segmentation>> {
-    out.check(sizes.len(), spec)?;
-    Ok(sizes
-        .iter()
-        .enumerate()
-        .map(|(i, &(h, w))| Segmentation {
-            mask: out.mask(i, h, w),
-            logits: if keep_logits { out.logits(i) } else { None },
-        })
-        .collect())
 }

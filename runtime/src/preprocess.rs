@@ -1,8 +1,10 @@
-//! Image -> model input: RGB u8 HWC to normalised f32 NCHW, `(x / 255 - mean) / std`.
+//! Image -> model input: RGB u8 HWC to normalised f32 NCHW, `(x * scale - mean) / std`
+//! ([`normalised`]; a spec's scale is 1/255).
 //!
 //! The formula is evaluated once per channel and byte value into a 3x256 table, so every
 //! pixel costs a lookup and the values are bit-identical to the straightforward formula
-//! (and to what training used), not merely close to it.
+//! (and to what training used), not merely close to it. A model's card and a spec build
+//! the same table, so an image read in place and its RGB copy give the same tensor.
 //!
 //! [`prepare`] adds an optional resize and padding to a multiple of the output stride;
 //! the [`Prepared`] it returns undoes both on the logits or masks.
@@ -15,42 +17,81 @@ use crate::error::{Result, RuntimeError};
 use crate::frame::Frame;
 use crate::postprocess::{masks_at_size, resize_bilinear, Upsample};
 
-/// Per-channel lookup table of normalised values.
-struct Table([[f32; 256]; 3]);
+/// The one normalisation formula, `(x * scale - mean) / std`, for a pixel value `x`
+/// (0-255, or a grey level between). A scale of one over a whole number (1/255: segtool's
+/// training and exports, torchvision's `ToTensor`, Hugging Face's rescale) divides by
+/// that number, as those pipelines compute it (Hugging Face multiplies in float64 and
+/// rounds to float32, which gives the same value as the float32 division; the float32
+/// product differs in the last bit for about half the byte values); any other scale
+/// multiplies.
+pub(crate) fn normalised(x: f32, scale: f32, mean: f32, std: f32) -> f32 {
+    let whole = (1.0 / f64::from(scale)).round();
+    let rescaled = match whole >= 1.0 && (1.0 / whole) as f32 == scale {
+        true => x / whole as f32,
+        false => x * scale,
+    };
+    (rescaled - mean) / std
+}
+
+/// Per-channel lookup table of normalised values: output channel `c` reads the image's
+/// RGB channel `source[c]`.
+pub(crate) struct Table {
+    values: [[f32; 256]; 3],
+    source: [usize; 3],
+}
 
 impl Table {
+    /// A spec's normalisation: RGB, `(x / 255 - mean) / std`.
     fn new(spec: &ModelSpec) -> Self {
-        let mut t = [[0f32; 256]; 3];
-        for (c, row) in t.iter_mut().enumerate() {
+        Self::with(1.0 / 255.0, &spec.mean, &spec.std, [0, 1, 2])
+    }
+
+    /// `(x * scale - mean[c]) / std[c]` on RGB channel `source[c]` (three channels).
+    pub(crate) fn with(scale: f32, mean: &[f32], std: &[f32], source: [usize; 3]) -> Self {
+        let mut values = [[0f32; 256]; 3];
+        for (c, row) in values.iter_mut().enumerate() {
             for (x, v) in row.iter_mut().enumerate() {
-                *v = (x as f32 / 255.0 - spec.mean[c]) / spec.std[c];
+                *v = normalised(x as f32, scale, mean[c], std[c]);
             }
         }
-        Table(t)
+        Table { values, source }
+    }
+
+    /// Writes interleaved RGB `pixels` into `out` laid out `(3, H, W)`, at `(top, left)`
+    /// (`out` may be larger: padding), `width` pixels a row.
+    pub(crate) fn fill_at(
+        &self,
+        pixels: &[u8],
+        width: usize,
+        mut out: ArrayViewMut3<f32>,
+        (top, left): (usize, usize),
+    ) {
+        for (c, table) in self.values.iter().enumerate() {
+            let source = self.source[c];
+            let mut plane = out.index_axis_mut(Axis(0), c);
+            for (y, src) in pixels.chunks_exact(width * 3).enumerate() {
+                let mut row = plane.slice_mut(s![y + top, left..left + width]);
+                let row = row.as_slice_mut().expect("a row of a standard layout");
+                for (dst, px) in row.iter_mut().zip(src.chunks_exact(3)) {
+                    *dst = table[px[source] as usize];
+                }
+            }
+        }
     }
 
     /// Writes `img` into `out` laid out `(3, H, W)`.
-    fn fill(&self, img: &RgbImage, mut out: ArrayViewMut3<f32>) {
-        let w = img.width() as usize;
-        for (c, table) in self.0.iter().enumerate() {
-            let mut plane = out.index_axis_mut(Axis(0), c);
-            let plane = plane
-                .as_slice_mut()
-                .expect("freshly allocated, standard layout");
-            for (dst, px) in plane.iter_mut().zip(img.pixels()) {
-                *dst = table[px.0[c] as usize];
-            }
-            debug_assert_eq!(plane.len(), w * img.height() as usize);
-        }
+    fn fill(&self, img: &RgbImage, out: ArrayViewMut3<f32>) {
+        self.fill_at(img.as_raw(), img.width() as usize, out, (0, 0));
     }
 
     /// Writes `frame` (any [`PixelFormat`](crate::PixelFormat), strided rows: read in
     /// place) into `out` laid out `(3, H, W)`; a grey frame fills all three channels.
-    fn fill_frame(&self, frame: &Frame<'_>, mut out: ArrayViewMut3<f32>) {
+    pub(crate) fn fill_frame(&self, frame: &Frame<'_>, mut out: ArrayViewMut3<f32>) {
         let step = frame.format().bytes_per_pixel();
         let offsets = frame.format().rgb_offsets().unwrap_or([0, 0, 0]);
         let w = frame.width() as usize;
-        for (c, table) in self.0.iter().enumerate() {
+        for (c, table) in self.values.iter().enumerate() {
+            let offset = offsets[self.source[c]];
             let mut plane = out.index_axis_mut(Axis(0), c);
             let plane = plane
                 .as_slice_mut()
@@ -58,7 +99,7 @@ impl Table {
             for (y, dst) in plane.chunks_exact_mut(w).enumerate() {
                 let row = frame.row(y as u32);
                 for (d, px) in dst.iter_mut().zip(row.chunks_exact(step)) {
-                    *d = table[px[offsets[c]] as usize];
+                    *d = table[px[offset] as usize];
                 }
             }
         }
@@ -303,6 +344,24 @@ mod tests {
         let short = Frame::new(&bgra, 4, 3, stride, crate::PixelFormat::Bgra8).unwrap();
         let e = normalise_frames(&[frames[0], short], &spec).unwrap_err();
         assert!(e.to_string().contains("image 1 is 4x3"), "{e}");
+    }
+
+    /// One formula for every scale: one over a whole number divides (bit for bit what
+    /// training's `x / 255` gives), any other multiplies.
+    #[test]
+    fn the_formula_divides_by_a_whole_reciprocal_scale_and_multiplies_otherwise() {
+        let mut products_differ = 0;
+        for x in (0..=255).map(|v| v as f32) {
+            assert_eq!(
+                normalised(x, 1.0 / 255.0, 0.485, 0.229),
+                (x / 255.0 - 0.485) / 0.229
+            );
+            products_differ += usize::from(x * (1.0 / 255.0) != x / 255.0);
+            assert_eq!(normalised(x, 1.0, 123.675, 58.395), (x - 123.675) / 58.395);
+            assert_eq!(normalised(x, 0.5, 0.0, 1.0), x * 0.5);
+            assert_eq!(normalised(x, 0.017, 1.0, 2.0), (x * 0.017 - 1.0) / 2.0);
+        }
+        assert!(products_differ > 0, "the division matters");
     }
 
     #[test]

@@ -88,7 +88,7 @@ impl Segmenter {
             accuracy: None,
             contract,
             spec: model.metadata.spec.clone(),
-            card: card::from_segtool_export(&model.metadata, &model.io),
+            card: card::export_card(&model.metadata.spec, contract, &model.io),
             engine,
             keep_logits: false,
             fallbacks,
@@ -162,10 +162,8 @@ impl Segmenter {
     /// (accuracy mode, logits); set those first.
     pub fn preparer(&self) -> Preparer {
         Preparer::new(Plan {
-            card: self.is_foreign().then(|| self.card.card.clone()),
+            card: self.card.card.clone(),
             spec: self.spec.clone(),
-            contract: self.contract,
-            graph: self.graph_size,
             graph_batch: self.graph_batch,
             accuracy: self.accuracy.clone(),
             keep_logits: self.keep_logits,
@@ -192,9 +190,10 @@ impl Segmenter {
 
     /// Segments many images; same-size images share one engine run, so a batch of mixed
     /// sizes costs one run per distinct size. Results come back in input order, each at
-    /// its image's size: a fixed-size graph gets its images resized to its size
-    /// ([`graph_size`](Self::graph_size)), and in accuracy mode each group runs under the
-    /// evaluation protocol. The three stages of [`crate::pipeline`] in a row.
+    /// its image's size: each image goes through the model's card (a fixed-size graph's
+    /// card resizes it to the graph's size, and the scores come back to the image's), and
+    /// in accuracy mode each group runs under the evaluation protocol. The three stages
+    /// of [`crate::pipeline`] in a row.
     pub fn segment_batch(&mut self, imgs: &[RgbImage]) -> Result<Vec<Segmentation>> {
         if imgs.is_empty() {
             return Ok(Vec::new());
@@ -229,18 +228,8 @@ impl SegmenterExt for Segmenter {
             .as_ref()
             .map(|m| m.path.clone())
             .unwrap_or_default();
-        let refuse = |why: String| crate::error::RuntimeError::AccuracyMode { path, why };
-        if self.is_foreign() {
-            return Err(refuse(
-                "it serves segtool exports; this model is driven by its card".into(),
-            ));
-        }
-        if !self.contract.is_plain() {
-            return Err(refuse(format!(
-                "it needs float32 normalised input and logits output; the model takes {} \
-                 (export it without --preprocess / --argmax)",
-                self.contract
-            )));
+        if let Some(why) = crate::accuracy::refusal(&self.card) {
+            return Err(crate::error::RuntimeError::AccuracyMode { path, why });
         }
         self.accuracy = Some(opts);
         Ok(self)
@@ -256,6 +245,13 @@ impl SegmenterExt for Segmenter {
 
     fn with_contract(mut self, contract: IoContract) -> Self {
         self.contract = contract;
+        // A segtool model's card is what its spec and contract amount to.
+        if self.card.segtool_export {
+            self.card = match &self.model {
+                Some(model) => card::export_card(&self.spec, contract, &model.io),
+                None => card::from_spec(&self.spec, contract, "image", "logits"),
+            };
+        }
         self
     }
 
@@ -275,10 +271,6 @@ impl SegmenterExt for Segmenter {
 
     fn model(&self) -> Option<&ModelFile> {
         self.model.as_ref()
-    }
-
-    fn is_foreign(&self) -> bool {
-        !self.card.segtool_export
     }
 
     fn engine_mut(&mut self) -> &mut dyn Engine {

@@ -381,8 +381,9 @@ fn flush_discards_and_the_counts_still_add_up() {
     assert!(pulled >= 1);
 }
 
-/// A model with a fixed input size: each frame is resized to it (bilinear) and the mask
-/// comes back at the frame's size (nearest), for ONNX Runtime and tract.
+/// A model with a fixed input size: the model's card resizes each frame to it (bilinear)
+/// and brings the scores back to the frame's size, so the element's masks are the
+/// runtime `Segmenter`'s at the frame's size, for ONNX Runtime and tract.
 #[test]
 fn fixed_size_models_get_resized_frames_and_frame_size_masks() {
     let dir = tempfile::tempdir().unwrap();
@@ -391,6 +392,8 @@ fn fixed_size_models_get_resized_frames_and_frame_size_masks() {
     let frames: Vec<RgbImage> = (0..N).map(|i| common::frame(i + 11, W, H)).collect();
     for engine in [EngineKind::Tract, EngineKind::Ort] {
         let mut seg = Segmenter::builder(&model).engine(engine).open().unwrap();
+        let fitted = Some([mh as usize, mw as usize]);
+        assert_eq!(seg.card().card.input.size, fitted, "the graph's size");
         let out = run(
             &format!(
                 "model={} engine={} output=mask",
@@ -401,10 +404,8 @@ fn fixed_size_models_get_resized_frames_and_frame_size_masks() {
             &frames,
         );
         for (i, (buf, f)) in out.iter().zip(&frames).enumerate() {
-            let small = image::imageops::resize(f, mw, mh, image::imageops::FilterType::Triangle);
-            let mask = seg.segment(&small).unwrap().mask;
-            assert_eq!(mask.dim(), (mh as usize, mw as usize));
-            let want = segtool_runtime::expert::resize_nearest(mask.view(), H as usize, W as usize);
+            let want = seg.segment(f).unwrap().mask;
+            assert_eq!(want.dim(), (H as usize, W as usize));
             assert_eq!(
                 buf.map_readable().unwrap().as_slice(),
                 want.as_slice().unwrap(),

@@ -7,39 +7,47 @@ use ndarray::{s, Array4, ArrayView4};
 use segtool_model_spec::ModelSpec;
 
 use super::Input;
+use crate::card::pipeline::{self as card_pipeline, Geometry};
+use crate::card::{ChannelOrder, Dtype, Layout, ModelCard};
 use crate::contract_adapter::ContractAdapter;
 use crate::engine::Engine;
 use crate::error::{Result, RuntimeError};
-use crate::io_contract::Segmentation;
-use crate::io_contract::{EngineInput, InputLayout, IoContract};
-use crate::pipeline::{decode, Preparer};
+use crate::io_contract::{EngineInput, Segmentation};
+use crate::pipeline::Preparer;
 use crate::preprocess::normalise;
 
-/// Runs an already-normalised `[N, 3, H, W]` batch on a model of `contract` and decodes
-/// it (see [`Segmenter::run_normalised`](crate::Segmenter::run_normalised)).
-pub(crate) fn run_normalised(
+/// Runs an already-normalised `[N, 3, H, W]` batch (normalised with `spec`: RGB pixels
+/// as the spec normalises them) on a model `card` takes it for, and decodes it.
+fn run_normalised(
     engine: &mut dyn Engine,
-    contract: IoContract,
+    card: &ModelCard,
     spec: &ModelSpec,
     input: ArrayView4<f32>,
-    sizes: &[(usize, usize)],
     keep_logits: bool,
 ) -> Result<Vec<Segmentation>> {
-    if input.shape()[0] != sizes.len() {
-        return Err(RuntimeError::InputShape {
-            expected: format!("one output size per image ({} sizes)", sizes.len()),
-            got: format!("a batch {:?}", input.shape()),
-        });
-    }
-    let out = match contract.input {
-        InputLayout::NchwF32 => engine.run(EngineInput::NchwF32(input))?,
+    let (n, _, h, w) = input.dim();
+    let i = &card.input;
+    let geometry = Geometry::of(card, (h, w));
+    let as_it_is = geometry.is_identity() && i.channels == ChannelOrder::Rgb && i.mean.len() == 3;
+    let out = match (i.dtype, i.layout) {
+        (Dtype::Float32, Layout::Nchw) if as_it_is => engine.run(EngineInput::NchwF32(input))?,
         // A tensor handed in as a tensor: back to the pixels it was normalised from.
-        InputLayout::NhwcU8 => {
+        (Dtype::Uint8, Layout::Nhwc) if as_it_is => {
             let pixels = ContractAdapter::pixels(input, spec);
             engine.run(EngineInput::NhwcU8(pixels.view()))?
         }
+        _ => {
+            return Err(RuntimeError::InputShape {
+                expected: format!(
+                    "images: the model's card prepares a {w}x{h} input itself (its resize, \
+                     crop, padding or channels)"
+                ),
+                got: "a normalised tensor".into(),
+            })
+        }
     };
-    decode(out, spec, sizes, keep_logits)
+    card_pipeline::check_output(&out, n, card)?;
+    card_pipeline::decode_checked(out, card, geometry, keep_logits)
 }
 
 /// The inputs of one batch, all of one size. All-image batches (the common case) keep
@@ -64,20 +72,6 @@ impl Inputs {
             )
         } else {
             Inputs::Mixed(inputs)
-        }
-    }
-
-    pub(crate) fn len(&self) -> usize {
-        match self {
-            Inputs::Images(v) => v.len(),
-            Inputs::Mixed(v) => v.len(),
-        }
-    }
-
-    fn size(&self, i: usize) -> (usize, usize) {
-        match self {
-            Inputs::Images(v) => (v[i].height() as usize, v[i].width() as usize),
-            Inputs::Mixed(v) => v[i].size(),
         }
     }
 
@@ -111,7 +105,7 @@ impl Inputs {
 
     /// Runs all inputs as one batch (`only = None`) or input `only` alone: images through
     /// the pipeline's stages (as a `Segmenter` runs them), tensors normalised already
-    /// straight to the engine (a segtool export only).
+    /// straight to the engine (where the card takes the image as it is).
     pub(crate) fn run(
         &self,
         only: Option<usize>,
@@ -126,25 +120,15 @@ impl Inputs {
                 };
                 preparer.prepare(imgs)?.run(engine)?.decode()
             }
-            Inputs::Mixed(_) if preparer.plan().card.is_some() => Err(RuntimeError::InputShape {
-                expected: "images: a model driven by its card prepares its own input".into(),
-                got: "a normalised tensor".into(),
-            }),
             Inputs::Mixed(inputs) => {
                 let plan = preparer.plan();
-                let sizes: Vec<(usize, usize)> = match only {
-                    None => (0..self.len()).map(|i| self.size(i)).collect(),
-                    Some(i) => vec![self.size(i)],
-                };
                 let tensor = Self::mixed_tensor(inputs, only, &plan.spec)?;
-                let keep = plan.keep_logits;
                 run_normalised(
                     engine,
-                    plan.contract,
+                    &plan.card,
                     &plan.spec,
                     tensor.view(),
-                    &sizes,
-                    keep,
+                    plan.keep_logits,
                 )
             }
         }

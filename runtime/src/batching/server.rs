@@ -17,7 +17,6 @@ use super::{
 use crate::card::ModelCard;
 use crate::engine::Engine;
 use crate::error::Result;
-use crate::io_contract::IoContract;
 use crate::pipeline::{Plan, Preparer};
 use crate::segmenter::SegmenterExt;
 use crate::{Segmentation, Segmenter};
@@ -102,14 +101,9 @@ impl BatchServer {
                 "segmenter {i} has another model spec than segmenter 0: one server serves one model"
             )));
         }
-        // A model from elsewhere is driven by its card (resize, normalisation, decoding).
-        let card = segmenters[0]
-            .is_foreign()
-            .then(|| Arc::new(segmenters[0].card().card.clone()));
-        if let Some(i) = segmenters
-            .iter()
-            .position(|s| s.is_foreign().then(|| &s.card().card) != card.as_deref())
-        {
+        // Every model is driven by its card (resize, normalisation, decoding).
+        let card = &segmenters[0].card().card;
+        if let Some(i) = segmenters.iter().position(|s| s.card().card != *card) {
             return Err(BatchError::InvalidConfig(format!(
                 "segmenter {i} has another model card than segmenter 0: one server serves one model"
             )));
@@ -160,8 +154,8 @@ impl BatchServer {
             .into_iter()
             .map(|e| {
                 let contract = e.io_contract().unwrap_or_default();
-                let preparer =
-                    Preparer::new(Plan::for_engine(None, spec.clone(), contract, keep_logits));
+                let card = crate::card::from_spec(&spec, contract, "image", "logits").card;
+                let preparer = Preparer::new(Plan::for_engine(card, spec.clone(), keep_logits));
                 (e, preparer)
             })
             .collect();
@@ -177,12 +171,7 @@ impl BatchServer {
         engines: Vec<Box<dyn Engine>>,
     ) -> Result<Self, BatchError> {
         let spec = crate::card::spec_of(&card);
-        let plan = Plan::for_engine(
-            Some(card),
-            spec.clone(),
-            IoContract::default(),
-            config.keep_logits,
-        );
+        let plan = Plan::for_engine(card, spec.clone(), config.keep_logits);
         let preparer = Preparer::new(plan);
         let engines = engines.into_iter().map(|e| (e, preparer.clone())).collect();
         Self::start(config, spec, engines)

@@ -238,7 +238,7 @@ fn input_size(
 }
 
 /// The graph input's fixed `(height, width)`, where both are fixed.
-fn graph_size(input_info: &TensorInfo, layout: Layout) -> Option<(usize, usize)> {
+pub(super) fn graph_size(input_info: &TensorInfo, layout: Layout) -> Option<(usize, usize)> {
     let dim = |i: usize| input_info.dims.get(i).copied().flatten();
     let (h, w) = match layout {
         Layout::Nchw => (dim(2), dim(3)),

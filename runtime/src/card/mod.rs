@@ -161,7 +161,8 @@ pub struct ResolvedCard {
     pub card: ModelCard,
     /// `(field, source)` for every field, in the card's order.
     pub sources: Vec<(&'static str, CardSource)>,
-    /// A segtool export (its spec is the card's origin): the runtime drives it as before.
+    /// A segtool export (its spec is the card's origin). Provenance only: every model
+    /// runs through its card the same way.
     pub segtool_export: bool,
 }
 
@@ -329,15 +330,33 @@ fn size_refusal(model: &Path, resolved: &ResolvedCard, c: &merge::SizeConflict) 
     }
 }
 
-/// The card a segtool export's spec and I/O contract amount to.
+/// The card a segtool export's spec and I/O contract amount to; a fixed-size graph's
+/// size is its resize (`input.size`, from the graph).
 pub fn from_segtool_export(metadata: &Metadata, io: &ModelIo) -> ResolvedCard {
     let contract = segtool_onnx::IoContract::resolve(metadata.contract, io.contract());
-    from_spec(
-        &metadata.spec,
-        contract,
-        &io.inputs[0].name,
-        &io.outputs[0].name,
-    )
+    export_card(&metadata.spec, contract, io)
+}
+
+/// The card of a segtool export with `spec`, run with `contract` (its graph's names and
+/// fixed size from `io`).
+pub(crate) fn export_card(
+    spec: &segtool_model_spec::ModelSpec,
+    contract: segtool_onnx::IoContract,
+    io: &ModelIo,
+) -> ResolvedCard {
+    let mut resolved = from_spec(spec, contract, &io.inputs[0].name, &io.outputs[0].name);
+    let layout = resolved.card.input.layout;
+    if let Some((h, w)) = merge::graph_size(&io.inputs[0], layout) {
+        // Frames of another size are fitted to the graph by the card's resize, whose
+        // filter from_spec sets: OpenCV's bilinear, as training's data pipeline resizes.
+        resolved.card.input.size = Some([h, w]);
+        for (field, source) in resolved.sources.iter_mut() {
+            if *field == "input.size" {
+                *source = CardSource::Graph;
+            }
+        }
+    }
+    resolved
 }
 
 /// The card of a segtool model with `spec` and `contract`, whose graph input and output
@@ -371,6 +390,10 @@ pub fn from_spec(
             fit: Fit::Pad,
             keep_ratio: None,
             min_short_side: None,
+            // What resizes a segtool model's images (a fixed-size graph's size, set by
+            // export_card): OpenCV's bilinear INTER_LINEAR, as segtool's training data
+            // pipeline and mmsegmentation's test pipeline resize, so a frame fitted to
+            // the graph is sampled as the images the model learnt from.
             resize_filter: ResizeFilter::Opencv,
             resample: Resample::Bilinear,
             shortest_edge: None,
@@ -428,9 +451,9 @@ pub fn spec_of(card: &ModelCard) -> segtool_model_spec::ModelSpec {
             ChannelOrder::Rgb => [0, 1, 2],
             ChannelOrder::Bgr => [2, 1, 0],
         };
-        for c in 0..3 {
-            spec.mean[c] = i.mean[order[c]] / k;
-            spec.std[c] = i.std[order[c]] / k;
+        for (c, &from) in order.iter().enumerate() {
+            spec.mean[c] = i.mean[from] / k;
+            spec.std[c] = i.std[from] / k;
         }
     }
     spec

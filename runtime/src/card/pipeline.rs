@@ -22,6 +22,8 @@
 //! upsampled like scores, then thresholded (class 1 where the probability is above the
 //! threshold, as DBNet's and mmsegmentation's binary heads decide).
 
+use std::borrow::Cow;
+
 use image::RgbImage;
 use ndarray::{s, Array4, Axis};
 use segtool_model_spec::protocol::antialias::{
@@ -35,8 +37,10 @@ use segtool_onnx::card::{
 
 use crate::engine::Engine;
 use crate::error::{Result, RuntimeError};
+use crate::frame::Frame;
 use crate::io_contract::{EngineOutput, EngineTensor, Segmentation};
 use crate::postprocess::{argmax, resize_bilinear, resize_nearest};
+use crate::preprocess::{batch_size_of, normalised, Table};
 
 /// Largest input tensor a card may make from an image, in pixels (16384 x 16384, the C
 /// ABI's largest image).
@@ -125,6 +129,22 @@ impl Geometry {
             tensor,
             offset,
         }
+    }
+
+    /// An image of `(h, w)` as it is: no resize, crop or padding.
+    pub(crate) fn identity(size: (usize, usize)) -> Self {
+        Self {
+            image: size,
+            resized: size,
+            content: size,
+            tensor: size,
+            offset: (0, 0),
+        }
+    }
+
+    /// Whether the tensor holds the image as it is (no resize, crop or padding).
+    pub(crate) fn is_identity(&self) -> bool {
+        *self == Self::identity(self.image)
     }
 
     fn padded(&self) -> bool {
@@ -304,6 +324,13 @@ fn center_crop(pixels: &[u8], (h, w): (usize, usize), (ch, cw): (usize, usize)) 
 
 /// The input tensor of same-size `imgs` under `card`, and where they sit in it.
 pub fn prepare(imgs: &[RgbImage], card: &ModelCard) -> Result<(EngineTensor, Geometry)> {
+    let (w, h) = one_size(imgs)?;
+    let geom = Geometry::of(card, (h as usize, w as usize));
+    Ok((prepare_at(imgs, card, geom)?, geom))
+}
+
+/// The one `(width, height)` of same-size `imgs`; an empty or mixed batch is refused.
+fn one_size(imgs: &[RgbImage]) -> Result<(u32, u32)> {
     let first = imgs.first().ok_or_else(|| RuntimeError::InputShape {
         expected: "at least one image".into(),
         got: "none".into(),
@@ -315,7 +342,19 @@ pub fn prepare(imgs: &[RgbImage], card: &ModelCard) -> Result<(EngineTensor, Geo
             got: format!("{}x{}", other.width(), other.height()),
         });
     }
-    let geom = Geometry::of(card, (h as usize, w as usize));
+    Ok((w, h))
+}
+
+/// The input tensor of same-size `imgs` placed as `geom` says (the card's own
+/// [`Geometry::of`], or the images as they are for an evaluation protocol that sizes
+/// its own windows), normalised and laid out as `card` says.
+pub(crate) fn prepare_at(
+    imgs: &[RgbImage],
+    card: &ModelCard,
+    geom: Geometry,
+) -> Result<EngineTensor> {
+    let (w, h) = one_size(imgs)?;
+    debug_assert_eq!(geom.image, (h as usize, w as usize));
     let (ch, cw) = geom.content;
     let (th, tw) = geom.tensor;
     // Each card side is bounded (ModelCard::check_self), but a minimum short side scales
@@ -341,44 +380,48 @@ pub fn prepare(imgs: &[RgbImage], card: &ModelCard) -> Result<(EngineTensor, Geo
             });
         }
     }
-    let pixels: Vec<Vec<u8>> = imgs
+    // The images as they are where nothing resizes or crops them (no copy).
+    let pixels: Vec<Cow<'_, [u8]>> = imgs
         .iter()
         .map(|img| {
+            if geom.resized == geom.image && i.center_crop.is_none() {
+                return Cow::Borrowed(img.as_raw().as_slice());
+            }
             let resized = resize_pixels(img, geom.resized, i);
-            match i.center_crop {
+            Cow::Owned(match i.center_crop {
                 Some(_) => center_crop(&resized, geom.resized, geom.content),
                 None => resized,
-            }
+            })
         })
         .collect();
-    let (oy, ox) = geom.offset;
-    let order: [usize; 3] = match i.channels {
-        ChannelOrder::Rgb => [0, 1, 2],
-        ChannelOrder::Bgr => [2, 1, 0],
-    };
+    let offset = geom.offset;
+    let order = channel_order(i);
     let grey = i.mean.len() == 1;
     let channels = if grey { 1 } else { 3 };
-    // ITU-R BT.601 luma, as OpenCV's cvtColor(..., COLOR_RGB2GRAY).
-    let value = |px: &[u8], c: usize| -> f32 {
-        if grey {
-            0.299 * f32::from(px[0]) + 0.587 * f32::from(px[1]) + 0.114 * f32::from(px[2])
-        } else {
-            f32::from(px[order[c]])
-        }
-    };
     let tensor = match (i.dtype, i.layout) {
-        (Dtype::Float32, Layout::Nchw) => {
-            let mut x = Array4::<f32>::zeros((imgs.len(), channels, th, tw));
+        (Dtype::Float32, Layout::Nchw) if grey => {
+            let mut x = Array4::<f32>::zeros((imgs.len(), 1, th, tw));
             for (mut image, buf) in x.outer_iter_mut().zip(&pixels) {
-                for (c, mut plane) in image.outer_iter_mut().enumerate() {
-                    for (y, src) in buf.chunks_exact(cw * 3).enumerate() {
-                        let mut row = plane.slice_mut(s![y + oy, ox..ox + cw]);
-                        let row = row.as_slice_mut().expect("a row of a standard layout");
-                        for (v, px) in row.iter_mut().zip(src.chunks_exact(3)) {
-                            *v = (value(px, c) * i.scale - i.mean[c]) / i.std[c];
-                        }
+                let mut plane = image.index_axis_mut(Axis(0), 0);
+                for (y, src) in buf.chunks_exact(cw * 3).enumerate() {
+                    let mut row = plane.slice_mut(s![y + offset.0, offset.1..offset.1 + cw]);
+                    let row = row.as_slice_mut().expect("a row of a standard layout");
+                    for (v, px) in row.iter_mut().zip(src.chunks_exact(3)) {
+                        // ITU-R BT.601 luma, as OpenCV's cvtColor(..., COLOR_RGB2GRAY).
+                        let luma = 0.299 * f32::from(px[0])
+                            + 0.587 * f32::from(px[1])
+                            + 0.114 * f32::from(px[2]);
+                        *v = normalised(luma, i.scale, i.mean[0], i.std[0]);
                     }
                 }
+            }
+            EngineTensor::NchwF32(x)
+        }
+        (Dtype::Float32, Layout::Nchw) => {
+            let table = Table::with(i.scale, &i.mean, &i.std, order);
+            let mut x = Array4::<f32>::zeros((imgs.len(), 3, th, tw));
+            for (image, buf) in x.outer_iter_mut().zip(&pixels) {
+                table.fill_at(buf, cw, image, offset);
             }
             EngineTensor::NchwF32(x)
         }
@@ -387,7 +430,7 @@ pub fn prepare(imgs: &[RgbImage], card: &ModelCard) -> Result<(EngineTensor, Geo
             for (n, buf) in pixels.iter().enumerate() {
                 for (p, px) in buf.chunks_exact(3).enumerate() {
                     for c in 0..3 {
-                        x[[n, p / cw + oy, p % cw + ox, c]] = px[order[c]];
+                        x[[n, p / cw + offset.0, p % cw + offset.1, c]] = px[order[c]];
                     }
                 }
             }
@@ -400,18 +443,124 @@ pub fn prepare(imgs: &[RgbImage], card: &ModelCard) -> Result<(EngineTensor, Geo
             })
         }
     };
-    Ok((tensor, geom))
+    Ok(tensor)
 }
 
-/// One [`Segmentation`] per image from the graph's `output` under `card`.
+/// The RGB channel each of the tensor's channels reads.
+fn channel_order(i: &InputCard) -> [usize; 3] {
+    match i.channels {
+        ChannelOrder::Rgb => [0, 1, 2],
+        ChannelOrder::Bgr => [2, 1, 0],
+    }
+}
+
+/// Whether [`prepare_frames`] reads frames under `card` in place: three channels, float32
+/// NCHW or uint8 NHWC (a grey input's luma goes through an RGB copy).
+pub(crate) fn reads_frames_in_place(card: &ModelCard) -> bool {
+    let i = &card.input;
+    i.mean.len() == 3
+        && matches!(
+            (i.dtype, i.layout),
+            (Dtype::Float32, Layout::Nchw) | (Dtype::Uint8, Layout::Nhwc)
+        )
+}
+
+/// Same-size frames (any [`PixelFormat`](crate::PixelFormat), strided rows) read in place
+/// into the tensor `card` describes, for a card whose [`Geometry`] of their size is the
+/// identity and which [`reads_frames_in_place`]: the values [`prepare_at`] gives their RGB
+/// copies, bit for bit (the same table normalises both).
+pub(crate) fn prepare_frames(frames: &[Frame<'_>], card: &ModelCard) -> Result<EngineTensor> {
+    let (w, h) = batch_size_of(frames.iter().map(|f| (f.width(), f.height())))?;
+    let (h, w) = (h as usize, w as usize);
+    let i = &card.input;
+    let order = channel_order(i);
+    Ok(match (i.dtype, i.layout) {
+        (Dtype::Float32, Layout::Nchw) => {
+            let table = Table::with(i.scale, &i.mean, &i.std, order);
+            let mut x = Array4::<f32>::zeros((frames.len(), 3, h, w));
+            for (frame, slot) in frames.iter().zip(x.outer_iter_mut()) {
+                table.fill_frame(frame, slot);
+            }
+            EngineTensor::NchwF32(x)
+        }
+        _ => {
+            let mut x = Array4::<u8>::zeros((frames.len(), h, w, 3));
+            for (frame, mut slot) in frames.iter().zip(x.outer_iter_mut()) {
+                let step = frame.format().bytes_per_pixel();
+                let rgb = frame.format().rgb_offsets().unwrap_or([0, 0, 0]);
+                let offsets = order.map(|c| rgb[c]);
+                let slot = slot
+                    .as_slice_mut()
+                    .expect("freshly allocated, standard layout");
+                for (y, dst) in slot.chunks_exact_mut(w * 3).enumerate() {
+                    let row = frame.row(y as u32);
+                    for (d, px) in dst.chunks_exact_mut(3).zip(row.chunks_exact(step)) {
+                        for c in 0..3 {
+                            d[c] = px[offsets[c]];
+                        }
+                    }
+                }
+            }
+            EngineTensor::NhwcU8(x)
+        }
+    })
+}
+
+/// Checks the graph's answer for `n` images against `card`: the batch size, and its
+/// classes (as many score channels, one for a binary map; a class map's values below
+/// them; at most 256, for `u8` masks).
+pub fn check_output(output: &EngineOutput, n: usize, card: &ModelCard) -> Result<()> {
+    let classes = card.num_classes();
+    let wrong = |expected: String| RuntimeError::OutputShape {
+        expected,
+        got: match output {
+            EngineOutput::Logits(l) => format!("float scores {:?}", l.shape()),
+            EngineOutput::Mask(m) => format!("a class map {:?}", m.shape()),
+        },
+    };
+    if output.len() != n {
+        return Err(wrong(format!("one answer per image ({n})")));
+    }
+    if classes > 256 {
+        return Err(wrong(format!(
+            "at most 256 classes for a u8 mask (the card has {classes})"
+        )));
+    }
+    match (card.output.kind, output) {
+        (OutputKind::Binary, EngineOutput::Logits(p)) if p.dim().1 != 1 => Err(wrong(
+            "one probability channel [N, 1, h, w] (kind binary)".into(),
+        )),
+        (OutputKind::Binary, _) => Ok(()),
+        (_, EngineOutput::Logits(l)) if l.dim().1 != classes => Err(wrong(format!(
+            "{classes} class channels (the card's classes)"
+        ))),
+        (_, EngineOutput::Mask(m)) if m.iter().any(|&c| usize::from(c) >= classes) => Err(wrong(
+            format!("class values below {classes} (the card's classes)"),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// One [`Segmentation`] per image from the graph's `output` under `card`, checked first
+/// ([`check_output`]).
 pub fn decode(
     output: EngineOutput,
     card: &ModelCard,
     geom: Geometry,
     keep_logits: bool,
 ) -> Result<Vec<Segmentation>> {
+    check_output(&output, output.len(), card)?;
+    decode_checked(output, card, geom, keep_logits)
+}
+
+/// [`decode`] of an output [`check_output`] has passed.
+pub(crate) fn decode_checked(
+    output: EngineOutput,
+    card: &ModelCard,
+    geom: Geometry,
+    keep_logits: bool,
+) -> Result<Vec<Segmentation>> {
     let (h, w) = geom.image;
-    let classes = card.num_classes();
     match (card.output.kind, output) {
         (OutputKind::ClassMap, EngineOutput::Mask(m)) => Ok(m
             .outer_iter()
@@ -435,12 +584,6 @@ pub fn decode(
             OutputKind::Logits | OutputKind::Probabilities | OutputKind::MaskClassification,
             EngineOutput::Logits(l),
         ) => {
-            if l.dim().1 != classes {
-                return Err(RuntimeError::OutputShape {
-                    expected: format!("{classes} class channels (the card's classes)"),
-                    got: format!("{:?}", l.shape()),
-                });
-            }
             let scores = to_image(l, card, geom);
             let masks = argmax(scores.view());
             Ok(masks
@@ -453,12 +596,6 @@ pub fn decode(
                 .collect())
         }
         (OutputKind::Binary, EngineOutput::Logits(p)) => {
-            if p.dim().1 != 1 {
-                return Err(RuntimeError::OutputShape {
-                    expected: "one probability channel [N, 1, h, w] (kind binary)".into(),
-                    got: format!("{:?}", p.shape()),
-                });
-            }
             let t = card
                 .output
                 .threshold
@@ -498,6 +635,11 @@ pub fn run(
 fn to_image(scores: Array4<f32>, card: &ModelCard, geom: Geometry) -> Array4<f32> {
     let ac = card.output.align_corners;
     let (h, w) = geom.image;
+    let undo_padding = card.output.restore == Restore::Undo && geom.padded();
+    if (scores.dim().2, scores.dim().3) == (h, w) && !undo_padding {
+        // Already the image's size (the graph's input was the image): no copy.
+        return scores;
+    }
     match card.output.restore {
         Restore::StretchAntialias => return resize_antialias(scores, (h, w)),
         Restore::Stretch => return resize_bilinear(scores.view(), h, w, ac),

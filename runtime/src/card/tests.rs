@@ -527,3 +527,94 @@ fn transformers_geometry_shortest_edge_dpt_crop_and_padding() {
     undo.output.restore = crate::card::Restore::Undo;
     assert!(undo.check_self().unwrap_err().contains("center_crop"));
 }
+
+/// Frames read in place (BGRA, padded rows) and their RGB copies give the same tensor, bit
+/// for bit, under any card that takes them as they are: float32 in RGB or BGR order on
+/// 0-255 or 0-1 pixels, uint8 in either order. A segtool export's card normalises
+/// exactly as its spec does.
+#[test]
+fn frames_read_in_place_equal_their_rgb_copies_under_any_card() {
+    use crate::frame::Frame;
+    use crate::io_contract::EngineTensor;
+    use crate::{InputLayout, IoContract, PixelFormat};
+    use image::{Rgb, RgbImage};
+    let spec = tiny_spec(2);
+    let img = RgbImage::from_fn(5, 3, |x, y| {
+        Rgb([(x * 50) as u8, (y * 90 + 3) as u8, (x * y * 17 + 1) as u8])
+    });
+    let stride = 5 * 4 + 3;
+    let mut bgra = vec![0xAB; stride * 3];
+    for (x, y, p) in img.enumerate_pixels() {
+        let at = y as usize * stride + x as usize * 4;
+        bgra[at..at + 3].copy_from_slice(&[p.0[2], p.0[1], p.0[0]]);
+    }
+    let frame = Frame::new(&bgra, 5, 3, stride, PixelFormat::Bgra8).unwrap();
+    let export = from_spec(&spec, IoContract::default(), "image", "logits").card;
+    let mut mmseg_bgr = export.clone();
+    mmseg_bgr.input.channels = ChannelOrder::Bgr;
+    mmseg_bgr.input.scale = 1.0;
+    mmseg_bgr.input.mean = vec![103.53, 116.28, 123.675];
+    mmseg_bgr.input.std = vec![57.375, 57.12, 58.395];
+    let uint8_contract = IoContract {
+        input: InputLayout::NhwcU8,
+        output: segtool_onnx::OutputKind::Logits,
+    };
+    let uint8 = from_spec(&spec, uint8_contract, "image", "logits").card;
+    let mut uint8_bgr = uint8.clone();
+    uint8_bgr.input.channels = ChannelOrder::Bgr;
+    let images = [img.clone(), img.clone()];
+    for card in [&export, &mmseg_bgr, &uint8, &uint8_bgr] {
+        assert!(pipeline::reads_frames_in_place(card));
+        let geometry = pipeline::Geometry::of(card, (3, 5));
+        assert!(geometry.is_identity());
+        let copied = pipeline::prepare_at(&images, card, geometry).unwrap();
+        let read = pipeline::prepare_frames(&[frame, frame], card).unwrap();
+        match (copied, read) {
+            (EngineTensor::NchwF32(a), EngineTensor::NchwF32(b)) => assert_eq!(a, b),
+            (EngineTensor::NhwcU8(a), EngineTensor::NhwcU8(b)) => assert_eq!(a, b),
+            other => panic!("layouts differ: {other:?}"),
+        }
+    }
+    let (EngineTensor::NchwF32(x), _) = pipeline::prepare(&images, &export).unwrap() else {
+        panic!("float input")
+    };
+    assert_eq!(
+        x,
+        crate::preprocess::normalise_batch(&images, &spec).unwrap()
+    );
+    // BGR order: the tensor's channel 0 is the image's blue.
+    let (EngineTensor::NchwF32(b), _) = pipeline::prepare(&images, &mmseg_bgr).unwrap() else {
+        panic!("float input")
+    };
+    let blue = f32::from(img.get_pixel(1, 1).0[2]);
+    assert_eq!(b[[0, 0, 1, 1]], (blue - 103.53) / 57.375);
+}
+
+/// A fixed-size segtool export's card resizes to the graph's size, said to come from the
+/// graph; a dynamic one's takes images as they are.
+#[test]
+fn a_segtool_exports_card_takes_its_fixed_graph_size_as_its_resize() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = tiny_spec(3);
+    let w = [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]];
+    let plain = tiny_model_bytes(&spec, &w, &[0.0; 3]);
+    let dynamic = dir.path().join("dynamic.onnx");
+    std::fs::write(&dynamic, &plain).unwrap();
+    let fixed = dir.path().join("fixed.onnx");
+    std::fs::write(&fixed, segtool_testkit::with_fixed_size(&plain, 3, 6, 8)).unwrap();
+    let r = resolve(&dynamic, &CardRequest::new()).unwrap();
+    assert_eq!(r.card.input.size, None);
+    assert!(pipeline::Geometry::of(&r.card, (15, 20)).is_identity());
+    let r = resolve(&fixed, &CardRequest::new()).unwrap();
+    assert!(r.segtool_export);
+    assert_eq!(r.card.input.size, Some([6, 8]));
+    assert_eq!(r.source_of("input.size"), Some(&CardSource::Graph));
+    assert_eq!(r.source_of("input.mean"), Some(&CardSource::SegtoolSpec));
+    let (i, g) = (&r.card.input, pipeline::Geometry::of(&r.card, (15, 20)));
+    assert_eq!(
+        (i.resize_filter, i.resample),
+        (ResizeFilter::Opencv, Resample::Bilinear)
+    );
+    assert_eq!((g.resized, g.tensor), ((6, 8), (6, 8)));
+    assert!(pipeline::Geometry::of(&r.card, (6, 8)).is_identity());
+}

@@ -395,7 +395,8 @@ mod tests {
             cpu.contains(&("INFERENCE_NUM_THREADS", "2".into())),
             "{cpu:?}"
         );
-        let cases: [(Device, fn(&mut OpenVinoOptions), &str); 4] = [
+        type Case = (Device, fn(&mut OpenVinoOptions), &'static str);
+        let cases: [Case; 4] = [
             (Device::Npu, |o| o.precision = Precision::Bf16, "precision"),
             (Device::Auto, |o| o.streams = Some(2), "streams"),
             (Device::Gpu, |o| o.threads = Some(2), "threads"),

@@ -176,8 +176,9 @@ impl SegmenterBuilder {
     }
 
     /// Accuracy mode: every batch runs under the evaluation protocol `opts` (scales,
-    /// flips, sliding windows) instead of once. Refused at open for a card-driven model
-    /// and for a graph without float input and logits output, naming the model.
+    /// flips, sliding windows) instead of once. Refused at open, naming the model, where
+    /// its card says what the protocol cannot do (see
+    /// [`SegmenterExt::with_accuracy`]).
     pub fn accuracy(mut self, opts: crate::accuracy::AccuracyOptions) -> Self {
         self.accuracy = Some(opts);
         self
@@ -378,12 +379,9 @@ impl SegmenterBuilder {
             options = options.with_intra_threads(n);
         }
         if let Some((h, w)) = self.fixed_size {
-            // A card's resize or padding, or a fixed-size graph the images are fitted to,
-            // decides the tensor's size, not the images'.
-            let (h, w) = match model.card {
-                Some(card) => crate::card::pipeline::Geometry::of(card, (h, w)).tensor,
-                None => model.graph_size().unwrap_or((h, w)),
-            };
+            // The card's resize or padding (a fixed-size graph's size among them) decides
+            // the tensor's size, not the images'.
+            let (h, w) = crate::card::pipeline::Geometry::of(&model.resolved.card, (h, w)).tensor;
             options = options.with_fixed_input_size(h, w);
         }
         let engine = match model.model {

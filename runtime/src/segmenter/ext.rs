@@ -35,17 +35,18 @@ pub trait SegmenterExt: sealed::Sealed + Sized {
     fn from_engine(engine: Box<dyn Engine>, spec: ModelSpec) -> Self;
 
     /// Runs every batch under the evaluation protocol `opts` (scales, flips, sliding
-    /// windows) instead of once: accuracy mode. Refused for a card-driven model and for a
-    /// graph without float input and logits output (`--preprocess` / `--argmax`
-    /// exports), naming the model.
+    /// windows) instead of once: accuracy mode. Refused, naming the model, where its card
+    /// says what the protocol cannot do: input other than float32 normalised RGB or
+    /// output other than logits (`--preprocess` / `--argmax` exports), or a resize, crop
+    /// or padding of its own (besides a fixed-size graph's size).
     fn with_accuracy(self, opts: AccuracyOptions) -> Result<Self>;
 
     /// The evaluation protocol every batch runs under, in accuracy mode.
     fn accuracy(&self) -> Option<&AccuracyOptions>;
 
-    /// The graph's fixed spatial input `(height, width)`, if it has one: images of
-    /// another size are resized to it (bilinear) and their masks brought back (nearest)
-    /// by [`Segmenter::segment_batch`] and the batch server.
+    /// The graph's fixed spatial input `(height, width)`, if it has one: the model's
+    /// card resizes images of another size to it (bilinear) and brings the scores back
+    /// to the image's size, in [`Segmenter::segment_batch`] and the batch server alike.
     fn graph_size(&self) -> Option<(usize, usize)>;
 
     /// Overrides the input layout / output kind the model is driven with.
@@ -64,9 +65,6 @@ pub trait SegmenterExt: sealed::Sealed + Sized {
 
     /// The model file as read when opening (`None` for [`SegmenterExt::from_engine`]).
     fn model(&self) -> Option<&ModelFile>;
-
-    /// Driven by a card rather than a segtool spec (an ONNX file from elsewhere).
-    fn is_foreign(&self) -> bool;
 
     /// The engine, mutably (to run tensors by hand).
     fn engine_mut(&mut self) -> &mut dyn Engine;

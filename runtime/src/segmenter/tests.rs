@@ -106,15 +106,16 @@ fn segmenter_with_ort_falls_back_to_cpu_and_says_why() {
     );
 }
 
-/// A graph fixed to 6x8: images of any size are resized to it (bilinear, `image`'s
-/// triangle filter) and their masks brought back (nearest), in the segmenter and in the
-/// batch server alike.
+/// A graph fixed to 6x8: its card resizes images of any size to it (OpenCV's bilinear,
+/// as training resizes) and brings the scores back to the image (bilinear, the spec's
+/// `align_corners`) before the argmax, in the segmenter and in the batch server alike.
 #[cfg(feature = "tract")]
 #[test]
 fn a_fixed_size_graph_gets_fitted_images_and_frame_size_masks() {
     use crate::batching::{BatchConfig, BatchServer};
-    use crate::expert::resize_nearest;
-    use image::imageops::{resize, FilterType};
+    use crate::expert::SegmenterExt;
+    use crate::postprocess::{argmax, resize_bilinear};
+    use segtool_model_spec::protocol::resize::resize_linear_u8;
     let dir = tempfile::tempdir().unwrap();
     let plain = std::fs::read(write_rgb_model(dir.path())).unwrap();
     let path = dir.path().join("fixed.onnx");
@@ -127,19 +128,39 @@ fn a_fixed_size_graph_gets_fitted_images_and_frame_size_masks() {
     };
     let mut seg = open().unwrap();
     assert_eq!(seg.graph_size(), Some((6, 8)));
-    let mut frame = RgbImage::from_pixel(20, 15, Rgb([0, 240, 0]));
-    for x in 0..10 {
-        for y in 0..15 {
-            frame.put_pixel(x, y, Rgb([250, 10, 10]));
-        }
-    }
-    let small = resize(&frame, 8, 6, FilterType::Triangle);
-    let at_graph = seg.segment(&small).unwrap().mask;
-    let want = resize_nearest(at_graph.view(), 15, 20);
-    assert_eq!(seg.segment(&frame).unwrap().mask, want);
+    assert_eq!(seg.card().card.input.size, Some([6, 8]));
+    assert_eq!(
+        seg.card().source_of("input.size"),
+        Some(&crate::card::CardSource::Graph)
+    );
+    // Red on the left, green on the right, with a blue square: boundaries the 20 -> 8
+    // resize blurs, so the filter and the order of upsampling and argmax show.
+    let frame = RgbImage::from_fn(20, 15, |x, y| match (x, y) {
+        (12..=15, 4..=9) => Rgb([0, 30, 250]),
+        (0..=9, _) => Rgb([250, 10, 10]),
+        _ => Rgb([0, 240, 0]),
+    });
+    let small =
+        RgbImage::from_raw(8, 6, resize_linear_u8(frame.as_raw(), 15, 20, 3, 6, 8)).unwrap();
+    let scores = seg
+        .preparer()
+        .logits(true)
+        .prepare(std::slice::from_ref(&small));
+    let scores = seg.run(scores.unwrap()).unwrap().decode().unwrap();
+    let at_graph = scores[0].mask.clone();
+    let logits = scores[0]
+        .logits
+        .clone()
+        .unwrap()
+        .insert_axis(ndarray::Axis(0));
+    let align = seg.spec().align_corners;
+    let want = argmax(resize_bilinear(logits.view(), 15, 20, align).view()).remove(0);
+    let got = seg.segment(&frame).unwrap();
+    assert_eq!(got.mask, want);
+    assert!(got.mask.iter().any(|&c| c == 2), "the blue square survives");
     // The graph also fixes its batch at 1: batches of one size run in pieces of one.
     let batch = seg
-        .segment_batch(&[frame.clone(), small.clone(), frame.clone()])
+        .segment_batch(&[frame.clone(), small, frame.clone()])
         .unwrap();
     let masks: Vec<_> = batch.into_iter().map(|s| s.mask).collect();
     assert_eq!(masks, [want.clone(), at_graph, want.clone()]);
@@ -148,8 +169,8 @@ fn a_fixed_size_graph_gets_fitted_images_and_frame_size_masks() {
     assert!(served.iter().all(|s| s.mask == want));
 }
 
-/// Accuracy mode is refused, naming the model, for a graph that takes uint8 pixels or
-/// answers a class map, and for a batch server.
+/// Accuracy mode is refused, naming the model, where its card says the protocol cannot
+/// run it (a class map, a resize of its own), and for a batch server.
 #[cfg(feature = "tract")]
 #[test]
 fn accuracy_mode_is_refused_where_it_cannot_run() {
@@ -170,6 +191,27 @@ fn accuracy_mode_is_refused_where_it_cannot_run() {
         .unwrap();
     match foreign.with_accuracy(AccuracyOptions::default()) {
         Err(RuntimeError::AccuracyMode { why, .. }) => assert!(why.contains("card"), "{why}"),
+        other => panic!("expected a refusal, got {:?}", other.err()),
+    }
+    // What refuses is what the card says, not where the model came from: the same card
+    // on a graph answering logits runs, one with a resize of its own does not.
+    let logits = dir.path().join("logits.onnx");
+    std::fs::write(&logits, segtool_testkit::foreign_model_bytes(3, 3, false)).unwrap();
+    let open_logits = |fields: &str| {
+        std::fs::write(&card, fields).unwrap();
+        Segmenter::builder(&logits)
+            .engine(EngineKind::Tract)
+            .card(crate::card::CardRequest::new().card_file(&card))
+            .open()
+            .unwrap()
+            .with_accuracy(AccuracyOptions::default())
+    };
+    assert!(open_logits(fields).is_ok());
+    let resized = fields.replace("[input]\n", "[input]\nsize = [16, 16]\n");
+    match open_logits(&resized) {
+        Err(RuntimeError::AccuracyMode { why, .. }) => {
+            assert!(why.contains("input.size"), "{why}")
+        }
         other => panic!("expected a refusal, got {:?}", other.err()),
     }
     let plain = write_rgb_model(dir.path());
@@ -219,7 +261,7 @@ fn segmenter_with_openvino_handles_mixed_sizes_and_reports_an_absent_device() {
     );
     check_results(&mut seg);
     assert!(seg.engine().ran_in().unwrap().contains("f32"));
-    let gpu_present = matches!(open(Device::Gpu, true), Ok(_));
+    let gpu_present = open(Device::Gpu, true).is_ok();
     if !gpu_present {
         let seg = open(Device::Gpu, false).unwrap();
         match seg.fallbacks() {

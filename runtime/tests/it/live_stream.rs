@@ -81,6 +81,8 @@ impl Engine for SlowEngine {
         "cpu"
     }
 
+    // The closure gathers the body's `?`s into one result.
+    #[allow(clippy::redundant_closure_call)]
     fn run(&mut self, input: EngineInput<'_>) -> Result<EngineOutput> {
         let EngineInput::NchwF32(input) = input else {
             unreachable!("a plain fake engine")
@@ -497,6 +499,8 @@ impl Engine for NoisyEngine {
         "cpu"
     }
 
+    // The closure gathers the body's `?`s into one result.
+    #[allow(clippy::redundant_closure_call)]
     fn run(&mut self, input: EngineInput<'_>) -> Result<EngineOutput> {
         let EngineInput::NchwF32(input) = input else {
             unreachable!("a plain fake engine")

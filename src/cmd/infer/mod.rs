@@ -213,12 +213,10 @@ impl Args {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    // A file from elsewhere is driven by its card: resolved (or refused, saying what is
-    // missing) before anything else.
+    // Every model is driven by its card: resolved (or refused, saying what is missing)
+    // before anything else. Accuracy mode is refused where the card says the protocol
+    // cannot run the model (Segmenter::with_accuracy, naming why).
     let card = segtool_runtime::card::resolve(&args.model, &args.engine.card.request())?;
-    if !card.segtool_export {
-        refuse_for_card_models(&args)?;
-    }
     if args.live {
         return raw::run_live(&args);
     }
@@ -497,27 +495,6 @@ fn spawn_source(
             .name("segtool-decode".into())
             .spawn(move || decode_files(files, opts, &prepare, batch_tx)),
     }
-}
-
-/// What does not run on a card-driven model yet, refused before any work.
-fn refuse_for_card_models(args: &Args) -> Result<()> {
-    let accuracy = args.protocol.is_some()
-        || args.mode.is_some()
-        || args.crop.is_some()
-        || args.stride.is_some()
-        || args.flip
-        || args.scales.is_some()
-        || args.ms
-        || args.base_size.is_some();
-    if accuracy {
-        bail!(
-            "accuracy mode (--protocol/--mode/--crop/--stride/--flip/--scales/--ms) tiles \
-             normalised tensors as a segtool export's spec says; {} is driven by its model \
-             card, which decides its own resize and padding (segment it without these options)",
-            args.model.display()
-        );
-    }
-    Ok(())
 }
 
 fn progress(len: Option<u64>, visible: bool) -> ProgressBar {

@@ -232,6 +232,8 @@ impl SegmenterBuilder {
     }
 
     /// What auto's cached choice for this model depends on (see [`auto::cache`]).
+    // Each library push is behind its engine's feature: no one `vec![..]` fits every build.
+    #[allow(clippy::vec_init_then_push)]
     fn auto_key(&self, model: &Opened<'_>, (h, w): (usize, usize)) -> Result<auto::cache::Key> {
         let model_sha256 =
             auto::cache::sha256_of(model.path).map_err(|source| ModelFileError::Io {
