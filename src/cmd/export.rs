@@ -153,7 +153,9 @@ impl Args {
 pub fn run(args: Args) -> Result<()> {
     let opts = args.options();
     #[cfg(feature = "ort")]
-    if export_qat(&args, &opts)? {
+    if export_qat(&args, &opts)
+        .with_context(|| format!("exporting {}", args.checkpoint.display()))?
+    {
         return Ok(());
     }
     let report = export_onnx(&args.checkpoint, &args.onnx, &opts)
