@@ -79,6 +79,8 @@ pub struct QatOptions {
     pub freeze_bn_at: Option<usize>,
     /// EMA: weight of each batch's range.
     pub ema_momentum: f64,
+    /// Training images the initial calibration sees (recorded in the [`QatSpec`]).
+    pub init_samples: usize,
 }
 
 impl Default for QatOptions {
@@ -91,6 +93,7 @@ impl Default for QatOptions {
             percentile: 99.99,
             freeze_bn_at: None,
             ema_momentum: 0.01,
+            init_samples: 32,
         }
     }
 }
@@ -596,6 +599,71 @@ impl FakeQuant {
             QAT_METADATA_KEY.to_string(),
             self.spec(init_samples).to_json(),
         )
+    }
+}
+
+/// Refuses to fold BatchNorm for QAT when the initial weights did not set its statistics:
+/// `missing` are the model variables the file left at their init (an import report's),
+/// `file` names it. The error names the first BatchNorm statistic missing.
+pub fn check_bn_statistics(missing: &[String], file: &str) -> Result<()> {
+    let mut lacking: Vec<&String> = missing
+        .iter()
+        .filter(|n| n.ends_with(".running_mean") || n.ends_with(".running_var"))
+        .collect();
+    lacking.sort();
+    if let Some(first) = lacking.first() {
+        bail!(
+            "QAT folds BatchNorm into the convolutions as the INT8 export does, but {file} has \
+             no `{first}` ({} BatchNorm statistics missing): start QAT from a checkpoint \
+             trained with its BatchNorm statistics",
+            lacking.len()
+        );
+    }
+    Ok(())
+}
+
+/// Minimum, median and maximum of a set of thresholds (zeros when empty).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ThresholdSummary {
+    pub min: f64,
+    pub median: f64,
+    pub max: f64,
+}
+
+impl ThresholdSummary {
+    pub fn of(values: &[f32]) -> Self {
+        let mut v: Vec<f64> = values.iter().map(|&x| x as f64).collect();
+        if v.is_empty() {
+            return Self::default();
+        }
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        let median = if n % 2 == 1 {
+            v[n / 2]
+        } else {
+            (v[n / 2 - 1] + v[n / 2]) / 2.0
+        };
+        Self {
+            min: v[0],
+            median,
+            max: v[n - 1],
+        }
+    }
+}
+
+/// How far thresholds moved from `from` to `to` (same sources, same order): the mean of
+/// `|log(to / from)|` over the positive pairs, the relative movement of a typical range
+/// (0.01: ranges moved about 1%).
+pub fn threshold_movement(from: &[f32], to: &[f32]) -> f64 {
+    let logs: Vec<f64> = from
+        .iter()
+        .zip(to)
+        .filter(|(a, b)| **a > 0.0 && **b > 0.0)
+        .map(|(&a, &b)| (b as f64 / a as f64).ln().abs())
+        .collect();
+    match logs.is_empty() {
+        true => 0.0,
+        false => logs.iter().sum::<f64>() / logs.len() as f64,
     }
 }
 

@@ -387,12 +387,17 @@ fn save_checkpoints(
 }
 
 fn save(trainer: &Trainer, path: &Path, state: &RunState, opts: &RunOptions) -> Result<()> {
-    let info = CheckpointInfo::from([
+    let mut info = CheckpointInfo::from([
         (STATE_KEY.to_string(), serde_json::to_string(state)?),
         (CONFIG_KEY.to_string(), opts.config_text.clone()),
         (THREADS_KEY.to_string(), tch::get_num_threads().to_string()),
         ("iterations".to_string(), state.iteration.to_string()),
     ]);
+    // QAT: the contract `segtool export` reads (the thresholds are a variable).
+    if let Some(q) = trainer.model.qat() {
+        let (key, value) = q.metadata(q.options.init_samples);
+        info.insert(key, value);
+    }
     checkpoint::save_with(
         path,
         &trainer.vs,

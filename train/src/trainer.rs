@@ -328,6 +328,15 @@ impl Trainer {
         self.model.set_sync_bn(Some(group));
     }
 
+    /// QAT: forwards fake-quantise as `qat` says from now on, and the optimiser also
+    /// trains its thresholds when they are learned (LSQ). Call before the first step and
+    /// before loading a resumed checkpoint (whose variables and optimiser state then
+    /// include the thresholds).
+    pub fn enable_qat(&mut self, qat: Arc<crate::qat::FakeQuant>) {
+        self.model.set_qat(Some(qat));
+        self.optimizer = Sgd::new(&self.vs, self.config.sgd);
+    }
+
     /// amp: forward passes under `amp`'s autocast from now on, loss in fp32, with loss
     /// scaling when `amp` has a scaler (fp16).
     pub fn enable_amp(&mut self, amp: crate::amp::Amp) {
