@@ -24,7 +24,7 @@
 //! by `segtool_model_spec::qat`).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use anyhow::{bail, Context, Result};
@@ -45,10 +45,12 @@ const BN_EPS: f64 = 1e-5;
 /// How thresholds move in training.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RangeLearning {
-    /// A moving average of each batch's range (PyTorch's default QAT observers), all
-    /// ranks averaged; gradients through rounding by the straight-through estimator.
+    /// A moving average of each batch's range (PyTorch's default QAT observers), the
+    /// range of the global batch (the largest over the ranks); gradients through
+    /// rounding by the straight-through estimator.
     Ema,
-    /// Learned by gradient (LSQ, Esser et al. 2020), with LSQ's gradient scale.
+    /// Learned by gradient (LSQ, Esser et al. 2020), with LSQ's gradient scale over the
+    /// global batch (so that data-parallel ranks train what one process would).
     Lsq,
 }
 
@@ -138,6 +140,8 @@ pub struct FakeQuant {
     /// `qat.thresholds` in the VarStore.
     pub thresholds: Tensor,
     bn_frozen: AtomicBool,
+    /// Data-parallel ranks: LSQ's gradient scale counts the global batch's elements.
+    world_size: AtomicUsize,
     state: Mutex<State>,
 }
 
@@ -235,6 +239,7 @@ impl FakeQuant {
             weights,
             thresholds,
             bn_frozen: AtomicBool::new(false),
+            world_size: AtomicUsize::new(1),
             state: Mutex::new(State {
                 mode: Mode::Quantise,
                 visited: HashSet::new(),
@@ -294,6 +299,11 @@ impl FakeQuant {
 
     pub fn set_bn_frozen(&self, frozen: bool) {
         self.bn_frozen.store(frozen, Ordering::Relaxed);
+    }
+
+    /// Ranks training data-parallel (1: one process); set by the trainer.
+    pub fn set_world_size(&self, world_size: usize) {
+        self.world_size.store(world_size.max(1), Ordering::Relaxed);
     }
 
     pub fn bn_frozen(&self) -> bool {
@@ -407,11 +417,15 @@ impl FakeQuant {
         };
         let exact = Tensor::from(scale).to_device(self.thresholds.device());
         let scale = if self.options.ranges == RangeLearning::Lsq && tv > 0.0 {
-            // d scale / d T, and LSQ's gradient scale 1 / sqrt(N * Qp).
+            // d scale / d T, and LSQ's gradient scale 1 / sqrt(N * Qp), N over the
+            // global batch (each rank sees 1/world of it).
             let k = (scale / tv) as f64;
-            let g = 1.0 / ((numel.max(1) as f64) * (qmax - zp).max(1.0)).sqrt();
+            let world = self.world_size.load(Ordering::Relaxed) as f64;
+            let n = numel.max(1) as f64 * world;
+            let g = 1.0 / (n * (qmax - zp).max(1.0)).sqrt();
+            // Value: the exact scale; gradient: d scale / d T times g (LSQ's grad_scale).
             let ts = &t * (k * g);
-            exact + (&ts - ts.detach()) * (1.0 / g)
+            exact + (&ts - ts.detach())
         } else {
             exact
         };
@@ -563,9 +577,9 @@ impl FakeQuant {
     }
 
     /// The end of a training step: EMA moves each threshold towards the step's range
-    /// (`ranks_mean` averages the per-source maxima over the ranks: identical
-    /// thresholds everywhere).
-    pub fn end_step(&self, ranks_mean: impl FnOnce(&[f64]) -> Result<Vec<f64>>) -> Result<()> {
+    /// (`ranks_max` takes the largest of the per-source maxima over the ranks: the global
+    /// batch's range, identical thresholds everywhere).
+    pub fn end_step(&self, ranks_max: impl FnOnce(&[f64]) -> Result<Vec<f64>>) -> Result<()> {
         if self.options.ranges != RangeLearning::Ema {
             return Ok(());
         }
@@ -575,7 +589,7 @@ impl FakeQuant {
             s.batch_max.iter_mut().for_each(|v| *v = 0.0);
             m
         };
-        let maxima = ranks_mean(&maxima)?;
+        let maxima = ranks_max(&maxima)?;
         let c = self.options.ema_momentum;
         let next: Vec<f32> = self
             .threshold_values()
