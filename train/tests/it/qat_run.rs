@@ -255,3 +255,72 @@ fn qat_refuses_a_layout_the_target_cannot_run_and_weights_without_bn_statistics(
         .expect("refused");
     assert!(format!("{err:#}").contains("float training run"), "{err:#}");
 }
+
+#[test]
+fn qat_ranges_reach_the_log_tensorboard_and_the_report() {
+    use segtool_train::tensorboard::proto::{Kind, What};
+    let _serial = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let float = float_run(&tmp.path().join("float"));
+    let dir = tmp.path().join("qat");
+    let mut q = quant(&float, "openvino", "lsq");
+    q.push("log.tensorboard=true".into());
+    let (summary, _) = execute(Run::new(config(&dir, &sets(&q)), tch::Device::Cpu, None)).unwrap();
+    assert_eq!(summary.state.iteration, 4);
+
+    // metrics.jsonl: every training record carries the ranges and (after the first
+    // record) how far they moved; the log line says them.
+    let records = segtool_train::metrics_log::read_records(&dir.join("metrics.jsonl")).unwrap();
+    let train: Vec<_> = records.iter().filter(|r| r.kind == "train").collect();
+    assert_eq!(train.len(), 4);
+    for r in &train {
+        let (lo, mid, hi) = (
+            r.qat_threshold_min.unwrap(),
+            r.qat_threshold_median.unwrap(),
+            r.qat_threshold_max.unwrap(),
+        );
+        assert!(0.0 < lo && lo <= mid && mid <= hi, "{lo} {mid} {hi}");
+        let moved = r.qat_range_movement.unwrap();
+        assert!(moved.is_finite() && moved >= 0.0);
+    }
+    assert!(train.iter().any(|r| r.qat_range_movement.unwrap() > 0.0));
+    let line = train[3].describe(4);
+    assert!(
+        line.contains("qat ranges ") && line.contains("(min/median/max) moved "),
+        "{line}"
+    );
+
+    // TensorBoard: the record's scalars and one threshold per quantised tensor.
+    let ckpt = Checkpoint::read(&summary.last_checkpoint).unwrap();
+    let spec = QatSpec::from_json(&ckpt.info[QAT_METADATA_KEY]).unwrap();
+    let mut tags = std::collections::BTreeMap::<String, Vec<(i64, f32)>>::new();
+    for file in segtool_train::tensorboard::event_files(&dir).unwrap() {
+        for e in segtool_train::tensorboard::read_events(&file).unwrap() {
+            let Some(What::Summary(s)) = e.what else {
+                continue;
+            };
+            for v in s.value {
+                if let Some(Kind::SimpleValue(x)) = v.value {
+                    tags.entry(v.tag).or_default().push((e.step, x));
+                }
+            }
+        }
+    }
+    assert_eq!(tags["train/qat_threshold_median"].len(), 4);
+    assert_eq!(tags["train/qat_range_movement"].len(), 4);
+    for source in &spec.sources {
+        let tag = format!("qat/threshold/{source}");
+        assert_eq!(tags.get(&tag).map(Vec::len), Some(4), "{tag}");
+    }
+    // The last per-tensor scalars are the checkpoint's thresholds.
+    let last = Vec::<f32>::try_from(ckpt.tensor(QAT_THRESHOLDS_TENSOR).unwrap().unwrap()).unwrap();
+    for (source, t) in spec.sources.iter().zip(&last) {
+        assert_eq!(tags[&format!("qat/threshold/{source}")][3], (4, *t));
+    }
+
+    // The curves and the run report.
+    assert!(dir.join("qat_ranges.png").is_file());
+    let page = segtool_train::report::build(&dir, &[]).unwrap();
+    assert!(page.contains("QAT ranges (min / median / max threshold)"));
+    assert!(page.contains("QAT range movement"));
+}
