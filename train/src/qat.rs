@@ -162,6 +162,52 @@ impl std::fmt::Debug for FakeQuant {
     }
 }
 
+impl QatOptions {
+    /// The settings a QAT checkpoint's contract records (`spec`): what resumes it, or
+    /// rebuilds its fake-quant model.
+    pub fn from_spec(spec: &QatSpec) -> Result<Self> {
+        let unknown = |what: &str, v: &str| anyhow::anyhow!("QAT spec: unknown {what} {v:?}");
+        Ok(Self {
+            layout: Layout::from_name(&spec.layout)
+                .ok_or_else(|| unknown("layout", &spec.layout))?,
+            weight_range: WeightRange::from_name(&spec.weight_range)
+                .ok_or_else(|| unknown("weight range", &spec.weight_range))?,
+            ranges: RangeLearning::from_name(&spec.ranges)
+                .ok_or_else(|| unknown("range learning", &spec.ranges))?,
+            method: spec.init_method.parse().map_err(anyhow::Error::msg)?,
+            freeze_bn_at: spec.freeze_bn_at.map(|i| i as usize),
+            init_samples: spec.init_samples,
+            ..Self::default()
+        })
+    }
+}
+
+/// The model of a QAT checkpoint as it trained: its weights with fake quantisation at
+/// its learned thresholds (eval mode gives what the INT8 file computes); `None` for a
+/// float checkpoint.
+pub fn load_model(
+    checkpoint: &crate::Checkpoint,
+    device: tch::Device,
+) -> Result<Option<(nn::VarStore, crate::DaNet)>> {
+    let Some(json) = checkpoint.info.get(QAT_METADATA_KEY) else {
+        return Ok(None);
+    };
+    let spec = QatSpec::from_json(json).map_err(anyhow::Error::msg)?;
+    let mut vs = nn::VarStore::new(device);
+    let mut model = crate::DaNet::new(&vs.root(), &checkpoint.spec);
+    let fq = FakeQuant::new(&vs, &checkpoint.spec, QatOptions::from_spec(&spec)?)?;
+    if fq.sources != spec.sources {
+        bail!(
+            "the checkpoint's QAT quantises other tensors than its model's plan for layout {:?}",
+            spec.layout
+        );
+    }
+    checkpoint.load_into(&mut vs)?;
+    fq.set_bn_frozen(true);
+    model.set_qat(Some(std::sync::Arc::new(fq)));
+    Ok(Some((vs, model)))
+}
+
 /// The fp32 ONNX graph `segtool export` writes for the variables of `vs`.
 pub fn export_fp32(vs: &nn::VarStore, spec: &ModelSpec) -> Result<ModelProto> {
     let bytes = crate::checkpoint::to_bytes(vs, spec, &Default::default())?;
