@@ -19,7 +19,7 @@ use tch::Tensor;
 
 /// Labels that must agree between tch's fake-quant model and the INT8 file's engine.
 const MIN_AGREEMENT: f64 = 0.999;
-/// Bounds on |logit difference| (the logits of this model span about +-10 to 20). ONNX
+/// Bounds on |logit difference| (the logits of this model reach about +-10). ONNX
 /// Runtime computes the QDQ graph on the fake-quant model's grid: a rounding tie
 /// resolved differently, or another float summation order across a rounding boundary,
 /// moves one value by one step (measured: 0.0000 here). OpenVINO's CPU plugin runs the
