@@ -52,6 +52,14 @@ fn execute(run: Run<'_>) -> anyhow::Result<(RunSummary, Vec<Event>)> {
     Ok((summary, events.into_inner().unwrap()))
 }
 
+/// The error of a run that must be refused, with its causes.
+fn refused(run: Run<'_>) -> String {
+    match execute(run) {
+        Ok(_) => panic!("the run was not refused"),
+        Err(e) => format!("{e:#}"),
+    }
+}
+
 /// The `[quant]` overrides of a QAT run from `init`.
 pub fn quant(init: &Path, layout: &str, ranges: &str) -> Vec<String> {
     vec![
@@ -188,10 +196,7 @@ fn qat_run_from_a_float_checkpoint_resumes_bit_for_bit_and_exports_int8() {
             ),
         ] {
             let (cfg, point) = resolve_config(None, Some(&split_dir), &[set.to_string()]).unwrap();
-            let err = execute(Run::new(cfg, tch::Device::Cpu, None).resume(point))
-                .err()
-                .expect("refused");
-            let err = format!("{err:#}");
+            let err = refused(Run::new(cfg, tch::Device::Cpu, None).resume(point));
             assert!(
                 err.contains(&format!("QAT {what} {was:?}"))
                     && err.contains(&format!("{asked:?} is refused")),
@@ -211,10 +216,7 @@ fn qat_refuses_a_layout_the_target_cannot_run_and_weights_without_bn_statistics(
     let mut q = quant(&float, "ort-cpu", "ema");
     q.push("quant.export_target=tensorrt".into());
     let dir = tmp.path().join("trt");
-    let err = execute(Run::new(config(&dir, &sets(&q)), tch::Device::Cpu, None))
-        .err()
-        .expect("refused");
-    let err = format!("{err:#}");
+    let err = refused(Run::new(config(&dir, &sets(&q)), tch::Device::Cpu, None));
     assert!(
         err.contains("ort-cpu") && err.contains("tensorrt") && err.contains("quant.export_target"),
         "{err}"
@@ -227,14 +229,11 @@ fn qat_refuses_a_layout_the_target_cannot_run_and_weights_without_bn_statistics(
     let stripped = tmp.path().join("no_bn_stats.safetensors");
     Tensor::write_safetensors(&tensors, &stripped).unwrap();
     let q = quant(&stripped, "portable", "ema");
-    let err = execute(Run::new(
+    let err = refused(Run::new(
         config(&tmp.path().join("nobn"), &sets(&q)),
         tch::Device::Cpu,
         None,
-    ))
-    .err()
-    .expect("refused");
-    let err = format!("{err:#}");
+    ));
     assert!(
         err.contains("`head.conv5a.1.running_var`") && err.contains("BatchNorm"),
         "{err}"
@@ -250,10 +249,8 @@ fn qat_refuses_a_layout_the_target_cannot_run_and_weights_without_bn_statistics(
             .collect::<Vec<_>>(),
     )
     .unwrap();
-    let err = execute(Run::new(cfg, tch::Device::Cpu, None).resume(point))
-        .err()
-        .expect("refused");
-    assert!(format!("{err:#}").contains("float training run"), "{err:#}");
+    let err = refused(Run::new(cfg, tch::Device::Cpu, None).resume(point));
+    assert!(err.contains("float training run"), "{err}");
 }
 
 #[test]
