@@ -240,8 +240,18 @@ pub fn run(args: Args) -> Result<()> {
     };
     let opts = args.options(trained.as_ref(), checkpoint.spec.mmseg_test.as_ref())?;
     eprintln!("protocol: {}", describe(&opts));
-    let (_vs, model) = load_model(&checkpoint, device)
-        .with_context(|| format!("loading {}", args.checkpoint.display()))?;
+    // A QAT checkpoint is evaluated as it trained (fake quantisation at its learned
+    // ranges: what its INT8 file computes), not as the float weights alone.
+    let (_vs, model) = match segtool_train::qat::load_model(&checkpoint, device)
+        .with_context(|| format!("loading {}", args.checkpoint.display()))?
+    {
+        Some(qat) => {
+            eprintln!("QAT checkpoint: evaluating its fake-quantised model (what its INT8 export computes)");
+            qat
+        }
+        None => load_model(&checkpoint, device)
+            .with_context(|| format!("loading {}", args.checkpoint.display()))?,
+    };
     let dataset = open_dataset(&args.data, &args.split, &args.shapes)?;
     let spec = &checkpoint.spec;
     let started = Instant::now();

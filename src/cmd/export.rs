@@ -242,7 +242,9 @@ fn export_qat(args: &Args, opts: &ExportOptions) -> Result<bool> {
     use segtool_calibration::qat;
     let bytes = std::fs::read(&args.checkpoint)
         .with_context(|| format!("reading {}", args.checkpoint.display()))?;
-    let Some(record) = qat::checkpoint_qat(&bytes)? else {
+    let Some(record) = qat::checkpoint_qat(&bytes)
+        .with_context(|| format!("reading {}", args.checkpoint.display()))?
+    else {
         return Ok(false);
     };
     if args.float {

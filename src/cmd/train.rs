@@ -28,6 +28,11 @@ pub struct Args {
     /// the configuration stored in it; `--set` still applies on top.
     #[arg(long, value_name = "CHECKPOINT|DIR")]
     pub resume: Option<PathBuf>,
+    /// Quantisation-aware training for this layout (portable, ort-cpu, openvino): the same
+    /// as `--set quant.layout=LAYOUT`; the other `[quant]` keys keep their defaults or
+    /// the configuration's. Needs `model.init`, the trained model to fine-tune.
+    #[arg(long, value_name = "LAYOUT")]
+    pub qat: Option<String>,
     /// Stop with a checkpoint after this many iterations (the schedule still spans all).
     #[arg(long, value_name = "N")]
     pub stop_at: Option<usize>,
@@ -105,11 +110,11 @@ pub fn run(args: Args) -> Result<()> {
         eprintln!("launching {n} process(es) on node {node} of {nodes}");
         return launch.run();
     }
-    let (cfg, resume) = resolve_config(
-        args.config.as_deref(),
-        args.resume.as_deref(),
-        &args.overrides,
-    )?;
+    let mut overrides = args.overrides.clone();
+    if let Some(layout) = &args.qat {
+        overrides.insert(0, format!("quant.layout={layout}"));
+    }
+    let (cfg, resume) = resolve_config(args.config.as_deref(), args.resume.as_deref(), &overrides)?;
     if args.print_config {
         // The configuration (stdout) and its batch geometry (stderr); no dataset opened.
         let world = DistEnv::from_env().ok().flatten();

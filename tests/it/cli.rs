@@ -4,7 +4,7 @@
 
 use crate::common;
 
-use common::{p, segtool};
+use common::{assert_same_tensors, p, segtool};
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -262,29 +262,6 @@ fn print_config_needs_no_dataset() {
     let again = segtool(&["train", "--config", p(&file), "--print-config"]);
     assert!(again.status.success(), "{}", text(&again.stderr));
     assert_eq!(text(&again.stdout), stdout);
-}
-
-/// Every tensor of two checkpoints (weights, BN statistics, momentum) bit for bit.
-fn assert_same_tensors(a: &std::path::Path, b: &std::path::Path) {
-    let read = |path: &std::path::Path| {
-        let mut tensors = tch::Tensor::read_safetensors(path).unwrap();
-        tensors.sort_by(|x, y| x.0.cmp(&y.0));
-        tensors
-    };
-    let (a, b) = (read(a), read(b));
-    let names = |t: &[(String, tch::Tensor)]| t.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>();
-    assert_eq!(names(&a), names(&b));
-    for ((name, x), (_, y)) in a.iter().zip(&b) {
-        let bits = |t: &tch::Tensor| {
-            let flat = t.to_kind(tch::Kind::Float).flatten(0, -1);
-            Vec::<f32>::try_from(&flat)
-                .unwrap()
-                .iter()
-                .map(|v| v.to_bits())
-                .collect::<Vec<_>>()
-        };
-        assert!(bits(x) == bits(y), "{name} differs");
-    }
 }
 
 /// A copy of the checkpoint `from` without the metadata entry `key` (a checkpoint written

@@ -139,17 +139,6 @@ fn export_and_calibration_on_a_full_disk_or_read_only_dir() {
     assert_eq!(temp_files(&out_dir), Vec::<String>::new());
 }
 
-/// Tensors of two checkpoints, equal bit for bit (weights, BN statistics, momenta).
-fn assert_same_tensors(a: &Path, b: &Path) {
-    let a = segtool_train::import::read_state_dict(a).unwrap();
-    let b = segtool_train::import::read_state_dict(b).unwrap();
-    assert_eq!(a.tensors.len(), b.tensors.len());
-    for ((na, ta), (nb, tb)) in a.tensors.iter().zip(&b.tensors) {
-        assert_eq!(na, nb);
-        assert!(ta.equal(tb), "tensor {na} differs");
-    }
-}
-
 #[test]
 fn training_stops_at_a_failed_checkpoint_and_resumes_exactly() {
     let dir = tempfile::tempdir().unwrap();
@@ -212,7 +201,7 @@ fn training_stops_at_a_failed_checkpoint_and_resumes_exactly() {
 
     // Resumed from the last good checkpoint: the uninterrupted run's tensors bit for bit.
     run(&["train".into(), "--resume".into(), p(&split).into()]);
-    assert_same_tensors(&whole.join("last.safetensors"), &last);
+    common::assert_same_tensors(&whole.join("last.safetensors"), &last);
 
     // The run report (inline PNGs: far over 8 KiB) onto a full disk and into a read-only
     // folder: a clean failure, the previous page intact, no temp file.

@@ -26,5 +26,6 @@ mod mmseg_import;
 mod parity;
 mod print_config_mmseg;
 mod protocol_danet;
+mod qat_cli;
 mod report;
 mod runtime_accuracy;

@@ -19,7 +19,7 @@ pub mod mmseg;
 mod pickle;
 mod pytorch;
 
-pub use describe::{import_from, init_from_file};
+pub use describe::{import_from, init_from_file, load_init};
 pub use infer::{infer_architecture, InferredArchitecture};
 pub use mmseg::{from_mmseg, is_mmseg, MmsegImport, MmsegOverrides};
 

@@ -63,6 +63,18 @@ pub struct Record {
     /// Validation: IoU per class, in class order.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub class_iou: Option<Vec<ClassIou>>,
+    /// QAT: the activation thresholds (ranges) at the record, smallest, median and
+    /// largest (each tensor's is a TensorBoard scalar `qat/threshold/<tensor>`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qat_threshold_min: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qat_threshold_median: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qat_threshold_max: Option<f64>,
+    /// QAT: how far the ranges moved since the previous record (EMA or LSQ), the mean
+    /// of |log(T_now / T_before)| over the tensors (0.01: about 1%).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qat_range_movement: Option<f64>,
 }
 
 impl Record {
@@ -85,6 +97,10 @@ impl Record {
             skipped_steps: None,
             loss_scale: None,
             class_iou: None,
+            qat_threshold_min: None,
+            qat_threshold_median: None,
+            qat_threshold_max: None,
+            qat_range_movement: None,
         }
     }
 
@@ -113,6 +129,10 @@ impl Record {
             ("pixel_accuracy", self.pixel_accuracy),
             ("skipped_steps", self.skipped_steps.map(|n| n as f64)),
             ("loss_scale", self.loss_scale),
+            ("qat_threshold_min", self.qat_threshold_min),
+            ("qat_threshold_median", self.qat_threshold_median),
+            ("qat_threshold_max", self.qat_threshold_max),
+            ("qat_range_movement", self.qat_range_movement),
         ];
         let mut out: Vec<(String, f64)> = fields
             .into_iter()
@@ -129,14 +149,23 @@ impl Record {
     /// One line for logs without a terminal.
     pub fn describe(&self, total: usize) -> String {
         let f = |v: Option<f64>| v.unwrap_or(f64::NAN);
-        format!(
+        let mut line = format!(
             "it {}/{total} loss {:.4} lr {:.2e} {:.2} it/s data-wait {:.0}%",
             self.iteration,
             f(self.loss),
             f(self.lr),
             f(self.it_per_s),
             f(self.data_wait) * 100.0
-        )
+        );
+        if let Some(median) = self.qat_threshold_median {
+            line.push_str(&format!(
+                " qat ranges {:.3}/{median:.3}/{:.3} (min/median/max) moved {:.2}%",
+                f(self.qat_threshold_min),
+                f(self.qat_threshold_max),
+                f(self.qat_range_movement) * 100.0
+            ));
+        }
+        line
     }
 }
 
@@ -224,6 +253,19 @@ impl MetricsLog {
             tb.flush()?;
         }
         self.records.push(record);
+        Ok(())
+    }
+
+    /// TensorBoard scalars that are not part of a record (QAT's threshold per tensor), at
+    /// `iteration`; nothing without TensorBoard.
+    pub fn tensorboard_scalars(
+        &mut self,
+        iteration: usize,
+        values: &[(String, f64)],
+    ) -> Result<()> {
+        if let Some(tb) = self.tensorboard.as_mut() {
+            tb.scalars(iteration as u64, values)?;
+        }
         Ok(())
     }
 
@@ -360,6 +402,24 @@ pub fn charts(run: &str, records: &[Record]) -> Vec<(&'static str, LineChart)> {
                 ],
                 y_from_zero: false,
                 y_range: Some((0.0, 100.0)),
+            },
+        ));
+    }
+    let median = series("train", &|r| r.qat_threshold_median);
+    if !median.is_empty() {
+        out.push((
+            "qat_ranges.png",
+            LineChart {
+                title: format!("{run}: QAT activation ranges"),
+                x_label: "iteration".into(),
+                y_label: "threshold T".into(),
+                series: vec![
+                    Series::new("max", series("train", &|r| r.qat_threshold_max), COLOURS[2]),
+                    Series::new("median", median, COLOURS[0]),
+                    Series::new("min", series("train", &|r| r.qat_threshold_min), COLOURS[1]),
+                ],
+                y_from_zero: true,
+                y_range: None,
             },
         ));
     }

@@ -24,7 +24,7 @@
 //! by `segtool_model_spec::qat`).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use anyhow::{bail, Context, Result};
@@ -45,10 +45,12 @@ const BN_EPS: f64 = 1e-5;
 /// How thresholds move in training.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RangeLearning {
-    /// A moving average of each batch's range (PyTorch's default QAT observers), all
-    /// ranks averaged; gradients through rounding by the straight-through estimator.
+    /// A moving average of each batch's range (PyTorch's default QAT observers), the
+    /// range of the global batch (the largest over the ranks); gradients through
+    /// rounding by the straight-through estimator.
     Ema,
-    /// Learned by gradient (LSQ, Esser et al. 2020), with LSQ's gradient scale.
+    /// Learned by gradient (LSQ, Esser et al. 2020), with LSQ's gradient scale over the
+    /// global batch (so that data-parallel ranks train what one process would).
     Lsq,
 }
 
@@ -79,6 +81,8 @@ pub struct QatOptions {
     pub freeze_bn_at: Option<usize>,
     /// EMA: weight of each batch's range.
     pub ema_momentum: f64,
+    /// Training images the initial calibration sees (recorded in the [`QatSpec`]).
+    pub init_samples: usize,
 }
 
 impl Default for QatOptions {
@@ -91,6 +95,7 @@ impl Default for QatOptions {
             percentile: 99.99,
             freeze_bn_at: None,
             ema_momentum: 0.01,
+            init_samples: 32,
         }
     }
 }
@@ -135,6 +140,8 @@ pub struct FakeQuant {
     /// `qat.thresholds` in the VarStore.
     pub thresholds: Tensor,
     bn_frozen: AtomicBool,
+    /// Data-parallel ranks: LSQ's gradient scale counts the global batch's elements.
+    world_size: AtomicUsize,
     state: Mutex<State>,
 }
 
@@ -153,6 +160,52 @@ impl std::fmt::Debug for FakeQuant {
             .field("reads", &self.reads.len())
             .finish()
     }
+}
+
+impl QatOptions {
+    /// The settings a QAT checkpoint's contract records (`spec`): what resumes it, or
+    /// rebuilds its fake-quant model.
+    pub fn from_spec(spec: &QatSpec) -> Result<Self> {
+        let unknown = |what: &str, v: &str| anyhow::anyhow!("QAT spec: unknown {what} {v:?}");
+        Ok(Self {
+            layout: Layout::from_name(&spec.layout)
+                .ok_or_else(|| unknown("layout", &spec.layout))?,
+            weight_range: WeightRange::from_name(&spec.weight_range)
+                .ok_or_else(|| unknown("weight range", &spec.weight_range))?,
+            ranges: RangeLearning::from_name(&spec.ranges)
+                .ok_or_else(|| unknown("range learning", &spec.ranges))?,
+            method: spec.init_method.parse().map_err(anyhow::Error::msg)?,
+            freeze_bn_at: spec.freeze_bn_at.map(|i| i as usize),
+            init_samples: spec.init_samples,
+            ..Self::default()
+        })
+    }
+}
+
+/// The model of a QAT checkpoint as it trained: its weights with fake quantisation at
+/// its learned thresholds (eval mode gives what the INT8 file computes); `None` for a
+/// float checkpoint.
+pub fn load_model(
+    checkpoint: &crate::Checkpoint,
+    device: tch::Device,
+) -> Result<Option<(nn::VarStore, crate::DaNet)>> {
+    let Some(json) = checkpoint.info.get(QAT_METADATA_KEY) else {
+        return Ok(None);
+    };
+    let spec = QatSpec::from_json(json).map_err(anyhow::Error::msg)?;
+    let mut vs = nn::VarStore::new(device);
+    let mut model = crate::DaNet::new(&vs.root(), &checkpoint.spec);
+    let fq = FakeQuant::new(&vs, &checkpoint.spec, QatOptions::from_spec(&spec)?)?;
+    if fq.sources != spec.sources {
+        bail!(
+            "the checkpoint's QAT quantises other tensors than its model's plan for layout {:?}",
+            spec.layout
+        );
+    }
+    checkpoint.load_into(&mut vs)?;
+    fq.set_bn_frozen(true);
+    model.set_qat(Some(std::sync::Arc::new(fq)));
+    Ok(Some((vs, model)))
 }
 
 /// The fp32 ONNX graph `segtool export` writes for the variables of `vs`.
@@ -232,6 +285,7 @@ impl FakeQuant {
             weights,
             thresholds,
             bn_frozen: AtomicBool::new(false),
+            world_size: AtomicUsize::new(1),
             state: Mutex::new(State {
                 mode: Mode::Quantise,
                 visited: HashSet::new(),
@@ -291,6 +345,11 @@ impl FakeQuant {
 
     pub fn set_bn_frozen(&self, frozen: bool) {
         self.bn_frozen.store(frozen, Ordering::Relaxed);
+    }
+
+    /// Ranks training data-parallel (1: one process); set by the trainer.
+    pub fn set_world_size(&self, world_size: usize) {
+        self.world_size.store(world_size.max(1), Ordering::Relaxed);
     }
 
     pub fn bn_frozen(&self) -> bool {
@@ -404,11 +463,15 @@ impl FakeQuant {
         };
         let exact = Tensor::from(scale).to_device(self.thresholds.device());
         let scale = if self.options.ranges == RangeLearning::Lsq && tv > 0.0 {
-            // d scale / d T, and LSQ's gradient scale 1 / sqrt(N * Qp).
+            // d scale / d T, and LSQ's gradient scale 1 / sqrt(N * Qp), N over the
+            // global batch (each rank sees 1/world of it).
             let k = (scale / tv) as f64;
-            let g = 1.0 / ((numel.max(1) as f64) * (qmax - zp).max(1.0)).sqrt();
+            let world = self.world_size.load(Ordering::Relaxed) as f64;
+            let n = numel.max(1) as f64 * world;
+            let g = 1.0 / (n * (qmax - zp).max(1.0)).sqrt();
+            // Value: the exact scale; gradient: d scale / d T times g (LSQ's grad_scale).
             let ts = &t * (k * g);
-            exact + (&ts - ts.detach()) * (1.0 / g)
+            exact + (&ts - ts.detach())
         } else {
             exact
         };
@@ -560,9 +623,9 @@ impl FakeQuant {
     }
 
     /// The end of a training step: EMA moves each threshold towards the step's range
-    /// (`ranks_mean` averages the per-source maxima over the ranks: identical
-    /// thresholds everywhere).
-    pub fn end_step(&self, ranks_mean: impl FnOnce(&[f64]) -> Result<Vec<f64>>) -> Result<()> {
+    /// (`ranks_max` takes the largest of the per-source maxima over the ranks: the global
+    /// batch's range, identical thresholds everywhere).
+    pub fn end_step(&self, ranks_max: impl FnOnce(&[f64]) -> Result<Vec<f64>>) -> Result<()> {
         if self.options.ranges != RangeLearning::Ema {
             return Ok(());
         }
@@ -572,7 +635,7 @@ impl FakeQuant {
             s.batch_max.iter_mut().for_each(|v| *v = 0.0);
             m
         };
-        let maxima = ranks_mean(&maxima)?;
+        let maxima = ranks_max(&maxima)?;
         let c = self.options.ema_momentum;
         let next: Vec<f32> = self
             .threshold_values()
@@ -596,6 +659,71 @@ impl FakeQuant {
             QAT_METADATA_KEY.to_string(),
             self.spec(init_samples).to_json(),
         )
+    }
+}
+
+/// Refuses to fold BatchNorm for QAT when the initial weights did not set its statistics:
+/// `missing` are the model variables the file left at their init (an import report's),
+/// `file` names it. The error names the first BatchNorm statistic missing.
+pub fn check_bn_statistics(missing: &[String], file: &str) -> Result<()> {
+    let mut lacking: Vec<&String> = missing
+        .iter()
+        .filter(|n| n.ends_with(".running_mean") || n.ends_with(".running_var"))
+        .collect();
+    lacking.sort();
+    if let Some(first) = lacking.first() {
+        bail!(
+            "QAT folds BatchNorm into the convolutions as the INT8 export does, but {file} has \
+             no `{first}` ({} BatchNorm statistics missing): start QAT from a checkpoint \
+             trained with its BatchNorm statistics",
+            lacking.len()
+        );
+    }
+    Ok(())
+}
+
+/// Minimum, median and maximum of a set of thresholds (zeros when empty).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ThresholdSummary {
+    pub min: f64,
+    pub median: f64,
+    pub max: f64,
+}
+
+impl ThresholdSummary {
+    pub fn of(values: &[f32]) -> Self {
+        let mut v: Vec<f64> = values.iter().map(|&x| x as f64).collect();
+        if v.is_empty() {
+            return Self::default();
+        }
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        let median = if n % 2 == 1 {
+            v[n / 2]
+        } else {
+            (v[n / 2 - 1] + v[n / 2]) / 2.0
+        };
+        Self {
+            min: v[0],
+            median,
+            max: v[n - 1],
+        }
+    }
+}
+
+/// How far thresholds moved from `from` to `to` (same sources, same order): the mean of
+/// `|log(to / from)|` over the positive pairs, the relative movement of a typical range
+/// (0.01: ranges moved about 1%).
+pub fn threshold_movement(from: &[f32], to: &[f32]) -> f64 {
+    let logs: Vec<f64> = from
+        .iter()
+        .zip(to)
+        .filter(|(a, b)| **a > 0.0 && **b > 0.0)
+        .map(|(&a, &b)| (b as f64 / a as f64).ln().abs())
+        .collect();
+    match logs.is_empty() {
+        true => 0.0,
+        false => logs.iter().sum::<f64>() / logs.len() as f64,
     }
 }
 

@@ -167,6 +167,21 @@ fn summary(
             r.data_wait
                 .map_or("–".into(), |v| format!("{:.0} %", v * 100.0)),
         );
+        if let Some(median) = r.qat_threshold_median {
+            row(
+                "QAT ranges (min / median / max threshold)",
+                format!(
+                    "{} / {median:.4} / {}",
+                    num(r.qat_threshold_min),
+                    num(r.qat_threshold_max)
+                ),
+            );
+            row(
+                "QAT range movement (last interval)",
+                r.qat_range_movement
+                    .map_or("–".into(), |v| format!("{:.3} %", v * 100.0)),
+            );
+        }
     }
     match last_val {
         Some(r) => {

@@ -242,6 +242,9 @@ pub fn run(
     let mut window = Window::new(loader.wait_time());
     let mut last_saved: Option<PathBuf> =
         (state.iteration > 0 && opts.last_path().exists()).then(|| opts.last_path());
+    // QAT: the thresholds at the previous record (the start: the calibration's, or the
+    // resumed checkpoint's), for the movement each record reports.
+    let mut qat_ranges: Option<Vec<f32>> = trainer.model.qat().map(|q| q.threshold_values());
 
     while state.iteration < end {
         let stats = train_step(trainer, &mut loader, &mut state, last_saved.as_deref())?;
@@ -252,7 +255,25 @@ pub fn run(
             p.advance(1);
         }
         if done % opts.log_every.max(1) == 0 || done == end {
-            let record = window.record(done, stats.lr, loader.wait_time());
+            let mut record = window.record(done, stats.lr, loader.wait_time());
+            if let Some(q) = trainer.model.qat() {
+                let now = q.threshold_values();
+                let t = crate::qat::ThresholdSummary::of(&now);
+                record.qat_threshold_min = Some(t.min);
+                record.qat_threshold_median = Some(t.median);
+                record.qat_threshold_max = Some(t.max);
+                let before = qat_ranges.replace(now.clone());
+                record.qat_range_movement = before
+                    .as_deref()
+                    .map(|b| crate::qat::threshold_movement(b, &now));
+                let per_tensor: Vec<(String, f64)> = q
+                    .sources
+                    .iter()
+                    .zip(&now)
+                    .map(|(name, &v)| (format!("qat/threshold/{name}"), v as f64))
+                    .collect();
+                log.tensorboard_scalars(done, &per_tensor)?;
+            }
             if let Some(p) = progress {
                 show_record(p, &record, stats.lr, cfg.iterations);
             }
@@ -387,12 +408,17 @@ fn save_checkpoints(
 }
 
 fn save(trainer: &Trainer, path: &Path, state: &RunState, opts: &RunOptions) -> Result<()> {
-    let info = CheckpointInfo::from([
+    let mut info = CheckpointInfo::from([
         (STATE_KEY.to_string(), serde_json::to_string(state)?),
         (CONFIG_KEY.to_string(), opts.config_text.clone()),
         (THREADS_KEY.to_string(), tch::get_num_threads().to_string()),
         ("iterations".to_string(), state.iteration.to_string()),
     ]);
+    // QAT: the contract `segtool export` reads (the thresholds are a variable).
+    if let Some(q) = trainer.model.qat() {
+        let (key, value) = q.metadata(q.options.init_samples);
+        info.insert(key, value);
+    }
     checkpoint::save_with(
         path,
         &trainer.vs,

@@ -318,6 +318,9 @@ impl Trainer {
     /// losses are averaged over the ranks. Call after loading weights (or resuming).
     pub fn enable_ddp(&mut self, ddp: crate::distributed::Ddp) -> Result<()> {
         ddp.broadcast_variables(&self.vs)?;
+        if let Some(q) = self.model.qat() {
+            q.set_world_size(ddp.world_size());
+        }
         self.ddp = Some(ddp);
         Ok(())
     }
@@ -326,6 +329,16 @@ impl Trainer {
     /// [`DaNet::set_sync_bn`]). A group of one process keeps plain BatchNorm.
     pub fn enable_sync_bn(&mut self, group: Arc<crate::distributed::ProcessGroup>) {
         self.model.set_sync_bn(Some(group));
+    }
+
+    /// QAT: forwards fake-quantise as `qat` says from now on, and the optimiser also
+    /// trains its thresholds when they are learned (LSQ). Call before the first step and
+    /// before loading a resumed checkpoint (whose variables and optimiser state then
+    /// include the thresholds).
+    pub fn enable_qat(&mut self, qat: Arc<crate::qat::FakeQuant>) {
+        qat.set_world_size(self.ddp.as_ref().map_or(1, |d| d.world_size()));
+        self.model.set_qat(Some(qat));
+        self.optimizer = Sgd::new(&self.vs, self.config.sgd);
     }
 
     /// amp: forward passes under `amp`'s autocast from now on, loss in fp32, with loss
@@ -396,10 +409,11 @@ impl Trainer {
             }
         }
         let stats = self.apply_gradients(it, lr, sums)?;
-        // QAT: the observers' step (EMA thresholds, the same on every rank).
+        // QAT: the observers' step (EMA thresholds, the same on every rank: the range of
+        // the global batch, the largest over the ranks).
         if let Some(q) = self.model.qat() {
             q.end_step(|v| match &self.ddp {
-                Some(ddp) => ddp.mean_all(v),
+                Some(ddp) => ddp.max_all(v),
                 None => Ok(v.to_vec()),
             })?;
         }

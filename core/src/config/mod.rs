@@ -31,7 +31,7 @@ use std::path::{Path, PathBuf};
 pub use sections::{
     AttentionImpl, AugmentConfig, AuxHeadConfig, CheckpointConfig, DataConfig, EvalConfig,
     EvalMode, LogConfig, LrScaling, ModelConfig, OptimConfig, PhotometricConfig, PolyForm,
-    Precision, RunConfig,
+    Precision, QuantConfig, RunConfig,
 };
 
 use presets::{DERIVED_PRESETS, PRESETS};

@@ -455,6 +455,58 @@ impl Default for LogConfig {
     }
 }
 
+/// `[quant]`: quantisation-aware training. The run fine-tunes the trained model of
+/// `model.init` with fake quantisation placed as the INT8 export places its
+/// QuantizeLinear/DequantizeLinear pairs; its checkpoints export straight to INT8. The
+/// names are the calibration crate's (`segtool calibrate`'s flags), checked when the run
+/// starts.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct QuantConfig {
+    /// Where the Q/DQ pairs go and how activations are encoded: `portable` (int8,
+    /// symmetric; every engine), `ort-cpu` (uint8 activations, zero point 128 after
+    /// signed tensors; ONNX Runtime's CPU kernels), `openvino`.
+    pub layout: String,
+    /// Integer range of the weights: `full` ([-127, 127]), `reduced` ([-63, 63], for CPUs
+    /// without VNNI) or `auto` (this CPU's).
+    pub weight_range: String,
+    /// How activation ranges move: `ema` (moving average of each batch's range, gradients
+    /// through rounding by the straight-through estimator) or `lsq` (learned by gradient).
+    pub ranges: String,
+    /// Calibrator of the initial ranges: `entropy`, `minmax`, `percentile`, `mse`.
+    pub method: String,
+    /// Percentile of |x| kept by `method = "percentile"`.
+    pub percentile: f64,
+    /// Training images the initial calibration sees.
+    pub calib_images: usize,
+    /// Iteration from which BatchNorm statistics are frozen (the exported folding in the
+    /// forward); unset: never.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub freeze_bn_at: Option<u64>,
+    /// `ranges = "ema"`: weight of each batch's range in the moving average.
+    pub ema_momentum: f64,
+    /// The engine the INT8 file is for (`ort`, `openvino`, `tensorrt`, `tract`): a layout
+    /// it cannot run is refused before training starts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub export_target: Option<String>,
+}
+
+impl Default for QuantConfig {
+    fn default() -> Self {
+        Self {
+            layout: "portable".into(),
+            weight_range: "auto".into(),
+            ranges: "ema".into(),
+            method: "entropy".into(),
+            percentile: 99.99,
+            calib_images: 32,
+            freeze_bn_at: None,
+            ema_momentum: 0.01,
+            export_target: None,
+        }
+    }
+}
+
 /// Everything one training run needs, as read from a TOML file.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -472,6 +524,9 @@ pub struct RunConfig {
     pub checkpoint: CheckpointConfig,
     pub eval: EvalConfig,
     pub log: LogConfig,
+    /// Quantisation-aware training; `None`: float training.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quant: Option<QuantConfig>,
 }
 
 impl Default for RunConfig {
@@ -487,6 +542,7 @@ impl Default for RunConfig {
             checkpoint: CheckpointConfig::default(),
             eval: EvalConfig::default(),
             log: LogConfig::default(),
+            quant: None,
         }
     }
 }

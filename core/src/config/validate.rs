@@ -30,6 +30,7 @@ impl RunConfig {
         self.check_augment(&mut p);
         self.check_optim(&mut p);
         self.check_eval_and_log(&mut p);
+        self.check_quant(&mut p);
         match p.0.is_empty() {
             true => Ok(()),
             false => Err(ConfigError::Invalid(p.0)),
@@ -378,6 +379,30 @@ impl RunConfig {
                 format!("out_dir {} must be non-empty UTF-8", dir.display()),
             );
         }
+    }
+}
+
+impl RunConfig {
+    /// `[quant]`'s numbers (its names are checked by the training crate, which owns them).
+    fn check_quant(&self, p: &mut Problems) {
+        let Some(q) = &self.quant else { return };
+        let mut check = |ok, msg| p.check(ok, msg);
+        check(
+            q.calib_images >= 1,
+            "quant.calib_images must be at least 1".into(),
+        );
+        check(
+            q.ema_momentum > 0.0 && q.ema_momentum <= 1.0,
+            format!("quant.ema_momentum {} must be in (0, 1]", q.ema_momentum),
+        );
+        check(
+            q.percentile > 0.0 && q.percentile <= 100.0,
+            format!("quant.percentile {} must be in (0, 100]", q.percentile),
+        );
+        check(
+            self.model.init.is_some(),
+            "quant needs model.init: quantisation-aware training fine-tunes a trained model".into(),
+        );
     }
 }
 

@@ -261,3 +261,27 @@ pub fn serve_and_compare(
     assert!(compared > 0, "{what}: no images");
     (differ, pixels)
 }
+
+/// Every tensor of two checkpoints (weights, BN statistics, momentum, QAT thresholds) bit
+/// for bit: what a resumed run must end with.
+pub fn assert_same_tensors(a: &std::path::Path, b: &std::path::Path) {
+    let read = |path: &std::path::Path| {
+        let mut tensors = tch::Tensor::read_safetensors(path).unwrap();
+        tensors.sort_by(|x, y| x.0.cmp(&y.0));
+        tensors
+    };
+    let (a, b) = (read(a), read(b));
+    let names = |t: &[(String, tch::Tensor)]| t.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>();
+    assert_eq!(names(&a), names(&b));
+    for ((name, x), (_, y)) in a.iter().zip(&b) {
+        let bits = |t: &tch::Tensor| {
+            let flat = t.to_kind(tch::Kind::Float).flatten(0, -1);
+            Vec::<f32>::try_from(&flat)
+                .unwrap()
+                .iter()
+                .map(|v| v.to_bits())
+                .collect::<Vec<_>>()
+        };
+        assert!(bits(x) == bits(y), "{name} differs");
+    }
+}

@@ -94,6 +94,16 @@ impl Ddp {
             .context("averaging the loss over the ranks")
     }
 
+    /// The largest of each of `values` over the ranks, in one all-reduce.
+    pub fn max_all(&self, values: &[f64]) -> Result<Vec<f64>> {
+        if self.world_size() == 1 {
+            return Ok(values.to_vec());
+        }
+        self.group
+            .all_reduce_values(values, ReduceOp::Max)
+            .context("the largest value over the ranks")
+    }
+
     /// Runs `op` on each bucket of `tensors` (consecutive, same dtype and device, at most
     /// `bucket_bytes`) flattened into one contiguous tensor, then copies the result back.
     fn for_buckets(

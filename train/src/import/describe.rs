@@ -107,6 +107,19 @@ pub fn init_from_file(
     path: &Path,
     say: &mut dyn FnMut(String),
 ) -> Result<ImportReport> {
+    let (report, mode) = load_init(vs, path, say)?;
+    report.check(mode, false)?;
+    Ok(report)
+}
+
+/// [`init_from_file`] without its completeness check: the report and the mode the file
+/// was read in, for a caller with checks of its own to make first (QAT's BatchNorm
+/// statistics) before [`ImportReport::check`].
+pub fn load_init(
+    vs: &mut nn::VarStore,
+    path: &Path,
+    say: &mut dyn FnMut(String),
+) -> Result<(ImportReport, ImportMode)> {
     let mut state = read_state_dict(path)?;
     say(state.describe(path));
     if super::is_mmseg(&state) {
@@ -124,6 +137,5 @@ pub fn init_from_file(
     for line in report.describe(mode) {
         say(line);
     }
-    report.check(mode, false)?;
-    Ok(report)
+    Ok((report, mode))
 }

@@ -4,7 +4,9 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use segtool_core::config::{EvalConfig, EvalMode, RunConfig};
+use segtool_calibration::qdq::{Layout, WeightRange};
+use segtool_calibration::Method;
+use segtool_core::config::{EvalConfig, EvalMode, QuantConfig, RunConfig};
 use tch::Device;
 
 use crate::checkpoint::Checkpoint;
@@ -12,6 +14,7 @@ use crate::data::{Augment, PhotoMetric};
 use crate::eval::EvalOptions;
 use crate::ohem::Ohem;
 use crate::optim::SgdConfig;
+use crate::qat::{QatOptions, RangeLearning};
 use crate::run::{recorded_threads, RunOptions, CONFIG_KEY};
 use crate::trainer::{CeMean, TrainConfig};
 
@@ -74,6 +77,46 @@ impl TrainConfig {
             freeze_bn: false,
         }
     }
+}
+
+/// QAT settings as the `[quant]` section says; a name that is not one, or a layout that
+/// `quant.export_target`'s engine cannot run, is refused naming the key (and both).
+pub fn qat_options(q: &QuantConfig) -> Result<QatOptions> {
+    let layout = Layout::from_name(&q.layout).with_context(|| {
+        format!(
+            "quant.layout {:?} is not a layout (portable, ort-cpu, openvino)",
+            q.layout
+        )
+    })?;
+    let weight_range = match q.weight_range.as_str() {
+        "auto" => WeightRange::for_this_cpu(),
+        name => WeightRange::from_name(name).with_context(|| {
+            format!("quant.weight_range {name:?} is not a range (full, reduced, auto)")
+        })?,
+    };
+    let ranges = RangeLearning::from_name(&q.ranges)
+        .with_context(|| format!("quant.ranges {:?} is not ema or lsq", q.ranges))?;
+    let method: Method = q
+        .method
+        .parse()
+        .map_err(|e: String| anyhow::anyhow!("quant.method: {e}"))?;
+    if let Some(target) = &q.export_target {
+        let target: segtool_export::ExportTarget = target
+            .parse()
+            .map_err(|e: String| anyhow::anyhow!("quant.export_target: {e}"))?;
+        segtool_calibration::qat::check_target(layout.name(), target)
+            .context("quant.layout and quant.export_target")?;
+    }
+    Ok(QatOptions {
+        layout,
+        weight_range,
+        ranges,
+        method,
+        percentile: q.percentile,
+        freeze_bn_at: q.freeze_bn_at.map(|i| i as usize),
+        ema_momentum: q.ema_momentum,
+        init_samples: q.calib_images,
+    })
 }
 
 /// Validation during training as the `[eval]` section says.

@@ -95,6 +95,10 @@ impl Run<'_> {
             cfg.optim.world_size = world;
         }
         cfg.validate()?;
+        // QAT: its names and the export target, checked before any data is read.
+        if let Some(q) = &cfg.quant {
+            super::convert::qat_options(q)?;
+        }
         Ok(cfg)
     }
 
@@ -152,9 +156,15 @@ impl Run<'_> {
             p => Some(Amp::new(p, self.device)?),
         };
         let mut trainer = Trainer::new(&spec, train_cfg)?;
+        let qat = cfg
+            .quant
+            .as_ref()
+            .map(super::convert::qat_options)
+            .transpose()?;
         let state = match &self.resume {
             Some(point) => {
                 let checkpoint = Checkpoint::read(&point.path)?;
+                resume_qat(&mut trainer, &checkpoint, qat, &point.path)?;
                 let state = run::resume(&mut trainer, &checkpoint, &point.path)?;
                 let path = point.path.clone();
                 self.emit(Event::Resuming {
@@ -166,11 +176,24 @@ impl Run<'_> {
             None => {
                 if let Some(init) = &cfg.model.init {
                     let on_event = &mut self.on_event;
-                    crate::import::init_from_file(
-                        &mut trainer.vs,
-                        std::path::Path::new(init),
-                        &mut |line| on_event(&Event::Import(line)),
-                    )?;
+                    let path = std::path::Path::new(init);
+                    let (report, mode) =
+                        crate::import::load_init(&mut trainer.vs, path, &mut |line| {
+                            on_event(&Event::Import(line))
+                        })?;
+                    if qat.is_some() {
+                        crate::qat::check_bn_statistics(
+                            &report.missing,
+                            &path.display().to_string(),
+                        )?;
+                    }
+                    report.check(mode, false)?;
+                }
+                if let Some(options) = qat {
+                    let note = start_qat(&mut trainer, options, cfg, data)?;
+                    if opts.rank == 0 {
+                        self.emit(Event::Note(note));
+                    }
                 }
                 RunState::default()
             }
@@ -188,6 +211,113 @@ impl Run<'_> {
             run::restore_amp(&mut trainer, &state);
         }
         Ok((trainer, state))
+    }
+}
+
+/// QAT from the float weights in `trainer`: fake quantisation planned for the model,
+/// initial ranges calibrated on the first `options.init_samples` training images (as the
+/// loader gives them, augmented; the same on every rank), thresholds joined to the
+/// optimiser when learned. Returns the line that says what was set up.
+fn start_qat(
+    trainer: &mut Trainer,
+    options: crate::qat::QatOptions,
+    cfg: &RunConfig,
+    data: &Data,
+) -> Result<String> {
+    use tch::nn::ModuleT;
+    let fq = Arc::new(crate::qat::FakeQuant::new(
+        &trainer.vs,
+        &trainer.model.spec,
+        options,
+    )?);
+    trainer.model.set_qat(Some(fq.clone()));
+    let wanted = fq.options.init_samples;
+    let loader_config = crate::loader::LoaderConfig {
+        batch_size: cfg.optim.batch_size.min(wanted).max(1),
+        workers: 0,
+        prefetch: 1,
+        seed: cfg.seed,
+        rank: 0,
+        world_size: 1,
+    };
+    let mut loader = crate::loader::Loader::new(
+        data.train.clone(),
+        trainer.config.augment.clone(),
+        loader_config,
+        Default::default(),
+    )?;
+    let mut batches = Vec::new();
+    let mut seen = 0;
+    while seen < wanted {
+        let batch = loader.next_batch()?;
+        let take = (wanted - seen).min(batch.samples.len());
+        let (images, _) = trainer.batch_tensors(&batch.samples[..take]);
+        seen += take;
+        batches.push(images);
+    }
+    let model = &trainer.model;
+    fq.calibrate(&batches, |x| {
+        let _ = model.forward_t(x, false);
+    })
+    .context("calibrating the initial QAT ranges")?;
+    trainer.enable_qat(fq.clone());
+    let t = crate::qat::ThresholdSummary::of(&fq.threshold_values());
+    let o = &fq.options;
+    Ok(format!(
+        "QAT: layout {}, weights per channel ({}), {} activation ranges ({}) from {} \
+         calibration of {seen} training images (thresholds min {:.3} median {:.3} max {:.3}){}",
+        o.layout.name(),
+        o.weight_range.name(),
+        fq.sources.len(),
+        o.ranges.name(),
+        o.method.name(),
+        t.min,
+        t.median,
+        t.max,
+        o.freeze_bn_at.map_or(String::new(), |i| format!(
+            ", BatchNorm frozen from iteration {i}"
+        ))
+    ))
+}
+
+/// QAT on resume: the checkpoint's QAT and the configuration's must be the same (layout,
+/// weight granularity and range, range learning, quantised tensors; refused by name
+/// otherwise); fake quantisation is then set up so that loading the checkpoint restores
+/// its thresholds (and their optimiser state).
+fn resume_qat(
+    trainer: &mut Trainer,
+    checkpoint: &Checkpoint,
+    qat: Option<crate::qat::QatOptions>,
+    path: &std::path::Path,
+) -> Result<()> {
+    use segtool_model_spec::qat::{QatSpec, QAT_METADATA_KEY};
+    let recorded = checkpoint
+        .info
+        .get(QAT_METADATA_KEY)
+        .map(|json| QatSpec::from_json(json).map_err(anyhow::Error::msg))
+        .transpose()
+        .with_context(|| path.display().to_string())?;
+    match (recorded, qat) {
+        (None, None) => Ok(()),
+        (None, Some(_)) => bail!(
+            "{} is a float training run: QAT is not resumed from one, it starts from a \
+             trained checkpoint (a new run with model.init = that file and a [quant] section)",
+            path.display()
+        ),
+        (Some(spec), None) => bail!(
+            "{} was trained with QAT (layout {:?}); resuming it without a [quant] section is \
+             refused",
+            path.display(),
+            spec.layout
+        ),
+        (Some(spec), Some(mut options)) => {
+            options.init_samples = spec.init_samples;
+            let fq = crate::qat::FakeQuant::new(&trainer.vs, &trainer.model.spec, options)?;
+            fq.check_resume(&spec)
+                .with_context(|| format!("resuming {}", path.display()))?;
+            trainer.enable_qat(Arc::new(fq));
+            Ok(())
+        }
     }
 }
 

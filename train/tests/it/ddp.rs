@@ -37,6 +37,9 @@ const OUT_VAR: &str = "SEGTOOL_DDP_OUT";
 const ACCUM_VAR: &str = "SEGTOOL_DDP_ACCUM";
 /// Set: DDP with plain per-rank BatchNorm (the control that shows SyncBN matters).
 const NO_SYNC_BN_VAR: &str = "SEGTOOL_DDP_NO_SYNC_BN";
+/// `LAYOUT:RANGES` (e.g. `ort-cpu:ema`): the training is QAT, fake quantisation placed
+/// and calibrated on the 4 images before the ranks join.
+const QAT_VAR: &str = "SEGTOOL_DDP_QAT";
 
 /// A command re-running this binary's `child` test in `scenario`.
 fn child_command(scenario: &str, out: &Path) -> Command {
@@ -196,6 +199,10 @@ fn train(out: &Path) -> Result<()> {
     let mut trainer = Trainer::new(&spec(BackboneSpec::tiny(), 5), cfg)?;
     // Dropout masks depend on the batch layout; the equivalence is about everything else.
     trainer.model.head.dropout = false;
+    let (images, masks) = data();
+    if let Ok(qat) = std::env::var(QAT_VAR) {
+        start_qat(&mut trainer, &qat, &images)?;
+    }
     if let Some(env) = &dist {
         let group = Arc::new(ProcessGroup::new(
             &env.group_options(Backend::Gloo, Duration::from_secs(60)),
@@ -206,7 +213,6 @@ fn train(out: &Path) -> Result<()> {
         // Small buckets: the tiny model's gradients travel in several.
         trainer.enable_ddp(Ddp::new(group, 0.02))?;
     }
-    let (images, masks) = data();
     // Micro-batch k of the single process is images [k*4/accum, (k+1)*4/accum); rank r
     // takes the r-th contiguous part of it.
     let micro = 4 / accum;
@@ -235,6 +241,30 @@ fn train(out: &Path) -> Result<()> {
         out.join(format!("{name}.losses")),
         serde_json::to_string(&losses)?,
     )?;
+    Ok(())
+}
+
+/// QAT (`layout:ranges`) on `trainer`'s model, ranges calibrated on `images` (every rank
+/// the same), BatchNorm frozen from step 3.
+fn start_qat(trainer: &mut Trainer, qat: &str, images: &Tensor) -> Result<()> {
+    use segtool_calibration::qdq::{Layout, WeightRange};
+    use segtool_train::qat::{FakeQuant, QatOptions, RangeLearning};
+    use tch::nn::ModuleT;
+    let (layout, ranges) = qat.split_once(':').context("LAYOUT:RANGES")?;
+    let options = QatOptions {
+        layout: Layout::from_name(layout).context("layout")?,
+        ranges: RangeLearning::from_name(ranges).context("ranges")?,
+        weight_range: WeightRange::Full,
+        freeze_bn_at: Some(3),
+        ..QatOptions::default()
+    };
+    let fq = Arc::new(FakeQuant::new(&trainer.vs, &trainer.model.spec, options)?);
+    trainer.model.set_qat(Some(fq.clone()));
+    let model = &trainer.model;
+    fq.calibrate(std::slice::from_ref(images), |x| {
+        let _ = model.forward_t(x, false);
+    })?;
+    trainer.enable_qat(fq);
     Ok(())
 }
 
@@ -325,13 +355,17 @@ fn max_diff(a: &[(String, Tensor)], b: &[(String, Tensor)]) -> (f64, String) {
     worst
 }
 
-fn equivalence(accum: usize) {
+/// `train` on 2 ranks (DDP + SyncBN) and in one process, with `accum` micro-batches and
+/// the `extra` scenario variables: the ranks end identical, and within `tolerance` of the
+/// single process (weights, statistics, QAT thresholds; the losses too).
+fn equivalence(accum: usize, extra: &[(&str, &str)], tolerance: f64) {
     let dir = tempfile::tempdir().unwrap();
     let accum_s = accum.to_string();
-    let extra = [(ACCUM_VAR, accum_s.as_str())];
-    launch2("train", dir.path(), &extra).unwrap();
+    let mut vars = vec![(ACCUM_VAR, accum_s.as_str())];
+    vars.extend_from_slice(extra);
+    launch2("train", dir.path(), &vars).unwrap();
     let status = child_command("train", dir.path())
-        .env(ACCUM_VAR, &accum_s)
+        .envs(vars.iter().copied())
         .status()
         .unwrap();
     assert!(status.success(), "single-process reference: {status}");
@@ -357,17 +391,18 @@ fn equivalence(accum: usize) {
     };
     let (ls, l0, l1) = (losses("single"), losses("rank0"), losses("rank1"));
     eprintln!(
-        "accumulation {accum}: max |single - rank0| = {d:.3e} ({n}), max |rank0 - rank1| = \
-         {d01:.3e} ({n01}), max |w| {initial:.3}\n  losses single {ls:?}\n  losses rank0 {l0:?}"
+        "accumulation {accum} {extra:?}: max |single - rank0| = {d:.3e} ({n}), max |rank0 - \
+         rank1| = {d01:.3e} ({n01}), max |w| {initial:.3}\n  losses single {ls:?}\n  \
+         losses rank0 {l0:?}"
     );
     assert_eq!(d01, 0.0, "ranks diverged at {n01}");
     assert!(
-        d < 1e-5,
+        d < tolerance,
         "DDP+SyncBN differs from one process by {d} at {n}"
     );
     assert_eq!(l0, l1, "the logged loss is the mean over ranks");
     for (a, b) in ls.iter().zip(&l0) {
-        assert!((a - b).abs() < 1e-5, "losses {ls:?} vs {l0:?}");
+        assert!((a - b).abs() < tolerance, "losses {ls:?} vs {l0:?}");
     }
     assert!(ls[STEPS - 1] < ls[0], "training moved: {ls:?}");
 }
@@ -395,14 +430,29 @@ fn collectives_on_two_ranks() {
     launch2("collectives", dir.path(), &[]).unwrap();
 }
 
+/// Float training: 2 ranks and one process agree to float summation order.
+const FLOAT_TOLERANCE: f64 = 1e-5;
+
 #[test]
 fn two_ranks_syncbn_equal_one_process() {
-    equivalence(1);
+    equivalence(1, &[], FLOAT_TOLERANCE);
 }
 
 #[test]
 fn two_ranks_syncbn_equal_one_process_with_accumulation() {
-    equivalence(2);
+    equivalence(2, &[], FLOAT_TOLERANCE);
+}
+
+/// QAT: the same, as long as no value sits at a rounding tie that the two summation
+/// orders resolve differently (then one quantisation step of one value differs; none did
+/// on these 5 steps).
+const QAT_TOLERANCE: f64 = 1e-5;
+
+#[test]
+fn two_ranks_qat_equal_one_process() {
+    for qat in ["ort-cpu:ema", "portable:lsq"] {
+        equivalence(1, &[(QAT_VAR, qat)], QAT_TOLERANCE);
+    }
 }
 
 /// Runs `scenario` on 2 ranks without the launcher; returns (rank 0's exit code, its

@@ -17,6 +17,7 @@ mod mmseg_augment;
 mod mmseg_train_parity;
 mod pytorch_train_parity;
 mod qat;
+mod qat_run;
 mod reference_parity;
 mod resume;
 mod session;
