@@ -406,9 +406,9 @@ pub(crate) fn decode(
     Ok(sizes
         .iter()
         .enumerate()
-        .map(|(i, &(h, w))| Segmentation {
-            mask: out.mask(i, h, w),
-            logits: if keep_logits { out.logits(i) } else { None },
+        .map(|(i, &(h, w))| {
+            let mask = out.mask(i, spec.num_classes(), h, w);
+            Segmentation::new(mask, if keep_logits { out.logits(i) } else { None })
         })
         .collect())
 }

@@ -33,6 +33,7 @@ use segtool_onnx::card::{
     Restore,
 };
 
+use crate::class_map::ClassMap;
 use crate::engine::Engine;
 use crate::error::{Result, RuntimeError};
 use crate::io_contract::{EngineOutput, EngineTensor, Segmentation};
@@ -413,7 +414,7 @@ pub fn decode(
     let (h, w) = geom.image;
     let classes = card.num_classes();
     match (card.output.kind, output) {
-        (OutputKind::ClassMap, EngineOutput::Mask(m)) => Ok(m
+        (OutputKind::ClassMap, EngineOutput::Mask(m)) => m
             .outer_iter()
             .map(|plane| {
                 let (oy, ox) = geom.offset;
@@ -424,12 +425,14 @@ pub fn decode(
                         ox.min(plane.dim().1)..(ox + geom.content.1).min(plane.dim().1)
                     ]),
                 };
-                Segmentation {
-                    mask: resize_nearest(plane, h, w),
-                    logits: None,
-                }
+                let mask = ClassMap::with_classes(resize_nearest(plane, h, w), classes)
+                    .ok_or_else(|| RuntimeError::OutputShape {
+                        expected: format!("class ids below {classes} (the card's classes)"),
+                        got: "a larger class id".into(),
+                    })?;
+                Ok(Segmentation::new(mask, None))
             })
-            .collect()),
+            .collect(),
         // A mask-classification head arrives as its semantic scores (card::mask_head).
         (
             OutputKind::Logits | OutputKind::Probabilities | OutputKind::MaskClassification,
@@ -446,10 +449,7 @@ pub fn decode(
             Ok(masks
                 .into_iter()
                 .zip(scores.outer_iter())
-                .map(|(mask, s)| Segmentation {
-                    mask,
-                    logits: keep_logits.then(|| s.to_owned()),
-                })
+                .map(|(mask, s)| Segmentation::new(mask, keep_logits.then(|| s.to_owned())))
                 .collect())
         }
         (OutputKind::Binary, EngineOutput::Logits(p)) => {
@@ -466,9 +466,9 @@ pub fn decode(
             let probs = to_image(p, card, geom);
             Ok(probs
                 .outer_iter()
-                .map(|plane| Segmentation {
-                    mask: plane.index_axis(Axis(0), 0).mapv(|v| u8::from(v > t)),
-                    logits: keep_logits.then(|| plane.to_owned()),
+                .map(|plane| {
+                    let mask = plane.index_axis(Axis(0), 0).mapv(|v| u8::from(v > t));
+                    Segmentation::new(mask, keep_logits.then(|| plane.to_owned()))
                 })
                 .collect())
         }
