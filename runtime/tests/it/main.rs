@@ -5,4 +5,5 @@
 
 mod concurrency;
 mod live_stream;
+mod many_classes;
 mod providers;
