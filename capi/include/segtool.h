@@ -338,13 +338,36 @@ uint32_t segtool_result_width(const struct segtool_result *res);
 uint32_t segtool_result_height(const struct segtool_result *res);
 
 /**
+ * Bits per class index of the result: 8 for a model of at most 256 classes (read them
+ * with `segtool_result_class_map`), 16 above (`segtool_result_class_map16`); 0 if `res`
+ * is NULL.
+ *
+ * # Safety
+ * `res` is NULL or a live result.
+ */
+uint32_t segtool_result_bits(const struct segtool_result *res);
+
+/**
  * The class index of every pixel: `width * height` bytes, row-major with no padding
- * (pixel `(x, y)` at `y * width + x`). Owned by the result; NULL if `res` is NULL.
+ * (pixel `(x, y)` at `y * width + x`). Owned by the result. NULL if `res` is NULL, or
+ * when the model has more than 256 classes (`segtool_result_bits` is 16): then read
+ * `segtool_result_class_map16`.
  *
  * # Safety
  * `res` is NULL or a live result.
  */
 const uint8_t *segtool_result_class_map(const struct segtool_result *res);
+
+/**
+ * The class index of every pixel as 16 bits: `width * height` `uint16_t`, row-major with
+ * no padding (pixel `(x, y)` at `y * width + x`), whatever the model's class count (the
+ * indices of a model of at most 256 classes are widened on the first call). Owned by
+ * the result; NULL if `res` is NULL.
+ *
+ * # Safety
+ * `res` is NULL or a live result.
+ */
+const uint16_t *segtool_result_class_map16(const struct segtool_result *res);
 
 /**
  * The image's logits, `classes * height * width` floats, row-major (class `c` at row

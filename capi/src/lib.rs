@@ -53,6 +53,8 @@
 //!         return 1;
 //!     }
 //!     const uint8_t *classes = segtool_result_class_map(res); /* w * h bytes, row-major */
+//!     /* models of more than 256 classes: segtool_result_bits(res) is 16, read
+//!        segtool_result_class_map16(res) (w * h uint16_t) instead */
 //!     uint8_t colour[3];
 //!     segtool_palette(seg, classes[0], colour);
 //!     printf("pixel (0,0): %s\n", segtool_class_name(seg, classes[0]));
@@ -121,8 +123,8 @@ pub use options::{
     SEGTOOL_ENGINE_OPENVINO, SEGTOOL_ENGINE_ORT, SEGTOOL_ENGINE_TRACT,
 };
 pub use result::{
-    segtool_result, segtool_result_class_map, segtool_result_free, segtool_result_height,
-    segtool_result_logits, segtool_result_width,
+    segtool_result, segtool_result_bits, segtool_result_class_map, segtool_result_class_map16,
+    segtool_result_free, segtool_result_height, segtool_result_logits, segtool_result_width,
 };
 pub use segmenter::{
     segtool_close, segtool_open, segtool_segment, segtool_segmenter, SEGTOOL_MAX_PIXELS,

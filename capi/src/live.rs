@@ -277,12 +277,7 @@ pub unsafe extern "C" fn segtool_live_next(
                 .logits
                 .filter(|_| live.logits)
                 .map(|l| Logits::new(l.dim(), l.iter().copied().collect()));
-            let result = segtool_result {
-                width: width as u32,
-                height: height as u32,
-                class_map: mask.iter().copied().collect(),
-                logits,
-            };
+            let result = segtool_result::new(mask, logits);
             // SAFETY: as above.
             unsafe { *out = Box::into_raw(Box::new(result)) };
             return Ok(());

@@ -1,9 +1,13 @@
 //! The result handle: the opaque [`segtool_result`] (one class map, and the logits when
 //! asked for; independent of the segmenter that produced it) and its accessors
-//! `segtool_result_width`, `segtool_result_height`, `segtool_result_class_map`,
-//! `segtool_result_logits` and `segtool_result_free`.
+//! `segtool_result_width`, `segtool_result_height`, `segtool_result_bits`,
+//! `segtool_result_class_map`, `segtool_result_class_map16`, `segtool_result_logits` and
+//! `segtool_result_free`.
 
 use std::ptr;
+use std::sync::OnceLock;
+
+use segtool_runtime::ClassMap;
 
 use crate::status::{status_guard, value_guard, Error};
 
@@ -11,9 +15,30 @@ use crate::status::{status_guard, value_guard, Error};
 pub struct segtool_result {
     pub(crate) width: u32,
     pub(crate) height: u32,
-    pub(crate) class_map: Vec<u8>,
+    /// The runtime's ids, row-major: `u8` for a model of at most 256 classes, `u16` above.
+    class_map: ClassMap,
+    /// The `u8` ids widened, made on the first `segtool_result_class_map16`.
+    widened: OnceLock<Vec<u16>>,
     /// With the `logits` option.
     pub(crate) logits: Option<Logits>,
+}
+
+impl segtool_result {
+    /// A result holding `mask` (in standard layout: its rows are handed out as they are).
+    pub(crate) fn new(mask: ClassMap, logits: Option<Logits>) -> Self {
+        let (height, width) = mask.dim();
+        let class_map = match mask {
+            ClassMap::U8(m) => ClassMap::U8(m.as_standard_layout().into_owned()),
+            ClassMap::U16(m) => ClassMap::U16(m.as_standard_layout().into_owned()),
+        };
+        Self {
+            width: width as u32,
+            height: height as u32,
+            class_map,
+            widened: OnceLock::new(),
+            logits,
+        }
+    }
 }
 
 /// One image's logits, `classes x height x width` floats, row-major.
@@ -56,14 +81,51 @@ pub unsafe extern "C" fn segtool_result_height(res: *const segtool_result) -> u3
     value_guard(0, || Ok(result_ref(res)?.height))
 }
 
+/// Bits per class index of the result: 8 for a model of at most 256 classes (read them
+/// with `segtool_result_class_map`), 16 above (`segtool_result_class_map16`); 0 if `res`
+/// is NULL.
+///
+/// # Safety
+/// `res` is NULL or a live result.
+#[no_mangle]
+pub unsafe extern "C" fn segtool_result_bits(res: *const segtool_result) -> u32 {
+    value_guard(0, || Ok(result_ref(res)?.class_map.bits()))
+}
+
 /// The class index of every pixel: `width * height` bytes, row-major with no padding
-/// (pixel `(x, y)` at `y * width + x`). Owned by the result; NULL if `res` is NULL.
+/// (pixel `(x, y)` at `y * width + x`). Owned by the result. NULL if `res` is NULL, or
+/// when the model has more than 256 classes (`segtool_result_bits` is 16): then read
+/// `segtool_result_class_map16`.
 ///
 /// # Safety
 /// `res` is NULL or a live result.
 #[no_mangle]
 pub unsafe extern "C" fn segtool_result_class_map(res: *const segtool_result) -> *const u8 {
-    value_guard(ptr::null(), || Ok(result_ref(res)?.class_map.as_ptr()))
+    value_guard(ptr::null(), || {
+        let res = result_ref(res)?;
+        Ok(res.class_map.as_u8().map_or(ptr::null(), |m| m.as_ptr()))
+    })
+}
+
+/// The class index of every pixel as 16 bits: `width * height` `uint16_t`, row-major with
+/// no padding (pixel `(x, y)` at `y * width + x`), whatever the model's class count (the
+/// indices of a model of at most 256 classes are widened on the first call). Owned by
+/// the result; NULL if `res` is NULL.
+///
+/// # Safety
+/// `res` is NULL or a live result.
+#[no_mangle]
+pub unsafe extern "C" fn segtool_result_class_map16(res: *const segtool_result) -> *const u16 {
+    value_guard(ptr::null(), || {
+        let res = result_ref(res)?;
+        Ok(match &res.class_map {
+            ClassMap::U16(m) => m.as_ptr(),
+            ClassMap::U8(m) => res
+                .widened
+                .get_or_init(|| m.iter().map(|&c| u16::from(c)).collect())
+                .as_ptr(),
+        })
+    })
 }
 
 /// The image's logits, `classes * height * width` floats, row-major (class `c` at row

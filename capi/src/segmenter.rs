@@ -177,15 +177,11 @@ pub unsafe extern "C" fn segtool_segment(
                 ),
             ));
         }
-        let result = segtool_result {
-            width,
-            height,
-            class_map: mask.iter().copied().collect(),
-            // `iter` walks the array in logical (row-major) order, whatever its strides.
-            logits: segmented
-                .logits
-                .map(|l| Logits::new(l.dim(), l.iter().copied().collect())),
-        };
+        // `iter` walks the array in logical (row-major) order, whatever its strides.
+        let logits = segmented
+            .logits
+            .map(|l| Logits::new(l.dim(), l.iter().copied().collect()));
+        let result = segtool_result::new(mask, logits);
         // SAFETY: as above.
         unsafe { *out = Box::into_raw(Box::new(result)) };
         Ok(())

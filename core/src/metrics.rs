@@ -20,8 +20,14 @@ impl ConfusionMatrix {
         self.num_classes
     }
 
-    /// Adds one image. Targets equal to `ignore` or out of range are skipped.
-    pub fn update(&mut self, target: &[u8], prediction: &[u8], ignore: u8) {
+    /// Adds one image. Targets equal to `ignore` or out of range are skipped. Labels and
+    /// predictions are class ids of either width (`u8` up to 256 classes, `u16` above, as
+    /// the runtime's class maps hold them).
+    pub fn update<T, P>(&mut self, target: &[T], prediction: &[P], ignore: T)
+    where
+        T: Copy + PartialEq + Into<usize>,
+        P: Copy + Into<usize>,
+    {
         assert_eq!(
             target.len(),
             prediction.len(),
@@ -29,11 +35,12 @@ impl ConfusionMatrix {
         );
         let k = self.num_classes;
         for (&t, &p) in target.iter().zip(prediction) {
-            if t == ignore || t as usize >= k {
+            let t: usize = if t == ignore { continue } else { t.into() };
+            if t >= k {
                 continue;
             }
-            let p = (p as usize).min(k - 1);
-            self.counts[t as usize * k + p] += 1;
+            let p = p.into().min(k - 1);
+            self.counts[t * k + p] += 1;
         }
     }
 
@@ -192,7 +199,7 @@ mod tests {
     fn miou_by_hand() {
         let mut cm = ConfusionMatrix::new(3);
         // class 0: tp 2, fn 1 (->1); class 1: tp 1, fp 1; class 2 absent; one ignored pixel
-        cm.update(&[0, 0, 0, 1, 255], &[0, 0, 1, 1, 2], 255);
+        cm.update(&[0u8, 0, 0, 1, 255], &[0u8, 0, 1, 1, 2], 255);
         let iou = cm.iou_per_class();
         assert_eq!(iou[0], Some(2.0 / 3.0));
         assert_eq!(iou[1], Some(1.0 / 2.0));
@@ -204,17 +211,32 @@ mod tests {
     #[test]
     fn accumulates_over_images_not_mean_of_images() {
         let mut a = ConfusionMatrix::new(2);
-        a.update(&[1, 1, 1, 1], &[1, 1, 1, 1], 255);
+        a.update(&[1u8, 1, 1, 1], &[1u8, 1, 1, 1], 255);
         let mut b = ConfusionMatrix::new(2);
-        b.update(&[1], &[0], 255);
+        b.update(&[1u8], &[0u8], 255);
         a.merge(&b);
         assert_eq!(a.iou_per_class()[1], Some(0.8));
+    }
+
+    /// Ids above 255 (u16 labels and predictions, a 300-class model) count where they are.
+    #[test]
+    fn sixteen_bit_ids() {
+        let mut cm = ConfusionMatrix::new(300);
+        cm.update(&[299u16, 299, 256, 65535], &[299u16, 256, 256, 0], 65535);
+        assert_eq!(
+            (cm.get(299, 299), cm.get(299, 256), cm.get(256, 256)),
+            (1, 1, 1)
+        );
+        // u8 labels against a u16 prediction.
+        let mut cm = ConfusionMatrix::new(300);
+        cm.update(&[7u8, 255], &[280u16, 3], 255);
+        assert_eq!(cm.get(7, 280), 1);
     }
 
     #[test]
     fn json_roundtrip_and_table() {
         let mut cm = ConfusionMatrix::new(3);
-        cm.update(&[0, 0, 0, 1, 255], &[0, 0, 1, 1, 2], 255);
+        cm.update(&[0u8, 0, 0, 1, 255], &[0u8, 0, 1, 1, 2], 255);
         let names = vec!["road".to_string(), "sky".to_string()];
         let json = cm.to_json(&names);
         assert_eq!(ConfusionMatrix::from_json(&json).unwrap(), cm);

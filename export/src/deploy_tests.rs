@@ -338,7 +338,7 @@ fn argmax_preprocess_masks_equal_the_runtime_pipeline() {
                 .segment_batch(&imgs)
                 .unwrap()
                 .into_iter()
-                .flat_map(|s| s.mask.into_iter())
+                .flat_map(|s| s.mask.to_le_bytes())
                 .collect();
             let raw = dir.join("imgs.u8");
             std::fs::write(

@@ -26,8 +26,8 @@ fn open(path: &std::path::Path, engine: EngineKind) -> Option<Segmenter> {
     }
 }
 
-fn masks(segs: impl IntoIterator<Item = ndarray::Array2<u8>>) -> Vec<u8> {
-    segs.into_iter().flat_map(|m| m.into_iter()).collect()
+fn masks(segs: impl IntoIterator<Item = segtool_runtime::ClassMap>) -> Vec<u8> {
+    segs.into_iter().flat_map(|m| m.to_le_bytes()).collect()
 }
 
 #[test]
@@ -95,7 +95,7 @@ fn batch_server_and_ordered_stream_serve_every_export_contract() {
             assert_eq!(
                 streamed
                     .iter()
-                    .map(|o| o.frame.unwrap())
+                    .map(|o| o.served.and_then(|s| s.frame).unwrap())
                     .collect::<Vec<_>>(),
                 (0..frames.len() as u64).collect::<Vec<_>>()
             );

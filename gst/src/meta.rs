@@ -6,7 +6,8 @@
 //! |---|---|---|
 //! | `width`, `height` | `guint` | the class map's size: the frame's |
 //! | `classes` | `guint` | the model's class count |
-//! | `class-map` | `GBytes` | `width * height` class ids, one byte each, row-major, no padding |
+//! | `bits` | `guint` | bits per class id: 8 for a model of at most 256 classes, 16 above |
+//! | `class-map` | `GBytes` | `width * height` class ids, row-major, no padding: one byte each, or two (`guint16`, native byte order) when `bits` is 16 |
 //! | `pixel-counts` | `GstValueArray` of `guint64` | pixels per class id, `classes` entries |
 //! | `frame` | `guint64` | the element's frame index (0, 1, ... since the last start or flush) |
 //!
@@ -25,6 +26,7 @@
 //! reader only needs the element to be in its pipeline.
 
 use gst::glib;
+use segtool_runtime::ClassMap as Ids;
 
 /// The custom meta's registered name.
 pub const META_NAME: &str = "SegtoolClassMapMeta";
@@ -45,8 +47,9 @@ pub struct ClassMap {
     pub height: u32,
     /// The model's class count.
     pub classes: u32,
-    /// `width * height` class ids, row-major.
-    pub ids: Vec<u8>,
+    /// The class ids, `(height, width)`: `u8` for a model of at most 256 classes, `u16`
+    /// above.
+    pub ids: Ids,
     /// Pixels per class id (`classes` entries; they sum to `width * height`).
     pub pixel_counts: Vec<u64>,
     /// The element's frame index.
@@ -55,12 +58,18 @@ pub struct ClassMap {
 
 impl ClassMap {
     /// Counts the pixels of each class of `ids` (ids at or above `classes` are ignored).
-    pub fn new(width: u32, height: u32, classes: u32, ids: Vec<u8>, frame: u64) -> Self {
-        let mut pixel_counts = vec![0u64; classes as usize];
-        for &id in &ids {
-            if let Some(c) = pixel_counts.get_mut(id as usize) {
-                *c += 1;
+    pub fn new(width: u32, height: u32, classes: u32, ids: Ids, frame: u64) -> Self {
+        fn count<T: Copy + Into<usize>>(ids: &ndarray::Array2<T>, counts: &mut [u64]) {
+            for &id in ids {
+                if let Some(c) = counts.get_mut(id.into()) {
+                    *c += 1;
+                }
             }
+        }
+        let mut pixel_counts = vec![0u64; classes as usize];
+        match &ids {
+            Ids::U8(m) => count(m, &mut pixel_counts),
+            Ids::U16(m) => count(m, &mut pixel_counts),
         }
         Self {
             width,
@@ -73,8 +82,8 @@ impl ClassMap {
     }
 
     /// The class id at column `x`, row `y`.
-    pub fn at(&self, x: u32, y: u32) -> Option<u8> {
-        (x < self.width && y < self.height).then(|| self.ids[(y * self.width + x) as usize])
+    pub fn at(&self, x: u32, y: u32) -> Option<u16> {
+        self.ids.get((y as usize, x as usize))
     }
 
     /// The meta's structure.
@@ -84,7 +93,8 @@ impl ClassMap {
             .field("width", self.width)
             .field("height", self.height)
             .field("classes", self.classes)
-            .field("class-map", glib::Bytes::from(&self.ids[..]))
+            .field("bits", self.ids.bits())
+            .field("class-map", glib::Bytes::from_owned(self.id_bytes()))
             .field("pixel-counts", counts)
             .field("frame", self.frame)
             .build()
@@ -98,22 +108,40 @@ impl ClassMap {
         let width = s.get::<u32>("width").ok()?;
         let height = s.get::<u32>("height").ok()?;
         let classes = s.get::<u32>("classes").ok()?;
-        let ids = s.get::<glib::Bytes>("class-map").ok()?.to_vec();
+        let bytes = s.get::<glib::Bytes>("class-map").ok()?;
+        let shape = (height as usize, width as usize);
+        let ids = match s.get::<u32>("bits").ok()? {
+            8 => Ids::U8(ndarray::Array2::from_shape_vec(shape, bytes.to_vec()).ok()?),
+            16 => {
+                let wide = bytes
+                    .chunks_exact(2)
+                    .map(|b| u16::from_ne_bytes([b[0], b[1]]));
+                Ids::U16(ndarray::Array2::from_shape_vec(shape, wide.collect()).ok()?)
+            }
+            _ => return None,
+        };
         let counts = s.get::<gst::Array>("pixel-counts").ok()?;
         let pixel_counts = counts
             .iter()
             .map(|v| v.get::<u64>().ok())
             .collect::<Option<Vec<u64>>>()?;
         let frame = s.get::<u64>("frame").ok()?;
-        (ids.len() == width as usize * height as usize && pixel_counts.len() == classes as usize)
-            .then_some(Self {
-                width,
-                height,
-                classes,
-                ids,
-                pixel_counts,
-                frame,
-            })
+        (pixel_counts.len() == classes as usize).then_some(Self {
+            width,
+            height,
+            classes,
+            ids,
+            pixel_counts,
+            frame,
+        })
+    }
+
+    /// The ids as the meta's `class-map` holds them (native byte order for 16 bits).
+    fn id_bytes(&self) -> Vec<u8> {
+        match &self.ids {
+            Ids::U8(m) => m.iter().copied().collect(),
+            Ids::U16(m) => m.iter().flat_map(|id| id.to_ne_bytes()).collect(),
+        }
     }
 
     /// The class map attached to `buffer` by `segtoolseg`, if any.

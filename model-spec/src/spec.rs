@@ -21,8 +21,9 @@ pub const MAX_BLOCKS: usize = 1 << 10;
 pub const MAX_CHANNELS: i64 = 1 << 16;
 /// Largest dilation `multi_grid` may give.
 pub const MAX_DILATION: i64 = 1 << 10;
-/// Most classes: class maps are `u8` (the runtime's masks, the C ABI's, mask PNGs).
-pub const MAX_CLASSES: usize = 256;
+/// Most classes: class maps hold `u8` ids up to 256 classes and `u16` ids above (the
+/// runtime's masks, the C ABI's, mask PNGs of 8 or 16 bits).
+pub const MAX_CLASSES: usize = 1 << 16;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SpecError {

@@ -73,7 +73,7 @@ pub enum OutputKind {
     /// f32 logits `[N, classes, H, W]`.
     #[default]
     Logits,
-    /// Class map `[N, H, W]` (uint8, or int64 for more than 256 classes).
+    /// Class map `[N, H, W]` (any integer type: uint8, int32, int64).
     Mask,
 }
 

@@ -44,7 +44,7 @@ fn colorize<'py>(
 ) -> PyResult<Bound<'py, PyArray3<u8>>> {
     let mask = pixels::mask_arg(mask)?;
     let palette = palette_arg(palette)?;
-    let img = segtool_runtime::colorize(mask.as_array(), &palette);
+    let img = segtool_runtime::colorize(mask.view(), &palette);
     Ok(pixels::rgb_to_array(img).into_pyarray(py))
 }
 
@@ -65,7 +65,7 @@ fn overlay<'py>(
     let image = pixels::image_arg(img)?;
     let rgb = pixels::to_rgb_image(image.as_array(), pixels::Color::Rgb);
     let mask = pixels::mask_arg(mask)?;
-    let m = mask.as_array();
+    let m = mask.view();
     if m.dim() != (rgb.height() as usize, rgb.width() as usize) {
         return Err(errors::input(
             format!(
@@ -79,7 +79,7 @@ fn overlay<'py>(
     let palette = match palette {
         Some(p) => palette_arg(p)?,
         None => segtool_model_spec::palette::default_palette(
-            usize::from(m.iter().copied().max().unwrap_or(0)) + 1,
+            usize::from(m.iter().max().unwrap_or(0)) + 1,
         ),
     };
     let out = segtool_runtime::overlay(&rgb, m, &palette, alpha);

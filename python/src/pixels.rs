@@ -4,9 +4,9 @@
 
 use image::RgbImage;
 use ndarray::{Array3, ArrayView3};
-use numpy::{PyReadonlyArray2, PyReadonlyArray3};
+use numpy::{IntoPyArray, PyReadonlyArray2, PyReadonlyArray3};
 use pyo3::prelude::*;
-use segtool_runtime::{Frame, FrameError, PixelFormat};
+use segtool_runtime::{ClassMap, ClassMapView, Frame, FrameError, PixelFormat};
 
 use crate::errors;
 
@@ -66,10 +66,39 @@ pub(crate) fn image_arg<'py>(obj: &Bound<'py, PyAny>) -> PyResult<PyReadonlyArra
     }
 }
 
-/// `obj` as an HxW uint8 class map.
-pub(crate) fn mask_arg<'py>(obj: &Bound<'py, PyAny>) -> PyResult<PyReadonlyArray2<'py, u8>> {
-    obj.extract::<PyReadonlyArray2<'py, u8>>()
-        .map_err(|_| errors::input("an HxW uint8 class map", describe(obj)))
+/// A class map argument: HxW uint8, or uint16 (a model of more than 256 classes).
+pub(crate) enum MaskArg<'py> {
+    U8(PyReadonlyArray2<'py, u8>),
+    U16(PyReadonlyArray2<'py, u16>),
+}
+
+impl MaskArg<'_> {
+    /// The ids, as the runtime's colouring takes them.
+    pub(crate) fn view(&self) -> ClassMapView<'_> {
+        match self {
+            MaskArg::U8(m) => m.as_array().into(),
+            MaskArg::U16(m) => m.as_array().into(),
+        }
+    }
+}
+
+/// `obj` as an HxW uint8 or uint16 class map.
+pub(crate) fn mask_arg<'py>(obj: &Bound<'py, PyAny>) -> PyResult<MaskArg<'py>> {
+    if let Ok(m) = obj.extract::<PyReadonlyArray2<'py, u8>>() {
+        return Ok(MaskArg::U8(m));
+    }
+    obj.extract::<PyReadonlyArray2<'py, u16>>()
+        .map(MaskArg::U16)
+        .map_err(|_| errors::input("an HxW uint8 or uint16 class map", describe(obj)))
+}
+
+/// A class map as a numpy array: uint8 for a model of at most 256 classes, uint16 above
+/// (the runtime's buffer moved, not copied).
+pub(crate) fn class_map_to_array(py: Python<'_>, mask: ClassMap) -> Py<PyAny> {
+    match mask {
+        ClassMap::U8(m) => m.into_pyarray(py).into_any().unbind(),
+        ClassMap::U16(m) => m.into_pyarray(py).into_any().unbind(),
+    }
 }
 
 /// An HxWx3 array in standard layout as the runtime's [`Frame`] (read in place).

@@ -5,14 +5,14 @@ use std::path::PathBuf;
 use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use ndarray::{Array2, Array3, ArrayView3};
-use numpy::{IntoPyArray, PyArray2, PyArray3, PyUntypedArrayMethods};
+use ndarray::{Array3, ArrayView3};
+use numpy::{IntoPyArray, PyArray2, PyArray3, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use segtool_model_spec::ModelSpec;
 use segtool_runtime::accuracy::AccuracyOptions;
 use segtool_runtime::expert::SegmenterExt;
-use segtool_runtime::{IoContract, RuntimeError, SegmenterOptions};
+use segtool_runtime::{ClassMap, IoContract, RuntimeError, SegmenterOptions};
 
 use crate::errors;
 use crate::pixels::{self, Color};
@@ -56,12 +56,13 @@ impl Timings {
     }
 }
 
-/// One image's result: `mask` (HxW uint8 at the input's size), `scores` (float32 CxHxW
-/// when asked for, else None) and `timings` (of the call that produced it; None for
-/// results of a server or stream, whose requests share batches).
+/// One image's result: `mask` (HxW at the input's size: uint8 for a model of at most 256
+/// classes, uint16 above), `scores` (float32 CxHxW when asked for, else None) and
+/// `timings` (of the call that produced it; None for results of a server or stream,
+/// whose requests share batches).
 #[pyclass(module = "segtool._segtool", frozen, get_all)]
 pub struct Segmentation {
-    pub mask: Py<PyArray2<u8>>,
+    pub mask: Py<PyAny>,
     pub scores: Option<Py<PyArray3<f32>>>,
     pub timings: Option<Timings>,
 }
@@ -69,10 +70,21 @@ pub struct Segmentation {
 #[pymethods]
 impl Segmentation {
     fn __repr__(&self, py: Python<'_>) -> String {
-        let shape = self.mask.bind(py).shape().to_vec();
-        let (h, w) = (shape[0], shape[1]);
+        let mask = self.mask.bind(py);
+        let shape = mask
+            .cast::<PyUntypedArray>()
+            .map(|a| a.shape().to_vec())
+            .unwrap_or_default();
+        let (h, w) = (
+            shape.first().copied().unwrap_or(0),
+            shape.get(1).copied().unwrap_or(0),
+        );
+        let dtype = match mask.cast::<PyArray2<u16>>() {
+            Ok(_) => "uint16",
+            Err(_) => "uint8",
+        };
         format!(
-            "Segmentation(mask={h}x{w} uint8, scores={}, {:?})",
+            "Segmentation(mask={h}x{w} {dtype}, scores={}, {:?})",
             self.scores.is_some(),
             self.timings
         )
@@ -81,14 +93,14 @@ impl Segmentation {
 
 pub(crate) fn segmentation(
     py: Python<'_>,
-    mask: Array2<u8>,
+    mask: ClassMap,
     scores: Option<Array3<f32>>,
     timings: Option<Timings>,
 ) -> PyResult<Py<Segmentation>> {
     Py::new(
         py,
         Segmentation {
-            mask: mask.into_pyarray(py).unbind(),
+            mask: pixels::class_map_to_array(py, mask),
             scores: scores.map(|s| s.into_pyarray(py).unbind()),
             timings,
         },
@@ -96,7 +108,7 @@ pub(crate) fn segmentation(
 }
 
 /// What the engine thread returns: per image its mask and optional scores.
-type Decoded = Vec<(Array2<u8>, Option<Array3<f32>>)>;
+type Decoded = Vec<(ClassMap, Option<Array3<f32>>)>;
 
 /// The model, shared by the segmenter and the servers and streams built over it.
 pub(crate) struct Model {

@@ -9,9 +9,7 @@ use std::time::{Duration, Instant};
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use segtool_runtime::batching::{
-    BatchConfig, BatchError, Handle, LatestStream, LiveOutcome, Output,
-};
+use segtool_runtime::batching::{BatchConfig, BatchError, Handle, LatestStream, LiveOutcome};
 use segtool_runtime::expert::SegmenterExt;
 use segtool_runtime::{
     expert::{Engine, EngineInput, EngineOutput},
@@ -94,7 +92,11 @@ fn server_over(
         .map_err(errors::batch)
 }
 
-fn output_segmentation(py: Python<'_>, out: Output, scores: bool) -> PyResult<Py<Segmentation>> {
+fn output_segmentation(
+    py: Python<'_>,
+    out: segtool_runtime::Segmentation,
+    scores: bool,
+) -> PyResult<Py<Segmentation>> {
     let logits = if scores { out.logits } else { None };
     segmentation(py, out.mask, logits, None)
 }

@@ -193,3 +193,52 @@ def test_hugging_face_processor_folders_match_transformers(tmp_path: Path, case:
         differ = got != want
         assert np.all(margin[differ] < 1e-3), image.name
         assert differ.mean() <= 1e-3, image.name
+
+
+def test_more_than_256_classes_give_uint16_masks(tmp_path: Path) -> None:
+    """A 300-class model: uint16 masks whose ids above 255 are onnxruntime's argmax (a
+    1x1 conv whose class is the nearest point of a red x green grid, by a wide margin);
+    colorize and overlay take them."""
+    classes, columns = 300, 20
+    rows = classes // columns
+    levels = [(c % columns * 255 / (columns - 1), c // columns * 255 / (rows - 1)) for c in range(classes)]
+    centres = np.array([[round(r) / 255.0, round(g) / 255.0] for r, g in levels], np.float32)
+    w = np.zeros((classes, 3, 1, 1), np.float32)
+    w[:, 0, 0, 0], w[:, 1, 0, 0] = 2 * centres[:, 0], 2 * centres[:, 1]
+    b = -(centres**2).sum(axis=1).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["pixels", "W", "B"], ["scores"])], "grid300",
+        [helper.make_tensor_value_info("pixels", TensorProto.FLOAT, ["N", 3, "H", "W"])],
+        [helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["N", classes, "H", "W"])],
+        [helper.make_tensor("W", TensorProto.FLOAT, w.shape, w.flatten().tolist()),
+         helper.make_tensor("B", TensorProto.FLOAT, b.shape, b.tolist())],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = tmp_path / "grid300.onnx"
+    onnx.save(model, str(path))
+    card = tmp_path / "card.toml"
+    card.write_text(f"num_classes = {classes}\n[input]\nmean = [0.0, 0.0, 0.0]\nstd = [255.0, 255.0, 255.0]\n")
+
+    rng = np.random.default_rng(5)
+    ids = rng.integers(0, classes, size=(9, 14))
+    ids[0, :3] = [256, 299, 255]
+    rgb = np.zeros((9, 14, 3), np.uint8)
+    rgb[..., :2] = np.rint(centres[ids] * 255).astype(np.uint8)
+
+    x = (rgb.astype(np.float32) / 255.0).transpose(2, 0, 1)[None]
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    want = sess.run(["scores"], {"pixels": x})[0][0].argmax(axis=0)
+    assert (want == ids).all() and want.max() > 255
+
+    for engine in ("ort", "tract"):
+        seg = segtool.Segmenter(str(path), engine=engine, card=str(card))
+        out = seg.segment(rgb)
+        assert out.mask.dtype == np.uint16, engine
+        np.testing.assert_array_equal(out.mask, want.astype(np.uint16))
+        assert "uint16" in repr(out)
+    palette = segtool.default_palette(classes)
+    colours = segtool.colorize(out.mask, palette)
+    np.testing.assert_array_equal(colours[0, 1], palette[299])
+    blended = segtool.overlay(rgb, out.mask, alpha=1.0, palette=palette)
+    np.testing.assert_array_equal(blended[0, 0], palette[256])

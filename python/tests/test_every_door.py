@@ -49,6 +49,7 @@ import segtool
 from conftest import REPO, SEGTOOL, frames, segtool as run_segtool
 
 Mask = npt.NDArray[np.uint8]
+ClassIds = Union[npt.NDArray[np.uint8], npt.NDArray[np.uint16]]  # a mask: uint16 past 256 classes
 BIN_DIR = Path(SEGTOOL).parent
 ROS2_SCRIPT = REPO / "tests" / "reference" / "every_door_ros2.py"
 FIXED = (32, 48)  # the fixed-size export's H x W: no frame has it
@@ -61,7 +62,7 @@ class Refused:
     why: str
 
 
-Outcome = Union[Mask, Refused]
+Outcome = Union[ClassIds, Refused]
 
 
 @dataclass

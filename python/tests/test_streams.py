@@ -9,7 +9,7 @@ import signal
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -134,7 +134,7 @@ def test_opencv_capture_loop_matches_cli_raw(work: Path, models: Dict[str, Path]
     assert cap.isOpened()
     seg = segtool.Segmenter(models["plain"], engine="ort", threads=1)
     decoded: List[npt.NDArray[np.uint8]] = []
-    answered: Dict[int, npt.NDArray[np.uint8]] = {}
+    answered: Dict[int, Union[npt.NDArray[np.uint8], npt.NDArray[np.uint16]]] = {}
     with segtool.LiveStream(seg, slot=1) as live:
         while len(decoded) < 8:
             ok, frame = cap.read()

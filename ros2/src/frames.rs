@@ -14,8 +14,7 @@
 //! input's header.
 
 use image::RgbImage;
-use ndarray::Array2;
-use segtool_runtime::{Frame, FrameError, PixelFormat};
+use segtool_runtime::{ClassMap, Frame, FrameError, PixelFormat};
 
 use crate::msgs::{Bytes, CompressedImage, Header, Image};
 
@@ -141,17 +140,13 @@ pub fn compressed_to_rgb(msg: &CompressedImage) -> Result<RgbImage, BadFrame> {
     Ok(img.to_rgb8())
 }
 
-/// `class_mask`: class ids at the image's size, mono8 (mono16 above 255 classes).
-pub fn class_mask(header: &Header, mask: &Array2<u8>, classes: usize) -> Image {
+/// `class_mask`: class ids at the image's size, mono8 for a model of at most 256 classes,
+/// mono16 (little-endian) above, as the runtime's class map holds them.
+pub fn class_mask(header: &Header, mask: &ClassMap) -> Image {
     let (h, w) = mask.dim();
-    let (encoding, step, data) = if classes > 256 {
-        let data = mask
-            .iter()
-            .flat_map(|&c| u16::from(c).to_le_bytes())
-            .collect();
-        ("mono16", w * 2, data)
-    } else {
-        ("mono8", w, mask.iter().copied().collect())
+    let encoding = match mask.bits() {
+        8 => "mono8",
+        _ => "mono16",
     };
     Image {
         header: header.clone(),
@@ -159,8 +154,8 @@ pub fn class_mask(header: &Header, mask: &Array2<u8>, classes: usize) -> Image {
         width: w as u32,
         encoding: encoding.into(),
         is_bigendian: 0,
-        step: step as u32,
-        data: Bytes(data),
+        step: (w * mask.bits() as usize / 8) as u32,
+        data: Bytes(mask.to_le_bytes()),
     }
 }
 
@@ -263,15 +258,16 @@ mod tests {
     }
 
     #[test]
-    fn masks_above_255_classes_are_mono16() {
-        let mask = Array2::from_shape_vec((1, 2), vec![1u8, 7]).unwrap();
-        let m8 = class_mask(&Header::default(), &mask, 19);
+    fn masks_above_256_classes_are_mono16() {
+        let mask = ClassMap::U8(ndarray::arr2(&[[1u8, 7]]));
+        let m8 = class_mask(&Header::default(), &mask);
         assert_eq!(
             (m8.encoding.as_str(), m8.step, m8.data.0.clone()),
             ("mono8", 2, vec![1, 7])
         );
-        let m16 = class_mask(&Header::default(), &mask, 300);
+        let mask = ClassMap::U16(ndarray::arr2(&[[1u16, 299]]));
+        let m16 = class_mask(&Header::default(), &mask);
         assert_eq!((m16.encoding.as_str(), m16.step), ("mono16", 4));
-        assert_eq!(m16.data.0, vec![1, 0, 7, 0]);
+        assert_eq!(m16.data.0, vec![1, 0, 43, 1]);
     }
 }

@@ -141,8 +141,6 @@ pub enum NodeError {
     Name { name: String, reason: String },
     #[error(transparent)]
     Batch(#[from] segtool_runtime::batching::BatchError),
-    #[error("{0} classes: the runtime's masks hold class ids up to 255 (256 classes)")]
-    TooManyClasses(usize),
 }
 
 fn dds(e: impl std::fmt::Debug) -> NodeError {
@@ -282,10 +280,6 @@ pub fn run(
     let mut wired = connect(config)?;
     let engine_status = diagnostics::EngineStatus::of(&segmenter);
     let spec = segmenter.spec().clone();
-    let classes = spec.num_classes();
-    if classes > 256 {
-        return Err(NodeError::TooManyClasses(classes));
-    }
     let palette = spec.palette.clone();
     let server = BatchServer::from_segmenters(BatchConfig::live(1, 1), vec![segmenter])?;
     let stream = Arc::new(server.latest_stream(1));
@@ -303,7 +297,7 @@ pub fn run(
         let outputs = wired.outputs.clone();
         std::thread::Builder::new()
             .name("segtool-ros2-publish".into())
-            .spawn(move || publish_masks(&stream, &waiting, &window, &outputs, classes, &palette))
+            .spawn(move || publish_masks(&stream, &waiting, &window, &outputs, &palette))
             .map_err(|e| NodeError::Dds(format!("cannot start the publishing thread: {e}")))?
     };
 
@@ -510,7 +504,6 @@ fn publish_masks(
     waiting: &Waiting,
     window: &Mutex<Window>,
     outputs: &Outputs,
-    classes: usize,
     palette: &[[u8; 3]],
 ) {
     while let Some(frame) = stream.next() {
@@ -526,11 +519,11 @@ fn publish_masks(
         // reader that cannot keep up loses masks, not the node.
         let _ = outputs
             .class_mask
-            .publish(frames::class_mask(&header, &mask, classes));
+            .publish(frames::class_mask(&header, &mask));
         let latency = frame.submitted.elapsed();
         let (color, overlaid) = (outputs.wants(COLOR), outputs.wants(OVERLAY));
         if color {
-            let color = colorize(mask.view(), palette);
+            let color = colorize(&mask, palette);
             let _ = outputs
                 .color_mask
                 .publish(frames::rgb_message_of(&header, color));
@@ -538,7 +531,7 @@ fn publish_masks(
         // A subscriber that joined while this frame was in the engine gets the next one.
         let overlaid = overlaid && img.is_some();
         if let Some(img) = img.filter(|_| overlaid) {
-            let blended = overlay(&img, mask.view(), palette, outputs.live.alpha());
+            let blended = overlay(&img, &mask, palette, outputs.live.alpha());
             let _ = outputs
                 .overlay
                 .publish(frames::rgb_message_of(&header, blended));

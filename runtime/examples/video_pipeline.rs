@@ -37,7 +37,11 @@ fn run(model: &Path) -> Result<Vec<u64>, Box<dyn std::error::Error>> {
         });
         while let Some(out) = stream.next() {
             let out = out?;
-            order.push(out.frame.expect("ordered streams number their frames"));
+            order.push(
+                out.served
+                    .and_then(|s| s.frame)
+                    .expect("ordered streams number their frames"),
+            );
         }
         Ok::<_, Box<dyn std::error::Error>>(())
     })?;

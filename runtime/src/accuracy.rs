@@ -10,12 +10,13 @@
 //! TTA as the mean softmax (see `segtool_model_spec::protocol::mmseg`).
 
 use image::RgbImage;
-use ndarray::{concatenate, s, Array2, Array4, ArrayView2, ArrayView4, Axis};
+use ndarray::{concatenate, s, Array4, ArrayView2, ArrayView4, Axis};
 use segtool_model_spec::protocol::{self, Stitch};
 use segtool_model_spec::ModelSpec;
 
 use crate::card::CardSource;
 use crate::card::{ChannelOrder, Dtype, Layout, OutputKind, ResolvedCard};
+use crate::class_map::{ClassMap, MAX_CLASSES};
 use crate::engine::Engine;
 use crate::error::{Result, RuntimeError};
 use crate::postprocess::{argmax, resize_bilinear, softmax};
@@ -114,11 +115,11 @@ pub fn segment(
     spec: &ModelSpec,
     imgs: &[RgbImage],
     opts: &AccuracyOptions,
-) -> Result<(Vec<Array2<u8>>, Array4<f32>)> {
+) -> Result<(Vec<ClassMap>, Array4<f32>)> {
     let logits = predict_images(engine, imgs, spec, opts)?;
-    if logits.shape()[1] > 256 {
+    if logits.shape()[1] > MAX_CLASSES {
         return Err(RuntimeError::OutputShape {
-            expected: "at most 256 classes for a u8 mask".into(),
+            expected: format!("at most {MAX_CLASSES} classes"),
             got: format!("logits {:?}", logits.shape()),
         });
     }

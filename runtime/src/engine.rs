@@ -98,10 +98,11 @@ pub(crate) fn check_mask_shape(n: usize, output: &[usize]) -> Result<()> {
     }
 }
 
-/// A class map of any integer type as uint8 (fails on values over 255).
-pub(crate) fn mask_to_u8<T: Copy + TryInto<u8>>(
+/// A class map of any integer type as uint16 (fails on negative values and values over
+/// 65535, which no class id can be).
+pub(crate) fn mask_to_u16<T: Copy + TryInto<u16>>(
     mask: ndarray::ArrayViewD<T>,
-) -> Result<ndarray::Array3<u8>> {
+) -> Result<ndarray::Array3<u16>> {
     // `[N, 1, H, W]` (mmdeploy's argmax with keepdims) is `[N, H, W]`.
     let mask = match mask.shape() {
         [_, 1, _, _] => mask.index_axis_move(ndarray::Axis(1), 0),
@@ -113,11 +114,11 @@ pub(crate) fn mask_to_u8<T: Copy + TryInto<u8>>(
                 expected: "class map [N, H, W] or [N, 1, H, W]".into(),
                 got: e.to_string(),
             })?;
-    let mut out = ndarray::Array3::<u8>::zeros(mask.dim());
+    let mut out = ndarray::Array3::<u16>::zeros(mask.dim());
     for (o, &v) in out.iter_mut().zip(mask.iter()) {
         *o = v.try_into().map_err(|_| RuntimeError::OutputShape {
-            expected: "class indices below 256 (uint8 masks)".into(),
-            got: "a larger class index".into(),
+            expected: "class indices from 0 to 65535".into(),
+            got: "a negative or larger class index".into(),
         })?;
     }
     Ok(out)

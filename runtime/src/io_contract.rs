@@ -12,9 +12,10 @@
 //! makes any contract look like the plain one.
 
 use image::RgbImage;
-use ndarray::{Array2, Array3, Array4, ArrayView4, Axis};
+use ndarray::{Array3, Array4, ArrayView4, Axis};
 use segtool_model_spec::ModelSpec;
 
+use crate::class_map::{ClassMap, MAX_CLASSES};
 use crate::error::{Result, RuntimeError};
 use crate::postprocess::{argmax, resize_nearest};
 use crate::preprocess::normalise_batch;
@@ -52,22 +53,84 @@ impl EngineInput<'_> {
     }
 }
 
-/// One image's result.
+/// A frame's answer, whichever driver produced it: [`Segmenter::segment`] and its batch
+/// and frame forms, a [`BatchServer`]'s handles and its ordered and newest-frame streams.
+///
+/// The serving facts (request id, frame index, worker, batch size) are one optional field,
+/// [`served`](Self::served), rather than a second result type: code that takes a
+/// `Segmentation` (a writer, an overlay, a front end's conversion) takes every driver's.
 ///
 /// ```no_run
 /// # let mut seg = segtool_runtime::Segmenter::builder("danet.onnx").open()?;
 /// # let img = image::RgbImage::new(64, 48);
 /// let out = seg.segment(&img)?;
-/// let classes_seen: std::collections::BTreeSet<u8> = out.mask.iter().copied().collect();
-/// let colours = segtool_runtime::colorize(out.mask.view(), &seg.spec().palette);
+/// // u8 ids for models of at most 256 classes, u16 above: `iter` widens either.
+/// let classes_seen: std::collections::BTreeSet<u16> = out.mask.iter().collect();
+/// let colours = segtool_runtime::colorize(&out.mask, &seg.spec().palette);
+/// assert!(out.served.is_none()); // a segmenter's answer; a batch server's says how it ran
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-#[derive(Clone, Debug)]
+///
+/// [`Segmenter::segment`]: crate::Segmenter::segment
+/// [`BatchServer`]: crate::batching::BatchServer
+#[derive(Clone, Debug, PartialEq)]
 pub struct Segmentation {
-    /// Class per pixel, `(H, W)` at the input image's size.
-    pub mask: Array2<u8>,
+    /// Class per pixel, `(H, W)` at the input image's size: `u8` ids for a model of at
+    /// most 256 classes, `u16` above.
+    pub mask: ClassMap,
     /// Raw logits `(classes, h, w)` when [`Segmenter::with_logits`](crate::Segmenter::with_logits) asked for them.
     pub logits: Option<Array3<f32>>,
+    /// How a [`BatchServer`](crate::batching::BatchServer) ran the request; `None` for
+    /// a [`Segmenter`](crate::Segmenter)'s own answer.
+    pub served: Option<Served>,
+}
+
+impl Segmentation {
+    /// A mask and its logits, not served by a batch server.
+    pub fn new(mask: impl Into<ClassMap>, logits: Option<Array3<f32>>) -> Self {
+        Self {
+            mask: mask.into(),
+            logits,
+            served: None,
+        }
+    }
+}
+
+/// How a [`BatchServer`](crate::batching::BatchServer) ran a request: what
+/// [`Segmentation::served`] holds for every
+/// answer of a server, its handles and its streams.
+///
+/// A field of the one result type rather than a result type of its own, so that a
+/// served answer and a [`Segmenter`](crate::Segmenter)'s are the same value to every
+/// consumer (writers, overlays, front ends); the facts only a server knows ride along.
+///
+/// # Example
+///
+/// ```no_run
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use segtool_runtime::batching::{BatchConfig, BatchServer};
+/// use segtool_runtime::Segmenter;
+/// let server = BatchServer::open(&Segmenter::builder("model.onnx"), 2, BatchConfig::new())?;
+/// let out = server.submit(image::RgbImage::new(640, 480)).wait()?;
+/// assert_eq!(out.mask.dim(), (480, 640)); // (H, W) at the input's size
+/// let served = out.served.expect("a server's answer says how it ran");
+/// println!("request {} ran on worker {} in a batch of {}", served.id, served.worker, served.batch_size);
+/// let colours = segtool_runtime::colorize(&out.mask, &server.spec().palette);
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Served {
+    /// The request's number, as returned by [`Handle::id`](crate::batching::Handle::id)
+    /// (unique per server).
+    pub id: u64,
+    /// Frame index when the request came through an
+    /// [`OrderedStream`](crate::batching::OrderedStream) or a
+    /// [`LatestStream`](crate::batching::LatestStream).
+    pub frame: Option<u64>,
+    /// Index of the worker (engine) that ran the request.
+    pub worker: usize,
+    /// Size of the batch the request ran in.
+    pub batch_size: usize,
 }
 
 /// An owned [`EngineInput`] (what a decoding thread hands to the engine thread).
@@ -145,8 +208,8 @@ impl EngineTensor {
 /// let logits = Array4::from_shape_vec((1, 2, 2, 2), vec![1., 0., 1., 0., 0., 1., 0., 1.])?;
 /// let out = EngineOutput::Logits(logits);
 /// out.check(1, &spec)?; // one image, the spec's two classes
-/// let mask = out.mask(0, 4, 4); // argmax, then resized to the image
-/// assert_eq!(mask.row(0).to_vec(), [0, 0, 1, 1]);
+/// let mask = out.mask(0, 2, 4, 4); // argmax (two classes: u8 ids), then resized to the image
+/// assert_eq!(mask.as_u8().unwrap().row(0).to_vec(), [0, 0, 1, 1]);
 /// assert_eq!(out.logits(0).map(|l| l.dim()), Some((2, 2, 2)));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
@@ -154,8 +217,8 @@ impl EngineTensor {
 pub enum EngineOutput {
     /// f32 `[N, classes, H, W]`.
     Logits(Array4<f32>),
-    /// Class per pixel `[N, H, W]`.
-    Mask(Array3<u8>),
+    /// Class per pixel `[N, H, W]` (a graph's class map of any integer type, widened).
+    Mask(Array3<u16>),
 }
 
 impl EngineOutput {
@@ -176,17 +239,17 @@ impl EngineOutput {
     pub fn check(&self, n: usize, spec: &ModelSpec) -> Result<()> {
         let classes = spec.num_classes();
         let bad = match self {
-            EngineOutput::Logits(l) => l.dim().0 != n || l.dim().1 != classes || classes > 256,
-            EngineOutput::Mask(m) => {
-                m.dim().0 != n || classes > 256 || m.iter().any(|&c| usize::from(c) >= classes)
+            EngineOutput::Logits(l) => {
+                l.dim().0 != n || l.dim().1 != classes || classes > MAX_CLASSES
             }
+            EngineOutput::Mask(m) => m.dim().0 != n || m.iter().any(|&c| usize::from(c) >= classes),
         };
         if !bad {
             return Ok(());
         }
         Err(RuntimeError::OutputShape {
             expected: format!(
-                "logits [{n}, {classes} classes (the spec's, at most 256), H, W] or a class \
+                "logits [{n}, {classes} classes (the spec's, at most {MAX_CLASSES}), H, W] or a class \
                  map [{n}, H, W] with values below {classes}"
             ),
             got: match self {
@@ -197,18 +260,23 @@ impl EngineOutput {
     }
 
     /// The class map of image `i` at `(height, width)` (nearest resize when the model's
-    /// output has another size).
-    pub fn mask(&self, i: usize, height: usize, width: usize) -> Array2<u8> {
-        let mask = match self {
-            EngineOutput::Logits(l) => argmax(l.slice(ndarray::s![i..i + 1, .., .., ..]))
-                .pop()
-                .expect("one image"),
-            EngineOutput::Mask(m) => m.index_axis(Axis(0), i).to_owned(),
-        };
-        if mask.dim() == (height, width) {
-            mask
-        } else {
-            resize_nearest(mask.view(), height, width)
+    /// output has another size), at the id width of a model of `classes` classes (the
+    /// spec's, which [`check`](Self::check) compares the output with).
+    pub fn mask(&self, i: usize, classes: usize, height: usize, width: usize) -> ClassMap {
+        match self {
+            EngineOutput::Logits(l) => {
+                let mask = argmax(l.slice(ndarray::s![i..i + 1, .., .., ..]))
+                    .pop()
+                    .expect("one image");
+                match mask.dim() == (height, width) {
+                    true => mask,
+                    false => mask.resized(height, width),
+                }
+            }
+            EngineOutput::Mask(m) => {
+                let plane = resize_nearest(m.index_axis(Axis(0), i), height, width);
+                ClassMap::narrowed(plane, classes)
+            }
         }
     }
 

@@ -16,7 +16,7 @@
 //! }
 //! let img = image::open("street.png")?.to_rgb8();
 //! let out = seg.segment(&img)?;
-//! segtool_runtime::colorize(out.mask.view(), &seg.spec().palette).save("mask.png")?;
+//! segtool_runtime::colorize(&out.mask, &seg.spec().palette).save("mask.png")?;
 //! # Ok(()) }
 //! ```
 //!
@@ -47,6 +47,7 @@
 pub mod accuracy;
 pub mod batching;
 pub mod card;
+mod class_map;
 mod contract_adapter;
 mod engine;
 mod error;
@@ -69,6 +70,7 @@ mod temporal;
 mod tract_engine;
 mod tract_options;
 
+pub use class_map::{ClassMap, ClassMapView};
 pub use error::{Result, RuntimeError};
 pub use frame::{Frame, FrameError, PixelFormat};
 pub use io_contract::{InputLayout, IoContract, OutputKind, Segmentation};

@@ -2,69 +2,56 @@
 //! logit resize (PyTorch's `upsample_bilinear2d`, either corner convention), per-class
 //! probabilities (softmax), colour masks and overlays.
 //!
-//! Masks are `(H, W)` `u8` class indices, the same layout as training labels, so they go
-//! straight into `segtool_core`'s confusion matrix.
+//! Masks are `(H, W)` [`ClassMap`]s: `u8` class indices (the layout of training labels)
+//! for models of at most 256 classes, `u16` above, so they go straight into
+//! `segtool_core`'s confusion matrix.
 
 use image::RgbImage;
-use ndarray::{Array2, Array4, ArrayView2, ArrayView4, Axis, Zip};
+use ndarray::{Array2, Array4, ArrayView2, ArrayView3, ArrayView4, Axis, Zip};
+
+pub use crate::class_map::resize_nearest;
+use crate::class_map::{ClassMap, ClassMapView, MAX_CLASSES};
 
 /// Blend factor used by the CLI for overlays: half image, half class colour.
 pub const DEFAULT_ALPHA: f32 = 0.5;
 
 /// Per-pixel argmax over the class axis of `[N, C, H, W]` logits: one `(H, W)` mask per
-/// image. Ties resolve to the lowest class index, like `torch.argmax`; a NaN score never
-/// wins over a number (a broken class should not paint the whole image).
+/// image, `u8` ids for at most 256 classes and `u16` above. Ties resolve to the lowest
+/// class index, like `torch.argmax`; a NaN score never wins over a number (a broken class
+/// should not paint the whole image).
 ///
 /// # Panics
-/// With more than 256 classes (a `u8` mask cannot hold them).
-pub fn argmax(logits: ArrayView4<f32>) -> Vec<Array2<u8>> {
-    let (_, c, h, w) = logits.dim();
-    assert!(c <= 256, "{c} classes do not fit a u8 mask");
+/// With more than 65536 classes (a `u16` id cannot hold them).
+pub fn argmax(logits: ArrayView4<f32>) -> Vec<ClassMap> {
+    let c = logits.dim().1;
+    assert!(c <= MAX_CLASSES, "{c} classes do not fit a u16 mask");
     logits
         .outer_iter()
-        .map(|scores| {
-            let mut best = scores.index_axis(Axis(0), 0).to_owned();
-            let mut mask = Array2::<u8>::zeros((h, w));
-            for (k, plane) in scores.outer_iter().enumerate().skip(1) {
-                Zip::from(&mut best)
-                    .and(&mut mask)
-                    .and(&plane)
-                    .for_each(|b, m, &v| {
-                        if v > *b || (b.is_nan() && !v.is_nan()) {
-                            *b = v;
-                            *m = k as u8;
-                        }
-                    });
-            }
-            mask
+        .map(|scores| match ClassMap::bits_for(c) {
+            8 => ClassMap::U8(argmax_one(scores, |k| k as u8)),
+            _ => ClassMap::U16(argmax_one(scores, |k| k as u16)),
         })
         .collect()
 }
 
-/// Nearest-neighbour resize of a mask to `(height, width)`, PyTorch `mode="nearest"`
-/// convention (source index `floor(dst * src / dst_size)`). Labels are never blended.
-pub fn resize_nearest(mask: ArrayView2<u8>, height: usize, width: usize) -> Array2<u8> {
-    let (h, w) = mask.dim();
-    if (h, w) == (height, width) {
-        return mask.to_owned();
+/// The argmax of one image's `[C, H, W]` scores, ids made by `id`.
+fn argmax_one<T: Copy + Default>(scores: ArrayView3<f32>, id: impl Fn(usize) -> T) -> Array2<T> {
+    let (_, h, w) = scores.dim();
+    let mut best = scores.index_axis(Axis(0), 0).to_owned();
+    let mut mask = Array2::<T>::default((h, w));
+    for (k, plane) in scores.outer_iter().enumerate().skip(1) {
+        let k = id(k);
+        Zip::from(&mut best)
+            .and(&mut mask)
+            .and(&plane)
+            .for_each(|b, m, &v| {
+                if v > *b || (b.is_nan() && !v.is_nan()) {
+                    *b = v;
+                    *m = k;
+                }
+            });
     }
-    let src =
-        |dst: usize, src_len: usize, dst_len: usize| ((dst * src_len) / dst_len).min(src_len - 1);
-    let cols: Vec<usize> = (0..width).map(|x| src(x, w, width)).collect();
-    let mut out: Vec<u8> = Vec::with_capacity(height * width);
-    let mut previous: Option<usize> = None;
-    for y in 0..height {
-        let sy = src(y, h, height);
-        if previous == Some(sy) {
-            // Upscaling repeats source rows: copy the row just written.
-            out.extend_from_within(out.len() - width..);
-            continue;
-        }
-        let row = mask.row(sy);
-        out.extend(cols.iter().map(|&x| row[x]));
-        previous = Some(sy);
-    }
-    Array2::from_shape_vec((height, width), out).expect("height x width labels")
+    mask
 }
 
 /// How logits reach another size before the argmax.
@@ -85,7 +72,8 @@ pub fn resize_nearest(mask: ArrayView2<u8>, height: usize, width: usize) -> Arra
 /// for upsample in [Upsample::Bilinear, Upsample::Nearest] {
 ///     let masks = prepared.restore_masks(logits.view(), upsample);
 ///     assert_eq!(masks[0].dim(), (6, 8));
-///     assert_eq!(masks[0].row(0).to_vec(), [0, 0, 0, 0, 1, 1, 1, 1]);
+///     let row0: Vec<u16> = masks[0].iter().take(8).collect();
+///     assert_eq!(row0, [0, 0, 0, 0, 1, 1, 1, 1]);
 /// }
 /// # Ok::<(), segtool_runtime::RuntimeError>(())
 /// ```
@@ -203,57 +191,96 @@ pub fn masks_at_size(
     height: usize,
     width: usize,
     upsample: Upsample,
-) -> Vec<Array2<u8>> {
+) -> Vec<ClassMap> {
     match upsample {
         Upsample::Bilinear => argmax(resize_bilinear(logits, height, width, false).view()),
         Upsample::Nearest => argmax(logits)
             .into_iter()
-            .map(|m| resize_nearest(m.view(), height, width))
+            .map(|m| m.resized(height, width))
             .collect(),
     }
 }
 
-/// Colour picture of a mask. Labels without a palette entry (e.g. 255, ignore) are black.
-pub fn colorize(mask: ArrayView2<u8>, palette: &[[u8; 3]]) -> RgbImage {
+/// Colour picture of a mask (a [`ClassMap`], or a `u8`/`u16` label array). Labels without
+/// a palette entry (e.g. 255, ignore) are black.
+pub fn colorize<'a>(mask: impl Into<ClassMapView<'a>>, palette: &[[u8; 3]]) -> RgbImage {
+    let mask = mask.into();
     let (h, w) = mask.dim();
-    let mut lut = [[0u8; 3]; 256];
-    lut.iter_mut().zip(palette).for_each(|(slot, c)| *slot = *c);
     let mut out = Vec::with_capacity(h * w * 3);
-    mask.iter()
-        .for_each(|&c| out.extend_from_slice(&lut[c as usize]));
+    match mask {
+        ClassMapView::U8(m) => {
+            let mut lut = [[0u8; 3]; 256];
+            lut.iter_mut().zip(palette).for_each(|(slot, c)| *slot = *c);
+            m.iter()
+                .for_each(|&c| out.extend_from_slice(&lut[c as usize]));
+        }
+        ClassMapView::U16(m) => m.iter().for_each(|&c| {
+            out.extend_from_slice(palette.get(usize::from(c)).unwrap_or(&[0, 0, 0]))
+        }),
+    }
     RgbImage::from_raw(w as u32, h as u32, out).expect("h x w x 3 bytes")
 }
 
 /// `img` blended with the mask's colours: `(1 - alpha) * img + alpha * colour`, rounded.
 /// Pixels whose label has no palette entry keep the image colour. A mask of another size
-/// is resized (nearest) to the image first.
-pub fn overlay(img: &RgbImage, mask: ArrayView2<u8>, palette: &[[u8; 3]], alpha: f32) -> RgbImage {
+/// is resized (nearest) to the image first. The mask is a [`ClassMap`] or a `u8`/`u16`
+/// label array.
+pub fn overlay<'a>(
+    img: &RgbImage,
+    mask: impl Into<ClassMapView<'a>>,
+    palette: &[[u8; 3]],
+    alpha: f32,
+) -> RgbImage {
+    let mask = mask.into();
     let (w, h) = img.dimensions();
-    let resized;
-    let mask = if mask.dim() == (h as usize, w as usize) {
-        mask
-    } else {
-        resized = resize_nearest(mask, h as usize, w as usize);
-        resized.view()
-    };
+    if mask.dim() != (h as usize, w as usize) {
+        let resized = mask.to_owned().resized(h as usize, w as usize);
+        return overlay(img, &resized, palette, alpha);
+    }
+    match mask {
+        ClassMapView::U8(ids) => blend(img, ids, palette, alpha),
+        ClassMapView::U16(ids) => blend(img, ids, palette, alpha),
+    }
+}
+
+/// [`overlay`] of an image-sized id array.
+fn blend<T: Copy + Into<usize>>(
+    img: &RgbImage,
+    ids: ArrayView2<T>,
+    palette: &[[u8; 3]],
+    alpha: f32,
+) -> RgbImage {
     let alpha = alpha.clamp(0.0, 1.0);
     // The blend of every (class, channel, value) once, by the same f32 formula: the same
-    // bytes as blending pixel by pixel, without a float multiply per pixel.
-    let blend: Vec<[[u8; 256]; 3]> = palette
-        .iter()
-        .map(|colour| {
-            let mut t = [[0u8; 256]; 3];
-            for (k, row) in t.iter_mut().enumerate() {
-                for (v, slot) in row.iter_mut().enumerate() {
-                    *slot = ((1.0 - alpha) * v as f32 + alpha * f32::from(colour[k])).round() as u8;
-                }
+    // bytes as blending pixel by pixel, without a float multiply per pixel. Past 256
+    // colours only the classes the mask holds get a table (847 would be 650 kB of them).
+    let mut wanted = vec![palette.len() <= 256; palette.len()];
+    if palette.len() > 256 {
+        for &c in ids.iter() {
+            if let Some(slot) = wanted.get_mut(c.into()) {
+                *slot = true;
             }
-            t
+        }
+    }
+    let tables: Vec<Option<[[u8; 256]; 3]>> = palette
+        .iter()
+        .zip(&wanted)
+        .map(|(colour, &wanted)| {
+            wanted.then(|| {
+                let mut t = [[0u8; 256]; 3];
+                for (k, row) in t.iter_mut().enumerate() {
+                    for (v, slot) in row.iter_mut().enumerate() {
+                        *slot =
+                            ((1.0 - alpha) * v as f32 + alpha * f32::from(colour[k])).round() as u8;
+                    }
+                }
+                t
+            })
         })
         .collect();
     let mut out = img.clone();
-    for (px, &label) in out.as_mut().chunks_exact_mut(3).zip(mask.iter()) {
-        if let Some(t) = blend.get(label as usize) {
+    for (px, &label) in out.as_mut().chunks_exact_mut(3).zip(ids.iter()) {
+        if let Some(Some(t)) = tables.get(label.into()) {
             for (k, p) in px.iter_mut().enumerate() {
                 *p = t[k][*p as usize];
             }
@@ -315,8 +342,8 @@ mod tests {
         l[[1, 2, 0, 1]] = 3.0;
         let masks = argmax(l.view());
         assert_eq!(masks.len(), 2);
-        assert_eq!(masks[0], arr2(&[[2, 1]]));
-        assert_eq!(masks[1], arr2(&[[1, 2]]));
+        assert_eq!(masks[0], ClassMap::U8(arr2(&[[2, 1]])));
+        assert_eq!(masks[1], ClassMap::U8(arr2(&[[1, 2]])));
     }
 
     /// Row reuse when upscaling gives what the index formula gives, up and down.
@@ -408,8 +435,8 @@ mod tests {
         l[[0, 0, 0, 1]] = 3.0;
         let bil = masks_at_size(l.view(), 1, 4, Upsample::Bilinear);
         let near = masks_at_size(l.view(), 1, 4, Upsample::Nearest);
-        assert_eq!(bil[0], arr2(&[[1, 0, 0, 0]]));
-        assert_eq!(near[0], arr2(&[[1, 1, 0, 0]]));
+        assert_eq!(bil[0], ClassMap::U8(arr2(&[[1, 0, 0, 0]])));
+        assert_eq!(near[0], ClassMap::U8(arr2(&[[1, 1, 0, 0]])));
         let p = softmax(resize_bilinear(l.view(), 2, 4, false).view());
         assert_eq!(p.dim(), (1, 2, 2, 4));
         assert!(p

@@ -10,9 +10,10 @@
 //! the [`Prepared`] it returns undoes both on the logits or masks.
 
 use image::RgbImage;
-use ndarray::{s, Array2, Array4, ArrayView4, ArrayViewMut3, Axis};
+use ndarray::{s, Array4, ArrayView4, ArrayViewMut3, Axis};
 use segtool_model_spec::ModelSpec;
 
+use crate::class_map::ClassMap;
 use crate::error::{Result, RuntimeError};
 use crate::frame::Frame;
 use crate::postprocess::{masks_at_size, resize_bilinear, Upsample};
@@ -247,7 +248,7 @@ impl Prepared {
     }
 
     /// Masks at the original size; see [`Upsample`] for the two ways there.
-    pub fn restore_masks(&self, logits: ArrayView4<f32>, upsample: Upsample) -> Vec<Array2<u8>> {
+    pub fn restore_masks(&self, logits: ArrayView4<f32>, upsample: Upsample) -> Vec<ClassMap> {
         let cropped = self.crop(logits);
         let (h, w) = self.original;
         masks_at_size(cropped.view(), h, w, upsample)

@@ -15,22 +15,15 @@
 //! about `w / (1 - w)` = 1.5 frames. Smoothing needs logits: models exported with
 //! `--argmax` give none.
 
-use ndarray::{Array2, Array3, ArrayView2, ArrayView3, Axis, Zip};
+use ndarray::{Array3, ArrayView3, Axis, Zip};
 
-use crate::postprocess::{argmax, resize_nearest};
+use crate::class_map::{ClassMap, ClassMapView};
+use crate::postprocess::argmax;
 
 /// [`TemporalSmoother::new`] was given a weight outside `[0, 1)`.
 #[derive(Clone, Copy, Debug, PartialEq, thiserror::Error)]
 #[error("temporal smoothing weight {0} is not in [0, 1) (the share of history; 0 is none)")]
 pub struct InvalidWeight(pub f32);
-
-/// How many pixels hold another class in `b` than in `a` (same size).
-fn changed_pixels(a: ArrayView2<u8>, b: ArrayView2<u8>) -> u64 {
-    debug_assert_eq!(a.dim(), b.dim(), "masks of different sizes");
-    Zip::from(&a)
-        .and(&b)
-        .fold(0u64, |n, x, y| n + u64::from(x != y))
-}
 
 /// Accumulates the flicker of a mask sequence: over every pair of consecutive masks of
 /// one size, the changed pixels over the pixels compared. A mask of another size starts
@@ -40,13 +33,13 @@ fn changed_pixels(a: ArrayView2<u8>, b: ArrayView2<u8>) -> u64 {
 /// use ndarray::arr2;
 /// use segtool_runtime::FlickerMeter;
 /// let mut meter = FlickerMeter::new();
-/// meter.observe(arr2(&[[0u8, 1], [1, 1]]).view());
-/// meter.observe(arr2(&[[1u8, 1], [1, 1]]).view()); // one pixel of four changed
+/// meter.observe(&arr2(&[[0u8, 1], [1, 1]])); // a u8 or u16 label array, or a ClassMap
+/// meter.observe(&arr2(&[[1u8, 1], [1, 1]])); // one pixel of four changed
 /// assert_eq!(meter.flicker(), Some(0.25));
 /// ```
 #[derive(Clone, Debug, Default)]
 pub struct FlickerMeter {
-    previous: Option<Array2<u8>>,
+    previous: Option<ClassMap>,
     changed: u64,
     compared: u64,
     pairs: u64,
@@ -60,11 +53,13 @@ impl FlickerMeter {
 
     /// Adds the next mask; returns the share of its pixels that changed since the
     /// previous one (`None` for the first mask or after a size change).
-    pub fn observe(&mut self, mask: ArrayView2<u8>) -> Option<f64> {
+    pub fn observe<'a>(&mut self, mask: impl Into<ClassMapView<'a>>) -> Option<f64> {
+        let mask = mask.into();
         let share = match &self.previous {
             Some(prev) if prev.dim() == mask.dim() => {
-                let n = mask.len() as u64;
-                let changed = changed_pixels(prev.view(), mask);
+                let (h, w) = mask.dim();
+                let n = (h * w) as u64;
+                let changed = prev.view().changed(mask);
                 self.changed += changed;
                 self.compared += n;
                 self.pairs += 1;
@@ -76,9 +71,14 @@ impl FlickerMeter {
             }
             _ => None,
         };
-        match &mut self.previous {
-            Some(prev) if prev.dim() == mask.dim() => prev.assign(&mask),
-            slot => *slot = Some(mask.to_owned()),
+        match (&mut self.previous, mask) {
+            (Some(ClassMap::U8(prev)), ClassMapView::U8(m)) if prev.dim() == m.dim() => {
+                prev.assign(&m)
+            }
+            (Some(ClassMap::U16(prev)), ClassMapView::U16(m)) if prev.dim() == m.dim() => {
+                prev.assign(&m)
+            }
+            (slot, _) => *slot = Some(mask.to_owned()),
         }
         share
     }
@@ -112,7 +112,7 @@ impl FlickerMeter {
 /// let noisy = Array3::from_shape_vec((2, 1, 2), vec![0.6, 0.0, 0.4, 1.0]).unwrap();
 /// smoother.mask(steady.view(), 1, 2);
 /// let mask = smoother.mask(noisy.view(), 1, 2);
-/// assert_eq!(mask.as_slice().unwrap(), &[1, 1]); // the flip is smoothed away
+/// assert_eq!(mask.iter().collect::<Vec<_>>(), [1, 1]); // the flip is smoothed away
 /// ```
 #[derive(Clone, Debug)]
 pub struct TemporalSmoother {
@@ -159,35 +159,36 @@ impl TemporalSmoother {
 
     /// [`update`](Self::update), then the class map of the smoothed logits at
     /// `(height, width)` (nearest resize, as unsmoothed masks are made).
-    pub fn mask(&mut self, logits: ArrayView3<f32>, height: usize, width: usize) -> Array2<u8> {
+    /// `u8` ids up to 256 classes, `u16` above, as [`Segmentation::mask`](crate::Segmentation::mask).
+    pub fn mask(&mut self, logits: ArrayView3<f32>, height: usize, width: usize) -> ClassMap {
         let smoothed = self.update(logits);
-        let mask = argmax(smoothed.insert_axis(Axis(0)))
+        argmax(smoothed.insert_axis(Axis(0)))
             .pop()
-            .expect("one image");
-        resize_nearest(mask.view(), height, width)
+            .expect("one image")
+            .resized(height, width)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ndarray::{arr2, Array3};
+    use ndarray::{arr2, Array2, Array3};
 
     #[test]
     fn flicker_counts_changed_pixels_over_pairs() {
         let mut m = FlickerMeter::new();
-        assert_eq!(m.observe(arr2(&[[0u8, 1], [1, 1]]).view()), None);
-        assert_eq!(m.observe(arr2(&[[0u8, 1], [1, 0]]).view()), Some(0.25));
-        assert_eq!(m.observe(arr2(&[[1u8, 0], [0, 1]]).view()), Some(1.0));
+        assert_eq!(m.observe(&arr2(&[[0u8, 1], [1, 1]])), None);
+        assert_eq!(m.observe(&arr2(&[[0u8, 1], [1, 0]])), Some(0.25));
+        // A 16-bit map of the same ids compares by id.
+        assert_eq!(m.observe(&arr2(&[[1u16, 0], [0, 1]])), Some(1.0));
         assert_eq!(m.flicker(), Some(5.0 / 8.0));
         assert_eq!(m.pairs(), 2);
         // Another size: no pair across it.
-        assert_eq!(m.observe(arr2(&[[0u8, 1, 2]]).view()), None);
+        assert_eq!(m.observe(&arr2(&[[0u8, 1, 2]])), None);
         assert_eq!(m.pairs(), 2);
-        assert_eq!(
-            changed_pixels(arr2(&[[1u8, 2]]).view(), arr2(&[[1u8, 3]]).view()),
-            1
-        );
+        // u8 ids then u16 ids of one size: a pair.
+        assert_eq!(m.observe(&arr2(&[[0u16, 300, 2]])), Some(1.0 / 3.0));
+        assert_eq!(m.observe(&arr2(&[[0u16, 300, 2]])), Some(0.0));
     }
 
     #[test]
@@ -195,16 +196,19 @@ mod tests {
         let a = Array3::from_shape_vec((2, 1, 1), vec![1.0f32, 0.0]).unwrap();
         let b = Array3::from_shape_vec((2, 1, 1), vec![0.0f32, 1.0]).unwrap();
         let mut s = TemporalSmoother::new(0.6).unwrap();
-        assert_eq!(s.mask(a.view(), 1, 1)[[0, 0]], 0);
+        assert_eq!(s.mask(a.view(), 1, 1).get((0, 0)), Some(0));
         // 0.6 * 1 + 0.4 * 0 = 0.6 against 0.4: the history still wins.
         let smoothed = s.update(b.view()).to_owned();
         assert!(
             (smoothed[[0, 0, 0]] - 0.6).abs() < 1e-6 && (smoothed[[1, 0, 0]] - 0.4).abs() < 1e-6
         );
-        assert_eq!(s.mask(b.view(), 2, 3), Array2::from_elem((2, 3), 1));
+        assert_eq!(
+            s.mask(b.view(), 2, 3),
+            ClassMap::U8(Array2::from_elem((2, 3), 1))
+        );
         let mut none = TemporalSmoother::new(0.0).unwrap();
         none.mask(a.view(), 1, 1);
-        assert_eq!(none.mask(b.view(), 1, 1)[[0, 0]], 1);
+        assert_eq!(none.mask(b.view(), 1, 1).get((0, 0)), Some(1));
         assert!(TemporalSmoother::new(1.0).is_err());
         assert!(TemporalSmoother::new(-0.1).is_err());
         assert!(TemporalSmoother::new(f32::NAN).is_err());

@@ -26,7 +26,7 @@ use tract_onnx::tract_hir::infer::Factoid;
 
 use crate::engine::{
     check_input_shape, check_mask_shape, check_nhwc_shape, check_output_shape, ensure_exists,
-    mask_to_u8, Engine,
+    mask_to_u16, Engine,
 };
 use crate::error::{Result, RuntimeError};
 use crate::io_contract::{EngineInput, EngineOutput, InputLayout, IoContract, OutputKind};
@@ -355,12 +355,12 @@ impl Engine for TractEngine {
             DatumType::U8 | DatumType::I32 | DatumType::I64 => {
                 let mask = match out.datum_type() {
                     DatumType::U8 => {
-                        mask_to_u8(out.to_plain_array_view::<u8>().expect("u8 tensor"))?
+                        mask_to_u16(out.to_plain_array_view::<u8>().expect("u8 tensor"))?
                     }
                     DatumType::I32 => {
-                        mask_to_u8(out.to_plain_array_view::<i32>().expect("i32 tensor"))?
+                        mask_to_u16(out.to_plain_array_view::<i32>().expect("i32 tensor"))?
                     }
-                    _ => mask_to_u8(out.to_plain_array_view::<i64>().expect("i64 tensor"))?,
+                    _ => mask_to_u16(out.to_plain_array_view::<i64>().expect("i64 tensor"))?,
                 };
                 check_mask_shape(n, mask.shape())?;
                 Ok(EngineOutput::Mask(mask))

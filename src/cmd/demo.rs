@@ -170,7 +170,7 @@ fn compare_engines(
     tch_logits: &[Vec<f32>],
     spec: &ModelSpec,
     rows: &mut Vec<Row>,
-) -> Result<Vec<ndarray::Array2<u8>>> {
+) -> Result<Vec<segtool_runtime::ClassMap>> {
     let mut overlays = None;
     for engine in [
         segtool_runtime::EngineKind::Ort,
@@ -254,7 +254,7 @@ fn run_engine(
     images: &[(RgbImage, image::GrayImage)],
     reference: &[Vec<f32>],
     spec: &ModelSpec,
-) -> Result<(Row, Vec<ndarray::Array2<u8>>)> {
+) -> Result<(Row, Vec<segtool_runtime::ClassMap>)> {
     let mut confusion = ConfusionMatrix::new(spec.num_classes());
     // Untimed first batch: tract builds its optimised plan for the input shape on the
     // first call (ONNX Runtime plans when the session opens), and both size their
@@ -276,7 +276,7 @@ fn run_engine(
             for (a, b) in logits.iter().zip(tch) {
                 max_diff = max_diff.max((a - b).abs() as f64);
             }
-            let pred: Vec<u8> = result.mask.iter().copied().collect();
+            let pred: Vec<u16> = result.mask.iter().collect();
             confusion.update(gt.as_raw(), &pred, IGNORE_LABEL);
             masks.push(result.mask);
         }
@@ -294,7 +294,7 @@ fn run_engine(
 fn write_overlays(
     dir: &Path,
     images: &[(RgbImage, image::GrayImage)],
-    masks: &[ndarray::Array2<u8>],
+    masks: &[segtool_runtime::ClassMap],
     spec: &ModelSpec,
 ) -> Result<()> {
     for (i, ((img, gt), mask)) in images.iter().zip(masks).take(8).enumerate() {

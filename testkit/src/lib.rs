@@ -165,6 +165,45 @@ pub fn tiny_model_file(dir: &std::path::Path) -> std::io::Result<std::path::Path
     Ok(path)
 }
 
+/// Columns of the colour grid of [`many_classes_model_bytes`]: class `c` sits at red
+/// level `c % GRID_COLUMNS` and green level `c / GRID_COLUMNS`.
+pub const GRID_COLUMNS: usize = 20;
+
+/// The red and green levels of the colour grid for `classes` classes.
+fn grid_levels(classes: usize) -> (usize, usize) {
+    (GRID_COLUMNS, classes.div_ceil(GRID_COLUMNS).max(2))
+}
+
+/// The pixel whose class is `class` in [`many_classes_model_bytes`] of `classes` classes
+/// (blue is free: any value gives the same class).
+pub fn many_classes_pixel(class: usize, classes: usize) -> [u8; 3] {
+    let (columns, rows) = grid_levels(classes);
+    let level = |i: usize, n: usize| ((i * 255) as f32 / (n - 1) as f32).round() as u8;
+    [
+        level(class % columns, columns),
+        level(class / columns, rows),
+        0,
+    ]
+}
+
+/// A [`tiny_model_bytes`] model of `classes` classes (more than 256 for 16-bit class maps)
+/// whose class is known from the colour: class `c` wins where the pixel is
+/// [`many_classes_pixel`]`(c, classes)`, by a wide margin (its logit is minus the squared
+/// distance of the normalised red and green to the class's grid point, up to a term
+/// every class shares), so every engine agrees on every pixel.
+pub fn many_classes_model_bytes(classes: usize) -> Vec<u8> {
+    let spec = tiny_spec(classes);
+    let (weights, bias): (Vec<[f32; 3]>, Vec<f32>) = (0..classes)
+        .map(|c| {
+            let px = many_classes_pixel(c, classes);
+            let norm = |k: usize| (f32::from(px[k]) / 255.0 - spec.mean[k]) / spec.std[k];
+            let (r, g) = (norm(0), norm(1));
+            ([2.0 * r, 2.0 * g, 0.0], -(r * r + g * g))
+        })
+        .unzip();
+    tiny_model_bytes(&spec, &weights, &bias)
+}
+
 /// A 3-class [`foreign_model_bytes`] file with the card it needs beside it (ImageNet-like
 /// mean and std), written as `dir/foreign.onnx` and `dir/card.toml`: a model from
 /// elsewhere for the front ends' card options. Returns `(model, card)`.

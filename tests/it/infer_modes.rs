@@ -257,7 +257,7 @@ fn sessions_sliding_windows_and_devices() {
             (img.height() as usize, img.width() as usize)
         );
         assert!(
-            masks[0].as_slice().unwrap() == labels[i].as_slice(),
+            masks[0].to_le_bytes() == labels[i].as_slice(),
             "sliding labels of {} differ from accuracy::segment",
             NAMES[i]
         );

@@ -235,7 +235,7 @@ fn accuracy_mode_matches_mmseg_test_loop() {
             let batch = &imgs[..names(setting).len()];
             let opts = options(setting);
             let (masks, _) = accuracy::segment(engine.as_mut(), &spec, batch, &opts).unwrap();
-            let (diff, total) = differing(d, setting, |i| masks[i].iter().copied().collect());
+            let (diff, total) = differing(d, setting, |i| masks[i].to_le_bytes());
             eprintln!(
                 "{} {setting}: {diff} of {total} pixels differ",
                 engine.name()

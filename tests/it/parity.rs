@@ -481,7 +481,7 @@ fn argmax_agreement(a: &ndarray::Array4<f32>, b: &ndarray::Array4<f32>) -> f64 {
     let same: usize = am
         .iter()
         .zip(&bm)
-        .map(|(x, y)| x.iter().zip(y).filter(|(p, q)| p == q).count())
+        .map(|(x, y)| x.iter().zip(y.iter()).filter(|(p, q)| p == q).count())
         .sum();
     let all: usize = am.iter().map(|m| m.len()).sum();
     same as f64 / all as f64

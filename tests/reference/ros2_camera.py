@@ -202,7 +202,9 @@ def main():
         for m in masks.take(N=64):
             if not isinstance(m, Image):
                 continue
-            arr = np.frombuffer(bytes(m.data), dtype=np.uint8).reshape(m.height, m.step)[:, : m.width]
+            # mono8, or mono16 (little-endian) from a model of more than 256 classes
+            dtype = np.dtype("<u2") if m.encoding == "mono16" else np.dtype(np.uint8)
+            arr = np.frombuffer(bytes(m.data), dtype=dtype).reshape(m.height, m.step // dtype.itemsize)[:, : m.width]
             np.save(os.path.join(a.out, "masks", f"{m.header.stamp.sec}_{m.header.stamp.nanosec}.npy"), arr)
             received.append({"sec": m.header.stamp.sec, "nanosec": m.header.stamp.nanosec,
                              "frame_id": m.header.frame_id, "encoding": m.encoding,

@@ -68,7 +68,7 @@ fn rust_class_map(builder: segtool_runtime::SegmenterBuilder) -> Vec<u8> {
     let mut seg = builder.engine(EngineKind::Tract).open().unwrap();
     let mask = seg.segment(&synthetic_image()).unwrap().mask;
     assert_eq!(mask.dim(), (H as usize, W as usize));
-    mask.iter().copied().collect()
+    mask.to_le_bytes()
 }
 
 /// Compiles segment.c once per test process; returns the executable.

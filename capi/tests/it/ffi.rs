@@ -96,9 +96,7 @@ fn results_equal_segmenter_for_packed_and_padded_rows() {
         .segment(&img)
         .unwrap()
         .mask
-        .iter()
-        .copied()
-        .collect();
+        .to_le_bytes();
     assert_eq!(segment(f.seg, &img, 0), expected);
     assert_eq!(segment(f.seg, &img, 6 * 3), expected);
     assert_eq!(segment(f.seg, &img, 6 * 3 + 7), expected);
@@ -244,7 +242,7 @@ fn a_hugging_face_mask_classification_folder_opens_by_folder() {
         let img = image::open(dir.path().join(format!("images/{name}.png")))
             .unwrap()
             .to_rgb8();
-        let expected: Vec<u8> = rust.segment(&img).unwrap().mask.iter().copied().collect();
+        let expected: Vec<u8> = rust.segment(&img).unwrap().mask.to_le_bytes();
         assert_eq!(segment(seg, &img, 0), expected, "{name}");
     }
     unsafe { segtool_close(seg) };
@@ -399,4 +397,62 @@ fn every_option_arrives_and_is_reported() {
     let st = unsafe { segtool_open(f.path.as_ptr(), &opts, &mut seg) };
     assert_eq!(st, segtool_status::SEGTOOL_ERR_INVALID_ARGUMENT);
     assert!(last_error().contains("option hint"), "{}", last_error());
+}
+
+/// A 300-class model through the C ABI: `segtool_result_bits` says 16, the 8-bit map is
+/// NULL, and `segtool_result_class_map16` holds the ids the model's colour grid puts
+/// there (above 255 too); an 8-bit result reads the same ids widened.
+#[test]
+fn more_than_256_classes_give_a_16_bit_class_map() {
+    use segtool_testkit::{many_classes_model_bytes, many_classes_pixel};
+    let classes = 300;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("grid300.onnx");
+    std::fs::write(&path, many_classes_model_bytes(classes)).unwrap();
+    let path = CString::new(path.to_str().unwrap()).unwrap();
+    let mut opts = segtool_options_default();
+    opts.engine = SEGTOOL_ENGINE_TRACT;
+    let mut seg = ptr::null_mut();
+    let st = unsafe { segtool_open(path.as_ptr(), &opts, &mut seg) };
+    assert_eq!(st, segtool_status::SEGTOOL_OK, "{}", last_error());
+    assert_eq!(unsafe { segtool_num_classes(seg) }, classes as u32);
+    let (w, h) = (23u32, 13u32);
+    let want: Vec<u16> = (0..w * h)
+        .map(|i| ((i * 7 + 11) % classes as u32) as u16)
+        .collect();
+    assert!(want.iter().any(|&c| c > 255));
+    let img = RgbImage::from_fn(w, h, |x, y| {
+        Rgb(many_classes_pixel(
+            want[(y * w + x) as usize].into(),
+            classes,
+        ))
+    });
+    let mut res = ptr::null_mut();
+    let st = unsafe { segtool_segment(seg, img.as_raw().as_ptr(), w, h, 0, &mut res) };
+    assert_eq!(st, segtool_status::SEGTOOL_OK, "{}", last_error());
+    unsafe {
+        assert_eq!(segtool_result_bits(res), 16);
+        assert!(segtool_result_class_map(res).is_null());
+        let ids = std::slice::from_raw_parts(segtool_result_class_map16(res), (w * h) as usize);
+        assert_eq!(ids, &want[..]);
+        segtool_result_free(res);
+        segtool_close(seg);
+        assert_eq!(segtool_result_bits(ptr::null()), 0);
+        assert!(segtool_result_class_map16(ptr::null()).is_null());
+    }
+    // 8 bits: the same ids through either accessor.
+    let f = open_tract();
+    let img = image();
+    let (w, h) = img.dimensions();
+    let mut res = ptr::null_mut();
+    let st = unsafe { segtool_segment(f.seg, img.as_raw().as_ptr(), w, h, 0, &mut res) };
+    assert_eq!(st, segtool_status::SEGTOOL_OK, "{}", last_error());
+    unsafe {
+        assert_eq!(segtool_result_bits(res), 8);
+        let n = (w * h) as usize;
+        let narrow = std::slice::from_raw_parts(segtool_result_class_map(res), n);
+        let wide = std::slice::from_raw_parts(segtool_result_class_map16(res), n);
+        assert!(narrow.iter().zip(wide).all(|(&a, &b)| u16::from(a) == b));
+        segtool_result_free(res);
+    }
 }

@@ -8,24 +8,29 @@
 use gst::glib::translate::IntoGlibPtr;
 use gst_analytics::ffi;
 
-/// Attaches the class map `ids` (`width * height`, row-major, class ids below 256).
+/// Attaches the class map `ids` (GRAY8 for a model of at most 256 classes, GRAY16_LE
+/// above).
 pub fn attach(
     outbuf: &mut gst::BufferRef,
-    ids: &[u8],
-    width: u32,
-    height: u32,
+    ids: &segtool_runtime::ClassMap,
     classes: u32,
 ) -> Result<(), String> {
-    let mut mask = gst::Buffer::from_mut_slice(ids.to_vec());
+    let (height, width) = ids.dim();
+    let (width, height) = (width as u32, height as u32);
+    let format = match ids.bits() {
+        8 => gst_video::VideoFormat::Gray8,
+        _ => gst_video::VideoFormat::Gray16Le,
+    };
+    let mut mask = gst::Buffer::from_mut_slice(ids.to_le_bytes());
     gst_video::VideoMeta::add(
         mask.get_mut().expect("new buffer"),
         gst_video::VideoFrameFlags::empty(),
-        gst_video::VideoFormat::Gray8,
+        format,
         width,
         height,
     )
     .map_err(|e| format!("video meta of the segmentation mask: {e}"))?;
-    let mut region_ids: Vec<u32> = (0..classes.min(256)).collect();
+    let mut region_ids: Vec<u32> = (0..classes).collect();
     // SAFETY: `outbuf` is writable (we are building it); the relation meta is owned by
     // it; the mask buffer is handed over (transfer full) and `region_ids` is copied.
     unsafe {

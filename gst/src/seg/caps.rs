@@ -5,8 +5,7 @@ use gst::prelude::*;
 use gst_video::prelude::*;
 use gst_video::{VideoFormat, VideoFrameRef, VideoInfo};
 use image::RgbImage;
-use ndarray::Array2;
-use segtool_runtime::{Frame, PixelFormat};
+use segtool_runtime::{ClassMap, Frame, PixelFormat};
 
 use super::props::OutputMode;
 
@@ -18,9 +17,6 @@ pub const SINK_FORMATS: [VideoFormat; 5] = [
     VideoFormat::Bgrx,
     VideoFormat::Rgba,
 ];
-
-/// Class ids above this need GRAY16.
-pub const GRAY8_MAX_CLASSES: usize = 255;
 
 fn format_names(formats: &[VideoFormat]) -> gst::List {
     gst::List::new(formats.iter().map(|f| f.to_str().to_send_value()))
@@ -61,10 +57,11 @@ pub fn src_template() -> gst::PadTemplate {
     .expect("valid src template")
 }
 
-/// The mask format for `classes` (unknown before the model is open: both).
+/// The mask format for `classes` (unknown before the model is open: both): GRAY8 up to
+/// 256 classes, GRAY16_LE above, as the runtime's class maps hold 8 or 16 bits.
 pub fn mask_formats(classes: Option<usize>) -> Vec<VideoFormat> {
     match classes {
-        Some(c) if c > GRAY8_MAX_CLASSES => vec![VideoFormat::Gray16Le],
+        Some(c) if ClassMap::bits_for(c) == 16 => vec![VideoFormat::Gray16Le],
         Some(_) => vec![VideoFormat::Gray8],
         None => vec![VideoFormat::Gray8, VideoFormat::Gray16Le],
     }
@@ -180,9 +177,9 @@ pub fn write_rgb(
     Ok(())
 }
 
-/// Writes the class ids into a GRAY8 or GRAY16_LE frame.
+/// Writes the class ids into a GRAY8 (ids of at most 256 classes) or GRAY16_LE frame.
 pub fn write_mask(
-    mask: &Array2<u8>,
+    mask: &ClassMap,
     out: &mut VideoFrameRef<&mut gst::BufferRef>,
 ) -> Result<(), String> {
     let (w, h) = (out.width() as usize, out.height() as usize);
@@ -194,21 +191,27 @@ pub fn write_mask(
     let data = out
         .plane_data_mut(0)
         .map_err(|e| format!("mapping the output: {e}"))?;
-    for (y, ids) in mask.outer_iter().enumerate() {
-        let row = &mut data[y * stride..];
-        match format {
-            VideoFormat::Gray8 => {
-                for (d, &id) in row[..w].iter_mut().zip(ids.iter()) {
+    match (format, mask) {
+        (VideoFormat::Gray8, ClassMap::U8(ids)) => {
+            for (y, ids) in ids.outer_iter().enumerate() {
+                for (d, &id) in data[y * stride..][..w].iter_mut().zip(ids.iter()) {
                     *d = id;
                 }
             }
-            VideoFormat::Gray16Le => {
-                for (d, &id) in row[..2 * w].chunks_exact_mut(2).zip(ids.iter()) {
-                    d.copy_from_slice(&(id as u16).to_le_bytes());
+        }
+        (VideoFormat::Gray16Le, _) => {
+            let wide = match mask {
+                ClassMap::U16(ids) => std::borrow::Cow::Borrowed(ids),
+                ClassMap::U8(_) => std::borrow::Cow::Owned(mask.to_u16()),
+            };
+            for (y, ids) in wide.outer_iter().enumerate() {
+                let row = data[y * stride..][..2 * w].chunks_exact_mut(2);
+                for (d, id) in row.zip(ids.iter()) {
+                    d.copy_from_slice(&id.to_le_bytes());
                 }
             }
-            other => return Err(format!("mask output in {}", other.to_str())),
         }
+        (other, _) => return Err(format!("a {}-bit mask in {}", mask.bits(), other.to_str())),
     }
     Ok(())
 }

@@ -6,11 +6,11 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use image::RgbImage;
-use ndarray::{Array2, Array3};
 use segtool_model_spec::ModelSpec;
 use segtool_runtime::batching::{BatchConfig, BatchServer};
-use segtool_runtime::batching::{LatestStream, LiveFrame, Output};
+use segtool_runtime::batching::{LatestStream, LiveFrame};
 use segtool_runtime::expert::SegmenterExt;
+use segtool_runtime::{ClassMap, Segmentation};
 use segtool_runtime::{Segmenter, TemporalSmoother};
 
 use super::props::Settings;
@@ -55,12 +55,9 @@ pub struct LiveRunner {
     logits: bool,
 }
 
-/// One frame's answer: its class map at the frame's size, and its logits when the
-/// `logits` option asks for them.
-pub struct Answer {
-    pub mask: Array2<u8>,
-    pub logits: Option<Array3<f32>>,
-}
+/// One frame's answer: its class map at the frame's size (smoothed when asked), and its
+/// logits when the `logits` option asks for them.
+pub type Answer = Segmentation;
 
 /// Why the model could not be opened: (is it a missing file, message).
 pub struct OpenError {
@@ -176,7 +173,7 @@ impl SyncRunner {
             _ => out.mask,
         };
         let logits = out.logits.filter(|_| self.logits);
-        Ok(Answer { mask, logits })
+        Ok(Segmentation::new(mask, logits))
     }
 
     /// Forgets the smoothing history.
@@ -189,17 +186,14 @@ impl SyncRunner {
 
 /// An answered frame's class map, smoothed when `smoother` is set, and its logits when
 /// `logits`.
-fn answer(smoother: &mut Option<TemporalSmoother>, logits: bool, out: &mut Output) -> Answer {
+fn answer(smoother: &mut Option<TemporalSmoother>, logits: bool, out: &mut Segmentation) -> Answer {
     let (h, w) = out.mask.dim();
     let raw = out.logits.take();
     let mask = match (smoother, &raw) {
         (Some(sm), Some(l)) => sm.mask(l.view(), h, w),
-        _ => std::mem::take(&mut out.mask),
+        _ => std::mem::replace(&mut out.mask, ClassMap::U8(Default::default())),
     };
-    Answer {
-        mask,
-        logits: raw.filter(|_| logits),
-    }
+    Segmentation::new(mask, raw.filter(|_| logits))
 }
 
 impl LiveRunner {

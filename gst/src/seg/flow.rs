@@ -44,7 +44,7 @@ impl SegtoolSeg {
         rgb: &RgbImage,
         answer: Answer,
     ) -> Result<gst::Buffer, gst::FlowError> {
-        let Answer { mask, logits } = answer;
+        let Answer { mask, logits, .. } = answer;
         let (in_info, out_info) = match (&state.in_info, &state.out_info) {
             (Some(i), Some(o)) => (i.clone(), o.clone()),
             _ => return Err(gst::FlowError::NotNegotiated),
@@ -71,12 +71,12 @@ impl SegtoolSeg {
                 match output {
                     OutputMode::Mask => caps::write_mask(&mask, &mut frame),
                     OutputMode::Color => caps::write_rgb(
-                        &segtool_runtime::colorize(mask.view(), palette),
+                        &segtool_runtime::colorize(&mask, palette),
                         Some(&input),
                         &mut frame,
                     ),
                     OutputMode::Overlay => caps::write_rgb(
-                        &segtool_runtime::overlay(rgb, mask.view(), palette, alpha),
+                        &segtool_runtime::overlay(rgb, &mask, palette, alpha),
                         Some(&input),
                         &mut frame,
                     ),
@@ -91,20 +91,12 @@ impl SegtoolSeg {
                 gst::FlowError::Error
             })?;
             let classes = state.opened.spec.num_classes() as u32;
-            let map = ClassMap::new(
-                w as u32,
-                h as u32,
-                classes,
-                mask.into_raw_vec_and_offset().0,
-                index,
-            );
+            let map = ClassMap::new(w as u32, h as u32, classes, mask, index);
             #[cfg(feature = "analytics")]
-            super::analytics::attach(outbuf, &map.ids, map.width, map.height, classes).map_err(
-                |e| {
-                    gst::element_imp_error!(self, gst::StreamError::Failed, ("{e}"));
-                    gst::FlowError::Error
-                },
-            )?;
+            super::analytics::attach(outbuf, &map.ids, classes).map_err(|e| {
+                gst::element_imp_error!(self, gst::StreamError::Failed, ("{e}"));
+                gst::FlowError::Error
+            })?;
             map.attach(outbuf).map_err(|_| gst::FlowError::Error)?;
             if let Some(logits) = logits {
                 Logits::new(logits)

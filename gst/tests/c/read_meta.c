@@ -28,9 +28,9 @@ on_handoff (GstElement * sink, GstBuffer * buf, GstPad * pad, gpointer user)
     sum += n;
   }
   for (c = 0; c < map.width * map.height; c++)
-    direct += map.ids[c] == 0;
+    direct += gst_segtool_class_map_at (&map, c % map.width, c / map.width) == 0;
   printf (" sum_ok %d zeros_ok %d first %u\n", sum == (guint64) map.width * map.height,
-      direct == gst_segtool_class_map_count (&map, 0), map.ids[0]);
+      direct == gst_segtool_class_map_count (&map, 0), gst_segtool_class_map_at (&map, 0, 0));
 }
 
 int

@@ -83,7 +83,7 @@ fn c_reader_sees_the_rust_readers_class_maps() {
                 m.height,
                 m.classes,
                 counts.join(" "),
-                m.ids[0]
+                m.at(0, 0).unwrap()
             )
         })
         .collect();

@@ -15,6 +15,13 @@ use segtool_runtime::{colorize, overlay, EngineKind, Segmenter};
 
 use gstsegtool::meta::{ClassMap, Logits};
 
+/// The `u8` ids of a model of at most 256 classes.
+fn ids8(mask: segtool_runtime::ClassMap) -> Array2<u8> {
+    mask.as_u8()
+        .expect("at most 256 classes: u8 ids")
+        .to_owned()
+}
+
 const W: u32 = 24;
 const H: u32 = 16;
 const N: u32 = 4;
@@ -49,7 +56,7 @@ fn reference(
         .unwrap();
     let masks = frames
         .iter()
-        .map(|f| seg.segment(f).unwrap().mask)
+        .map(|f| ids8(seg.segment(f).unwrap().mask))
         .collect();
     (masks, seg.spec().clone())
 }
@@ -88,7 +95,7 @@ fn check_meta(buf: &gst::Buffer, mask: &Array2<u8>, classes: u32, frame: u64) {
         (map.width, map.height, map.classes, map.frame),
         (W, H, classes, frame)
     );
-    assert_eq!(map.ids, mask.iter().copied().collect::<Vec<u8>>());
+    assert_eq!(map.ids, segtool_runtime::ClassMap::from(mask.clone()));
     let mut counts = vec![0u64; classes as usize];
     for &id in mask {
         counts[id as usize] += 1;
@@ -183,10 +190,55 @@ fn ort_masks_equal_the_segmenter_in_every_mode() {
     all_modes(EngineKind::Ort);
 }
 
-/// More than 255 classes: GRAY16 class ids (little-endian), same values as the runtime.
+/// More than 256 classes: GRAY16 class ids (little-endian) and a 16-bit meta, the ids
+/// above 255 as the model's colour grid puts them; 256 classes still fit GRAY8.
 #[test]
 fn many_classes_give_gray16() {
     let dir = tempfile::tempdir().unwrap();
+    let classes = 300;
+    let model = dir.path().join("grid300.onnx");
+    std::fs::write(&model, segtool_testkit::many_classes_model_bytes(classes)).unwrap();
+    // Frame i shows classes (i * 97 + x + y * W) % 300 (ids 0..299 over the two frames).
+    let want: Vec<Array2<u16>> = (0..2)
+        .map(|i| {
+            Array2::from_shape_fn((H as usize, W as usize), |(y, x)| {
+                ((i * 97 + x + y * W as usize) % classes) as u16
+            })
+        })
+        .collect();
+    assert!(want.iter().flatten().any(|&c| c > 255), "ids above 255");
+    let frames: Vec<RgbImage> = want
+        .iter()
+        .map(|ids| {
+            RgbImage::from_fn(W, H, |x, y| {
+                let c = ids[[y as usize, x as usize]] as usize;
+                image::Rgb(segtool_testkit::many_classes_pixel(c, classes))
+            })
+        })
+        .collect();
+    let out = run(
+        &format!("model={} engine=tract output=mask", model.display()),
+        VideoFormat::Bgrx,
+        &frames,
+    );
+    for (i, (buf, want)) in out.iter().zip(&want).enumerate() {
+        let map = buf.map_readable().unwrap();
+        let ids: Vec<u16> = map
+            .as_slice()
+            .chunks_exact(2)
+            .map(|b| u16::from_le_bytes([b[0], b[1]]))
+            .collect();
+        assert_eq!(ids, want.iter().copied().collect::<Vec<_>>(), "frame {i}");
+        let meta = ClassMap::from_buffer(buf).expect("class-map meta");
+        assert_eq!(meta.ids, segtool_runtime::ClassMap::U16(want.clone()));
+        assert_eq!(meta.classes, classes as u32);
+        assert_eq!(
+            meta.at(W - 1, H - 1),
+            Some(want[[H as usize - 1, W as usize - 1]])
+        );
+        assert_eq!(meta.pixel_counts.iter().sum::<u64>(), (W * H) as u64);
+    }
+    // 256 classes: ids up to 255, one byte each.
     let model = common::tiny_model(dir.path(), 256);
     let frames: Vec<RgbImage> = (0..2).map(|i| common::frame(i + 7, W, H)).collect();
     let (masks, _) = reference(&model, EngineKind::Tract, &frames);
@@ -197,16 +249,7 @@ fn many_classes_give_gray16() {
     );
     for (i, (buf, mask)) in out.iter().zip(&masks).enumerate() {
         let map = buf.map_readable().unwrap();
-        let ids: Vec<u16> = map
-            .as_slice()
-            .chunks_exact(2)
-            .map(|b| u16::from_le_bytes([b[0], b[1]]))
-            .collect();
-        assert_eq!(
-            ids,
-            mask.iter().map(|&c| c as u16).collect::<Vec<_>>(),
-            "frame {i}"
-        );
+        assert_eq!(map.as_slice(), mask.as_slice().unwrap(), "frame {i}");
         check_meta(buf, mask, 256, i as u64);
     }
 }
@@ -260,7 +303,7 @@ fn live_counts_add_up_and_eos_drains() {
         );
         last = Some(map.frame);
         assert_eq!(
-            &map.ids[..],
+            map.ids.as_u8().unwrap().as_slice().unwrap(),
             masks[map.frame as usize].as_slice().unwrap(),
             "frame {}",
             map.frame
@@ -289,7 +332,7 @@ fn smoothing_and_accuracy_mode_equal_the_runtime() {
         .iter()
         .map(|f| {
             let out = seg.segment(f).unwrap();
-            smoother.mask(out.logits.unwrap().view(), H as usize, W as usize)
+            ids8(smoother.mask(out.logits.unwrap().view(), H as usize, W as usize))
         })
         .collect();
     let base = format!("model={} engine=tract output=mask", model.display());
@@ -317,7 +360,7 @@ fn smoothing_and_accuracy_mode_equal_the_runtime() {
             accuracy::segment(engine.as_mut(), &spec, std::slice::from_ref(f), &opts).unwrap();
         assert_eq!(
             buf.map_readable().unwrap().as_slice(),
-            masks[0].as_slice().unwrap(),
+            masks[0].as_u8().unwrap().as_slice().unwrap(),
             "accuracy-mode frame {i}"
         );
     }
@@ -404,7 +447,7 @@ fn fixed_size_models_get_resized_frames_and_frame_size_masks() {
             &frames,
         );
         for (i, (buf, f)) in out.iter().zip(&frames).enumerate() {
-            let want = seg.segment(f).unwrap().mask;
+            let want = ids8(seg.segment(f).unwrap().mask);
             assert_eq!(want.dim(), (H as usize, W as usize));
             assert_eq!(
                 buf.map_readable().unwrap().as_slice(),
@@ -440,7 +483,7 @@ fn a_foreign_model_is_served_through_the_card_property() {
         .unwrap();
     let masks: Vec<Array2<u8>> = frames
         .iter()
-        .map(|f| seg.segment(f).unwrap().mask)
+        .map(|f| ids8(seg.segment(f).unwrap().mask))
         .collect();
     assert!(
         masks.iter().any(|m| m.iter().any(|&c| c != m[[0, 0]])),

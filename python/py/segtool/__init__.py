@@ -4,7 +4,8 @@
     seg = segtool.Segmenter("model.onnx")          # ONNX Runtime, or tract when it is missing
     ok, frame = cv2.VideoCapture("clip.mp4").read()
     out = seg.segment(frame, color="bgr")          # OpenCV frames are BGR
-    out.mask                                       # HxW uint8 class map at the frame's size
+    out.mask                                       # HxW class map at the frame's size:
+                                                   # uint8, uint16 past 256 classes
 
 ONNX Runtime is found at run time, in this order: the file named by ``SEGTOOL_ORT_LIB``;
 the library bundled with the ``onnxruntime`` (or ``onnxruntime-gpu``) package, when it is

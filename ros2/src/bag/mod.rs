@@ -362,7 +362,6 @@ impl Conversion {
         let mut out = write::OutputBag::create(&options.output, options.compression)?;
         let channels = out.mask_channels(&topics)?;
         let render = Render {
-            classes: segmenter.spec().classes.len(),
             palette: segmenter.spec().palette.clone(),
             alpha: options.alpha,
         };

@@ -9,7 +9,6 @@ use std::sync::mpsc::{Receiver, SyncSender};
 use std::time::{Duration, Instant};
 
 use image::RgbImage;
-use ndarray::Array2;
 use segtool_runtime::progress::Progress;
 use segtool_runtime::Segmenter;
 
@@ -37,7 +36,7 @@ pub(super) enum Segmented {
         message: mcap::Message<'static>,
         header: Header,
         image: RgbImage,
-        mask: Array2<u8>,
+        mask: segtool_runtime::ClassMap,
     },
 }
 
@@ -210,7 +209,6 @@ impl Run<'_> {
 
 /// How masks are drawn.
 pub(super) struct Render {
-    pub(super) classes: usize,
     pub(super) palette: Vec<[u8; 3]>,
     pub(super) alpha: f32,
 }
@@ -237,10 +235,10 @@ pub(super) fn render_stage(render: &Render, rx: Receiver<Segmented>, tx: SyncSen
                 image,
                 mask,
             } => {
-                let class_mask = frames::class_mask(&header, &mask, render.classes);
-                let color = segtool_runtime::colorize(mask.view(), &render.palette);
+                let class_mask = frames::class_mask(&header, &mask);
+                let color = segtool_runtime::colorize(&mask, &render.palette);
                 let overlay =
-                    segtool_runtime::overlay(&image, mask.view(), &render.palette, render.alpha);
+                    segtool_runtime::overlay(&image, &mask, &render.palette, render.alpha);
                 let masks = [
                     msgs::encode(&class_mask),
                     msgs::encode(&frames::rgb_message(&header, &color)),

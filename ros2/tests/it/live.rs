@@ -115,6 +115,45 @@ fn npy_u8(path: &Path) -> (usize, usize, Vec<u8>) {
     (a.shape[0], a.shape[1], a.data)
 }
 
+/// A 300-class node: mono16 class masks, each the runtime's `Segmenter` on its frame (16-bit
+/// ids, above 255 on the camera's frames too).
+#[test]
+fn a_300_class_model_publishes_mono16() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = tmp.path().join("grid300.onnx");
+    std::fs::write(&model, segtool_testkit::many_classes_model_bytes(300)).unwrap();
+    let d = domain(9);
+    let node = NodeProcess::start(&model, d, &["--reliable"]);
+    let out = tmp.path().join("wide");
+    let summary = camera(&out, d, &["--frames", "4", "--rate", "10"]);
+    assert_eq!(summary["matched"], true, "discovery: {summary}");
+    let mut seg = Segmenter::builder(&model)
+        .engine(EngineKind::Tract)
+        .threads(1)
+        .open()
+        .unwrap();
+    let received = summary["received"].as_array().unwrap();
+    assert!(!received.is_empty(), "{summary}");
+    let mut above_255 = false;
+    for r in received {
+        assert_eq!(r["encoding"], "mono16", "{r}");
+        let (sec, nanosec) = (r["sec"].as_i64().unwrap(), r["nanosec"].as_i64().unwrap());
+        let frame = image::open(out.join(format!("frames/{}.png", sec - 1000)))
+            .unwrap()
+            .to_rgb8();
+        let want = seg.segment(&frame).unwrap().mask;
+        assert_eq!(want.bits(), 16);
+        let a = npy_file::read(&out.join(format!("masks/{sec}_{nanosec}.npy")));
+        assert!(a.header.contains("'<u2'"), "{}", a.header);
+        assert_eq!((a.shape[0], a.shape[1]), want.dim());
+        assert_eq!(a.data, want.to_le_bytes(), "mask of {sec}_{nanosec}");
+        above_255 |= want.iter().any(|c| c > 255);
+    }
+    assert!(above_255, "the camera's frames show classes above 255");
+    let (ok, stderr, _) = node.interrupt();
+    assert!(ok, "{stderr}");
+}
+
 /// Every received mask against the Segmenter on its frame; returns how many.
 fn check_masks(dir: &Path, summary: &Value, model: &Path, ext: &str) -> usize {
     let mut seg = Segmenter::builder(model)
@@ -135,11 +174,7 @@ fn check_masks(dir: &Path, summary: &Value, model: &Path, ext: &str) -> usize {
         let want = seg.segment(&frame).unwrap().mask;
         let (h, w, got) = npy_u8(&dir.join(format!("masks/{sec}_{nanosec}.npy")));
         assert_eq!((h, w), want.dim(), "mask size of frame {i}");
-        assert_eq!(
-            got,
-            want.iter().copied().collect::<Vec<_>>(),
-            "mask of frame {i}"
-        );
+        assert_eq!(got, want.to_le_bytes(), "mask of frame {i}");
     }
     received.len()
 }

@@ -8,9 +8,10 @@
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use super::{BatchError, Output};
+use super::BatchError;
+use crate::Segmentation;
 
-pub(crate) type Outcome = Result<Output, BatchError>;
+pub(crate) type Outcome = Result<Segmentation, BatchError>;
 
 /// Called after a [`Reply`] wrote its answer (a stream's wake-up). Never called while
 /// the batch queue's lock is held.
@@ -135,7 +136,8 @@ pub(crate) fn answered(id: u64, outcome: Outcome) -> Handle {
 }
 
 impl Handle {
-    /// The request's number, also in [`Output::id`]; increases with submission order.
+    /// The request's number, also in [`Served::id`](super::Served::id); increases with
+    /// submission order.
     pub fn id(&self) -> u64 {
         self.id
     }
@@ -146,7 +148,7 @@ impl Handle {
     }
 
     /// Blocks until the request is answered. Never hangs past the server's shutdown.
-    pub fn wait(self) -> Result<Output, BatchError> {
+    pub fn wait(self) -> Result<Segmentation, BatchError> {
         let mut value = self.slot.lock();
         loop {
             if let Some(outcome) = value.take() {
@@ -161,7 +163,10 @@ impl Handle {
     }
 
     /// Like [`wait`](Self::wait) but gives the handle back after `timeout`.
-    pub fn wait_timeout(self, timeout: Duration) -> Result<Result<Output, BatchError>, Handle> {
+    pub fn wait_timeout(
+        self,
+        timeout: Duration,
+    ) -> Result<Result<Segmentation, BatchError>, Handle> {
         let deadline = Instant::now() + timeout;
         let taken = {
             let mut value = self.slot.lock();
@@ -185,7 +190,7 @@ impl Handle {
     }
 
     /// The result if it is there, else the handle back: `Err(handle)` means "still running".
-    pub fn try_get(self) -> Result<Result<Output, BatchError>, Handle> {
+    pub fn try_get(self) -> Result<Result<Segmentation, BatchError>, Handle> {
         let taken = self.slot.lock().take();
         taken.ok_or(self)
     }

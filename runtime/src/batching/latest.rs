@@ -6,7 +6,8 @@ use std::time::{Duration, Instant};
 
 use super::handle::{Handle, Notify};
 use super::queue::Queue;
-use super::{BatchError, Input, Output};
+use super::{with_frame, BatchError, Input};
+use crate::Segmentation;
 
 /// Why a frame of a [`LatestStream`] got no mask.
 ///
@@ -61,8 +62,9 @@ impl std::fmt::Display for DropReason {
 /// ```
 #[derive(Debug)]
 pub enum LiveOutcome {
-    /// It ran: its mask (and logits when the server keeps them), [`Output::frame`] set.
-    Answered(Output),
+    /// It ran: its mask (and logits when the server keeps them), its
+    /// [`Served::frame`](super::Served::frame) set.
+    Answered(Segmentation),
     /// It never ran.
     Dropped(DropReason),
     /// It ran and failed (or the server shut down first).
@@ -105,7 +107,7 @@ pub struct LiveFrame {
 
 impl LiveFrame {
     /// The result, when the frame was answered.
-    pub fn output(&self) -> Option<&Output> {
+    pub fn output(&self) -> Option<&Segmentation> {
         match &self.outcome {
             LiveOutcome::Answered(out) => Some(out),
             _ => None,
@@ -113,7 +115,7 @@ impl LiveFrame {
     }
 
     /// The result, by value, when the frame was answered.
-    pub fn into_output(self) -> Option<Output> {
+    pub fn into_output(self) -> Option<Segmentation> {
         match self.outcome {
             LiveOutcome::Answered(out) => Some(out),
             _ => None,
@@ -563,14 +565,13 @@ impl Inner {
                     .unwrap_or_else(|_| unreachable!("ready handles stay ready"));
                 stats.pending -= 1;
                 e.fate = Fate::Known(match outcome {
-                    Ok(mut out) => {
-                        out.frame = Some(e.frame);
+                    Ok(out) => {
                         stats.answered += 1;
                         if latencies.len() == LATENCY_SAMPLES {
                             latencies.pop_front();
                         }
                         latencies.push_back(now.duration_since(e.submitted).as_secs_f64() * 1e3);
-                        LiveOutcome::Answered(out)
+                        LiveOutcome::Answered(with_frame(out, e.frame))
                     }
                     Err(BatchError::DeadlineExpired) => {
                         stats.expired += 1;

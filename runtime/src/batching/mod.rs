@@ -88,7 +88,8 @@
 //!     });
 //!     while let Some(result) = stream.next() {
 //!         let out = result?;
-//!         println!("frame {:?}: {:?} mask", out.frame, out.mask.dim());
+//!         let frame = out.served.and_then(|s| s.frame);
+//!         println!("frame {frame:?}: {:?} mask", out.mask.dim());
 //!     }
 //!     Ok(())
 //! })?;
@@ -107,10 +108,11 @@ mod stream;
 use std::time::Duration;
 
 use image::RgbImage;
-use ndarray::{Array2, Array3};
+use ndarray::Array3;
 
 use crate::error::RuntimeError;
 use crate::io_contract::Segmentation;
+pub use crate::io_contract::Served;
 
 pub use handle::Handle;
 pub use latest::{Backlog, DropReason, Latency, LatestStats, LatestStream, LiveFrame, LiveOutcome};
@@ -197,7 +199,7 @@ impl BatchConfig {
         self
     }
 
-    /// Also return each image's logits `(classes, h, w)` in [`Output::logits`].
+    /// Also return each image's logits `(classes, h, w)` in [`Segmentation::logits`].
     pub fn with_logits(mut self, keep: bool) -> Self {
         self.keep_logits = keep;
         self
@@ -285,48 +287,15 @@ impl From<Array3<f32>> for Input {
     }
 }
 
-/// One request's result.
-///
-/// # Example
-///
-/// ```no_run
-/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// use segtool_runtime::batching::{BatchConfig, BatchServer};
-/// use segtool_runtime::Segmenter;
-/// let server = BatchServer::open(&Segmenter::builder("model.onnx"), 2, BatchConfig::new())?;
-/// let out = server.submit(image::RgbImage::new(640, 480)).wait()?;
-/// assert_eq!(out.mask.dim(), (480, 640)); // (H, W) at the input's size
-/// println!("request {} ran on worker {} in a batch of {}", out.id, out.worker, out.batch_size);
-/// let colours = segtool_runtime::colorize(out.mask.view(), &server.spec().palette);
-/// # Ok(()) }
-/// ```
-#[derive(Clone, Debug)]
-pub struct Output {
-    /// The request's number, as returned by [`Handle::id`] (unique per server).
-    pub id: u64,
-    /// Frame index when the request came through an [`OrderedStream`].
-    pub frame: Option<u64>,
-    /// Class per pixel, `(H, W)` at the input's size.
-    pub mask: Array2<u8>,
-    /// Raw logits `(classes, h, w)` when [`BatchConfig::keep_logits`] is set.
-    pub logits: Option<Array3<f32>>,
-    /// Index of the worker (engine) that ran the request.
-    pub worker: usize,
-    /// Size of the batch the request ran in.
-    pub batch_size: usize,
-}
-
-impl Output {
-    /// The same mask and logits as [`Segmenter`](crate::Segmenter) returns them.
-    pub fn into_segmentation(self) -> Segmentation {
-        Segmentation {
-            mask: self.mask,
-            logits: self.logits,
-        }
+/// `seg` with its frame index set (a stream's answer).
+pub(crate) fn with_frame(mut seg: Segmentation, frame: u64) -> Segmentation {
+    if let Some(served) = &mut seg.served {
+        served.frame = Some(frame);
     }
+    seg
 }
 
-/// Why a request produced no [`Output`].
+/// Why a request produced no [`Segmentation`].
 ///
 /// # Example
 ///
@@ -442,7 +411,7 @@ impl std::fmt::Debug for QueueFull {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct WorkerStats {
     /// The worker's index: its engine's (or segmenter's) position in the list the
-    /// server was built from, as in [`Output::worker`].
+    /// server was built from, as in [`Served::worker`].
     pub worker: usize,
     /// [`Engine::name`](crate::Engine::name) of its engine (`onnxruntime`, `tract`).
     pub engine: String,

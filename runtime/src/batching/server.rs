@@ -11,7 +11,7 @@ use super::handle::{Handle, Outcome, Reply};
 use super::queue::{Job, Queue};
 use super::run::Inputs;
 use super::{
-    BatchConfig, BatchError, Input, LatestStream, MultiStream, OrderedStream, Output, QueueFull, Stats,
+    BatchConfig, BatchError, Input, LatestStream, MultiStream, OrderedStream, QueueFull, Served, Stats,
     WorkerStats,
 };
 use crate::card::ModelCard;
@@ -39,7 +39,8 @@ use crate::{Segmentation, Segmenter};
 /// let handles = server.submit_all(frames); // from any thread: `&BatchServer` is enough
 /// for handle in handles {
 ///     let out = handle.wait()?;
-///     println!("request {}: {:?} mask, batch of {}", out.id, out.mask.dim(), out.batch_size);
+///     let served = out.served.expect("a server's answer");
+///     println!("request {}: {:?} mask, batch of {}", served.id, out.mask.dim(), served.batch_size);
 /// }
 /// println!("mean batch size {:.1}", server.stats().mean_batch_size());
 /// # Ok(()) }
@@ -280,7 +281,7 @@ impl BatchServer {
     pub fn segment_all(&self, imgs: Vec<image::RgbImage>) -> Result<Vec<Segmentation>, BatchError> {
         self.submit_all(imgs)
             .into_iter()
-            .map(|h| h.wait().map(Output::into_segmentation))
+            .map(Handle::wait)
             .collect()
     }
 
@@ -434,14 +435,15 @@ impl Worker {
         }
     }
 
-    fn output(&self, id: u64, seg: Segmentation, batch_size: usize) -> Output {
-        Output {
-            id,
-            frame: None,
-            mask: seg.mask,
-            logits: seg.logits,
-            worker: self.index,
-            batch_size,
+    fn output(&self, id: u64, seg: Segmentation, batch_size: usize) -> Segmentation {
+        Segmentation {
+            served: Some(Served {
+                id,
+                frame: None,
+                worker: self.index,
+                batch_size,
+            }),
+            ..seg
         }
     }
 }

@@ -5,7 +5,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use super::handle::Handle;
 use super::queue::Queue;
-use super::{BatchError, Input, Output, QueueFull};
+use super::{with_frame, BatchError, Input, QueueFull};
+use crate::Segmentation;
 
 /// Frames in, results out **in frame order**, although the server's workers finish
 /// batches out of order (two GPUs, batches of different sizes).
@@ -13,7 +14,7 @@ use super::{BatchError, Input, Output, QueueFull};
 /// At most `window` frames are *in flight* (pushed, result not yet returned by
 /// [`next`](Self::next)): [`push`](Self::push) blocks beyond that, so memory stays
 /// bounded and a slow model throttles the producer. Every output carries its frame
-/// index in [`Output::frame`] (0, 1, 2, ... in push order).
+/// index in [`Served::frame`](super::Served::frame) (0, 1, 2, ... in push order).
 ///
 /// All methods take `&self`: the usual shape is a producer thread calling `push` and a
 /// consumer thread calling `next` (see the [module example](super)). In a single-thread
@@ -40,7 +41,8 @@ use super::{BatchError, Input, Output, QueueFull};
 ///     });
 ///     while let Some(out) = stream.next() {
 ///         let out = out.expect("segmented");
-///         println!("frame {:?}: {:?}", out.frame, out.mask.dim()); // 0, 1, 2, ...
+///         let frame = out.served.and_then(|s| s.frame); // 0, 1, 2, ...
+///         println!("frame {frame:?}: {:?}", out.mask.dim());
 ///     }
 /// });
 /// # Ok(()) }
@@ -154,7 +156,7 @@ impl OrderedStream {
     /// The next frame's result, waiting for it. `None` when nothing is in flight and
     /// [`finish`](Self::finish) was called; otherwise waits for the next push.
     #[allow(clippy::should_implement_trait)] // `&self`, shared with a producer thread
-    pub fn next(&self) -> Option<Result<Output, BatchError>> {
+    pub fn next(&self) -> Option<Result<Segmentation, BatchError>> {
         let _consumer = lock(&self.next_lock);
         let (index, handle) = {
             let mut st = lock(&self.state);
@@ -173,7 +175,7 @@ impl OrderedStream {
 
     /// The next frame's result if it is ready now (`None`: not ready, or nothing
     /// pushed). Never blocks on the model.
-    pub fn try_next(&self) -> Option<Result<Output, BatchError>> {
+    pub fn try_next(&self) -> Option<Result<Segmentation, BatchError>> {
         let _consumer = lock(&self.next_lock);
         let (index, handle) = {
             let mut st = lock(&self.state);
@@ -196,14 +198,11 @@ impl OrderedStream {
     fn collect(
         &self,
         index: u64,
-        outcome: Result<Output, BatchError>,
-    ) -> Result<Output, BatchError> {
+        outcome: Result<Segmentation, BatchError>,
+    ) -> Result<Segmentation, BatchError> {
         lock(&self.state).in_flight -= 1;
         self.changed.notify_all();
-        outcome.map(|mut out| {
-            out.frame = Some(index);
-            out
-        })
+        outcome.map(|out| with_frame(out, index))
     }
 }
 

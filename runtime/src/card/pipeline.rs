@@ -35,6 +35,7 @@ use segtool_onnx::card::{
     Restore,
 };
 
+use crate::class_map::ClassMap;
 use crate::engine::Engine;
 use crate::error::{Result, RuntimeError};
 use crate::frame::Frame;
@@ -508,7 +509,7 @@ pub(crate) fn prepare_frames(frames: &[Frame<'_>], card: &ModelCard) -> Result<E
 
 /// Checks the graph's answer for `n` images against `card`: the batch size, and its
 /// classes (as many score channels, one for a binary map; a class map's values below
-/// them; at most 256, for `u8` masks).
+/// them).
 pub fn check_output(output: &EngineOutput, n: usize, card: &ModelCard) -> Result<()> {
     let classes = card.num_classes();
     let wrong = |expected: String| RuntimeError::OutputShape {
@@ -520,11 +521,6 @@ pub fn check_output(output: &EngineOutput, n: usize, card: &ModelCard) -> Result
     };
     if output.len() != n {
         return Err(wrong(format!("one answer per image ({n})")));
-    }
-    if classes > 256 {
-        return Err(wrong(format!(
-            "at most 256 classes for a u8 mask (the card has {classes})"
-        )));
     }
     match (card.output.kind, output) {
         (OutputKind::Binary, EngineOutput::Logits(p)) if p.dim().1 != 1 => Err(wrong(
@@ -561,8 +557,9 @@ pub(crate) fn decode_checked(
     keep_logits: bool,
 ) -> Result<Vec<Segmentation>> {
     let (h, w) = geom.image;
+    let classes = card.num_classes();
     match (card.output.kind, output) {
-        (OutputKind::ClassMap, EngineOutput::Mask(m)) => Ok(m
+        (OutputKind::ClassMap, EngineOutput::Mask(m)) => m
             .outer_iter()
             .map(|plane| {
                 let (oy, ox) = geom.offset;
@@ -573,12 +570,14 @@ pub(crate) fn decode_checked(
                         ox.min(plane.dim().1)..(ox + geom.content.1).min(plane.dim().1)
                     ]),
                 };
-                Segmentation {
-                    mask: resize_nearest(plane, h, w),
-                    logits: None,
-                }
+                let mask = ClassMap::with_classes(resize_nearest(plane, h, w), classes)
+                    .ok_or_else(|| RuntimeError::OutputShape {
+                        expected: format!("class ids below {classes} (the card's classes)"),
+                        got: "a larger class id".into(),
+                    })?;
+                Ok(Segmentation::new(mask, None))
             })
-            .collect()),
+            .collect(),
         // A mask-classification head arrives as its semantic scores (card::mask_head).
         (
             OutputKind::Logits | OutputKind::Probabilities | OutputKind::MaskClassification,
@@ -589,10 +588,7 @@ pub(crate) fn decode_checked(
             Ok(masks
                 .into_iter()
                 .zip(scores.outer_iter())
-                .map(|(mask, s)| Segmentation {
-                    mask,
-                    logits: keep_logits.then(|| s.to_owned()),
-                })
+                .map(|(mask, s)| Segmentation::new(mask, keep_logits.then(|| s.to_owned())))
                 .collect())
         }
         (OutputKind::Binary, EngineOutput::Logits(p)) => {
@@ -603,9 +599,9 @@ pub(crate) fn decode_checked(
             let probs = to_image(p, card, geom);
             Ok(probs
                 .outer_iter()
-                .map(|plane| Segmentation {
-                    mask: plane.index_axis(Axis(0), 0).mapv(|v| u8::from(v > t)),
-                    logits: keep_logits.then(|| plane.to_owned()),
+                .map(|plane| {
+                    let mask = plane.index_axis(Axis(0), 0).mapv(|v| u8::from(v > t));
+                    Segmentation::new(mask, keep_logits.then(|| plane.to_owned()))
                 })
                 .collect())
         }

@@ -306,7 +306,10 @@ fn padding_and_fixed_sizes_follow_the_card() {
         .segment(&img)
         .unwrap()
         .mask;
-    assert!(plain.iter().any(|&c| c != plain[[0, 0]]), "several classes");
+    assert!(
+        plain.iter().any(|c| Some(c) != plain.get((0, 0))),
+        "several classes"
+    );
     let mut padded = open(card("size_divisor = 8\n"), crate::EngineKind::Tract, false);
     assert_eq!(padded.card().card.input.size_divisor, Some(8));
     assert_eq!(padded.segment(&img).unwrap().mask, plain);

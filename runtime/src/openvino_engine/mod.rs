@@ -22,7 +22,7 @@ use segtool_onnx::ModelIo;
 
 use self::ffi::{Element, Tensor};
 use crate::engine::Engine;
-use crate::engine::{check_input_shape, check_nhwc_shape, check_output_shape, mask_to_u8};
+use crate::engine::{check_input_shape, check_nhwc_shape, check_output_shape, mask_to_u16};
 use crate::error::{Result, RuntimeError};
 use crate::io_contract::{EngineInput, EngineOutput, InputLayout, IoContract, OutputKind};
 use crate::openvino::{Device, OpenVinoOptions, Precision};
@@ -199,9 +199,9 @@ impl OpenVinoEngine {
         };
         if self.contract.output == OutputKind::Mask {
             let mask = match element {
-                Some(Element::U8) => mask_to_u8(array(shape, tensor.to_vec::<u8>())?.view())?,
-                Some(Element::I32) => mask_to_u8(array(shape, tensor.to_vec::<i32>())?.view())?,
-                Some(Element::I64) => mask_to_u8(array(shape, tensor.to_vec::<i64>())?.view())?,
+                Some(Element::U8) => mask_to_u16(array(shape, tensor.to_vec::<u8>())?.view())?,
+                Some(Element::I32) => mask_to_u16(array(shape, tensor.to_vec::<i32>())?.view())?,
+                Some(Element::I64) => mask_to_u16(array(shape, tensor.to_vec::<i64>())?.view())?,
                 _ => return Err(wrong("a uint8, int32 or int64 class map")),
             };
             crate::engine::check_mask_shape(n, mask.shape())?;

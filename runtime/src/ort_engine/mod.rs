@@ -46,7 +46,7 @@ use ort::value::{TensorElementType, TensorRef};
 
 use crate::engine::{
     check_input_shape, check_mask_shape, check_nhwc_shape, check_output_shape, ensure_exists,
-    mask_to_u8, Engine,
+    mask_to_u16, Engine,
 };
 use crate::error::{Result, RuntimeError};
 use crate::io_contract::{EngineInput, EngineOutput, InputLayout, IoContract, OutputKind};
@@ -541,11 +541,11 @@ impl Engine for OrtEngine {
         let value = &outputs[self.output_name.as_str()];
         if self.contract.output == OutputKind::Mask {
             let mask = if let Ok(m) = value.try_extract_array::<u8>() {
-                mask_to_u8(m)?
+                mask_to_u16(m)?
             } else if let Ok(m) = value.try_extract_array::<i32>() {
-                mask_to_u8(m)?
+                mask_to_u16(m)?
             } else {
-                mask_to_u8(value.try_extract_array::<i64>().map_err(|e| {
+                mask_to_u16(value.try_extract_array::<i64>().map_err(|e| {
                     RuntimeError::OutputShape {
                         expected: "a uint8, int32 or int64 class map".into(),
                         got: e.to_string(),

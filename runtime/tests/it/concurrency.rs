@@ -28,7 +28,7 @@ use segtool_model_spec::ModelSpec;
 use segtool_runtime::batching::{BatchConfig, BatchServer};
 use segtool_runtime::{
     expert::{Engine, EngineInput, EngineOutput},
-    Result, RuntimeError,
+    ClassMap, Result, RuntimeError,
 };
 use segtool_testkit::tiny_spec;
 
@@ -70,11 +70,11 @@ fn image(id: usize, code: usize) -> RgbImage {
     })
 }
 
-fn expected_mask(id: usize, code: usize) -> Array2<u8> {
+fn expected_mask(id: usize, code: usize) -> ClassMap {
     let (h, w) = SIZES[code];
-    Array2::from_shape_fn((h as usize, w as usize), |(y, x)| {
+    ClassMap::from(Array2::from_shape_fn((h as usize, w as usize), |(y, x)| {
         digit(id, y * w as usize + x)
-    })
+    }))
 }
 
 /// Counters shared by the fake engines and the test.

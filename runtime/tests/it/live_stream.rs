@@ -16,7 +16,7 @@ use segtool_model_spec::ModelSpec;
 use segtool_runtime::batching::{BatchConfig, BatchError, BatchServer, DropReason, LiveOutcome};
 use segtool_runtime::{
     expert::{Engine, EngineInput, EngineOutput},
-    FlickerMeter, Result, TemporalSmoother,
+    ClassMap, FlickerMeter, Result, TemporalSmoother,
 };
 use segtool_testkit::tiny_spec;
 
@@ -170,8 +170,8 @@ fn newest_frame_at_3x_overload_keeps_latency_bounded_and_counts_drops() {
             match f.outcome {
                 LiveOutcome::Answered(out) => {
                     latencies.push(f.submitted.elapsed());
-                    assert_eq!(out.frame, Some(f.frame));
-                    assert!(out.mask.iter().all(|&c| u64::from(c) == f.frame % 16));
+                    assert_eq!(out.served.and_then(|s| s.frame), Some(f.frame));
+                    assert!(out.mask.iter().all(|c| u64::from(c) == f.frame % 16));
                     answered.push(f.frame);
                 }
                 LiveOutcome::Dropped(DropReason::Replaced) => dropped += 1,
@@ -232,7 +232,7 @@ fn ordered_at_3x_overload_answers_everything_in_order_and_latency_grows() {
         let mut done = Vec::new();
         while let Some(out) = stream.next() {
             let out = out.unwrap();
-            done.push((out.frame.unwrap(), Instant::now()));
+            done.push((out.served.and_then(|s| s.frame).unwrap(), Instant::now()));
         }
         assert_eq!(
             done.iter().map(|d| d.0).collect::<Vec<_>>(),
@@ -542,10 +542,11 @@ impl Engine for NoisyEngine {
     }
 }
 
-fn miou(truth: &[Array2<u8>], masks: &[Array2<u8>]) -> f64 {
+fn miou(truth: &[Array2<u8>], masks: &[ClassMap]) -> f64 {
     let mut cm = ConfusionMatrix::new(3);
     for (t, m) in truth.iter().zip(masks) {
-        cm.update(t.as_slice().unwrap(), m.as_slice().unwrap(), 255);
+        let m = m.as_u8().expect("3 classes: u8 ids");
+        cm.update(t.as_slice().unwrap(), m.as_slice().unwrap(), 255u8);
     }
     100.0 * cm.mean_iou()
 }
@@ -570,8 +571,8 @@ fn smoothing_lowers_flicker_on_a_panning_sequence_at_equal_miou() {
             let out = out.unwrap();
             let logits = out.logits.as_ref().expect("kept");
             let smoothed = smoother.mask(logits.view(), SH, SW);
-            raw_flicker.observe(out.mask.view());
-            smooth_flicker.observe(smoothed.view());
+            raw_flicker.observe(&out.mask);
+            smooth_flicker.observe(&smoothed);
             raw.push(out.mask);
             smooth.push(smoothed);
         }

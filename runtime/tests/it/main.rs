@@ -6,4 +6,5 @@
 mod concurrency;
 mod live_stream;
 mod multi_camera;
+mod many_classes;
 mod providers;

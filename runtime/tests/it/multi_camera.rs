@@ -134,7 +134,7 @@ fn four_cameras_at_twice_the_engine_rate_are_served_fairly() {
                     let c = CAMERAS.iter().position(|n| *n == f.source).unwrap();
                     let want = (c * 32 + (f.frame.frame % 32) as usize) as u8;
                     assert!(
-                        out.mask.iter().all(|&v| v == want),
+                        out.mask.iter().all(|v| v == u16::from(want)),
                         "{} frame {}",
                         f.source,
                         f.frame.frame

@@ -181,7 +181,10 @@ fn feed_ordered(server: &BatchServer, frames: &[RgbImage], pacer: &Pacer, n: usi
             match out {
                 Ok(out) => {
                     fed.last_answer = Instant::now();
-                    let i = out.frame.expect("stream frames are numbered") as usize;
+                    let i = out
+                        .served
+                        .and_then(|s| s.frame)
+                        .expect("stream frames are numbered") as usize;
                     let at = pacer.arrival(i).expect("pushed after its arrival");
                     fed.latencies.push(fed.last_answer - at);
                 }

@@ -68,8 +68,9 @@ pub struct Args {
     pub input: Vec<String>,
     /// Read raw rgb24 frames of WIDTHxHEIGHT from stdin until EOF (what
     /// `ffmpeg -i in.mp4 -f rawvideo -pix_fmt rgb24 -` writes). With `--out -` the class
-    /// maps go to stdout as raw uint8 (WIDTH*HEIGHT bytes per frame, in order); otherwise
-    /// PNGs frame_000000_mask.png ... go to --out.
+    /// maps go to stdout as raw uint8 (WIDTH*HEIGHT bytes per frame, in order), or as
+    /// uint16 little-endian (2*WIDTH*HEIGHT bytes) for a model of more than 256 classes;
+    /// otherwise PNGs frame_000000_mask.png ... go to --out.
     #[arg(long, value_name = "WxH", value_parser = crate::args::size::wxh, conflicts_with = "input")]
     pub raw: Option<Size>,
     /// Output folder: <name>_mask.png (palette colours) and <name>_overlay.png, plus
@@ -85,7 +86,8 @@ pub struct Args {
     /// Also write <name>_logits.npy: float32 little-endian, shape [classes, H, W].
     #[arg(long)]
     pub logits: bool,
-    /// Also write <name>_labels.png: 8-bit grey PNG of class indices.
+    /// Also write <name>_labels.png: grey PNG of class indices (8-bit; 16-bit for a model
+    /// of more than 256 classes).
     #[arg(long)]
     pub labels: bool,
     /// Skip <name>_overlay.png.
@@ -230,9 +232,6 @@ pub fn run(args: Args) -> Result<()> {
     };
     let (mut stage, spec, prepare, engine_desc) =
         open_stage(&args, batched, fixed_size, accuracy_opts)?;
-    if spec.num_classes() > 256 {
-        bail!("{} classes do not fit uint8 masks", spec.num_classes());
-    }
     let sink = args.sink();
 
     let bar = progress(

@@ -10,12 +10,12 @@ use std::sync::mpsc::{Receiver, Sender};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use image::{GrayImage, RgbImage};
+use image::{GrayImage, ImageBuffer, Luma, RgbImage};
 use indicatif::ProgressBar;
-use ndarray::{Array2, Array3, ArrayView3};
+use ndarray::{Array3, ArrayView3};
 use rayon::prelude::*;
 use segtool_model_spec::ModelSpec;
-use segtool_runtime::{colorize, overlay, FlickerMeter, DEFAULT_ALPHA};
+use segtool_runtime::{colorize, overlay, ClassMap, FlickerMeter, DEFAULT_ALPHA};
 
 use super::pipeline::{Results, Scored};
 
@@ -52,7 +52,8 @@ pub(super) enum Sink {
         labels: bool,
         logits: bool,
     },
-    /// Raw uint8 class maps, frame after frame.
+    /// Raw class maps, frame after frame: one byte a pixel for models of at most 256
+    /// classes, two (little-endian) above.
     Stdout,
 }
 
@@ -72,7 +73,7 @@ impl Sink {
         names: &[String],
         images: &[RgbImage],
         logits_of: &[Option<Array3<f32>>],
-        masks: &[Array2<u8>],
+        masks: &[ClassMap],
     ) -> Result<()> {
         let Sink::Folder {
             out,
@@ -107,12 +108,16 @@ impl Sink {
     }
 }
 
-/// Raw uint8 class maps, one after the other, flushed per batch.
-fn write_raw(stdout: &mut impl Write, masks: &[Array2<u8>]) -> Result<()> {
+/// Raw class maps, one after the other, flushed per batch: `u8` ids, or `u16`
+/// little-endian ones for a model of more than 256 classes.
+fn write_raw(stdout: &mut impl Write, masks: &[ClassMap]) -> Result<()> {
     for mask in masks {
-        let bytes = mask.as_slice().expect("standard layout");
+        let bytes = match mask.as_u8() {
+            Some(ids) => std::borrow::Cow::Borrowed(ids.to_slice().expect("standard layout")),
+            None => std::borrow::Cow::Owned(mask.to_le_bytes()),
+        };
         stdout
-            .write_all(bytes)
+            .write_all(&bytes)
             .context("writing class maps to stdout")?;
     }
     stdout.flush().context("writing class maps to stdout")
@@ -122,7 +127,7 @@ fn write_raw(stdout: &mut impl Write, masks: &[Array2<u8>]) -> Result<()> {
 /// (the pipeline's decoding stage, run here on the writer thread; a batch server's
 /// answers, waited for in input order; or a card model's segmentations).
 struct Answers {
-    done: Vec<(Array2<u8>, Option<Array3<f32>>)>,
+    done: Vec<(ClassMap, Option<Array3<f32>>)>,
 }
 
 impl Answers {
@@ -153,7 +158,7 @@ pub(super) fn write_files(
     out: &Path,
     name: &str,
     spec: &ModelSpec,
-    mask: &Array2<u8>,
+    mask: &ClassMap,
     overlay_on: Option<&RgbImage>,
     labels: bool,
     logits: Option<ArrayView3<f32>>,
@@ -164,28 +169,34 @@ pub(super) fn write_files(
             .with_context(|| format!("writing {}", path.display()))
     };
     let png = |img: image::DynamicImage| segtool_core::dataset::encode_png(&img);
-    write(
-        "mask.png",
-        &png(colorize(mask.view(), &spec.palette).into()),
-    )?;
+    write("mask.png", &png(colorize(mask, &spec.palette).into()))?;
     if let Some(img) = overlay_on {
-        let o = overlay(img, mask.view(), &spec.palette, DEFAULT_ALPHA);
+        let o = overlay(img, mask, &spec.palette, DEFAULT_ALPHA);
         write("overlay.png", &png(o.into()))?;
     }
     if labels {
-        let (h, w) = mask.dim();
-        let gray = GrayImage::from_raw(
-            w as u32,
-            h as u32,
-            mask.as_slice().expect("standard layout").to_vec(),
-        )
-        .expect("mask size");
-        write("labels.png", &png(gray.into()))?;
+        write("labels.png", &png(labels_image(mask)))?;
     }
     if let Some(scores) = logits {
         write("logits.npy", &npy_f32(scores))?;
     }
     Ok(())
+}
+
+/// The class indices as a grey image: 8 bits a pixel for a model of at most 256 classes,
+/// 16 above (what `_labels.png` holds).
+pub(super) fn labels_image(mask: &ClassMap) -> image::DynamicImage {
+    let (h, w) = mask.dim();
+    match mask {
+        ClassMap::U8(ids) => GrayImage::from_raw(w as u32, h as u32, ids.iter().copied().collect())
+            .expect("mask size")
+            .into(),
+        ClassMap::U16(ids) => {
+            ImageBuffer::<Luma<u16>, _>::from_raw(w as u32, h as u32, ids.iter().copied().collect())
+                .expect("mask size")
+                .into()
+        }
+    }
 }
 
 /// What the writer did: its busy time, and the masks' flicker (share of pixels whose
@@ -214,11 +225,11 @@ pub(super) fn write_results(
         let t0 = Instant::now();
         let n = scored.images.len();
         let answers = Answers::wait(scored.results, &scored.names)?;
-        let (masks, logits): (Vec<Array2<u8>>, Vec<Option<Array3<f32>>>) =
+        let (masks, logits): (Vec<ClassMap>, Vec<Option<Array3<f32>>>) =
             answers.done.into_iter().unzip();
         if let Some(meter) = &mut meter {
             for mask in &masks {
-                meter.observe(mask.view());
+                meter.observe(mask);
             }
         }
         match sink {

@@ -168,7 +168,7 @@ pub(super) fn run_live(args: &Args) -> Result<()> {
             meter.observe(mask.view());
             if to_stdout {
                 stdout.write_all(&frame.frame.to_le_bytes())?;
-                stdout.write_all(mask.as_slice().expect("standard layout"))?;
+                stdout.write_all(&mask.to_le_bytes())?;
                 stdout.flush()?;
             } else {
                 let logits = out.logits.as_ref().filter(|_| args.logits);
@@ -238,10 +238,6 @@ fn open_live(args: &Args, size: Size) -> Result<(Segmenter, Option<TemporalSmoot
         args.slot.max(1)
     );
     let desc = desc.trim_start_matches("engine ").to_string();
-    let spec = seg.spec().clone();
-    if spec.num_classes() > 256 {
-        bail!("{} classes do not fit uint8 masks", spec.num_classes());
-    }
     Ok((seg, smoother, desc))
 }
 

@@ -20,7 +20,7 @@ fn expected_png(seg: &mut Segmenter, path: &Path) -> Vec<u8> {
     let mask = seg.segment(&img).unwrap().mask;
     assert_eq!(mask.dim(), (img.height() as usize, img.width() as usize));
     let palette = &seg.spec().palette;
-    mask.iter().flat_map(|&c| palette[c as usize]).collect()
+    mask.iter().flat_map(|c| palette[c as usize]).collect()
 }
 
 #[test]

@@ -8,7 +8,6 @@ use std::process::{Command, Output};
 use std::sync::OnceLock;
 
 use image::RgbImage;
-use ndarray::Array2;
 use segtool_ros2::msgs::{self, Bytes, CompressedImage, Header, RosMessage, Time};
 use segtool_runtime::{EngineKind, Segmenter};
 use segtool_testkit::{tiny_model_bytes, tiny_spec};
@@ -197,13 +196,12 @@ pub fn segmenter(fx: &Fixture) -> Segmenter {
 
 /// The three masks the runtime itself makes of `frame`: class ids, colours, overlay.
 pub fn expected(seg: &mut Segmenter, frame: &RgbImage) -> [Vec<u8>; 3] {
-    let mask: Array2<u8> = seg.segment(frame).unwrap().mask;
+    let mask = seg.segment(frame).unwrap().mask;
     let palette = seg.spec().palette.clone();
     [
-        mask.iter().copied().collect(),
-        segtool_runtime::colorize(mask.view(), &palette).into_raw(),
-        segtool_runtime::overlay(frame, mask.view(), &palette, segtool_runtime::DEFAULT_ALPHA)
-            .into_raw(),
+        mask.to_le_bytes(),
+        segtool_runtime::colorize(&mask, &palette).into_raw(),
+        segtool_runtime::overlay(frame, &mask, &palette, segtool_runtime::DEFAULT_ALPHA).into_raw(),
     ]
 }
 

@@ -48,8 +48,9 @@ fn eight_threads_mixed_sizes_every_result_once_and_matching() {
                             let out = h.wait().unwrap_or_else(|e| panic!("request {id}: {e}"));
                             assert_eq!(out.mask, expected_mask(id, size_of(id)), "request {id}");
                             assert!(out.logits.is_none());
-                            assert!(out.batch_size >= 1 && out.batch_size <= 8);
-                            out.id
+                            let served = out.served.expect("a server's answer");
+                            assert!(served.batch_size >= 1 && served.batch_size <= 8);
+                            served.id
                         })
                         .collect::<Vec<u64>>()
                 })

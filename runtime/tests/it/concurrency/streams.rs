@@ -13,9 +13,9 @@ fn frame(i: usize) -> RgbImage {
     image(i, size_of(i))
 }
 
-fn check_frame(i: usize, out: std::result::Result<segtool_runtime::batching::Output, BatchError>) {
+fn check_frame(i: usize, out: std::result::Result<segtool_runtime::Segmentation, BatchError>) {
     let out = out.unwrap_or_else(|e| panic!("frame {i}: {e}"));
-    assert_eq!(out.frame, Some(i as u64));
+    assert_eq!(out.served.and_then(|s| s.frame), Some(i as u64));
     assert_eq!(out.mask, expected_mask(i, size_of(i)), "frame {i}");
 }
 

@@ -66,7 +66,7 @@ fn tract_sessions_match_segmenter() {
         let got = h.wait().unwrap();
         assert_eq!(got.mask, want.mask);
         assert_eq!(got.logits, want.logits);
-        assert_eq!(t.wait().unwrap().into_segmentation().mask, want.mask);
+        assert_eq!(t.wait().unwrap().mask, want.mask);
     }
     let all = server.segment_all(imgs.clone()).unwrap();
     assert_eq!(all.len(), imgs.len());
