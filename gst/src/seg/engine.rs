@@ -1,8 +1,11 @@
 //! The model behind the element: opened from the properties, run in the streaming
 //! thread (`live=false`: every frame, in order) or through the runtime's newest-frame
 //! [`LatestStream`] (`live=true`), with optional temporal smoothing and accuracy mode.
+//! With `model-instance-id` the model is shared ([`super::shared`]): the element is one
+//! source of the shared model's [`MultiStream`](segtool_runtime::batching::MultiStream).
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use image::RgbImage;
@@ -14,11 +17,14 @@ use segtool_runtime::{ClassMap, Segmentation};
 use segtool_runtime::{Segmenter, TemporalSmoother};
 
 use super::props::Settings;
+use super::shared::{self, JoinError, ModelInfo, SharedModel};
 
 /// An open model and what opening it found.
 pub struct Opened {
     pub runner: Runner,
     pub spec: ModelSpec,
+    /// The shared model's id and the element that opened it (None: the element's own).
+    pub shared: Option<(String, String)>,
     /// `engine/provider`, e.g. `ort/cpu`.
     pub provider: String,
     /// Each fallback taken while opening, as a sentence.
@@ -35,9 +41,23 @@ pub struct Opened {
 /// How frames reach the engine.
 pub enum Runner {
     /// Every frame, in order, in the streaming thread.
-    Sync(SyncRunner),
+    Sync(Box<SyncRunner>),
     /// Newest frame wins: a worker thread runs the model.
     Live(LiveRunner),
+    /// A model shared with other elements (`model-instance-id`): this element is one
+    /// source of its multi-camera stream, newest frame (`live`) or ordered.
+    Shared(SharedRunner),
+}
+
+impl Runner {
+    /// Frames may be dropped and wait for a busy engine (the latency reported is p99).
+    pub fn is_live(&self) -> bool {
+        match self {
+            Runner::Sync(_) => false,
+            Runner::Live(_) => true,
+            Runner::Shared(s) => !s.ordered,
+        }
+    }
 }
 
 pub struct SyncRunner {
@@ -59,18 +79,26 @@ pub struct LiveRunner {
 /// logits when the `logits` option asks for them.
 pub type Answer = Segmentation;
 
-/// Why the model could not be opened: (is it a missing file, message).
+/// Why the model could not be opened.
 pub struct OpenError {
+    /// The model file (or folder) is not there.
     pub missing: bool,
+    /// The element's properties disagree with the shared model's.
+    pub conflict: bool,
     pub message: String,
 }
 
 fn err(missing: bool, message: String) -> OpenError {
-    OpenError { missing, message }
+    OpenError {
+        missing,
+        conflict: false,
+        message,
+    }
 }
 
-/// Opens the model the settings name.
-pub fn open(settings: &Settings) -> Result<Opened, OpenError> {
+/// Opens the model the settings name; `element` (the element's name) names its source
+/// of a shared model.
+pub fn open(settings: &Settings, element: &str) -> Result<Opened, OpenError> {
     let path = match settings.model.as_deref() {
         Some(p) if !p.is_empty() => p.to_string(),
         _ => {
@@ -104,6 +132,46 @@ pub fn open(settings: &Settings) -> Result<Opened, OpenError> {
             "accuracy mode (protocol) runs frame by frame: set live=false".into(),
         ));
     }
+    let keep_logits = smoother.is_some() || options.logits;
+    if let Some(id) = settings.shared_id() {
+        if accuracy.is_some() {
+            return Err(bad(format!(
+                "accuracy mode (protocol) runs frame by frame on a model of its own: \
+                 unset model-instance-id ({id})"
+            )));
+        }
+        let model = shared::join(id, element, settings, keep_logits, || {
+            let seg = Segmenter::builder(&path)
+                .options(&options)
+                .and_then(|b| b.open())
+                .map_err(|e| bad(e.to_string()))?;
+            check_smoothing(&seg, smoother.is_some(), false).map_err(bad)?;
+            let info = ModelInfo::of(&seg).map_err(bad)?;
+            Ok((seg, info))
+        })
+        .map_err(|e| match e {
+            JoinError::Open(e) => e,
+            JoinError::Conflict(message) => OpenError {
+                missing: false,
+                conflict: true,
+                message,
+            },
+            JoinError::Server(message) => err(false, message),
+        })?;
+        let info = model.info.clone();
+        let runner =
+            SharedRunner::new(model, element, settings, smoother, options.logits).map_err(bad)?;
+        return Ok(Opened {
+            shared: Some((runner.model.id.clone(), runner.model.opened_by.clone())),
+            runner: Runner::Shared(runner),
+            spec: info.spec,
+            provider: info.provider,
+            fallbacks: info.fallbacks,
+            engine_choice: info.engine_choice,
+            options: info.options,
+            fixed: info.fixed,
+        });
+    }
     let mut seg = Segmenter::builder(&path)
         .options(&options)
         .and_then(|b| b.open())
@@ -112,21 +180,10 @@ pub fn open(settings: &Settings) -> Result<Opened, OpenError> {
     if let Some(opts) = accuracy {
         seg = seg.with_accuracy(opts).map_err(|e| bad(e.to_string()))?;
     }
-    let spec = seg.spec().clone();
-    let provider = format!("{}/{}", seg.engine().name(), seg.engine().provider());
-    let fallbacks = seg.fallbacks().iter().map(ToString::to_string).collect();
-    let engine_choice = seg.engine_choice().map(str::to_string);
-    let json = serde_json::to_string(seg.options())
-        .map_err(|e| bad(format!("the options as JSON: {e}")))?;
-    let fixed = seg.graph_size().map(|(h, w)| (w as u32, h as u32));
-    if smoother.is_some() && !seg.contract().is_plain() && !accuracy_mode {
-        let c = seg.contract();
-        if c.output != segtool_runtime::OutputKind::Logits {
-            return Err(bad("smoothing needs logits: export without --argmax".into()));
-        }
-    }
+    let info = ModelInfo::of(&seg).map_err(bad)?;
+    check_smoothing(&seg, smoother.is_some(), accuracy_mode).map_err(bad)?;
     let runner = if settings.live {
-        let config = BatchConfig::live(1, 1).with_logits(smoother.is_some() || options.logits);
+        let config = BatchConfig::live(1, 1).with_logits(keep_logits);
         let server =
             BatchServer::from_segmenters(config, vec![seg]).map_err(|e| bad(e.to_string()))?;
         let deadline =
@@ -140,21 +197,33 @@ pub fn open(settings: &Settings) -> Result<Opened, OpenError> {
             logits: options.logits,
         })
     } else {
-        Runner::Sync(SyncRunner {
-            seg: seg.with_logits(smoother.is_some() || options.logits),
+        Runner::Sync(Box::new(SyncRunner {
+            seg: seg.with_logits(keep_logits),
             smoother,
             logits: options.logits,
-        })
+        }))
     };
     Ok(Opened {
         runner,
-        spec,
-        provider,
-        fallbacks,
-        engine_choice,
-        options: json,
-        fixed,
+        shared: None,
+        spec: info.spec,
+        provider: info.provider,
+        fallbacks: info.fallbacks,
+        engine_choice: info.engine_choice,
+        options: info.options,
+        fixed: info.fixed,
     })
+}
+
+/// Smoothing averages logits: an export that answers class maps cannot be smoothed.
+fn check_smoothing(seg: &Segmenter, smoothing: bool, accuracy: bool) -> Result<(), String> {
+    if smoothing && !seg.contract().is_plain() && !accuracy {
+        let c = seg.contract();
+        if c.output != segtool_runtime::OutputKind::Logits {
+            return Err("smoothing needs logits: export without --argmax".into());
+        }
+    }
+    Ok(())
 }
 
 fn new_stream(server: &BatchServer, deadline: Option<Duration>) -> LatestStream {
@@ -232,5 +301,140 @@ impl LiveRunner {
         let t0 = Instant::now();
         self.server.submit(img).wait().map_err(|e| e.to_string())?;
         Ok(t0.elapsed())
+    }
+}
+
+/// One element's side of a shared model: its source of the model's multi-camera stream.
+pub struct SharedRunner {
+    pub model: Arc<SharedModel>,
+    /// The element's name: its sources are named after it.
+    element: String,
+    /// Its source now (a flush or an EOS finishes one and a later frame opens the next).
+    pub source: String,
+    /// Its source was finished (EOS): the next frame opens a fresh one.
+    finished: bool,
+    /// `live=false`: every frame, in order, answered before the next is taken.
+    pub ordered: bool,
+    deadline: Option<Duration>,
+    smoother: Option<TemporalSmoother>,
+    logits: bool,
+}
+
+impl SharedRunner {
+    fn new(
+        model: Arc<SharedModel>,
+        element: &str,
+        settings: &Settings,
+        smoother: Option<TemporalSmoother>,
+        logits: bool,
+    ) -> Result<Self, String> {
+        let ordered = !settings.live;
+        let source = model.add_source(element, ordered)?;
+        model.enter();
+        Ok(Self {
+            model,
+            element: element.to_string(),
+            source,
+            finished: false,
+            ordered,
+            deadline: (settings.live && settings.deadline_ms > 0)
+                .then(|| Duration::from_millis(settings.deadline_ms as u64)),
+            smoother,
+            logits,
+        })
+    }
+
+    /// Submits a frame to the element's source (never waits for the model, but an
+    /// ordered source waits for room); returns its index in the source.
+    pub fn submit(&mut self, img: RgbImage) -> Result<u64, String> {
+        if self.finished {
+            self.reopen()?;
+        }
+        let deadline = self.deadline.map(|d| Instant::now() + d);
+        self.model
+            .cameras
+            .submit_by(&self.source, img, deadline)
+            .map_err(|e| e.to_string())
+    }
+
+    /// Sets the deadline of later frames (live mode).
+    pub fn set_deadline(&mut self, deadline: Option<Duration>) {
+        if !self.ordered {
+            self.deadline = deadline;
+        }
+    }
+
+    /// The source's next outcome if it is known now.
+    pub fn try_next(&self) -> Option<LiveFrame> {
+        self.model
+            .cameras
+            .try_next_from(&self.source)
+            .ok()
+            .flatten()
+    }
+
+    /// The source's next outcome, waiting for it: call only with a frame in flight
+    /// (every submitted frame has one outcome). The multi-camera stream answers one
+    /// source without waiting only by asking (`try_next_from`): asked at short intervals.
+    pub fn next(&self) -> Option<LiveFrame> {
+        let mut pause = Duration::from_micros(20);
+        loop {
+            if let Some(frame) = self.try_next() {
+                return Some(frame);
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_micros(500));
+        }
+    }
+
+    /// The element's stream ended: its source takes no more frames.
+    pub fn finish(&mut self) {
+        let _ = self.model.cameras.finish_source(&self.source);
+        self.finished = true;
+    }
+
+    /// The answer of an answered frame (smoothed when asked, at the frame's size).
+    pub fn answer_of(&mut self, frame: &mut LiveFrame) -> Option<Answer> {
+        match &mut frame.outcome {
+            segtool_runtime::batching::LiveOutcome::Answered(out) => {
+                Some(answer(&mut self.smoother, self.logits, out))
+            }
+            _ => None,
+        }
+    }
+
+    /// Drops every frame not answered yet (a flush): the source is finished and a fresh
+    /// one opened.
+    pub fn reset(&mut self) -> Result<(), String> {
+        if let Some(sm) = &mut self.smoother {
+            sm.reset();
+        }
+        self.reopen()
+    }
+
+    fn reopen(&mut self) -> Result<(), String> {
+        let _ = self.model.cameras.finish_source(&self.source);
+        self.source = self.model.add_source(&self.element, self.ordered)?;
+        self.finished = false;
+        Ok(())
+    }
+
+    /// Runs one frame outside the element's source, waiting for it (the warm-up).
+    pub fn run_once(&self, img: RgbImage) -> Result<Duration, String> {
+        let t0 = Instant::now();
+        self.model
+            .server
+            .submit(img)
+            .wait()
+            .map_err(|e| e.to_string())?;
+        Ok(t0.elapsed())
+    }
+}
+
+impl Drop for SharedRunner {
+    /// A stopped element's source ends; the others go on.
+    fn drop(&mut self) {
+        let _ = self.model.cameras.finish_source(&self.source);
+        self.model.leave();
     }
 }

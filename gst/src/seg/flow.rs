@@ -27,7 +27,7 @@ impl SegtoolSeg {
     /// (frames wait for a free engine), else the median, before any frame the warm-up.
     pub(super) fn latency(&self) -> Duration {
         let (live, warmup) = match &*lock(&self.state) {
-            Some(s) => (matches!(s.opened.runner, Runner::Live(_)), s.warmup),
+            Some(s) => (s.opened.runner.is_live(), s.warmup),
             None => (false, None),
         };
         let stats = lock(&self.stats);
@@ -107,22 +107,40 @@ impl SegtoolSeg {
         Ok(out)
     }
 
-    /// Live mode: takes the fates the stream knows (waiting for all when `block`), queues
-    /// the answered frames' results and counts the dropped ones.
-    pub(super) fn collect(&self, state: &mut State, block: bool) -> Result<(), gst::FlowError> {
+    /// Live mode and a shared model: takes the fates the stream knows (waiting for every
+    /// frame in flight when `settle`), queues the answered frames' results and counts the
+    /// dropped ones.
+    pub(super) fn collect(&self, state: &mut State, settle: bool) -> Result<(), gst::FlowError> {
         loop {
-            let Runner::Live(live) = &mut state.opened.runner else {
+            if settle && state.in_flight.is_empty() {
                 return Ok(());
+            }
+            let (next, answer) = match &mut state.opened.runner {
+                Runner::Sync(_) => return Ok(()),
+                Runner::Live(live) => {
+                    let next = match settle {
+                        true => live.stream.next(),
+                        false => live.stream.try_next(),
+                    };
+                    let Some(mut frame) = next else {
+                        return Ok(());
+                    };
+                    let answer = live.answer_of(&mut frame);
+                    (frame, answer)
+                }
+                Runner::Shared(shared) => {
+                    let next = match settle {
+                        true => shared.next(),
+                        false => shared.try_next(),
+                    };
+                    let Some(mut frame) = next else {
+                        return Ok(());
+                    };
+                    let answer = shared.answer_of(&mut frame);
+                    (frame, answer)
+                }
             };
-            let next = if block {
-                live.stream.next()
-            } else {
-                live.stream.try_next()
-            };
-            let Some(mut frame) = next else {
-                return Ok(());
-            };
-            let answer = live.answer_of(&mut frame);
+            let frame = next;
             let Some((index, inbuf, rgb, _)) = state.in_flight.remove(&frame.frame) else {
                 continue;
             };
@@ -159,9 +177,15 @@ impl SegtoolSeg {
             let Some(state) = guard.as_mut() else {
                 return Ok(());
             };
-            let drained = match &state.opened.runner {
+            let drained = match &mut state.opened.runner {
                 Runner::Live(live) => {
                     live.stream.finish();
+                    self.collect(state, true)
+                }
+                // The element's source ends; the other elements' go on. A later frame
+                // (a seek back after EOS) opens a fresh source.
+                Runner::Shared(shared) => {
+                    shared.finish();
                     self.collect(state, true)
                 }
                 Runner::Sync(_) => Ok(()),
@@ -170,9 +194,26 @@ impl SegtoolSeg {
             // (a seek back after EOS).
             match &mut state.opened.runner {
                 Runner::Live(live) => live.reset(),
-                Runner::Sync(_) => {}
+                Runner::Shared(_) | Runner::Sync(_) => {}
             }
             drained?;
+            state.ready.drain(..).collect()
+        };
+        for buf in ready {
+            self.obj().src_pad().push(buf)?;
+        }
+        Ok(())
+    }
+
+    /// New caps on a running stream: waits for the frames in flight and pushes their
+    /// results (they render at the size they came with).
+    pub(super) fn settle(&self) -> Result<(), gst::FlowError> {
+        let ready: Vec<gst::Buffer> = {
+            let mut guard = lock(&self.state);
+            let Some(state) = guard.as_mut() else {
+                return Ok(());
+            };
+            self.collect(state, true)?;
             state.ready.drain(..).collect()
         };
         for buf in ready {
@@ -193,6 +234,18 @@ impl SegtoolSeg {
         match &mut state.opened.runner {
             Runner::Live(live) => live.reset(),
             Runner::Sync(sync) => sync.reset(),
+            Runner::Shared(shared) => {
+                if let Err(e) = shared.reset() {
+                    gst::element_imp_error!(
+                        self,
+                        gst::StreamError::Failed,
+                        ("model {}: after a flush: {e}", state.model)
+                    );
+                }
+                if let Some((_, name)) = &mut lock(&self.stats).shared {
+                    *name = shared.source.clone();
+                }
+            }
         }
         lock(&self.stats).flushed += lost;
     }

@@ -6,11 +6,14 @@
 //! frame runs at once in the streaming thread (one result per frame, in order). With
 //! `live` frames go to the runtime's newest-frame stream: a frame arriving while the
 //! engine is busy replaces the waiting one, which is dropped and counted, so the element
-//! keeps up with a live source at the engine's rate. EOS waits for the frames in flight
-//! and pushes their results; a flush discards them.
+//! keeps up with a live source at the engine's rate. With `model-instance-id` frames go
+//! to the element's source of a model shared with other elements (newest frame with
+//! `live`, else ordered: each frame answered before the next is taken), batched with
+//! theirs. EOS waits for the frames in flight and pushes their results; a flush
+//! discards them; new caps push the frames in flight before the size changes.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{LazyLock, Mutex, MutexGuard};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use gst::glib;
@@ -92,16 +95,12 @@ impl ObjectImpl for SegtoolSeg {
         // lock, then the settings'.
         if pspec.name() == "deadline-ms" {
             let deadline = (deadline_ms > 0).then(|| Duration::from_millis(deadline_ms as u64));
-            if let Some(State {
-                opened:
-                    Opened {
-                        runner: Runner::Live(live),
-                        ..
-                    },
-                ..
-            }) = &mut *lock(&self.state)
-            {
-                live.set_deadline(deadline);
+            if let Some(state) = &mut *lock(&self.state) {
+                match &mut state.opened.runner {
+                    Runner::Live(live) => live.set_deadline(deadline),
+                    Runner::Shared(shared) => shared.set_deadline(deadline),
+                    Runner::Sync(_) => {}
+                }
             }
         }
     }
@@ -147,9 +146,12 @@ impl BaseTransformImpl for SegtoolSeg {
     fn start(&self) -> Result<(), gst::ErrorMessage> {
         let settings = lock(&self.settings).clone();
         let model = settings.model.clone().unwrap_or_default();
-        let opened = engine::open(&settings).map_err(|e| {
+        let name = self.obj().name();
+        let opened = engine::open(&settings, &name).map_err(|e| {
             if e.missing {
                 gst::error_msg!(gst::ResourceError::NotFound, ("{}", e.message))
+            } else if e.conflict {
+                gst::error_msg!(gst::ResourceError::Settings, ("{}", e.message))
             } else {
                 gst::error_msg!(gst::ResourceError::OpenRead, ("{}", e.message))
             }
@@ -158,9 +160,12 @@ impl BaseTransformImpl for SegtoolSeg {
         let fixed = opened
             .fixed
             .map_or_else(String::new, |(w, h)| format!("{w}x{h}"));
+        let (shared_id, opened_by) = opened.shared.clone().unwrap_or_default();
         self.post(
             gst::Structure::builder("segtool-engine")
                 .field("model", &model)
+                .field("model-instance-id", shared_id)
+                .field("model-opened-by", opened_by)
                 .field("provider", &opened.provider)
                 .field("classes", opened.spec.num_classes() as u32)
                 .field("fixed-size", fixed)
@@ -180,7 +185,11 @@ impl BaseTransformImpl for SegtoolSeg {
                     .build(),
             );
         }
-        *lock(&self.stats) = Stats::new(opened.provider.clone());
+        let mut stats = Stats::new(opened.provider.clone());
+        if let Runner::Shared(shared) = &opened.runner {
+            stats.shared = Some((Arc::downgrade(&shared.model), shared.source.clone()));
+        }
+        *lock(&self.stats) = stats;
         *lock(&self.state) = Some(State {
             opened,
             model,
@@ -218,6 +227,10 @@ impl BaseTransformImpl for SegtoolSeg {
             .map_err(|_| gst::loggable_error!(CAT, "bad input caps {incaps}"))?;
         let out_info = VideoInfo::from_caps(outcaps)
             .map_err(|_| gst::loggable_error!(CAT, "bad output caps {outcaps}"))?;
+        // New caps mid-stream (a camera changing its size): the frames in flight are
+        // answered and pushed first, under the caps they came with.
+        self.settle()
+            .map_err(|flow| gst::loggable_error!(CAT, "pushing the frames in flight: {flow:?}"))?;
         let mut guard = lock(&self.state);
         let state = guard
             .as_mut()
@@ -255,6 +268,7 @@ impl BaseTransformImpl for SegtoolSeg {
                 r
             }
             Runner::Live(live) => live.run_once(probe),
+            Runner::Shared(shared) => shared.run_once(probe),
         };
         match warm {
             Ok(latency) => state.warmup = Some(latency),
@@ -370,6 +384,26 @@ impl BaseTransformImpl for SegtoolSeg {
                 state.in_flight.insert(id, (index, inbuf, rgb, t0));
                 self.collect(state, false)?;
             }
+            Runner::Shared(shared) => {
+                let id = shared.submit(input).map_err(|e| {
+                    gst::element_imp_error!(
+                        self,
+                        gst::StreamError::Failed,
+                        ("model {}: frame {index}: {e}", state.model)
+                    );
+                    gst::FlowError::Error
+                })?;
+                let (source, ordered) = (shared.source.clone(), shared.ordered);
+                if let Some((_, name)) = &mut lock(&self.stats).shared {
+                    if *name != source {
+                        *name = source;
+                    }
+                }
+                state.in_flight.insert(id, (index, inbuf, rgb, t0));
+                // Ordered: this frame is answered (batched with the other elements'
+                // frames) before the next is taken, as without a shared model.
+                self.collect(state, ordered)?;
+            }
         }
         drop(guard);
         self.report_drops(false);
@@ -385,7 +419,7 @@ impl BaseTransformImpl for SegtoolSeg {
             return Ok(GenerateOutputSuccess::NoOutput);
         };
         match state.opened.runner {
-            Runner::Live(_) => self.collect(state, false)?,
+            Runner::Live(_) | Runner::Shared(_) => self.collect(state, false)?,
             Runner::Sync(_) => {}
         }
         Ok(match state.ready.pop_front() {

@@ -1,7 +1,8 @@
 //! The `segtoolseg` element: a BaseTransform that segments each video frame.
 //!
 //! Modules: `props` (properties and settings), `caps` (templates, caps mapping, pixel
-//! conversions), `engine` (the model: streaming thread or newest-frame stream), `flow` (rendering,
+//! conversions), `engine` (the model: streaming thread, newest-frame stream, or a source of a
+//! shared model), `shared` (the models elements share by `model-instance-id`), `flow` (rendering,
 //! draining, flushing, bus reports), `stats`
 //! (counters and latencies), `imp` (the element's GStreamer side).
 
@@ -15,6 +16,7 @@ mod engine;
 mod flow;
 mod imp;
 mod props;
+mod shared;
 mod stats;
 
 pub use props::{EngineChoice, OutputMode};

@@ -95,7 +95,18 @@ pub struct Settings {
     pub smooth: f64,
     pub protocol: String,
     pub base_size: u32,
+    /// Elements with the same id share one model (empty: a model of its own).
+    pub model_instance_id: String,
+    /// A shared model's largest batch (frames of different elements in one run).
+    pub max_batch: u32,
+    /// How long a shared model's forming batch waits for other elements' frames.
+    pub max_wait_ms: u32,
 }
+
+/// A shared model's batches: at most 4 frames, formed within 2 ms (the runtime's
+/// default wait: a lone live camera loses at most that).
+pub const DEFAULT_MAX_BATCH: u32 = 4;
+pub const DEFAULT_MAX_WAIT_MS: u32 = 2;
 
 impl Default for Settings {
     fn default() -> Self {
@@ -119,11 +130,51 @@ impl Default for Settings {
             smooth: 0.0,
             protocol: String::new(),
             base_size: 0,
+            model_instance_id: String::new(),
+            max_batch: DEFAULT_MAX_BATCH,
+            max_wait_ms: DEFAULT_MAX_WAIT_MS,
         }
     }
 }
 
 impl Settings {
+    /// The `model-instance-id` this element shares its model under, if any.
+    pub fn shared_id(&self) -> Option<&str> {
+        Some(self.model_instance_id.trim()).filter(|id| !id.is_empty())
+    }
+
+    /// The properties that open the model and form its batches, by name, with their
+    /// values as a pipeline description writes them: elements sharing a
+    /// `model-instance-id` must agree on every one (paths are compared as the files
+    /// they name).
+    pub fn model_key(&self) -> Vec<(&'static str, String)> {
+        let path = |p: &Option<String>| {
+            let text = p.clone().unwrap_or_default();
+            match text.is_empty() {
+                true => text,
+                false => std::fs::canonicalize(&text)
+                    .map(|c| c.display().to_string())
+                    .unwrap_or(text),
+            }
+        };
+        vec![
+            ("model", path(&self.model)),
+            ("card", path(&self.card)),
+            ("engine", EngineKind::from(self.engine).as_str().to_string()),
+            ("providers", self.providers.clone()),
+            ("device", self.device.clone()),
+            ("precision", self.precision.clone()),
+            ("hint", self.hint.clone()),
+            ("streams", self.streams.to_string()),
+            ("threads", self.threads.to_string()),
+            ("strict", self.strict.to_string()),
+            ("fixed-size", self.fixed_size.trim().to_string()),
+            ("logits", self.logits.to_string()),
+            ("max-batch", self.max_batch.to_string()),
+            ("max-wait-ms", self.max_wait_ms.to_string()),
+        ]
+    }
+
     /// The runtime's options the properties say; a value that is not one is refused,
     /// naming the option.
     pub fn options(&self) -> Result<SegmenterOptions, RuntimeError> {
@@ -339,11 +390,43 @@ fn element_specs(d: &Settings) -> Vec<glib::ParamSpec> {
             .blurb("Accuracy mode, danet protocol: the long side at scale 1.0 (0: the frame's)")
             .default_value(d.base_size)
             .build(),
+        glib::ParamSpecString::builder("model-instance-id")
+            .nick("Model instance id")
+            .blurb(
+                "Elements with the same id share one model (one copy, one engine session) \
+                 and batch their frames together; they must agree on every property that \
+                 opens the model (model, card, engine, providers, device, precision, hint, \
+                 streams, threads, strict, fixed-size, logits, max-batch, max-wait-ms). \
+                 Empty: a model of this element's own",
+            )
+            .default_value(Some(""))
+            .build(),
+        glib::ParamSpecUInt::builder("max-batch")
+            .nick("Max batch")
+            .blurb(
+                "With model-instance-id: most frames in one run of the shared model, at \
+                 most one per element (the number of cameras is a good value)",
+            )
+            .minimum(1)
+            .maximum(256)
+            .default_value(d.max_batch)
+            .build(),
+        glib::ParamSpecUInt::builder("max-wait-ms")
+            .nick("Max wait (ms)")
+            .blurb(
+                "With model-instance-id: how long a frame may wait for the other elements' \
+                 frames to join its batch before the shared model runs (0: run at once)",
+            )
+            .maximum(10_000)
+            .default_value(d.max_wait_ms)
+            .build(),
         glib::ParamSpecBoxed::builder::<gst::Structure>("stats")
             .nick("Statistics")
             .blurb(
                 "segtool/stats: frames-in, answered, dropped, flushed, failed, \
-                 latency-p50-ms, latency-p99-ms, provider",
+                 latency-p50-ms, latency-p99-ms, provider; with model-instance-id also \
+                 model-instance-id, source, shared-elements, model-opened-by, model-opens, \
+                 engine-runs, largest-batch",
             )
             .read_only()
             .build(),
@@ -402,6 +485,14 @@ pub fn set(settings: &mut Settings, name: &str, value: &glib::Value) {
                 .unwrap_or_default()
         }
         "base-size" => settings.base_size = value.get().expect("type checked"),
+        "model-instance-id" => {
+            settings.model_instance_id = value
+                .get::<Option<String>>()
+                .expect("type checked")
+                .unwrap_or_default()
+        }
+        "max-batch" => settings.max_batch = value.get().expect("type checked"),
+        "max-wait-ms" => settings.max_wait_ms = value.get().expect("type checked"),
         _ => {}
     }
 }
@@ -428,6 +519,9 @@ pub fn get(settings: &Settings, name: &str) -> Option<glib::Value> {
         "smooth" => settings.smooth.to_value(),
         "protocol" => settings.protocol.to_value(),
         "base-size" => settings.base_size.to_value(),
+        "model-instance-id" => settings.model_instance_id.to_value(),
+        "max-batch" => settings.max_batch.to_value(),
+        "max-wait-ms" => settings.max_wait_ms.to_value(),
         _ => return None,
     })
 }

@@ -2,7 +2,10 @@
 //! reported on the bus.
 
 use std::collections::VecDeque;
+use std::sync::Weak;
 use std::time::Duration;
+
+use super::shared::SharedModel;
 
 /// Latencies kept for the percentiles (the newest ones).
 const WINDOW: usize = 1024;
@@ -27,6 +30,8 @@ pub struct Stats {
     pub provider: String,
     /// Drops already reported on the bus.
     pub dropped_reported: u64,
+    /// The shared model (`model-instance-id`) and the element's source in it.
+    pub shared: Option<(Weak<SharedModel>, String)>,
 }
 
 impl Stats {
@@ -61,7 +66,7 @@ impl Stats {
     /// The `stats` property's value.
     pub fn to_structure(&self) -> gst::Structure {
         let ms = |d: Option<Duration>| d.map_or(0.0, |d| d.as_secs_f64() * 1e3);
-        gst::Structure::builder("segtool/stats")
+        let mut s = gst::Structure::builder("segtool/stats")
             .field("frames-in", self.frames_in)
             .field("answered", self.answered)
             .field("dropped", self.dropped)
@@ -69,8 +74,21 @@ impl Stats {
             .field("failed", self.failed)
             .field("latency-p50-ms", ms(self.percentile(50.0)))
             .field("latency-p99-ms", ms(self.percentile(99.0)))
-            .field("provider", &self.provider)
-            .build()
+            .field("provider", &self.provider);
+        if let Some((model, source)) = &self.shared {
+            if let Some(model) = model.upgrade() {
+                let (runs, largest) = model.runs();
+                s = s
+                    .field("model-instance-id", &model.id)
+                    .field("source", source)
+                    .field("shared-elements", model.elements() as u32)
+                    .field("model-opened-by", &model.opened_by)
+                    .field("model-opens", model.opens)
+                    .field("engine-runs", runs)
+                    .field("largest-batch", largest as u32);
+            }
+        }
+        s.build()
     }
 }
 

@@ -66,6 +66,9 @@ fn gst_inspect_lists_the_element_and_its_properties() {
         "smooth",
         "protocol",
         "base-size",
+        "model-instance-id",
+        "max-batch",
+        "max-wait-ms",
         "stats",
     ] {
         assert!(
