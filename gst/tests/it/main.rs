@@ -3,7 +3,8 @@
 //! runs each module in a process of its own, as cargo ran the files; one module:
 //! `cargo test --test it -- MODULE::`.
 
-mod common;
 mod c_meta;
+mod common;
 mod harness;
 mod pipelines;
+mod shared;
