@@ -399,3 +399,25 @@ fn a_frame_size_change_mid_stream_is_served_at_the_new_size() {
         }
     }
 }
+
+/// The book's multi-camera `gst-launch-1.0` line, test sources for the cameras: four
+/// live elements named after their cameras on one model run to EOS.
+#[test]
+fn gst_launch_runs_four_cameras_on_one_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = common::tiny_model(dir.path(), 4);
+    let description: String = ["front", "left", "right", "rear"]
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            format!(
+                "videotestsrc num-buffers=10 pattern={i} ! video/x-raw,width={W},height={H} \
+                 ! videoconvert ! segtoolseg name={name} model={} model-instance-id=cams \
+                 max-batch=4 live=true engine=tract ! videoconvert ! fakesink sync=false ",
+                model.display()
+            )
+        })
+        .collect();
+    let out = common::gst_launch(&description, LIMIT);
+    assert!(out.status.success(), "{}", common::show(&out));
+}
