@@ -99,6 +99,16 @@ fn node_config(args: &Args, ros: &RosArgs, given: &Given) -> Result<NodeConfig> 
     if !(0.0..=1.0).contains(&alpha) {
         bail!("alpha must be from 0 to 1, not {alpha}");
     }
+    let image_topics = given
+        .strings("image_topics")
+        .map(<[String]>::to_vec)
+        .unwrap_or_default();
+    if !image_topics.is_empty() && given.string("input_topic").is_some() {
+        bail!(
+            "input_topic and image_topics are both given: input_topic names the one camera, \
+             image_topics several; give one of them"
+        );
+    }
     let defaults = Topics::default();
     let topic = |name: &str, default: String| given.string(name).map_or(default, str::to_string);
     let topics = Topics {
@@ -163,6 +173,7 @@ fn node_config(args: &Args, ros: &RosArgs, given: &Given) -> Result<NodeConfig> 
         ),
         ("reliable", Value::Bool(reliable)),
         ("input_topic", text(&topics.input)),
+        ("image_topics", Value::StringArray(image_topics.clone())),
         ("class_mask_topic", text(&topics.class_mask)),
         ("color_mask_topic", text(&topics.color_mask)),
         ("overlay_topic", text(&topics.overlay)),
@@ -172,16 +183,20 @@ fn node_config(args: &Args, ros: &RosArgs, given: &Given) -> Result<NodeConfig> 
         ("diagnostics_period", Value::Double(period)),
     ];
     debug_assert_eq!(parameters.len(), params::DECLARED.len());
-    Ok(NodeConfig {
+    let config = NodeConfig {
         name: args.name.clone(),
         ros: ros.clone(),
         domain_id: domain_id()?,
         transport,
         reliable,
         topics,
+        image_topics,
         parameters,
         live: std::sync::Arc::new(live),
-    })
+    };
+    // The topics checked before the model is opened: a bad list fails at once.
+    node::camera_topics(&config)?;
+    Ok(config)
 }
 
 pub fn run(args: Args, ros: RosArgs) -> Result<()> {
@@ -207,14 +222,26 @@ pub fn run(args: Args, ros: RosArgs) -> Result<()> {
     let stats = node::run(segmenter, &config, &STOP, &mut |event| match event {
         NodeEvent::Started {
             node,
-            input,
-            outputs,
+            cameras,
             domain_id,
-        } => eprintln!(
-            "node {node} (domain {domain_id}): {} ({engine}); {input} -> {}",
-            path.display(),
-            outputs.join(", ")
-        ),
+        } => match cameras.as_slice() {
+            [one] => eprintln!(
+                "node {node} (domain {domain_id}): {} ({engine}); {} -> {}",
+                path.display(),
+                one.input,
+                one.outputs.join(", ")
+            ),
+            several => {
+                eprintln!(
+                    "node {node} (domain {domain_id}): {} ({engine}); {} cameras, one model",
+                    path.display(),
+                    several.len()
+                );
+                for c in several {
+                    eprintln!("  {} -> {}", c.input, c.outputs.join(", "));
+                }
+            }
+        },
         NodeEvent::BadMessage {
             topic,
             cause,
@@ -232,6 +259,18 @@ pub fn run(args: Args, ros: RosArgs) -> Result<()> {
                 s.lost,
                 s.bad_total()
             );
+            for c in &s.cameras {
+                eprintln!(
+                    "  {}: answered {}, dropped {}, failed {}, pending {}; latency p50 {:.1} ms p99 {:.1} ms",
+                    c.topic,
+                    c.counts.answered,
+                    c.counts.dropped(),
+                    c.counts.failed,
+                    c.counts.pending,
+                    c.latency.p50_ms,
+                    c.latency.p99_ms
+                );
+            }
         }
     })?;
     eprintln!(

@@ -2,12 +2,15 @@
 //! answered, dropped, lost, bad messages (in all and per cause), provider, fallbacks and
 //! why, and the options the model was opened with.
 //! The figures a robot's `diagnostic_aggregator` or `rqt_runtime_monitor` shows.
+//! A node serving several cameras adds one status per camera: its topic, its counts
+//! (the runtime's `MultiStream` counts, exact) and its latency p50/p99.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use crate::msgs::{DiagnosticArray, DiagnosticStatus, Header, KeyValue, Time};
 
+use segtool_runtime::batching::{Latency, LatestStats};
 use segtool_runtime::expert::SegmenterExt;
 
 /// What the node has done so far.
@@ -38,6 +41,36 @@ pub struct NodeStats {
     /// them (and the parameters ask for them).
     pub color_masks: u64,
     pub overlays: u64,
+    /// Each camera's own figures when the node serves `image_topics`, in their order
+    /// (empty for the one camera of `input_topic`).
+    pub cameras: Vec<CameraStats>,
+}
+
+/// One camera's figures, of a node serving several.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CameraStats {
+    /// The camera's image topic.
+    pub topic: String,
+    /// Its messages taken off the bus (good and bad).
+    pub received: u64,
+    /// Its frames handed to the engine (received minus bad).
+    pub sent: u64,
+    /// Its messages the node never took (gaps in their publisher's sequence numbers).
+    pub lost: u64,
+    /// Its bad messages per cause.
+    pub bad: BTreeMap<String, u64>,
+    /// The runtime's counts of its frames: `submitted == answered + failed + replaced +
+    /// expired + rejected + pending`.
+    pub counts: LatestStats,
+    /// Arrival-to-answer latency of its recent answered frames.
+    pub latency: Latency,
+}
+
+impl CameraStats {
+    /// Its bad messages of every cause.
+    pub fn bad_total(&self) -> u64 {
+        self.bad.values().sum()
+    }
 }
 
 impl NodeStats {
@@ -166,18 +199,74 @@ pub fn message(node: &str, stats: &NodeStats, engine: &EngineStatus, now: Time) 
         (_, _, Some(why)) => (DiagnosticStatus::WARN, format!("fallback: {why}")),
         _ => (DiagnosticStatus::OK, "segmenting".to_string()),
     };
+    let mut status = vec![DiagnosticStatus {
+        level,
+        name: format!("{node}: segmentation"),
+        message,
+        hardware_id: provider.to_string(),
+        values,
+    }];
+    if !stats.cameras.is_empty() {
+        status[0]
+            .values
+            .push(kv("cameras", stats.cameras.len().to_string()));
+    }
+    status.extend(
+        stats
+            .cameras
+            .iter()
+            .map(|c| camera_status(node, c, provider)),
+    );
     DiagnosticArray {
         header: Header {
             stamp: now,
             frame_id: String::new(),
         },
-        status: vec![DiagnosticStatus {
-            level,
-            name: format!("{node}: segmentation"),
-            message,
-            hardware_id: provider.to_string(),
-            values,
-        }],
+        status,
+    }
+}
+
+/// One camera's status: named `<node>: camera <topic>`, its counts and latency.
+fn camera_status(node: &str, c: &CameraStats, provider: &str) -> DiagnosticStatus {
+    let kv = |key: &str, value: String| KeyValue {
+        key: key.into(),
+        value,
+    };
+    let n = &c.counts;
+    let mut values = vec![
+        kv("topic", c.topic.clone()),
+        kv("received", c.received.to_string()),
+        kv("sent", c.sent.to_string()),
+        kv("submitted", n.submitted.to_string()),
+        kv("answered", n.answered.to_string()),
+        kv("dropped", n.dropped().to_string()),
+        kv("replaced", n.replaced.to_string()),
+        kv("expired", n.expired.to_string()),
+        kv("rejected", n.rejected.to_string()),
+        kv("failed", n.failed.to_string()),
+        kv("pending", n.pending.to_string()),
+        kv("lost", c.lost.to_string()),
+        kv("bad_messages", c.bad_total().to_string()),
+        kv("latency_p50_ms", format!("{:.2}", c.latency.p50_ms)),
+        kv("latency_p99_ms", format!("{:.2}", c.latency.p99_ms)),
+        kv("latency_samples", c.latency.samples.to_string()),
+    ];
+    values.extend(
+        c.bad
+            .iter()
+            .map(|(cause, n)| kv(&format!("bad: {cause}"), n.to_string())),
+    );
+    let (level, message) = match (n.failed, c.bad_total()) {
+        (f, _) if f > 0 => (DiagnosticStatus::ERROR, format!("{f} frame(s) failed")),
+        (_, b) if b > 0 => (DiagnosticStatus::WARN, format!("{b} bad message(s)")),
+        _ => (DiagnosticStatus::OK, "segmenting".to_string()),
+    };
+    DiagnosticStatus {
+        level,
+        name: format!("{node}: camera {}", c.topic),
+        message,
+        hardware_id: provider.to_string(),
+        values,
     }
 }
 
@@ -221,6 +310,59 @@ mod tests {
             (get("color_masks_drawn"), get("overlays_drawn")),
             ("3".into(), "1".into())
         );
+    }
+
+    #[test]
+    fn each_camera_has_a_status_of_its_own() {
+        let camera = |topic: &str, answered, failed| CameraStats {
+            topic: topic.into(),
+            received: 5,
+            sent: 5,
+            counts: LatestStats {
+                submitted: 5,
+                answered,
+                failed,
+                replaced: 5 - answered - failed,
+                ..Default::default()
+            },
+            latency: Latency {
+                samples: answered as usize,
+                p50_ms: 12.0,
+                p99_ms: 30.5,
+            },
+            ..Default::default()
+        };
+        let stats = NodeStats {
+            cameras: vec![camera("/front/image", 4, 0), camera("/rear/image", 2, 1)],
+            ..Default::default()
+        };
+        let m = message("/seg", &stats, &EngineStatus::default(), Time::default());
+        assert_eq!(m.status.len(), 3);
+        let get = |s: &DiagnosticStatus, k: &str| {
+            s.values.iter().find(|v| v.key == k).unwrap().value.clone()
+        };
+        assert_eq!(get(&m.status[0], "cameras"), "2");
+        let (front, rear) = (&m.status[1], &m.status[2]);
+        assert_eq!(front.name, "/seg: camera /front/image");
+        assert_eq!(front.level, DiagnosticStatus::OK);
+        assert_eq!(get(front, "answered"), "4");
+        assert_eq!(get(front, "replaced"), "1");
+        assert_eq!(get(front, "dropped"), "1");
+        assert_eq!(get(front, "latency_p50_ms"), "12.00");
+        assert_eq!(get(front, "latency_p99_ms"), "30.50");
+        assert_eq!(rear.level, DiagnosticStatus::ERROR);
+        assert_eq!(
+            (get(rear, "failed"), get(rear, "pending")),
+            ("1".into(), "0".into())
+        );
+        // One camera of input_topic: one status, as ever.
+        let one = message(
+            "/seg",
+            &NodeStats::default(),
+            &EngineStatus::default(),
+            Time::default(),
+        );
+        assert_eq!(one.status.len(), 1);
     }
 
     #[test]

@@ -18,6 +18,8 @@ enum Cli {
     /// A live segmentation node: subscribes `image` (or `image/compressed`), publishes
     /// `class_mask`, `color_mask`, `overlay` and `/diagnostics`. ROS 2's own arguments go
     /// after `--ros-args` (`-r image:=/cam/image_raw -r __ns:=/seg -p model:=m.onnx`).
+    /// Several cameras, one model: `-p "image_topics:=[/front/image_raw, /rear/image_raw]"`
+    /// (each camera's outputs in `<its namespace>/<node name>/`).
     Node(cmd_node::Args),
     /// Segments every Image or CompressedImage of a topic of a ROS 2 bag (MCAP file or
     /// rosbag2 folder) into an MCAP bag of the three mask topics.

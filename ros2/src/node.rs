@@ -8,9 +8,16 @@
 //! - Publishes `class_mask`, `color_mask` and `overlay` (see [`crate::frames`]), each with
 //!   the camera message's header, and `/diagnostics` once a period
 //!   ([`crate::diagnostics`]).
+//! - Many cameras, one model ([`NodeConfig::image_topics`]): every camera topic is a
+//!   source of one [`MultiStream`] on one [`BatchServer`] (one model, one engine session;
+//!   each run takes at most one frame per camera), and each camera's outputs go to its
+//!   own namespace: for `/cam_front/image_raw`, `/cam_front/<node name>/class_mask` and
+//!   so on ([`camera_topics`] has the rule). `/diagnostics` then carries one status per
+//!   camera besides the node's. A camera that goes quiet never stalls the others.
 //! - QoS: sensor data (best effort, keep last 5, volatile) by default, reliable (keep
 //!   last 10) when asked, for the camera and the masks alike; `/diagnostics` reliable.
-//! - Newest frame wins: the runtime's [`LatestStream`] with one slot. A frame that waits
+//! - Newest frame wins: each camera a source of the runtime's [`MultiStream`] with one
+//!   slot ([`SourceConfig::newest`]; one camera alone is served as a `LatestStream` is). A frame that waits
 //!   while the engine is busy is replaced by the next and counted as dropped; nothing
 //!   queues without bound. Camera messages lost before the node took them (on the way,
 //!   or overwritten in a DDS history) are counted as lost, from the gaps in each
@@ -24,7 +31,7 @@
 //!
 //! The node adds no segmentation logic: the masks are the [`Segmenter`]'s.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -34,10 +41,12 @@ use ros2_client::dds::rustdds::mio1::{Events, Interest, Poll, Token};
 use ros2_client::dds::{Context, ContextOptions, Node, Publisher, Subscription};
 use ros2_client::qos::{Durability, History, Reliability, WhenFull};
 use ros2_client::{MessageInfo, MessageTypeName, Name, NodeName, QosProfile};
-use segtool_runtime::batching::{BatchConfig, LatestStream, LiveOutcome};
-use segtool_runtime::{batching::BatchServer, colorize, overlay, Segmenter, DEFAULT_ALPHA};
+use segtool_runtime::batching::{
+    BatchConfig, BatchServer, LiveOutcome, MultiStream, SourceConfig, SourceError, SourceFrame,
+};
+use segtool_runtime::{colorize, overlay, Segmenter, DEFAULT_ALPHA};
 
-use crate::diagnostics::{self, NodeStats, Window};
+use crate::diagnostics::{self, CameraStats, NodeStats, Window};
 use crate::frames::{self, BadFrame};
 use crate::msgs::{split_name, CompressedImage, DiagnosticArray, Header, Image, RosMessage, Time};
 use crate::param_services::{self, Live};
@@ -89,6 +98,10 @@ pub struct NodeConfig {
     /// Reliable QoS instead of sensor data.
     pub reliable: bool,
     pub topics: Topics,
+    /// Several camera topics served by one model (`image_topics`); empty: the one
+    /// camera topic of [`Topics::input`]. Each is resolved as the node's code writes it
+    /// (relative names in the node's namespace, remaps applied); see [`camera_topics`].
+    pub image_topics: Vec<String>,
     /// Every declared parameter with its value at start, offered through the parameter
     /// services ([`crate::param_services`]).
     pub parameters: Vec<(&'static str, Value)>,
@@ -106,6 +119,7 @@ impl Default for NodeConfig {
             transport: Transport::Raw,
             reliable: false,
             topics: Topics::default(),
+            image_topics: Vec::new(),
             parameters: Vec::new(),
             live: Arc::new(Live::new(DEFAULT_ALPHA, true, true, Duration::from_secs(1))),
         }
@@ -115,11 +129,10 @@ impl Default for NodeConfig {
 /// What the node reports while it runs.
 #[derive(Clone, Debug)]
 pub enum NodeEvent {
-    /// Subscribed and publishing: the resolved topic names.
+    /// Subscribed and publishing: each camera's resolved topic names.
     Started {
         node: String,
-        input: String,
-        outputs: [String; 3],
+        cameras: Vec<CameraTopics>,
         domain_id: u16,
     },
     /// The first bad message of a cause (later ones are only counted).
@@ -139,19 +152,151 @@ pub enum NodeError {
     Dds(String),
     #[error("topic name {name:?}: {reason}")]
     Name { name: String, reason: String },
+    /// A parameter the node cannot run with (`image_topics` and the output topics).
+    #[error("{0}")]
+    Parameter(String),
     #[error(transparent)]
     Batch(#[from] segtool_runtime::batching::BatchError),
+    #[error(transparent)]
+    Source(#[from] SourceError),
+}
+
+/// One camera's topics, resolved: the topic it comes on, what the node subscribes and
+/// where its outputs go.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CameraTopics {
+    /// The camera's image topic, resolved (its name in the diagnostics and the
+    /// [`MultiStream`]).
+    pub camera: String,
+    /// What the node subscribes: `camera`, or `camera/compressed`.
+    pub input: String,
+    /// `class_mask`, `color_mask` and `overlay`, resolved.
+    pub outputs: [String; 3],
+}
+
+/// The namespace a camera topic lives in: the topic without its last name
+/// (`/cam_front/image_raw` is in `/cam_front`; `/image` in `/`).
+pub fn camera_namespace(topic: &str) -> &str {
+    match topic.rfind('/') {
+        Some(0) | None => "/",
+        Some(at) => &topic[..at],
+    }
+}
+
+fn checked_name(name: &str) -> Result<(), NodeError> {
+    Name::parse(name).map(|_| ()).map_err(|e| NodeError::Name {
+        name: name.into(),
+        reason: format!("{e:?}"),
+    })
+}
+
+/// Every camera's topics, or why the configuration cannot run.
+///
+/// - One camera (`image_topics` empty): the camera is [`Topics::input`] and the outputs
+///   are [`Topics`]' names, each resolved in the node's namespace after remapping, as
+///   ever (`image` and `class_mask` in `/seg`: `/seg/image`, `/seg/class_mask`).
+/// - Several (`image_topics`): each entry resolved the same way is a camera; its outputs
+///   go under `<camera namespace>/<node name>/`, the output names relative to that
+///   (`/cam_front/image_raw` with node `segtool`: `/cam_front/segtool/class_mask`,
+///   `/cam_front/segtool/color_mask`, `/cam_front/segtool/overlay`), and a remap of that
+///   full name still applies. The output names must then be relative (an absolute one
+///   would be every camera's), two entries may not name one topic, and two cameras may
+///   not end up with one output topic (cameras in one namespace): each refused naming
+///   the entries.
+pub fn camera_topics(config: &NodeConfig) -> Result<Vec<CameraTopics>, NodeError> {
+    let ros = &config.ros;
+    let node = ros.node_name.clone().unwrap_or_else(|| config.name.clone());
+    let input_of = |camera: &str| match config.transport {
+        Transport::Raw => camera.to_string(),
+        // image_transport's convention: the image topic plus `/compressed`.
+        Transport::Compressed => format!("{camera}/compressed"),
+    };
+    let t = &config.topics;
+    let names = [
+        ("class_mask_topic", &t.class_mask),
+        ("color_mask_topic", &t.color_mask),
+        ("overlay_topic", &t.overlay),
+    ];
+    let cameras = if config.image_topics.is_empty() {
+        let camera = ros.resolve(&node, &t.input);
+        vec![CameraTopics {
+            input: input_of(&camera),
+            camera,
+            outputs: names.map(|(_, n)| ros.resolve(&node, n)),
+        }]
+    } else {
+        for (parameter, name) in names {
+            if name.starts_with('/') || name.starts_with('~') || name.trim().is_empty() {
+                return Err(NodeError::Parameter(format!(
+                    "{parameter} {name:?}: with image_topics each camera publishes its own                      under its namespace, so the name must be relative (such as the default,                      {:?})",
+                    match parameter {
+                        "class_mask_topic" => "class_mask",
+                        "color_mask_topic" => "color_mask",
+                        _ => "overlay",
+                    }
+                )));
+            }
+        }
+        let mut cameras: Vec<CameraTopics> = Vec::new();
+        let mut first: HashMap<String, (usize, &str)> = HashMap::new();
+        for (k, entry) in config.image_topics.iter().enumerate() {
+            if entry.trim().is_empty() {
+                return Err(NodeError::Parameter(format!(
+                    "image_topics[{k}] is empty: each entry is a camera's image topic, such                      as /cam_front/image_raw"
+                )));
+            }
+            let camera = ros.resolve(&node, entry);
+            if let Some((j, earlier)) = first.get(&camera) {
+                let how = match *earlier == entry.as_str() {
+                    true => String::new(),
+                    false => format!(" (as {earlier:?} and {entry:?})"),
+                };
+                return Err(NodeError::Parameter(format!(
+                    "image_topics: {camera} is given twice{how}, entries {j} and {k}: each                      camera once"
+                )));
+            }
+            first.insert(camera.clone(), (k, entry));
+            let base = match camera_namespace(&camera) {
+                "/" => format!("/{node}"),
+                ns => format!("{ns}/{node}"),
+            };
+            cameras.push(CameraTopics {
+                input: input_of(&camera),
+                outputs: names.map(|(_, n)| ros.resolve(&node, &format!("{base}/{n}"))),
+                camera,
+            });
+        }
+        let mut owner: HashMap<&str, &str> = HashMap::new();
+        for c in &cameras {
+            for out in &c.outputs {
+                if let Some(other) = owner.insert(out, &c.camera) {
+                    return Err(NodeError::Parameter(format!(
+                        "image_topics: {other} and {} would both publish {out} (outputs go                          to <camera namespace>/{node}/): give each camera a namespace of its                          own, such as /left/image_raw and /right/image_raw, or remap one                          camera's outputs",
+                        c.camera
+                    )));
+                }
+            }
+        }
+        cameras
+    };
+    for c in &cameras {
+        checked_name(&c.input)?;
+        for out in &c.outputs {
+            checked_name(out)?;
+        }
+    }
+    Ok(cameras)
 }
 
 fn dds(e: impl std::fmt::Debug) -> NodeError {
     NodeError::Dds(format!("{e:?}"))
 }
 
-/// A frame waiting for its mask: its header and pixels (for the overlay).
-/// Frames in the engine: their header, and their pixels while an overlay is wanted.
-type Waiting = Mutex<HashMap<u64, (Header, Option<RgbImage>)>>;
+/// Frames in the engine, by camera and frame index: their header, and their pixels while
+/// an overlay is wanted.
+type Waiting = Mutex<HashMap<(usize, u64), (Header, Option<RgbImage>)>>;
 
-/// The three mask publishers.
+/// One camera's three mask publishers.
 struct Outputs {
     class_mask: Publisher<Image>,
     color_mask: Publisher<Image>,
@@ -262,10 +407,10 @@ impl Camera {
         }
     }
 
-    fn register(&mut self, poll: &Poll) -> std::io::Result<()> {
+    fn register(&mut self, poll: &Poll, token: Token) -> std::io::Result<()> {
         match self {
-            Camera::Raw(s) => poll.registry().register(s, Token(0), Interest::READABLE),
-            Camera::Compressed(s) => poll.registry().register(s, Token(0), Interest::READABLE),
+            Camera::Raw(s) => poll.registry().register(s, token, Interest::READABLE),
+            Camera::Compressed(s) => poll.registry().register(s, token, Interest::READABLE),
         }
     }
 }
@@ -277,61 +422,89 @@ pub fn run(
     stop: &AtomicBool,
     on_event: &mut dyn FnMut(NodeEvent),
 ) -> Result<NodeStats, NodeError> {
-    let mut wired = connect(config)?;
+    let cameras = camera_topics(config)?;
+    let mut wired = connect(config, &cameras)?;
     let engine_status = diagnostics::EngineStatus::of(&segmenter);
     let spec = segmenter.spec().clone();
     let palette = spec.palette.clone();
-    let server = BatchServer::from_segmenters(BatchConfig::live(1, 1), vec![segmenter])?;
-    let stream = Arc::new(server.latest_stream(1));
+    // One engine session for every camera; a run takes at most one frame of each. For one
+    // camera this is `BatchConfig::live(1, 1)`: batches of one, started at once.
+    let n = cameras.len();
+    let batch = BatchConfig::new()
+        .with_max_batch(n)
+        .with_max_wait(Duration::ZERO)
+        .with_queue_capacity(2 * n);
+    let server = BatchServer::from_segmenters(batch, vec![segmenter])?;
+    let stream = Arc::new(server.multi_stream());
+    for c in &cameras {
+        stream.add_source(&c.camera, SourceConfig::newest())?;
+    }
     let waiting: Arc<Waiting> = Arc::default();
     let window = Arc::new(Mutex::new(Window::new()));
     on_event(NodeEvent::Started {
         node: wired.node_name.clone(),
-        input: wired.input.clone(),
-        outputs: wired.topics.clone(),
+        cameras: cameras.clone(),
         domain_id: config.domain_id,
     });
 
     let publisher_thread = {
         let (stream, waiting, window) = (stream.clone(), waiting.clone(), window.clone());
-        let outputs = wired.outputs.clone();
+        let outputs: Vec<Arc<Outputs>> = wired.cameras.iter().map(|c| c.outputs.clone()).collect();
+        let index: HashMap<String, usize> = cameras
+            .iter()
+            .enumerate()
+            .map(|(k, c)| (c.camera.clone(), k))
+            .collect();
         std::thread::Builder::new()
             .name("segtool-ros2-publish".into())
-            .spawn(move || publish_masks(&stream, &waiting, &window, &outputs, &palette))
+            .spawn(move || publish_masks(&stream, &index, &waiting, &window, &outputs, &palette))
             .map_err(|e| NodeError::Dds(format!("cannot start the publishing thread: {e}")))?
     };
 
-    let mut stats = serve(
+    let mut intake: Vec<Intake> = (0..n).map(|_| Intake::default()).collect();
+    let served = serve(
         &mut wired,
         &stream,
         &waiting,
         &window,
         &engine_status,
         config,
+        &mut intake,
         stop,
         on_event,
-    )?;
+    );
     stream.finish();
     let _ = publisher_thread.join();
-    refresh(&mut stats, &stream, &window);
+    let mut stats = served?;
+    refresh(&mut stats, &intake, &stream, &window, per_camera(config));
     drop(server);
     Ok(stats)
 }
 
-/// The node on the bus: its camera subscription, mask and diagnostics publishers, and
+/// The diagnostics carry a status per camera when the node serves `image_topics`.
+fn per_camera(config: &NodeConfig) -> bool {
+    !config.image_topics.is_empty()
+}
+
+/// One camera on the bus: its topics, subscription and publishers.
+struct WiredCamera {
+    topics: CameraTopics,
+    subscription: Camera,
+    outputs: Arc<Outputs>,
+}
+
+/// The node on the bus: its camera subscriptions, mask and diagnostics publishers, and
 /// the spinner that answers parameter services and counts matched subscribers.
 struct Wired {
     node: Node,
     node_name: String,
-    input: String,
-    topics: [String; 3],
-    camera: Camera,
-    outputs: Arc<Outputs>,
+    cameras: Vec<WiredCamera>,
     diagnostics: Publisher<DiagnosticArray>,
 }
 
-/// Creates the node, its topics (remapped and namespaced as rcl does) and the spinner.
-fn connect(config: &NodeConfig) -> Result<Wired, NodeError> {
+/// Creates the node, each camera's topics (resolved by [`camera_topics`]) and the
+/// spinner.
+fn connect(config: &NodeConfig, cameras: &[CameraTopics]) -> Result<Wired, NodeError> {
     let ros = &config.ros;
     let name = ros.node_name.clone().unwrap_or_else(|| config.name.clone());
     let context =
@@ -349,37 +522,35 @@ fn connect(config: &NodeConfig) -> Result<Wired, NodeError> {
         .map_err(dds)?;
     config.live.set_running();
     let qos = qos(config.reliable);
-    // image_transport's convention: the compressed topic is the (remapped) image topic
-    // plus `/compressed`.
-    let input = match config.transport {
-        Transport::Raw => ros.resolve(&name, &config.topics.input),
-        Transport::Compressed => {
-            format!("{}/compressed", ros.resolve(&name, &config.topics.input))
-        }
-    };
-    let camera = match config.transport {
-        Transport::Raw => {
-            let t = topic::<Image>(&mut node, &input, &qos)?;
-            Camera::Raw(node.create_subscription(&t, None).map_err(dds)?)
-        }
-        Transport::Compressed => {
-            let t = topic::<CompressedImage>(&mut node, &input, &qos)?;
-            Camera::Compressed(node.create_subscription(&t, None).map_err(dds)?)
-        }
-    };
-    let t = &config.topics;
-    let names = [&t.class_mask, &t.color_mask, &t.overlay].map(|n| ros.resolve(&name, n));
-    let mut publisher = |n: &str| -> Result<Publisher<Image>, NodeError> {
-        let t = topic::<Image>(&mut node, n, &qos)?;
-        node.create_publisher(&t, None).map_err(dds)
-    };
-    let outputs = Arc::new(Outputs {
-        class_mask: publisher(&names[0])?,
-        color_mask: publisher(&names[1])?,
-        overlay: publisher(&names[2])?,
-        wanted: AtomicU8::new(0),
-        live: config.live.clone(),
-    });
+    let mut wired_cameras = Vec::with_capacity(cameras.len());
+    for c in cameras {
+        let subscription = match config.transport {
+            Transport::Raw => {
+                let t = topic::<Image>(&mut node, &c.input, &qos)?;
+                Camera::Raw(node.create_subscription(&t, None).map_err(dds)?)
+            }
+            Transport::Compressed => {
+                let t = topic::<CompressedImage>(&mut node, &c.input, &qos)?;
+                Camera::Compressed(node.create_subscription(&t, None).map_err(dds)?)
+            }
+        };
+        let mut publisher = |n: &str| -> Result<Publisher<Image>, NodeError> {
+            let t = topic::<Image>(&mut node, n, &qos)?;
+            node.create_publisher(&t, None).map_err(dds)
+        };
+        let outputs = Arc::new(Outputs {
+            class_mask: publisher(&c.outputs[0])?,
+            color_mask: publisher(&c.outputs[1])?,
+            overlay: publisher(&c.outputs[2])?,
+            wanted: AtomicU8::new(0),
+            live: config.live.clone(),
+        });
+        wired_cameras.push(WiredCamera {
+            topics: c.clone(),
+            subscription,
+            outputs,
+        });
+    }
     let diag_qos = qos_reliable_diagnostics();
     let diag_topic =
         topic::<DiagnosticArray>(&mut node, &ros.resolve(&name, "/diagnostics"), &diag_qos)?;
@@ -397,41 +568,47 @@ fn connect(config: &NodeConfig) -> Result<Wired, NodeError> {
     Ok(Wired {
         node,
         node_name: node_name_text,
-        input,
-        topics: names,
-        camera,
-        outputs,
+        cameras: wired_cameras,
         diagnostics: diagnostics_pub,
     })
 }
 
-/// The camera loop: each frame taken off the bus into the stream (the newest wins),
-/// diagnostics every period, until `stop`.
+/// What the node took off one camera's topic.
+#[derive(Default)]
+struct Intake {
+    received: u64,
+    sent: u64,
+    lost: u64,
+    bad: BTreeMap<String, u64>,
+    gaps: SequenceGaps,
+}
+
+/// The camera loop: each camera's frames taken off the bus into its source of the stream
+/// (the newest wins), diagnostics every period, until `stop`.
 #[allow(clippy::too_many_arguments)]
 fn serve(
     wired: &mut Wired,
-    stream: &LatestStream,
+    stream: &MultiStream,
     waiting: &Waiting,
     window: &Mutex<Window>,
     engine_status: &diagnostics::EngineStatus,
     config: &NodeConfig,
+    intake: &mut [Intake],
     stop: &AtomicBool,
     on_event: &mut dyn FnMut(NodeEvent),
 ) -> Result<NodeStats, NodeError> {
     let Wired {
         node,
         node_name,
-        input,
-        camera,
-        outputs,
+        cameras,
         diagnostics: diagnostics_pub,
-        ..
     } = wired;
     let mut poll = Poll::new().map_err(dds)?;
-    camera.register(&poll).map_err(dds)?;
+    for (k, c) in cameras.iter_mut().enumerate() {
+        c.subscription.register(&poll, Token(k)).map_err(dds)?;
+    }
     let mut events = Events::with_capacity(8);
     let mut stats = NodeStats::default();
-    let mut gaps = SequenceGaps::default();
     let mut next_diagnostics = Instant::now() + config.live.diagnostics_period();
     while !stop.load(Ordering::Relaxed) {
         let wait = next_diagnostics
@@ -442,37 +619,46 @@ fn serve(
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             other => other.map_err(dds)?,
         }
-        outputs.refresh_wanted(node);
-        // Edge-triggered: take everything that has arrived (also after a timeout, in case
-        // an edge came between takes).
-        while let Some((header, frame)) = camera.take(&mut gaps, &mut stats.lost) {
-            stats.received += 1;
-            match frame {
-                Ok(img) => {
-                    // The overlay needs the frame again; nothing else does.
-                    let copy = outputs.wants(OVERLAY).then(|| img.clone());
-                    // Under the lock, so that the publisher never sees the answer first.
-                    let mut w = waiting.lock().unwrap_or_else(|e| e.into_inner());
-                    let index = stream.submit(img);
-                    w.insert(index, (header, copy));
-                    stats.sent += 1;
-                }
-                Err(bad) => {
-                    let count = stats.bad.entry(bad.cause().to_string()).or_insert(0);
-                    *count += 1;
-                    if *count == 1 {
-                        on_event(NodeEvent::BadMessage {
-                            topic: input.clone(),
-                            cause: bad.cause(),
-                            reason: bad.to_string(),
-                        });
+        // Edge-triggered: take everything that has arrived on every camera (also after a
+        // timeout, in case an edge came between takes). A quiet camera has nothing.
+        for (k, (c, took)) in cameras.iter().zip(intake.iter_mut()).enumerate() {
+            c.outputs.refresh_wanted(node);
+            let Intake {
+                received,
+                sent,
+                lost,
+                bad,
+                gaps,
+            } = took;
+            while let Some((header, frame)) = c.subscription.take(gaps, lost) {
+                *received += 1;
+                match frame {
+                    Ok(img) => {
+                        // The overlay needs the frame again; nothing else does.
+                        let copy = c.outputs.wants(OVERLAY).then(|| img.clone());
+                        // Under the lock, so that the publisher never sees the answer first.
+                        let mut w = waiting.lock().unwrap_or_else(|e| e.into_inner());
+                        let index = stream.submit(&c.topics.camera, img)?;
+                        w.insert((k, index), (header, copy));
+                        *sent += 1;
+                    }
+                    Err(why) => {
+                        let count = bad.entry(why.cause().to_string()).or_insert(0);
+                        *count += 1;
+                        if *count == 1 {
+                            on_event(NodeEvent::BadMessage {
+                                topic: c.topics.input.clone(),
+                                cause: why.cause(),
+                                reason: why.to_string(),
+                            });
+                        }
                     }
                 }
             }
         }
         if Instant::now() >= next_diagnostics {
             next_diagnostics += config.live.diagnostics_period();
-            refresh(&mut stats, stream, window);
+            refresh(&mut stats, intake, stream, window, per_camera(config));
             let msg = diagnostics::message(node_name, &stats, engine_status, now());
             // A full send window is not worth stopping the camera for.
             let _ = diagnostics_pub.publish(msg);
@@ -486,31 +672,70 @@ fn qos_reliable_diagnostics() -> QosProfile {
     QosProfile::publisher_default().history(History::KeepLast { depth: 10 })
 }
 
-/// Answered, dropped and failed from the stream; rate and latency from the window.
-fn refresh(stats: &mut NodeStats, stream: &LatestStream, window: &Mutex<Window>) {
-    let s = stream.stats();
-    stats.answered = s.answered;
-    stats.dropped = s.dropped();
-    stats.failed = s.failed;
+/// The node's figures: what each camera's topic brought (`intake`), answered, dropped,
+/// failed and each camera's latency from the stream, the node's rate and latency from
+/// the window; each camera's own figures too when `per_camera`.
+fn refresh(
+    stats: &mut NodeStats,
+    intake: &[Intake],
+    stream: &MultiStream,
+    window: &Mutex<Window>,
+    per_camera: bool,
+) {
+    let sources = stream.stats();
+    stats.received = intake.iter().map(|i| i.received).sum();
+    stats.sent = intake.iter().map(|i| i.sent).sum();
+    stats.lost = intake.iter().map(|i| i.lost).sum();
+    stats.bad.clear();
+    for i in intake {
+        for (cause, n) in &i.bad {
+            *stats.bad.entry(cause.clone()).or_insert(0) += n;
+        }
+    }
+    stats.answered = sources.iter().map(|s| s.counts.answered).sum();
+    stats.dropped = sources.iter().map(|s| s.counts.dropped()).sum();
+    stats.failed = sources.iter().map(|s| s.counts.failed).sum();
+    stats.cameras = match per_camera {
+        true => sources
+            .into_iter()
+            .zip(intake)
+            .map(|(s, i)| CameraStats {
+                topic: s.name,
+                received: i.received,
+                sent: i.sent,
+                lost: i.lost,
+                bad: i.bad.clone(),
+                counts: s.counts,
+                latency: s.latency,
+            })
+            .collect(),
+        false => Vec::new(),
+    };
     window
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .close(stats);
 }
 
-/// The publishing thread: each answered frame's three masks, with its header.
+/// The publishing thread: each answered frame's three masks, with its header, on its
+/// camera's topics.
 fn publish_masks(
-    stream: &LatestStream,
+    stream: &MultiStream,
+    index: &HashMap<String, usize>,
     waiting: &Waiting,
     window: &Mutex<Window>,
-    outputs: &Outputs,
+    outputs: &[Arc<Outputs>],
     palette: &[[u8; 3]],
 ) {
-    while let Some(frame) = stream.next() {
+    while let Some(SourceFrame { source, frame }) = stream.next() {
+        let Some(&k) = index.get(&source) else {
+            continue;
+        };
+        let outputs = &outputs[k];
         let entry = waiting
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .remove(&frame.frame);
+            .remove(&(k, frame.frame));
         let (LiveOutcome::Answered(out), Some((header, img))) = (frame.outcome, entry) else {
             continue;
         };
@@ -540,5 +765,148 @@ fn publish_masks(
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .add(latency, color, overlaid);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(image_topics: &[&str], ros: &[&str]) -> NodeConfig {
+        let mut args = vec!["--ros-args".to_string()];
+        args.extend(ros.iter().map(|s| s.to_string()));
+        let (_, ros) = crate::ros_args::split(&args).unwrap();
+        NodeConfig {
+            ros,
+            image_topics: image_topics.iter().map(|s| s.to_string()).collect(),
+            ..NodeConfig::default()
+        }
+    }
+
+    fn error(config: &NodeConfig) -> String {
+        camera_topics(config).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn one_camera_keeps_its_names() {
+        let c = camera_topics(&config(
+            &[],
+            &["-r", "__ns:=/seg", "-r", "image:=/cam/image_raw"],
+        ))
+        .unwrap();
+        assert_eq!(
+            c,
+            vec![CameraTopics {
+                camera: "/cam/image_raw".into(),
+                input: "/cam/image_raw".into(),
+                outputs: [
+                    "/seg/class_mask".into(),
+                    "/seg/color_mask".into(),
+                    "/seg/overlay".into()
+                ],
+            }]
+        );
+    }
+
+    #[test]
+    fn each_camera_publishes_in_its_own_namespace() {
+        let mut cfg = config(
+            &["/cam_front/image_raw", "rear/image_raw", "/image"],
+            &[
+                "-r",
+                "__ns:=/robot",
+                "-r",
+                "__node:=seg",
+                "-r",
+                "/cam_front/seg/overlay:=/front_overlay",
+            ],
+        );
+        cfg.transport = Transport::Compressed;
+        let c = camera_topics(&cfg).unwrap();
+        let names: Vec<(&str, &str, [&str; 3])> = c
+            .iter()
+            .map(|c| {
+                (
+                    c.camera.as_str(),
+                    c.input.as_str(),
+                    c.outputs.each_ref().map(String::as_str),
+                )
+            })
+            .collect();
+        assert_eq!(
+            names,
+            [
+                (
+                    "/cam_front/image_raw",
+                    "/cam_front/image_raw/compressed",
+                    [
+                        "/cam_front/seg/class_mask",
+                        "/cam_front/seg/color_mask",
+                        // a remap of the full name applies
+                        "/front_overlay"
+                    ]
+                ),
+                (
+                    "/robot/rear/image_raw",
+                    "/robot/rear/image_raw/compressed",
+                    [
+                        "/robot/rear/seg/class_mask",
+                        "/robot/rear/seg/color_mask",
+                        "/robot/rear/seg/overlay"
+                    ]
+                ),
+                (
+                    "/image",
+                    "/image/compressed",
+                    ["/seg/class_mask", "/seg/color_mask", "/seg/overlay"]
+                ),
+            ]
+        );
+        // Output names relative to the camera's namespace.
+        let mut cfg = config(&["/a/image", "/b/image"], &[]);
+        cfg.topics.class_mask = "masks/ids".into();
+        let c = camera_topics(&cfg).unwrap();
+        assert_eq!(c[1].outputs[0], "/b/segtool/masks/ids");
+    }
+
+    #[test]
+    fn bad_camera_lists_are_refused_by_name() {
+        // The same topic twice, as written or after resolving.
+        let e = error(&config(&["/cam/image", "/other/image", "/cam/image"], &[]));
+        assert!(
+            e.contains("/cam/image is given twice") && e.contains("0 and 2"),
+            "{e}"
+        );
+        let e = error(&config(&["image", "/seg/image"], &["-r", "__ns:=/seg"]));
+        assert!(
+            e.contains("/seg/image is given twice") && e.contains("\"image\""),
+            "{e}"
+        );
+        let e = error(&config(&["/cam/image", " "], &[]));
+        assert!(e.contains("image_topics[1] is empty"), "{e}");
+        // Two cameras in one namespace would share their outputs.
+        let e = error(&config(&["/cam/left", "/cam/right"], &[]));
+        assert!(
+            e.contains("/cam/left and /cam/right would both publish /cam/segtool/class_mask"),
+            "{e}"
+        );
+        // An absolute output name would be every camera's.
+        let mut cfg = config(&["/a/image", "/b/image"], &[]);
+        cfg.topics.color_mask = "/colors".into();
+        let e = error(&cfg);
+        assert!(
+            e.contains("color_mask_topic \"/colors\"") && e.contains("relative"),
+            "{e}"
+        );
+        // Not a topic name at all.
+        let e = error(&config(&["/a/image", "/b/9 image"], &[]));
+        assert!(e.contains("9 image"), "{e}");
+    }
+
+    #[test]
+    fn camera_namespaces() {
+        assert_eq!(camera_namespace("/cam_front/image_raw"), "/cam_front");
+        assert_eq!(camera_namespace("/a/b/image"), "/a/b");
+        assert_eq!(camera_namespace("/image"), "/");
     }
 }

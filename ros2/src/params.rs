@@ -85,7 +85,7 @@ const fn declared(
 }
 
 /// Every parameter the node declares, in the order `ros2 param list` shows them.
-pub const DECLARED: [Declared; 21] = [
+pub const DECLARED: [Declared; 22] = [
     declared(
         "model",
         Kind::String,
@@ -160,6 +160,12 @@ pub const DECLARED: [Declared; 21] = [
         "Reliable QoS for the camera and the masks (default: sensor data, best effort)",
     ),
     declared("input_topic", Kind::String, true, "The camera topic"),
+    declared(
+        "image_topics",
+        Kind::StringArray,
+        true,
+        "Several camera topics, one model for all: each camera's outputs in <its namespace>/<node name>/ (empty: the one input_topic)",
+    ),
     declared(
         "class_mask_topic",
         Kind::String,

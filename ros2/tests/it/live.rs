@@ -606,3 +606,215 @@ fn pictures_are_drawn_only_while_someone_subscribes() {
     let (ok, stderr, _) = node.interrupt();
     assert!(ok, "{stderr}");
 }
+
+/// `tests/reference/ros2_cameras.py`: several Cyclone DDS cameras and their mask viewers.
+fn cameras(out: &Path, domain: u32, specs: &[String]) -> Value {
+    let python = std::env::var("SEGTOOL_PYTHON").unwrap_or_else(|_| "python3".into());
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/reference/ros2_cameras.py");
+    let mut cmd = Command::new(python);
+    cmd.arg(script).arg("--out").arg(out).args([
+        "--domain",
+        &domain.to_string(),
+        "--reliable",
+        "--rate",
+        "20",
+    ]);
+    for spec in specs {
+        cmd.args(["--camera", spec]);
+    }
+    let run = cmd.output().expect("python runs (SEGTOOL_PYTHON)");
+    assert!(
+        run.status.success(),
+        "cameras failed: {}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    serde_json::from_slice(&run.stdout).unwrap()
+}
+
+/// Two cameras, one model (`image_topics`): each camera's masks arrive on its own
+/// namespace (`/cam_front/segtool/class_mask`, `/cam_rear/segtool/class_mask`) with its
+/// own headers, each the runtime's `Segmenter` on that camera's frame; each camera has its
+/// own `/diagnostics` status with exact counts (every frame sent is submitted, and
+/// answered, dropped or failed; answered = masks received) and its latency. The rear
+/// camera stops after 4 frames while the front one goes on, and changes its frame size
+/// half way: the front camera is answered to its last frame, at both sizes.
+#[test]
+fn two_cameras_one_model_each_in_its_namespace() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = model(tmp.path());
+    let d = domain(11);
+    let node = NodeProcess::start(
+        &model,
+        d,
+        &[
+            "--reliable",
+            "--ros-args",
+            "-p",
+            "image_topics:=[/cam_front/image_raw, /cam_rear/image_raw]",
+        ],
+    );
+    let out = tmp.path().join("two");
+    let (front_frames, rear_frames) = (12, 4);
+    let summary = cameras(
+        &out,
+        d,
+        &[
+            format!(
+                "/cam_front/image_raw,/cam_front/segtool/class_mask,{front_frames},96x64,64x80"
+            ),
+            format!("/cam_rear/image_raw,/cam_rear/segtool/class_mask,{rear_frames},96x64"),
+        ],
+    );
+    if std::env::var_os("SEGTOOL_SHOW_SUMMARY").is_some() {
+        eprintln!("SUMMARY {summary}");
+    }
+    assert_eq!(summary["matched"], true, "discovery: {summary}");
+    let mut seg = Segmenter::builder(&model)
+        .engine(EngineKind::Tract)
+        .threads(1)
+        .open()
+        .unwrap();
+    let mut answered_total = 0;
+    for (k, frames) in [(0, front_frames), (1, rear_frames)] {
+        let camera = &summary["cameras"][k];
+        let dir = out.join(k.to_string());
+        let sent = camera["sent"].as_u64().unwrap();
+        assert_eq!(sent, frames, "{summary}");
+        let received = camera["received"].as_array().unwrap();
+        let mut indices = Vec::new();
+        let mut sizes = std::collections::BTreeSet::new();
+        for r in received {
+            let (sec, nanosec) = (r["sec"].as_i64().unwrap(), r["nanosec"].as_i64().unwrap());
+            let i = sec - 1000;
+            // Camera k's own frames on camera k's namespace.
+            assert_eq!(nanosec, 1000 * k as i64 + i, "camera {k}: {r}");
+            assert_eq!(r["frame_id"], format!("camera{k}"), "{r}");
+            assert_eq!(r["encoding"], "mono8", "{r}");
+            let frame = image::open(dir.join(format!("frames/{i}.png")))
+                .unwrap()
+                .to_rgb8();
+            let want = seg.segment(&frame).unwrap().mask;
+            let (h, w, got) = npy_u8(&dir.join(format!("masks/{sec}_{nanosec}.npy")));
+            assert_eq!((h, w), want.dim(), "camera {k} frame {i}");
+            assert_eq!(got, want.to_le_bytes(), "camera {k} frame {i}");
+            indices.push(i as u64);
+            sizes.insert((h, w));
+        }
+        // Newest frame wins: the last frame of each camera is never replaced.
+        assert!(indices.contains(&(frames - 1)), "camera {k}: {summary}");
+        let diag = &camera["diagnostics"];
+        let n = |key: &str| -> u64 {
+            diag[key]
+                .as_str()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("camera {k}'s diagnostics lack {key}: {summary}"))
+        };
+        assert_eq!(
+            diag["name"],
+            format!("/seg/segtool: camera {}", camera["topic"].as_str().unwrap())
+        );
+        assert_eq!(diag["topic"], camera["topic"], "{summary}");
+        assert_eq!(
+            (n("received"), n("sent"), n("submitted")),
+            (sent, sent, sent),
+            "{summary}"
+        );
+        assert_eq!(
+            n("answered") + n("dropped") + n("failed"),
+            sent,
+            "{summary}"
+        );
+        assert_eq!(n("dropped"), n("replaced") + n("expired") + n("rejected"));
+        assert_eq!(
+            (n("failed"), n("pending"), n("lost")),
+            (0, 0, 0),
+            "{summary}"
+        );
+        assert_eq!(n("answered") as usize, received.len(), "{summary}");
+        assert_eq!(n("latency_samples"), n("answered"), "{summary}");
+        let p = |key: &str| diag[key].as_str().unwrap().parse::<f64>().unwrap();
+        assert!(p("latency_p50_ms") > 0.0 && p("latency_p50_ms") <= p("latency_p99_ms"));
+        answered_total += n("answered");
+        if k == 0 {
+            // The front camera went on after the rear one stopped, at its new size too.
+            assert!(
+                indices.iter().any(|&i| i >= rear_frames),
+                "front after rear stopped: {summary}"
+            );
+            assert_eq!(
+                sizes,
+                [(64, 96), (80, 64)].into_iter().collect(),
+                "both sizes: {summary}"
+            );
+        }
+    }
+    assert_eq!(summary["node"]["cameras"], "2", "{summary}");
+    assert_eq!(
+        summary["node"]["answered"].as_str().unwrap(),
+        answered_total.to_string(),
+        "{summary}"
+    );
+    let (ok, stderr, _) = node.interrupt();
+    assert!(ok, "{stderr}");
+    assert!(
+        stderr.contains("2 cameras, one model")
+            && stderr.contains("/cam_front/image_raw -> /cam_front/segtool/class_mask")
+            && stderr.contains("/cam_rear/image_raw -> /cam_rear/segtool/class_mask"),
+        "{stderr}"
+    );
+}
+
+/// Bad camera lists stop the node at start, before it opens the model or joins the bus,
+/// with an error naming the entries.
+#[test]
+fn bad_image_topics_are_refused_by_name() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = model(tmp.path());
+    for (ros, wanted) in [
+        (
+            vec![
+                "-p",
+                "image_topics:=[/front/image, /rear/image, /front/image]",
+            ],
+            "image_topics: /front/image is given twice, entries 0 and 2",
+        ),
+        (
+            vec!["-p", "image_topics:=[/cam/left, /cam/right]"],
+            "/cam/left and /cam/right would both publish /cam/segtool/class_mask",
+        ),
+        (
+            vec![
+                "-p",
+                "image_topics:=[/front/image, /rear/image]",
+                "-p",
+                "input_topic:=/front/image",
+            ],
+            "input_topic and image_topics are both given",
+        ),
+        (
+            vec![
+                "-p",
+                "image_topics:=[/front/image, /rear/image]",
+                "-p",
+                "class_mask_topic:=/masks",
+            ],
+            "class_mask_topic \"/masks\"",
+        ),
+        (
+            vec!["-p", "image_topics:=3"],
+            "image_topics: expected string array",
+        ),
+    ] {
+        let run = Command::new(env!("CARGO_BIN_EXE_segtool-ros2"))
+            .args(["node", "--model"])
+            .arg(&model)
+            .args(["--engine", "tract", "--ros-args"])
+            .args(&ros)
+            .env("ROS_DOMAIN_ID", domain(13).to_string())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&run.stderr);
+        assert!(!run.status.success(), "{ros:?}: {stderr}");
+        assert!(stderr.contains(wanted), "{ros:?}: {stderr}");
+    }
+}
