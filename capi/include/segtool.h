@@ -252,6 +252,25 @@ typedef struct segtool_live_counts {
 } segtool_live_counts;
 
 /**
+ * Arrival-to-answer latency of one source's answered frames (the last 4096), as
+ * `segtool_live_source_stats` reports it.
+ */
+typedef struct segtool_live_latency {
+  /**
+   * Answered frames the percentiles are over (0: both are 0).
+   */
+  uint64_t samples;
+  /**
+   * Median, milliseconds.
+   */
+  double p50_ms;
+  /**
+   * 99th percentile (nearest rank), milliseconds.
+   */
+  double p99_ms;
+} segtool_live_latency;
+
+/**
  * The engine timed fastest for the model on this machine (cached); ONNX Runtime for GPU
  * providers, OpenVINO for bf16 (the default).
  */
@@ -528,8 +547,9 @@ segtool_status segtool_live_next(const struct segtool_live *live,
                                  struct segtool_result **out);
 
 /**
- * No more frames will be submitted: once every frame is out, `segtool_live_next`
- * returns `SEGTOOL_END` instead of waiting.
+ * No more frames will be submitted, to the handle's own stream nor to any added
+ * source: once every frame is out, `segtool_live_next` (and `segtool_live_next_source`)
+ * return `SEGTOOL_END` instead of waiting.
  *
  * # Safety
  * `live` is NULL or a live handle.
@@ -552,6 +572,89 @@ segtool_status segtool_live_stats(const struct segtool_live *live, struct segtoo
  * `live` is NULL or a handle from `segtool_live_open` not yet closed.
  */
 void segtool_live_close(struct segtool_live *live);
+
+/**
+ * Adds a source (a camera) named `name` to the live stream: it shares the handle's
+ * model and sessions, with a newest-frame slot of its own (`slot` frames wait
+ * unstarted, at least 1; a newer frame replaces the oldest), its own deadline
+ * (`deadline_ms`, 0: none), frame numbering, counters and latency, and its own temporal
+ * smoothing when `segtool_live_options.smooth` is on. `*source` receives its id (1, 2,
+ * ... in the order sources are added; 0 is the handle's own stream, the one
+ * `segtool_live_submit` feeds). The sessions take the waiting frames of every source in
+ * turn, the one served longest ago first. The slots of all added sources together hold
+ * at most 256 frames. A name already added is an error.
+ *
+ * # Safety
+ * `live` is NULL or a live handle; `name` is NULL or a NUL-terminated string; `source`
+ * is NULL or writable.
+ */
+segtool_status segtool_live_add_source(const struct segtool_live *live,
+                                       const char *name,
+                                       uint32_t slot,
+                                       uint32_t deadline_ms,
+                                       uint32_t *source);
+
+/**
+ * `segtool_live_submit` for source `source` (0: the handle's own stream, else an id
+ * from `segtool_live_add_source`). `*frame_index` receives the frame's index in that
+ * source's own numbering (0, 1, 2, ...). A source that was never added, or one that
+ * was finished, is an error (`SEGTOOL_ERR_INVALID_ARGUMENT`, the message naming it).
+ *
+ * # Safety
+ * As for `segtool_live_submit`.
+ */
+segtool_status segtool_live_submit_source(const struct segtool_live *live,
+                                          uint32_t source,
+                                          const uint8_t *rgb,
+                                          uint32_t width,
+                                          uint32_t height,
+                                          uint32_t stride_bytes,
+                                          uint64_t *frame_index);
+
+/**
+ * `segtool_live_next` over every source: waits up to `timeout_ms` milliseconds for the
+ * next answered frame of the handle's own stream (source 0) or of any added source,
+ * taking them in turn (each source's frames in its own order). On `SEGTOOL_OK`, `*out`
+ * receives its class map, `*source` (if not NULL) the source's id and `*frame_index`
+ * (if not NULL) its index in that source. `SEGTOOL_TIMEOUT`: none in time.
+ * `SEGTOOL_END`: every source is finished (`segtool_live_finish`, or
+ * `segtool_live_finish_source` for each) and every frame is out. A frame that failed
+ * returns its error status with `*source` and `*frame_index` set and `*out` NULL.
+ * (`segtool_live_next` returns the frames of source 0 only.) Call it from one thread.
+ *
+ * # Safety
+ * `live` is NULL or a live handle; `source`, `frame_index` and `out` are NULL or
+ * writable.
+ */
+segtool_status segtool_live_next_source(const struct segtool_live *live,
+                                        uint32_t timeout_ms,
+                                        uint32_t *source,
+                                        uint64_t *frame_index,
+                                        struct segtool_result **out);
+
+/**
+ * Source `source` sends no more frames (0: the handle's own stream); the others go on.
+ * Its remaining frames still come out of `segtool_live_next_source`.
+ *
+ * # Safety
+ * `live` is NULL or a live handle.
+ */
+segtool_status segtool_live_finish_source(const struct segtool_live *live, uint32_t source);
+
+/**
+ * Copies source `source`'s counters into `*counts` (the sum is exact per source, as
+ * for `segtool_live_stats`) and, if `latency` is not NULL, its arrival-to-answer
+ * latency into `*latency`. Source 0 is the handle's own stream (`segtool_live_stats`'
+ * counters). A source that was never added is an error naming the sources there are.
+ *
+ * # Safety
+ * `live` is NULL or a live handle; `counts` is NULL or writable; `latency` is NULL or
+ * writable.
+ */
+segtool_status segtool_live_source_stats(const struct segtool_live *live,
+                                         uint32_t source,
+                                         struct segtool_live_counts *counts,
+                                         struct segtool_live_latency *latency);
 
 /**
  * The message of the last failed call on this thread, or `""` if the last call

@@ -114,9 +114,11 @@ pub use info::{
     segtool_num_classes, segtool_options_json, segtool_palette, segtool_provider,
 };
 pub use live::{
-    segtool_live, segtool_live_close, segtool_live_counts, segtool_live_finish, segtool_live_next,
-    segtool_live_open, segtool_live_options, segtool_live_options_default, segtool_live_stats,
-    segtool_live_submit,
+    segtool_live, segtool_live_add_source, segtool_live_close, segtool_live_counts,
+    segtool_live_finish, segtool_live_finish_source, segtool_live_latency, segtool_live_next,
+    segtool_live_next_source, segtool_live_open, segtool_live_options,
+    segtool_live_options_default, segtool_live_source_stats, segtool_live_stats,
+    segtool_live_submit, segtool_live_submit_source,
 };
 pub use options::{
     segtool_engine, segtool_options, segtool_options_default, SEGTOOL_ENGINE_AUTO,

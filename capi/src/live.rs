@@ -2,13 +2,20 @@
 //! `segtool_runtime::batching::LatestStream`, its options, `segtool_live_submit` (never waits for
 //! the model; the camera callback's call), `segtool_live_next` (the inference thread's
 //! call: the next answered frame, in frame order), the drop counters and optional
-//! temporal smoothing of logits.
+//! temporal smoothing of logits; and many cameras on the one handle: sources added with
+//! `segtool_live_add_source` (a `MultiStream` on the same server), fed by
+//! `segtool_live_submit_source`, read by `segtool_live_next_source`, counted by
+//! `segtool_live_source_stats`.
 
 use std::ptr;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use segtool_runtime::batching::{BatchConfig, BatchError, BatchServer, LatestStream, LiveOutcome};
+use segtool_runtime::batching::{
+    BatchConfig, BatchError, BatchServer, LatestStats, LatestStream, LiveFrame, LiveOutcome,
+    MultiStream, SourceConfig,
+};
 use segtool_runtime::expert::SegmenterExt;
 use segtool_runtime::{OutputKind, TemporalSmoother};
 
@@ -16,7 +23,7 @@ use crate::options::{segtool_options, segtool_options_default};
 use crate::result::{segtool_result, Logits};
 use crate::segmenter::{builder, copy_image};
 use crate::status::segtool_status::{self, *};
-use crate::status::{path_arg, status_guard, Error};
+use crate::status::{opt_str, path_arg, status_guard, Error};
 
 /// Options of `segtool_live_open`. Start from `segtool_live_options_default()`.
 #[repr(C)]
@@ -60,15 +67,46 @@ pub struct segtool_live_counts {
     pub pending: u64,
 }
 
+/// Arrival-to-answer latency of one source's answered frames (the last 4096), as
+/// `segtool_live_source_stats` reports it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct segtool_live_latency {
+    /// Answered frames the percentiles are over (0: both are 0).
+    pub samples: u64,
+    /// Median, milliseconds.
+    pub p50_ms: f64,
+    /// 99th percentile (nearest rank), milliseconds.
+    pub p99_ms: f64,
+}
+
 /// A newest-frame stream over one model (opaque).
 pub struct segtool_live {
-    // Declared before the server: dropped first, taking back its waiting frames.
+    // Declared before the server: dropped first, taking back their waiting frames.
     stream: LatestStream,
+    /// The sources added by `segtool_live_add_source` (ids 1, 2, ...).
+    cameras: MultiStream,
     server: BatchServer,
     smoother: Option<Mutex<TemporalSmoother>>,
     /// `segtool_options.logits`: results carry their logits.
     logits: bool,
+    /// `segtool_live_options.smooth`: each added source smooths its own frames.
+    smooth: f32,
+    /// The added sources, id `i + 1` at `i`.
+    sources: Mutex<Vec<Source>>,
+    /// Which of the stream and the sources `segtool_live_next_source` looks at first.
+    turn: AtomicUsize,
 }
+
+/// One source added by `segtool_live_add_source`.
+struct Source {
+    name: String,
+    slot: usize,
+    smoother: Option<Mutex<TemporalSmoother>>,
+}
+
+/// Frames the sources added to one handle may keep waiting, all their slots together.
+const SOURCE_SLOTS: usize = 256;
 
 /// The default live options: slot 1, no deadline, one session, no smoothing.
 #[no_mangle]
@@ -122,10 +160,14 @@ fn open_live(
         }
         segmenters.push(seg);
     }
+    // Room in the queue for the sources' slots too (the stream alone never queues more
+    // than its slot).
     let config = BatchConfig::live(live.slot as usize, sessions)
+        .with_queue_capacity(live.slot.max(1) as usize + sessions + SOURCE_SLOTS)
         .with_logits(live.smooth > 0.0 || opts.logits);
     let server = BatchServer::from_segmenters(config, segmenters)?;
     let stream = server.latest_stream(live.slot.max(1) as usize);
+    let cameras = server.multi_stream();
     if live.deadline_ms > 0 {
         stream.set_deadline(Some(Duration::from_millis(u64::from(live.deadline_ms))));
     }
@@ -135,9 +177,13 @@ fn open_live(
         .map_err(|e| Error::invalid(e.to_string()))?;
     Ok(segtool_live {
         stream,
+        cameras,
         server,
         smoother,
         logits: opts.logits,
+        smooth: live.smooth,
+        sources: Mutex::new(Vec::new()),
+        turn: AtomicUsize::new(0),
     })
 }
 
@@ -255,29 +301,9 @@ pub unsafe extern "C" fn segtool_live_next(
                 // SAFETY: non-null and writable (contract).
                 unsafe { *frame_index = frame.frame };
             }
-            let out_map = match frame.outcome {
-                LiveOutcome::Dropped(_) => continue,
-                LiveOutcome::Failed(e) => {
-                    let mut err = Error::from(e);
-                    err.message = format!("frame {}: {}", frame.frame, err.message);
-                    return Err(err);
-                }
-                LiveOutcome::Answered(o) => o,
+            let Some(result) = live.answer(frame, live.smoother.as_ref(), "")? else {
+                continue;
             };
-            let (height, width) = out_map.mask.dim();
-            let mask = match (&live.smoother, &out_map.logits) {
-                (Some(smoother), Some(logits)) => smoother
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .mask(logits.view(), height, width),
-                _ => out_map.mask,
-            };
-            // Logits for smoothing alone stay inside.
-            let logits = out_map
-                .logits
-                .filter(|_| live.logits)
-                .map(|l| Logits::new(l.dim(), l.iter().copied().collect()));
-            let result = segtool_result::new(mask, logits);
             // SAFETY: as above.
             unsafe { *out = Box::into_raw(Box::new(result)) };
             return Ok(());
@@ -285,15 +311,91 @@ pub unsafe extern "C" fn segtool_live_next(
     })
 }
 
-/// No more frames will be submitted: once every frame is out, `segtool_live_next`
-/// returns `SEGTOOL_END` instead of waiting.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl segtool_live {
+    /// A frame's class map (smoothed by `smoother` when given); `None` for a dropped
+    /// frame; a failed frame's error, naming the frame (and `source`, unless empty).
+    fn answer(
+        &self,
+        frame: LiveFrame,
+        smoother: Option<&Mutex<TemporalSmoother>>,
+        source: &str,
+    ) -> Result<Option<segtool_result>, Error> {
+        let out_map = match frame.outcome {
+            LiveOutcome::Dropped(_) => return Ok(None),
+            LiveOutcome::Failed(e) => {
+                let mut err = Error::from(e);
+                err.message = match source {
+                    "" => format!("frame {}: {}", frame.frame, err.message),
+                    s => format!("source {s:?} frame {}: {}", frame.frame, err.message),
+                };
+                return Err(err);
+            }
+            LiveOutcome::Answered(o) => o,
+        };
+        let (height, width) = out_map.mask.dim();
+        let mask = match (smoother, &out_map.logits) {
+            (Some(smoother), Some(logits)) => lock(smoother).mask(logits.view(), height, width),
+            _ => out_map.mask,
+        };
+        // Logits for smoothing alone stay inside.
+        let logits = out_map
+            .logits
+            .filter(|_| self.logits)
+            .map(|l| Logits::new(l.dim(), l.iter().copied().collect()));
+        Ok(Some(segtool_result::new(mask, logits)))
+    }
+
+    /// The id of the added source named `name`.
+    fn source_id(&self, name: &str) -> u32 {
+        lock(&self.sources)
+            .iter()
+            .position(|s| s.name == name)
+            .map_or(0, |i| i as u32 + 1)
+    }
+
+    /// Source `id`'s name (`None` for 0, the handle's own stream), or an error naming
+    /// the sources there are.
+    fn source_name(&self, id: u32) -> Result<Option<String>, Error> {
+        if id == 0 {
+            return Ok(None);
+        }
+        let sources = lock(&self.sources);
+        match sources.get(id as usize - 1) {
+            Some(s) => Ok(Some(s.name.clone())),
+            None => {
+                let known: Vec<String> = std::iter::once("0 (segtool_live_submit's)".to_owned())
+                    .chain(
+                        sources
+                            .iter()
+                            .enumerate()
+                            .map(|(i, s)| format!("{} {:?}", i + 1, s.name)),
+                    )
+                    .collect();
+                Err(Error::invalid(format!(
+                    "no source {id} on this live stream (sources: {})",
+                    known.join(", ")
+                )))
+            }
+        }
+    }
+}
+
+/// No more frames will be submitted, to the handle's own stream nor to any added
+/// source: once every frame is out, `segtool_live_next` (and `segtool_live_next_source`)
+/// return `SEGTOOL_END` instead of waiting.
 ///
 /// # Safety
 /// `live` is NULL or a live handle.
 #[no_mangle]
 pub unsafe extern "C" fn segtool_live_finish(live: *const segtool_live) -> segtool_status {
     status_guard(|| {
-        live_ref(live)?.stream.finish();
+        let live = live_ref(live)?;
+        live.stream.finish();
+        live.cameras.finish();
         Ok(())
     })
 }
@@ -311,16 +413,7 @@ pub unsafe extern "C" fn segtool_live_stats(
         if out.is_null() {
             return Err(Error::null("out"));
         }
-        let s = live_ref(live)?.stream.stats();
-        let stats = segtool_live_counts {
-            submitted: s.submitted,
-            answered: s.answered,
-            failed: s.failed,
-            replaced: s.replaced,
-            expired: s.expired,
-            rejected: s.rejected,
-            pending: s.pending,
-        };
+        let stats = counts_of(live_ref(live)?.stream.stats());
         // SAFETY: non-null and writable (contract).
         unsafe { *out = stats };
         Ok(())
@@ -338,10 +431,304 @@ pub unsafe extern "C" fn segtool_live_close(live: *mut segtool_live) {
         if !live.is_null() {
             // SAFETY: from `Box::into_raw` in `segtool_live_open`, closed once (contract).
             let live = unsafe { Box::from_raw(live) };
-            let segtool_live { stream, server, .. } = *live;
+            let segtool_live {
+                stream,
+                cameras,
+                server,
+                ..
+            } = *live;
             drop(stream);
+            drop(cameras);
             server.shutdown();
         }
         Ok(())
     });
+}
+
+/// How often `segtool_live_next_source` looks again at the handle's own stream while it
+/// waits on the added sources (their answers wake it at once).
+const SOURCE_POLL: Duration = Duration::from_millis(2);
+
+/// Adds a source (a camera) named `name` to the live stream: it shares the handle's
+/// model and sessions, with a newest-frame slot of its own (`slot` frames wait
+/// unstarted, at least 1; a newer frame replaces the oldest), its own deadline
+/// (`deadline_ms`, 0: none), frame numbering, counters and latency, and its own temporal
+/// smoothing when `segtool_live_options.smooth` is on. `*source` receives its id (1, 2,
+/// ... in the order sources are added; 0 is the handle's own stream, the one
+/// `segtool_live_submit` feeds). The sessions take the waiting frames of every source in
+/// turn, the one served longest ago first. The slots of all added sources together hold
+/// at most 256 frames. A name already added is an error.
+///
+/// # Safety
+/// `live` is NULL or a live handle; `name` is NULL or a NUL-terminated string; `source`
+/// is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn segtool_live_add_source(
+    live: *const segtool_live,
+    name: *const std::ffi::c_char,
+    slot: u32,
+    deadline_ms: u32,
+    source: *mut u32,
+) -> segtool_status {
+    status_guard(|| {
+        let live = live_ref(live)?;
+        if source.is_null() {
+            return Err(Error::null("source"));
+        }
+        // SAFETY: NULL or NUL-terminated (contract).
+        let name = unsafe { opt_str(name, "name") }?.ok_or_else(|| Error::null("name"))?;
+        if name.is_empty() {
+            return Err(Error::invalid("name is empty"));
+        }
+        let slot = slot.max(1) as usize;
+        let mut sources = lock(&live.sources);
+        let held: usize = sources.iter().map(|s| s.slot).sum();
+        if held + slot > SOURCE_SLOTS {
+            return Err(Error::invalid(format!(
+                "slot {slot}: the sources' slots would hold {} frames, more than {SOURCE_SLOTS}",
+                held + slot
+            )));
+        }
+        let mut config = SourceConfig::newest();
+        config.slot = slot;
+        if deadline_ms > 0 {
+            config = config.with_deadline(Duration::from_millis(u64::from(deadline_ms)));
+        }
+        let smoother = (live.smooth > 0.0)
+            .then(|| TemporalSmoother::new(live.smooth).map(Mutex::new))
+            .transpose()
+            .map_err(|e| Error::invalid(e.to_string()))?;
+        live.cameras
+            .add_source(name, config)
+            .map_err(|e| Error::invalid(e.to_string()))?;
+        sources.push(Source {
+            name: name.to_owned(),
+            slot,
+            smoother,
+        });
+        let id = sources.len() as u32;
+        // SAFETY: non-null and writable (contract).
+        unsafe { *source = id };
+        Ok(())
+    })
+}
+
+/// `segtool_live_submit` for source `source` (0: the handle's own stream, else an id
+/// from `segtool_live_add_source`). `*frame_index` receives the frame's index in that
+/// source's own numbering (0, 1, 2, ...). A source that was never added, or one that
+/// was finished, is an error (`SEGTOOL_ERR_INVALID_ARGUMENT`, the message naming it).
+///
+/// # Safety
+/// As for `segtool_live_submit`.
+#[no_mangle]
+pub unsafe extern "C" fn segtool_live_submit_source(
+    live: *const segtool_live,
+    source: u32,
+    rgb: *const u8,
+    width: u32,
+    height: u32,
+    stride_bytes: u32,
+    frame_index: *mut u64,
+) -> segtool_status {
+    status_guard(|| {
+        let live = live_ref(live)?;
+        let name = live.source_name(source)?;
+        if rgb.is_null() {
+            return Err(Error::null("rgb"));
+        }
+        let image = copy_image(rgb, width, height, stride_bytes)?;
+        let index = match name {
+            None => live.stream.submit(image),
+            Some(name) => live
+                .cameras
+                .submit(&name, image)
+                .map_err(|e| Error::invalid(format!("source {source}: {e}")))?,
+        };
+        if !frame_index.is_null() {
+            // SAFETY: non-null and writable (contract).
+            unsafe { *frame_index = index };
+        }
+        Ok(())
+    })
+}
+
+/// `segtool_live_next` over every source: waits up to `timeout_ms` milliseconds for the
+/// next answered frame of the handle's own stream (source 0) or of any added source,
+/// taking them in turn (each source's frames in its own order). On `SEGTOOL_OK`, `*out`
+/// receives its class map, `*source` (if not NULL) the source's id and `*frame_index`
+/// (if not NULL) its index in that source. `SEGTOOL_TIMEOUT`: none in time.
+/// `SEGTOOL_END`: every source is finished (`segtool_live_finish`, or
+/// `segtool_live_finish_source` for each) and every frame is out. A frame that failed
+/// returns its error status with `*source` and `*frame_index` set and `*out` NULL.
+/// (`segtool_live_next` returns the frames of source 0 only.) Call it from one thread.
+///
+/// # Safety
+/// `live` is NULL or a live handle; `source`, `frame_index` and `out` are NULL or
+/// writable.
+#[no_mangle]
+pub unsafe extern "C" fn segtool_live_next_source(
+    live: *const segtool_live,
+    timeout_ms: u32,
+    source: *mut u32,
+    frame_index: *mut u64,
+    out: *mut *mut segtool_result,
+) -> segtool_status {
+    status_guard(|| {
+        if out.is_null() {
+            return Err(Error::null("out"));
+        }
+        // SAFETY: non-null and writable (contract).
+        unsafe { *out = ptr::null_mut() };
+        let live = live_ref(live)?;
+        let until = Instant::now() + Duration::from_millis(u64::from(timeout_ms));
+        loop {
+            // What is settled before looking: with nothing pending anywhere, finding no
+            // known frame below means every source is drained.
+            let cameras_settled = live
+                .cameras
+                .stats()
+                .iter()
+                .all(|s| s.finished && s.counts.pending == 0);
+            let own_drained = live.stream.is_drained();
+            let has_sources = !lock(&live.sources).is_empty();
+            let own_first = !has_sources || live.turn.fetch_add(1, Ordering::Relaxed) % 2 == 0;
+            let take_own = || live.stream.try_next().map(|f| (0u32, f));
+            let take_cameras = || {
+                live.cameras
+                    .next_timeout(Duration::ZERO)
+                    .map(|f| (live.source_id(&f.source), f.frame))
+            };
+            let mut found = match own_first {
+                true => take_own().or_else(take_cameras),
+                false => take_cameras().or_else(take_own),
+            };
+            if found.is_none() {
+                if own_drained && cameras_settled {
+                    return Err(Error::new(
+                        SEGTOOL_END,
+                        "every source is finished and drained",
+                    ));
+                }
+                let left = until.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(Error::new(
+                        SEGTOOL_TIMEOUT,
+                        format!("no frame answered within {timeout_ms} ms"),
+                    ));
+                }
+                found = match has_sources {
+                    true => live
+                        .cameras
+                        .next_timeout(left.min(SOURCE_POLL))
+                        .map(|f| (live.source_id(&f.source), f.frame)),
+                    false => live.stream.next_timeout(left).map(|f| (0, f)),
+                };
+            }
+            let Some((id, frame)) = found else { continue };
+            if !source.is_null() {
+                // SAFETY: non-null and writable (contract).
+                unsafe { *source = id };
+            }
+            if !frame_index.is_null() {
+                // SAFETY: non-null and writable (contract).
+                unsafe { *frame_index = frame.frame };
+            }
+            let result = match id {
+                0 => live.answer(frame, live.smoother.as_ref(), "")?,
+                id => {
+                    let sources = lock(&live.sources);
+                    let s = &sources[id as usize - 1];
+                    live.answer(frame, s.smoother.as_ref(), &s.name)?
+                }
+            };
+            if let Some(result) = result {
+                // SAFETY: as above.
+                unsafe { *out = Box::into_raw(Box::new(result)) };
+                return Ok(());
+            }
+        }
+    })
+}
+
+/// Source `source` sends no more frames (0: the handle's own stream); the others go on.
+/// Its remaining frames still come out of `segtool_live_next_source`.
+///
+/// # Safety
+/// `live` is NULL or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn segtool_live_finish_source(
+    live: *const segtool_live,
+    source: u32,
+) -> segtool_status {
+    status_guard(|| {
+        let live = live_ref(live)?;
+        match live.source_name(source)? {
+            None => live.stream.finish(),
+            Some(name) => live
+                .cameras
+                .finish_source(&name)
+                .map_err(|e| Error::invalid(e.to_string()))?,
+        }
+        Ok(())
+    })
+}
+
+/// Copies source `source`'s counters into `*counts` (the sum is exact per source, as
+/// for `segtool_live_stats`) and, if `latency` is not NULL, its arrival-to-answer
+/// latency into `*latency`. Source 0 is the handle's own stream (`segtool_live_stats`'
+/// counters). A source that was never added is an error naming the sources there are.
+///
+/// # Safety
+/// `live` is NULL or a live handle; `counts` is NULL or writable; `latency` is NULL or
+/// writable.
+#[no_mangle]
+pub unsafe extern "C" fn segtool_live_source_stats(
+    live: *const segtool_live,
+    source: u32,
+    counts: *mut segtool_live_counts,
+    latency: *mut segtool_live_latency,
+) -> segtool_status {
+    status_guard(|| {
+        if counts.is_null() {
+            return Err(Error::null("counts"));
+        }
+        let live = live_ref(live)?;
+        let (s, l) = match live.source_name(source)? {
+            None => (live.stream.stats(), live.stream.latency()),
+            Some(name) => {
+                let st = live
+                    .cameras
+                    .stats()
+                    .into_iter()
+                    .find(|s| s.name == name)
+                    .expect("every added source has stats");
+                (st.counts, st.latency)
+            }
+        };
+        // SAFETY: non-null and writable (contract).
+        unsafe { *counts = counts_of(s) };
+        if !latency.is_null() {
+            // SAFETY: non-null and writable (contract).
+            unsafe {
+                *latency = segtool_live_latency {
+                    samples: l.samples as u64,
+                    p50_ms: l.p50_ms,
+                    p99_ms: l.p99_ms,
+                }
+            };
+        }
+        Ok(())
+    })
+}
+
+fn counts_of(s: LatestStats) -> segtool_live_counts {
+    segtool_live_counts {
+        submitted: s.submitted,
+        answered: s.answered,
+        failed: s.failed,
+        replaced: s.replaced,
+        expired: s.expired,
+        rejected: s.rejected,
+        pending: s.pending,
+    }
 }

@@ -111,6 +111,7 @@ fn _segtool(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<serve::Pending>()?;
     m.add_class::<serve::LiveStream>()?;
     m.add_class::<serve::LiveResult>()?;
+    m.add_class::<serve::MultiStream>()?;
     m.add_function(wrap_pyfunction!(colorize, m)?)?;
     m.add_function(wrap_pyfunction!(overlay, m)?)?;
     m.add_function(wrap_pyfunction!(default_palette, m)?)?;

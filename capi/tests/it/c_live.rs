@@ -1,7 +1,8 @@
 //! The newest-frame C API from C: compiles `tests/c/live.c` (a camera thread submitting
 //! faster than the model, an inference thread taking answers) against
 //! `include/segtool.h` and the `libsegtool.so` cargo built, runs it on a tiny model with
-//! tract and ONNX Runtime (ORT_DYLIB_PATH), and under valgrind.
+//! tract and ONNX Runtime (ORT_DYLIB_PATH), and under valgrind; and `tests/c/cameras.c`
+//! (two cameras on one handle, against `segtool_segment`).
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -17,8 +18,13 @@ fn c_program() -> &'static Path {
     EXE.get_or_init(|| common::compile("live", &["-pthread"]))
 }
 
-/// Runs live.c on the identity 1x1-conv model (class = dominant channel).
+/// Runs live.c (see [`run`]).
 fn run_live(wrapper: &[&str], engine: &str) -> Output {
+    run(c_program(), wrapper, engine)
+}
+
+/// Runs `program` on the identity 1x1-conv model (class = dominant channel).
+fn run(program: &Path, wrapper: &[&str], engine: &str) -> Output {
     let dir = tempfile::tempdir().unwrap();
     let model = dir.path().join("rgb.onnx");
     let identity = [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]];
@@ -27,7 +33,7 @@ fn run_live(wrapper: &[&str], engine: &str) -> Output {
         tiny_model_bytes(&tiny_spec(3), &identity, &[0.0; 3]),
     )
     .unwrap();
-    command(wrapper, c_program())
+    command(wrapper, program)
         .arg(&model)
         .arg(engine)
         .output()
@@ -86,4 +92,20 @@ fn live_c_program_has_no_leaks_under_valgrind() {
     );
     assert!(output.status.success(), "{}", show(&output));
     assert!(valgrind_clean(&stderr), "{stderr}");
+}
+
+/// Two cameras on one live handle, from C: every class map equal to `segtool_segment`'s,
+/// each source's counts exact.
+#[test]
+fn two_cameras_c_program_with_tract() {
+    static EXE: OnceLock<PathBuf> = OnceLock::new();
+    let exe = EXE.get_or_init(|| common::compile("cameras", &[]));
+    let output = run(exe, &[], "tract");
+    assert!(output.status.success(), "{}", show(&output));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    eprintln!("{stdout}");
+    assert!(
+        stdout.contains("all camera C API checks passed"),
+        "{stdout}"
+    );
 }

@@ -9,3 +9,4 @@ mod c_live;
 mod ffi;
 mod fuzz_regression;
 mod header;
+mod live_sources;

@@ -49,6 +49,7 @@ __all__ = [
     "LiveResult",
     "LiveStream",
     "ModelError",
+    "MultiStream",
     "Pending",
     "Segmentation",
     "Segmenter",
@@ -349,6 +350,107 @@ class LiveStream:
             yield r
 
     def __enter__(self) -> "LiveStream":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._native.shutdown()
+
+
+class MultiStream:
+    """Many cameras, one model: named sources sharing one copy of the model, batched
+    across the cameras. Each source keeps its own slot (``"newest"``: a newer frame
+    replaces one not yet started; ``"ordered"``: every frame runs, ``submit`` waits for
+    room), its own deadline, frame numbering and counts; an engine run takes at most one
+    frame of each camera (up to ``max_batch``), the camera served longest ago first, so a
+    busy camera never starves a quiet one.
+
+    ``model`` is a :class:`Segmenter`, or a model path opened with the keyword options
+    of :class:`Segmenter` (``engine``, ``providers``, ``threads``, ...)::
+
+        cams = segtool.MultiStream("model.onnx", engine="ort", threads=2)
+        cams.add_source("front", deadline_ms=50)
+        cams.add_source("rear")
+        cams.submit("front", frame)              # from each camera's callback
+        for r in cams:                           # r.source, r.index, r.status, r.mask
+            ...
+
+    An unknown source name raises :class:`InputError` naming the sources there are; a
+    frame for a finished source raises :class:`StreamClosedError`."""
+
+    def __init__(
+        self,
+        model: Union[Segmenter, PathLike],
+        max_batch: int = 4,
+        max_delay_ms: float = 2.0,
+        **options: Any,
+    ) -> None:
+        if isinstance(model, Segmenter):
+            if options:
+                raise TypeError(
+                    "model options (" + ", ".join(sorted(options)) + ") open a model path; "
+                    "this Segmenter is already open"
+                )
+            self.segmenter = model
+        else:
+            self.segmenter = Segmenter(model, **options)
+        self._native = _segtool.MultiStream(self.segmenter._native, max_batch, max_delay_ms)
+
+    def add_source(
+        self,
+        name: str,
+        slot: int = 1,
+        backlog: str = "newest",
+        deadline_ms: Optional[float] = None,
+    ) -> None:
+        """Opens camera ``name``: at most ``slot`` frames wait unstarted; ``backlog``
+        ``"newest"`` or ``"ordered"``; frames not started within ``deadline_ms`` are
+        dropped."""
+        self._native.add_source(name, slot, backlog, deadline_ms)
+
+    @property
+    def sources(self) -> List[str]:
+        """The cameras' names, in the order they were added."""
+        return self._native.sources
+
+    def submit(
+        self, source: str, frame: np.ndarray, index: Optional[int] = None, color: str = "rgb"
+    ) -> int:
+        """Submits camera ``source``'s next frame (copied) and returns its index
+        (``index`` if given, else its number in that camera's stream)."""
+        return self._native.submit(source, frame, index, color)
+
+    def next(self, timeout: Optional[float] = None) -> Optional[LiveResult]:
+        """The next known fate of any camera's frame (``r.source`` names the camera);
+        None on timeout, or once finished and drained."""
+        return self._native.next(timeout)
+
+    def next_from(self, source: str, timeout: Optional[float] = None) -> Optional[LiveResult]:
+        """Camera ``source``'s next frame's fate, in its own order; None on timeout, or
+        once that camera is finished and drained."""
+        return self._native.next_from(source, timeout)
+
+    def stats(self) -> Dict[str, Dict[str, Any]]:
+        """Per camera, in the order they were added: submitted, answered, dropped,
+        failed (+ replaced, expired, rejected, pending), p50_ms, p99_ms (arrival to
+        answer), latency_samples, finished."""
+        return self._native.stats()
+
+    def finish_source(self, source: str) -> None:
+        """Camera ``source`` sends no more frames; the others go on."""
+        self._native.finish_source(source)
+
+    def finish(self) -> None:
+        """No camera sends more frames; those submitted still come out of ``next()``."""
+        self._native.finish()
+
+    def __iter__(self) -> Iterator[LiveResult]:
+        while True:
+            r = self._native.next(None)
+            if r is None:
+                return
+            yield r
+
+    def __enter__(self) -> "MultiStream":
         return self
 
     def __exit__(self, *exc: object) -> None:
