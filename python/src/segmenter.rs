@@ -10,7 +10,7 @@ use numpy::{IntoPyArray, PyArray2, PyArray3, PyUntypedArray, PyUntypedArrayMetho
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use segtool_model_spec::ModelSpec;
-use segtool_runtime::accuracy::AccuracyOptions;
+use segtool_runtime::pipeline::accuracy::AccuracyOptions;
 use segtool_runtime::expert::SegmenterExt;
 use segtool_runtime::{ClassMap, IoContract, RuntimeError, SegmenterOptions};
 

@@ -44,44 +44,37 @@
     allow(dead_code, unused_variables, unreachable_code)
 )]
 
-pub mod accuracy;
-pub mod batching;
+// The rooms, bottom up: each imports only from those above it in this list.
+mod segmentation;
+mod frame;
+mod engines;
 pub mod card;
-mod class_map;
-mod contract_adapter;
-mod engine;
+pub mod pipeline;
+mod segmenter;
+mod server;
+mod streams;
+// The public faces: the batch server and its streams as one namespace, the expert's
+// engine plumbing, and helpers.
+pub mod batching;
 mod error;
 pub mod expert;
-mod frame;
-mod io_contract;
 mod memory;
-pub mod openvino;
-#[cfg(feature = "openvino")]
-mod openvino_engine;
-#[cfg(feature = "ort")]
-mod ort_engine;
-mod ort_report;
-pub mod pipeline;
-mod postprocess;
-mod preprocess;
-mod segmenter;
-mod temporal;
-#[cfg(feature = "tract")]
-mod tract_engine;
-mod tract_options;
 
-pub use class_map::{ClassMap, ClassMapView};
+pub use engines::openvino_options as openvino;
+
+pub use segmentation::class_map::{ClassMap, ClassMapView};
 pub use error::{Result, RuntimeError};
 pub use frame::{Frame, FrameError, PixelFormat};
-pub use io_contract::{InputLayout, IoContract, OutputKind, Segmentation};
+pub use engines::io_contract::{InputLayout, IoContract, OutputKind};
+pub use segmentation::Segmentation;
 #[cfg(feature = "ort")]
-pub use ort_engine::{CudaOptions, OrtOptions, Provider, TensorRtOptions, TrtProfile};
-pub use postprocess::{colorize, overlay, DEFAULT_ALPHA};
+pub use engines::ort::{CudaOptions, OrtOptions, Provider, TensorRtOptions, TrtProfile};
+pub use segmentation::postprocess::{colorize, overlay, DEFAULT_ALPHA};
 pub use segmenter::{EngineKind, Fallback, Segmenter, SegmenterBuilder, SegmenterOptions};
 pub use segtool_model_spec::{io, progress};
 pub use segtool_onnx::{ModelFile, ModelFileError};
-pub use temporal::{FlickerMeter, TemporalSmoother};
-pub use tract_options::TractOptions;
+pub use segmentation::temporal::{FlickerMeter, TemporalSmoother};
+pub use engines::tract_options::TractOptions;
 
 /// The user guide's Rust page (`book/src/embedding/rust.md`), compiled with the doctests
 /// so that its example keeps up with the API.

@@ -21,12 +21,13 @@ pub use builder::SegmenterBuilder;
 pub use kinds::{EngineKind, Fallback};
 pub use options::SegmenterOptions;
 
-use crate::accuracy::AccuracyOptions;
+use crate::pipeline::accuracy::AccuracyOptions;
 use crate::card::{self, ResolvedCard};
-use crate::contract_adapter::ContractAdapter;
-use crate::engine::Engine;
+use crate::engines::contract_adapter::ContractAdapter;
+use crate::engines::Engine;
 use crate::error::Result;
-use crate::io_contract::{IoContract, Segmentation};
+use crate::engines::io_contract::IoContract;
+use crate::segmentation::Segmentation;
 use crate::pipeline::{graph_batch, graph_size};
 use crate::pipeline::{Plan, Prepared, Preparer, Scored};
 
@@ -228,7 +229,7 @@ impl SegmenterExt for Segmenter {
             .as_ref()
             .map(|m| m.path.clone())
             .unwrap_or_default();
-        if let Some(why) = crate::accuracy::refusal(&self.card) {
+        if let Some(why) = crate::pipeline::accuracy::refusal(&self.card) {
             return Err(crate::error::RuntimeError::AccuracyMode { path, why });
         }
         self.accuracy = Some(opts);

@@ -1,7 +1,7 @@
 #![cfg(all(feature = "train", feature = "ort", feature = "tract"))]
 //! `segtool infer` modes: `--preprocess` / `--argmax` exports driven by their metadata,
 //! several sessions through the batch server (`--cpu-sessions`, `--devices`), and accuracy
-//! mode (sliding windows, flip) against `segtool_runtime::accuracy`.
+//! mode (sliding windows, flip) against `segtool_runtime::pipeline::accuracy`.
 
 use crate::common;
 
@@ -10,7 +10,7 @@ use common::{p, segtool};
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use segtool_runtime::accuracy::{self, AccuracyOptions};
+use segtool_runtime::pipeline::accuracy::{self, AccuracyOptions};
 use segtool_runtime::expert::load_spec;
 use segtool_runtime::expert::SegmenterExt;
 use segtool_runtime::{expert::TractEngine, EngineKind, InputLayout, OutputKind, Segmenter};

@@ -188,7 +188,7 @@ fn eval_matches_mmseg_test_loop_align_corners_true() {
 #[cfg(all(feature = "ort", feature = "tract"))]
 #[test]
 fn accuracy_mode_matches_mmseg_test_loop() {
-    use segtool_runtime::accuracy;
+    use segtool_runtime::pipeline::accuracy;
     use segtool_runtime::{
         expert::{Engine, OrtEngine, TractEngine},
         OrtOptions,

@@ -14,7 +14,7 @@ use crate::common;
 use std::path::Path;
 
 use common::*;
-use segtool_runtime::accuracy::{self, AccuracyOptions, Protocol};
+use segtool_runtime::pipeline::accuracy::{self, AccuracyOptions, Protocol};
 use segtool_runtime::expert::normalise_batch;
 use segtool_runtime::{
     expert::{Engine, OrtEngine, TractEngine},

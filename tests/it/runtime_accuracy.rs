@@ -1,5 +1,5 @@
 #![cfg(all(feature = "train", feature = "ort", feature = "tract"))]
-//! Runtime accuracy mode (`segtool_runtime::accuracy`: sliding windows, flip,
+//! Runtime accuracy mode (`segtool_runtime::pipeline::accuracy`: sliding windows, flip,
 //! multi-scale on ndarray) through ONNX Runtime and tract, against the training crate's
 //! evaluation protocol (`segtool_train::eval::sliding::predict`) on the tch model the
 //! export came from; and `segtool export --triton` writing a Triton repository.
@@ -9,7 +9,7 @@ use crate::common;
 use std::process::Command;
 
 use common::*;
-use segtool_runtime::accuracy::{self, AccuracyOptions};
+use segtool_runtime::pipeline::accuracy::{self, AccuracyOptions};
 use segtool_runtime::expert::normalise_batch;
 use segtool_runtime::{
     expert::{Engine, OrtEngine, TractEngine},

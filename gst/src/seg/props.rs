@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use gst::glib;
 use gst::prelude::*;
-use segtool_runtime::accuracy::{AccuracyOptions, Protocol};
+use segtool_runtime::pipeline::accuracy::{AccuracyOptions, Protocol};
 use segtool_runtime::{EngineKind, RuntimeError, SegmenterOptions};
 
 /// Which engine runs the model (the `engine` property).

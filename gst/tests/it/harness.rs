@@ -317,7 +317,7 @@ fn live_counts_add_up_and_eos_drains() {
 /// `protocol`: masks equal the runtime's accuracy mode on the same frames.
 #[test]
 fn smoothing_and_accuracy_mode_equal_the_runtime() {
-    use segtool_runtime::accuracy::{self, AccuracyOptions, Protocol};
+    use segtool_runtime::pipeline::accuracy::{self, AccuracyOptions, Protocol};
     let dir = tempfile::tempdir().unwrap();
     let model = common::tiny_model(dir.path(), 4);
     let frames: Vec<RgbImage> = (0..N).map(|i| common::frame(i * 3, W, H)).collect();

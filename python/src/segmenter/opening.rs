@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use segtool_runtime::accuracy::{AccuracyOptions, Protocol};
+use segtool_runtime::pipeline::accuracy::{AccuracyOptions, Protocol};
 use segtool_runtime::openvino::OpenVinoOptions;
 use segtool_runtime::{EngineKind, RuntimeError, SegmenterOptions};
 

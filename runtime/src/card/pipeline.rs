@@ -35,13 +35,14 @@ use segtool_onnx::card::{
     Restore,
 };
 
-use crate::class_map::ClassMap;
-use crate::engine::Engine;
+use crate::segmentation::class_map::ClassMap;
+use crate::engines::Engine;
 use crate::error::{Result, RuntimeError};
 use crate::frame::Frame;
-use crate::io_contract::{EngineOutput, EngineTensor, Segmentation};
-use crate::postprocess::{argmax, resize_bilinear, resize_nearest};
-use crate::preprocess::{batch_size_of, normalised, Table};
+use crate::engines::io_contract::{EngineOutput, EngineTensor};
+use crate::segmentation::Segmentation;
+use crate::segmentation::postprocess::{argmax, resize_bilinear, resize_nearest};
+use crate::frame::normalise::{batch_size_of, normalised, Table};
 
 /// Largest input tensor a card may make from an image, in pixels (16384 x 16384, the C
 /// ABI's largest image).

@@ -538,7 +538,7 @@ fn transformers_geometry_shortest_edge_dpt_crop_and_padding() {
 #[test]
 fn frames_read_in_place_equal_their_rgb_copies_under_any_card() {
     use crate::frame::Frame;
-    use crate::io_contract::EngineTensor;
+    use crate::engines::io_contract::EngineTensor;
     use crate::{InputLayout, IoContract, PixelFormat};
     use image::{Rgb, RgbImage};
     let spec = tiny_spec(2);
@@ -583,7 +583,7 @@ fn frames_read_in_place_equal_their_rgb_copies_under_any_card() {
     };
     assert_eq!(
         x,
-        crate::preprocess::normalise_batch(&images, &spec).unwrap()
+        crate::frame::normalise::normalise_batch(&images, &spec).unwrap()
     );
     // BGR order: the tensor's channel 0 is the image's blue.
     let (EngineTensor::NchwF32(b), _) = pipeline::prepare(&images, &mmseg_bgr).unwrap() else {

@@ -7,7 +7,7 @@
 
 use serde_json::{json, Value};
 
-pub use crate::ort_report::{OrtReport, ProviderCheck};
+pub use crate::engines::ort_report::{OrtReport, ProviderCheck};
 
 /// The TensorRT library, opened by name as ONNX Runtime's provider would.
 ///
@@ -71,7 +71,7 @@ pub const TENSORRT_SONAME: &str = "libnvinfer.so.10";
 /// GPU.
 pub fn env_report() -> RuntimeEnvReport {
     #[cfg(feature = "ort")]
-    let onnxruntime = crate::ort_engine::doctor::probe();
+    let onnxruntime = crate::engines::ort::doctor::probe();
     #[cfg(not(feature = "ort"))]
     let onnxruntime = OrtReport::not_compiled();
     RuntimeEnvReport {

@@ -6,21 +6,21 @@
 pub mod env_report;
 pub mod triton;
 
-pub use crate::contract_adapter::ContractAdapter;
-pub use crate::engine::{load_spec, read_metadata, run_logits, Engine};
-pub use crate::io_contract::{EngineInput, EngineOutput, EngineTensor};
+pub use crate::engines::contract_adapter::ContractAdapter;
+pub use crate::engines::{load_spec, read_metadata, run_logits, Engine};
+pub use crate::engines::io_contract::{EngineInput, EngineOutput, EngineTensor};
 #[cfg(feature = "openvino")]
-pub use crate::openvino_engine::{
+pub use crate::engines::openvino::{
     library as openvino_library, precision_class, NodePrecisions, OpenVinoEngine,
 };
 #[cfg(feature = "ort")]
-pub use crate::ort_engine::{doctor, environment, NodePlacement, OrtEngine, PlacedNode};
-pub use crate::postprocess::{argmax, resize_bilinear, resize_nearest, softmax, Upsample};
-pub use crate::preprocess::{normalise, normalise_batch, prepare, PrepareOptions, Prepared};
+pub use crate::engines::ort::{doctor, environment, NodePlacement, OrtEngine, PlacedNode};
+pub use crate::segmentation::postprocess::{argmax, resize_bilinear, resize_nearest, softmax, Upsample};
+pub use crate::frame::normalise::{normalise, normalise_batch, prepare, PrepareOptions, Prepared};
 pub use crate::segmenter::cpu_has_vnni;
 pub use crate::segmenter::SegmenterExt;
 #[cfg(feature = "tract")]
-pub use crate::tract_engine::TractEngine;
+pub use crate::engines::tract::TractEngine;
 pub use env_report::env_report;
 
 /// Handing the heap's freed memory back to the system (glibc's `malloc_trim`; a no-op

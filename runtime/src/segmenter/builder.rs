@@ -12,16 +12,16 @@ mod choose;
 
 use super::{auto, EngineKind, Fallback, Segmenter};
 use crate::card::{self, CardRequest, ResolvedCard};
-use crate::engine::Engine;
+use crate::engines::Engine;
 use crate::error::{Result, RuntimeError};
-use crate::openvino::{Device, OpenVinoOptions, PerformanceHint, Precision};
+use crate::engines::openvino_options::{Device, OpenVinoOptions, PerformanceHint, Precision};
 #[cfg(feature = "openvino")]
-use crate::openvino_engine::OpenVinoEngine;
+use crate::engines::openvino::OpenVinoEngine;
 #[cfg(feature = "ort")]
-use crate::ort_engine::{OrtEngine, OrtOptions, Provider};
+use crate::engines::ort::{OrtEngine, OrtOptions, Provider};
 use crate::segmenter::SegmenterExt;
 #[cfg(feature = "tract")]
-use crate::tract_engine::{TractEngine, TractOptions};
+use crate::engines::tract::{TractEngine, TractOptions};
 
 /// Configures and opens a [`Segmenter`]; see [`Segmenter::builder`].
 ///
@@ -50,7 +50,7 @@ pub struct SegmenterBuilder {
     logits: bool,
     card: CardRequest,
     auto_cache: Option<PathBuf>,
-    accuracy: Option<crate::accuracy::AccuracyOptions>,
+    accuracy: Option<crate::pipeline::accuracy::AccuracyOptions>,
 }
 
 impl SegmenterBuilder {
@@ -179,7 +179,7 @@ impl SegmenterBuilder {
     /// flips, sliding windows) instead of once. Refused at open, naming the model, where
     /// its card says what the protocol cannot do (see
     /// [`SegmenterExt::with_accuracy`]).
-    pub fn accuracy(mut self, opts: crate::accuracy::AccuracyOptions) -> Self {
+    pub fn accuracy(mut self, opts: crate::pipeline::accuracy::AccuracyOptions) -> Self {
         self.accuracy = Some(opts);
         self
     }
@@ -488,7 +488,7 @@ impl Opened<'_> {
     fn graph_size(&self) -> Option<(usize, usize)> {
         let model = self.model?;
         let contract =
-            crate::io_contract::IoContract::resolve(model.metadata.contract, model.io.contract());
+            crate::engines::io_contract::IoContract::resolve(model.metadata.contract, model.io.contract());
         crate::pipeline::graph_size(&model.io, contract.input)
     }
 }

@@ -7,10 +7,10 @@
 use segtool_model_spec::ModelSpec;
 use segtool_onnx::ModelFile;
 
-use crate::accuracy::AccuracyOptions;
-use crate::engine::Engine;
+use crate::pipeline::accuracy::AccuracyOptions;
+use crate::engines::Engine;
 use crate::error::Result;
-use crate::io_contract::IoContract;
+use crate::engines::io_contract::IoContract;
 
 mod sealed {
     pub trait Sealed {}

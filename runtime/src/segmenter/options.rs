@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use super::{EngineKind, SegmenterBuilder};
 use crate::card::CardRequest;
 use crate::error::{Result, RuntimeError};
-use crate::openvino::{Device, PerformanceHint, Precision};
+use crate::engines::openvino_options::{Device, PerformanceHint, Precision};
 
 /// Everything that says how a model opens (see the module docs).
 ///
@@ -106,7 +106,7 @@ impl SegmenterBuilder {
             let providers = options
                 .providers
                 .iter()
-                .map(|p| p.parse::<crate::ort_engine::Provider>())
+                .map(|p| p.parse::<crate::engines::ort::Provider>())
                 .collect::<std::result::Result<Vec<_>, _>>()
                 .map_err(|message| RuntimeError::Option {
                     name: "providers",

@@ -114,7 +114,7 @@ fn segmenter_with_ort_falls_back_to_cpu_and_says_why() {
 fn a_fixed_size_graph_gets_fitted_images_and_frame_size_masks() {
     use crate::batching::{BatchConfig, BatchServer};
     use crate::expert::SegmenterExt;
-    use crate::postprocess::{argmax, resize_bilinear};
+    use crate::segmentation::postprocess::{argmax, resize_bilinear};
     use segtool_model_spec::protocol::resize::resize_linear_u8;
     let dir = tempfile::tempdir().unwrap();
     let plain = std::fs::read(write_rgb_model(dir.path())).unwrap();
@@ -174,7 +174,7 @@ fn a_fixed_size_graph_gets_fitted_images_and_frame_size_masks() {
 #[cfg(feature = "tract")]
 #[test]
 fn accuracy_mode_is_refused_where_it_cannot_run() {
-    use crate::accuracy::AccuracyOptions;
+    use crate::pipeline::accuracy::AccuracyOptions;
     use crate::batching::{BatchConfig, BatchServer};
     use crate::RuntimeError;
     let dir = tempfile::tempdir().unwrap();
@@ -233,7 +233,7 @@ fn accuracy_mode_is_refused_where_it_cannot_run() {
 #[cfg(feature = "openvino")]
 #[test]
 fn segmenter_with_openvino_handles_mixed_sizes_and_reports_an_absent_device() {
-    use crate::openvino::Device;
+    use crate::engines::openvino_options::Device;
     use crate::{Fallback, RuntimeError};
     let dir = tempfile::tempdir().unwrap();
     let path = write_rgb_model(dir.path());

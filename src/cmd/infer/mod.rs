@@ -15,7 +15,7 @@
 //! outputs are the same files in the same order.
 //!
 //! Accuracy mode (`--mode sliding --crop N --stride N --flip --scales .. / --ms`) runs the
-//! evaluation protocol of `segtool_runtime::accuracy` on one session.
+//! evaluation protocol of `segtool_runtime::pipeline::accuracy` on one session.
 //!
 //! Models exported with `--preprocess` (uint8 NHWC input) and/or `--argmax` (class map
 //! output) are driven by their contract (`Segmenter::contract`): raw pixels in, the
@@ -339,7 +339,7 @@ fn input_files(args: &Args) -> Result<Vec<PathBuf>> {
 /// The run's accuracy mode and whether it batches over several sessions, refusing the
 /// combinations that cannot run (raw maps on stdout without `--raw`, accuracy mode over
 /// several sessions, `--max-batch` without them).
-fn check_modes(args: &Args) -> Result<(Option<segtool_runtime::accuracy::AccuracyOptions>, bool)> {
+fn check_modes(args: &Args) -> Result<(Option<segtool_runtime::pipeline::accuracy::AccuracyOptions>, bool)> {
     if args.out.as_os_str() == "-" && args.raw.is_none() {
         bail!("--out - (raw class maps on stdout) needs --raw WxH");
     }
@@ -364,7 +364,7 @@ fn open_stage(
     args: &Args,
     batched: bool,
     fixed_size: Option<(usize, usize)>,
-    accuracy_opts: Option<segtool_runtime::accuracy::AccuracyOptions>,
+    accuracy_opts: Option<segtool_runtime::pipeline::accuracy::AccuracyOptions>,
 ) -> Result<(Stage, segtool_model_spec::ModelSpec, Prepare, String)> {
     let fixed_desc = fixed_size
         .map(|(h, w)| format!(", fixed {h}x{w}"))

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use segtool_runtime::accuracy::{self, AccuracyOptions, Protocol};
+use segtool_runtime::pipeline::accuracy::{self, AccuracyOptions, Protocol};
 use segtool_runtime::expert::SegmenterExt;
 use segtool_runtime::{
     batching::{BatchConfig, BatchServer},

@@ -207,7 +207,7 @@ fn a_fixed_graph_size_never_replaces_the_processors_resize() {
         image::Rgb([(x % 251) as u8, (y * 3 % 253) as u8, ((x * y) % 255) as u8])
     });
     let tensor = |card: &ModelCard| match pipeline::prepare(std::slice::from_ref(&photo), card) {
-        Ok((crate::io_contract::EngineTensor::NchwF32(x), _)) => x,
+        Ok((crate::engines::io_contract::EngineTensor::NchwF32(x), _)) => x,
         other => panic!("a float tensor, got {other:?}"),
     };
     let mut resized = r.card.clone();

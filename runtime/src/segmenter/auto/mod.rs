@@ -23,7 +23,7 @@ pub(super) mod cache;
 pub(super) mod measure;
 
 use super::EngineKind;
-use crate::openvino::Precision;
+use crate::engines::openvino_options::Precision;
 
 /// Whether this CPU's u8 x s8 kernels (ONNX Runtime's, OpenVINO's) accumulate without
 /// int16 saturation: AVX-512 VNNI or AVX-VNNI on x86_64; other architectures are not

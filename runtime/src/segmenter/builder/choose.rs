@@ -247,14 +247,14 @@ impl SegmenterBuilder {
         #[cfg(feature = "ort")]
         libraries.push(auto::cache::library_identity(
             "onnxruntime",
-            &paths(crate::ort_engine::dylib_candidates(
+            &paths(crate::engines::ort::dylib_candidates(
                 self.ort.dylib_path.as_deref(),
             )),
         ));
         #[cfg(feature = "openvino")]
         libraries.push(auto::cache::library_identity(
             "openvino",
-            &paths(crate::openvino_engine::library::candidates(
+            &paths(crate::engines::openvino::library::candidates(
                 self.openvino.library.as_deref(),
             )),
         ));

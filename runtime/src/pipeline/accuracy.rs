@@ -16,11 +16,11 @@ use segtool_model_spec::ModelSpec;
 
 use crate::card::CardSource;
 use crate::card::{ChannelOrder, Dtype, Layout, OutputKind, ResolvedCard};
-use crate::class_map::{ClassMap, MAX_CLASSES};
-use crate::engine::Engine;
+use crate::segmentation::class_map::{ClassMap, MAX_CLASSES};
+use crate::engines::Engine;
 use crate::error::{Result, RuntimeError};
-use crate::postprocess::{argmax, resize_bilinear, softmax};
-use crate::preprocess::{normalise_batch, zero_pixel};
+use crate::segmentation::postprocess::{argmax, resize_bilinear, softmax};
+use crate::frame::normalise::{normalise_batch, zero_pixel};
 
 pub use segtool_model_spec::protocol::{
     window_starts, windows, Protocol, ProtocolOptions, Tiling, Window, MULTI_SCALES,
@@ -188,7 +188,7 @@ impl Stitch for EngineStitch<'_> {
     }
 
     fn run(&mut self, images: &Array4<f32>) -> Result<Array4<f32>> {
-        crate::engine::run_logits(&mut *self.engine, images.view())
+        crate::engines::run_logits(&mut *self.engine, images.view())
     }
 
     fn resize(&mut self, x: &Array4<f32>, h: usize, w: usize, align_corners: bool) -> Array4<f32> {
@@ -264,7 +264,7 @@ impl Stitch for EngineStitch<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::io_contract::{EngineInput, EngineOutput};
+    use crate::engines::io_contract::{EngineInput, EngineOutput};
     use segtool_testkit::tiny_spec;
 
     /// Logits = input channels plus a position-dependent term that differs between

@@ -3,9 +3,9 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
-use super::handle::Handle;
-use super::queue::Queue;
-use super::{with_frame, BatchError, Input, QueueFull};
+use crate::server::handle::Handle;
+use crate::server::queue::Queue;
+use crate::server::{with_frame, BatchError, Input, QueueFull};
 use crate::Segmentation;
 
 /// Frames in, results out **in frame order**, although the server's workers finish
@@ -14,7 +14,7 @@ use crate::Segmentation;
 /// At most `window` frames are *in flight* (pushed, result not yet returned by
 /// [`next`](Self::next)): [`push`](Self::push) blocks beyond that, so memory stays
 /// bounded and a slow model throttles the producer. Every output carries its frame
-/// index in [`Served::frame`](super::Served::frame) (0, 1, 2, ... in push order).
+/// index in [`Served::frame`](crate::batching::Served::frame) (0, 1, 2, ... in push order).
 ///
 /// All methods take `&self`: the usual shape is a producer thread calling `push` and a
 /// consumer thread calling `next` (see the [module example](super)). In a single-thread

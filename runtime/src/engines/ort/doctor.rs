@@ -1,4 +1,4 @@
-//! ONNX Runtime's part of the environment report ([`crate::ort_report`]): which library loads (through the same
+//! ONNX Runtime's part of the environment report ([`crate::engines::ort_report`]): which library loads (through the same
 //! search and process-wide environment as [`OrtEngine`]), its version and
 //! `GetAvailableProviders`, and whether the CUDA and TensorRT providers register, found by
 //! building a strict session (no CPU fallback) on a tiny model with each.
@@ -8,7 +8,7 @@ use std::path::Path;
 
 use super::{dylib, OrtEngine, OrtOptions, Provider};
 use crate::error::RuntimeError;
-use crate::ort_report::{OrtReport, ProviderCheck};
+use crate::engines::ort_report::{OrtReport, ProviderCheck};
 
 /// Probes ONNX Runtime; never fails (what went wrong is in the report).
 pub fn probe() -> OrtReport {

@@ -9,8 +9,8 @@
 use image::RgbImage;
 use ndarray::{Array2, Array4, ArrayView2, ArrayView3, ArrayView4, Axis, Zip};
 
-pub use crate::class_map::resize_nearest;
-use crate::class_map::{ClassMap, ClassMapView, MAX_CLASSES};
+pub use crate::segmentation::class_map::resize_nearest;
+use crate::segmentation::class_map::{ClassMap, ClassMapView, MAX_CLASSES};
 
 /// Blend factor used by the CLI for overlays: half image, half class colour.
 pub const DEFAULT_ALPHA: f32 = 0.5;

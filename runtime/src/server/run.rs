@@ -9,12 +9,13 @@ use segtool_model_spec::ModelSpec;
 use super::Input;
 use crate::card::pipeline::{self as card_pipeline, Geometry};
 use crate::card::{ChannelOrder, Dtype, Layout, ModelCard};
-use crate::contract_adapter::ContractAdapter;
-use crate::engine::Engine;
+use crate::engines::contract_adapter::ContractAdapter;
+use crate::engines::Engine;
 use crate::error::{Result, RuntimeError};
-use crate::io_contract::{EngineInput, Segmentation};
+use crate::engines::io_contract::EngineInput;
+use crate::segmentation::Segmentation;
 use crate::pipeline::Preparer;
-use crate::preprocess::normalise;
+use crate::frame::normalise::normalise;
 
 /// Runs an already-normalised `[N, 3, H, W]` batch (normalised with `spec`: RGB pixels
 /// as the spec normalises them) on a model `card` takes it for, and decodes it.

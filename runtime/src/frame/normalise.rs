@@ -13,10 +13,10 @@ use image::RgbImage;
 use ndarray::{s, Array4, ArrayView4, ArrayViewMut3, Axis};
 use segtool_model_spec::ModelSpec;
 
-use crate::class_map::ClassMap;
+use crate::segmentation::class_map::ClassMap;
 use crate::error::{Result, RuntimeError};
 use crate::frame::Frame;
-use crate::postprocess::{masks_at_size, resize_bilinear, Upsample};
+use crate::segmentation::postprocess::{masks_at_size, resize_bilinear, Upsample};
 
 /// The one normalisation formula, `(x * scale - mean) / std`, for a pixel value `x`
 /// (0-255, or a grey level between). A scale of one over a whole number (1/255: segtool's

@@ -5,6 +5,18 @@
 //! the weights, so it costs a few reads whatever the model size, needs neither ONNX
 //! Runtime nor tract, and works in every feature combination.
 
+pub(crate) mod contract_adapter;
+pub(crate) mod io_contract;
+#[cfg(feature = "openvino")]
+pub(crate) mod openvino;
+pub mod openvino_options;
+#[cfg(feature = "ort")]
+pub(crate) mod ort;
+pub(crate) mod ort_report;
+#[cfg(feature = "tract")]
+pub(crate) mod tract;
+pub(crate) mod tract_options;
+
 use std::path::Path;
 
 use ndarray::{Array4, ArrayView4};
@@ -12,7 +24,7 @@ use segtool_model_spec::ModelSpec;
 use segtool_onnx::ModelFile;
 
 use crate::error::{fmt_shape, Result, RuntimeError};
-use crate::io_contract::{EngineInput, EngineOutput, IoContract};
+use crate::engines::io_contract::{EngineInput, EngineOutput, IoContract};
 use segtool_onnx::ModelFileError;
 
 /// An inference backend holding one loaded model.

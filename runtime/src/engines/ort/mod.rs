@@ -44,12 +44,12 @@ use ort::environment::Environment;
 use ort::session::Session;
 use ort::value::{TensorElementType, TensorRef};
 
-use crate::engine::{
+use crate::engines::{
     check_input_shape, check_mask_shape, check_nhwc_shape, check_output_shape, ensure_exists,
     mask_to_u16, Engine,
 };
 use crate::error::{Result, RuntimeError};
-use crate::io_contract::{EngineInput, EngineOutput, InputLayout, IoContract, OutputKind};
+use crate::engines::io_contract::{EngineInput, EngineOutput, InputLayout, IoContract, OutputKind};
 use segtool_onnx::ModelFileError;
 use segtool_onnx::{ModelFile, ModelIo};
 

@@ -11,11 +11,11 @@ use super::handle::{Handle, Outcome, Reply};
 use super::queue::{Job, Queue};
 use super::run::Inputs;
 use super::{
-    BatchConfig, BatchError, Input, LatestStream, MultiStream, OrderedStream, QueueFull, Served, Stats,
+    BatchConfig, BatchError, Input, QueueFull, Served, Stats,
     WorkerStats,
 };
 use crate::card::ModelCard;
-use crate::engine::Engine;
+use crate::engines::Engine;
 use crate::error::Result;
 use crate::pipeline::{Plan, Preparer};
 use crate::segmenter::SegmenterExt;
@@ -285,22 +285,9 @@ impl BatchServer {
             .collect()
     }
 
-    /// An ordered stream with at most `window` frames pushed but not yet collected
-    /// (at least 1); see [`OrderedStream`].
-    pub fn ordered_stream(&self, window: usize) -> OrderedStream {
-        OrderedStream::new(self.queue.clone(), window)
-    }
-
-    /// A newest-frame stream holding at most `slot` frames not yet started (at least
-    /// 1): a newer frame replaces the oldest of them; see [`LatestStream`].
-    pub fn latest_stream(&self, slot: usize) -> LatestStream {
-        LatestStream::new(self.queue.clone(), slot)
-    }
-
-    /// Many cameras on this server's model: named sources, each with its own slot and
-    /// deadline, batched across the cameras (see [`MultiStream`]).
-    pub fn multi_stream(&self) -> MultiStream {
-        MultiStream::new(self.queue.clone())
+    /// The queue the streams submit to.
+    pub(crate) fn queue(&self) -> Arc<Queue> {
+        self.queue.clone()
     }
 
     /// The configuration the server was started with.

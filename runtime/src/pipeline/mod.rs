@@ -20,19 +20,22 @@
 //! batch server and temporal smoothing built on these stages work the same whatever made
 //! the model.
 
+pub mod accuracy;
+
 use std::sync::Arc;
 
 use image::RgbImage;
 use segtool_model_spec::ModelSpec;
 use segtool_onnx::ModelIo;
 
-use crate::accuracy::{self, AccuracyOptions, Protocol};
+use accuracy::{AccuracyOptions, Protocol};
 use crate::card::pipeline::{self as card_pipeline, Geometry};
 use crate::card::ModelCard;
-use crate::engine::Engine;
+use crate::engines::Engine;
 use crate::error::{Result, RuntimeError};
 use crate::frame::Frame;
-use crate::io_contract::{EngineInput, EngineOutput, EngineTensor, InputLayout, Segmentation};
+use crate::engines::io_contract::{EngineInput, EngineOutput, EngineTensor, InputLayout};
+use crate::segmentation::Segmentation;
 
 /// What the stages of one model need: how it is prepared and decoded.
 #[derive(Clone, Debug)]

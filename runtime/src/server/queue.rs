@@ -11,7 +11,7 @@
 //! answered [`BatchError::DeadlineExpired`] instead), and a queued request can be taken
 //! back unstarted ([`Queue::cancel`]); the newest-frame stream is built on both.
 //!
-//! A request may name its source (a camera of a [`super::MultiStream`]): a batch takes
+//! A request may name its source (a camera of a [`crate::batching::MultiStream`]): a batch takes
 //! at most one request per source, oldest first, so a camera with a backlog never fills
 //! a batch while another camera's frame waits; the rest of its backlog waits for the
 //! next batch.

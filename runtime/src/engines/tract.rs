@@ -24,13 +24,13 @@ use tract_onnx::prelude::multithread::{self, Executor};
 use tract_onnx::prelude::*;
 use tract_onnx::tract_hir::infer::Factoid;
 
-use crate::engine::{
+use crate::engines::{
     check_input_shape, check_mask_shape, check_nhwc_shape, check_output_shape, ensure_exists,
     mask_to_u16, Engine,
 };
 use crate::error::{Result, RuntimeError};
-use crate::io_contract::{EngineInput, EngineOutput, InputLayout, IoContract, OutputKind};
-pub use crate::tract_options::TractOptions;
+use crate::engines::io_contract::{EngineInput, EngineOutput, InputLayout, IoContract, OutputKind};
+pub use crate::engines::tract_options::TractOptions;
 use segtool_onnx::ModelFileError;
 
 type Plan = Arc<TypedRunnableModel>;
@@ -434,7 +434,7 @@ mod tests {
             let x = Array4::from_shape_fn((n, 3, h, wd), |(i, c, y, x)| {
                 (i + c * 2 + y + x) as f32 * 0.1
             });
-            let out = crate::engine::run_logits(&mut engine, x.view()).unwrap();
+            let out = crate::engines::run_logits(&mut engine, x.view()).unwrap();
             assert_eq!(out.shape(), &[n, 2, h, wd]);
             let (i, y, xx) = (n - 1, h - 1, wd - 1);
             let expect0 = x[[i, 0, y, xx]] + 0.5;
@@ -444,7 +444,7 @@ mod tests {
         }
         assert_eq!(engine.plans.len(), 2);
         let err =
-            crate::engine::run_logits(&mut engine, Array4::zeros((1, 4, 2, 2)).view()).unwrap_err();
+            crate::engines::run_logits(&mut engine, Array4::zeros((1, 4, 2, 2)).view()).unwrap_err();
         assert!(matches!(err, RuntimeError::InputShape { .. }), "{err}");
     }
 
@@ -463,7 +463,7 @@ mod tests {
         let x = Array4::from_shape_fn((1, 3, 240, 320), |(_, c, y, x)| {
             ((c * 31 + y * 7 + x * 3) % 101) as f32 / 50.0 - 1.0
         });
-        let run = |e: &mut TractEngine| crate::engine::run_logits(e, x.view()).unwrap();
+        let run = |e: &mut TractEngine| crate::engines::run_logits(e, x.view()).unwrap();
         let (a, b) = (run(&mut one), run(&mut two));
         assert_eq!(a.shape(), b.shape());
         let max = a
@@ -488,8 +488,8 @@ mod tests {
         let x = Array4::from_shape_fn((3, 3, 40, 24), |(n, c, y, x)| {
             ((n * 13 + c * 31 + y * 7 + x * 3) % 101) as f32 / 50.0 - 1.0
         });
-        let a = crate::engine::run_logits(&mut split, x.view()).unwrap();
-        let b = crate::engine::run_logits(&mut one, x.view()).unwrap();
+        let a = crate::engines::run_logits(&mut split, x.view()).unwrap();
+        let b = crate::engines::run_logits(&mut one, x.view()).unwrap();
         assert_eq!(a, b);
     }
 

@@ -4,10 +4,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use super::handle::Notify;
+use crate::server::handle::Notify;
 use super::latest::{Backlog, Latency, LatestStats, LatestStream, LiveFrame};
-use super::queue::Queue;
-use super::Input;
+use crate::server::queue::Queue;
+use crate::server::Input;
 
 /// How one camera of a [`MultiStream`] is served.
 ///
@@ -99,7 +99,7 @@ pub enum SourceError {
     Finished(String),
 }
 
-/// Many cameras, one model: named sources sharing one [`super::BatchServer`] (one copy
+/// Many cameras, one model: named sources sharing one [`crate::batching::BatchServer`] (one copy
 /// of the model, one set of engine sessions), batched across the cameras.
 ///
 /// - Each source keeps its own slot (the newest frames, or an ordered backlog), its own

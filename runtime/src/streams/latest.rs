@@ -4,9 +4,9 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use super::handle::{Handle, Notify};
-use super::queue::Queue;
-use super::{with_frame, BatchError, Input};
+use crate::server::handle::{Handle, Notify};
+use crate::server::queue::Queue;
+use crate::server::{with_frame, BatchError, Input};
 use crate::Segmentation;
 
 /// Why a frame of a [`LatestStream`] got no mask.
@@ -63,7 +63,7 @@ impl std::fmt::Display for DropReason {
 #[derive(Debug)]
 pub enum LiveOutcome {
     /// It ran: its mask (and logits when the server keeps them), its
-    /// [`Served::frame`](super::Served::frame) set.
+    /// [`Served::frame`](crate::batching::Served::frame) set.
     Answered(Segmentation),
     /// It never ran.
     Dropped(DropReason),

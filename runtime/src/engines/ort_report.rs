@@ -1,6 +1,6 @@
 //! ONNX Runtime's part of the environment report ([`crate::expert::env_report`]), as values: the
 //! library found, its providers and whether CUDA and TensorRT register. Its own module so
-//! that the probe that fills it in ([`crate::ort_engine::doctor`], `ort` feature) and the
+//! that the probe that fills it in ([`crate::engines::ort::doctor`], `ort` feature) and the
 //! report that holds it both depend on it, not on each other.
 
 /// Whether one execution provider can be used.

@@ -413,7 +413,7 @@ impl Provider {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ort_engine::OrtOptions;
+    use crate::engines::ort::OrtOptions;
 
     #[test]
     fn provider_parsing_and_display() {

@@ -21,11 +21,11 @@ use ndarray::{Array4, ArrayD, ArrayView4, IxDyn};
 use segtool_onnx::ModelIo;
 
 use self::ffi::{Element, Tensor};
-use crate::engine::Engine;
-use crate::engine::{check_input_shape, check_nhwc_shape, check_output_shape, mask_to_u16};
+use crate::engines::Engine;
+use crate::engines::{check_input_shape, check_nhwc_shape, check_output_shape, mask_to_u16};
 use crate::error::{Result, RuntimeError};
-use crate::io_contract::{EngineInput, EngineOutput, InputLayout, IoContract, OutputKind};
-use crate::openvino::{Device, OpenVinoOptions, Precision};
+use crate::engines::io_contract::{EngineInput, EngineOutput, InputLayout, IoContract, OutputKind};
+use crate::engines::openvino_options::{Device, OpenVinoOptions, Precision};
 
 /// A model compiled by OpenVINO (see the module docs).
 ///
@@ -204,7 +204,7 @@ impl OpenVinoEngine {
                 Some(Element::I64) => mask_to_u16(array(shape, tensor.to_vec::<i64>())?.view())?,
                 _ => return Err(wrong("a uint8, int32 or int64 class map")),
             };
-            crate::engine::check_mask_shape(n, mask.shape())?;
+            crate::engines::check_mask_shape(n, mask.shape())?;
             return Ok(EngineOutput::Mask(mask));
         }
         if element != Some(Element::F32) {

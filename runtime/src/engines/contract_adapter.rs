@@ -7,9 +7,9 @@
 use ndarray::{Array4, ArrayView4, Zip};
 use segtool_model_spec::ModelSpec;
 
-use crate::engine::Engine;
+use crate::engines::Engine;
 use crate::error::Result;
-use crate::io_contract::{EngineInput, EngineOutput, InputLayout, IoContract};
+use crate::engines::io_contract::{EngineInput, EngineOutput, InputLayout, IoContract};
 
 /// Makes an engine of any [`IoContract`] answer like a plain model (normalised f32 in,
 /// logits out), for code that computes on normalised tensors: accuracy mode's resized
@@ -140,8 +140,8 @@ mod tests {
     use image::RgbImage;
 
     use super::*;
-    use crate::io_contract::pack_nhwc;
-    use crate::preprocess::normalise_batch;
+    use crate::engines::io_contract::pack_nhwc;
+    use crate::frame::normalise::normalise_batch;
     use segtool_testkit::tiny_spec;
 
     #[test]

@@ -17,8 +17,8 @@
 
 use ndarray::{Array3, ArrayView3, Axis, Zip};
 
-use crate::class_map::{ClassMap, ClassMapView};
-use crate::postprocess::argmax;
+use crate::segmentation::class_map::{ClassMap, ClassMapView};
+use crate::segmentation::postprocess::argmax;
 
 /// [`TemporalSmoother::new`] was given a weight outside `[0, 1)`.
 #[derive(Clone, Copy, Debug, PartialEq, thiserror::Error)]

@@ -1,4 +1,4 @@
-//! [`TractOptions`]: how a tract engine runs. Outside `tract_engine` so that
+//! [`TractOptions`]: how a tract engine runs. Outside `engines::tract` so that
 //! [`crate::SegmenterOptions`] has the same fields in builds without the `tract` feature.
 
 /// How a tract engine (`TractEngine`) runs. Start from [`TractOptions::new`] (the defaults).

@@ -136,7 +136,7 @@ pub(crate) fn answered(id: u64, outcome: Outcome) -> Handle {
 }
 
 impl Handle {
-    /// The request's number, also in [`Served::id`](super::Served::id); increases with
+    /// The request's number, also in [`Served::id`](crate::batching::Served::id); increases with
     /// submission order.
     pub fn id(&self) -> u64 {
         self.id
