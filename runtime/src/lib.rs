@@ -44,9 +44,11 @@
     allow(dead_code, unused_variables, unreachable_code)
 )]
 
-// The rooms, bottom up: each imports only from those above it in this list.
+// The rooms, bottom up: each imports only from rooms listed before it (and memory).
 mod segmentation;
 mod frame;
+mod error;
+mod normalise;
 mod engines;
 pub mod card;
 pub mod pipeline;
@@ -56,7 +58,6 @@ mod streams;
 // The public faces: the batch server and its streams as one namespace, the expert's
 // engine plumbing, and helpers.
 pub mod batching;
-mod error;
 pub mod expert;
 mod memory;
 

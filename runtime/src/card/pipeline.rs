@@ -42,7 +42,7 @@ use crate::frame::Frame;
 use crate::engines::io_contract::{EngineOutput, EngineTensor};
 use crate::segmentation::Segmentation;
 use crate::segmentation::postprocess::{argmax, resize_bilinear, resize_nearest};
-use crate::frame::normalise::{batch_size_of, normalised, Table};
+use crate::normalise::{batch_size_of, normalised, Table};
 
 /// Largest input tensor a card may make from an image, in pixels (16384 x 16384, the C
 /// ABI's largest image).

@@ -583,7 +583,7 @@ fn frames_read_in_place_equal_their_rgb_copies_under_any_card() {
     };
     assert_eq!(
         x,
-        crate::frame::normalise::normalise_batch(&images, &spec).unwrap()
+        crate::normalise::normalise_batch(&images, &spec).unwrap()
     );
     // BGR order: the tensor's channel 0 is the image's blue.
     let (EngineTensor::NchwF32(b), _) = pipeline::prepare(&images, &mmseg_bgr).unwrap() else {

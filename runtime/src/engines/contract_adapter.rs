@@ -141,7 +141,7 @@ mod tests {
 
     use super::*;
     use crate::engines::io_contract::pack_nhwc;
-    use crate::frame::normalise::normalise_batch;
+    use crate::normalise::normalise_batch;
     use segtool_testkit::tiny_spec;
 
     #[test]

@@ -18,7 +18,7 @@ use segtool_model_spec::ModelSpec;
 use crate::segmentation::class_map::{ClassMap, MAX_CLASSES};
 use crate::error::{Result, RuntimeError};
 use crate::segmentation::postprocess::{argmax, resize_nearest};
-use crate::frame::normalise::normalise_batch;
+use crate::normalise::normalise_batch;
 
 pub use segtool_onnx::{InputLayout, IoContract, OutputKind};
 
@@ -97,7 +97,7 @@ impl EngineTensor {
     ) -> Result<Self> {
         Ok(match layout {
             InputLayout::NchwF32 => {
-                EngineTensor::NchwF32(crate::frame::normalise::normalise_frames(frames, spec)?)
+                EngineTensor::NchwF32(crate::normalise::normalise_frames(frames, spec)?)
             }
             InputLayout::NhwcU8 => {
                 let rgb: Vec<RgbImage> = frames.iter().map(|f| f.to_rgb()).collect();

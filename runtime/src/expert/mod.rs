@@ -16,7 +16,7 @@ pub use crate::engines::openvino::{
 #[cfg(feature = "ort")]
 pub use crate::engines::ort::{doctor, environment, NodePlacement, OrtEngine, PlacedNode};
 pub use crate::segmentation::postprocess::{argmax, resize_bilinear, resize_nearest, softmax, Upsample};
-pub use crate::frame::normalise::{normalise, normalise_batch, prepare, PrepareOptions, Prepared};
+pub use crate::normalise::{normalise, normalise_batch, prepare, PrepareOptions, Prepared};
 pub use crate::segmenter::cpu_has_vnni;
 pub use crate::segmenter::SegmenterExt;
 #[cfg(feature = "tract")]

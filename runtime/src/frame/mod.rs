@@ -8,7 +8,6 @@
 //! it). Refuses, each with its cause ([`FrameError`]): an empty frame, a stride shorter
 //! than a row, and data shorter than the rows need.
 
-pub(crate) mod normalise;
 
 use std::fmt;
 use std::str::FromStr;

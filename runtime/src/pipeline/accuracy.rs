@@ -20,7 +20,7 @@ use crate::segmentation::class_map::{ClassMap, MAX_CLASSES};
 use crate::engines::Engine;
 use crate::error::{Result, RuntimeError};
 use crate::segmentation::postprocess::{argmax, resize_bilinear, softmax};
-use crate::frame::normalise::{normalise_batch, zero_pixel};
+use crate::normalise::{normalise_batch, zero_pixel};
 
 pub use segtool_model_spec::protocol::{
     window_starts, windows, Protocol, ProtocolOptions, Tiling, Window, MULTI_SCALES,

@@ -15,7 +15,7 @@ use crate::error::{Result, RuntimeError};
 use crate::engines::io_contract::EngineInput;
 use crate::segmentation::Segmentation;
 use crate::pipeline::Preparer;
-use crate::frame::normalise::normalise;
+use crate::normalise::normalise;
 
 /// Runs an already-normalised `[N, 3, H, W]` batch (normalised with `spec`: RGB pixels
 /// as the spec normalises them) on a model `card` takes it for, and decodes it.
