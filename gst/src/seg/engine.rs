@@ -374,16 +374,19 @@ impl SharedRunner {
     }
 
     /// The source's next outcome, waiting for it: call only with a frame in flight
-    /// (every submitted frame has one outcome). The multi-camera stream answers one
-    /// source without waiting only by asking (`try_next_from`): asked at short intervals.
+    /// (every submitted frame has one outcome).
     pub fn next(&self) -> Option<LiveFrame> {
-        let mut pause = Duration::from_micros(20);
         loop {
-            if let Some(frame) = self.try_next() {
-                return Some(frame);
+            match self
+                .model
+                .cameras
+                .next_from_timeout(&self.source, Duration::from_secs(1))
+            {
+                Ok(Some(frame)) => return Some(frame),
+                // Not answered within the second: still in flight, wait on.
+                Ok(None) if !self.finished => continue,
+                _ => return None,
             }
-            std::thread::sleep(pause);
-            pause = (pause * 2).min(Duration::from_micros(500));
         }
     }
 
@@ -413,7 +416,8 @@ impl SharedRunner {
     }
 
     fn reopen(&mut self) -> Result<(), String> {
-        let _ = self.model.cameras.finish_source(&self.source);
+        // Its waiting frames leave the queue and its name is free again.
+        let _ = self.model.cameras.remove_source(&self.source);
         self.source = self.model.add_source(&self.element, self.ordered)?;
         self.finished = false;
         Ok(())
@@ -434,7 +438,7 @@ impl SharedRunner {
 impl Drop for SharedRunner {
     /// A stopped element's source ends; the others go on.
     fn drop(&mut self) {
-        let _ = self.model.cameras.finish_source(&self.source);
+        let _ = self.model.cameras.remove_source(&self.source);
         self.model.leave();
     }
 }

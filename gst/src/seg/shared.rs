@@ -85,8 +85,8 @@ pub struct SharedModel {
 
 impl SharedModel {
     /// Opens a source for `element`: its name, or its name and a number when a source of
-    /// that name was opened before (another pipeline's element, or this one's source
-    /// before a flush). Newest frame first, or ordered with one frame waiting.
+    /// that name is open (another pipeline's element of the same name). Newest frame
+    /// first, or ordered with one frame waiting.
     pub fn add_source(&self, element: &str, ordered: bool) -> Result<String, String> {
         let config = match ordered {
             true => SourceConfig::ordered(1),

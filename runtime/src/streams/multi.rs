@@ -4,8 +4,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use crate::server::handle::Notify;
 use super::latest::{Backlog, Latency, LatestStats, LatestStream, LiveFrame};
+use crate::server::handle::Notify;
 use crate::server::queue::Queue;
 use crate::server::Input;
 
@@ -149,6 +149,9 @@ struct State {
     by_name: HashMap<String, usize>,
     /// The camera `next` looks at first (round robin).
     turn: usize,
+    /// The queue's tag for the next camera added (tags are never reused, so a removed
+    /// camera's turn is not inherited).
+    next_tag: u32,
     finished: bool,
 }
 
@@ -171,6 +174,7 @@ impl MultiStream {
                     sources: Vec::new(),
                     by_name: HashMap::new(),
                     turn: 0,
+                    next_tag: 0,
                     finished: false,
                 }),
                 changed: Condvar::new(),
@@ -184,7 +188,8 @@ impl MultiStream {
         if st.by_name.contains_key(name) {
             return Err(SourceError::Duplicate(name.into()));
         }
-        let id = st.sources.len() as u32;
+        let id = st.next_tag;
+        st.next_tag += 1;
         let weak = Arc::downgrade(&self.inner);
         let listener: Notify = Arc::new(move || {
             if let Some(inner) = weak.upgrade() {
@@ -251,6 +256,31 @@ impl MultiStream {
         Ok(())
     }
 
+    /// Removes camera `source`: its frames not started are taken back from the queue,
+    /// its outcomes not yet returned are dropped, and its name is free again (a camera
+    /// that was unplugged, or an element flushed and restarted).
+    pub fn remove_source(&self, source: &str) -> Result<(), SourceError> {
+        let mut st = lock(&self.inner.state);
+        let at = find(&st, source)?;
+        let removed = st.sources.remove(at);
+        st.by_name = st
+            .sources
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.name.clone(), i))
+            .collect();
+        st.turn = match st.sources.len() {
+            0 => 0,
+            n => st.turn % n,
+        };
+        drop(st);
+        removed.stream.finish();
+        // The stream's last reference: dropping it cancels its waiting frames.
+        drop(removed);
+        self.inner.changed.notify_all();
+        Ok(())
+    }
+
     /// No camera sends more frames, and none will be added: once every outcome is out,
     /// [`next`](Self::next) returns `None`.
     pub fn finish(&self) {
@@ -275,6 +305,20 @@ impl MultiStream {
     /// Like [`next`](Self::next), waiting at most `timeout` (`None` also on timeout).
     pub fn next_timeout(&self, timeout: Duration) -> Option<SourceFrame> {
         self.next_until(Some(Instant::now() + timeout))
+    }
+
+    /// Camera `source`'s next outcome, waiting at most `timeout` (`Ok(None)` on timeout,
+    /// or once the camera is finished and every frame of it was returned).
+    pub fn next_from_timeout(
+        &self,
+        source: &str,
+        timeout: Duration,
+    ) -> Result<Option<LiveFrame>, SourceError> {
+        let stream = {
+            let st = lock(&self.inner.state);
+            st.sources[find(&st, source)?].stream.clone()
+        };
+        Ok(stream.next_timeout(timeout))
     }
 
     /// Camera `source`'s next outcome if it is known now.

@@ -302,3 +302,43 @@ fn names_that_are_not_cameras_are_refused_by_name() {
     assert!(cameras.try_next_from("side").is_err());
     assert_eq!(cameras.sources(), ["front", "rear"]);
 }
+
+#[test]
+fn a_camera_removed_frees_its_name_and_one_camera_can_be_waited_for() {
+    let (server, _runs) = server(Duration::from_millis(1), 4);
+    let cameras = server.multi_stream();
+    cameras
+        .add_source("front", SourceConfig::ordered(4))
+        .unwrap();
+    cameras
+        .add_source("rear", SourceConfig::ordered(4))
+        .unwrap();
+    for i in 0..3 {
+        cameras.submit("front", frame(0, i, (8, 6))).unwrap();
+        cameras.submit("rear", frame(1, i, (8, 6))).unwrap();
+    }
+    // One camera's answers, waited for, in its own order.
+    for i in 0..3 {
+        let f = cameras
+            .next_from_timeout("rear", Duration::from_secs(20))
+            .unwrap()
+            .expect("rear's frame in time");
+        assert_eq!(f.frame, i);
+        assert!(f.output().is_some());
+    }
+    cameras.remove_source("front").unwrap();
+    assert_eq!(cameras.sources(), ["rear"]);
+    assert!(matches!(
+        cameras.submit("front", frame(0, 9, (8, 6))),
+        Err(SourceError::Unknown { .. })
+    ));
+    // The name is free again: a fresh camera, counting from 0.
+    cameras.add_source("front", SourceConfig::newest()).unwrap();
+    assert_eq!(cameras.submit("front", frame(0, 0, (8, 6))).unwrap(), 0);
+    cameras.finish();
+    let mut seen = Vec::new();
+    while let Some(f) = cameras.next_timeout(Duration::from_secs(20)) {
+        seen.push((f.source, f.frame.frame));
+    }
+    assert_eq!(seen, [("front".to_string(), 0)]);
+}
