@@ -203,8 +203,8 @@ typedef struct segtool_live_options {
    */
   uint32_t deadline_ms;
   /**
-   * Engine sessions, each running one frame at a time on its own thread (default 1).
-   * Every session loads the model once more.
+   * Engine sessions, each on its own thread (default 1). Every session loads the
+   * model once more.
    */
   uint32_t sessions;
   /**
@@ -214,6 +214,14 @@ typedef struct segtool_live_options {
    * edges. Needs a model that outputs logits (not exported with `--argmax`).
    */
   float smooth;
+  /**
+   * Most frames one engine run takes (default 1: each session runs one frame at a
+   * time). Above 1, the frames waiting from sources added with
+   * `segtool_live_add_source` run together, at most one per source, the source served
+   * longest ago first: many cameras batched on one model. Added last: a program built
+   * against an older header must be rebuilt.
+   */
+  uint32_t max_batch;
 } segtool_live_options;
 
 /**

@@ -36,14 +36,20 @@ pub struct segtool_live_options {
     /// A frame not started within this many milliseconds of its submission is dropped
     /// (counted in `expired`), never run late; 0 (default): no deadline.
     pub deadline_ms: u32,
-    /// Engine sessions, each running one frame at a time on its own thread (default 1).
-    /// Every session loads the model once more.
+    /// Engine sessions, each on its own thread (default 1). Every session loads the
+    /// model once more.
     pub sessions: u32,
     /// Temporal smoothing: weight of the history in an exponential moving average of
     /// the logits across answered frames, in [0, 1); 0 (default) is off. 0.5 to 0.7
     /// steadies masks that flicker between frames, at a lag of about one frame on moving
     /// edges. Needs a model that outputs logits (not exported with `--argmax`).
     pub smooth: f32,
+    /// Most frames one engine run takes (default 1: each session runs one frame at a
+    /// time). Above 1, the frames waiting from sources added with
+    /// `segtool_live_add_source` run together, at most one per source, the source served
+    /// longest ago first: many cameras batched on one model. Added last: a program built
+    /// against an older header must be rebuilt.
+    pub max_batch: u32,
 }
 
 /// The counters of a live stream. `submitted == answered + failed + replaced + expired
@@ -116,6 +122,7 @@ pub extern "C" fn segtool_live_options_default() -> segtool_live_options {
         deadline_ms: 0,
         sessions: 1,
         smooth: 0.0,
+        max_batch: 1,
     }
 }
 
@@ -163,6 +170,7 @@ fn open_live(
     // Room in the queue for the sources' slots too (the stream alone never queues more
     // than its slot).
     let config = BatchConfig::live(live.slot as usize, sessions)
+        .with_max_batch(live.max_batch.max(1) as usize)
         .with_queue_capacity(live.slot.max(1) as usize + sessions + SOURCE_SLOTS)
         .with_logits(live.smooth > 0.0 || opts.logits);
     let server = BatchServer::from_segmenters(config, segmenters)?;

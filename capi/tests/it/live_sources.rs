@@ -34,6 +34,11 @@ impl Drop for Live {
 
 /// A live handle on the identity 1x1-conv model (class = dominant channel), tract.
 fn open(slot: u32) -> Live {
+    open_batching(slot, 1)
+}
+
+/// [`open`] with engine runs of up to `max_batch` frames (one per source).
+fn open_batching(slot: u32, max_batch: u32) -> Live {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("rgb.onnx");
     let identity = [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]];
@@ -43,6 +48,7 @@ fn open(slot: u32) -> Live {
     opts.engine = SEGTOOL_ENGINE_TRACT;
     let mut lo = segtool_live_options_default();
     lo.slot = slot;
+    lo.max_batch = max_batch;
     let mut live = ptr::null_mut();
     let st = unsafe { segtool_live_open(c_path.as_ptr(), &opts, &lo, &mut live) };
     assert_eq!(st, segtool_status::SEGTOOL_OK, "{}", last_error());
@@ -129,7 +135,14 @@ fn single_camera(path: &str, img: &RgbImage) -> Vec<u8> {
 
 #[test]
 fn two_sources_exact_counts_and_the_single_camera_masks() {
-    let live = open(1);
+    // One frame per run, and runs batched across the sources: the same masks and counts.
+    for max_batch in [1, 4] {
+        two_sources(max_batch);
+    }
+}
+
+fn two_sources(max_batch: u32) {
+    let live = open_batching(1, max_batch);
     let front = add(&live, "front", 8);
     let rear = add(&live, "rear", 8);
     assert_eq!((front, rear), (1, 2));
