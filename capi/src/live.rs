@@ -251,19 +251,8 @@ pub unsafe extern "C" fn segtool_live_submit(
     stride_bytes: u32,
     frame_index: *mut u64,
 ) -> segtool_status {
-    status_guard(|| {
-        let live = live_ref(live)?;
-        if rgb.is_null() {
-            return Err(Error::null("rgb"));
-        }
-        let image = copy_image(rgb, width, height, stride_bytes)?;
-        let index = live.stream.submit(image);
-        if !frame_index.is_null() {
-            // SAFETY: non-null and writable (contract).
-            unsafe { *frame_index = index };
-        }
-        Ok(())
-    })
+    // SAFETY: the same contract; source 0 is the handle's own stream.
+    unsafe { segtool_live_submit_source(live, 0, rgb, width, height, stride_bytes, frame_index) }
 }
 
 /// Waits up to `timeout_ms` milliseconds for the next answered frame (frames come in
