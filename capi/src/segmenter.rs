@@ -6,7 +6,6 @@
 
 use std::ffi::{c_char, CString};
 use std::path::Path;
-use std::ptr;
 use std::sync::Mutex;
 
 use image::RgbImage;
@@ -17,7 +16,7 @@ use segtool_runtime::{Frame, PixelFormat, Segmenter, SegmenterBuilder};
 use crate::options::{segtool_options, segtool_options_default};
 use crate::result::{segtool_result, Logits};
 use crate::status::segtool_status::{self, *};
-use crate::status::{opt_str, path_arg, status_guard, Error};
+use crate::status::{clear_out, opt_str, path_arg, status_guard, Error};
 
 /// A loaded model with its engine (opaque).
 pub struct segtool_segmenter {
@@ -95,11 +94,8 @@ pub unsafe extern "C" fn segtool_open(
     out: *mut *mut segtool_segmenter,
 ) -> segtool_status {
     status_guard(|| {
-        if out.is_null() {
-            return Err(Error::null("out"));
-        }
-        // SAFETY: `out` is non-null and writable (contract).
-        unsafe { *out = ptr::null_mut() };
+        // SAFETY: `out` is NULL or writable (contract).
+        unsafe { clear_out(out) }?;
         // SAFETY: contract above.
         let path = unsafe { path_arg(model_path, "model_path") }?;
         let opts = if opts.is_null() {
@@ -151,11 +147,8 @@ pub unsafe extern "C" fn segtool_segment(
     out: *mut *mut segtool_result,
 ) -> segtool_status {
     status_guard(|| {
-        if out.is_null() {
-            return Err(Error::null("out"));
-        }
-        // SAFETY: non-null and writable (contract).
-        unsafe { *out = ptr::null_mut() };
+        // SAFETY: `out` is NULL or writable (contract).
+        unsafe { clear_out(out) }?;
         let seg = segmenter_ref(seg)?;
         if rgb.is_null() {
             return Err(Error::null("rgb"));

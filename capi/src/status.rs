@@ -167,6 +167,31 @@ pub(crate) unsafe fn opt_str<'a>(p: *const c_char, name: &str) -> Result<Option<
         .map_err(|_| Error::invalid(format!("{name} is not valid UTF-8")))
 }
 
+/// A handle's out-pointer: required, and set to NULL first, so a call that fails after
+/// this leaves NULL there whatever failed.
+///
+/// # Safety
+/// `out` is NULL or writable.
+pub(crate) unsafe fn clear_out<T>(out: *mut *mut T) -> Result<(), Error> {
+    if out.is_null() {
+        return Err(Error::null("out"));
+    }
+    // SAFETY: non-null and writable (contract).
+    unsafe { *out = std::ptr::null_mut() };
+    Ok(())
+}
+
+/// Writes `value` through an optional out-pointer; NULL: the caller does not want it.
+///
+/// # Safety
+/// `p` is NULL or writable.
+pub(crate) unsafe fn write_if_asked<T>(p: *mut T, value: T) {
+    if !p.is_null() {
+        // SAFETY: non-null and writable (contract).
+        unsafe { *p = value };
+    }
+}
+
 /// Paths are taken as raw bytes on Unix, so non-UTF-8 file names work.
 ///
 /// # Safety
