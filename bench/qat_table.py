@@ -1,18 +1,27 @@
 #!/usr/bin/env python3
-"""Benchmark (not a test): fp32 against post-training INT8 (the best calibration method,
-and `calibrate --auto`) and quantisation-aware training (all-INT8), on the demo task.
+"""Benchmark (not a test): fp32 against bf16, post-training INT8 (the best calibration
+method, and `calibrate --auto`) and quantisation-aware training (all-INT8), on the demo
+task's tiny DANet or on the trained DANet-R18.
 
     source "$(bash scripts/setup.sh)"          # $SEGTOOL_PYTHON: onnxruntime, openvino, cv2
     cargo build --bin segtool                  # (or --release; --segtool PATH)
     make demo                                  # out/demo: the trained tiny DANet and its data
     $SEGTOOL_PYTHON bench/qat_table.py [--demo out/demo] [--work target/bench-qat]
         [--qat-iterations 300] [--qat-lr 0.001] [--threads 2] [--sizes 96 512] [--rounds 5]
+    python3 bench/build_r18.py                 # the trained DANet-R18 (cached; hours on 2 cores)
+    $SEGTOOL_PYTHON bench/qat_table.py --model r18 [--work target/bench-qat-r18]
 
-The model is the demo's tiny DANet (`segtool demo`: 2000 iterations on the shapes task,
+--model demo: the demo's tiny DANet (`segtool demo`: 2000 iterations on the shapes task,
 96x96 images), `danet_tiny.safetensors`; the data its folder (images/ and masks/, train
-and val). Every row is a file `segtool export` (default target) or `segtool calibrate`
-writes, in the `ort-cpu` layout (ONNX Runtime's CPU kernels: uint8 activations):
+and val). --model r18: the DANet-R18 bench/build_r18.py built (its built.json under
+$SEGTOOL_HOME/bench), on a folder of the same shapes stream it trained on (`segtool
+generate`: 4000 training and 100 validation images at its size); its QAT fine-tunes with
+the builder's own run configuration. Every row is a file `segtool export` (default target)
+or `segtool calibrate` writes, in the `ort-cpu` layout (ONNX Runtime's CPU kernels: uint8
+activations):
   * fp32: the export;
+  * fp32, OpenVINO bf16: the same file with OpenVINO's bf16 precision for float layers
+    (OpenVINO only: ONNX Runtime's CPU kernels have no bf16);
   * PTQ: `segtool calibrate --per-channel` with each method (minmax, entropy, percentile,
     mse) on the first --calib training images; the row is the best by mIoU (all are
     listed in the JSON);
@@ -23,13 +32,15 @@ writes, in the `ort-cpu` layout (ONNX Runtime's CPU kernels: uint8 activations):
     half way), then `segtool export` of its checkpoint (all-INT8, no images);
   * fp32 fine-tuned (control): the same schedule without quantisation, exported in
     float: what the extra training alone gives (the demo model is not converged).
-mIoU: over the whole val split (200 images), intersection and union accumulated over
+mIoU: over the whole val split, intersection and union accumulated over
 the split, mean over the classes present (as segtool's eval), each file run by ONNX
 Runtime (CPU) and by OpenVINO (CPU, f32 hint for float layers). Speed: `segtool bench
 --engine ort|openvino --threads T --size SxS`, batch 1, the engine's median ms (pre- and
 post-processing excluded); --rounds rounds over all the files in turn, the median of the
-rounds' medians (the machine may be shared). Prints a markdown table; everything goes to
---work/qat_table.json.
+rounds' medians (the machine may be shared). Agreement: the share of val pixels whose label
+equals the fp32 file's in ONNX Runtime (the model a user would otherwise run), per engine;
+"x ORT fp32": ONNX Runtime fp32's median ms over the row's, per engine. Prints a markdown
+table; everything goes to --work/qat_table.json.
 """
 import argparse
 import glob
@@ -122,7 +133,7 @@ def miou(preds, masks, classes):
     return float(ious.mean()) if len(ious) else 0.0
 
 
-def predictions(path, engine, xs, threads):
+def predictions(path, engine, xs, threads, precision="f32"):
     if engine == "ort":
         import onnxruntime as ort
         so = ort.SessionOptions()
@@ -135,17 +146,19 @@ def predictions(path, engine, xs, threads):
         import openvino as ov
         compiled = ov.Core().compile_model(path, "CPU", {
             "INFERENCE_NUM_THREADS": threads, "PERFORMANCE_HINT": "LATENCY",
-            "INFERENCE_PRECISION_HINT": "f32"})
+            "INFERENCE_PRECISION_HINT": precision})
         req = compiled.create_infer_request()
         run_one = lambda x: req.infer({0: x})[0]
-    return [run_one(x)[0].argmax(axis=0).astype(np.int64) for x in xs]
+    return [run_one(x)[0].argmax(axis=0).astype(np.uint8) for x in xs]
 
 
-def bench_ms(segtool, path, engine, threads, size, iterations, work):
+def bench_ms(segtool, path, engine, threads, size, iterations, work, precision="f32"):
     out = os.path.join(work, "bench.json")
     cmd = [segtool, "bench", "--model", path, "--engine", engine, "--threads", str(threads),
            "--size", f"{size}x{size}", "--iterations", str(iterations), "--warmup", "5",
            "--strict", "--json", out]
+    if precision != "f32":
+        cmd += ["--precision", precision]
     run(cmd, os.path.join(work, "bench.log"))
     return json.load(open(out))["results"][0]["engine_ms"]["median"]
 
@@ -160,10 +173,38 @@ def link_subset(files, dst_images, dst_masks, data):
         os.symlink(os.path.join(data, "masks", "train", name), os.path.join(dst_masks, name))
 
 
+def r18_built():
+    """The newest DANet-R18 bench/build_r18.py finished (its built.json)."""
+    home = os.environ.get("SEGTOOL_HOME", os.path.join(os.path.expanduser("~"), ".cache",
+                                                       "segtool"))
+    found = sorted(glob.glob(os.path.join(home, "bench", "danet-r18-shapes-fine-*",
+                                          "built.json")), key=os.path.getmtime)
+    if not found:
+        sys.exit(f"no built DANet-R18 under {home}/bench: run python3 bench/build_r18.py")
+    return json.load(open(found[-1]))
+
+
+def model_and_data(a, segtool, w):
+    """(checkpoint, data folder, QAT run configuration, description) of --model."""
+    if a.model == "demo":
+        ckpt = os.path.join(a.demo, "danet_tiny.safetensors")
+        if not os.path.exists(ckpt):
+            sys.exit(f"{ckpt} missing: run `make demo` (or `segtool demo --out {a.demo}`)")
+        return ckpt, os.path.join(a.demo, "data"), "shapes-tiny", "demo tiny DANet"
+    built = r18_built()
+    data = w("data")
+    if not os.path.exists(os.path.join(data, "classes.json")):
+        run([segtool, "generate", "--out", data, "--size", str(built["size"]),
+             "--train-count", "4000", "--val-count", "100"], w("generate.log"))
+    return (built["checkpoint"], data, built["config"],
+            f"DANet-R18 (bench/build_r18.py, val mIoU {100 * built['val_miou']:.1f} in training)")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", default="demo", choices=["demo", "r18"])
     ap.add_argument("--demo", default=os.path.join(ROOT, "out", "demo"))
-    ap.add_argument("--work", default=os.path.join(ROOT, "target", "bench-qat"))
+    ap.add_argument("--work")
     ap.add_argument("--segtool")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--calib", type=int, default=64, help="calibration images (train split)")
@@ -172,20 +213,22 @@ def main():
     ap.add_argument("--qat-iterations", type=int, default=300)
     ap.add_argument("--qat-lr", type=float, default=0.001)
     ap.add_argument("--qat-ranges", default="ema", choices=["ema", "lsq"])
-    ap.add_argument("--sizes", type=int, nargs="+", default=[96, 512])
+    ap.add_argument("--sizes", type=int, nargs="+",
+                    help="bench sizes (demo: 96 512; r18: 256)")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--iterations", type=int, default=50, help="timed runs per bench call")
     ap.add_argument("--reuse", action="store_true", help="keep files already in --work")
     a = ap.parse_args()
+    a.work = a.work or os.path.join(ROOT, "target", "bench-qat" if a.model == "demo"
+                                    else "bench-qat-r18")
+    a.sizes = a.sizes or ([96, 512] if a.model == "demo" else [256])
     segtool = find_segtool(a.segtool)
-    ckpt = os.path.join(a.demo, "danet_tiny.safetensors")
-    data = os.path.join(a.demo, "data")
-    if not os.path.exists(ckpt):
-        sys.exit(f"{ckpt} missing: run `make demo` (or `segtool demo --out {a.demo}`)")
     os.makedirs(a.work, exist_ok=True)
     w = lambda *p: os.path.join(a.work, *p)
+    ckpt, data, qat_config, described = model_and_data(a, segtool, w)
     res = {"cpu": cpu_name(), "cpu_flags": cpu_flags(), "threads": a.threads,
-           "segtool": segtool, "args": vars(a), "rows": {}, "seconds": {}}
+           "segtool": segtool, "args": vars(a), "model": described, "rows": {},
+           "seconds": {}}
 
     fp32 = w("fp32.onnx")
     if not (a.reuse and os.path.exists(fp32)):
@@ -198,14 +241,26 @@ def main():
     link_subset(train_images[:a.calib], w("calib"), w("calib_masks"), data)
     link_subset(train_images[-a.auto_val:], w("autoval", "images"), w("autoval", "masks"),
                 data)
+    reference = {}
 
-    def score(path):
-        return {e: miou(predictions(path, e, val_x, a.threads), val_y, classes)
-                for e in ("ort", "openvino")}
+    def score(path, precision="f32", engines=("ort", "openvino")):
+        """mIoU per engine, and agreement with ONNX Runtime fp32's labels."""
+        out = {"miou": {}, "agreement": {}}
+        for e in engines:
+            preds = predictions(path, e, val_x, a.threads, precision)
+            if not reference:
+                reference["labels"] = preds
+            out["miou"][e] = miou(preds, val_y, classes)
+            out["agreement"][e] = float(np.mean([np.mean(p == r) for p, r in
+                                                 zip(preds, reference["labels"])]))
+        return out
 
     rows = res["rows"]
-    rows["fp32"] = {"path": fp32, "miou": score(fp32)}
+    rows["fp32"] = {"path": fp32, **score(fp32)}
     print(f"fp32: mIoU {rows['fp32']['miou']}", flush=True)
+    rows["fp32, OpenVINO bf16"] = {"path": fp32, "precision": "bf16",
+                                   **score(fp32, "bf16", engines=("openvino",))}
+    print(f"fp32, OpenVINO bf16: {rows['fp32, OpenVINO bf16']}", flush=True)
 
     # PTQ, each method; the best by ONNX Runtime's mIoU.
     ptq = {}
@@ -217,7 +272,7 @@ def main():
                  str(a.calib), "--method", m, "--per-channel", "--layout", LAYOUT, "-o", out,
                  "--quiet", "--latency-runs", "0", "--threads", str(a.threads)],
                 w(f"ptq_{m}.log"))
-        ptq[m] = {"path": out, "miou": score(out)}
+        ptq[m] = {"path": out, **score(out)}
         print(f"PTQ {m}: mIoU {ptq[m]['miou']}", flush=True)
     best = max(METHODS, key=lambda m: ptq[m]["miou"]["ort"])
     res["ptq_all"] = ptq
@@ -241,7 +296,7 @@ def main():
         kept = next((x for x in r.get("rows", []) if x.get("chosen")), None)
         auto_info = {"verdict": r.get("verdict"),
                      "float_layers": kept.get("float_layers") if kept else None}
-    rows["PTQ --auto"] = {"path": auto, "miou": score(auto), "auto": auto_info}
+    rows["PTQ --auto"] = {"path": auto, **score(auto), "auto": auto_info}
     print(f"PTQ --auto: mIoU {rows['PTQ --auto']['miou']} {auto_info}", flush=True)
 
     # QAT from the demo checkpoint, all-INT8.
@@ -256,14 +311,14 @@ def main():
                 f"quant.ranges={a.qat_ranges}",
                 f"quant.freeze_bn_at={a.qat_iterations // 2}", "eval.every=0",
                 "checkpoint.every=0", "log.every=25", "log.tensorboard=false"]
-        cmd = [segtool, "train", "--config", "shapes-tiny", "--threads", str(a.threads),
+        cmd = [segtool, "train", "--config", qat_config, "--threads", str(a.threads),
                "--qat", LAYOUT]
         for s in sets:
             cmd += ["--set", s]
         res["seconds"]["qat_train"] = run(cmd, w("qat_train.log"))
         run([segtool, "export", "--checkpoint", qat_ckpt, "--onnx", qat], w("qat_export.log"))
     res["qat_log_tail"] = open(w("qat_train.log")).read().strip().splitlines()[-6:]
-    rows["QAT (all-INT8)"] = {"path": qat, "miou": score(qat),
+    rows["QAT (all-INT8)"] = {"path": qat, **score(qat),
                               "iterations": a.qat_iterations, "lr": a.qat_lr,
                               "ranges": a.qat_ranges, "init_method": best}
     print(f"QAT: mIoU {rows['QAT (all-INT8)']['miou']}", flush=True)
@@ -279,48 +334,57 @@ def main():
                 f"optim.iterations={a.qat_iterations}", f"optim.lr={a.qat_lr}",
                 "eval.every=0", "checkpoint.every=0", "log.every=25",
                 "log.tensorboard=false"]
-        cmd = [segtool, "train", "--config", "shapes-tiny", "--threads", str(a.threads)]
+        cmd = [segtool, "train", "--config", qat_config, "--threads", str(a.threads)]
         for s in sets:
             cmd += ["--set", s]
         res["seconds"]["float_ft_train"] = run(cmd, w("float_ft_train.log"))
         run([segtool, "export", "--checkpoint", os.path.join(ft_dir, "last.safetensors"),
              "--onnx", ft], w("float_ft_export.log"))
-    rows["fp32 fine-tuned (control)"] = {"path": ft, "miou": score(ft),
+    rows["fp32 fine-tuned (control)"] = {"path": ft, **score(ft),
                                          "iterations": a.qat_iterations, "lr": a.qat_lr}
     print(f"fp32 fine-tuned: mIoU {rows['fp32 fine-tuned (control)']['miou']}", flush=True)
 
     # Speed: rounds over all files in turn, per engine and size.
     for size in a.sizes:
         for engine in ("ort", "openvino"):
-            samples = {k: [] for k in rows}
+            timed = [k for k in rows if engine in rows[k]["miou"]]
+            samples = {k: [] for k in timed}
             for _ in range(a.rounds):
-                for k, row in rows.items():
-                    samples[k].append(bench_ms(segtool, row["path"], engine, a.threads, size,
-                                               a.iterations, a.work))
-            for k in rows:
+                for k in timed:
+                    samples[k].append(bench_ms(segtool, rows[k]["path"], engine, a.threads,
+                                               size, a.iterations, a.work,
+                                               rows[k].get("precision", "f32")))
+            for k in timed:
                 rows[k].setdefault("ms", {})[f"{engine}_{size}"] = float(np.median(samples[k]))
                 rows[k].setdefault("ms_rounds", {})[f"{engine}_{size}"] = samples[k]
 
     json.dump(res, open(w("qat_table.json"), "w"), indent=1)
     fp = rows["fp32"]
     print(f"\n{res['cpu']} ({', '.join(k for k, v in res['cpu_flags'].items() if v)}), "
-          f"{a.threads} threads; demo tiny DANet, val split ({len(val_x)} images, "
-          f"{val_x[0].shape[3]}x{val_x[0].shape[2]}); QAT {a.qat_iterations} iterations, lr {a.qat_lr}, "
-          f"{a.qat_ranges} ranges from {best}\n")
-    head = "| model | mIoU ORT | mIoU OpenVINO | vs fp32 (ORT, points) |"
-    sep = "| --- | --- | --- | --- |"
+          f"{a.threads} threads; {described}, val split ({len(val_x)} images, "
+          f"{val_x[0].shape[3]}x{val_x[0].shape[2]}); QAT {a.qat_iterations} iterations, "
+          f"lr {a.qat_lr}, {a.qat_ranges} ranges from {best}\n")
+    head = ("| model | mIoU ORT | mIoU OpenVINO | vs fp32 (ORT, points) "
+            "| agreement ORT | agreement OpenVINO |")
+    sep = "| --- | --- | --- | --- | --- | --- |"
     for size in a.sizes:
-        head += f" ORT ms {size}² | OpenVINO ms {size}² |"
-        sep += " --- | --- |"
+        head += f" ORT ms {size}² | OpenVINO ms {size}² | x ORT fp32 {size}² (ORT / OpenVINO) |"
+        sep += " --- | --- | --- |"
     print(head)
     print(sep)
+    cell = lambda d, e, f: f(d[e]) if e in d else "-"
+    pct = lambda v: f"{100 * v:.2f}"
     for k, row in rows.items():
-        m = row["miou"]
-        line = (f"| {k} | {100 * m['ort']:.2f} | {100 * m['openvino']:.2f} | "
-                f"{100 * (m['ort'] - fp['miou']['ort']):+.2f} |")
+        m, agree, ms = row["miou"], row["agreement"], row["ms"]
+        line = (f"| {k} | {cell(m, 'ort', pct)} | {cell(m, 'openvino', pct)} | "
+                + (f"{100 * (m['ort'] - fp['miou']['ort']):+.2f}" if "ort" in m else "-")
+                + f" | {cell(agree, 'ort', pct)} | {cell(agree, 'openvino', pct)} |")
         for size in a.sizes:
-            line += (f" {row['ms'][f'ort_{size}']:.2f} | "
-                     f"{row['ms'][f'openvino_{size}']:.2f} |")
+            base = fp["ms"][f"ort_{size}"]
+            ort_ms, ov_ms = ms.get(f"ort_{size}"), ms.get(f"openvino_{size}")
+            fmt = lambda v: "-" if v is None else f"{v:.2f}"
+            ratio = lambda v: "-" if v is None else f"{base / v:.2f}x"
+            line += f" {fmt(ort_ms)} | {fmt(ov_ms)} | {ratio(ort_ms)} / {ratio(ov_ms)} |"
         print(line)
     print("\nPTQ by method (mIoU ORT): " + ", ".join(
         f"{m} {100 * ptq[m]['miou']['ort']:.2f}" for m in METHODS))
