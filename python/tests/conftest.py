@@ -1,18 +1,22 @@
 """Fixtures: a tiny DANet trained for two iterations by the segtool binary and exported
-three ways (plain, --preprocess, --argmax), and the references the tests compare with
+three ways (plain, --preprocess, --argmax), its classifier re-centred so every class wins
+somewhere (`varied_checkpoint`), and the references the tests compare with
 (onnxruntime's Python API with numpy pre/post-processing, the segtool command line)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
-from typing import Dict, List
+from typing import Callable, Dict, List, Sequence
 
 import numpy as np
 import numpy.typing as npt
 import onnxruntime as ort
 import pytest
+
+import segtool as segtool_package
 
 REPO = Path(__file__).resolve().parents[2]
 SEGTOOL = os.environ.get("SEGTOOL_BIN", str(REPO / "target" / "debug" / "segtool"))
@@ -91,3 +95,47 @@ class OrtReference:
         else:
             mask = out[0].astype(np.uint8)
         return mask
+
+
+def safetensors_edit(src: Path, dst: Path, edit: Callable[[Dict[str, npt.NDArray[np.float32]]], None],
+                     names: Sequence[str]) -> None:
+    """Rewrites the float32 tensors `names` of a safetensors file in place (same shapes),
+    everything else (the spec in its metadata) byte for byte."""
+    blob = bytearray(src.read_bytes())
+    n = int.from_bytes(blob[:8], "little")
+    header = json.loads(blob[8:8 + n])
+    base = 8 + n
+    tensors: Dict[str, npt.NDArray[np.float32]] = {}
+    for name in names:
+        meta = header[name]
+        assert meta["dtype"] == "F32", meta
+        s, e = meta["data_offsets"]
+        tensors[name] = np.frombuffer(bytes(blob[base + s:base + e]), "<f4").reshape(meta["shape"]).copy()
+    edit(tensors)
+    for name in names:
+        s, e = header[name]["data_offsets"]
+        raw = np.ascontiguousarray(tensors[name], "<f4").tobytes()
+        assert len(raw) == e - s
+        blob[base + s:base + e] = raw
+    dst.write_bytes(bytes(blob))
+
+
+def varied_checkpoint(work: Path, checkpoint: Path, sample: List[npt.NDArray[np.uint8]],
+                      name: str) -> Path:
+    """The session's checkpoint with DANet's output classifier (head.conv8) re-centred on
+    each class's mean logit over `sample` and scaled by 4, so that every class wins
+    somewhere (the 2-iteration checkpoint alone answers background everywhere)."""
+    first = work / f"{name}-first.onnx"
+    segtool("export", "--checkpoint", str(checkpoint), "--onnx", str(first), cwd=work)
+    seg = segtool_package.Segmenter(str(first), engine="ort", threads=1, logits=True)
+    scores = [np.asarray(seg.segment(img).scores) for img in sample]
+    mean = np.concatenate([s.reshape(s.shape[0], -1) for s in scores], axis=1).mean(axis=1)
+    k = 4.0
+
+    def edit(t: Dict[str, npt.NDArray[np.float32]]) -> None:
+        t["head.conv8.1.weight"] = t["head.conv8.1.weight"] * k
+        t["head.conv8.1.bias"] = (t["head.conv8.1.bias"] - mean) * k
+
+    out = work / f"{name}-varied.safetensors"
+    safetensors_edit(checkpoint, out, edit, ["head.conv8.1.weight", "head.conv8.1.bias"])
+    return out

@@ -46,7 +46,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import segtool
-from conftest import REPO, SEGTOOL, frames, segtool as run_segtool
+from conftest import REPO, SEGTOOL, frames, segtool as run_segtool, varied_checkpoint
 
 Mask = npt.NDArray[np.uint8]
 ClassIds = Union[npt.NDArray[np.uint8], npt.NDArray[np.uint16]]  # a mask: uint16 past 256 classes
@@ -127,49 +127,6 @@ def run(cmd: Sequence[Union[str, Path]]) -> subprocess.CompletedProcess[bytes]:
 
 
 # --- models ------------------------------------------------------------------------------
-
-def safetensors_edit(src: Path, dst: Path, edit: Callable[[Dict[str, npt.NDArray[np.float32]]], None],
-                     names: Sequence[str]) -> None:
-    """Rewrites the float32 tensors `names` of a safetensors file in place (same shapes),
-    everything else (the spec in its metadata) byte for byte."""
-    blob = bytearray(src.read_bytes())
-    n = int.from_bytes(blob[:8], "little")
-    header = json.loads(blob[8:8 + n])
-    base = 8 + n
-    tensors: Dict[str, npt.NDArray[np.float32]] = {}
-    for name in names:
-        meta = header[name]
-        assert meta["dtype"] == "F32", meta
-        s, e = meta["data_offsets"]
-        tensors[name] = np.frombuffer(bytes(blob[base + s:base + e]), "<f4").reshape(meta["shape"]).copy()
-    edit(tensors)
-    for name in names:
-        s, e = header[name]["data_offsets"]
-        raw = np.ascontiguousarray(tensors[name], "<f4").tobytes()
-        assert len(raw) == e - s
-        blob[base + s:base + e] = raw
-    dst.write_bytes(bytes(blob))
-
-
-def varied_checkpoint(work: Path, checkpoint: Path, sample: List[Mask]) -> Path:
-    """conftest's checkpoint with DANet's output classifier (head.conv8) re-centred on
-    each class's mean logit over `sample` and scaled by 4, so that every class wins
-    somewhere."""
-    first = work / "door-first.onnx"
-    run_segtool("export", "--checkpoint", str(checkpoint), "--onnx", str(first), cwd=work)
-    seg = segtool.Segmenter(str(first), engine="ort", threads=1, logits=True)
-    scores = [np.asarray(seg.segment(img).scores) for img in sample]
-    mean = np.concatenate([s.reshape(s.shape[0], -1) for s in scores], axis=1).mean(axis=1)
-    k = 4.0
-
-    def edit(t: Dict[str, npt.NDArray[np.float32]]) -> None:
-        t["head.conv8.1.weight"] = t["head.conv8.1.weight"] * k
-        t["head.conv8.1.bias"] = (t["head.conv8.1.bias"] - mean) * k
-
-    out = work / "door-varied.safetensors"
-    safetensors_edit(checkpoint, out, edit, ["head.conv8.1.weight", "head.conv8.1.bias"])
-    return out
-
 
 def conv_weights(seed: int, shape: Tuple[int, ...], scale: float) -> onnx.TensorProto:
     w = (np.random.default_rng(seed).standard_normal(shape) * scale).astype(np.float32)
@@ -286,7 +243,7 @@ def door_frames(tmp_path_factory: pytest.TempPathFactory) -> Frames:
 
 @pytest.fixture(scope="module")
 def door_models(work: Path, checkpoint: Path, door_frames: Frames) -> List[Model]:
-    varied = varied_checkpoint(work, checkpoint, door_frames.arrays)
+    varied = varied_checkpoint(work, checkpoint, door_frames.arrays, "door")
     dynamic, fixed = work / "door-dynamic.onnx", work / "door-fixed.onnx"
     run_segtool("export", "--checkpoint", str(varied), "--onnx", str(dynamic), cwd=work)
     run_segtool("export", "--checkpoint", str(varied), "--onnx", str(fixed),

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import segtool
-from conftest import frames
+from conftest import frames, segtool as run_segtool, varied_checkpoint
 
 CAMERAS = ["front", "left", "right", "rear"]
 
@@ -131,3 +131,52 @@ def test_model_options_only_with_a_path(models: Dict[str, Path]) -> None:
         segtool.MultiStream(seg, threads=2)
     with pytest.raises(segtool.InputError, match="max_batch"):
         segtool.MultiStream(seg, max_batch=0)
+
+
+def test_smoothing_per_camera_is_an_ema_of_that_cameras_logits(work: Path, checkpoint: Path) -> None:
+    """Each camera's masks are the argmax of an exponential moving average of its own
+    logits (history weight 0.7), computed here in numpy from `Segmenter.segment`'s
+    scores: the cameras' histories do not mix."""
+    weight = np.float32(0.7)
+    shots = {name: frames(4, seed=40 + k) for k, name in enumerate(["front", "rear"])}
+    varied = varied_checkpoint(work, checkpoint, shots["front"] + shots["rear"], "smooth")
+    model = work / "smooth.onnx"
+    run_segtool("export", "--checkpoint", str(varied), "--onnx", str(model), cwd=work)
+    seg = segtool.Segmenter(str(model), engine="ort", threads=1)
+    with segtool.MultiStream(seg, max_batch=2, smooth=float(weight)) as cams:
+        for name in shots:
+            cams.add_source(name, slot=4, backlog="ordered")
+        for i in range(4):
+            for name in shots:
+                cams.submit(name, shots[name][i])
+        cams.finish()
+        results = list(cams)
+    changed = 0
+    for name, shot in shots.items():
+        got = [r for r in results if r.source == name]
+        assert [(r.index, r.status) for r in got] == [(i, "answered") for i in range(4)]
+        state = None
+        for frame, r in zip(shot, got):
+            logits = seg.segment(frame, scores=True).scores
+            assert logits is not None
+            state = logits.copy() if state is None else weight * state + (1 - weight) * logits
+            want = state.argmax(axis=0)
+            # Pixels whose two best smoothed scores are within 1e-4 may go either way
+            # (batched and single runs round differently); every other pixel is equal.
+            top2 = np.sort(state, axis=0)[-2:]
+            clear = (top2[1] - top2[0]) > 1e-4
+            assert r.mask is not None
+            np.testing.assert_array_equal(r.mask[clear], want[clear])
+            assert clear.mean() > 0.99
+            changed += int(np.count_nonzero(r.mask != seg.segment(frame).mask))
+    # The smoothing did something: some pixels differ from the frames' own masks.
+    assert changed > 0
+
+
+def test_smoothing_needs_logits(models: Dict[str, Path]) -> None:
+    seg = segtool.Segmenter(models["argmax"], engine="ort", threads=1)
+    with pytest.raises(segtool.InputError, match="logits"):
+        segtool.MultiStream(seg, smooth=0.5)
+    plain = segtool.Segmenter(models["plain"], engine="ort", threads=1)
+    with pytest.raises(segtool.InputError, match="smooth"):
+        segtool.MultiStream(plain, smooth=1.5)

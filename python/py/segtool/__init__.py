@@ -309,7 +309,25 @@ class BatchServer:
         self.close()
 
 
-class LiveStream:
+class _Stream:
+    """What a live stream and a multi-camera stream share: iteration over every frame's
+    fate until the stream is finished and drained, and a ``with`` block that shuts the
+    worker down at its end."""
+
+    _native: Any
+
+    def __iter__(self) -> Iterator[LiveResult]:
+        while True:
+            r = self._native.next(None)
+            if r is None:
+                return
+            yield r
+
+    def __exit__(self, *exc: object) -> None:
+        self._native.shutdown()
+
+
+class LiveStream(_Stream):
     """The newest frame answered: for a live camera, where an old answer is worth less
     than none. ``submit`` never blocks; at most ``slot`` frames wait, a newer one replaces
     the oldest waiting (dropped, counted); a frame not started within ``deadline_ms`` is
@@ -342,21 +360,11 @@ class LiveStream:
         """No more frames; those submitted still come out of ``next()``."""
         self._native.close()
 
-    def __iter__(self) -> Iterator[LiveResult]:
-        while True:
-            r = self._native.next(None)
-            if r is None:
-                return
-            yield r
-
     def __enter__(self) -> "LiveStream":
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self._native.shutdown()
 
-
-class MultiStream:
+class MultiStream(_Stream):
     """Many cameras, one model: named sources sharing one copy of the model, batched
     across the cameras. Each source keeps its own slot (``"newest"``: a newer frame
     replaces one not yet started; ``"ordered"``: every frame runs, ``submit`` waits for
@@ -374,14 +382,17 @@ class MultiStream:
         for r in cams:                           # r.source, r.index, r.status, r.mask
             ...
 
-    An unknown source name raises :class:`InputError` naming the sources there are; a
-    frame for a finished source raises :class:`StreamClosedError`."""
+    ``smooth`` (0..1) averages each camera's logits over its own answered frames, as
+    :class:`LiveStream` does for one (models exported without ``--argmax``). An unknown
+    source name raises :class:`InputError` naming the sources there are; a frame for a
+    finished source raises :class:`StreamClosedError`."""
 
     def __init__(
         self,
         model: Union[Segmenter, PathLike],
         max_batch: int = 4,
         max_delay_ms: float = 2.0,
+        smooth: Optional[float] = None,
         **options: Any,
     ) -> None:
         if isinstance(model, Segmenter):
@@ -393,7 +404,9 @@ class MultiStream:
             self.segmenter = model
         else:
             self.segmenter = Segmenter(model, **options)
-        self._native = _segtool.MultiStream(self.segmenter._native, max_batch, max_delay_ms)
+        self._native = _segtool.MultiStream(
+            self.segmenter._native, max_batch, max_delay_ms, smooth
+        )
 
     def add_source(
         self,
@@ -443,15 +456,5 @@ class MultiStream:
         """No camera sends more frames; those submitted still come out of ``next()``."""
         self._native.finish()
 
-    def __iter__(self) -> Iterator[LiveResult]:
-        while True:
-            r = self._native.next(None)
-            if r is None:
-                return
-            yield r
-
     def __enter__(self) -> "MultiStream":
         return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._native.shutdown()

@@ -130,7 +130,11 @@ class LiveStream:
 
 class MultiStream:
     def __init__(
-        self, segmenter: Segmenter, max_batch: int = ..., max_delay_ms: float = ...
+        self,
+        segmenter: Segmenter,
+        max_batch: int = ...,
+        max_delay_ms: float = ...,
+        smooth: Optional[float] = ...,
     ) -> None: ...
     def add_source(
         self,
