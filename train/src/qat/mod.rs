@@ -30,14 +30,18 @@ use std::sync::Mutex;
 use anyhow::{bail, Context, Result};
 use prost::Message;
 use segtool_calibration::qdq::{self, Layout, WeightRange};
-use segtool_calibration::stats::{Histogram, Range, TensorStats, DEFAULT_BINS};
+use segtool_calibration::stats::{Histogram, Range};
 use segtool_calibration::Method;
 use segtool_export::proto::ModelProto;
 use segtool_model_spec::qat::{QatSpec, QAT_METADATA_KEY, QAT_THRESHOLDS_TENSOR};
 use segtool_model_spec::ModelSpec;
 use tch::{nn, Kind, Tensor};
 
-use crate::model::{bn_t, Bn, Conv};
+mod forward;
+mod ranges;
+
+pub use forward::fake_quant;
+pub use ranges::{threshold_movement, ThresholdSummary};
 
 /// PyTorch's BatchNorm epsilon, which the export folds with.
 const BN_EPS: f64 = 1e-5;
@@ -380,170 +384,6 @@ impl FakeQuant {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Called by the model at the start of each forward.
-    pub(crate) fn begin_forward(&self, train: bool) {
-        let mut s = self.lock();
-        s.training = train;
-        s.observed.iter_mut().for_each(|o| *o = false);
-    }
-
-    /// Input `input` of node `node` (ONNX names): fake-quantised when the plan quantises
-    /// that read, as is otherwise; with the scale used.
-    pub(crate) fn read_scaled(
-        &self,
-        node: &str,
-        input: &str,
-        x: &Tensor,
-    ) -> (Tensor, Option<Tensor>) {
-        let Some(r) = self.reads.get(&(node.to_string(), input.to_string())) else {
-            return (x.shallow_clone(), None);
-        };
-        let mut s = self.lock();
-        s.visited.insert((node.to_string(), input.to_string()));
-        let observe = |s: &mut State| -> Option<Tensor> {
-            let relu = r.observe?;
-            if s.observed[r.source] {
-                return None;
-            }
-            s.observed[r.source] = true;
-            let v = x.detach();
-            Some(if relu { v.relu() } else { v })
-        };
-        match &mut s.mode {
-            Mode::Ranges(_) | Mode::Histograms(_) => {
-                if let Some(v) = observe(&mut s) {
-                    let v = Vec::<f32>::try_from(
-                        v.to_device(tch::Device::Cpu)
-                            .to_kind(Kind::Float)
-                            .contiguous()
-                            .view(-1),
-                    )
-                    .expect("f32");
-                    match &mut s.mode {
-                        Mode::Ranges(r2) => r2[r.source].update(&v),
-                        Mode::Histograms(h) => h[r.source].add(&v),
-                        Mode::Quantise => unreachable!(),
-                    }
-                }
-                (x.shallow_clone(), None)
-            }
-            Mode::Quantise => {
-                if self.options.ranges == RangeLearning::Ema && s.training {
-                    if let Some(v) = observe(&mut s) {
-                        let m = v.abs().max().double_value(&[]) as f32;
-                        s.batch_max[r.source] = s.batch_max[r.source].max(m);
-                    }
-                }
-                drop(s);
-                let (scale, zp, qmin, qmax) = self.activation(r, x.numel() as i64);
-                let y = fake_quant(x, &scale, zp, qmin, qmax);
-                (y, Some(scale))
-            }
-        }
-    }
-
-    /// [`Self::read_scaled`] without the scale.
-    pub(crate) fn read(&self, node: &str, input: &str, x: &Tensor) -> Tensor {
-        self.read_scaled(node, input, x).0
-    }
-
-    /// Scale (a 0-dim f32 tensor), zero point and integer range of read `r`. The value
-    /// of the scale is the QDQ rewrite's own ([`Layout::activation`] on the threshold);
-    /// with LSQ it carries the threshold's gradient.
-    fn activation(&self, r: &Read, numel: i64) -> (Tensor, f64, f64, f64) {
-        let t = self.thresholds.get(r.source as i64);
-        let tv = t.double_value(&[]) as f32;
-        let (scale, zp) = self.options.layout.activation(tv, r.nonneg, "z");
-        let (zp, qmin, qmax) = match (
-            zp.data_type == segtool_export::proto::DataType::Uint8 as i32,
-            zp.raw_data.first().copied().unwrap_or(0),
-        ) {
-            (true, z) => (z as f64, 0.0, 255.0),
-            (false, z) => (z as i8 as f64, -128.0, 127.0),
-        };
-        let exact = Tensor::from(scale).to_device(self.thresholds.device());
-        let scale = if self.options.ranges == RangeLearning::Lsq && tv > 0.0 {
-            // d scale / d T, and LSQ's gradient scale 1 / sqrt(N * Qp), N over the
-            // global batch (each rank sees 1/world of it).
-            let k = (scale / tv) as f64;
-            let world = self.world_size.load(Ordering::Relaxed) as f64;
-            let n = numel.max(1) as f64 * world;
-            let g = 1.0 / (n * (qmax - zp).max(1.0)).sqrt();
-            // Value: the exact scale; gradient: d scale / d T times g (LSQ's grad_scale).
-            let ts = &t * (k * g);
-            exact + (&ts - ts.detach())
-        } else {
-            exact
-        };
-        (scale, zp, qmin, qmax)
-    }
-
-    /// Conv `node` reading `input` (ONNX names), with its BatchNorm when it has one: the
-    /// export's BN-folded weight (and bias), fake-quantised as the plan says. Before the
-    /// BN freeze, a training forward normalises with batch statistics as PyTorch's QAT
-    /// ConvBn does (weight folded with the running statistics, the conv output scaled
-    /// back, then BatchNorm).
-    pub(crate) fn conv(
-        &self,
-        node: &str,
-        input: &str,
-        x: &Tensor,
-        conv: &Conv,
-        bn: Option<&Bn>,
-        bn_train: bool,
-    ) -> Tensor {
-        let (xq, s_in) = self.read_scaled(node, input, x);
-        let Some(&bias_quantised) = self.weights.get(node) else {
-            return match bn {
-                Some(bn) => bn_t(&xq.apply(conv), bn, bn_train),
-                None => xq.apply(conv),
-            };
-        };
-        let observing = !matches!(self.lock().mode, Mode::Quantise);
-        let w = &conv.inner.ws;
-        let bn_train = bn_train && !self.bn_frozen();
-        match bn {
-            Some(bn) if bn_train => {
-                let (gamma, rv) = (bn.bn.ws.as_ref().expect("affine BN"), &bn.bn.running_var);
-                let sf = gamma / (rv + BN_EPS).sqrt();
-                let wf = w * sf.view([-1, 1, 1, 1]);
-                let wq = if observing { wf } else { self.weight(&wf).0 };
-                let y = conv.with(&xq, &wq, None) / sf.view([1, -1, 1, 1]);
-                bn_t(&y, bn, true)
-            }
-            _ => {
-                let (wf, bf) = match bn {
-                    Some(bn) => fold(w, bn),
-                    None => (
-                        w.shallow_clone(),
-                        conv.inner.bs.as_ref().expect("conv bias").shallow_clone(),
-                    ),
-                };
-                if observing {
-                    return conv.with(&xq, &wf, Some(&bf));
-                }
-                let (wq, s_w) = self.weight(&wf);
-                let bq = match (bias_quantised, s_in) {
-                    (true, Some(s_in)) => quantise_bias(&bf, &(s_in.detach() * s_w)),
-                    _ => bf,
-                };
-                conv.with(&xq, &wq, Some(&bq))
-            }
-        }
-    }
-
-    /// Per-output-channel symmetric fake quantisation of a weight, as the rewrite
-    /// quantises it; returns it and the scales.
-    fn weight(&self, w: &Tensor) -> (Tensor, Tensor) {
-        let max = self.options.weight_range.max() as f64;
-        let absmax = w.detach().abs().amax([1, 2, 3].as_slice(), false);
-        let s = absmax.divide_scalar(max);
-        let ok = absmax.gt(0.0).logical_and(&absmax.isfinite());
-        let s = s.where_self(&ok, &s.ones_like());
-        let q = fake_quant(w, &s.view([-1, 1, 1, 1]), 0.0, -max, max);
-        (q, s)
-    }
-
     /// Every read the plan quantises was visited by a forward since the last check.
     pub fn check_coverage(&self) -> Result<()> {
         let s = self.lock();
@@ -560,96 +400,6 @@ impl FakeQuant {
                 missing.len()
             );
         }
-        Ok(())
-    }
-
-    /// Initial thresholds: statistics of the float model (no fake quantisation) over
-    /// `batches` (normalised images), in two passes as the calibration crate collects
-    /// them (range, then a histogram of |x|), turned into thresholds by its calibrator.
-    /// `forward` runs the model in eval mode on a batch. Checks that every quantised
-    /// read was made.
-    pub fn calibrate(&self, batches: &[Tensor], forward: impl Fn(&Tensor)) -> Result<()> {
-        let n = self.sources.len();
-        self.lock().mode = Mode::Ranges(vec![Range::default(); n]);
-        self.lock().visited.clear();
-        tch::no_grad(|| batches.iter().for_each(&forward));
-        let ranges = match std::mem::replace(&mut self.lock().mode, Mode::Quantise) {
-            Mode::Ranges(r) => r,
-            _ => unreachable!(),
-        };
-        if let Some(i) = ranges.iter().position(|r| r.count == 0) {
-            bail!(
-                "no statistics for {:?}: the tch model never produced it",
-                self.sources[i]
-            );
-        }
-        let mut hists = None;
-        if self.options.method.needs_histogram() {
-            self.lock().mode = Mode::Histograms(
-                ranges
-                    .iter()
-                    .map(|r| Histogram::new(DEFAULT_BINS, r.absmax()))
-                    .collect(),
-            );
-            tch::no_grad(|| batches.iter().for_each(&forward));
-            hists = match std::mem::replace(&mut self.lock().mode, Mode::Quantise) {
-                Mode::Histograms(h) => Some(h),
-                _ => unreachable!(),
-            };
-        }
-        let values: Vec<f32> = ranges
-            .into_iter()
-            .enumerate()
-            .map(|(i, range)| {
-                let stats = TensorStats {
-                    range,
-                    hist: hists.as_ref().map(|h| h[i].clone()),
-                };
-                self.options
-                    .method
-                    .threshold(&stats, self.options.percentile)
-            })
-            .collect();
-        self.set_thresholds(&values);
-        self.check_coverage()
-    }
-
-    /// Sets the thresholds (e.g. from a checkpoint's values).
-    pub fn set_thresholds(&self, values: &[f32]) {
-        tch::no_grad(|| {
-            let mut t = self.thresholds.shallow_clone();
-            t.copy_(&Tensor::from_slice(values).to_device(t.device()));
-        });
-    }
-
-    /// The end of a training step: EMA moves each threshold towards the step's range
-    /// (`ranks_max` takes the largest of the per-source maxima over the ranks: the global
-    /// batch's range, identical thresholds everywhere).
-    pub fn end_step(&self, ranks_max: impl FnOnce(&[f64]) -> Result<Vec<f64>>) -> Result<()> {
-        if self.options.ranges != RangeLearning::Ema {
-            return Ok(());
-        }
-        let maxima: Vec<f64> = {
-            let mut s = self.lock();
-            let m = s.batch_max.iter().map(|&v| v as f64).collect();
-            s.batch_max.iter_mut().for_each(|v| *v = 0.0);
-            m
-        };
-        let maxima = ranks_max(&maxima)?;
-        let c = self.options.ema_momentum;
-        let next: Vec<f32> = self
-            .threshold_values()
-            .into_iter()
-            .zip(maxima)
-            .map(|(t, m)| {
-                if m > 0.0 {
-                    ((1.0 - c) * t as f64 + c * m) as f32
-                } else {
-                    t
-                }
-            })
-            .collect();
-        self.set_thresholds(&next);
         Ok(())
     }
 
@@ -680,76 +430,4 @@ pub fn check_bn_statistics(missing: &[String], file: &str) -> Result<()> {
         );
     }
     Ok(())
-}
-
-/// Minimum, median and maximum of a set of thresholds (zeros when empty).
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct ThresholdSummary {
-    pub min: f64,
-    pub median: f64,
-    pub max: f64,
-}
-
-impl ThresholdSummary {
-    pub fn of(values: &[f32]) -> Self {
-        let mut v: Vec<f64> = values.iter().map(|&x| x as f64).collect();
-        if v.is_empty() {
-            return Self::default();
-        }
-        v.sort_by(f64::total_cmp);
-        let n = v.len();
-        let median = if n % 2 == 1 {
-            v[n / 2]
-        } else {
-            (v[n / 2 - 1] + v[n / 2]) / 2.0
-        };
-        Self {
-            min: v[0],
-            median,
-            max: v[n - 1],
-        }
-    }
-}
-
-/// How far thresholds moved from `from` to `to` (same sources, same order): the mean of
-/// `|log(to / from)|` over the positive pairs, the relative movement of a typical range
-/// (0.01: ranges moved about 1%).
-pub fn threshold_movement(from: &[f32], to: &[f32]) -> f64 {
-    let logs: Vec<f64> = from
-        .iter()
-        .zip(to)
-        .filter(|(a, b)| **a > 0.0 && **b > 0.0)
-        .map(|(&a, &b)| (b as f64 / a as f64).ln().abs())
-        .collect();
-    match logs.is_empty() {
-        true => 0.0,
-        false => logs.iter().sum::<f64>() / logs.len() as f64,
-    }
-}
-
-/// `(clamp(round(x / s) + z, qmin, qmax) - z) * s`, rounding half to even and passing
-/// gradients straight through the rounding.
-pub fn fake_quant(x: &Tensor, s: &Tensor, zp: f64, qmin: f64, qmax: f64) -> Tensor {
-    let v = x / s;
-    let r = &v + (v.round() - &v).detach();
-    ((r + zp).clamp(qmin, qmax) - zp) * s
-}
-
-/// The export's folding of `bn` into a bias-free conv weight `w` (f64, rounded once).
-fn fold(w: &Tensor, bn: &Bn) -> (Tensor, Tensor) {
-    let d = |t: &Tensor| t.to_kind(Kind::Double);
-    let gamma = d(bn.bn.ws.as_ref().expect("affine BN"));
-    let beta = d(bn.bn.bs.as_ref().expect("affine BN"));
-    let scale = gamma / (d(&bn.bn.running_var) + BN_EPS).sqrt();
-    let wf = (d(w) * scale.view([-1, 1, 1, 1])).to_kind(Kind::Float);
-    let bf = ((-d(&bn.bn.running_mean)) * &scale + beta).to_kind(Kind::Float);
-    (wf, bf)
-}
-
-/// A bias on the int32 grid of `scales` (one per output channel), as the rewrite's
-/// `quantise_bias` (in f64) and DequantizeLinear (in f32).
-fn quantise_bias(b: &Tensor, scales: &Tensor) -> Tensor {
-    let v = b.to_kind(Kind::Double) / scales.to_kind(Kind::Double);
-    let q = &v + (v.round() - &v).detach();
-    q.to_kind(Kind::Float) * scales
 }
