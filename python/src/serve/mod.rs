@@ -174,17 +174,7 @@ impl BatchServer {
         queue_capacity: usize,
         scores: bool,
     ) -> PyResult<Self> {
-        if !(max_delay_ms >= 0.0 && max_delay_ms.is_finite()) {
-            return Err(errors::input(
-                "max_delay_ms >= 0",
-                format!("{max_delay_ms}"),
-            ));
-        }
-        let config = BatchConfig::new()
-            .with_max_batch(max_batch)
-            .with_max_wait(Duration::from_secs_f64(max_delay_ms / 1e3))
-            .with_queue_capacity(queue_capacity)
-            .with_logits(scores);
+        let config = batch_config(max_batch, max_delay_ms, queue_capacity)?.with_logits(scores);
         if scores
             && segmenters
                 .iter()
@@ -262,6 +252,24 @@ fn counts_dict<'py>(py: Python<'py>, c: &LatestStats) -> PyResult<Bound<'py, PyD
     d.set_item("rejected", c.rejected)?;
     d.set_item("pending", c.pending)?;
     Ok(d)
+}
+
+/// A batching server's configuration: at most `max_batch` images a run (at least 1), a
+/// batch waits at most `max_delay_ms` for more (finite, not negative), `queue` wait.
+fn batch_config(max_batch: usize, max_delay_ms: f64, queue: usize) -> PyResult<BatchConfig> {
+    if max_batch == 0 {
+        return Err(errors::input("max_batch >= 1", "0"));
+    }
+    if !(max_delay_ms >= 0.0 && max_delay_ms.is_finite()) {
+        return Err(errors::input(
+            "max_delay_ms >= 0",
+            format!("{max_delay_ms}"),
+        ));
+    }
+    Ok(BatchConfig::new()
+        .with_max_batch(max_batch)
+        .with_max_wait(Duration::from_secs_f64(max_delay_ms / 1e3))
+        .with_queue_capacity(queue))
 }
 
 /// `deadline_ms` as a duration: None is none; a positive finite number of milliseconds.

@@ -2,15 +2,14 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::Duration;
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use segtool_runtime::batching::{BatchConfig, LiveFrame, SourceConfig, SourceError};
+use segtool_runtime::batching::{LiveFrame, SourceConfig, SourceError};
 use segtool_runtime::TemporalSmoother;
 
 use super::live::{live_result, smooth_arg, smoother, LiveResult};
-use super::{counts_dict, deadline_arg, rgb_frame, server_over, wait_for, Look};
+use super::{batch_config, counts_dict, deadline_arg, rgb_frame, server_over, wait_for, Look};
 use crate::errors;
 use crate::segmenter::{lock, Segmenter};
 
@@ -55,20 +54,8 @@ impl MultiStream {
         smooth: Option<f32>,
     ) -> PyResult<Self> {
         let smooth = smooth_arg(&segmenter, smooth)?;
-        if max_batch == 0 {
-            return Err(errors::input("max_batch >= 1", "0"));
-        }
-        if !(max_delay_ms >= 0.0 && max_delay_ms.is_finite()) {
-            return Err(errors::input(
-                "max_delay_ms >= 0",
-                format!("{max_delay_ms}"),
-            ));
-        }
-        let config = BatchConfig::new()
-            .with_max_batch(max_batch)
-            .with_max_wait(Duration::from_secs_f64(max_delay_ms / 1e3))
-            .with_queue_capacity(MULTI_QUEUE)
-            .with_logits(smooth.is_some());
+        let config =
+            batch_config(max_batch, max_delay_ms, MULTI_QUEUE)?.with_logits(smooth.is_some());
         let server = server_over(&[segmenter], config)?;
         Ok(Self {
             stream: server.multi_stream(),
