@@ -27,9 +27,12 @@ activations):
     listed in the JSON);
   * PTQ --auto: `calibrate --auto --max-miou-drop 0.3` with --labels, judged in ONNX
     Runtime on --auto-val training images (not the val split the table scores);
-  * QAT: `segtool train --qat ort-cpu` from the demo checkpoint for --qat-iterations
-    (ranges initialised by the best PTQ method on --calib training images, EMA, BN frozen
-    half way), then `segtool export` of its checkpoint (all-INT8, no images);
+  * QAT, one row per --qat-layouts (ort-cpu and openvino): `segtool train --qat LAYOUT`
+    from the model's checkpoint for --qat-iterations (ranges initialised by the best PTQ
+    method on --calib training images, EMA, BN frozen half way), then `segtool export` of
+    its checkpoint (all-INT8, no images); and the file against the model that was
+    trained: `segtool eval --predictions` of the QAT checkpoint (tch's fake-quant model,
+    eval mode) against the file's labels in each engine;
   * fp32 fine-tuned (control): the same schedule without quantisation, exported in
     float: what the extra training alone gives (the demo model is not converged).
 mIoU: over the whole val split, intersection and union accumulated over
@@ -117,6 +120,14 @@ def load_split(data, split, spec):
         mask = os.path.join(data, "masks", split, os.path.basename(path))
         ys.append(cv2.imread(mask, cv2.IMREAD_UNCHANGED))
     return xs, ys
+
+
+def load_predictions(folder, data):
+    """`segtool eval --predictions`'s class maps, in the val images' order."""
+    import cv2
+    names = sorted(os.listdir(os.path.join(data, "images", "val")))
+    return [cv2.imread(os.path.join(folder, n), cv2.IMREAD_UNCHANGED).astype(np.uint8)
+            for n in names]
 
 
 def miou(preds, masks, classes):
@@ -213,6 +224,9 @@ def main():
     ap.add_argument("--qat-iterations", type=int, default=300)
     ap.add_argument("--qat-lr", type=float, default=0.001)
     ap.add_argument("--qat-ranges", default="ema", choices=["ema", "lsq"])
+    ap.add_argument("--qat-layouts", nargs="+", default=[LAYOUT, "openvino"],
+                    choices=["portable", "ort-cpu", "openvino"],
+                    help="a QAT run (and row) per layout")
     ap.add_argument("--sizes", type=int, nargs="+",
                     help="bench sizes (demo: 96 512; r18: 256)")
     ap.add_argument("--rounds", type=int, default=5)
@@ -241,13 +255,14 @@ def main():
     link_subset(train_images[:a.calib], w("calib"), w("calib_masks"), data)
     link_subset(train_images[-a.auto_val:], w("autoval", "images"), w("autoval", "masks"),
                 data)
-    reference = {}
+    reference, labels = {}, {}
 
     def score(path, precision="f32", engines=("ort", "openvino")):
         """mIoU per engine, and agreement with ONNX Runtime fp32's labels."""
         out = {"miou": {}, "agreement": {}}
         for e in engines:
             preds = predictions(path, e, val_x, a.threads, precision)
+            labels[(path, e, precision)] = preds
             if not reference:
                 reference["labels"] = preds
             out["miou"][e] = miou(preds, val_y, classes)
@@ -299,29 +314,49 @@ def main():
     rows["PTQ --auto"] = {"path": auto, **score(auto), "auto": auto_info}
     print(f"PTQ --auto: mIoU {rows['PTQ --auto']['miou']} {auto_info}", flush=True)
 
-    # QAT from the demo checkpoint, all-INT8.
-    qat_dir = w("qat_run")
-    qat_ckpt = os.path.join(qat_dir, "last.safetensors")
-    qat = w("qat.int8.onnx")
-    if not (a.reuse and os.path.exists(qat)):
-        shutil.rmtree(qat_dir, ignore_errors=True)
-        sets = [f"out_dir={qat_dir}", f"data.dataset={data}", f"model.init={ckpt}",
-                f"optim.iterations={a.qat_iterations}", f"optim.lr={a.qat_lr}",
-                f"quant.method={best}", f"quant.calib_images={a.calib}",
-                f"quant.ranges={a.qat_ranges}",
-                f"quant.freeze_bn_at={a.qat_iterations // 2}", "eval.every=0",
-                "checkpoint.every=0", "log.every=25", "log.tensorboard=false"]
-        cmd = [segtool, "train", "--config", qat_config, "--threads", str(a.threads),
-               "--qat", LAYOUT]
-        for s in sets:
-            cmd += ["--set", s]
-        res["seconds"]["qat_train"] = run(cmd, w("qat_train.log"))
-        run([segtool, "export", "--checkpoint", qat_ckpt, "--onnx", qat], w("qat_export.log"))
-    res["qat_log_tail"] = open(w("qat_train.log")).read().strip().splitlines()[-6:]
-    rows["QAT (all-INT8)"] = {"path": qat, **score(qat),
-                              "iterations": a.qat_iterations, "lr": a.qat_lr,
-                              "ranges": a.qat_ranges, "init_method": best}
-    print(f"QAT: mIoU {rows['QAT (all-INT8)']['miou']}", flush=True)
+    # QAT from the trained checkpoint, all-INT8, once per layout; then the file is the
+    # trained model: tch's fake-quant model (`segtool eval` of the QAT checkpoint, eval
+    # mode) against the INT8 file in each engine, label for label.
+    qat_rows = []
+    for layout in a.qat_layouts:
+        tag = "" if layout == LAYOUT else f"_{layout}"
+        qat_dir = w(f"qat_run{tag}")
+        qat_ckpt = os.path.join(qat_dir, "last.safetensors")
+        qat = w(f"qat{tag}.int8.onnx")
+        if not (a.reuse and os.path.exists(qat)):
+            shutil.rmtree(qat_dir, ignore_errors=True)
+            sets = [f"out_dir={qat_dir}", f"data.dataset={data}", f"model.init={ckpt}",
+                    f"optim.iterations={a.qat_iterations}", f"optim.lr={a.qat_lr}",
+                    f"quant.method={best}", f"quant.calib_images={a.calib}",
+                    f"quant.ranges={a.qat_ranges}",
+                    f"quant.freeze_bn_at={a.qat_iterations // 2}", "eval.every=0",
+                    "checkpoint.every=0", "log.every=25", "log.tensorboard=false"]
+            cmd = [segtool, "train", "--config", qat_config, "--threads", str(a.threads),
+                   "--qat", layout]
+            for s in sets:
+                cmd += ["--set", s]
+            res["seconds"][f"qat_train{tag}"] = run(cmd, w(f"qat_train{tag}.log"))
+            run([segtool, "export", "--checkpoint", qat_ckpt, "--onnx", qat],
+                w(f"qat_export{tag}.log"))
+        name = f"QAT (all-INT8, {layout})"
+        qat_rows.append(name)
+        row = rows[name] = {"path": qat, **score(qat), "layout": layout,
+                            "iterations": a.qat_iterations, "lr": a.qat_lr,
+                            "ranges": a.qat_ranges, "init_method": best,
+                            "log_tail": open(w(f"qat_train{tag}.log")).read().strip()
+                            .splitlines()[-6:]}
+        tch_dir = w(f"qat_tch_predictions{tag}")
+        shutil.rmtree(tch_dir, ignore_errors=True)
+        run([segtool, "eval", "--checkpoint", qat_ckpt, "--data", data, "--split", "val",
+             "--mode", "whole", "--predictions", tch_dir, "--metrics", w(f"qat_tch{tag}.json"),
+             "--threads", str(a.threads)], w(f"qat_tch_eval{tag}.log"))
+        tch = load_predictions(tch_dir, data)
+        row["tch_miou"] = json.load(open(w(f"qat_tch{tag}.json")))["mean_iou"]
+        row["tch_agreement"] = {
+            e: float(np.mean([np.mean(t == f) for t, f in zip(tch, labels[(qat, e, "f32")])]))
+            for e in ("ort", "openvino")}
+        print(f"{name}: mIoU {row['miou']}; against tch's fake-quant model "
+              f"{row['tch_agreement']} (tch mIoU {row['tch_miou']})", flush=True)
 
     # The control: the same fine-tuning schedule in float. QAT fine-tunes a model that
     # is still learning (the demo's 2000 iterations are not converged), so part of its
@@ -390,6 +425,12 @@ def main():
         f"{m} {100 * ptq[m]['miou']['ort']:.2f}" for m in METHODS))
     if auto_info:
         print(f"--auto: {auto_info}")
+    for name in qat_rows:
+        q = rows[name]
+        print(f"{name} file against tch's fake-quant model (segtool eval, mIoU "
+              f"{100 * q['tch_miou']:.2f}): labels equal on "
+              f"{100 * q['tch_agreement']['ort']:.3f}% (ONNX Runtime), "
+              f"{100 * q['tch_agreement']['openvino']:.3f}% (OpenVINO)")
     print(f"wrote {w('qat_table.json')}")
 
 
