@@ -8,7 +8,7 @@ task's tiny DANet or on the trained DANet-R18.
     make demo                                  # out/demo: the trained tiny DANet and its data
     $SEGTOOL_PYTHON bench/qat_table.py [--demo out/demo] [--work target/bench-qat]
         [--qat-iterations 300] [--qat-lr 0.001] [--threads 2] [--sizes 96 512] [--rounds 5]
-    python3 bench/build_r18.py                 # the trained DANet-R18 (cached; hours on 2 cores)
+    python3 bench/build_r18.py                 # the trained DANet-R18 (cached; ~40 min on 2 cores)
     $SEGTOOL_PYTHON bench/qat_table.py --model r18 [--work target/bench-qat-r18]
 
 --model demo: the demo's tiny DANet (`segtool demo`: 2000 iterations on the shapes task,
