@@ -1,8 +1,8 @@
 //! Several `segtoolseg` elements sharing one model through `model-instance-id`: the
 //! same masks as elements of their own (bit for bit), one model opened and released
 //! with its last element, elements that disagree on the model refused naming the first
-//! difference, a stream that ends while another goes on, exact counts per element, and
-//! a frame size that changes mid-stream.
+//! difference, a stream that ends while another goes on, exact counts per element, a
+//! frame size that changes mid-stream, and elements of different sizes at once.
 
 use crate::common;
 
@@ -29,9 +29,14 @@ struct Run {
 /// A source of `n` frames of videotestsrc's `pattern` into `segtoolseg name=seg{i}
 /// props` into `fakesink name=sink{i}`.
 fn branch(i: usize, n: u32, pattern: &str, props: &str) -> String {
+    sized_branch(i, n, pattern, props, (W, H))
+}
+
+/// [`branch`] with frames of `(width, height)`.
+fn sized_branch(i: usize, n: u32, pattern: &str, props: &str, (w, h): (u32, u32)) -> String {
     format!(
         "videotestsrc num-buffers={n} pattern={pattern} \
-         ! video/x-raw,format=RGB,width={W},height={H},framerate=30/1 \
+         ! video/x-raw,format=RGB,width={w},height={h},framerate=30/1 \
          ! segtoolseg name=seg{i} output=mask {props} ! fakesink name=sink{i} sync=false "
     )
 }
@@ -402,6 +407,50 @@ fn a_frame_size_change_mid_stream_is_served_at_the_new_size() {
 
 /// The book's multi-camera `gst-launch-1.0` line, test sources for the cameras: four
 /// live elements named after their cameras on one model run to EOS.
+#[test]
+fn elements_of_different_sizes_share_one_model_at_once() {
+    // Frames of different sizes never share an engine run (a batch is one tensor), so
+    // each element's frames run alone or with their own size; the masks are still the
+    // ones a model of its own gives, at the element's size.
+    const N: u32 = 6;
+    let dir = tempfile::tempdir().unwrap();
+    let model = common::tiny_model(dir.path(), 4);
+    let base = format!("model={} engine=tract threads=1", model.display());
+    let sizes = [(W, H), (56, 32)];
+    let separate = run(&[
+        sized_branch(0, N, "smpte", &base, sizes[0]),
+        sized_branch(1, N, "ball", &base, sizes[1]),
+    ]);
+    let shared_props = format!("{base} model-instance-id=sizes max-batch=2 max-wait-ms=50");
+    let shared = run(&[
+        sized_branch(0, N, "smpte", &shared_props, sizes[0]),
+        sized_branch(1, N, "ball", &shared_props, sizes[1]),
+    ]);
+    for (i, (w, h)) in sizes.into_iter().enumerate() {
+        let frames: Vec<u64> = shared.masks[i].iter().map(|(f, _)| *f).collect();
+        assert_eq!(
+            frames,
+            (0..N as u64).collect::<Vec<_>>(),
+            "every frame, in order"
+        );
+        for (_, ids) in &shared.masks[i] {
+            assert_eq!(
+                ids.dim(),
+                (h as usize, w as usize),
+                "element {i}'s own size"
+            );
+        }
+        assert!(
+            shared.masks[i] == separate.masks[i],
+            "element {i}: the shared model's masks differ from a model of its own"
+        );
+        let stats = &shared.stats[i];
+        assert_eq!(stats.get::<u32>("shared-elements").unwrap(), 2, "{stats}");
+        assert_eq!(count(stats, "model-opens"), 1, "opened once: {stats}");
+        assert_eq!(count(stats, "answered"), N as u64, "{stats}");
+    }
+}
+
 #[test]
 fn gst_launch_runs_four_cameras_on_one_model() {
     let dir = tempfile::tempdir().unwrap();
