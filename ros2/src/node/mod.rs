@@ -41,10 +41,8 @@ use ros2_client::dds::rustdds::mio1::{Events, Interest, Poll, Token};
 use ros2_client::dds::{Context, ContextOptions, Node, Publisher, Subscription};
 use ros2_client::qos::{Durability, History, Reliability, WhenFull};
 use ros2_client::{MessageInfo, MessageTypeName, Name, NodeName, QosProfile};
-use segtool_runtime::batching::{
-    BatchConfig, BatchServer, LiveOutcome, MultiStream, SourceConfig, SourceError, SourceFrame,
-};
-use segtool_runtime::{colorize, overlay, Segmenter, DEFAULT_ALPHA};
+use segtool_runtime::batching::{BatchConfig, BatchServer, MultiStream, SourceConfig, SourceError};
+use segtool_runtime::{Segmenter, DEFAULT_ALPHA};
 
 use crate::diagnostics::{self, CameraStats, NodeStats, Window};
 use crate::frames::{self, BadFrame};
@@ -54,8 +52,10 @@ use crate::params::Value;
 use crate::ros_args::RosArgs;
 use crate::sequence::SequenceGaps;
 
+mod publish;
 mod topics;
 
+use publish::{publish_masks, Outputs, OVERLAY};
 pub use topics::{camera_namespace, camera_topics, CameraTopics};
 
 /// Which camera topic the node takes.
@@ -172,43 +172,6 @@ fn dds(e: impl std::fmt::Debug) -> NodeError {
 /// Frames in the engine, by camera and frame index: their header, and their pixels while
 /// an overlay is wanted.
 type Waiting = Mutex<HashMap<(usize, u64), (Header, Option<RgbImage>)>>;
-
-/// One camera's three mask publishers.
-struct Outputs {
-    class_mask: Publisher<Image>,
-    color_mask: Publisher<Image>,
-    overlay: Publisher<Image>,
-    /// Which pictures someone subscribes to ([`COLOR`], [`OVERLAY`] bits), refreshed by
-    /// the main loop.
-    wanted: AtomicU8,
-    /// Which pictures the parameters ask for, and the overlay's alpha.
-    live: Arc<Live>,
-}
-
-const COLOR: u8 = 1;
-const OVERLAY: u8 = 2;
-
-impl Outputs {
-    fn refresh_wanted(&self, node: &Node) {
-        let mut bits = 0;
-        if self.color_mask.get_subscription_count(node) > 0 {
-            bits |= COLOR;
-        }
-        if self.overlay.get_subscription_count(node) > 0 {
-            bits |= OVERLAY;
-        }
-        self.wanted.store(bits, Ordering::Relaxed);
-    }
-
-    /// A picture is drawn when someone subscribes to it and the parameters ask for it.
-    fn wants(&self, bit: u8) -> bool {
-        let asked = match bit {
-            COLOR => self.live.publish_color_mask(),
-            _ => self.live.publish_overlay(),
-        };
-        asked && self.wanted.load(Ordering::Relaxed) & bit != 0
-    }
-}
 
 fn qos(reliable: bool) -> QosProfile {
     let base = QosProfile::subscription_default().durability(Durability::Volatile);
@@ -592,55 +555,4 @@ fn refresh(
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .close(stats);
-}
-
-/// The publishing thread: each answered frame's three masks, with its header, on its
-/// camera's topics.
-fn publish_masks(
-    stream: &MultiStream,
-    index: &HashMap<String, usize>,
-    waiting: &Waiting,
-    window: &Mutex<Window>,
-    outputs: &[Arc<Outputs>],
-    palette: &[[u8; 3]],
-) {
-    while let Some(SourceFrame { source, frame }) = stream.next() {
-        let Some(&k) = index.get(&source) else {
-            continue;
-        };
-        let outputs = &outputs[k];
-        let entry = waiting
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&(k, frame.frame));
-        let (LiveOutcome::Answered(out), Some((header, img))) = (frame.outcome, entry) else {
-            continue;
-        };
-        let mask = out.mask;
-        // The class mask first (what a robot acts on), then the pictures. Best effort: a
-        // reader that cannot keep up loses masks, not the node.
-        let _ = outputs
-            .class_mask
-            .publish(frames::class_mask(&header, &mask));
-        let latency = frame.submitted.elapsed();
-        let (color, overlaid) = (outputs.wants(COLOR), outputs.wants(OVERLAY));
-        if color {
-            let color = colorize(&mask, palette);
-            let _ = outputs
-                .color_mask
-                .publish(frames::rgb_message_of(&header, color));
-        }
-        // A subscriber that joined while this frame was in the engine gets the next one.
-        let overlaid = overlaid && img.is_some();
-        if let Some(img) = img.filter(|_| overlaid) {
-            let blended = overlay(&img, &mask, palette, outputs.live.alpha());
-            let _ = outputs
-                .overlay
-                .publish(frames::rgb_message_of(&header, blended));
-        }
-        window
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .add(latency, color, overlaid);
-    }
 }
