@@ -110,13 +110,7 @@ pub fn export_qat(
     opts: &ExportOptions,
 ) -> Result<(Vec<u8>, QatRecord), CalibrationError> {
     let bad = |e: String| CalibrationError::Model(e);
-    let (_, meta) = SafeTensors::read_metadata(checkpoint).map_err(|e| bad(e.to_string()))?;
-    let metadata: BTreeMap<String, String> = meta
-        .metadata()
-        .clone()
-        .unwrap_or_default()
-        .into_iter()
-        .collect();
+    let metadata = checkpoint_metadata(checkpoint)?;
     let tensors = SafeTensors::deserialize(checkpoint).map_err(|e| bad(e.to_string()))?;
     let qat = read_qat(&tensors, &metadata)?.ok_or_else(|| {
         bad(format!(
@@ -136,16 +130,22 @@ pub fn export_qat(
     Ok((q.encode_to_vec(), qat))
 }
 
-/// The QAT record of a checkpoint's bytes; `None` for a float checkpoint.
-pub fn checkpoint_qat(checkpoint: &[u8]) -> Result<Option<QatRecord>, CalibrationError> {
-    let bad = |e: String| CalibrationError::Model(e);
-    let (_, meta) = SafeTensors::read_metadata(checkpoint).map_err(|e| bad(e.to_string()))?;
-    let metadata: BTreeMap<String, String> = meta
+/// The string metadata of a checkpoint's safetensors header (empty when it has none).
+fn checkpoint_metadata(checkpoint: &[u8]) -> Result<BTreeMap<String, String>, CalibrationError> {
+    let (_, meta) = SafeTensors::read_metadata(checkpoint)
+        .map_err(|e| CalibrationError::Model(e.to_string()))?;
+    Ok(meta
         .metadata()
         .clone()
         .unwrap_or_default()
         .into_iter()
-        .collect();
+        .collect())
+}
+
+/// The QAT record of a checkpoint's bytes; `None` for a float checkpoint.
+pub fn checkpoint_qat(checkpoint: &[u8]) -> Result<Option<QatRecord>, CalibrationError> {
+    let bad = |e: String| CalibrationError::Model(e);
+    let metadata = checkpoint_metadata(checkpoint)?;
     if !metadata.contains_key(QAT_METADATA_KEY) {
         return Ok(None);
     }
