@@ -17,17 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int failures = 0;
-
-#define CHECK(cond, ...)                                                                   \
-    do {                                                                                   \
-        if (!(cond)) {                                                                     \
-            failures++;                                                                    \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                \
-            fprintf(stderr, __VA_ARGS__);                                                  \
-            fprintf(stderr, " (last error: %s)\n", segtool_last_error());                 \
-        }                                                                                  \
-    } while (0)
+#include "check.h"
 
 enum { W = 64, H = 48, PAD = 4, STRIDE = W * 3 + PAD, FRAMES = 24 };
 
