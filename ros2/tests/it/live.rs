@@ -108,6 +108,22 @@ fn camera(out: &Path, domain: u32, extra: &[&str]) -> Value {
     serde_json::from_slice(&run.stdout).unwrap()
 }
 
+/// The mask the viewer saved at `mask` (uint8 `.npy`) equals `seg`'s on the frame at
+/// `frame`, size and class ids; returns its `(h, w)`.
+fn assert_published_mask(
+    seg: &mut Segmenter,
+    frame: &Path,
+    mask: &Path,
+    what: &str,
+) -> (usize, usize) {
+    let frame = image::open(frame).unwrap().to_rgb8();
+    let want = seg.segment(&frame).unwrap().mask;
+    let (h, w, got) = npy_u8(mask);
+    assert_eq!((h, w), want.dim(), "mask size of {what}");
+    assert_eq!(got, want.to_le_bytes(), "mask of {what}");
+    (h, w)
+}
+
 /// `.npy` of uint8 `[h, w]`.
 fn npy_u8(path: &Path) -> (usize, usize, Vec<u8>) {
     let a = npy_file::read(path);
@@ -168,13 +184,12 @@ fn check_masks(dir: &Path, summary: &Value, model: &Path, ext: &str) -> usize {
         assert_eq!(nanosec, i, "stamp carried through: {r}");
         assert_eq!(r["frame_id"], "camera", "{r}");
         assert_eq!(r["encoding"], "mono8", "{r}");
-        let frame = image::open(dir.join(format!("frames/{i}.{ext}")))
-            .unwrap()
-            .to_rgb8();
-        let want = seg.segment(&frame).unwrap().mask;
-        let (h, w, got) = npy_u8(&dir.join(format!("masks/{sec}_{nanosec}.npy")));
-        assert_eq!((h, w), want.dim(), "mask size of frame {i}");
-        assert_eq!(got, want.to_le_bytes(), "mask of frame {i}");
+        assert_published_mask(
+            &mut seg,
+            &dir.join(format!("frames/{i}.{ext}")),
+            &dir.join(format!("masks/{sec}_{nanosec}.npy")),
+            &format!("frame {i}"),
+        );
     }
     received.len()
 }
@@ -690,13 +705,12 @@ fn two_cameras_one_model_each_in_its_namespace() {
             assert_eq!(nanosec, 1000 * k as i64 + i, "camera {k}: {r}");
             assert_eq!(r["frame_id"], format!("camera{k}"), "{r}");
             assert_eq!(r["encoding"], "mono8", "{r}");
-            let frame = image::open(dir.join(format!("frames/{i}.png")))
-                .unwrap()
-                .to_rgb8();
-            let want = seg.segment(&frame).unwrap().mask;
-            let (h, w, got) = npy_u8(&dir.join(format!("masks/{sec}_{nanosec}.npy")));
-            assert_eq!((h, w), want.dim(), "camera {k} frame {i}");
-            assert_eq!(got, want.to_le_bytes(), "camera {k} frame {i}");
+            let (h, w) = assert_published_mask(
+                &mut seg,
+                &dir.join(format!("frames/{i}.png")),
+                &dir.join(format!("masks/{sec}_{nanosec}.npy")),
+                &format!("camera {k} frame {i}"),
+            );
             indices.push(i as u64);
             sizes.insert((h, w));
         }
